@@ -1,0 +1,175 @@
+"""``TensorEnv``: a batch of environments held as one state tensor and stepped by torch ops.
+
+This base class owns everything that is not physics, once for every tensor env: gymnasium's
+NEXT_STEP autoreset, the ``TimeLimit`` truncation, seeding and episode statistics. A subclass
+(one of ours or a user's Isaac-style simulator) only supplies
+
+- ``_reset_state()``: fresh initial states for all ``num_envs`` rows, drawn with ``self.generator``;
+- ``_dynamics(state, actions)``: ``(next_state, reward, terminated)`` for all rows;
+- ``_observe(state)``: the observation of each row;
+
+plus the class attributes ``single_observation_space``, ``single_action_space`` and
+``max_episode_steps``. See ``cartpole.py`` for a complete example in forty lines.
+
+``step`` never synchronises with the host (no ``.item()``, no branching on tensor values), so it
+runs asynchronously on CUDA: rows that reset are chosen with ``torch.where``, which is also why
+``_reset_state`` draws a candidate initial state for *every* row on every step rather than for a
+data-dependent subset (indexing by a mask would need its size on the host).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import ClassVar
+
+import gymnasium as gym
+import torch
+from torch import Tensor
+
+from fastppo.envs.vector import Episodes, StepResult
+
+
+class TensorEnv(ABC):
+    """A ``VecEnv`` (see ``fastppo.envs.vector``) whose envs all live in ``self.state``.
+
+    ``state`` is a plain ``[num_envs, state_size]`` tensor of ``dtype`` on ``device``; assigning a
+    new one between steps puts the envs into that state (tests use it to mirror gymnasium).
+    ``dtype`` is float32 by default; float64 exists to check the physics against gymnasium's
+    float64 numpy code to ~1e-12. Observations have ``dtype``; rewards are always float32.
+    """
+
+    single_observation_space: ClassVar[gym.spaces.Box]
+    single_action_space: ClassVar[gym.Space]
+    max_episode_steps: int
+    """Default of gymnasium's registered ``max_episode_steps`` (the ``TimeLimit`` wrapper)."""
+
+    pending_steps_limit: ClassVar[int] = 256
+    """Steps of per-env episode records kept before they are compacted to finished episodes only;
+    bounds memory when ``pop_episodes`` is called rarely, at the cost of one host sync per
+    ``pending_steps_limit`` steps on CUDA."""
+
+    def __init__(
+        self,
+        num_envs: int,
+        device: torch.device | str = "cpu",
+        dtype: torch.dtype = torch.float32,
+        seed: int | None = None,
+        max_episode_steps: int | None = None,
+    ) -> None:
+        self.num_envs = num_envs
+        self.device = torch.device(device)
+        self.dtype = dtype
+        if max_episode_steps is not None:
+            self.max_episode_steps = max_episode_steps
+        self.generator = torch.Generator(device=self.device)
+        if seed is None:
+            self.generator.seed()  # nondeterministic, like an unseeded gymnasium env
+        else:
+            self.generator.manual_seed(seed)
+        self.state = self._reset_state()
+        self._elapsed = torch.zeros(num_envs, dtype=torch.int64, device=self.device)
+        self._episode_return = torch.zeros(num_envs, dtype=torch.float32, device=self.device)
+        # True where the previous step ended an episode: this step is that env's reset row.
+        self._needs_reset = torch.zeros(num_envs, dtype=torch.bool, device=self.device)
+        # Per step, [num_envs, 2] of (episode return, length if the episode ended there else 0).
+        self._pending: list[Tensor] = []
+        # [k, 2] blocks holding only rows of finished episodes.
+        self._finished: list[Tensor] = []
+
+    # --- what a subclass implements -------------------------------------------------------
+
+    @abstractmethod
+    def _reset_state(self) -> Tensor:
+        """``[num_envs, state_size]`` fresh initial states drawn with ``self.generator``."""
+
+    @abstractmethod
+    def _dynamics(self, state: Tensor, actions: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """One transition for every row: ``(next_state, reward [N], terminated [N] bool)``.
+
+        Must be pure (no writes to ``self``): rows that are resetting are computed and discarded.
+        """
+
+    @abstractmethod
+    def _observe(self, state: Tensor) -> Tensor:
+        """``[num_envs, *obs_shape]`` observations; a new tensor, never a view of ``state``."""
+
+    # --- the VecEnv interface --------------------------------------------------------------
+
+    def reset(self, seed: int | None = None) -> StepResult:
+        """Start a new episode in every env; with ``seed``, reseed the generator first.
+
+        Unfinished episodes are dropped from the statistics; finished ones stay until popped.
+        """
+        if seed is not None:
+            self.generator.manual_seed(seed)
+        self.state = self._reset_state()
+        self._elapsed.zero_()
+        self._episode_return.zero_()
+        self._needs_reset.zero_()
+        no = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
+        reward = torch.zeros(self.num_envs, dtype=torch.float32, device=self.device)
+        return StepResult(self._observe(self.state), reward, no, no.clone())
+
+    def step(self, actions: Tensor) -> StepResult:
+        """Step every env; envs whose episode ended at the previous step reset instead.
+
+        A reset row ignores its action and returns the new episode's first observation with
+        reward 0 and both flags false (gymnasium's ``AutoresetMode.NEXT_STEP``). ``truncated``
+        follows gymnasium's ``TimeLimit``: true once an episode has run ``max_episode_steps``
+        steps, whether or not that step also terminated.
+        """
+        reset_rows = self._needs_reset
+        next_state, reward, terminated = self._dynamics(self.state, actions)
+        self.state = torch.where(reset_rows.unsqueeze(1), self._reset_state(), next_state)
+        reward = torch.where(reset_rows, 0.0, reward).to(torch.float32)
+        terminated = terminated & ~reset_rows
+        self._elapsed = torch.where(reset_rows, 0, self._elapsed + 1)
+        truncated = self._elapsed >= self.max_episode_steps
+        self._needs_reset = terminated | truncated
+        self._record_episodes(reset_rows, reward)
+        return StepResult(self._observe(self.state), reward, terminated, truncated)
+
+    def pop_episodes(self) -> Episodes:
+        """Returns and lengths of the episodes finished since the last call, in finishing order.
+
+        One host sync; call it once per training iteration.
+        """
+        self._compact_pending()
+        if not self._finished:
+            return Episodes(returns=[], lengths=[])
+        finished = torch.cat(self._finished).cpu()
+        self._finished.clear()
+        return Episodes(returns=finished[:, 0].tolist(), lengths=finished[:, 1].long().tolist())
+
+    def close(self) -> None:
+        """Nothing to release: the envs are tensors."""
+
+    # --- episode statistics ------------------------------------------------------------------
+
+    def _record_episodes(self, reset_rows: Tensor, reward: Tensor) -> None:
+        """Accumulate returns on device and queue this step's (return, length-if-finished) rows.
+
+        The running length is ``self._elapsed``: both restart at the reset row, which is not part
+        of any episode (its reward is 0 and it is masked out of training).
+        """
+        self._episode_return = torch.where(reset_rows, 0.0, self._episode_return) + reward
+        finished_length = torch.where(self._needs_reset, self._elapsed, 0)
+        self._pending.append(torch.stack((self._episode_return, finished_length.to(torch.float32)), dim=1))
+        if len(self._pending) >= self.pending_steps_limit:
+            self._compact_pending()
+
+    def _compact_pending(self) -> None:
+        """Keep only the rows of finished episodes (every episode lasts at least one step)."""
+        if not self._pending:
+            return
+        records = torch.cat(self._pending)
+        self._finished.append(records[records[:, 1] > 0])
+        self._pending.clear()
+
+    # --- helpers for subclasses --------------------------------------------------------------
+
+    def _uniform(self, low: float, high: float, columns: int = 1) -> Tensor:
+        """``[num_envs, columns]`` draws from U[low, high), computed like
+        ``numpy.random.Generator.uniform`` (which gymnasium resets with): ``low + (high - low) * U``."""
+        u = torch.rand(self.num_envs, columns, generator=self.generator, dtype=self.dtype, device=self.device)
+        return low + (high - low) * u
