@@ -1,0 +1,33 @@
+# Two commands do all the set-up on a fresh machine: `make train` and `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip install --quiet --disable-pip-version-check
+# Pinned only here: the CPU wheel of torch this machine has on disk. pyproject keeps a range.
+TORCH ?= torch==2.13.0
+ENV ?= CartPole-v1
+ARGS ?=
+
+.PHONY: train test test-slow bench clean
+
+$(VENV)/.base: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) $(TORCH)
+	$(PIP) -e ".[box2d,video,plot]"
+	touch $@
+
+$(VENV)/.dev: $(VENV)/.base
+	$(PIP) -e ".[dev]"
+	touch $@
+
+train: $(VENV)/.base
+	$(VENV)/bin/fastppo train $(ENV) $(ARGS)
+
+test: $(VENV)/.dev
+	$(PY) -m pytest -q
+
+test-slow: $(VENV)/.dev
+	$(PY) -m pytest -q -m slow
+
+clean:
+	rm -rf $(VENV) runs

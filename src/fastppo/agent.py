@@ -1,0 +1,100 @@
+"""A trained policy with what it needs to act: observation statistics (frozen), spaces, config."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+
+from fastppo.config import Config
+from fastppo.core.normalize import RunningMeanStd
+from fastppo.errors import FastPPOError
+from fastppo.policies import ActorCritic
+
+POLICY_FILE = "policy.safetensors"
+AGENT_FILE = "agent.json"
+
+
+@dataclass
+class Agent:
+    """What ``fastppo.train`` returns and ``fastppo.load`` restores."""
+
+    policy: ActorCritic
+    config: Config
+    obs_shape: tuple[int, ...]
+    obs_rms: RunningMeanStd | None = None
+    history: list[dict[str, float]] = field(default_factory=list)
+    episode_returns: list[float] = field(default_factory=list)
+    run_dir: Path | None = None
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.policy.parameters()).device
+
+    def normalize(self, obs: torch.Tensor) -> torch.Tensor:
+        """Observations as the policy saw them in training (statistics frozen)."""
+        if self.obs_rms is None:
+            return obs.float() if obs.dtype != torch.uint8 else obs
+        return self.obs_rms.normalize(obs.float(), self.config.env.clip_obs)
+
+    def act(self, obs: Any, deterministic: bool = False, action_mask: Any = None) -> np.ndarray:
+        """Actions for one observation or a batch (numpy or tensor); same leading shape back."""
+        obs_t = torch.as_tensor(np.asarray(obs), device=self.device)
+        single = obs_t.dim() == len(self.obs_shape)
+        if single:
+            obs_t = obs_t.unsqueeze(0)
+        mask_t = None
+        if action_mask is not None:
+            mask_t = torch.as_tensor(np.asarray(action_mask, dtype=bool), device=self.device)
+            mask_t = mask_t.unsqueeze(0) if single else mask_t
+        action = self.policy.predict(self.normalize(obs_t), mask_t, deterministic).cpu().numpy()
+        return action[0] if single else action
+
+    def save(self, directory: Path) -> None:
+        """policy.safetensors (weights + obs statistics) and agent.json (config), no pickle."""
+        directory.mkdir(parents=True, exist_ok=True)
+        tensors = {f"policy.{k}": v.detach().cpu().contiguous() for k, v in self.policy.state_dict().items()}
+        if self.obs_rms is not None:
+            tensors |= {f"obs_rms.{k}": v.cpu() for k, v in self.obs_rms.state_dict().items()}
+        save_file(tensors, str(directory / POLICY_FILE))
+        meta = {"config": self.config.to_dict(), "obs_shape": list(self.obs_shape)}
+        (directory / AGENT_FILE).write_text(json.dumps(meta, indent=2))
+
+
+def build_agent(config: Config, observation_space: gym.Space, action_space: gym.Space, device: torch.device) -> Agent:
+    policy = ActorCritic(observation_space, action_space, config.policy).to(device)
+    obs_rms = RunningMeanStd(observation_space.shape, device) if config.env.normalize_obs else None
+    return Agent(policy=policy, config=config, obs_shape=tuple(observation_space.shape), obs_rms=obs_rms)
+
+
+def load_agent(directory: str | Path, device: str | torch.device = "cpu") -> Agent:
+    """Load ``Agent.save`` output; a missing or damaged file is a FastPPOError, not a traceback."""
+    from fastppo.envs.make import make_single_env
+
+    directory = Path(directory)
+    try:
+        meta = json.loads((directory / AGENT_FILE).read_text())
+        config = Config.from_dict(meta["config"])
+        tensors = load_file(str(directory / POLICY_FILE), device=str(device))
+    except FileNotFoundError as exc:
+        raise FastPPOError(f"no saved agent in {directory}: {exc.filename} is missing") from None
+    except (json.JSONDecodeError, KeyError, TypeError, SafetensorError, OSError) as exc:
+        raise FastPPOError(f"cannot read the agent in {directory}: damaged or foreign file ({exc})") from None
+    env = make_single_env(config.env.env_id)
+    agent = build_agent(config, env.observation_space, env.action_space, torch.device(device))
+    env.close()
+    try:
+        agent.policy.load_state_dict({k.removeprefix("policy."): v for k, v in tensors.items() if k.startswith("policy.")})
+        if agent.obs_rms is not None:
+            agent.obs_rms.load_state_dict({k.removeprefix("obs_rms."): v for k, v in tensors.items() if k.startswith("obs_rms.")})
+    except (RuntimeError, KeyError) as exc:
+        raise FastPPOError(f"the weights in {directory / POLICY_FILE} do not fit the saved config: {exc}".splitlines()[0]) from None
+    agent.run_dir = directory
+    return agent

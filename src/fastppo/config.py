@@ -1,0 +1,339 @@
+"""Run configuration: one dataclass per concern, each field's docstring is its CLI help.
+
+Defaults equal CleanRL's ppo.py (discrete actions); the shipped ``cleanrl-continuous`` preset
+holds ppo_continuous_action.py's. ``Config.validate`` derives the batch sizes and checks every
+value once, with messages that say how to fix the input.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import math
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from fastppo.errors import FastPPOError
+
+PRESET_DIR = Path(__file__).parent / "presets"
+
+
+@dataclass
+class EnvConfig:
+    """Environments."""
+
+    env_id: str = "CartPole-v1"
+    """A registered gymnasium id, or 'package.module:EnvClass' for your own gymnasium.Env."""
+    num_envs: int = 4
+    """Parallel environments."""
+    backend: Literal["sync", "async", "tensor", "envpool"] = "sync"
+    """Vector env: gymnasium sync (one process), async (one process per env), batched torch tensor envs, or EnvPool."""
+    normalize_obs: bool = False
+    """Normalise observations by one running mean/std shared by all envs (frozen at evaluation)."""
+    clip_obs: float = 10.0
+    """Clip normalised observations to [-clip_obs, clip_obs]."""
+    normalize_reward: bool = False
+    """Scale rewards by the running std of the discounted return."""
+    clip_reward: float = 10.0
+    """Clip scaled rewards to [-clip_reward, clip_reward]."""
+    capture_video: bool = False
+    """Record videos of env 0's episodes into the run directory during training."""
+
+
+@dataclass
+class PPOConfig:
+    """The PPO algorithm."""
+
+    total_timesteps: int = 500_000
+    """Environment steps to train for (all envs together)."""
+    num_steps: int = 128
+    """Steps per env per rollout; the batch is num_envs * num_steps."""
+    num_minibatches: int = 4
+    """Minibatches the batch is split into per epoch."""
+    update_epochs: int = 4
+    """Passes over the batch per iteration."""
+    learning_rate: float = 2.5e-4
+    """Adam learning rate (start value of lr_schedule)."""
+    lr_schedule: Literal["constant", "linear"] = "linear"
+    """constant, or linear decay to 0 over training."""
+    adam_eps: float = 1e-5
+    """Adam epsilon."""
+    gamma: float = 0.99
+    """Discount factor."""
+    gae_lambda: float = 0.95
+    """GAE lambda: 0 is one-step TD, 1 is Monte Carlo."""
+    norm_adv: bool = True
+    """Normalise advantages per minibatch (mean 0, std 1)."""
+    objective: Literal["clip", "kl"] = "clip"
+    """Policy objective: clipped surrogate, or the adaptive KL penalty (PPO-KL)."""
+    clip_coef: float = 0.2
+    """Surrogate clip range epsilon (start value of clip_schedule)."""
+    clip_schedule: Literal["constant", "linear"] = "constant"
+    """constant, or linear decay of clip_coef to 0."""
+    clip_vloss: bool = True
+    """Clip the value loss around the rollout's values (by clip_coef)."""
+    ent_coef: float = 0.01
+    """Entropy bonus coefficient (start value of ent_schedule)."""
+    ent_schedule: Literal["constant", "linear"] = "constant"
+    """constant, or linear decay of ent_coef to 0."""
+    vf_coef: float = 0.5
+    """Value loss coefficient."""
+    max_grad_norm: float = 0.5
+    """Global gradient-norm clip."""
+    target_kl: float | None = None
+    """Stop the epochs early once approx_kl exceeds this (none to disable)."""
+    kl_beta: float = 1.0
+    """Initial KL penalty coefficient (objective=kl)."""
+    kl_target: float = 0.01
+    """KL the penalty coefficient is adapted toward (objective=kl)."""
+
+
+@dataclass
+class PolicyConfig:
+    """Network architecture."""
+
+    hidden_sizes: tuple[int, ...] = (64, 64)
+    """Widths of the MLP hidden layers, e.g. 64,64."""
+    activation: Literal["tanh", "relu"] = "tanh"
+    """Hidden activation."""
+    shared_trunk: bool = False
+    """One encoder for actor and critic instead of two separate ones."""
+    encoder: Literal["auto", "mlp", "cnn"] = "auto"
+    """Observation encoder: mlp, cnn (Nature CNN) or auto (cnn for uint8 images)."""
+    init_log_std: float = 0.0
+    """Initial log standard deviation of Gaussian policies."""
+
+
+@dataclass
+class RunConfig:
+    """Bookkeeping: seeding, device, logging, outputs."""
+
+    seed: int = 1
+    """Seed for torch, numpy, python and the envs."""
+    exp_name: str = "ppo"
+    """Experiment name used in the run directory."""
+    run_root: str = "runs"
+    """Folder that receives run directories."""
+    device: str = "cpu"
+    """Torch device: cpu, cuda, cuda:1, or auto."""
+    torch_threads: int = 1
+    """Intra-op threads. 1 is fastest for small MLPs on a few cores (see benchmarks/README.md)."""
+    torch_deterministic: bool = True
+    """Use deterministic torch algorithms (cudnn)."""
+    tensorboard: bool = True
+    """Write TensorBoard event files."""
+    progress: bool = True
+    """Show the live progress bar."""
+
+
+@dataclass
+class Config:
+    env: EnvConfig = field(default_factory=EnvConfig)
+    ppo: PPOConfig = field(default_factory=PPOConfig)
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    run: RunConfig = field(default_factory=RunConfig)
+
+    @property
+    def batch_size(self) -> int:
+        return self.env.num_envs * self.ppo.num_steps
+
+    @property
+    def minibatch_size(self) -> int:
+        return self.batch_size // self.ppo.num_minibatches
+
+    @property
+    def num_iterations(self) -> int:
+        return self.ppo.total_timesteps // self.batch_size
+
+    def validate(self) -> Config:
+        """Check every value once; raise FastPPOError with the fix."""
+        positive_ints = {
+            "env.num_envs": self.env.num_envs,
+            "ppo.num_steps": self.ppo.num_steps,
+            "ppo.num_minibatches": self.ppo.num_minibatches,
+            "ppo.update_epochs": self.ppo.update_epochs,
+            "ppo.total_timesteps": self.ppo.total_timesteps,
+            "run.torch_threads": self.run.torch_threads,
+        }
+        for name, value in positive_ints.items():
+            if value <= 0:
+                raise FastPPOError(f"--{name.replace('_', '-')} must be a positive integer, got {value}")
+        positive_floats = {
+            "ppo.learning_rate": self.ppo.learning_rate,
+            "ppo.clip_coef": self.ppo.clip_coef,
+            "ppo.max_grad_norm": self.ppo.max_grad_norm,
+            "ppo.adam_eps": self.ppo.adam_eps,
+            "ppo.kl_target": self.ppo.kl_target,
+            "env.clip_obs": self.env.clip_obs,
+            "env.clip_reward": self.env.clip_reward,
+        }
+        for name, value in positive_floats.items():
+            if not value > 0 or math.isnan(value):
+                raise FastPPOError(f"--{name.replace('_', '-')} must be > 0, got {value}")
+        non_negative = {"ppo.ent_coef": self.ppo.ent_coef, "ppo.vf_coef": self.ppo.vf_coef, "ppo.kl_beta": self.ppo.kl_beta}
+        for name, value in non_negative.items():
+            if value < 0:
+                raise FastPPOError(f"--{name.replace('_', '-')} must be >= 0, got {value}")
+        for name, value in {"ppo.gamma": self.ppo.gamma, "ppo.gae_lambda": self.ppo.gae_lambda}.items():
+            if not 0.0 <= value <= 1.0:
+                raise FastPPOError(f"--{name.replace('_', '-')} must be in [0, 1], got {value}")
+        if self.ppo.target_kl is not None and self.ppo.target_kl <= 0:
+            raise FastPPOError(f"--ppo.target-kl must be > 0 or none, got {self.ppo.target_kl}")
+        if self.batch_size % self.ppo.num_minibatches:
+            raise FastPPOError(
+                f"batch size {self.batch_size} (num_envs {self.env.num_envs} x num_steps {self.ppo.num_steps}) "
+                f"does not split into {self.ppo.num_minibatches} minibatches: pick num_minibatches dividing {self.batch_size}"
+            )
+        if self.num_iterations < 1:
+            raise FastPPOError(
+                f"--total-timesteps {self.ppo.total_timesteps} is less than one batch ({self.batch_size} steps): raise it or shrink the batch"
+            )
+        if any(w <= 0 for w in self.policy.hidden_sizes):
+            raise FastPPOError(f"--policy.hidden-sizes must be positive widths, got {self.policy.hidden_sizes}")
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Config:
+        """Rebuild from ``to_dict`` output (a saved run's config)."""
+        config = cls()
+        apply_overrides(config, {f"{section}.{key}": value for section, values in data.items() for key, value in values.items()})
+        return config
+
+
+def sections(config: Config) -> dict[str, Any]:
+    return {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
+
+
+def field_index(config: Config) -> dict[str, tuple[Any, dataclasses.Field]]:
+    """'section.field' -> (section object, field) for every hyperparameter."""
+    index = {}
+    for section_name, section in sections(config).items():
+        for f in dataclasses.fields(section):
+            index[f"{section_name}.{f.name}"] = (section, f)
+    return index
+
+
+def resolve_key(config: Config, key: str) -> str:
+    """Accept 'section.field', or a bare field name when it is unique; hyphens or underscores."""
+    key = key.replace("-", "_")
+    index = field_index(config)
+    if key in index:
+        return key
+    matches = [full for full in index if full.split(".", 1)[1] == key]
+    if len(matches) == 1:
+        return matches[0]
+    if len(matches) > 1:
+        raise FastPPOError(f"hyperparameter '{key}' is ambiguous: use one of {', '.join(matches)}")
+    raise FastPPOError(f"unknown hyperparameter '{key}': 'fastppo train --help' lists them all")
+
+
+def coerce(value: Any, annotation: Any, name: str) -> Any:
+    """Convert a CLI string or YAML value to the field's type, or explain what was expected."""
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if origin in (typing.Union, types.UnionType):
+        if value is None or (isinstance(value, str) and value.lower() in ("none", "null")):
+            if type(None) in args:
+                return None
+        inner = [a for a in args if a is not type(None)]
+        return coerce(value, inner[0], name)
+    if origin is Literal:
+        if value not in args:
+            raise FastPPOError(f"--{name} must be one of {', '.join(map(str, args))}, got {value!r}")
+        return value
+    if origin is tuple:
+        items = value if isinstance(value, (list, tuple)) else [v for v in str(value).replace(" ", "").strip("()[]").split(",") if v]
+        return tuple(coerce(v, args[0], name) for v in items)
+    if annotation is bool:
+        if isinstance(value, bool):
+            return value
+        text = str(value).lower()
+        if text in ("true", "1", "yes", "on"):
+            return True
+        if text in ("false", "0", "no", "off"):
+            return False
+        raise FastPPOError(f"--{name} expects true or false, got {value!r}")
+    if annotation is int:
+        if isinstance(value, bool):
+            raise FastPPOError(f"--{name} expects an integer, got {value!r}")
+        if isinstance(value, int):
+            return value
+        try:
+            number = float(ast.literal_eval(str(value).replace("_", ""))) if not isinstance(value, float) else value
+        except (ValueError, SyntaxError):
+            raise FastPPOError(f"--{name} expects an integer, got {value!r}") from None
+        if not float(number).is_integer():
+            raise FastPPOError(f"--{name} expects an integer, got {value!r}")
+        return int(number)
+    if annotation is float:
+        if isinstance(value, bool):
+            raise FastPPOError(f"--{name} expects a number, got {value!r}")
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            raise FastPPOError(f"--{name} expects a number, got {value!r}") from None
+    if annotation is str:
+        return str(value)
+    raise TypeError(f"config field {name} has unsupported annotation {annotation}")
+
+
+def apply_overrides(config: Config, overrides: dict[str, Any]) -> Config:
+    """Set 'section.field' (or unique bare field) keys to values coerced to each field's type."""
+    hints = {name: typing.get_type_hints(type(section)) for name, section in sections(config).items()}
+    for key, value in overrides.items():
+        full = resolve_key(config, key)
+        section_name, field_name = full.split(".", 1)
+        section = getattr(config, section_name)
+        setattr(section, field_name, coerce(value, hints[section_name][field_name], full.replace("_", "-")))
+    return config
+
+
+def available_presets() -> list[str]:
+    return sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))
+
+
+def preset_for_env(env_id: str, continuous: bool) -> str:
+    """The preset used when none is named: one named after the env id (with or without its
+    version), else CleanRL's defaults for the action type."""
+    names = available_presets()
+    base = env_id.split(":")[-1].split("/")[-1]
+    for candidate in (base, base.rsplit("-v", 1)[0]):
+        if candidate in names:
+            return candidate
+    return "cleanrl-continuous" if continuous else "cleanrl-discrete"
+
+
+def load_preset(name: str) -> dict[str, Any]:
+    """A preset's overrides flattened to 'section.field' keys."""
+    path = PRESET_DIR / f"{name}.yaml"
+    if not path.is_file():
+        raise FastPPOError(f"unknown preset '{name}': available presets are {', '.join(available_presets())}")
+    data = yaml.safe_load(path.read_text()) or {}
+    flat: dict[str, Any] = {}
+    for section, values in data.items():
+        if section == "description":
+            continue
+        for key, value in (values or {}).items():
+            flat[f"{section}.{key}"] = value
+    return flat
+
+
+def field_docs(section_cls: type) -> dict[str, str]:
+    """The docstring under each dataclass field (the CLI's help text), read from the source."""
+    import inspect
+
+    tree = ast.parse(inspect.getsource(section_cls))
+    body = tree.body[0].body  # type: ignore[attr-defined]
+    docs = {}
+    for node, following in zip(body, body[1:]):
+        if isinstance(node, ast.AnnAssign) and isinstance(following, ast.Expr) and isinstance(following.value, ast.Constant):
+            docs[node.target.id] = str(following.value.value)  # type: ignore[union-attr]
+    return docs

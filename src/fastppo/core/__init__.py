@@ -1,0 +1,26 @@
+"""Pure PPO math on tensors: no I/O, no environments. Used by the gymnasium and the RLHF trainers."""
+
+from fastppo.core.gae import compute_gae, shift_values
+from fastppo.core.kl import adaptive_kl_beta, kl_estimate, proportional_kl_beta
+from fastppo.core.losses import policy_loss, ppo_loss, value_loss
+from fastppo.core.masked import explained_variance, masked_mean, masked_var, normalize_advantages
+from fastppo.core.normalize import RewardScaler, RunningMeanStd
+from fastppo.core.schedules import scheduled
+
+__all__ = [
+    "adaptive_kl_beta",
+    "compute_gae",
+    "explained_variance",
+    "kl_estimate",
+    "masked_mean",
+    "masked_var",
+    "normalize_advantages",
+    "policy_loss",
+    "ppo_loss",
+    "proportional_kl_beta",
+    "RewardScaler",
+    "RunningMeanStd",
+    "scheduled",
+    "shift_values",
+    "value_loss",
+]

@@ -1,0 +1,103 @@
+"""PPO objectives (Schulman et al. 2017, arXiv:1707.06347) as pure functions.
+
+Each takes tensors of any common shape ([B] for gymnasium minibatches, [B, L] for LM tokens) and
+an optional validity mask, and returns ``(loss, metrics)``; metrics are detached tensors so that a
+trainer can sum them without a host sync per minibatch.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+from fastppo.core.kl import kl_estimate
+from fastppo.core.masked import masked_mean, masked_var
+
+PolicyObjective = Literal["clip", "kl"]
+
+
+def policy_loss(
+    newlogprob: Tensor,
+    oldlogprob: Tensor,
+    advantages: Tensor,
+    clip_coef: float,
+    mask: Tensor | None = None,
+    objective: PolicyObjective = "clip",
+    kl_beta: float = 0.0,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """Policy-gradient loss, to be minimised.
+
+    ``objective="clip"``: L = -mean(min(r A, clip(r, 1-eps, 1+eps) A)), r = exp(newlogprob - oldlogprob).
+    ``objective="kl"``:   L = -mean(r A) + beta * mean(KL_k3(old || new)), the adaptive-penalty variant.
+    ``clip_coef = inf`` gives the unclipped surrogate; clip_fraction is still measured with it.
+    """
+    logratio = newlogprob - oldlogprob
+    ratio = logratio.exp()
+    pg_loss1 = -advantages * ratio
+    approx_kl_per_sample = kl_estimate(oldlogprob, newlogprob, "k3")
+    if objective == "clip":
+        pg_loss2 = -advantages * torch.clamp(ratio, 1.0 - clip_coef, 1.0 + clip_coef)
+        pg_loss = masked_mean(torch.max(pg_loss1, pg_loss2), mask)
+    elif objective == "kl":
+        pg_loss = masked_mean(pg_loss1, mask) + kl_beta * masked_mean(approx_kl_per_sample, mask)
+    else:
+        raise ValueError(f"unknown policy objective {objective!r}: choose clip or kl")
+    with torch.no_grad():
+        clipped = ((ratio - 1.0).abs() > clip_coef).to(ratio.dtype) if math.isfinite(clip_coef) else torch.zeros_like(ratio)
+        metrics = {
+            "pg_loss": pg_loss.detach(),
+            "approx_kl": masked_mean(approx_kl_per_sample, mask),
+            "old_approx_kl": masked_mean(-logratio, mask),
+            "clipfrac": masked_mean(clipped, mask),
+            "ratio_mean": masked_mean(ratio, mask),
+            "ratio_std": masked_var(ratio, mask).sqrt(),
+        }
+    return pg_loss, metrics
+
+
+def value_loss(
+    newvalue: Tensor,
+    returns: Tensor,
+    oldvalue: Tensor | None = None,
+    clip_coef: float | None = None,
+    mask: Tensor | None = None,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """0.5 * MSE to the returns; with ``clip_coef`` the pessimistic max of the plain error and the
+    error of the prediction clipped to ``oldvalue +- clip_coef`` (OpenAI baselines' value clipping)."""
+    v_loss_unclipped = (newvalue - returns).square()
+    if clip_coef is not None and oldvalue is not None:
+        v_clipped = oldvalue + torch.clamp(newvalue - oldvalue, -clip_coef, clip_coef)
+        v_loss_unclipped = torch.max(v_loss_unclipped, (v_clipped - returns).square())
+    v_loss = 0.5 * masked_mean(v_loss_unclipped, mask)
+    return v_loss, {"v_loss": v_loss.detach()}
+
+
+def ppo_loss(
+    newlogprob: Tensor,
+    oldlogprob: Tensor,
+    advantages: Tensor,
+    entropy: Tensor,
+    newvalue: Tensor,
+    oldvalue: Tensor,
+    returns: Tensor,
+    *,
+    clip_coef: float,
+    ent_coef: float,
+    vf_coef: float,
+    clip_vloss: bool = True,
+    mask: Tensor | None = None,
+    objective: PolicyObjective = "clip",
+    kl_beta: float = 0.0,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """Total loss L = pg_loss - ent_coef * entropy + vf_coef * v_loss, with all their metrics."""
+    pg_loss, metrics = policy_loss(newlogprob, oldlogprob, advantages, clip_coef, mask, objective, kl_beta)
+    v_loss, v_metrics = value_loss(newvalue, returns, oldvalue, clip_coef if clip_vloss else None, mask)
+    entropy_mean = masked_mean(entropy, mask)
+    loss = pg_loss - ent_coef * entropy_mean + vf_coef * v_loss
+    metrics.update(v_metrics)
+    metrics["entropy"] = entropy_mean.detach()
+    metrics["loss"] = loss.detach()
+    return loss, metrics

@@ -1,0 +1,58 @@
+"""Warning signs in PPO's diagnostics and their likely causes (seed 004's "Warning Signs")."""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+
+@dataclass
+class HealthMonitor:
+    """Fed each iteration's metrics; returns each kind of warning once, when its sign shows."""
+
+    _kl: deque = field(default_factory=lambda: deque(maxlen=5))
+    _clipfrac: deque = field(default_factory=lambda: deque(maxlen=5))
+    _v_loss: deque = field(default_factory=lambda: deque(maxlen=10))
+    _first_entropy: float | None = None
+    _warned: set[str] = field(default_factory=set)
+
+    def check(self, metrics: dict[str, float], progress: float) -> list[str]:
+        """``metrics`` uses the logged names (losses/approx_kl, ...); ``progress`` is in [0, 1]."""
+        self._kl.append(metrics["losses/approx_kl"])
+        self._clipfrac.append(metrics["losses/clipfrac"])
+        self._v_loss.append(metrics["losses/value_loss"])
+        entropy = metrics["losses/entropy"]
+        if self._first_entropy is None:
+            self._first_entropy = entropy
+        signs = {
+            "kl": (
+                len(self._kl) == self._kl.maxlen and min(self._kl) > 0.05,
+                f"approx_kl has stayed above 0.05 (now {self._kl[-1]:.3f}): learning rate too high or too many epochs; "
+                "lower --learning-rate or --update-epochs, or set --target-kl 0.02",
+            ),
+            "clip_high": (
+                self._clipfrac[-1] > 0.5,
+                f"clip_fraction {self._clipfrac[-1]:.2f} > 0.5: updates too aggressive; lower --learning-rate or --clip-coef",
+            ),
+            "clip_zero": (
+                len(self._clipfrac) == self._clipfrac.maxlen and max(self._clipfrac) == 0.0,
+                "clip_fraction stuck at 0: the policy barely moves; raise --learning-rate or lower --clip-coef",
+            ),
+            "entropy": (
+                progress < 0.25 and self._first_entropy > 0 and entropy < 0.05 * abs(self._first_entropy) and abs(entropy) < 0.05,
+                f"entropy collapsed to {entropy:.4f} early in training: no exploration left; raise --ent-coef",
+            ),
+            "value": (
+                len(self._v_loss) == self._v_loss.maxlen
+                and all(b > a for a, b in zip(list(self._v_loss)[-5:], list(self._v_loss)[-4:]))
+                and self._v_loss[-1] > 10 * min(self._v_loss),
+                f"value loss keeps rising (now {self._v_loss[-1]:.3g}): value network diverging; lower --learning-rate, "
+                "set --normalize-reward true or --clip-vloss true",
+            ),
+        }
+        warnings = []
+        for name, (triggered, text) in signs.items():
+            if triggered and name not in self._warned:
+                self._warned.add(name)
+                warnings.append(text)
+        return warnings

@@ -1,0 +1,147 @@
+"""gymnasium.vector envs (sync or async) behind the torch VecEnv interface."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from fastppo.envs.vector import Episodes, StepResult
+from fastppo.errors import FastPPOError
+
+ACTION_MASK_KEY = "action_mask"
+
+
+class ActionMaskFromObs(gym.ObservationWrapper):
+    """Moves a Dict observation's 'action_mask' entry into ``info`` so that the policy sees the
+    rest of the observation and the trainer finds every mask in one place."""
+
+    def __init__(self, env: gym.Env):
+        super().__init__(env)
+        rest = {k: v for k, v in env.observation_space.spaces.items() if k != ACTION_MASK_KEY}
+        self.observation_space = gym.spaces.Dict(rest)
+
+    def observation(self, obs):
+        return {k: v for k, v in obs.items() if k != ACTION_MASK_KEY}
+
+    def _with_mask(self, obs, info):
+        return {**info, ACTION_MASK_KEY: np.asarray(obs[ACTION_MASK_KEY], dtype=bool)}
+
+    def reset(self, **kwargs):
+        obs, info = self.env.reset(**kwargs)
+        return self.observation(obs), self._with_mask(obs, info)
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        return self.observation(obs), reward, terminated, truncated, self._with_mask(obs, info)
+
+
+def resolve_env_id(env_id: str) -> str:
+    """'package.module:EnvClass' registers the class under a fastppo/ id; gymnasium ids pass through."""
+    if ":" not in env_id:
+        return env_id
+    module_name, _, attr = env_id.partition(":")
+    try:
+        target = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise FastPPOError(f"cannot load env '{env_id}': {exc}") from None
+    if isinstance(target, type) and issubclass(target, gym.Env):
+        registered = f"fastppo/{attr}-v0"
+        if registered not in gym.registry:
+            gym.register(id=registered, entry_point=target)
+        return registered
+    # 'module:Id' is gymnasium's own syntax: import the module (it registers envs), then make Id.
+    return env_id
+
+
+def check_env_id(env_id: str) -> gym.Env:
+    """Make one env or explain, in one line, why the id does not work."""
+    try:
+        return gym.make(resolve_env_id(env_id))
+    except gym.error.DependencyNotInstalled as exc:
+        raise FastPPOError(f"env '{env_id}' needs an extra dependency: {exc}") from None
+    except gym.error.Error as exc:
+        raise FastPPOError(f"unknown env id '{env_id}': {exc} (see gymnasium.pprint_registry())") from None
+
+
+def flatten_if_needed(env: gym.Env) -> gym.Env:
+    """Discrete observations become one-hot vectors and Dict/Tuple ones a flat vector; spaces
+    with no fixed-size vector form get a clear error."""
+    space = env.observation_space
+    if isinstance(space, gym.spaces.Dict) and ACTION_MASK_KEY in space.spaces:
+        env = ActionMaskFromObs(env)
+        space = env.observation_space
+    if isinstance(space, gym.spaces.Box):
+        return env
+    if isinstance(space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary, gym.spaces.Dict, gym.spaces.Tuple)):
+        try:
+            gym.spaces.flatten_space(space)
+        except (NotImplementedError, TypeError, ValueError):
+            pass
+        else:
+            return gym.wrappers.FlattenObservation(env)
+    raise FastPPOError(
+        f"unsupported observation space {space}: fastppo handles Box, Discrete, MultiDiscrete, MultiBinary and Dict/Tuple of those"
+    )
+
+
+EnvFactory = Callable[[], gym.Env]
+
+
+class GymnasiumVecEnv:
+    """Wraps a gymnasium vector env (NEXT_STEP autoreset) so it speaks torch tensors."""
+
+    def __init__(self, env_fns: list[EnvFactory], asynchronous: bool, device: torch.device):
+        vector_cls = gym.vector.AsyncVectorEnv if asynchronous else gym.vector.SyncVectorEnv
+        self.envs = vector_cls(env_fns, autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP)
+        self.num_envs = self.envs.num_envs
+        self.single_observation_space = self.envs.single_observation_space
+        self.single_action_space = self.envs.single_action_space
+        self.device = device
+        space = self.single_action_space
+        self._clip = (space.low, space.high) if isinstance(space, gym.spaces.Box) else None
+        self._obs_dtype = torch.uint8 if self.single_observation_space.dtype == np.uint8 else torch.float32
+        self._returns: list[float] = []
+        self._lengths: list[int] = []
+
+    def _tensor(self, array: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
+        return torch.as_tensor(array).to(self.device, dtype, non_blocking=True)
+
+    def _mask(self, info: dict) -> torch.Tensor | None:
+        mask = info.get(ACTION_MASK_KEY)
+        return None if mask is None else self._tensor(np.asarray(mask, dtype=bool), torch.bool)
+
+    def reset(self, seed: int | None = None) -> StepResult:
+        obs, info = self.envs.reset(seed=seed)
+        zeros = torch.zeros(self.num_envs, device=self.device)
+        flags = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
+        return StepResult(self._tensor(obs, self._obs_dtype), zeros, flags, flags.clone(), self._mask(info))
+
+    def step(self, actions: torch.Tensor) -> StepResult:
+        action = actions.cpu().numpy()
+        if self._clip is not None:
+            # The policy's raw Gaussian sample stays in the buffer; only the env sees it clipped.
+            action = np.clip(action, *self._clip)
+        obs, reward, terminated, truncated, info = self.envs.step(action)
+        if "episode" in info:
+            done = info["_episode"]
+            self._returns += info["episode"]["r"][done].astype(float).tolist()
+            self._lengths += info["episode"]["l"][done].astype(int).tolist()
+        return StepResult(
+            self._tensor(obs, self._obs_dtype),
+            self._tensor(reward, torch.float32),
+            self._tensor(terminated, torch.bool),
+            self._tensor(truncated, torch.bool),
+            self._mask(info),
+        )
+
+    def pop_episodes(self) -> Episodes:
+        episodes = Episodes(self._returns, self._lengths)
+        self._returns, self._lengths = [], []
+        return episodes
+
+    def close(self) -> None:
+        self.envs.close()

@@ -1,0 +1,97 @@
+"""One small logger with three backends: TensorBoard, metrics.jsonl and a live console view.
+
+Metric names follow CleanRL's (charts/episodic_return, losses/approx_kl, ...) so that fastppo and
+CleanRL runs line up in one TensorBoard.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else format(value, spec)
+
+
+class RunLogger:
+    """Writes scalars for a step to every enabled backend; keeps the history in memory too."""
+
+    def __init__(self, run_dir: Path | None, total_steps: int, tensorboard: bool, progress: bool, config: dict[str, Any] | None = None):
+        self.run_dir = run_dir
+        self.history: list[dict[str, float]] = []
+        self.console = Console(stderr=True)
+        self._jsonl = None
+        self._writer = None
+        if run_dir is not None:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            self._jsonl = (run_dir / "metrics.jsonl").open("a", encoding="utf-8")
+            if tensorboard:
+                from torch.utils.tensorboard import SummaryWriter
+
+                self._writer = SummaryWriter(str(run_dir))
+                if config is not None:
+                    rows = "\n".join(f"|{k}|{v}|" for k, v in _flatten(config).items())
+                    self._writer.add_text("hyperparameters", f"|param|value|\n|-|-|\n{rows}")
+        self._progress = None
+        if progress:
+            self._progress = Progress(
+                TextColumn("[bold]fastppo"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.fields[stats]}"),
+                TimeElapsedColumn(),
+                TextColumn("eta"),
+                TimeRemainingColumn(),
+                console=self.console,
+                transient=False,
+            )
+            self._task = self._progress.add_task("train", total=total_steps, stats="")
+            self._progress.start()
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        record = {"global_step": step, "time": time.time(), **metrics}
+        self.history.append(record)
+        if self._jsonl is not None:
+            self._jsonl.write(json.dumps(record) + "\n")
+            self._jsonl.flush()
+        if self._writer is not None:
+            for name, value in metrics.items():
+                self._writer.add_scalar(name, value, step)
+        if self._progress is not None:
+            stats = (
+                f"SPS {_fmt(metrics.get('charts/SPS'), '.0f')} | return {_fmt(metrics.get('charts/episodic_return'), '.1f')} "
+                f"| kl {_fmt(metrics.get('losses/approx_kl'), '.4f')} | clip {_fmt(metrics.get('losses/clipfrac'), '.3f')}"
+            )
+            self._progress.update(self._task, completed=step, stats=stats)
+
+    def message(self, text: str) -> None:
+        """A line for the user (warnings, summary), printed above the progress bar."""
+        self.console.print(text, highlight=False)
+
+    def close(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+        if self._jsonl is not None:
+            self._jsonl.close()
+            self._jsonl = None
+
+
+def _flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat

@@ -1,0 +1,3 @@
+from fastppo.policies.actor_critic import ActorCritic
+
+__all__ = ["ActorCritic"]

@@ -1,0 +1,85 @@
+"""Actor-critic networks: an observation encoder (shared or one per head), an action head and a
+value head, with CleanRL's orthogonal initialisation."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from fastppo.config import PolicyConfig
+from fastppo.errors import FastPPOError
+from fastppo.policies.distributions import layer_init, make_action_head
+
+ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU}
+
+
+def mlp(in_features: int, hidden_sizes: tuple[int, ...], activation: str) -> nn.Sequential:
+    layers: list[nn.Module] = [nn.Flatten()]
+    for width in hidden_sizes:
+        layers += [layer_init(nn.Linear(in_features, width), gain=np.sqrt(2)), ACTIVATIONS[activation]()]
+        in_features = width
+    return nn.Sequential(*layers)
+
+
+def make_encoder(obs_space: gym.Space, cfg: PolicyConfig) -> tuple[nn.Module, int]:
+    """An encoder for a Box observation space and the number of features it outputs."""
+    if not isinstance(obs_space, gym.spaces.Box):
+        raise FastPPOError(f"unsupported observation space {obs_space}: expected Box after flattening")
+    if cfg.activation not in ACTIVATIONS:
+        raise FastPPOError(f"unknown activation {cfg.activation!r}: choose one of {sorted(ACTIVATIONS)}")
+    is_image = obs_space.dtype == np.uint8 and len(obs_space.shape) == 3
+    kind = ("cnn" if is_image else "mlp") if cfg.encoder == "auto" else cfg.encoder
+    if kind == "mlp":
+        if not cfg.hidden_sizes:
+            return nn.Flatten(), int(np.prod(obs_space.shape))
+        return mlp(int(np.prod(obs_space.shape)), cfg.hidden_sizes, cfg.activation), cfg.hidden_sizes[-1]
+    if kind == "cnn":
+        from fastppo.policies.cnn import NatureCNN
+
+        encoder = NatureCNN(obs_space.shape)
+        return encoder, encoder.out_features
+    raise FastPPOError(f"unknown encoder {cfg.encoder!r}: choose mlp, cnn or auto")
+
+
+class ActorCritic(nn.Module):
+    """pi(a|s) and V(s). ``act`` is the fused rollout forward, ``evaluate`` the update forward."""
+
+    def __init__(self, obs_space: gym.Space, action_space: gym.Space, cfg: PolicyConfig | None = None):
+        super().__init__()
+        cfg = cfg or PolicyConfig()
+        self.actor_encoder, features = make_encoder(obs_space, cfg)
+        self.critic_encoder = self.actor_encoder if cfg.shared_trunk else make_encoder(obs_space, cfg)[0]
+        self.shared_trunk = cfg.shared_trunk
+        self.action_head = make_action_head(action_space, features, cfg.init_log_std)
+        self.value_head = layer_init(nn.Linear(features, 1), gain=1.0)
+
+    def forward(self, obs: Tensor) -> tuple[Tensor, Tensor]:
+        """(distribution parameters, value) in one pass; the trunk runs once when shared."""
+        actor_features = self.actor_encoder(obs)
+        critic_features = actor_features if self.shared_trunk else self.critic_encoder(obs)
+        return self.action_head(actor_features), self.value_head(critic_features).squeeze(-1)
+
+    def get_value(self, obs: Tensor) -> Tensor:
+        return self.value_head(self.critic_encoder(obs)).squeeze(-1)
+
+    def act(self, obs: Tensor, action_mask: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        """Sample for the rollout: (action, logprob, value)."""
+        params, value = self(obs)
+        action, logprob = self.action_head.sample(params, action_mask)
+        return action, logprob, value
+
+    def evaluate(self, obs: Tensor, action: Tensor, action_mask: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        """Score stored actions for the update: (newlogprob, entropy, newvalue)."""
+        params, value = self(obs)
+        logprob, entropy = self.action_head.logprob_entropy(params, action, action_mask)
+        return logprob, entropy, value
+
+    @torch.inference_mode()
+    def predict(self, obs: Tensor, action_mask: Tensor | None = None, deterministic: bool = False) -> Tensor:
+        """Actions for a batch of (already normalised) observations."""
+        params = self.action_head(self.actor_encoder(obs))
+        if deterministic:
+            return self.action_head.mode(params, action_mask)
+        return self.action_head.sample(params, action_mask)[0]

@@ -1,0 +1,168 @@
+"""Action distributions per action space, on raw tensors.
+
+The rollout calls ``sample`` once per env step, so these work on logits/means directly instead of
+building ``torch.distributions`` objects each step. Each head owns its output layer.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import abstractmethod
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from fastppo.errors import FastPPOError
+
+
+def layer_init(layer: nn.Linear, gain: float, bias: float = 0.0) -> nn.Linear:
+    """Orthogonal weights, constant bias (Engstrom et al. 2020; CleanRL's layer_init)."""
+    nn.init.orthogonal_(layer.weight, gain)
+    nn.init.constant_(layer.bias, bias)
+    return layer
+
+
+def _mask_logits(logits: Tensor, action_mask: Tensor | None) -> Tensor:
+    # The most negative finite float rather than -inf: probability exactly 0, and p * log p
+    # stays 0 in the entropy instead of 0 * -inf = nan.
+    if action_mask is None:
+        return logits
+    return logits.masked_fill(~action_mask, torch.finfo(logits.dtype).min)
+
+
+def _categorical_sample(logits: Tensor) -> Tensor:
+    # Gumbel-max: one uniform draw per logit, no normalisation, same law as Categorical.sample().
+    u = torch.rand_like(logits).clamp_(1e-20, 1.0)
+    return (logits - torch.log(-torch.log(u))).argmax(dim=-1)
+
+
+def _categorical_logprob_entropy(logits: Tensor, action: Tensor) -> tuple[Tensor, Tensor]:
+    logp_all = torch.log_softmax(logits, dim=-1)
+    logprob = logp_all.gather(-1, action.long().unsqueeze(-1)).squeeze(-1)
+    entropy = -(logp_all.exp() * logp_all).sum(-1)
+    return logprob, entropy
+
+
+class ActionHead(nn.Module):
+    """Maps features to distribution parameters and samples/scores actions from them."""
+
+    def forward(self, features: Tensor) -> Tensor:
+        return self.linear(features)
+
+    def sample(self, params: Tensor, action_mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """(action, logprob of that action)."""
+        action = self._sample(params, action_mask)
+        logprob, _ = self.logprob_entropy(params, action, action_mask)
+        return action, logprob
+
+    @abstractmethod
+    def _sample(self, params: Tensor, action_mask: Tensor | None) -> Tensor: ...
+
+    @abstractmethod
+    def logprob_entropy(self, params: Tensor, action: Tensor, action_mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """(logprob, entropy) of ``action`` under the distribution ``params``, summed over dims."""
+
+    @abstractmethod
+    def mode(self, params: Tensor, action_mask: Tensor | None = None) -> Tensor:
+        """The most likely action (deterministic evaluation)."""
+
+
+class CategoricalHead(ActionHead):
+    def __init__(self, in_features: int, n: int):
+        super().__init__()
+        self.linear = layer_init(nn.Linear(in_features, n), gain=0.01)
+
+    def _sample(self, params, action_mask):
+        return _categorical_sample(_mask_logits(params, action_mask))
+
+    def logprob_entropy(self, params, action, action_mask=None):
+        return _categorical_logprob_entropy(_mask_logits(params, action_mask), action)
+
+    def mode(self, params, action_mask=None):
+        return _mask_logits(params, action_mask).argmax(dim=-1)
+
+
+class MultiCategoricalHead(ActionHead):
+    """Independent categoricals, one per MultiDiscrete dimension; logprobs and entropies add."""
+
+    def __init__(self, in_features: int, nvec: list[int]):
+        super().__init__()
+        self.nvec = [int(n) for n in nvec]
+        self.linear = layer_init(nn.Linear(in_features, sum(self.nvec)), gain=0.01)
+
+    def _split(self, params: Tensor, action_mask: Tensor | None) -> tuple[Tensor, ...]:
+        return torch.split(_mask_logits(params, action_mask), self.nvec, dim=-1)
+
+    def _sample(self, params, action_mask):
+        return torch.stack([_categorical_sample(lg) for lg in self._split(params, action_mask)], dim=-1)
+
+    def logprob_entropy(self, params, action, action_mask=None):
+        parts = [_categorical_logprob_entropy(lg, action[..., i]) for i, lg in enumerate(self._split(params, action_mask))]
+        return sum(p[0] for p in parts), sum(p[1] for p in parts)
+
+    def mode(self, params, action_mask=None):
+        return torch.stack([lg.argmax(dim=-1) for lg in self._split(params, action_mask)], dim=-1)
+
+
+class BernoulliHead(ActionHead):
+    """Independent Bernoullis for MultiBinary."""
+
+    def __init__(self, in_features: int, n: int):
+        super().__init__()
+        self.linear = layer_init(nn.Linear(in_features, n), gain=0.01)
+
+    def _sample(self, params, action_mask):
+        return (torch.rand_like(params) < torch.sigmoid(params)).to(params.dtype)
+
+    def logprob_entropy(self, params, action, action_mask=None):
+        # log p(a) = a*log(sigmoid(x)) + (1-a)*log(sigmoid(-x)) = -BCE(x, a)
+        logprob = -nn.functional.binary_cross_entropy_with_logits(params, action.to(params.dtype), reduction="none").sum(-1)
+        p = torch.sigmoid(params)
+        entropy = nn.functional.binary_cross_entropy_with_logits(params, p, reduction="none").sum(-1)
+        return logprob, entropy
+
+    def mode(self, params, action_mask=None):
+        return (params > 0).to(params.dtype)
+
+
+class GaussianHead(ActionHead):
+    """Diagonal Gaussian with a state-independent log-std (Schulman et al. 2017's MuJoCo setup).
+    The log-prob is of the raw sample; clipping to the action bounds happens at the env boundary."""
+
+    def __init__(self, in_features: int, dim: int, init_log_std: float = 0.0):
+        super().__init__()
+        self.linear = layer_init(nn.Linear(in_features, dim), gain=0.01)
+        self.log_std = nn.Parameter(torch.full((dim,), float(init_log_std)))
+
+    def _sample(self, params, action_mask):
+        return params + self.log_std.exp() * torch.randn_like(params)
+
+    def logprob_entropy(self, params, action, action_mask=None):
+        log_std = self.log_std.expand_as(params)
+        logprob = (-0.5 * ((action - params) / log_std.exp()).square() - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
+        entropy = (0.5 + 0.5 * math.log(2 * math.pi) + log_std).sum(-1)
+        return logprob, entropy
+
+    def mode(self, params, action_mask=None):
+        return params
+
+
+def make_action_head(space: gym.Space, in_features: int, init_log_std: float = 0.0) -> ActionHead:
+    """The head for an action space, or a FastPPOError naming the unsupported space."""
+    if isinstance(space, gym.spaces.Discrete):
+        return CategoricalHead(in_features, int(space.n))
+    if isinstance(space, gym.spaces.MultiDiscrete):
+        if space.nvec.ndim != 1:
+            raise FastPPOError(f"MultiDiscrete action spaces must be 1-D, got nvec shape {space.nvec.shape}")
+        return MultiCategoricalHead(in_features, space.nvec.tolist())
+    if isinstance(space, gym.spaces.MultiBinary):
+        return BernoulliHead(in_features, int(np.prod(space.shape)))
+    if isinstance(space, gym.spaces.Box):
+        if len(space.shape) != 1:
+            raise FastPPOError(f"Box action spaces must be 1-D, got shape {space.shape}: flatten the actions in a wrapper")
+        return GaussianHead(in_features, space.shape[0], init_log_std)
+    raise FastPPOError(
+        f"unsupported action space {space}: fastppo handles Discrete, MultiDiscrete, MultiBinary and 1-D Box"
+    )

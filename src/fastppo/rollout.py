@@ -1,0 +1,127 @@
+"""The preallocated [T, N] rollout buffer and the collector that fills it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import Tensor
+
+from fastppo.core.normalize import RewardScaler, RunningMeanStd
+from fastppo.envs.vector import VecEnv
+from fastppo.policies import ActorCritic
+from fastppo.profiling import SectionTimer
+
+
+@dataclass
+class RolloutBuffer:
+    """One rollout in [T, N, ...] layout, allocated once on the training device.
+
+    ``valid`` is false on NEXT_STEP reset rows (see fastppo.envs.vector): they hold no real
+    transition, so GAE never crosses them and the loss masks them out.
+    """
+
+    obs: Tensor
+    actions: Tensor
+    logprobs: Tensor
+    values: Tensor
+    rewards: Tensor
+    terminated: Tensor
+    truncated: Tensor
+    valid: Tensor
+    action_masks: Tensor | None
+
+    @classmethod
+    def allocate(cls, num_steps: int, envs: VecEnv, device: torch.device, action_mask_dim: int | None) -> RolloutBuffer:
+        T, N = num_steps, envs.num_envs
+        obs_space, act_space = envs.single_observation_space, envs.single_action_space
+        obs_dtype = torch.uint8 if obs_space.dtype == np.uint8 else torch.float32
+        if isinstance(act_space, gym.spaces.Discrete):
+            actions = torch.zeros((T, N), dtype=torch.long, device=device)
+        elif isinstance(act_space, gym.spaces.MultiDiscrete):
+            actions = torch.zeros((T, N, *act_space.shape), dtype=torch.long, device=device)
+        else:
+            actions = torch.zeros((T, N, *act_space.shape), dtype=torch.float32, device=device)
+
+        def floats() -> Tensor:
+            return torch.zeros((T, N), device=device)
+
+        def flags() -> Tensor:
+            return torch.zeros((T, N), dtype=torch.bool, device=device)
+
+        return cls(
+            obs=torch.zeros((T, N, *obs_space.shape), dtype=obs_dtype, device=device),
+            actions=actions,
+            logprobs=floats(),
+            values=floats(),
+            rewards=floats(),
+            terminated=flags(),
+            truncated=flags(),
+            valid=flags(),
+            action_masks=None if action_mask_dim is None else torch.ones((T, N, action_mask_dim), dtype=torch.bool, device=device),
+        )
+
+    def flatten(self, **extra: Tensor) -> dict[str, Tensor]:
+        """Every [T, N, ...] field (plus ``extra`` ones like advantages) as [T*N, ...] views."""
+        tensors = {f.name: getattr(self, f.name) for f in fields(self)} | extra
+        return {k: v.flatten(0, 1) for k, v in tensors.items() if v is not None}
+
+
+@dataclass
+class EnvCursor:
+    """Where the vector env stands between steps: the (normalised) observation to act on, its
+    action mask, and whether it is a real decision or a NEXT_STEP reset row."""
+
+    obs: Tensor
+    action_mask: Tensor | None
+    valid: Tensor
+
+
+class ObservationNormalizer:
+    """Optional running normalisation of observations, shared by all envs; frozen when not training."""
+
+    def __init__(self, rms: RunningMeanStd | None, clip: float):
+        self.rms = rms
+        self.clip = clip
+
+    def __call__(self, obs: Tensor, update: bool) -> Tensor:
+        if self.rms is None:
+            return obs
+        if update:
+            self.rms.update(obs)
+        return self.rms.normalize(obs.float(), self.clip)
+
+
+def collect_rollout(
+    policy: ActorCritic,
+    envs: VecEnv,
+    buf: RolloutBuffer,
+    cursor: EnvCursor,
+    normalize_obs: ObservationNormalizer,
+    reward_scaler: RewardScaler | None,
+    timer: SectionTimer,
+) -> tuple[EnvCursor, Tensor]:
+    """Fill ``buf`` with T steps from ``cursor``; return the new cursor and V(s_T) for GAE."""
+    with torch.inference_mode():
+        for t in range(buf.obs.shape[0]):
+            buf.obs[t] = cursor.obs
+            buf.valid[t] = cursor.valid
+            if buf.action_masks is not None and cursor.action_mask is not None:
+                buf.action_masks[t] = cursor.action_mask
+            with timer.section("policy"):
+                action, logprob, value = policy.act(cursor.obs, cursor.action_mask)
+            buf.actions[t] = action
+            buf.logprobs[t] = logprob
+            buf.values[t] = value
+            with timer.section("env"):
+                step = envs.step(action)
+            done = step.terminated | step.truncated
+            buf.rewards[t] = step.reward if reward_scaler is None else reward_scaler(step.reward, done)
+            buf.terminated[t] = step.terminated
+            buf.truncated[t] = step.truncated
+            cursor = EnvCursor(normalize_obs(step.obs, update=True), step.action_mask, ~done)
+        with timer.section("policy"):
+            last_value = policy.get_value(cursor.obs)
+    return cursor, last_value
