@@ -1,0 +1,83 @@
+"""Masked statistics, advantage normalisation and explained variance."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from fastppo.core import explained_variance, masked_mean, masked_var, normalize_advantages
+
+F64 = torch.float64
+
+
+def make(seed=0, shape=(6, 7), p_valid=0.6):
+    g = torch.Generator().manual_seed(seed)
+    x = 3.0 + 2.0 * torch.randn(*shape, generator=g, dtype=F64)
+    mask = torch.rand(*shape, generator=g) < p_valid
+    return x, mask
+
+
+def test_masked_mean_and_var_equal_plain_ones_on_the_valid_subset():
+    x, mask = make()
+    valid = x[mask].tolist()
+    mean = sum(valid) / len(valid)
+    var = sum((v - mean) ** 2 for v in valid) / (len(valid) - 1)
+    assert masked_mean(x, mask).item() == pytest.approx(mean)
+    assert masked_var(x, mask).item() == pytest.approx(var)
+    torch.testing.assert_close(masked_var(x, mask), torch.var(x[mask]))
+    torch.testing.assert_close(masked_mean(x, mask), x[mask].mean())
+
+
+def test_no_mask_is_plain_mean_and_unbiased_var():
+    x, _ = make(1)
+    assert masked_mean(x).item() == pytest.approx(np.mean(x.numpy()))
+    assert masked_var(x).item() == pytest.approx(np.var(x.numpy(), ddof=1))
+
+
+def test_float_mask_works_like_bool():
+    x, mask = make(2)
+    torch.testing.assert_close(masked_var(x, mask.to(F64)), masked_var(x, mask))
+    torch.testing.assert_close(masked_mean(x, mask.float()), masked_mean(x, mask))
+
+
+def test_normalize_advantages_mean_zero_std_one_on_valid_entries():
+    x, mask = make(3)
+    x = torch.where(mask, x, torch.full_like(x, 1e6))  # wild values where invalid
+    out = normalize_advantages(x, mask)
+    valid = out[mask]
+    assert valid.mean().item() == pytest.approx(0.0, abs=1e-10)
+    assert valid.std().item() == pytest.approx(1.0, rel=1e-6)
+    # the valid outputs are an affine map of the inputs, independent of the invalid ones
+    ref = (x[mask] - x[mask].mean()) / x[mask].std()
+    torch.testing.assert_close(valid, ref, rtol=1e-6, atol=1e-8)
+
+
+def test_normalize_advantages_without_mask():
+    g = torch.Generator().manual_seed(4)
+    x = 5.0 + 10.0 * torch.randn(257, generator=g)
+    out = normalize_advantages(x)
+    assert out.mean().item() == pytest.approx(0.0, abs=1e-5)
+    assert out.std().item() == pytest.approx(1.0, rel=1e-5)
+    # constant advantages do not divide by zero
+    assert torch.isfinite(normalize_advantages(torch.ones(8))).all()
+
+
+def test_explained_variance_by_hand():
+    returns = torch.tensor([1.0, 2.0, 3.0, 4.0])
+    assert explained_variance(returns.clone(), returns) == pytest.approx(1.0)
+    assert explained_variance(torch.full((4,), 2.5), returns) == pytest.approx(0.0)  # constant mean
+    assert explained_variance(torch.full((4,), -7.0), returns) == pytest.approx(0.0)  # any constant
+    # values [1, 3, 3, 5] -> R - V = [0, -1, 0, -1]
+    # Var[R] = 5/3, Var[R - V] = 1/3 -> 1 - (1/3)/(5/3) = 0.8
+    assert explained_variance(torch.tensor([1.0, 3.0, 3.0, 5.0]), returns) == pytest.approx(0.8)
+    # worse than a constant is negative: V = -R -> Var[2R] = 4 Var[R] -> -3
+    assert explained_variance(-returns, returns) == pytest.approx(-3.0)
+
+
+def test_explained_variance_masked_and_degenerate():
+    returns = torch.tensor([1.0, 2.0, 3.0, 4.0, 100.0])
+    values = torch.tensor([1.0, 2.0, 3.0, 4.0, -100.0])
+    mask = torch.tensor([True, True, True, True, False])
+    assert explained_variance(values, returns, mask) == pytest.approx(1.0)
+    assert math.isnan(explained_variance(torch.zeros(3), torch.ones(3)))
