@@ -1,0 +1,119 @@
+"""``fastppo rlhf`` and ``fastppo dpo``. Flags are generated from the config dataclasses, so a
+field's ``help`` is both its documentation and its ``--help`` line."""
+
+from __future__ import annotations
+
+import argparse
+import types
+from dataclasses import MISSING, fields
+from typing import Literal, Union, get_args, get_origin, get_type_hints
+
+from fastppo.rlhf.config import (
+    DPOConfig,
+    DPOTrainerConfig,
+    ModelConfig,
+    PPOConfig,
+    RLHFConfig,
+    RunConfig,
+    SamplingConfig,
+    validate_dpo,
+    validate_ppo,
+)
+
+
+def _argument_type(hint) -> dict:
+    """argparse keywords for a field's type: bool flags get --x/--no-x, Literals become choices."""
+    optional_args = [a for a in get_args(hint) if a is not type(None)] if get_origin(hint) in (Union, types.UnionType) else None
+    base = optional_args[0] if optional_args else hint
+    if base is bool:
+        return {"action": argparse.BooleanOptionalAction}
+    if get_origin(base) is Literal:
+        return {"choices": get_args(base), "type": str}
+    return {"type": base, "metavar": base.__name__.upper()}
+
+
+def add_config_arguments(parser: argparse.ArgumentParser, cls: type, defaults: object | None = None, required: tuple[str, ...] = ()) -> None:
+    """One flag per field of dataclass ``cls``, in a group titled by its docstring."""
+    group = parser.add_argument_group((cls.__doc__ or cls.__name__).strip().splitlines()[0].rstrip("."))
+    hints = get_type_hints(cls)
+    for f in fields(cls):
+        default = getattr(defaults, f.name) if defaults is not None else (None if f.default is MISSING else f.default)
+        kwargs = _argument_type(hints[f.name])
+        help_text = f.metadata["help"].replace("%", "%%")  # argparse formats help with %
+        if f.name in required:
+            kwargs.update(required=True, help=help_text)
+        else:
+            kwargs.update(default=default, help=f"{help_text} (default: {default})")
+        group.add_argument("--" + f.name.replace("_", "-"), dest=f.name, **kwargs)
+
+
+def config_from_args(cls: type, args: argparse.Namespace):
+    return cls(**{f.name: getattr(args, f.name) for f in fields(cls)})
+
+
+def _quiet_transformers() -> None:
+    """Our progress bar and metrics are the run's output; transformers' loading bars are noise."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+
+
+def run_rlhf(args: argparse.Namespace) -> int:
+    from fastppo.rlhf.data import read_prompts
+    from fastppo.rlhf.models import resolve_device
+    from fastppo.rlhf.rewards import load_reward
+    from fastppo.rlhf.trainer import train
+
+    cfg = RLHFConfig(
+        model=config_from_args(ModelConfig, args),
+        sampling=config_from_args(SamplingConfig, args),
+        ppo=config_from_args(PPOConfig, args),
+        run=config_from_args(RunConfig, args),
+    )
+    validate_ppo(cfg.model, cfg.sampling, cfg.ppo)  # before any loading: bad flags fail in milliseconds
+    prompts = read_prompts(args.prompts)
+    _quiet_transformers()
+    reward_fn = load_reward(args.reward, resolve_device(cfg.model.device))
+    history = train(cfg, reward_fn, prompts)
+    if history:
+        first, last = history[0], history[-1]
+        print(
+            f"reward {first['rlhf/reward_mean']:.3f} -> {last['rlhf/reward_mean']:.3f}, "
+            f"KL to reference {first['rlhf/kl_ref']:.3f} -> {last['rlhf/kl_ref']:.3f}; outputs in {cfg.run.output_dir}"
+        )
+    return 0
+
+
+def run_dpo(args: argparse.Namespace) -> int:
+    from fastppo.rlhf.data import read_preferences
+    from fastppo.rlhf.dpo import train_dpo
+
+    cfg = DPOTrainerConfig(model=config_from_args(ModelConfig, args), dpo=config_from_args(DPOConfig, args), run=config_from_args(RunConfig, args))
+    validate_dpo(cfg.model, cfg.dpo)
+    pairs = read_preferences(args.data)
+    _quiet_transformers()
+    history = train_dpo(cfg, pairs)
+    if history:
+        first, last = history[0], history[-1]
+        print(f"DPO loss {first['dpo/loss']:.3f} -> {last['dpo/loss']:.3f}, margin {first['dpo/margin']:.3f} -> {last['dpo/margin']:.3f}; outputs in {cfg.run.output_dir}")
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``rlhf`` and ``dpo`` to the ``fastppo`` command line."""
+    rlhf = subparsers.add_parser("rlhf", help="fine-tune a causal LM from a reward with PPO, GRPO or RLOO", description=RLHFConfig.__doc__)
+    rlhf.add_argument("--reward", required=True, help="reward-model folder (sequence classification) or module:function returning one float per completion")
+    rlhf.add_argument("--prompts", required=True, help='JSON-lines file of {"prompt": "..."} objects')
+    add_config_arguments(rlhf, ModelConfig, required=("model",))
+    add_config_arguments(rlhf, SamplingConfig)
+    add_config_arguments(rlhf, PPOConfig)
+    add_config_arguments(rlhf, RunConfig)
+    rlhf.set_defaults(func=run_rlhf)
+
+    dpo = subparsers.add_parser("dpo", help="fine-tune a causal LM on preference pairs with DPO", description=DPOTrainerConfig.__doc__)
+    dpo.add_argument("--data", required=True, help='JSON-lines file of {"prompt", "chosen", "rejected"} objects')
+    add_config_arguments(dpo, ModelConfig, required=("model",))
+    add_config_arguments(dpo, DPOConfig)
+    add_config_arguments(dpo, RunConfig, defaults=DPOTrainerConfig.__dataclass_fields__["run"].default_factory())
+    dpo.set_defaults(func=run_dpo)

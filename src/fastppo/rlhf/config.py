@@ -1,0 +1,157 @@
+"""Typed settings for the RLHF and DPO trainers, one dataclass per concern.
+
+Each field's ``help`` metadata is its documentation and the text of its CLI flag (see
+:mod:`fastppo.rlhf.cli`); :func:`validate` checks the values once, with messages that say how to fix them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from fastppo.core.kl import KLEstimator
+from fastppo.errors import FastPPOError
+
+AdvantageEstimator = Literal["gae", "grpo", "rloo"]
+CriticKind = Literal["shared", "separate"]
+
+
+def _f(default, help: str):  # noqa: A002 - "help" mirrors argparse
+    return field(default=default, metadata={"help": help})
+
+
+@dataclass
+class ModelConfig:
+    """Which weights to load and how to adapt them."""
+
+    model: str = _f("", "policy: local folder or hub id loaded with AutoModelForCausalLM.from_pretrained")
+    lora: bool = _f(False, "train LoRA adapters (peft); the reference is the base with adapters disabled")
+    lora_r: int = _f(16, "LoRA rank")
+    lora_alpha: int = _f(32, "LoRA scaling numerator (scale = alpha / r)")
+    lora_target_modules: str | None = _f(None, "comma-separated module names for LoRA; default: peft's choice per architecture")
+    device: str = _f("auto", "torch device: auto picks cuda when available, else cpu")
+    bf16: bool = _f(True, "bf16 autocast for forward passes on GPU (ignored on CPU)")
+
+
+@dataclass
+class SamplingConfig:
+    """How completions are generated during the rollout."""
+
+    max_prompt_length: int = _f(256, "prompts longer than this many tokens keep their last tokens")
+    max_new_tokens: int = _f(32, "generation length cap; completions without EOS by then are truncated")
+    temperature: float = _f(1.0, "sampling temperature; log-probs for PPO use the same tempered logits")
+    top_k: int = _f(0, "sample among the k most likely tokens (0: all)")
+    top_p: float = _f(1.0, "nucleus sampling mass (1.0: off)")
+    missing_eos_penalty: float | None = _f(None, "subtracted from the score of completions that never emit EOS")
+
+
+@dataclass
+class PPOConfig:
+    """Rewards, advantages and the PPO update for language models."""
+
+    steps: int = _f(100, "number of rollout + update iterations")
+    prompts_per_step: int = _f(16, "prompts drawn per rollout")
+    num_generations: int = _f(1, "completions sampled per prompt (GRPO/RLOO need at least 2)")
+    mini_batch_size: int = _f(16, "completions per optimizer step")
+    gradient_accumulation_steps: int = _f(1, "micro-batches per optimizer step (micro-batch = mini_batch_size / this)")
+    ppo_epochs: int = _f(4, "passes over each rollout")
+    learning_rate: float = _f(1e-5, "AdamW learning rate")
+    estimator: AdvantageEstimator = _f("gae", "advantages: gae (critic), grpo (group-normalised) or rloo (leave-one-out)")
+    critic: CriticKind = _f("shared", "gae only: value head on the policy trunk (shared) or a separate trunk (separate)")
+    critic_model: str | None = _f(None, "separate critic: weights for its trunk (policy or reward model folder; default: the policy)")
+    gamma: float = _f(1.0, "discount over response tokens")
+    gae_lambda: float = _f(0.95, "GAE lambda")
+    clip_coef: float = _f(0.2, "PPO clip range for the ratio and the value")
+    vf_coef: float = _f(0.1, "value loss coefficient")
+    ent_coef: float = _f(0.0, "entropy bonus coefficient")
+    clip_vloss: bool = _f(True, "clip the value loss around the rollout values")
+    max_grad_norm: float = _f(1.0, "gradient norm clip")
+    target_kl: float | None = _f(None, "stop the epochs of a step early when approx_kl exceeds this")
+    kl_coef: float = _f(0.05, "coefficient of the per-token KL penalty against the reference (initial value if adaptive)")
+    kl_estimator: KLEstimator = _f("k1", "per-token KL estimator: k1, k2 or k3 (Schulman 2020)")
+    kl_target: float | None = _f(None, "adaptive KL: move kl_coef so the per-sequence KL approaches this (Ziegler et al. 2019)")
+    kl_horizon: int = _f(10000, "adaptive KL: samples over which the controller corrects 20% of the error")
+    reward_clip: float | None = _f(None, "clip scores to [-c, c]")
+    whiten_rewards: bool = _f(False, "standardise the scores over each rollout batch")
+    whiten_advantages: bool | None = _f(None, "standardise advantages over valid tokens (default: on for gae/rloo, off for grpo)")
+    kl_warn: float = _f(10.0, "warn when the mean per-sequence KL to the reference exceeds this (nats)")
+
+
+@dataclass
+class RunConfig:
+    """Where and how long a run writes, and its reproducibility."""
+
+    output_dir: str = _f("runs/rlhf", "folder for metrics.jsonl, TensorBoard events and checkpoints")
+    seed: int = _f(1, "seed for prompt order, sampling and initialisation")
+    save_every: int = _f(50, "checkpoint every this many steps (and at the end); 0: only at the end")
+    keep_checkpoints: int = _f(2, "checkpoints kept on disk (older ones are deleted)")
+    resume: bool = _f(False, "continue from the latest checkpoint in output_dir")
+    progress: bool = _f(True, "show a live progress bar")
+
+
+@dataclass
+class DPOConfig:
+    """Direct Preference Optimization (Rafailov et al. 2023) on (prompt, chosen, rejected) data."""
+
+    beta: float = _f(0.1, "DPO temperature: strength of the implicit KL to the reference")
+    epochs: int = _f(1, "passes over the preference data")
+    batch_size: int = _f(8, "pairs per optimizer step")
+    gradient_accumulation_steps: int = _f(1, "micro-batches per optimizer step")
+    learning_rate: float = _f(5e-6, "AdamW learning rate")
+    max_grad_norm: float = _f(1.0, "gradient norm clip")
+    max_prompt_length: int = _f(256, "prompts longer than this keep their last tokens")
+    max_completion_length: int = _f(256, "completions longer than this are cut")
+
+
+def _positive(name: str, value: float) -> None:
+    if value <= 0:
+        raise FastPPOError(f"--{name.replace('_', '-')} must be positive, got {value}")
+
+
+def validate_ppo(model: ModelConfig, sampling: SamplingConfig, ppo: PPOConfig) -> None:
+    """Check the RLHF settings together; derived sizes must divide evenly."""
+    if not model.model:
+        raise FastPPOError("no policy model given: pass --model PATH (a local folder or a hub id)")
+    for name in ("steps", "prompts_per_step", "num_generations", "mini_batch_size", "gradient_accumulation_steps", "ppo_epochs", "learning_rate"):
+        _positive(name, getattr(ppo, name))
+    for name in ("max_prompt_length", "max_new_tokens", "temperature"):
+        _positive(name, getattr(sampling, name))
+    batch = ppo.prompts_per_step * ppo.num_generations
+    if batch % ppo.mini_batch_size:
+        raise FastPPOError(f"--mini-batch-size {ppo.mini_batch_size} must divide the rollout size prompts_per_step * num_generations = {batch}")
+    if ppo.mini_batch_size % ppo.gradient_accumulation_steps:
+        raise FastPPOError(f"--gradient-accumulation-steps {ppo.gradient_accumulation_steps} must divide --mini-batch-size {ppo.mini_batch_size}")
+    if ppo.estimator in ("grpo", "rloo") and ppo.num_generations < 2:
+        raise FastPPOError(f"--estimator {ppo.estimator} compares samples of the same prompt: set --num-generations 2 or more")
+    if not 0.0 < sampling.top_p <= 1.0:
+        raise FastPPOError(f"--top-p must be in (0, 1], got {sampling.top_p}")
+    if ppo.kl_target is not None:
+        _positive("kl_target", ppo.kl_target)
+
+
+def validate_dpo(model: ModelConfig, dpo: DPOConfig) -> None:
+    if not model.model:
+        raise FastPPOError("no policy model given: pass --model PATH (a local folder or a hub id)")
+    for name in ("beta", "epochs", "batch_size", "gradient_accumulation_steps", "learning_rate"):
+        _positive(name, getattr(dpo, name))
+    if dpo.batch_size % dpo.gradient_accumulation_steps:
+        raise FastPPOError(f"--gradient-accumulation-steps {dpo.gradient_accumulation_steps} must divide --batch-size {dpo.batch_size}")
+
+
+@dataclass
+class RLHFConfig:
+    """Everything ``fastppo rlhf`` needs besides the reward and the prompts."""
+
+    model: ModelConfig
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    ppo: PPOConfig = field(default_factory=PPOConfig)
+    run: RunConfig = field(default_factory=RunConfig)
+
+
+@dataclass
+class DPOTrainerConfig:
+    """Everything ``fastppo dpo`` needs besides the preference data."""
+
+    model: ModelConfig
+    dpo: DPOConfig = field(default_factory=DPOConfig)
+    run: RunConfig = field(default_factory=lambda: RunConfig(output_dir="runs/dpo"))

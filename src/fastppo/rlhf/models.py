@@ -1,0 +1,235 @@
+"""Loading the policy, its frozen reference, the critic and a reward model with transformers.
+
+Every model is loaded with dropout set to zero: PPO's ratio compares two forward passes of the
+same weights, and dropout would make the first ratio differ from 1 by noise alone.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+from transformers import (
+    AutoConfig,
+    AutoModel,
+    AutoModelForCausalLM,
+    AutoModelForSequenceClassification,
+    AutoTokenizer,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
+
+from fastppo.errors import FastPPOError
+from fastppo.rlhf.config import ModelConfig
+
+PAD_TOKEN = "<|pad|>"
+POLICY_DIR = "policy"
+CRITIC_DIR = "critic"
+VALUE_HEAD_FILE = "value_head.safetensors"
+
+
+class Critic(nn.Module):
+    """V per token: a linear head on the policy's last hidden state (``trunk=None``, shared
+    trunk) or on a trunk of its own (a separate model initialised from the policy or a reward model)."""
+
+    def __init__(self, hidden_size: int, trunk: PreTrainedModel | None = None):
+        super().__init__()
+        self.trunk = trunk
+        self.head = nn.Linear(hidden_size, 1)
+        # Values start at 0 so the first advantages are the rewards themselves, not head noise.
+        nn.init.zeros_(self.head.weight)
+        nn.init.zeros_(self.head.bias)
+
+
+@dataclass
+class Models:
+    """The models of a run. ``reference is None`` means LoRA: the reference is the policy with its
+    adapters disabled (see :func:`reference_model`), so the base weights exist once in memory."""
+
+    tokenizer: PreTrainedTokenizerBase
+    policy: PreTrainedModel
+    reference: PreTrainedModel | None
+    critic: Critic | None
+
+    def trainable_parameters(self) -> list[nn.Parameter]:
+        modules: list[nn.Module] = [self.policy] + ([self.critic] if self.critic is not None else [])
+        return [p for m in modules for p in m.parameters() if p.requires_grad]
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        return torch.device(name)
+    except RuntimeError as exc:
+        raise FastPPOError(f"unknown device {name!r}: use auto, cpu, cuda or cuda:N") from exc
+
+
+def _check_source(path: str) -> None:
+    """Fail fast on a local path that does not exist instead of letting transformers try the hub.
+    A hub id is ``name`` or ``org/name``; anything else is taken as a local path."""
+    looks_local = os.path.isabs(path) or path.startswith((".", "~")) or path.count("/") > 1
+    if looks_local and not Path(path).expanduser().is_dir():
+        raise FastPPOError(f"model path {path!r} does not exist: pass a folder written by save_pretrained (with config.json) or a hub id")
+
+
+def _load(loader, path: str, **kwargs):
+    _check_source(path)
+    try:
+        return loader.from_pretrained(path, **kwargs)
+    except (OSError, ValueError) as exc:
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise FastPPOError(f"cannot load {path!r} ({first_line}): pass a folder written by save_pretrained or a reachable hub id") from exc
+
+
+def load_tokenizer(path: str) -> PreTrainedTokenizerBase:
+    """The tokenizer, padding and truncating on the left (prompts end where generation starts).
+
+    A tokenizer without a pad token, or one that pads with EOS, gets a dedicated pad token, so a
+    real EOS is never mistaken for padding; the models' embeddings grow to match (see _fit_embeddings)."""
+    tokenizer = _load(AutoTokenizer, path)
+    if tokenizer.eos_token_id is None:
+        raise FastPPOError(f"the tokenizer of {path!r} has no EOS token: set eos_token in its tokenizer_config.json")
+    if tokenizer.pad_token_id is None or tokenizer.pad_token_id == tokenizer.eos_token_id:
+        warnings.warn(
+            f"the tokenizer of {path!r} has no pad token distinct from EOS: added {PAD_TOKEN!r} as pad token "
+            "(the models' embeddings grow by one row); save a tokenizer with its own pad token to silence this",
+            stacklevel=2,
+        )
+        tokenizer.add_special_tokens({"pad_token": PAD_TOKEN})
+    tokenizer.padding_side = "left"
+    tokenizer.truncation_side = "left"
+    return tokenizer
+
+
+def _config_without_dropout(path: str):
+    config = _load(AutoConfig, path)
+    for name, value in vars(config).items():
+        if isinstance(value, float) and ("dropout" in name or "pdrop" in name):
+            setattr(config, name, 0.0)
+    return config
+
+
+def _disable_dropout(model: nn.Module) -> None:
+    for module in model.modules():
+        if isinstance(module, nn.Dropout):
+            module.p = 0.0
+
+
+def _fit_embeddings(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> None:
+    """Grow the embeddings for tokens the tokenizer added (the pad token). New rows are the mean
+    of the old ones, not random: policy and reference get the same rows and stay identical."""
+    old = model.get_input_embeddings().num_embeddings
+    if len(tokenizer) <= old:
+        return
+    model.resize_token_embeddings(len(tokenizer), mean_resizing=False)
+    with torch.no_grad():
+        for embedding in (model.get_input_embeddings(), model.get_output_embeddings()):
+            if embedding is not None:
+                embedding.weight[old:] = embedding.weight[:old].mean(dim=0)
+
+
+def _prepared(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, device: torch.device) -> PreTrainedModel:
+    _fit_embeddings(model, tokenizer)
+    _disable_dropout(model)
+    model.config.pad_token_id = tokenizer.pad_token_id
+    return model.to(device)
+
+
+def load_causal_lm(path: str, tokenizer: PreTrainedTokenizerBase, device: torch.device) -> PreTrainedModel:
+    model = _load(AutoModelForCausalLM, path, config=_config_without_dropout(path))
+    return _prepared(model, tokenizer, device)
+
+
+def _frozen(model: nn.Module) -> nn.Module:
+    model.requires_grad_(False)
+    return model.eval()
+
+
+def _add_lora(model: PreTrainedModel, cfg: ModelConfig) -> PreTrainedModel:
+    from peft import LoraConfig, get_peft_model
+
+    targets = [name.strip() for name in cfg.lora_target_modules.split(",")] if cfg.lora_target_modules else None
+    lora = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=0.0, target_modules=targets, task_type="CAUSAL_LM")
+    try:
+        return get_peft_model(model, lora)
+    except ValueError as exc:
+        raise FastPPOError(f"cannot add LoRA adapters ({exc}): name the layers with --lora-target-modules, e.g. q_proj,v_proj") from exc
+
+
+def load_models(cfg: ModelConfig, critic: str | None, critic_model: str | None = None, resume_from: Path | None = None) -> Models:
+    """Tokenizer, policy, reference and critic (``critic`` is "shared", "separate" or None).
+
+    With ``resume_from`` (a checkpoint folder) the trained weights come from there; the reference
+    always comes from ``cfg.model``, the starting point the KL penalty anchors to."""
+    device = resolve_device(cfg.device)
+    tokenizer = load_tokenizer(cfg.model)
+    if cfg.lora:
+        policy = load_causal_lm(cfg.model, tokenizer, device)
+        if resume_from is None:
+            policy = _add_lora(policy, cfg)
+        else:
+            from peft import PeftModel
+
+            policy = PeftModel.from_pretrained(policy, str(resume_from / POLICY_DIR), is_trainable=True)
+        reference = None
+    else:
+        policy = load_causal_lm(str(resume_from / POLICY_DIR) if resume_from else cfg.model, tokenizer, device)
+        reference = _frozen(load_causal_lm(cfg.model, tokenizer, device))
+    policy.train()  # dropout is off; train mode keeps the numerics of rollout and update identical
+    return Models(tokenizer, policy, reference, _load_critic(critic, critic_model or cfg.model, policy, tokenizer, device, resume_from))
+
+
+def _load_critic(kind: str | None, init_from: str, policy: PreTrainedModel, tokenizer, device: torch.device, resume_from: Path | None) -> Critic | None:
+    if kind is None:
+        return None
+    if kind == "shared":
+        critic = Critic(policy.config.hidden_size)
+    else:
+        source = str(resume_from / CRITIC_DIR) if resume_from else init_from
+        trunk = _load(AutoModel, source, config=_config_without_dropout(source))
+        critic = Critic(trunk.config.hidden_size, _prepared(trunk, tokenizer, device))
+    if resume_from is not None:
+        critic.head.load_state_dict(load_file(resume_from / VALUE_HEAD_FILE))
+    return critic.to(device).train()
+
+
+def save_models(models: Models, folder: Path) -> None:
+    """Policy (adapters only with LoRA) and tokenizer via save_pretrained, so ``folder/policy`` is a
+    loadable model; the critic's trunk likewise and its head as safetensors."""
+    models.policy.save_pretrained(folder / POLICY_DIR)
+    models.tokenizer.save_pretrained(folder / POLICY_DIR)
+    if models.critic is not None:
+        if models.critic.trunk is not None:
+            models.critic.trunk.save_pretrained(folder / CRITIC_DIR)
+        save_file({k: v.contiguous() for k, v in models.critic.head.state_dict().items()}, folder / VALUE_HEAD_FILE)
+
+
+@contextmanager
+def reference_model(models: Models) -> Iterator[PreTrainedModel]:
+    """The frozen reference: the separate copy, or with LoRA the policy with adapters disabled."""
+    if models.reference is not None:
+        yield models.reference
+    else:
+        with models.policy.disable_adapter():
+            yield models.policy
+
+
+def load_reward_model(path: str, device: torch.device) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """A frozen AutoModelForSequenceClassification whose first logit is the score, with its tokenizer."""
+    tokenizer = load_tokenizer(path)
+    model = _load(AutoModelForSequenceClassification, path, config=_config_without_dropout(path))
+    return _frozen(_prepared(model, tokenizer, device)), tokenizer
+
+
+def autocast_context(device: torch.device, bf16: bool):
+    """A factory of autocast contexts: bf16 on GPU when asked, a no-op otherwise."""
+    enabled = bf16 and device.type == "cuda"
+    return lambda: torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=enabled)

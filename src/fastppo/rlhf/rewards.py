@@ -1,0 +1,153 @@
+"""From scores to advantages: the reward function, per-token KL penalty, GAE, GRPO and RLOO.
+
+Everything here is a pure function of tensors except :func:`load_reward`, which turns the CLI's
+``--reward`` (a reward-model folder or ``module:function``) into a callable.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from fastppo.core import compute_gae, kl_estimate, normalize_advantages
+from fastppo.core.kl import KLEstimator
+from fastppo.errors import FastPPOError
+from fastppo.rlhf.models import load_reward_model
+
+RewardFn = Callable[[list[str], list[str]], Sequence[float]]
+
+
+def load_reward(spec: str, device: torch.device, batch_size: int = 16) -> RewardFn:
+    """``spec`` is a reward-model folder (AutoModelForSequenceClassification, first logit = score),
+    ``module:function`` or ``path/to/file.py:function`` for ``reward(prompts, completions) -> list[float]``."""
+    if Path(spec).is_dir():
+        return _reward_model_fn(spec, device, batch_size)
+    module_name, sep, attr = spec.rpartition(":")
+    if not sep or not module_name or not attr:
+        raise FastPPOError(f"--reward {spec!r} is neither a reward-model folder nor module:function (e.g. mypkg.rewards:score)")
+    try:
+        if module_name.endswith(".py"):
+            file_spec = importlib.util.spec_from_file_location(Path(module_name).stem, module_name)
+            if file_spec is None or file_spec.loader is None:
+                raise ImportError(f"no Python file at {module_name}")
+            module = importlib.util.module_from_spec(file_spec)
+            file_spec.loader.exec_module(module)
+        else:
+            # A console script does not put the working directory on sys.path; `python -m` does.
+            if os.getcwd() not in sys.path:
+                sys.path.insert(0, os.getcwd())
+            module = importlib.import_module(module_name)
+    except (ImportError, FileNotFoundError) as exc:
+        raise FastPPOError(f"cannot import the reward module {module_name!r} ({exc}): check --reward and that the module is importable from here") from exc
+    fn = getattr(module, attr, None)
+    if not callable(fn):
+        raise FastPPOError(f"{module_name!r} has no function {attr!r}: --reward must name reward(prompts, completions) -> list[float]")
+    return fn
+
+
+def _reward_model_fn(path: str, device: torch.device, batch_size: int) -> RewardFn:
+    model, tokenizer = load_reward_model(path, device)
+
+    @torch.no_grad()
+    def reward(prompts: list[str], completions: list[str]) -> list[float]:
+        texts = [p + c for p, c in zip(prompts, completions)]
+        scores = []
+        for i in range(0, len(texts), batch_size):
+            enc = tokenizer(texts[i : i + batch_size], padding=True, truncation=True, return_tensors="pt").to(device)
+            scores.append(model(**enc).logits[:, 0].float())
+        return torch.cat(scores).tolist()
+
+    return reward
+
+
+def compute_scores(reward_fn: RewardFn, prompts: list[str], completions: list[str], device: torch.device) -> Tensor:
+    """[B] scores, checked: one finite number per completion."""
+    raw = reward_fn(prompts, completions)
+    try:
+        scores = torch.as_tensor([float(x) for x in raw], dtype=torch.float32, device=device)
+    except (TypeError, ValueError) as exc:
+        raise FastPPOError(f"the reward function must return a list of floats, got {type(raw).__name__} ({exc})") from exc
+    if scores.numel() != len(completions):
+        raise FastPPOError(f"the reward function returned {scores.numel()} scores for {len(completions)} completions: return one float per completion")
+    if not torch.isfinite(scores).all():
+        raise FastPPOError("the reward function returned NaN or infinite scores: return finite floats")
+    return scores
+
+
+def shape_scores(scores: Tensor, has_eos: Tensor, missing_eos_penalty: float | None, clip: float | None, whiten: bool) -> Tensor:
+    """Optional penalty for completions that never emitted EOS, clipping, and standardisation over the batch."""
+    if missing_eos_penalty is not None:
+        scores = scores - missing_eos_penalty * (~has_eos).to(scores.dtype)
+    if clip is not None:
+        scores = scores.clamp(-clip, clip)
+    if whiten and scores.numel() > 1:
+        scores = (scores - scores.mean()) / (scores.std() + 1e-8)
+    return scores
+
+
+def last_token_index(mask: Tensor) -> Tensor:
+    """[B] column of each row's last valid token (its EOS when it has one)."""
+    return mask.long().sum(dim=1).clamp_min(1) - 1
+
+
+def token_rewards(scores: Tensor, logprobs: Tensor, ref_logprobs: Tensor, mask: Tensor, kl_coef: float, estimator: KLEstimator) -> tuple[Tensor, Tensor]:
+    """Per-token rewards r_t = -kl_coef * KL_t, plus the score at the last real token
+    (Ziegler et al. 2019). KL_t estimates KL(policy || reference) from the sampled token.
+    Returns ``(rewards, kl)``, both [B, R] and zero on masked tokens."""
+    kl = kl_estimate(logprobs, ref_logprobs, estimator) * mask
+    rewards = -kl_coef * kl
+    rows = torch.arange(scores.shape[0], device=scores.device)
+    rewards[rows, last_token_index(mask)] += scores
+    return rewards, kl
+
+
+def gae_advantages(rewards: Tensor, values: Tensor, mask: Tensor, gamma: float, gae_lambda: float) -> tuple[Tensor, Tensor]:
+    """GAE over response tokens with the core recursion, which works on [T, N]: rows are
+    transposed to [R, B]; each completion terminates at its last real token (no bootstrap),
+    and masked tokens carry zero reward and value so nothing leaks into real ones."""
+    values = values * mask
+    last = torch.zeros_like(mask)
+    last[torch.arange(mask.shape[0], device=mask.device), last_token_index(mask)] = True
+    next_values = torch.cat((values[:, 1:], torch.zeros_like(values[:, :1])), dim=1)
+    advantages, returns = compute_gae(rewards.T, values.T, next_values.T, last.T, torch.zeros_like(last.T), gamma, gae_lambda)
+    return advantages.T * mask, returns.T * mask
+
+
+def grpo_advantages(returns: Tensor, group_size: int, eps: float = 1e-4) -> Tensor:
+    """GRPO (Shao et al. 2024, DeepSeekMath): (R_i - mean_group) / (std_group + eps), with the
+    unbiased std over the ``group_size`` samples of a prompt (consecutive rows). [B] -> [B]."""
+    groups = returns.view(-1, group_size)
+    return ((groups - groups.mean(dim=1, keepdim=True)) / (groups.std(dim=1, keepdim=True) + eps)).flatten()
+
+
+def rloo_advantages(returns: Tensor, group_size: int) -> Tensor:
+    """RLOO (Ahmadian et al. 2024): R_i minus the mean of the other k-1 samples of its prompt. [B] -> [B]."""
+    groups = returns.view(-1, group_size)
+    baseline = (groups.sum(dim=1, keepdim=True) - groups) / (group_size - 1)
+    return (groups - baseline).flatten()
+
+
+def sequence_advantages(estimator: str, scores: Tensor, kl: Tensor, kl_coef: float, mask: Tensor, group_size: int) -> Tensor:
+    """Critic-free advantages, one per completion, broadcast to its tokens. The return is the
+    score minus the summed KL penalty: the same reward the GAE path distributes over tokens."""
+    returns = scores - kl_coef * kl.sum(dim=1)
+    adv = grpo_advantages(returns, group_size) if estimator == "grpo" else rloo_advantages(returns, group_size)
+    return adv.unsqueeze(1) * mask
+
+
+def whiten_advantages(advantages: Tensor, mask: Tensor) -> Tensor:
+    """Mean 0 and std 1 over valid tokens only; masked tokens stay 0."""
+    return normalize_advantages(advantages, mask) * mask
+
+
+def sequence_kl(kl: Tensor) -> float:
+    """Mean over completions of the summed per-token KL: the quantity the KL target refers to."""
+    return float(kl.sum(dim=1).mean())
+

@@ -1,0 +1,85 @@
+"""The RLHF rollout: sample completions for a batch of prompts and score their tokens."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+from transformers import GenerationConfig
+
+from fastppo.rlhf.config import SamplingConfig
+from fastppo.rlhf.models import Models, reference_model
+from fastppo.rlhf.tokens import TokenOutputs, decode_completions, encode_prompts, forward_tokens, mask_after_eos
+
+Autocast = Callable[[], AbstractContextManager]
+
+
+@dataclass
+class Rollout:
+    """Sampled completions, one row each; samples of the same prompt are consecutive rows."""
+
+    prompts: list[str]
+    completions: list[str]
+    query: Tensor  # [B, P] left-padded prompt ids
+    query_mask: Tensor  # [B, P]
+    response: Tensor  # [B, R] sampled ids, padding after EOS
+    response_mask: Tensor  # [B, R] bool, real tokens up to and including the first EOS
+    logprobs: Tensor  # [B, R] log-probs under the policy that sampled them
+    ref_logprobs: Tensor  # [B, R] log-probs under the frozen reference
+    values: Tensor | None  # [B, R] critic values, None for critic-free estimators
+    has_eos: Tensor  # [B] bool: the completion ended with EOS rather than at max_new_tokens
+
+
+def score_tokens(model, critic, query: Tensor, query_mask: Tensor, response: Tensor, response_mask: Tensor, temperature: float, micro_batch_size: int) -> TokenOutputs:
+    """forward_tokens without gradient, in micro-batches of the update's size (same numerics)."""
+    chunks = []
+    with torch.no_grad():
+        for i in range(0, query.shape[0], micro_batch_size):
+            s = slice(i, i + micro_batch_size)
+            chunks.append(forward_tokens(model, critic, query[s], query_mask[s], response[s], response_mask[s], temperature))
+    values = torch.cat([c.values for c in chunks]) if critic is not None else None
+    return TokenOutputs(torch.cat([c.logprobs for c in chunks]), torch.cat([c.entropy for c in chunks]), values)
+
+
+def collect_rollout(models: Models, prompts: list[str], num_generations: int, sampling: SamplingConfig, micro_batch_size: int, autocast: Autocast) -> Rollout:
+    """Generate ``num_generations`` completions per prompt, then recompute their old log-probs,
+    reference log-probs and values with the same forward pass the update uses, so the first PPO
+    ratio is exactly 1 (generate()'s own scores go through a different code path)."""
+    tokenizer, policy = models.tokenizer, models.policy
+    device = next(policy.parameters()).device
+    query, query_mask = encode_prompts(tokenizer, prompts, sampling.max_prompt_length, device)
+    query = query.repeat_interleave(num_generations, dim=0)
+    query_mask = query_mask.repeat_interleave(num_generations, dim=0)
+    generation = GenerationConfig(
+        do_sample=True,
+        temperature=sampling.temperature,
+        top_k=sampling.top_k,
+        top_p=sampling.top_p,
+        max_new_tokens=sampling.max_new_tokens,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    with torch.no_grad(), autocast():
+        sequences = policy.generate(input_ids=query, attention_mask=query_mask, generation_config=generation)
+    response = sequences[:, query.shape[1] :]
+    response_mask = mask_after_eos(response, tokenizer.eos_token_id)
+    response = response.masked_fill(~response_mask, tokenizer.pad_token_id)
+    with autocast():
+        new = score_tokens(policy, models.critic, query, query_mask, response, response_mask, sampling.temperature, micro_batch_size)
+        with reference_model(models) as reference:
+            ref = score_tokens(reference, None, query, query_mask, response, response_mask, sampling.temperature, micro_batch_size)
+    return Rollout(
+        prompts=[p for p in prompts for _ in range(num_generations)],
+        completions=decode_completions(tokenizer, response, response_mask),
+        query=query,
+        query_mask=query_mask,
+        response=response,
+        response_mask=response_mask,
+        logprobs=new.logprobs,
+        ref_logprobs=ref.logprobs,
+        values=new.values,
+        has_eos=(response == tokenizer.eos_token_id).any(dim=1),
+    )

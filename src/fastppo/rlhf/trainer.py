@@ -1,0 +1,152 @@
+"""PPO for causal language models (Ziegler et al. 2019; Ouyang et al. 2022), CleanRL-shaped:
+``collect_rollout`` -> scores and advantages -> ``ppo_update`` -> log -> checkpoint.
+
+The losses and GAE are the ones in :mod:`fastppo.core` that the Gymnasium trainer uses; tokens
+are the time steps and ``response_mask`` is the validity mask.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from fastppo.core import explained_variance, masked_mean, policy_loss, ppo_loss, proportional_kl_beta
+from fastppo.errors import FastPPOError
+from fastppo.rlhf.checkpoint import latest_checkpoint, load_training_state, save_checkpoint
+from fastppo.rlhf.config import PPOConfig, RLHFConfig, validate_ppo
+from fastppo.rlhf.data import batch_indices
+from fastppo.rlhf.health import HealthMonitor
+from fastppo.rlhf.logger import RunLogger
+from fastppo.rlhf.models import Models, autocast_context, load_models
+from fastppo.rlhf.rewards import (
+    RewardFn,
+    compute_scores,
+    gae_advantages,
+    sequence_advantages,
+    sequence_kl,
+    shape_scores,
+    token_rewards,
+    whiten_advantages,
+)
+from fastppo.rlhf.rollout import Autocast, Rollout, collect_rollout
+from fastppo.rlhf.tokens import forward_tokens
+
+# core's metric names -> the logged names CleanRL uses
+LOSS_METRIC_NAMES = {"pg_loss": "losses/policy_loss", "v_loss": "losses/value_loss"}
+
+
+def compute_advantages(rollout: Rollout, scores: Tensor, kl_coef: float, ppo: PPOConfig) -> tuple[Tensor, Tensor | None, Tensor]:
+    """Advantages [B, R] (and returns for the critic) from scores and the KL penalty; also the per-token KL."""
+    mask = rollout.response_mask
+    rewards, kl = token_rewards(scores, rollout.logprobs, rollout.ref_logprobs, mask, kl_coef, ppo.kl_estimator)
+    if ppo.estimator == "gae":
+        advantages, returns = gae_advantages(rewards, rollout.values, mask, ppo.gamma, ppo.gae_lambda)
+    else:
+        advantages, returns = sequence_advantages(ppo.estimator, scores, kl, kl_coef, mask, ppo.num_generations), None
+    # GRPO's group normalisation already standardises; whitening over tokens would reweight by length.
+    whiten = ppo.whiten_advantages if ppo.whiten_advantages is not None else ppo.estimator != "grpo"
+    if whiten:
+        advantages = whiten_advantages(advantages, mask)
+    return advantages, returns, kl
+
+
+def ppo_update(models: Models, optimizer: torch.optim.Optimizer, rollout: Rollout, advantages: Tensor, returns: Tensor | None, ppo: PPOConfig, temperature: float, autocast: Autocast) -> dict[str, float]:
+    """PPO epochs over shuffled minibatches of completions, each accumulated over micro-batches.
+    Returns the mean of the loss metrics over all micro-batches."""
+    batch_size = rollout.response.shape[0]
+    micro_batch_size = ppo.mini_batch_size // ppo.gradient_accumulation_steps
+    params = models.trainable_parameters()
+    totals: dict[str, Tensor] = {}
+    grad_norms: list[Tensor] = []
+    count = 0
+    for _ in range(ppo.ppo_epochs):
+        order = torch.randperm(batch_size, device=rollout.response.device)
+        for start in range(0, batch_size, ppo.mini_batch_size):
+            for mb in order[start : start + ppo.mini_batch_size].split(micro_batch_size):
+                mask = rollout.response_mask[mb]
+                with autocast():
+                    new = forward_tokens(models.policy, models.critic, rollout.query[mb], rollout.query_mask[mb], rollout.response[mb], mask, temperature)
+                if new.values is None:  # critic-free (GRPO/RLOO): surrogate and entropy only
+                    loss, metrics = policy_loss(new.logprobs, rollout.logprobs[mb], advantages[mb], ppo.clip_coef, mask)
+                    entropy = masked_mean(new.entropy, mask)
+                    loss = loss - ppo.ent_coef * entropy
+                    metrics["entropy"] = entropy.detach()
+                else:
+                    loss, metrics = ppo_loss(
+                        new.logprobs, rollout.logprobs[mb], advantages[mb], new.entropy, new.values, rollout.values[mb], returns[mb],
+                        clip_coef=ppo.clip_coef, ent_coef=ppo.ent_coef, vf_coef=ppo.vf_coef, clip_vloss=ppo.clip_vloss, mask=mask,
+                    )
+                (loss / ppo.gradient_accumulation_steps).backward()
+                for key, value in metrics.items():
+                    totals[key] = totals.get(key, 0.0) + value
+                count += 1
+            grad_norms.append(torch.nn.utils.clip_grad_norm_(params, ppo.max_grad_norm).detach())
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+        if ppo.target_kl is not None and metrics["approx_kl"].item() > ppo.target_kl:
+            break
+    logged = {LOSS_METRIC_NAMES.get(key, f"losses/{key}"): float(value) / count for key, value in totals.items()}
+    logged["losses/grad_norm"] = float(torch.stack(grad_norms).mean())
+    return logged
+
+
+def train(cfg: RLHFConfig, reward_fn: RewardFn, prompts: list[str]) -> list[dict[str, float]]:
+    """Fine-tune ``cfg.model.model`` with PPO (or GRPO/RLOO) to maximise ``reward_fn``; returns the
+    metrics of every step, also written to ``output_dir/metrics.jsonl`` and TensorBoard."""
+    model_cfg, sampling, ppo, run = cfg.model, cfg.sampling, cfg.ppo, cfg.run
+    validate_ppo(model_cfg, sampling, ppo)
+    if not prompts:
+        raise FastPPOError("no prompts to train on: give at least one prompt")
+    output_dir = Path(run.output_dir)
+    resume_from = latest_checkpoint(output_dir) if run.resume else None
+    torch.manual_seed(run.seed)
+    models = load_models(model_cfg, ppo.critic if ppo.estimator == "gae" else None, ppo.critic_model, resume_from)
+    device = next(models.policy.parameters()).device
+    autocast = autocast_context(device, model_cfg.bf16)
+    optimizer = torch.optim.AdamW(models.trainable_parameters(), lr=ppo.learning_rate)
+    state = load_training_state(resume_from, optimizer) if resume_from else {"step": 0, "kl_coef": ppo.kl_coef}
+    micro_batch_size = ppo.mini_batch_size // ppo.gradient_accumulation_steps
+    monitor = HealthMonitor(ppo.kl_warn)
+    history = []
+    with RunLogger(output_dir, ppo.steps, state["step"], ("rlhf/reward_mean", "rlhf/kl_ref"), run.progress) as logger:
+        for step in range(state["step"] + 1, ppo.steps + 1):
+            t_start = time.perf_counter()
+            step_prompts = [prompts[i] for i in batch_indices(len(prompts), ppo.prompts_per_step, step, run.seed)]
+            rollout = collect_rollout(models, step_prompts, ppo.num_generations, sampling, micro_batch_size, autocast)
+            raw_scores = compute_scores(reward_fn, rollout.prompts, rollout.completions, device)
+            scores = shape_scores(raw_scores, rollout.has_eos, sampling.missing_eos_penalty, ppo.reward_clip, ppo.whiten_rewards)
+            advantages, returns, kl = compute_advantages(rollout, scores, state["kl_coef"], ppo)
+            t_rollout = time.perf_counter()
+            losses = ppo_update(models, optimizer, rollout, advantages, returns, ppo, sampling.temperature, autocast)
+            t_update = time.perf_counter()
+
+            kl_ref = sequence_kl(kl)
+            response_tokens = int(rollout.response_mask.sum())
+            metrics = {
+                "rlhf/reward_mean": float(raw_scores.mean()),
+                "rlhf/reward_std": float(raw_scores.std()) if raw_scores.numel() > 1 else 0.0,
+                "rlhf/kl_ref": kl_ref,
+                "rlhf/kl_coef": state["kl_coef"],
+                "rlhf/non_score_reward": -state["kl_coef"] * kl_ref,
+                "rlhf/response_length": response_tokens / rollout.response.shape[0],
+                "rlhf/eos_fraction": float(rollout.has_eos.float().mean()),
+                **losses,
+                "perf/tokens_generated_per_s": response_tokens / (t_rollout - t_start),
+                "perf/tokens_trained_per_s": (rollout.query_mask.sum().item() + response_tokens) * ppo.ppo_epochs / (t_update - t_rollout),
+                "time/rollout_s": t_rollout - t_start,
+                "time/update_s": t_update - t_rollout,
+            }
+            if returns is not None:
+                metrics["losses/explained_variance"] = explained_variance(rollout.values, returns, rollout.response_mask)
+            if ppo.kl_target is not None:
+                state["kl_coef"] = proportional_kl_beta(state["kl_coef"], kl_ref, ppo.kl_target, rollout.response.shape[0], ppo.kl_horizon)
+            state["step"] = step
+            logger.log(step, metrics)
+            history.append(metrics)
+            monitor.check(step, metrics["rlhf/reward_mean"], kl_ref)
+            if step == ppo.steps or (run.save_every and step % run.save_every == 0):
+                save_checkpoint(output_dir, step, models, optimizer, {"kl_coef": state["kl_coef"]}, run.keep_checkpoints)
+    return history
