@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 from collections.abc import Callable
 
 import gymnasium as gym
@@ -44,6 +46,9 @@ def resolve_env_id(env_id: str) -> str:
     if ":" not in env_id:
         return env_id
     module_name, _, attr = env_id.partition(":")
+    # Like `python -m`, let a user's own module in the working directory be found.
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
     try:
         target = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as exc:

@@ -9,14 +9,40 @@ import gymnasium as gym
 import torch
 
 from fastppo.config import EnvConfig
+from fastppo.envs.atari import is_atari, make_atari_env, register_ale_envs
 from fastppo.envs.gymnasium_vec import GymnasiumVecEnv, check_env_id, flatten_if_needed, resolve_env_id
 from fastppo.envs.vector import VecEnv
 from fastppo.errors import FastPPOError
 
+LUNAR_LANDER_CONTINUOUS = "LunarLanderContinuous-v3"
 
-def make_single_env(env_id: str, video_dir: Path | None = None, render_mode: str | None = None) -> gym.Env:
+
+def register_envs() -> None:
+    """Ids fastppo adds to gymnasium's registry: ale-py's Atari games, and LunarLanderContinuous-v3
+    (gymnasium 1.x spells it ``LunarLander-v3`` with ``continuous=True``; EnvPool keeps the name,
+    so one id serves both backends and picks its own preset)."""
+    register_ale_envs()
+    if LUNAR_LANDER_CONTINUOUS not in gym.registry and "LunarLander-v3" in gym.registry:
+        base = gym.spec("LunarLander-v3")
+        gym.register(
+            id=LUNAR_LANDER_CONTINUOUS,
+            entry_point=base.entry_point,
+            max_episode_steps=base.max_episode_steps,
+            reward_threshold=base.reward_threshold,
+            kwargs={**base.kwargs, "continuous": True},
+        )
+
+
+def make_single_env(env_id: str, video_dir: Path | None = None, render_mode: str | None = None, for_eval: bool = False) -> gym.Env:
     """One gymnasium env with fastppo's standard wrappers: episode statistics recorded on the raw
-    rewards, optional video, observations flattened to a vector where needed."""
+    rewards, optional video, observations flattened to a vector where needed.
+
+    Atari ids get the standard Atari stack (fastppo.envs.atari); ``for_eval=True`` builds its
+    evaluation variant (full games, raw score: no episodic life, no reward clipping). Other
+    families have no training-only wrappers, so ``for_eval`` changes nothing for them.
+    """
+    if is_atari(env_id):
+        return make_atari_env(env_id, render_mode=render_mode, video_dir=video_dir, for_eval=for_eval)
     if video_dir is not None:
         render_mode = "rgb_array"
     env = gym.make(resolve_env_id(env_id), render_mode=render_mode)
@@ -41,3 +67,8 @@ def make_vec_env(cfg: EnvConfig, device: torch.device, video_dir: Path | None = 
     check_env_id(cfg.env_id).close()
     env_fns = [partial(make_single_env, cfg.env_id, video_dir if (i == 0 and cfg.capture_video) else None) for i in range(cfg.num_envs)]
     return GymnasiumVecEnv(env_fns, asynchronous=cfg.backend == "async", device=device)
+
+
+# Registered on import, as gymnasium registers its own envs, so that every id above resolves in
+# check_env_id before any env is built (fastppo.envs imports this module first).
+register_envs()

@@ -1,0 +1,78 @@
+"""Small gymnasium envs that exercise the spaces and signals real envs rarely combine."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+
+
+class MaskedChoiceEnv(gym.Env):
+    """Discrete(4) actions of which a random half are invalid each step, published in the
+    observation's 'action_mask'. An invalid action raises, so training only passes if masks work."""
+
+    observation_space = gym.spaces.Dict(
+        {"obs": gym.spaces.Box(-1.0, 1.0, (4,), np.float32), "action_mask": gym.spaces.MultiBinary(4)}
+    )
+    action_space = gym.spaces.Discrete(4)
+
+    def _observe(self):
+        self._mask = np.zeros(4, dtype=np.int8)
+        self._mask[self.np_random.choice(4, size=2, replace=False)] = 1
+        return {"obs": self._mask.astype(np.float32), "action_mask": self._mask.copy()}
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self._t = 0
+        return self._observe(), {}
+
+    def step(self, action):
+        if not self._mask[action]:
+            raise RuntimeError(f"invalid action {action} taken despite mask {self._mask}")
+        self._t += 1
+        return self._observe(), float(action), False, self._t >= 20, {}
+
+
+class TargetEnv(gym.Env):
+    """One-step bandit over any action space: reward 1 when the action equals a fixed target.
+    Observations are a Tuple(Discrete, Box) so flattening is exercised too."""
+
+    observation_space = gym.spaces.Tuple((gym.spaces.Discrete(3), gym.spaces.Box(-1.0, 1.0, (2,), np.float32)))
+
+    def __init__(self, action_space: gym.Space | None = None):
+        self.action_space = action_space or gym.spaces.MultiDiscrete([3, 2])
+        self.target = self.action_space.sample() * 0 + 1
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return (1, np.zeros(2, dtype=np.float32)), {}
+
+    def step(self, action):
+        reward = float(np.all(np.asarray(action) == self.target))
+        return (1, np.zeros(2, dtype=np.float32)), reward, True, False, {}
+
+
+class MultiBinaryTargetEnv(TargetEnv):
+    def __init__(self):
+        super().__init__(gym.spaces.MultiBinary(3))
+
+
+class NaNRewardEnv(gym.Env):
+    """Returns a NaN reward after 50 steps: the trainer must stop with a clear message."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self._t = getattr(self, "_t", 0)
+        return np.zeros(2, dtype=np.float32), {}
+
+    def step(self, action):
+        self._t += 1
+        reward = float("nan") if self._t > 50 else 1.0
+        return np.zeros(2, dtype=np.float32), reward, False, self._t % 10 == 0, {}
+
+
+class TextObsEnv(gym.Env):
+    observation_space = gym.spaces.Text(5)
+    action_space = gym.spaces.Discrete(2)

@@ -1,0 +1,77 @@
+"""`fastppo train` from the command line: bad input gives one line and exit 2; good input a run dir."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from fastppo.cli import main
+
+TINY = ["--total-timesteps", "256", "--num-envs", "2", "--num-steps", "64", "--num-minibatches", "2", "--update-epochs", "1", "--progress", "false"]
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["train", "NoSuchEnv-v0"], "unknown env id 'NoSuchEnv-v0'"),
+        (["train", "CartPole-v1", "--preset", "nope"], "unknown preset 'nope': available presets are"),
+        (["train", "CartPole-v1", "--no-such-flag", "3"], "unrecognized arguments: --no-such-flag 3"),
+        (["train", "CartPole-v1", "--learning-rate", "fast"], "--ppo.learning-rate expects a number, got 'fast'"),
+        (["train", "CartPole-v1", "--learning-rate", "-1"], "--ppo.learning-rate must be > 0, got -1.0"),
+        (["train", "CartPole-v1", "--num-envs", "2.5"], "--env.num-envs expects an integer, got '2.5'"),
+        (["train", "CartPole-v1", "--num-envs", "0"], "--env.num-envs must be a positive integer, got 0"),
+        (["train", "CartPole-v1", "--norm-adv", "maybe"], "--ppo.norm-adv expects true or false, got 'maybe'"),
+        (["train", "CartPole-v1", "--gamma", "1.5"], "--ppo.gamma must be in [0, 1], got 1.5"),
+        (["train", "CartPole-v1", "--objective", "trpo"], "--ppo.objective must be one of clip, kl, got 'trpo'"),
+        (["train", "CartPole-v1", "--num-envs", "3", "--num-steps", "5", "--num-minibatches", "4"],
+         "batch size 15 (num_envs 3 x num_steps 5) does not split into 4 minibatches"),
+        (["train", "CartPole-v1", "--total-timesteps", "10"], "is less than one batch"),
+        (["train", "CartPole-v1", "--device", "tpu9"], "unknown device 'tpu9'"),
+        (["train", "nosuchmodule:Env"], "cannot load env 'nosuchmodule:Env'"),
+        (["train", "tests.fake_envs:TextObsEnv", *TINY], "unsupported observation space Text"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(argv, message, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("fastppo: error: ")
+    assert message in err
+    assert err.count("\n") == 1
+
+
+def test_bad_input_from_a_real_process_has_no_traceback():
+    proc = subprocess.run([sys.executable, "-m", "fastppo.cli", "train", "CartPole-v1", "--clip-coef", "x"], capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert proc.stderr == "fastppo: error: --ppo.clip-coef expects a number, got 'x'\n"
+
+
+def test_train_writes_a_run_directory(tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    assert main(["train", "CartPole-v1", "--run-dir", str(run_dir), "--seed", "7", "--ppo.clip-coef", "0.1", *TINY]) == 0
+    config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    assert config["run"]["seed"] == 7 and config["ppo"]["clip_coef"] == 0.1 and config["env"]["env_id"] == "CartPole-v1"
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [row["global_step"] for row in rows] == [128, 256]
+    assert list(run_dir.glob("events.out.tfevents.*"))
+    assert (run_dir / "policy.safetensors").is_file()
+    out = capsys.readouterr().out
+    assert f"results in {run_dir}" in out
+
+
+def test_default_run_dir_follows_cleanrl_naming(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["train", "CartPole-v1", "--exp-name", "demo", "--seed", "4", *TINY]) == 0
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    assert run_dir.name.startswith("CartPole-v1__demo__4__")
+
+
+def test_help_lists_hyperparameters_with_their_docs(capsys):
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    out = capsys.readouterr().out
+    assert "--ppo.learning-rate V, --learning-rate V" in out
+    assert "Adam learning rate" in out
