@@ -1,0 +1,44 @@
+"""The Nature CNN (Mnih et al. 2015), CleanRL ppo_atari.py's trunk: three convolutions and a
+512-unit linear layer, orthogonally initialised with gain sqrt(2)."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from fastppo.errors import FastPPOError
+from fastppo.policies.distributions import layer_init
+
+
+class NatureCNN(nn.Module):
+    """[B, C, H, W] frames (C stacked grayscale frames, 4x84x84 for Atari) -> [B, out_features].
+
+    uint8 pixels are scaled to [0, 1] here, so the rollout buffer stores 1 byte per pixel.
+    Float inputs are taken as already scaled (e.g. by ``env.normalize_obs``) and pass unchanged.
+    """
+
+    def __init__(self, obs_shape: tuple[int, ...], out_features: int = 512):
+        super().__init__()
+        if len(obs_shape) != 3:
+            raise FastPPOError(f"the cnn encoder needs [channels, height, width] observations, got shape {tuple(obs_shape)}: use --policy.encoder mlp")
+        channels, height, width = obs_shape
+        if min(height, width) < 36:
+            raise FastPPOError(f"the Nature CNN needs frames of at least 36x36 pixels, got {height}x{width}: resize them or use --policy.encoder mlp")
+        self.convs = nn.Sequential(
+            layer_init(nn.Conv2d(channels, 32, 8, stride=4), gain=np.sqrt(2)),
+            nn.ReLU(),
+            layer_init(nn.Conv2d(32, 64, 4, stride=2), gain=np.sqrt(2)),
+            nn.ReLU(),
+            layer_init(nn.Conv2d(64, 64, 3, stride=1), gain=np.sqrt(2)),
+            nn.ReLU(),
+            nn.Flatten(),
+        )
+        with torch.no_grad():
+            n_flat = self.convs(torch.zeros(1, *obs_shape)).shape[1]  # 3136 for 84x84
+        self.linear = nn.Sequential(layer_init(nn.Linear(n_flat, out_features), gain=np.sqrt(2)), nn.ReLU())
+        self.out_features = out_features
+
+    def forward(self, obs: Tensor) -> Tensor:
+        x = obs.float() / 255.0 if obs.dtype == torch.uint8 else obs
+        return self.linear(self.convs(x))
