@@ -302,12 +302,17 @@ def available_presets() -> list[str]:
 
 def preset_for_env(env_id: str, continuous: bool) -> str:
     """The preset used when none is named: one named after the env id (with or without its
-    version), else CleanRL's defaults for the action type."""
+    version), else the family's (``atari`` for every ALE game), else CleanRL's defaults for the
+    action type."""
+    from fastppo.envs.atari import is_atari  # lazy: fastppo.envs imports this module
+
     names = available_presets()
     base = env_id.split(":")[-1].split("/")[-1]
     for candidate in (base, base.rsplit("-v", 1)[0]):
         if candidate in names:
             return candidate
+    if is_atari(env_id):
+        return "atari"
     return "cleanrl-continuous" if continuous else "cleanrl-discrete"
 
 
