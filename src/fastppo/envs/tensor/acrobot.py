@@ -95,6 +95,5 @@ class Acrobot(TensorEnv):
 
     def _observe(self, state: Tensor) -> Tensor:
         theta1, theta2, dtheta1, dtheta2 = state.unbind(1)
-        return torch.stack(
-            (torch.cos(theta1), torch.sin(theta1), torch.cos(theta2), torch.sin(theta2), dtheta1, dtheta2), dim=1
-        )
+        columns = (torch.cos(theta1), torch.sin(theta1), torch.cos(theta2), torch.sin(theta2), dtheta1, dtheta2)
+        return torch.stack(columns, dim=1)

@@ -9,7 +9,9 @@ NEXT_STEP autoreset, the ``TimeLimit`` truncation, seeding and episode statistic
 - ``_observe(state)``: the observation of each row;
 
 plus the class attributes ``single_observation_space``, ``single_action_space`` and
-``max_episode_steps``. See ``cartpole.py`` for a complete example in forty lines.
+``max_episode_steps``. ``cartpole.py`` is a complete example; a constant a subclass needs as a
+tensor is best made in its ``__init__`` before calling ``super().__init__`` (which draws the
+first states).
 
 ``step`` never synchronises with the host (no ``.item()``, no branching on tensor values), so it
 runs asynchronously on CUDA: rows that reset are chosen with ``torch.where``, which is also why
@@ -20,8 +22,6 @@ data-dependent subset (indexing by a mask would need its size on the host).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import ClassVar
-
 import gymnasium as gym
 import torch
 from torch import Tensor
@@ -38,12 +38,13 @@ class TensorEnv(ABC):
     float64 numpy code to ~1e-12. Observations have ``dtype``; rewards are always float32.
     """
 
-    single_observation_space: ClassVar[gym.spaces.Box]
-    single_action_space: ClassVar[gym.Space]
+    # Set as class attributes by each subclass (one definition shared by its instances).
+    single_observation_space: gym.spaces.Box
+    single_action_space: gym.Space
     max_episode_steps: int
-    """Default of gymnasium's registered ``max_episode_steps`` (the ``TimeLimit`` wrapper)."""
+    """Gymnasium's registered ``max_episode_steps`` (its ``TimeLimit``); the constructor may override it."""
 
-    pending_steps_limit: ClassVar[int] = 256
+    pending_steps_limit: int = 256
     """Steps of per-env episode records kept before they are compacted to finished episodes only;
     bounds memory when ``pop_episodes`` is called rarely, at the cost of one host sync per
     ``pending_steps_limit`` steps on CUDA."""
