@@ -101,7 +101,7 @@ def token_rewards(scores: Tensor, logprobs: Tensor, ref_logprobs: Tensor, mask: 
     """Per-token rewards r_t = -kl_coef * KL_t, plus the score at the last real token
     (Ziegler et al. 2019). KL_t estimates KL(policy || reference) from the sampled token.
     Returns ``(rewards, kl)``, both [B, R] and zero on masked tokens."""
-    kl = kl_estimate(logprobs, ref_logprobs, estimator) * mask
+    kl = torch.where(mask, kl_estimate(logprobs, ref_logprobs, estimator), 0.0)  # where, not *: 0 * inf is nan
     rewards = -kl_coef * kl
     rows = torch.arange(scores.shape[0], device=scores.device)
     rewards[rows, last_token_index(mask)] += scores
@@ -112,12 +112,12 @@ def gae_advantages(rewards: Tensor, values: Tensor, mask: Tensor, gamma: float, 
     """GAE over response tokens with the core recursion, which works on [T, N]: rows are
     transposed to [R, B]; each completion terminates at its last real token (no bootstrap),
     and masked tokens carry zero reward and value so nothing leaks into real ones."""
-    values = values * mask
+    values = torch.where(mask, values, 0.0)
     last = torch.zeros_like(mask)
     last[torch.arange(mask.shape[0], device=mask.device), last_token_index(mask)] = True
     next_values = torch.cat((values[:, 1:], torch.zeros_like(values[:, :1])), dim=1)
     advantages, returns = compute_gae(rewards.T, values.T, next_values.T, last.T, torch.zeros_like(last.T), gamma, gae_lambda)
-    return advantages.T * mask, returns.T * mask
+    return torch.where(mask, advantages.T, 0.0), torch.where(mask, returns.T, 0.0)
 
 
 def grpo_advantages(returns: Tensor, group_size: int, eps: float = 1e-4) -> Tensor:

@@ -71,6 +71,10 @@ def collect_rollout(models: Models, prompts: list[str], num_generations: int, sa
         new = score_tokens(policy, models.critic, query, query_mask, response, response_mask, sampling.temperature, micro_batch_size)
         with reference_model(models) as reference:
             ref = score_tokens(reference, None, query, query_mask, response, response_mask, sampling.temperature, micro_batch_size)
+    # Scores of masked tokens are meaningless; zero them so no statistic can pick them up.
+    def valid(x: Tensor | None) -> Tensor | None:
+        return None if x is None else x.masked_fill(~response_mask, 0.0)
+
     return Rollout(
         prompts=[p for p in prompts for _ in range(num_generations)],
         completions=decode_completions(tokenizer, response, response_mask),
@@ -78,8 +82,8 @@ def collect_rollout(models: Models, prompts: list[str], num_generations: int, sa
         query_mask=query_mask,
         response=response,
         response_mask=response_mask,
-        logprobs=new.logprobs,
-        ref_logprobs=ref.logprobs,
-        values=new.values,
+        logprobs=valid(new.logprobs),
+        ref_logprobs=valid(ref.logprobs),
+        values=valid(new.values),
         has_eos=(response == tokenizer.eos_token_id).any(dim=1),
     )
