@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -57,15 +58,23 @@ class Agent:
         action = self.policy.predict(self.normalize(obs_t), mask_t, deterministic).cpu().numpy()
         return action[0] if single else action
 
-    def save(self, directory: Path) -> None:
-        """policy.safetensors (weights + obs statistics) and agent.json (config), no pickle."""
+    def save(self, directory: str | Path) -> None:
+        """policy.safetensors (weights + obs statistics) and agent.json (config), no pickle.
+
+        Each file is written under a temporary name and renamed into place, so an interrupted
+        save leaves the previous file whole."""
+        directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         tensors = {f"policy.{k}": v.detach().cpu().contiguous() for k, v in self.policy.state_dict().items()}
         if self.obs_rms is not None:
             tensors |= {f"obs_rms.{k}": v.cpu() for k, v in self.obs_rms.state_dict().items()}
-        save_file(tensors, str(directory / POLICY_FILE))
+        tmp = directory / f".{POLICY_FILE}.tmp-{os.getpid()}"
+        save_file(tensors, str(tmp))
+        os.replace(tmp, directory / POLICY_FILE)
         meta = {"config": self.config.to_dict(), "obs_shape": list(self.obs_shape)}
-        (directory / AGENT_FILE).write_text(json.dumps(meta, indent=2))
+        tmp = directory / f".{AGENT_FILE}.tmp-{os.getpid()}"
+        tmp.write_text(json.dumps(meta, indent=2))
+        os.replace(tmp, directory / AGENT_FILE)
 
 
 def build_agent(config: Config, observation_space: gym.Space, action_space: gym.Space, device: torch.device) -> Agent:
@@ -75,17 +84,25 @@ def build_agent(config: Config, observation_space: gym.Space, action_space: gym.
 
 
 def load_agent(directory: str | Path, device: str | torch.device = "cpu") -> Agent:
-    """Load ``Agent.save`` output; a missing or damaged file is a FastPPOError, not a traceback."""
+    """Load ``Agent.save`` output: a run directory (its final agent, else its newest checkpoint) or
+    a checkpoint folder. A missing or damaged file is a FastPPOError, not a traceback; only
+    safetensors and JSON are read, never pickle."""
     from fastppo.envs.make import make_single_env
 
     directory = Path(directory)
+    if not directory.is_dir():
+        raise FastPPOError(f"{directory} is not a directory: give a run directory (runs/...) or a checkpoint folder")
+    if not (directory / AGENT_FILE).exists() and (directory / "checkpoints").is_dir():
+        from fastppo.checkpoint import find_checkpoint
+
+        directory = find_checkpoint(directory)
     try:
         meta = json.loads((directory / AGENT_FILE).read_text())
         config = Config.from_dict(meta["config"])
         tensors = load_file(str(directory / POLICY_FILE), device=str(device))
     except FileNotFoundError as exc:
-        raise FastPPOError(f"no saved agent in {directory}: {exc.filename} is missing") from None
-    except (json.JSONDecodeError, KeyError, TypeError, SafetensorError, OSError) as exc:
+        raise FastPPOError(f"no saved agent in {directory}: {Path(exc.filename).name} is missing (train with --run-dir, or give a checkpoint folder)") from None
+    except (ValueError, KeyError, TypeError, AttributeError, SafetensorError, OSError) as exc:
         raise FastPPOError(f"cannot read the agent in {directory}: damaged or foreign file ({exc})") from None
     env = make_single_env(config.env.env_id)
     agent = build_agent(config, env.observation_space, env.action_space, torch.device(device))

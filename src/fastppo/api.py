@@ -51,6 +51,20 @@ def train(env_id: str, *, preset: str | None = None, run_dir: str | Path | None 
     return run_training(config, Path(run_dir) if run_dir is not None else None)
 
 
+def resume(run_dir: str | Path, **overrides: Any) -> Agent:
+    """Continue the run in ``run_dir`` from its newest checkpoint, with its saved config.
+
+    Only ``total_timesteps`` and the output settings (``progress``, ``tensorboard``,
+    ``checkpoint_every``, ``keep_checkpoints``, ``torch_threads``) may be overridden.
+    """
+    from fastppo.trainer import resume_config
+    from fastppo.trainer import train as run_training
+
+    config, checkpoint = resume_config(run_dir, overrides)
+    return run_training(config, Path(run_dir), checkpoint)
+
+
 def load(run_dir: str | Path, device: str = "cpu") -> Agent:
-    """The agent saved in a run directory."""
+    """The agent saved in a run directory (its final agent, else its newest checkpoint), or in a
+    checkpoint folder (``RUN_DIR/checkpoints/000050``)."""
     return load_agent(run_dir, device)

@@ -129,6 +129,10 @@ class RunConfig:
     """Write TensorBoard event files."""
     progress: bool = True
     """Show the live progress bar."""
+    checkpoint_every: int = 50
+    """Save a checkpoint every this many iterations (0: only at the end); resume with 'fastppo train --resume RUN_DIR'."""
+    keep_checkpoints: int = 3
+    """How many of the newest checkpoints to keep in RUN_DIR/checkpoints."""
 
 
 @dataclass
@@ -182,6 +186,10 @@ class Config:
         for name, value in {"ppo.gamma": self.ppo.gamma, "ppo.gae_lambda": self.ppo.gae_lambda}.items():
             if not 0.0 <= value <= 1.0:
                 raise FastPPOError(f"--{name.replace('_', '-')} must be in [0, 1], got {value}")
+        if self.run.checkpoint_every < 0:
+            raise FastPPOError(f"--run.checkpoint-every must be >= 0 (0: only at the end), got {self.run.checkpoint_every}")
+        if self.run.keep_checkpoints < 1:
+            raise FastPPOError(f"--run.keep-checkpoints must be >= 1, got {self.run.keep_checkpoints}")
         if self.ppo.target_kl is not None and self.ppo.target_kl <= 0:
             raise FastPPOError(f"--ppo.target-kl must be > 0 or none, got {self.ppo.target_kl}")
         if self.batch_size % self.ppo.num_minibatches:

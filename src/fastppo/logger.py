@@ -23,7 +23,17 @@ def _fmt(value: float | None, spec: str) -> str:
 class RunLogger:
     """Writes scalars for a step to every enabled backend; keeps the history in memory too."""
 
-    def __init__(self, run_dir: Path | None, total_steps: int, tensorboard: bool, progress: bool, config: dict[str, Any] | None = None):
+    def __init__(
+        self,
+        run_dir: Path | None,
+        total_steps: int,
+        tensorboard: bool,
+        progress: bool,
+        config: dict[str, Any] | None = None,
+        purge_step: int | None = None,
+    ):
+        """``purge_step``: on resume, TensorBoard drops events logged at this step or later by the
+        interrupted process, so the curves continue without duplicates."""
         self.run_dir = run_dir
         self.history: list[dict[str, float]] = []
         self.console = Console(stderr=True)
@@ -35,8 +45,8 @@ class RunLogger:
             if tensorboard:
                 from torch.utils.tensorboard import SummaryWriter
 
-                self._writer = SummaryWriter(str(run_dir))
-                if config is not None:
+                self._writer = SummaryWriter(str(run_dir), purge_step=purge_step)
+                if config is not None and purge_step is None:
                     rows = "\n".join(f"|{k}|{v}|" for k, v in _flatten(config).items())
                     self._writer.add_text("hyperparameters", f"|param|value|\n|-|-|\n{rows}")
         self._progress = None

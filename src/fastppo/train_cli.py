@@ -8,10 +8,10 @@ from collections import Counter
 from pathlib import Path
 
 import numpy as np
-import yaml
 
 from fastppo.api import default_run_dir, make_config
 from fastppo.config import Config, available_presets, field_docs, sections
+from fastppo.errors import FastPPOError
 
 
 def add_hyperparameter_flags(parser: argparse.ArgumentParser) -> None:
@@ -49,7 +49,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Train PPO. Hyperparameters come from the defaults (CleanRL's), then the preset, then these flags.",
         allow_abbrev=False,
     )
-    parser.add_argument("env_id", metavar="ENV_ID", help="gymnasium id (CartPole-v1) or package.module:EnvClass")
+    parser.add_argument("env_id", metavar="ENV_ID", nargs="?", help="gymnasium id (CartPole-v1) or package.module:EnvClass")
+    parser.add_argument(
+        "--resume",
+        metavar="RUN_DIR",
+        default=None,
+        help="continue the run in RUN_DIR from its newest checkpoint, with its saved config (only --total-timesteps and the run.* output flags may change)",
+    )
     parser.add_argument("--preset", default=None, help=f"hyperparameter preset: {', '.join(available_presets())} (default: the env's own, else CleanRL's)")
     parser.add_argument("--run-dir", default=None, help="output folder (default: runs/<env>__<exp>__<seed>__<time>)")
     add_hyperparameter_flags(parser)
@@ -57,17 +63,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fastppo.trainer import train
+    from fastppo.trainer import resume_config, train
 
     overrides = {key.removeprefix("hp:"): value for key, value in vars(args).items() if key.startswith("hp:")}
-    config = make_config(args.env_id, args.preset, overrides)
-    run_dir = Path(args.run_dir) if args.run_dir else default_run_dir(config)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
-    agent = train(config, run_dir)
+    checkpoint = None
+    if args.resume is not None:
+        if args.preset is not None or args.run_dir is not None:
+            raise FastPPOError("--resume RUN_DIR takes the preset and the run directory from the run: drop --preset/--run-dir")
+        config, checkpoint = resume_config(args.resume, overrides)
+        if args.env_id is not None and args.env_id != config.env.env_id:
+            raise FastPPOError(f"{args.resume} trains {config.env.env_id}, not {args.env_id}: drop ENV_ID when resuming")
+        run_dir = Path(args.resume)
+        print(f"fastppo: resuming {run_dir} from {checkpoint.path.name} (step {checkpoint.global_step})")
+    elif args.env_id is None:
+        raise FastPPOError("give an ENV_ID to train (fastppo train CartPole-v1), or --resume RUN_DIR")
+    else:
+        config = make_config(args.env_id, args.preset, overrides)
+        run_dir = Path(args.run_dir) if args.run_dir else default_run_dir(config)
+    agent = train(config, run_dir, checkpoint)
     returns = agent.episode_returns[-20:]
     last = f"{np.mean(returns):.1f} mean return over the last {len(returns)} episodes" if returns else "no episode finished"
-    sps = np.mean([m["charts/SPS"] for m in agent.history])
-    print(f"fastppo: {config.env.env_id}: {config.num_iterations * config.batch_size} steps, {last}, {sps:.0f} SPS.")
+    sps = np.mean([m["charts/SPS"] for m in agent.history]) if agent.history else float("nan")
+    steps = agent.history[-1]["global_step"] if agent.history else 0
+    print(f"fastppo: {config.env.env_id}: {steps} steps, {last}, {sps:.0f} SPS.")
     print(f"fastppo: results in {run_dir} (metrics.jsonl, TensorBoard: tensorboard --logdir {run_dir.parent})")
     return 0

@@ -1,18 +1,23 @@
-"""The PPO loop: collect_rollout -> compute_gae -> ppo_update -> log. Nothing else lives here."""
+"""The PPO loop: collect_rollout -> compute_gae -> ppo_update -> log -> checkpoint. Nothing else lives here."""
 
 from __future__ import annotations
 
 import math
 import random
+import signal
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
+import yaml
 
 from fastppo.agent import Agent, build_agent
-from fastppo.config import Config
+from fastppo.checkpoint import Checkpoint, list_checkpoints, load_checkpoint, restore_train_state, rewind_metrics, save_checkpoint
+from fastppo.config import Config, apply_overrides, resolve_key
 from fastppo.core import RewardScaler, adaptive_kl_beta, compute_gae, explained_variance, scheduled, shift_values
 from fastppo.diagnostics import HealthMonitor
 from fastppo.envs import make_vec_env
@@ -22,14 +27,18 @@ from fastppo.profiling import SectionTimer
 from fastppo.rollout import EnvCursor, ObservationNormalizer, RolloutBuffer, collect_rollout
 from fastppo.update import UpdateCoefficients, ppo_update
 
+RESUMABLE_OVERRIDES = ("ppo.total_timesteps", "run.checkpoint_every", "run.keep_checkpoints", "run.progress", "run.tensorboard", "run.torch_threads")
+"""What may change on resume; anything else would make the resumed run a different experiment."""
+
 
 @dataclass
 class TrainState:
-    """Everything a run carries from one iteration to the next."""
+    """Everything a run carries from one iteration to the next (and what a checkpoint holds)."""
 
     agent: Agent
     optimizer: torch.optim.Optimizer
     reward_scaler: RewardScaler | None
+    cursor: EnvCursor
     iteration: int = 0
     global_step: int = 0
     kl_beta: float = 1.0
@@ -55,7 +64,7 @@ def resolve_device(name: str) -> torch.device:
 
 
 def check_finite(metrics: dict[str, float], agent: Agent, iteration: int, global_step: int) -> None:
-    """Stop with the culprit's name instead of training on NaNs."""
+    """Stop with the culprit's name instead of training on NaNs (and before checkpointing them)."""
     bad = [name for name in ("loss", "pg_loss", "v_loss", "entropy", "grad_norm") if not math.isfinite(metrics[name])]
     bad += [f"parameter {name}" for name, p in agent.policy.named_parameters() if not torch.isfinite(p).all()]
     if bad:
@@ -65,9 +74,81 @@ def check_finite(metrics: dict[str, float], agent: Agent, iteration: int, global
         )
 
 
-def train(config: Config, run_dir: Path | None = None) -> Agent:
-    """Train a PPO agent as ``config`` says; write logs and the final agent to ``run_dir``."""
+def check_finite_rollout(buf: RolloutBuffer, cursor: EnvCursor, iteration: int, global_step: int) -> None:
+    """NaN/Inf observations or rewards from the env, looked for once per iteration on the whole
+    buffer (not per step: that would cost a host sync per step on GPU)."""
+    num_envs = buf.rewards.shape[1]
+    observations = torch.cat([buf.obs, cursor.obs.unsqueeze(0)])
+    for name, values in (("observation", observations), ("reward", buf.rewards)):
+        if not values.is_floating_point():
+            continue
+        bad = ~torch.isfinite(values.reshape(values.shape[0], num_envs, -1)).all(dim=-1)
+        if bad.any():
+            t, env = (int(i) for i in bad.nonzero()[0])
+            raise FastPPOError(
+                f"training stopped at iteration {iteration}: env {env} returned a NaN/Inf {name} at rollout step {t} "
+                f"(about global step {global_step + t * num_envs}); fix the env or sanitise it in a gymnasium wrapper"
+            )
+
+
+class StopRequest:
+    """SIGINT/SIGTERM handlers that ask the loop to stop after the current iteration and save a
+    checkpoint, instead of dying mid-update. A second signal stops at once (KeyboardInterrupt)."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self, enabled: bool):
+        # Python only lets the main thread install signal handlers.
+        self.enabled = enabled and threading.current_thread() is threading.main_thread()
+        self.signal: int | None = None
+        self._previous: dict[int, Any] = {}
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.signal is not None:
+            raise KeyboardInterrupt
+        self.signal = signum
+
+    @property
+    def requested(self) -> bool:
+        return self.signal is not None
+
+    def __enter__(self) -> StopRequest:
+        if self.enabled:
+            self._previous = {s: signal.signal(s, self._handle) for s in self.SIGNALS}
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for s, handler in self._previous.items():
+            signal.signal(s, handler)
+
+
+def resume_config(run_dir: str | Path, overrides: dict[str, Any] | None = None) -> tuple[Config, Checkpoint]:
+    """The config saved with a run's newest checkpoint (plus the few overrides that keep it the same
+    experiment: ``RESUMABLE_OVERRIDES``), and that checkpoint."""
+    checkpoint = load_checkpoint(run_dir)
+    config = checkpoint.config
+    for key, value in (overrides or {}).items():
+        full = resolve_key(config, key)
+        if full not in RESUMABLE_OVERRIDES:
+            raise FastPPOError(f"cannot change {full} when resuming (allowed: {', '.join(RESUMABLE_OVERRIDES)}): start a new run instead")
+        apply_overrides(config, {full: value})
     config.validate()
+    if config.num_iterations < checkpoint.iteration:
+        raise FastPPOError(
+            f"the checkpoint is at step {checkpoint.global_step}, past --total-timesteps {config.ppo.total_timesteps}: raise it to train further"
+        )
+    return config, checkpoint
+
+
+def train(config: Config, run_dir: Path | None = None, checkpoint: Checkpoint | None = None) -> Agent:
+    """Train a PPO agent as ``config`` says; write logs, checkpoints and the final agent to ``run_dir``.
+
+    With ``checkpoint`` (from ``resume_config``) the run continues where it stopped. With a
+    ``run_dir``, SIGINT/SIGTERM end the run after the current iteration, with a checkpoint.
+    """
+    config.validate()
+    if checkpoint is None and run_dir is not None and list_checkpoints(run_dir):
+        raise FastPPOError(f"{run_dir} already holds a run with checkpoints: continue it with 'fastppo train --resume {run_dir}' or pick another --run-dir")
     cfg = config.ppo
     seed_everything(config.run.seed, config.run.torch_deterministic)
     torch.set_num_threads(config.run.torch_threads)
@@ -76,48 +157,68 @@ def train(config: Config, run_dir: Path | None = None) -> Agent:
     first = envs.reset(seed=config.run.seed)
     agent = build_agent(config, envs.single_observation_space, envs.single_action_space, device)
     agent.run_dir = run_dir
+    normalize_obs = ObservationNormalizer(agent.obs_rms, config.env.clip_obs)
     state = TrainState(
         agent=agent,
         optimizer=torch.optim.Adam(agent.policy.parameters(), lr=cfg.learning_rate, eps=cfg.adam_eps),
         reward_scaler=RewardScaler(envs.num_envs, cfg.gamma, config.env.clip_reward, device) if config.env.normalize_reward else None,
+        cursor=EnvCursor(normalize_obs(first.obs, update=True), first.action_mask, torch.ones(envs.num_envs, dtype=torch.bool, device=device)),
         kl_beta=cfg.kl_beta,
     )
-    normalize_obs = ObservationNormalizer(agent.obs_rms, config.env.clip_obs)
     mask_dim = None if first.action_mask is None else first.action_mask.shape[-1]
     buf = RolloutBuffer.allocate(cfg.num_steps, envs, device, mask_dim)
-    cursor = EnvCursor(normalize_obs(first.obs, update=True), first.action_mask, torch.ones(envs.num_envs, dtype=torch.bool, device=device))
-    logger = RunLogger(run_dir, cfg.total_timesteps, config.run.tensorboard, config.run.progress, config.to_dict())
+    logger = open_logger(config, run_dir, checkpoint)
+    if checkpoint is not None and not restore_train_state(state, envs, checkpoint, normalize_obs):
+        logger.message(
+            f"[yellow]note:[/] {config.env.env_id} ({config.env.backend} backend) cannot be snapshot: its envs restart fresh "
+            "episodes; weights, optimizer, statistics, counters and RNGs are restored exactly"
+        )
     monitor, timer = HealthMonitor(), SectionTimer()
+    saved: Path | None = None
     try:
-        while state.iteration < config.num_iterations:
-            state.iteration += 1
-            progress = (state.iteration - 1) / config.num_iterations
-            start = time.perf_counter()
-            for group in state.optimizer.param_groups:
-                group["lr"] = scheduled(cfg.lr_schedule, cfg.learning_rate, progress)
-            coefs = UpdateCoefficients(
-                clip_coef=scheduled(cfg.clip_schedule, cfg.clip_coef, progress),
-                ent_coef=scheduled(cfg.ent_schedule, cfg.ent_coef, progress),
-                kl_beta=state.kl_beta,
-            )
+        with StopRequest(enabled=run_dir is not None) as stop:
+            while state.iteration < config.num_iterations and not stop.requested:
+                state.iteration += 1
+                progress = (state.iteration - 1) / config.num_iterations
+                start = time.perf_counter()
+                for group in state.optimizer.param_groups:
+                    group["lr"] = scheduled(cfg.lr_schedule, cfg.learning_rate, progress)
+                coefs = UpdateCoefficients(
+                    clip_coef=scheduled(cfg.clip_schedule, cfg.clip_coef, progress),
+                    ent_coef=scheduled(cfg.ent_schedule, cfg.ent_coef, progress),
+                    kl_beta=state.kl_beta,
+                )
 
-            cursor, last_value = collect_rollout(agent.policy, envs, buf, cursor, normalize_obs, state.reward_scaler, timer)
-            advantages, returns = compute_gae(
-                buf.rewards, buf.values, shift_values(buf.values, last_value), buf.terminated, buf.truncated, cfg.gamma, cfg.gae_lambda
-            )
-            with timer.section("update"):
-                losses = ppo_update(agent.policy, state.optimizer, buf.flatten(advantages=advantages, returns=returns), cfg, config.minibatch_size, coefs)
-            state.global_step += config.batch_size
-            check_finite(losses, agent, state.iteration, state.global_step)
-            if cfg.objective == "kl":
-                state.kl_beta = adaptive_kl_beta(state.kl_beta, losses["approx_kl"], cfg.kl_target)
+                state.cursor, last_value = collect_rollout(agent.policy, envs, buf, state.cursor, normalize_obs, state.reward_scaler, timer)
+                check_finite_rollout(buf, state.cursor, state.iteration, state.global_step)
+                advantages, returns = compute_gae(
+                    buf.rewards, buf.values, shift_values(buf.values, last_value), buf.terminated, buf.truncated, cfg.gamma, cfg.gae_lambda
+                )
+                with timer.section("update"):
+                    losses = ppo_update(agent.policy, state.optimizer, buf.flatten(advantages=advantages, returns=returns), cfg, config.minibatch_size, coefs)
+                state.global_step += config.batch_size
+                check_finite(losses, agent, state.iteration, state.global_step)
+                if cfg.objective == "kl":
+                    state.kl_beta = adaptive_kl_beta(state.kl_beta, losses["approx_kl"], cfg.kl_target)
 
-            episodes = envs.pop_episodes()
-            agent.episode_returns += episodes.returns
-            metrics = iteration_metrics(losses, episodes, timer.pop(), state, coefs, buf, returns, time.perf_counter() - start, config.batch_size)
-            logger.log(state.global_step, metrics)
-            for warning in monitor.check(metrics, progress):
-                logger.message(f"[yellow]warning:[/] {warning}")
+                episodes = envs.pop_episodes()
+                agent.episode_returns += episodes.returns
+                metrics = iteration_metrics(losses, episodes, timer.pop(), state, coefs, buf, returns, time.perf_counter() - start, config.batch_size)
+                logger.log(state.global_step, metrics)
+                for warning in monitor.check(metrics, progress):
+                    logger.message(f"[yellow]warning:[/] {warning}")
+
+                every, last = config.run.checkpoint_every, state.iteration == config.num_iterations
+                if run_dir is not None and (stop.requested or last or (every and state.iteration % every == 0)):
+                    saved = save_checkpoint(run_dir, state, envs, config.run.keep_checkpoints)
+            if stop.requested and run_dir is not None:
+                if saved is None or not saved.name.endswith(f"{state.iteration:06d}"):
+                    saved = save_checkpoint(run_dir, state, envs, config.run.keep_checkpoints)
+                logger.message(f"fastppo: {signal.Signals(stop.signal).name}: stopped after iteration {state.iteration}, checkpoint saved in {saved}")
+                logger.message(f"fastppo: resume with: fastppo train --resume {run_dir}")
+    except FastPPOError as exc:
+        good = list_checkpoints(run_dir) if run_dir is not None else []
+        raise FastPPOError(f"{exc}; the last good checkpoint is kept: {good[-1]}" if good else str(exc)) from None
     finally:
         logger.close()
         envs.close()
@@ -125,6 +226,20 @@ def train(config: Config, run_dir: Path | None = None) -> Agent:
     if run_dir is not None:
         agent.save(run_dir)
     return agent
+
+
+def open_logger(config: Config, run_dir: Path | None, checkpoint: Checkpoint | None) -> RunLogger:
+    """The run's logger; on resume, metrics.jsonl and TensorBoard are first rewound to the
+    checkpoint's step (a killed run may have logged past it) and the history reloaded."""
+    previous: list[dict[str, float]] = []
+    if run_dir is not None:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "config.yaml").write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
+        previous = rewind_metrics(run_dir, checkpoint.global_step if checkpoint else 0)
+    purge_step = checkpoint.global_step + 1 if checkpoint else None
+    logger = RunLogger(run_dir, config.ppo.total_timesteps, config.run.tensorboard, config.run.progress, config.to_dict(), purge_step)
+    logger.history[:0] = previous
+    return logger
 
 
 def iteration_metrics(losses, episodes, seconds, state: TrainState, coefs: UpdateCoefficients, buf: RolloutBuffer, returns, elapsed: float, batch_size: int) -> dict[str, float]:
@@ -148,7 +263,7 @@ def iteration_metrics(losses, episodes, seconds, state: TrainState, coefs: Updat
         "losses/explained_variance": explained_variance(buf.values, returns, buf.valid),
         **{f"time/{name}": value for name, value in seconds.items()},
     }
-    if state.reward_scaler is not None or coefs.kl_beta != 1.0:
+    if state.agent.config.ppo.objective == "kl":
         metrics["losses/kl_beta"] = coefs.kl_beta
     if episodes.returns:
         metrics["charts/episodic_return"] = float(np.mean(episodes.returns))

@@ -1,0 +1,438 @@
+"""Checkpoints that restore a run exactly, written atomically, read without pickle.
+
+Layout of a run directory::
+
+    RUN_DIR/checkpoints/000050/    one complete checkpoint per folder, named by iteration
+        policy.safetensors         weights + observation statistics (the ``Agent.save`` format,
+        agent.json                 so ``fastppo.load`` reads a checkpoint folder directly)
+        trainer.safetensors        optimizer moments, reward scaler, torch RNG, the env cursor
+        trainer.json               counters, kl_beta, optimizer hyperparameters, python/numpy RNG,
+                                   the env snapshot (see ``snapshot_envs``)
+    RUN_DIR/checkpoints/latest     a one-line pointer to the newest folder (for humans and scripts)
+
+A checkpoint is written into ``checkpoints/.tmp-000050-<pid>/``, every file fsynced, then the
+folder is renamed into place with ``os.replace``: a folder with a final name is always complete,
+so a process killed at any moment (even SIGKILL) leaves the previous checkpoint loadable. Only
+safetensors and JSON are ever read: a file crafted to run code on unpickling is just a damaged
+file here.
+
+What resume restores: weights, optimizer, normaliser statistics, counters, ``kl_beta`` and every
+RNG (python, numpy, torch CPU and CUDA) exactly. The envs' state is restored exactly for the
+``sync`` backend on envs whose whole state lives in plain Python/numpy attributes (gymnasium's
+classic-control and toy-text envs; ``EXACT_ENV_MODULES``) and for the ``tensor`` backend;
+otherwise (Box2D, MuJoCo, Atari, async, EnvPool) the envs restart fresh episodes from a seed
+derived from the run seed and the iteration, and the rest of the run state is still exact.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import re
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+
+from fastppo.agent import AGENT_FILE, POLICY_FILE, Agent, load_agent
+from fastppo.config import Config
+from fastppo.errors import FastPPOError
+from fastppo.rollout import EnvCursor, ObservationNormalizer
+
+if TYPE_CHECKING:
+    from fastppo.envs.vector import VecEnv
+    from fastppo.trainer import TrainState
+
+CHECKPOINT_DIR = "checkpoints"
+LATEST = "latest"
+TRAINER_TENSORS = "trainer.safetensors"
+TRAINER_JSON = "trainer.json"
+FORMAT_VERSION = 1
+_NAME = re.compile(r"^\d{6,}$")
+
+EXACT_ENV_MODULES = ("gymnasium.envs.classic_control", "gymnasium.envs.toy_text")
+"""Envs whose whole state is plain attributes of the env object, so ``snapshot_envs`` captures it."""
+
+
+# --- atomic files -------------------------------------------------------------------------------
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_file(path: Path) -> None:
+    with open(path, "rb+") as f:
+        os.fsync(f.fileno())
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Replace ``path`` by ``text`` so that a reader sees the old or the new file, never half."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
+# --- state <-> tensors + JSON ---------------------------------------------------------------------
+
+
+def optimizer_to_tensors(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], list[dict[str, Any]]]:
+    """``optimizer.state_dict()`` split into flat tensors ('optim.<param>.<slot>') and the JSON part."""
+    state = optimizer.state_dict()
+    tensors = {
+        f"optim.{index}.{slot}": torch.as_tensor(value).detach().cpu().contiguous()
+        for index, slots in state["state"].items()
+        for slot, value in slots.items()
+    }
+    return tensors, state["param_groups"]
+
+
+def optimizer_from_tensors(optimizer: torch.optim.Optimizer, tensors: dict[str, torch.Tensor], param_groups: list[dict[str, Any]]) -> None:
+    state: dict[int, dict[str, torch.Tensor]] = {}
+    for name, value in tensors.items():
+        if name.startswith("optim."):
+            index, slot = name.removeprefix("optim.").split(".", 1)
+            state.setdefault(int(index), {})[slot] = value
+    # JSON turned tuples (Adam's betas) into lists.
+    groups = [{k: tuple(v) if isinstance(v, list) and k != "params" else v for k, v in g.items()} for g in param_groups]
+    optimizer.load_state_dict({"state": state, "param_groups": groups})
+
+
+def rng_state(device: torch.device) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """Every global RNG: torch (CPU, and CUDA when training there) as tensors, python and numpy as JSON."""
+    tensors = {"rng.torch": torch.get_rng_state()}
+    if device.type == "cuda":
+        tensors |= {f"rng.cuda.{i}": s for i, s in enumerate(torch.cuda.get_rng_state_all())}
+    version, internal, gauss = random.getstate()
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    meta = {
+        "python": [version, list(internal), gauss],
+        "numpy": [kind, keys.tolist(), int(pos), int(has_gauss), float(cached)],
+    }
+    return tensors, meta
+
+
+def restore_rng(tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
+    torch.set_rng_state(tensors["rng.torch"])
+    cuda = [tensors[k] for k in sorted(k for k in tensors if k.startswith("rng.cuda."))]
+    if cuda and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(cuda)
+    version, internal, gauss = meta["python"]
+    random.setstate((version, tuple(internal), gauss))
+    kind, keys, pos, has_gauss, cached = meta["numpy"]
+    np.random.set_state((kind, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
+
+
+# --- env snapshot -----------------------------------------------------------------------------------
+
+_SIMPLE = (type(None), bool, int, float)
+_MAX_ARRAY = 100_000
+
+
+def _encode(value: Any) -> Any:
+    """A plain attribute as JSON, or ``...`` when it is not one we know how to restore."""
+    if isinstance(value, np.ndarray) and value.dtype.kind in "biuf" and value.size <= _MAX_ARRAY:
+        return {"ndarray": value.dtype.str, "shape": list(value.shape), "data": value.ravel().tolist()}
+    if isinstance(value, np.generic) and value.dtype.kind in "biuf":
+        return {"scalar": value.dtype.str, "data": value.item()}
+    if isinstance(value, _SIMPLE):
+        return value
+    return ...
+
+
+def _decode(value: Any) -> Any:
+    if isinstance(value, dict) and "ndarray" in value:
+        return np.asarray(value["data"], dtype=np.dtype(value["ndarray"])).reshape(value["shape"])
+    if isinstance(value, dict) and "scalar" in value:
+        return np.dtype(value["scalar"]).type(value["data"])
+    return value
+
+
+def _layers(env: Any) -> list[Any]:
+    """The wrapper chain, outermost first, down to the unwrapped env."""
+    layers = [env]
+    while hasattr(layers[-1], "env") and layers[-1] is not layers[-1].unwrapped:
+        layers.append(layers[-1].env)
+    if layers[-1] is not env.unwrapped:
+        layers.append(env.unwrapped)
+    return layers
+
+
+def _snapshot_object(obj: Any) -> dict[str, Any]:
+    attrs = {}
+    for name, value in vars(obj).items():
+        encoded = _encode(value)
+        if encoded is not ...:
+            attrs[name] = encoded
+    rng = vars(obj).get("_np_random")
+    if rng is not None:
+        attrs["_np_random"] = {"bit_generator": rng.bit_generator.state}
+    return {"class": type(obj).__qualname__, "attrs": attrs}
+
+
+def _restore_object(obj: Any, snap: dict[str, Any]) -> None:
+    if snap["class"] != type(obj).__qualname__:
+        raise FastPPOError(f"the checkpoint's env snapshot is for {snap['class']}, the env is {type(obj).__qualname__}")
+    current = vars(obj)
+    for name, value in snap["attrs"].items():
+        if name == "_np_random":
+            state = value["bit_generator"]
+            rng = np.random.Generator(getattr(np.random, state["bit_generator"])())
+            rng.bit_generator.state = state
+            obj._np_random = rng
+        elif name not in current or _encode(current[name]) is not ...:
+            # Never replace an object we did not save (a pygame surface) by a saved None.
+            setattr(obj, name, _decode(value))
+
+
+def env_is_exact(envs: VecEnv) -> bool:
+    """Whether ``snapshot_envs`` captures the whole state of these envs (see the module docstring)."""
+    from fastppo.envs.gymnasium_vec import GymnasiumVecEnv
+    from fastppo.envs.tensor import TensorEnv
+
+    if isinstance(envs, TensorEnv):
+        return True
+    if isinstance(envs, GymnasiumVecEnv) and isinstance(envs.envs, __import__("gymnasium").vector.SyncVectorEnv):
+        return all(type(e.unwrapped).__module__.startswith(EXACT_ENV_MODULES) for e in envs.envs.envs)
+    return False
+
+
+def snapshot_envs(envs: VecEnv) -> tuple[dict[str, torch.Tensor], dict[str, Any] | None]:
+    """The envs' state as (tensors, JSON), or (empty, None) when it cannot be captured exactly."""
+    from fastppo.envs.tensor import TensorEnv
+
+    if not env_is_exact(envs):
+        return {}, None
+    if isinstance(envs, TensorEnv):
+        tensors = {f"env.{k}": v.detach().cpu().contiguous() for k, v in vars(envs).items() if isinstance(v, torch.Tensor)}
+        tensors["env.generator"] = envs.generator.get_state()
+        return tensors, {"kind": "tensor"}
+    vec = envs.envs
+    meta = {
+        "kind": "sync",
+        "autoreset": vec._autoreset_envs.tolist(),
+        "envs": [[_snapshot_object(layer) for layer in _layers(e)] for e in vec.envs],
+    }
+    return {}, meta
+
+
+def restore_envs(envs: VecEnv, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
+    if meta["kind"] == "tensor":
+        for key, value in tensors.items():
+            if key == "env.generator":
+                envs.generator.set_state(value)
+            elif key.startswith("env."):
+                setattr(envs, key.removeprefix("env."), value.to(envs.device))
+        return
+    vec = envs.envs
+    if len(meta["envs"]) != len(vec.envs):
+        raise FastPPOError(f"the checkpoint holds {len(meta['envs'])} envs, the config makes {len(vec.envs)}")
+    vec._autoreset_envs = np.asarray(meta["autoreset"], dtype=np.bool_)
+    for env, layers in zip(vec.envs, meta["envs"]):
+        objects = _layers(env)
+        if len(objects) != len(layers):
+            raise FastPPOError("the checkpoint's env wrappers differ from this env's: resume with the same fastppo version")
+        for obj, snap in zip(objects, layers):
+            _restore_object(obj, snap)
+
+
+# --- save / find / load ---------------------------------------------------------------------------
+
+
+def checkpoint_root(run_dir: Path) -> Path:
+    return Path(run_dir) / CHECKPOINT_DIR
+
+
+def list_checkpoints(run_dir: Path) -> list[Path]:
+    """Complete checkpoint folders, oldest first (temporary folders of interrupted saves excluded)."""
+    root = checkpoint_root(run_dir)
+    if not root.is_dir():
+        return []
+    return sorted((p for p in root.iterdir() if p.is_dir() and _NAME.match(p.name)), key=lambda p: int(p.name))
+
+
+def save_checkpoint(run_dir: Path, state: TrainState, envs: VecEnv, keep: int) -> Path:
+    """Write the checkpoint of ``state`` (at an iteration boundary) atomically; keep the newest ``keep``."""
+    bad = [name for name, p in state.agent.policy.named_parameters() if not torch.isfinite(p).all()]
+    if bad:
+        raise FastPPOError(f"refusing to checkpoint non-finite parameters ({', '.join(bad)}); the previous checkpoint is kept")
+    root = checkpoint_root(run_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    name = f"{state.iteration:06d}"
+    tmp = root / f".tmp-{name}-{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    state.agent.save(tmp)
+
+    optim_tensors, param_groups = optimizer_to_tensors(state.optimizer)
+    rng_tensors, rng_meta = rng_state(state.agent.device)
+    env_tensors, env_meta = snapshot_envs(envs)
+    tensors = optim_tensors | rng_tensors | env_tensors
+    if state.reward_scaler is not None:
+        tensors |= {f"reward_scaler.{k}": v.detach().cpu() for k, v in state.reward_scaler.state_dict().items()}
+    cursor = state.cursor
+    tensors |= {"cursor.obs": cursor.obs.cpu().contiguous(), "cursor.valid": cursor.valid.cpu().contiguous()}
+    if cursor.action_mask is not None:
+        tensors["cursor.action_mask"] = cursor.action_mask.cpu().contiguous()
+    save_file(tensors, str(tmp / TRAINER_TENSORS))
+    meta = {
+        "format": FORMAT_VERSION,
+        "iteration": state.iteration,
+        "global_step": state.global_step,
+        "kl_beta": state.kl_beta,
+        "param_groups": param_groups,
+        "rng": rng_meta,
+        "env": env_meta,
+        "episode_returns": state.agent.episode_returns[-100:],
+    }
+    (tmp / TRAINER_JSON).write_text(json.dumps(meta))
+    for f in tmp.iterdir():
+        _fsync_file(f)
+    _fsync_dir(tmp)
+
+    final = root / name
+    if final.exists():  # re-saving an iteration (after a resume): move the old one aside first
+        old = root / f".old-{name}-{os.getpid()}"
+        os.replace(final, old)
+        os.replace(tmp, final)
+        shutil.rmtree(old)
+    else:
+        os.replace(tmp, final)
+    _fsync_dir(root)
+    atomic_write_text(root / LATEST, name + "\n")
+    for stale in list_checkpoints(run_dir)[:-keep] if keep > 0 else []:
+        shutil.rmtree(stale, ignore_errors=True)
+    for leftover in root.glob(".tmp-*"):
+        if leftover.is_dir() and leftover != tmp:
+            shutil.rmtree(leftover, ignore_errors=True)
+    return final
+
+
+def find_checkpoint(path: str | Path) -> Path:
+    """The newest complete checkpoint of a run directory, or ``path`` itself if it is one."""
+    path = Path(path)
+    if not path.exists():
+        raise FastPPOError(f"{path} does not exist: give a run directory (runs/...) or a checkpoint folder")
+    if (path / TRAINER_JSON).is_file():
+        return path
+    found = list_checkpoints(path)
+    if not found:
+        raise FastPPOError(f"no checkpoint in {path}: expected {path / CHECKPOINT_DIR}/NNNNNN/ (written by 'fastppo train')")
+    return found[-1]
+
+
+@dataclass
+class Checkpoint:
+    """A loaded checkpoint: the agent (weights, statistics, config) and the trainer's state."""
+
+    path: Path
+    agent: Agent
+    iteration: int
+    global_step: int
+    kl_beta: float
+    param_groups: list[dict[str, Any]]
+    tensors: dict[str, torch.Tensor]
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def config(self) -> Config:
+        return self.agent.config
+
+
+def load_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> Checkpoint:
+    """Read a checkpoint (a run directory's newest, or a checkpoint folder); FastPPOError if damaged."""
+    folder = find_checkpoint(path)
+    agent = load_agent(folder, device)
+    try:
+        meta = json.loads((folder / TRAINER_JSON).read_text())
+        tensors = load_file(str(folder / TRAINER_TENSORS))
+        if meta.get("format") != FORMAT_VERSION:
+            raise KeyError(f"format {meta.get('format')!r}")
+        return Checkpoint(folder, agent, int(meta["iteration"]), int(meta["global_step"]), float(meta["kl_beta"]), meta["param_groups"], tensors, meta)
+    except FileNotFoundError as exc:
+        raise FastPPOError(f"checkpoint {folder} is incomplete: {Path(exc.filename).name} is missing") from None
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError, UnicodeDecodeError, SafetensorError, OSError) as exc:
+        raise FastPPOError(f"checkpoint {folder} is damaged or not a fastppo checkpoint ({exc}); delete it to use the previous one") from None
+
+
+def restore_train_state(state: TrainState, envs: VecEnv, checkpoint: Checkpoint, normalize_obs: ObservationNormalizer) -> bool:
+    """Put a freshly built run into the checkpoint's state; RNGs last. Returns whether the envs were
+    restored exactly (else they restart fresh episodes, seeded from the run seed and the iteration)."""
+    agent, tensors, meta = state.agent, checkpoint.tensors, checkpoint.meta
+    device = agent.device
+    agent.policy.load_state_dict(checkpoint.agent.policy.state_dict())
+    if agent.obs_rms is not None and checkpoint.agent.obs_rms is not None:
+        agent.obs_rms.load_state_dict(checkpoint.agent.obs_rms.state_dict())
+    agent.episode_returns = list(meta.get("episode_returns", []))
+    try:
+        optimizer_from_tensors(state.optimizer, tensors, checkpoint.param_groups)
+        if state.reward_scaler is not None:
+            state.reward_scaler.load_state_dict({k.removeprefix("reward_scaler."): v.to(device) for k, v in tensors.items() if k.startswith("reward_scaler.")})
+    except (KeyError, ValueError, RuntimeError) as exc:
+        raise FastPPOError(f"checkpoint {checkpoint.path} does not fit its config: {str(exc).splitlines()[0]}") from None
+    state.iteration, state.global_step, state.kl_beta = checkpoint.iteration, checkpoint.global_step, checkpoint.kl_beta
+    exact = meta.get("env") is not None and env_is_exact(envs)
+    if exact:
+        restore_envs(envs, tensors, meta["env"])
+        mask = tensors.get("cursor.action_mask")
+        state.cursor = EnvCursor(tensors["cursor.obs"].to(device), None if mask is None else mask.to(device), tensors["cursor.valid"].to(device))
+    else:
+        first = envs.reset(seed=checkpoint.config.run.seed + checkpoint.iteration)
+        valid = torch.ones(envs.num_envs, dtype=torch.bool, device=device)
+        state.cursor = EnvCursor(normalize_obs(first.obs, update=False), first.action_mask, valid)
+        if state.reward_scaler is not None:
+            state.reward_scaler.discounted_return.zero_()
+    restore_rng(tensors, meta["rng"])
+    return exact
+
+
+def rewind_metrics(run_dir: Path, global_step: int) -> list[dict[str, Any]]:
+    """Cut ``metrics.jsonl`` back to the records at or before ``global_step`` (a process killed after
+    its last checkpoint logged iterations that the resumed run logs again) and return them."""
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.exists():
+        return []
+    kept, lines = [], []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a line cut short by a kill
+        if record.get("global_step", math.inf) <= global_step:
+            kept.append(record)
+            lines.append(line)
+    atomic_write_text(path, "".join(f"{line}\n" for line in lines))
+    return kept
+
+
+__all__ = [
+    "AGENT_FILE",
+    "POLICY_FILE",
+    "Checkpoint",
+    "atomic_write_text",
+    "env_is_exact",
+    "find_checkpoint",
+    "list_checkpoints",
+    "load_checkpoint",
+    "restore_envs",
+    "restore_rng",
+    "restore_train_state",
+    "rewind_metrics",
+    "save_checkpoint",
+    "snapshot_envs",
+]

@@ -1,0 +1,120 @@
+"""Exact resume: 2N iterations in one go == N, stop (a real SIGINT), resume for N."""
+
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+import fastppo
+from fastppo.checkpoint import list_checkpoints
+from fastppo.cli import main
+from fastppo.logger import RunLogger
+from fastppo.trainer import resume_config, train
+
+ITERATIONS = 6  # of 32 steps x 4 envs
+UNTIMED = ("time", "charts/SPS")
+
+
+def config(env_id: str = "CartPole-v1", **overrides):
+    base = {"num_envs": 4, "num_steps": 32, "total_timesteps": ITERATIONS * 128, "progress": False, "checkpoint_every": 0}
+    return fastppo.make_config(env_id, overrides=base | overrides)
+
+
+def stop_after(monkeypatch: pytest.MonkeyPatch, iterations: int) -> None:
+    """Deliver SIGINT to this process right after iteration ``iterations`` is logged."""
+    log = RunLogger.log
+
+    def log_then_signal(self, step, metrics):
+        log(self, step, metrics)
+        if len(self.history) == iterations:
+            signal.raise_signal(signal.SIGINT)
+
+    monkeypatch.setattr(RunLogger, "log", log_then_signal)
+
+
+def metrics(run_dir: Path) -> list[dict]:
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in r.items() if not k.startswith(UNTIMED)} for r in records]
+
+
+def assert_same_run(a: Path, b: Path) -> None:
+    wa, wb = load_file(str(a / "policy.safetensors")), load_file(str(b / "policy.safetensors"))
+    assert wa.keys() == wb.keys()
+    for key in wa:
+        assert torch.equal(wa[key], wb[key]), key
+    ma, mb = metrics(a), metrics(b)
+    assert len(ma) == ITERATIONS
+    assert ma == mb
+
+
+@pytest.mark.parametrize(
+    "env_id, overrides",
+    [
+        ("CartPole-v1", {}),
+        ("CartPole-v1", {"normalize_obs": True, "normalize_reward": True, "objective": "kl", "tensorboard": False}),
+        ("Pendulum-v1", {"normalize_obs": True, "normalize_reward": True, "tensorboard": False}),
+        ("CartPole-v1", {"backend": "tensor", "tensorboard": False}),
+    ],
+    ids=["cartpole", "cartpole-normalised-kl", "pendulum-normalised", "cartpole-tensor-backend"],
+)
+def test_stop_and_resume_equals_one_go(tmp_path, monkeypatch, env_id, overrides):
+    train(config(env_id, **overrides), tmp_path / "one_go")
+
+    with monkeypatch.context() as patch:
+        stop_after(patch, ITERATIONS // 2)
+        agent = train(config(env_id, **overrides), tmp_path / "split")
+    assert len(agent.history) == ITERATIONS // 2
+    assert [p.name for p in list_checkpoints(tmp_path / "split")] == [f"{ITERATIONS // 2:06d}"]
+
+    resumed_config, checkpoint = resume_config(tmp_path / "split")
+    resumed = train(resumed_config, tmp_path / "split", checkpoint)
+    assert len(resumed.history) == ITERATIONS  # the history before the stop is reloaded
+    assert_same_run(tmp_path / "one_go", tmp_path / "split")
+
+
+def test_resume_after_a_kill_drops_metrics_logged_past_the_checkpoint(tmp_path, monkeypatch):
+    train(config(), tmp_path / "one_go")
+    run = tmp_path / "killed"
+    train(config(checkpoint_every=2), run)
+    # As if killed after iteration 5: checkpoint 4 is the newest, metrics.jsonl has 6 lines.
+    for newer in list_checkpoints(run)[-1:]:
+        __import__("shutil").rmtree(newer)
+    (run / "checkpoints" / "latest").write_text("000004\n")
+    assert main(["train", "--resume", str(run)]) == 0
+    assert_same_run(tmp_path / "one_go", run)
+
+
+def test_resume_through_the_cli_can_extend_the_budget(tmp_path, capsys):
+    run = tmp_path / "run"
+    assert main(["train", "CartPole-v1", "--run-dir", str(run), "--total-timesteps", "256", "--progress", "false", "--tensorboard", "false"]) == 0
+    assert main(["train", "--resume", str(run), "--total-timesteps", "512"]) == 0
+    out = capsys.readouterr().out
+    assert "resuming" in out and "512 steps" in out
+    assert [r["global_step"] for r in metrics(run)] == [256, 512]
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["train", "--resume", "{missing}"], "does not exist"),
+        (["train", "--resume", "{empty}"], "no checkpoint in"),
+        (["train", "--resume", "{run}", "--learning-rate", "1"], "cannot change ppo.learning_rate when resuming"),
+        (["train", "Pendulum-v1", "--resume", "{run}"], "trains CartPole-v1, not Pendulum-v1"),
+        (["train", "CartPole-v1", "--run-dir", "{run}"], "already holds a run"),
+        (["train"], "give an ENV_ID"),
+    ],
+)
+def test_resume_errors_are_one_line(tmp_path, capsys, argv, message):
+    run, empty = tmp_path / "run", tmp_path / "empty"
+    empty.mkdir()
+    train(config(total_timesteps=128, tensorboard=False), run)
+    capsys.readouterr()
+    argv = [a.format(missing=tmp_path / "missing", empty=empty, run=run) for a in argv]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and message in err, err
