@@ -50,7 +50,12 @@ class ActorCritic(nn.Module):
         super().__init__()
         cfg = cfg or PolicyConfig()
         self.actor_encoder, features = make_encoder(obs_space, cfg)
-        self.critic_encoder = self.actor_encoder if cfg.shared_trunk else make_encoder(obs_space, cfg)[0]
+        if cfg.shared_trunk:
+            # A plain attribute, not a second registered submodule: the state dict then holds each
+            # shared weight once, which safetensors requires (it refuses aliased tensors).
+            object.__setattr__(self, "critic_encoder", self.actor_encoder)
+        else:
+            self.critic_encoder = make_encoder(obs_space, cfg)[0]
         self.shared_trunk = cfg.shared_trunk
         self.action_head = make_action_head(action_space, features, cfg.init_log_std)
         self.value_head = layer_init(nn.Linear(features, 1), gain=1.0)
