@@ -1,0 +1,79 @@
+"""The PPO/GRPO/RLOO trainer: learning on a synthetic task, outputs, checkpoints and exact resume."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+import torch
+
+from fastppo.rlhf.checkpoint import latest_checkpoint
+from fastppo.rlhf.trainer import train
+
+from tests.rlhf.tiny import PROMPTS, early_letters, tiny_config
+
+
+def _window_mean(history, key, window=5):
+    return sum(h[key] for h in history[:window]) / window, sum(h[key] for h in history[-window:]) / window
+
+
+def _learn(tiny_model, tmp_path, **ppo):
+    cfg = tiny_config(tiny_model, tmp_path, steps=30, mini_batch_size=8, ppo_epochs=4, learning_rate=3e-3, **ppo)
+    return train(cfg, early_letters, PROMPTS)
+
+
+def test_ppo_raises_the_reward_while_kl_stays_bounded(tiny_model, tmp_path) -> None:
+    history = _learn(tiny_model, tmp_path, prompts_per_step=8, num_generations=1)
+    start, end = _window_mean(history, "rlhf/reward_mean")
+    assert end > start + 0.2, f"reward {start:.3f} -> {end:.3f}"
+    assert max(h["rlhf/kl_ref"] for h in history) < 10.0
+    assert history[0]["rlhf/kl_ref"] == 0.0, "the first rollout is sampled from the reference itself"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("estimator", ["grpo", "rloo"])
+def test_critic_free_estimators_raise_the_reward(tiny_model, tmp_path, estimator) -> None:
+    history = _learn(tiny_model, tmp_path, prompts_per_step=2, num_generations=4, estimator=estimator)
+    start, end = _window_mean(history, "rlhf/reward_mean")
+    assert end > start + 0.08, f"reward {start:.3f} -> {end:.3f}"
+    assert max(h["rlhf/kl_ref"] for h in history) < 10.0
+
+
+@pytest.mark.parametrize("estimator,critic", [("gae", "separate"), ("grpo", "shared"), ("rloo", "shared")])
+def test_every_estimator_runs_and_logs(tiny_model, tmp_path, estimator, critic) -> None:
+    cfg = tiny_config(tiny_model, tmp_path, estimator=estimator, critic=critic, gradient_accumulation_steps=2, kl_target=1.0)
+    history = train(cfg, early_letters, PROMPTS)
+    lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [line["step"] for line in lines] == [1, 2]
+    for key in ("rlhf/reward_mean", "rlhf/kl_ref", "rlhf/kl_coef", "rlhf/response_length", "losses/approx_kl", "losses/clipfrac", "losses/entropy"):
+        assert key in lines[-1], key
+    assert ("losses/value_loss" in lines[-1]) == (estimator == "gae")
+    assert history[1]["rlhf/kl_coef"] != history[0]["rlhf/kl_coef"], "the adaptive controller moved the coefficient"
+    assert list((tmp_path / "tensorboard").iterdir())
+    checkpoint = latest_checkpoint(tmp_path)
+    assert checkpoint is not None and (checkpoint / "policy" / "config.json").is_file()
+    assert (checkpoint / "critic" / "config.json").is_file() == (critic == "separate" and estimator == "gae")
+
+
+def test_resume_continues_exactly_where_the_run_stopped(tiny_model, tmp_path) -> None:
+    deterministic = lambda h: {k: v for k, v in h.items() if not k.startswith(("time/", "perf/"))}  # noqa: E731
+    full = train(tiny_config(tiny_model, tmp_path / "full", steps=3, kl_target=1.0), early_letters, PROMPTS)
+    interrupted = tiny_config(tiny_model, tmp_path / "resumed", steps=2, kl_target=1.0)
+    train(interrupted, early_letters, PROMPTS)
+    resumed_cfg = replace(interrupted, ppo=replace(interrupted.ppo, steps=3), run=replace(interrupted.run, resume=True, keep_checkpoints=1))
+    resumed = train(resumed_cfg, early_letters, PROMPTS)
+    assert len(resumed) == 1
+    assert deterministic(resumed[0]) == pytest.approx(deterministic(full[-1]), rel=1e-5, abs=1e-6)
+    assert [p.name for p in (tmp_path / "resumed").glob("checkpoint-*")] == ["checkpoint-000003"]
+    steps = [json.loads(line)["step"] for line in (tmp_path / "resumed" / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [1, 2, 3]
+
+
+def test_first_ppo_epoch_starts_at_ratio_one(tiny_model, tmp_path) -> None:
+    """One epoch with a minibatch equal to the batch: one optimizer step after the only forward,
+    so the logged ratio and approx_kl are those of the untouched policy."""
+    cfg = tiny_config(tiny_model, tmp_path, steps=1, mini_batch_size=8, gradient_accumulation_steps=4)
+    history = train(cfg, early_letters, PROMPTS)
+    assert history[0]["losses/ratio_mean"] == pytest.approx(1.0, abs=1e-6)
+    assert history[0]["losses/approx_kl"] == pytest.approx(0.0, abs=1e-7)
