@@ -1,0 +1,65 @@
+"""`fastppo rlhf` / `fastppo dpo` through the parser the top-level CLI uses."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from fastppo.cli import OneLineErrorParser
+from fastppo.errors import FastPPOError
+from fastppo.rlhf.cli import register
+
+
+def _parse(argv: list[str]):
+    parser = OneLineErrorParser(prog="fastppo")
+    register(parser.add_subparsers(dest="command", required=True, parser_class=OneLineErrorParser))
+    return parser.parse_args(argv)
+
+
+def _run(argv: list[str]) -> int:
+    args = _parse(argv)
+    return args.func(args)
+
+
+def test_rlhf_command_trains_and_resumes(tiny_model, tmp_path, capsys) -> None:
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("\n".join(json.dumps({"prompt": p}) for p in ("hi", "abc", "yo", "ok")))
+    argv = ["rlhf", "--model", str(tiny_model), "--reward", "tests.rlhf.tiny:early_letters", "--prompts", str(prompts),
+            "--steps", "2", "--prompts-per-step", "2", "--num-generations", "2", "--mini-batch-size", "2", "--ppo-epochs", "1",
+            "--max-new-tokens", "6", "--estimator", "rloo", "--output-dir", str(tmp_path / "run"), "--no-progress", "--lora"]
+    assert _run(argv) == 0
+    assert "reward" in capsys.readouterr().out
+    assert _run([*argv[: argv.index("--steps") + 1], "3", *argv[argv.index("--steps") + 2 :], "--resume"]) == 0
+    steps = [json.loads(line)["step"] for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [1, 2, 3]
+
+
+def test_dpo_command(tiny_model, tmp_path) -> None:
+    data = tmp_path / "pairs.jsonl"
+    data.write_text(json.dumps({"prompt": "hi", "chosen": "aa", "rejected": "zz"}) + "\n")
+    assert _run(["dpo", "--model", str(tiny_model), "--data", str(data), "--batch-size", "1", "--output-dir", str(tmp_path / "dpo"), "--no-progress"]) == 0
+    assert (tmp_path / "dpo" / "metrics.jsonl").is_file()
+
+
+@pytest.mark.parametrize(
+    "extra,message",
+    [
+        (["--mini-batch-size", "3"], "must divide"),
+        (["--estimator", "grpo"], "num-generations 2"),
+        (["--estimator", "ppo"], "invalid choice"),
+        (["--top-p", "0"], "top-p"),
+    ],
+)
+def test_bad_flags_fail_before_loading_anything(tmp_path, extra, message) -> None:
+    with pytest.raises(FastPPOError, match=message):
+        _run(["rlhf", "--model", str(tmp_path / "not-loaded"), "--reward", "x:y", "--prompts", "p.jsonl", *extra])
+
+
+def test_missing_inputs_are_one_line_errors(tiny_model, tmp_path) -> None:
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    with pytest.raises(FastPPOError, match="empty"):
+        _run(["rlhf", "--model", str(tiny_model), "--reward", "tests.rlhf.tiny:early_letters", "--prompts", str(empty)])
+    with pytest.raises(FastPPOError, match="required"):
+        _parse(["rlhf", "--reward", "x:y", "--prompts", "p.jsonl"])
