@@ -100,9 +100,11 @@ def test_episode_end_stops_credit_flowing_backwards():
         assert a2[1, 0].item() != pytest.approx(a[1, 0].item())
 
 
-def test_next_step_reset_row_does_not_leak_into_earlier_rows():
-    # Gymnasium NEXT_STEP autoreset: the episode ends at t = 2 (truncated here, so it bootstraps
-    # from next_values[2] = V(final obs)); row 3 is a reset row with no real transition.
+@pytest.mark.parametrize("end", ["truncated", "terminated"])
+def test_next_step_reset_row_does_not_leak_into_earlier_rows(end):
+    # Gymnasium NEXT_STEP autoreset: the episode ends at t = 2 (a truncated end bootstraps from
+    # next_values[2] = V(final obs), a terminated one does not); row 3 is a reset row with no real
+    # transition.
     T = 6
     g = torch.Generator().manual_seed(3)
     rewards = torch.randn(T, 1, generator=g, dtype=torch.float64)
@@ -111,7 +113,7 @@ def test_next_step_reset_row_does_not_leak_into_earlier_rows():
     next_values = shift_values(values, last_value)
     terminated = torch.zeros(T, 1, dtype=torch.bool)
     truncated = torch.zeros(T, 1, dtype=torch.bool)
-    truncated[2, 0] = True
+    (truncated if end == "truncated" else terminated)[2, 0] = True
     gamma, lam = 0.99, 0.95
     adv, ret = compute_gae(rewards, values, next_values, terminated, truncated, gamma, lam)
 
@@ -126,10 +128,18 @@ def test_next_step_reset_row_does_not_leak_into_earlier_rows():
     assert not torch.allclose(adv2[3], adv[3])
     torch.testing.assert_close(ret2, adv2 + v2)
 
-    # Rows 0..2 equal GAE over the first episode alone, bootstrapped from V(final obs).
+    # Rows 0..2 equal GAE over the first episode alone (bootstrapped from V(final obs) if truncated).
     expected = reference_gae(
-        rewards[:3].tolist(), values[:3].tolist(), next_values[:3].tolist(), [[0]] * 3, [[0], [0], [1]], gamma, lam
+        rewards[:3].tolist(),
+        values[:3].tolist(),
+        next_values[:3].tolist(),
+        terminated[:3].tolist(),
+        truncated[:3].tolist(),
+        gamma,
+        lam,
     )
+    bootstrap = gamma * next_values[2, 0].item() if end == "truncated" else 0.0
+    assert adv[2, 0].item() == pytest.approx(rewards[2, 0].item() + bootstrap - values[2, 0].item())
     torch.testing.assert_close(adv[:3], torch.tensor(expected, dtype=torch.float64))
 
 
