@@ -81,3 +81,10 @@ def test_explained_variance_masked_and_degenerate():
     mask = torch.tensor([True, True, True, True, False])
     assert explained_variance(values, returns, mask) == pytest.approx(1.0)
     assert math.isnan(explained_variance(torch.zeros(3), torch.ones(3)))
+
+
+def test_non_finite_values_in_masked_entries_do_not_leak():
+    x = torch.tensor([1.0, 3.0, float("inf"), float("nan")])
+    mask = torch.tensor([True, True, False, False])
+    assert masked_mean(x, mask).item() == 2.0
+    assert masked_var(x, mask).item() == 2.0

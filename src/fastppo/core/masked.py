@@ -6,6 +6,7 @@ sequences and the prompt/padding/post-EOS tokens of a language-model rollout.
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor
 
 
@@ -13,18 +14,20 @@ def masked_mean(x: Tensor, mask: Tensor | None = None) -> Tensor:
     """Mean of ``x`` over entries where ``mask`` is true (plain mean when ``mask`` is None)."""
     if mask is None:
         return x.mean()
-    m = mask.to(x.dtype)
-    return (x * m).sum() / m.sum().clamp_min(1.0)
+    # where, not x * mask: an inf in a masked entry (e.g. exp of a padding token's log-ratio)
+    # would otherwise turn the mean into NaN.
+    mask = mask.bool()
+    return torch.where(mask, x, 0.0).sum() / mask.sum().clamp_min(1)
 
 
 def masked_var(x: Tensor, mask: Tensor | None = None) -> Tensor:
     """Unbiased variance of ``x`` over the valid entries (like ``Tensor.var``)."""
     if mask is None:
         return x.var()
-    m = mask.to(x.dtype)
-    n = m.sum()
-    mean = (x * m).sum() / n.clamp_min(1.0)
-    return (((x - mean) ** 2) * m).sum() / (n - 1.0).clamp_min(1.0)
+    mask = mask.bool()
+    n = mask.sum()
+    mean = masked_mean(x, mask)
+    return torch.where(mask, (x - mean) ** 2, 0.0).sum() / (n - 1).clamp_min(1)
 
 
 def normalize_advantages(advantages: Tensor, mask: Tensor | None = None, eps: float = 1e-8) -> Tensor:
