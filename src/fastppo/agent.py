@@ -101,9 +101,9 @@ def load_agent(directory: str | Path, device: str | torch.device = "cpu") -> Age
         config = Config.from_dict(meta["config"])
         tensors = load_file(str(directory / POLICY_FILE), device=str(device))
     except FileNotFoundError as exc:
-        raise FastPPOError(f"no saved agent in {directory}: {Path(exc.filename).name} is missing (train with --run-dir, or give a checkpoint folder)") from None
+        raise FastPPOError(f"no saved agent in {directory}: {Path(exc.filename or POLICY_FILE).name} is missing (train with --run-dir, or give a checkpoint folder)") from None
     except (ValueError, KeyError, TypeError, AttributeError, SafetensorError, OSError) as exc:
-        raise FastPPOError(f"cannot read the agent in {directory}: damaged or foreign file ({exc})") from None
+        raise FastPPOError(f"cannot read the agent in {directory}: damaged or foreign file ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") from None
     env = make_single_env(config.env.env_id)
     agent = build_agent(config, env.observation_space, env.action_space, torch.device(device))
     env.close()

@@ -1,4 +1,5 @@
-"""The Python API: ``fastppo.train``, ``fastppo.load`` and the config builder the CLI shares."""
+"""The Python API: ``fastppo.train``, ``resume``, ``load``, ``evaluate``, ``record``, ``export_onnx``
+and the config builder the CLI shares."""
 
 from __future__ import annotations
 
@@ -68,3 +69,25 @@ def load(run_dir: str | Path, device: str = "cpu") -> Agent:
     """The agent saved in a run directory (its final agent, else its newest checkpoint), or in a
     checkpoint folder (``RUN_DIR/checkpoints/000050``)."""
     return load_agent(run_dir, device)
+
+
+def evaluate(agent: Agent | str | Path, env_id: str | None = None, episodes: int = 10, deterministic: bool = False, seed: int | None = None):
+    """Play ``episodes`` episodes (default env: the agent's own) with frozen observation statistics;
+    returns an ``EvalResult`` (returns, lengths, mean_return, std_return, mean_length, std_length)."""
+    from fastppo.evaluation import evaluate as run_evaluation
+
+    return run_evaluation(agent, env_id, episodes, deterministic, seed)
+
+
+def record(agent: Agent | str | Path, out: str | Path, episodes: int = 1, deterministic: bool = True, seed: int | None = None) -> Path:
+    """Render ``episodes`` episodes to the MP4 file ``out`` (needs the ``video`` extra)."""
+    from fastppo.evaluation import record as run_recording
+
+    return run_recording(agent, out, episodes, deterministic=deterministic, seed=seed)[0]
+
+
+def export_onnx(agent: Agent | str | Path, path: str | Path) -> Path:
+    """Write the deterministic policy, observation normalisation included, to ONNX (``export`` extra)."""
+    from fastppo.export import export_onnx as run_export
+
+    return run_export(agent, path)

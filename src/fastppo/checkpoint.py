@@ -152,10 +152,17 @@ def _encode(value: Any) -> Any:
         return {"scalar": value.dtype.str, "data": value.item()}
     if isinstance(value, _SIMPLE):
         return value
+    if isinstance(value, (tuple, list)) and len(value) <= _MAX_ARRAY:
+        items = [_encode(v) for v in value]  # MountainCar keeps its state as a tuple of floats
+        if all(item is not ... for item in items):
+            return {type(value).__name__: items}
     return ...
 
 
 def _decode(value: Any) -> Any:
+    if isinstance(value, dict) and ("tuple" in value or "list" in value):
+        kind = "tuple" if "tuple" in value else "list"
+        return (tuple if kind == "tuple" else list)(_decode(v) for v in value[kind])
     if isinstance(value, dict) and "ndarray" in value:
         return np.asarray(value["data"], dtype=np.dtype(value["ndarray"])).reshape(value["shape"])
     if isinstance(value, dict) and "scalar" in value:
@@ -315,10 +322,12 @@ def save_checkpoint(run_dir: Path, state: TrainState, envs: VecEnv, keep: int) -
         os.replace(tmp, final)
     _fsync_dir(root)
     atomic_write_text(root / LATEST, name + "\n")
-    for stale in list_checkpoints(run_dir)[:-keep] if keep > 0 else []:
-        shutil.rmtree(stale, ignore_errors=True)
-    for leftover in root.glob(".tmp-*"):
-        if leftover.is_dir() and leftover != tmp:
+    for stale in list_checkpoints(run_dir)[:-keep]:
+        # Renamed first, so that no numbered folder is ever seen half deleted.
+        trash = root / f".old-{stale.name}-{os.getpid()}"
+        os.replace(stale, trash)
+    for leftover in [*root.glob(".tmp-*"), *root.glob(".old-*")]:
+        if leftover.is_dir():  # ours, or left by a killed process
             shutil.rmtree(leftover, ignore_errors=True)
     return final
 
@@ -357,6 +366,9 @@ class Checkpoint:
 def load_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> Checkpoint:
     """Read a checkpoint (a run directory's newest, or a checkpoint folder); FastPPOError if damaged."""
     folder = find_checkpoint(path)
+    for name in (AGENT_FILE, POLICY_FILE, TRAINER_JSON, TRAINER_TENSORS):
+        if not (folder / name).is_file():
+            raise FastPPOError(f"checkpoint {folder} is incomplete: {name} is missing; delete it to use the previous one")
     agent = load_agent(folder, device)
     try:
         meta = json.loads((folder / TRAINER_JSON).read_text())
@@ -367,7 +379,7 @@ def load_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> Che
     except FileNotFoundError as exc:
         raise FastPPOError(f"checkpoint {folder} is incomplete: {Path(exc.filename).name} is missing") from None
     except (json.JSONDecodeError, KeyError, TypeError, ValueError, UnicodeDecodeError, SafetensorError, OSError) as exc:
-        raise FastPPOError(f"checkpoint {folder} is damaged or not a fastppo checkpoint ({exc}); delete it to use the previous one") from None
+        raise FastPPOError(f"checkpoint {folder} is damaged or not a fastppo checkpoint ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__}); delete it to use the previous one") from None
 
 
 def restore_train_state(state: TrainState, envs: VecEnv, checkpoint: Checkpoint, normalize_obs: ObservationNormalizer) -> bool:

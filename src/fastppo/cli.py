@@ -26,6 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     from fastppo import train_cli
 
     train_cli.register(subparsers)
+    __import__("fastppo.run_cli", fromlist=["register"]).register(subparsers)  # eval, record, plot, export
     return parser
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import random
 import signal
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -24,8 +25,8 @@ from fastppo.envs import make_vec_env
 from fastppo.errors import FastPPOError
 from fastppo.logger import RunLogger
 from fastppo.profiling import SectionTimer
-from fastppo.rollout import EnvCursor, ObservationNormalizer, RolloutBuffer, collect_rollout
-from fastppo.update import UpdateCoefficients, ppo_update
+from fastppo.rollout import EnvCursor, ObservationNormalizer, PolicyStep, RolloutBuffer, collect_rollout
+from fastppo.update import MinibatchStep, UpdateCoefficients, check_cudagraphs, make_optimizer, ppo_update, set_learning_rate
 
 RESUMABLE_OVERRIDES = ("ppo.total_timesteps", "run.checkpoint_every", "run.keep_checkpoints", "run.progress", "run.tensorboard", "run.torch_threads")
 """What may change on resume; anything else would make the resumed run a different experiment."""
@@ -129,7 +130,9 @@ def resume_config(run_dir: str | Path, overrides: dict[str, Any] | None = None) 
     config = checkpoint.config
     for key, value in (overrides or {}).items():
         full = resolve_key(config, key)
-        if full not in RESUMABLE_OVERRIDES:
+        section, name = full.split(".")
+        unchanged = getattr(getattr(apply_overrides(Config(), {full: value}), section), name) == getattr(getattr(config, section), name)
+        if full not in RESUMABLE_OVERRIDES and not unchanged:
             raise FastPPOError(f"cannot change {full} when resuming (allowed: {', '.join(RESUMABLE_OVERRIDES)}): start a new run instead")
         apply_overrides(config, {full: value})
     config.validate()
@@ -153,6 +156,8 @@ def train(config: Config, run_dir: Path | None = None, checkpoint: Checkpoint | 
     seed_everything(config.run.seed, config.run.torch_deterministic)
     torch.set_num_threads(config.run.torch_threads)
     device = resolve_device(config.run.device)
+    if config.run.cudagraphs:
+        check_cudagraphs(device)
     envs = make_vec_env(config.env, device, video_dir=run_dir / "videos" if run_dir else None)
     first = envs.reset(seed=config.run.seed)
     agent = build_agent(config, envs.single_observation_space, envs.single_action_space, device)
@@ -160,7 +165,7 @@ def train(config: Config, run_dir: Path | None = None, checkpoint: Checkpoint | 
     normalize_obs = ObservationNormalizer(agent.obs_rms, config.env.clip_obs)
     state = TrainState(
         agent=agent,
-        optimizer=torch.optim.Adam(agent.policy.parameters(), lr=cfg.learning_rate, eps=cfg.adam_eps),
+        optimizer=make_optimizer(agent.policy.parameters(), cfg.learning_rate, cfg.adam_eps, device, config.run.cudagraphs),
         reward_scaler=RewardScaler(envs.num_envs, cfg.gamma, config.env.clip_reward, device) if config.env.normalize_reward else None,
         cursor=EnvCursor(normalize_obs(first.obs, update=True), first.action_mask, torch.ones(envs.num_envs, dtype=torch.bool, device=device)),
         kl_beta=cfg.kl_beta,
@@ -174,28 +179,31 @@ def train(config: Config, run_dir: Path | None = None, checkpoint: Checkpoint | 
             "episodes; weights, optimizer, statistics, counters and RNGs are restored exactly"
         )
     monitor, timer = HealthMonitor(), SectionTimer()
+    # Opt-in speed layers (--compile, --cudagraphs); eager by default.
+    policy_step = PolicyStep(agent.policy, config.run.compile, config.run.cudagraphs)
+    update_step = MinibatchStep(agent.policy, state.optimizer, cfg, config.run.compile, config.run.cudagraphs)
     saved: Path | None = None
+    stopped = ""
     try:
         with StopRequest(enabled=run_dir is not None) as stop:
             while state.iteration < config.num_iterations and not stop.requested:
                 state.iteration += 1
                 progress = (state.iteration - 1) / config.num_iterations
                 start = time.perf_counter()
-                for group in state.optimizer.param_groups:
-                    group["lr"] = scheduled(cfg.lr_schedule, cfg.learning_rate, progress)
+                set_learning_rate(state.optimizer, scheduled(cfg.lr_schedule, cfg.learning_rate, progress))
                 coefs = UpdateCoefficients(
                     clip_coef=scheduled(cfg.clip_schedule, cfg.clip_coef, progress),
                     ent_coef=scheduled(cfg.ent_schedule, cfg.ent_coef, progress),
                     kl_beta=state.kl_beta,
                 )
 
-                state.cursor, last_value = collect_rollout(agent.policy, envs, buf, state.cursor, normalize_obs, state.reward_scaler, timer)
+                state.cursor, last_value = collect_rollout(agent.policy, envs, buf, state.cursor, normalize_obs, state.reward_scaler, timer, policy_step)
                 check_finite_rollout(buf, state.cursor, state.iteration, state.global_step)
                 advantages, returns = compute_gae(
                     buf.rewards, buf.values, shift_values(buf.values, last_value), buf.terminated, buf.truncated, cfg.gamma, cfg.gae_lambda
                 )
                 with timer.section("update"):
-                    losses = ppo_update(agent.policy, state.optimizer, buf.flatten(advantages=advantages, returns=returns), cfg, config.minibatch_size, coefs)
+                    losses = ppo_update(agent.policy, state.optimizer, buf.flatten(advantages=advantages, returns=returns), cfg, config.minibatch_size, coefs, update_step)
                 state.global_step += config.batch_size
                 check_finite(losses, agent, state.iteration, state.global_step)
                 if cfg.objective == "kl":
@@ -214,14 +222,15 @@ def train(config: Config, run_dir: Path | None = None, checkpoint: Checkpoint | 
             if stop.requested and run_dir is not None:
                 if saved is None or not saved.name.endswith(f"{state.iteration:06d}"):
                     saved = save_checkpoint(run_dir, state, envs, config.run.keep_checkpoints)
-                logger.message(f"fastppo: {signal.Signals(stop.signal).name}: stopped after iteration {state.iteration}, checkpoint saved in {saved}")
-                logger.message(f"fastppo: resume with: fastppo train --resume {run_dir}")
+                stopped = f"fastppo: {signal.Signals(stop.signal).name}: stopped after iteration {state.iteration}, checkpoint saved in {saved}"
     except FastPPOError as exc:
         good = list_checkpoints(run_dir) if run_dir is not None else []
         raise FastPPOError(f"{exc}; the last good checkpoint is kept: {good[-1]}" if good else str(exc)) from None
     finally:
         logger.close()
         envs.close()
+    if stopped:  # plain print, after the progress bar is gone: one unwrapped line to copy
+        print(f"{stopped}\nfastppo: resume with: fastppo train --resume {run_dir}", file=sys.stderr, flush=True)
     agent.history = logger.history
     if run_dir is not None:
         agent.save(run_dir)
@@ -245,7 +254,7 @@ def open_logger(config: Config, run_dir: Path | None, checkpoint: Checkpoint | N
 def iteration_metrics(losses, episodes, seconds, state: TrainState, coefs: UpdateCoefficients, buf: RolloutBuffer, returns, elapsed: float, batch_size: int) -> dict[str, float]:
     """The logged scalars of one iteration, under CleanRL's names."""
     metrics = {
-        "charts/learning_rate": state.optimizer.param_groups[0]["lr"],
+        "charts/learning_rate": float(state.optimizer.param_groups[0]["lr"]),
         "charts/clip_coef": coefs.clip_coef,
         "charts/ent_coef": coefs.ent_coef,
         "charts/SPS": batch_size / elapsed,

@@ -47,7 +47,9 @@ def make_single_env(env_id: str, video_dir: Path | None = None, render_mode: str
         render_mode = "rgb_array"
     env = gym.make(resolve_env_id(env_id), render_mode=render_mode)
     if video_dir is not None:
-        env = gym.wrappers.RecordVideo(env, str(video_dir), disable_logger=True)
+        from fastppo.video import RecordEpisodeVideo  # imageio, not RecordVideo's moviepy
+
+        env = RecordEpisodeVideo(env, video_dir)
     env = gym.wrappers.RecordEpisodeStatistics(env)
     return flatten_if_needed(env)
 

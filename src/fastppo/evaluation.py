@@ -1,0 +1,155 @@
+"""Evaluation episodes with a trained agent (frozen observation statistics), and recording them.
+
+Named evaluation.py, not evaluate.py, so that the module never shadows ``fastppo.evaluate``.
+
+    agent = fastppo.load("runs/CartPole-v1__ppo__1__1700000000")
+    result = fastppo.evaluate(agent, episodes=10, deterministic=True, seed=0)
+    print(result)            # CartPole-v1: return 500.0 ± 0.0, length 500.0 ± 0.0 over 10 episodes
+    fastppo.record(agent, "cartpole.mp4")
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from fastppo.agent import Agent, load_agent
+from fastppo.envs.gymnasium_vec import ACTION_MASK_KEY
+from fastppo.envs.make import make_single_env
+from fastppo.errors import FastPPOError
+from fastppo.video import VideoWriter, env_fps
+
+
+@dataclass
+class EvalResult:
+    """Undiscounted returns and lengths of the evaluation episodes (raw env rewards)."""
+
+    env_id: str
+    deterministic: bool
+    seed: int | None
+    returns: list[float] = field(default_factory=list)
+    lengths: list[int] = field(default_factory=list)
+
+    @property
+    def mean_return(self) -> float:
+        return float(np.mean(self.returns))
+
+    @property
+    def std_return(self) -> float:
+        return float(np.std(self.returns))
+
+    @property
+    def mean_length(self) -> float:
+        return float(np.mean(self.lengths))
+
+    @property
+    def std_length(self) -> float:
+        return float(np.std(self.lengths))
+
+    def to_dict(self) -> dict[str, Any]:
+        stats = {k: getattr(self, k) for k in ("mean_return", "std_return", "mean_length", "std_length")}
+        return {**asdict(self), "episodes": len(self.returns), **stats}
+
+    def __str__(self) -> str:
+        mode = "deterministic" if self.deterministic else "stochastic"
+        return (
+            f"{self.env_id}: return {self.mean_return:.1f} ± {self.std_return:.1f}, length {self.mean_length:.1f} ± "
+            f"{self.std_length:.1f} over {len(self.returns)} episodes ({mode} policy)"
+        )
+
+
+def _as_agent(agent: Agent | str | Path) -> Agent:
+    return agent if isinstance(agent, Agent) else load_agent(agent)
+
+
+def run_episodes(
+    agent: Agent,
+    env: gym.Env,
+    episodes: int,
+    deterministic: bool,
+    seed: int | None,
+    on_frame: Callable[[Any], None] | None = None,
+) -> tuple[list[float], list[int]]:
+    """Play ``episodes`` full episodes in ``env``; ``on_frame`` gets each rendered frame."""
+    if episodes < 1:
+        raise FastPPOError(f"--episodes must be >= 1, got {episodes}")
+    space = env.action_space
+    returns, lengths = [], []
+    # A seed makes the whole evaluation repeatable (env resets and the policy's samples) without
+    # touching the global torch RNG a training run in the same process depends on.
+    with torch.random.fork_rng(devices=[]):
+        if seed is not None:
+            torch.manual_seed(seed)
+        for episode in range(episodes):
+            obs, info = env.reset(seed=seed if episode == 0 else None)
+            if on_frame is not None:
+                on_frame(env.render())
+            total, length, done = 0.0, 0, False
+            while not done:
+                action = agent.act(obs, deterministic=deterministic, action_mask=info.get(ACTION_MASK_KEY))
+                if isinstance(space, gym.spaces.Box):
+                    action = np.clip(action, space.low, space.high)
+                obs, reward, terminated, truncated, info = env.step(action)
+                if on_frame is not None:
+                    on_frame(env.render())
+                total += float(reward)
+                length += 1
+                done = terminated or truncated
+            returns.append(total)
+            lengths.append(length)
+    return returns, lengths
+
+
+def evaluate(
+    agent: Agent | str | Path,
+    env_id: str | None = None,
+    episodes: int = 10,
+    deterministic: bool = False,
+    seed: int | None = None,
+) -> EvalResult:
+    """Mean ± std return and length over ``episodes`` episodes of ``env_id`` (default: the env the
+    agent was trained on), with the observation statistics frozen as saved."""
+    agent = _as_agent(agent)
+    env_id = env_id or agent.config.env.env_id
+    env = make_single_env(env_id, for_eval=True)
+    try:
+        _check_spaces(agent, env, env_id)
+        returns, lengths = run_episodes(agent, env, episodes, deterministic, seed)
+    finally:
+        env.close()
+    return EvalResult(env_id, deterministic, seed, returns, lengths)
+
+
+def record(
+    agent: Agent | str | Path,
+    out: str | Path,
+    episodes: int = 1,
+    env_id: str | None = None,
+    deterministic: bool = True,
+    seed: int | None = None,
+) -> tuple[Path, EvalResult, int]:
+    """Render ``episodes`` episodes into one MP4 at ``out``; returns (path, result, frames written)."""
+    agent = _as_agent(agent)
+    env_id = env_id or agent.config.env.env_id
+    env = make_single_env(env_id, render_mode="rgb_array", for_eval=True)
+    try:
+        _check_spaces(agent, env, env_id)
+        with VideoWriter(out, env_fps(env)) as video:
+            returns, lengths = run_episodes(agent, env, episodes, deterministic, seed, on_frame=video.append)
+    finally:
+        env.close()
+    return Path(out), EvalResult(env_id, deterministic, seed, returns, lengths), video.frames
+
+
+def _check_spaces(agent: Agent, env: gym.Env, env_id: str) -> None:
+    if tuple(env.observation_space.shape) != tuple(agent.obs_shape):
+        raise FastPPOError(
+            f"{env_id} has observations of shape {env.observation_space.shape}, the agent expects {agent.obs_shape}: "
+            f"evaluate on {agent.config.env.env_id}"
+        )

@@ -1,0 +1,126 @@
+"""ONNX export of the deterministic policy, observation normalisation folded in.
+
+The exported graph maps a batch of raw observations ``obs`` [B, *obs_shape] to the actions the
+agent takes with ``deterministic=True`` (the mode of its action distribution), clipped to the
+action bounds for Box spaces, as the env would clip them. Action masks are not exported.
+
+    fastppo export runs/CartPole-v1__ppo__1__1700000000 --onnx cartpole.onnx
+    session = onnxruntime.InferenceSession("cartpole.onnx")
+    actions = session.run(["action"], {"obs": observations.astype(np.float32)})[0]
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import io
+import json
+import logging
+import os
+import warnings
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from fastppo.agent import Agent, load_agent
+from fastppo.errors import FastPPOError
+from fastppo.envs.make import make_single_env
+
+
+class DeterministicPolicy(nn.Module):
+    """normalise -> actor encoder -> action head -> mode (-> clip): ``Agent.act(obs, deterministic=True)``
+    as one module without Python-side state, ready for tracing."""
+
+    def __init__(self, agent: Agent, action_space: gym.Space):
+        super().__init__()
+        policy = copy.deepcopy(agent.policy).cpu().eval()
+        self.encoder = policy.actor_encoder
+        self.head = policy.action_head
+        self.normalize = agent.obs_rms is not None
+        self.clip_obs = float(agent.config.env.clip_obs)
+        if self.normalize:
+            # The same float32 arithmetic as RunningMeanStd.normalize on float32 observations.
+            self.register_buffer("obs_mean", agent.obs_rms.mean.detach().cpu().float())
+            self.register_buffer("obs_var", agent.obs_rms.var.detach().cpu().float())
+        self.clip_action = isinstance(action_space, gym.spaces.Box)
+        if self.clip_action:
+            self.register_buffer("action_low", torch.as_tensor(action_space.low, dtype=torch.float32))
+            self.register_buffer("action_high", torch.as_tensor(action_space.high, dtype=torch.float32))
+
+    def forward(self, obs: Tensor) -> Tensor:
+        x = obs if obs.dtype == torch.uint8 and not self.normalize else obs.float()
+        if self.normalize:
+            x = ((x - self.obs_mean) / torch.sqrt(self.obs_var + 1e-8)).clamp(-self.clip_obs, self.clip_obs)
+        action = self.head.mode(self.head(self.encoder(x)))
+        if self.clip_action:
+            action = torch.minimum(torch.maximum(action, self.action_low), self.action_high)
+        return action
+
+
+def _has_onnxscript() -> bool:
+    try:
+        import onnxscript  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _torch_onnx_export(module: nn.Module, example: Tensor, path: Path, opset: int, dynamo: bool | None = None) -> None:
+    """torch.export-based exporter (needs onnxscript) when available, else the TorchScript one
+    (deprecated since torch 2.9, still present in 2.13); both with a dynamic batch dimension."""
+    dynamo = _has_onnxscript() if dynamo is None else dynamo
+    # The exporters narrate on stdout, log and warn about their own internals: keep the CLI quiet.
+    onnx_log = logging.getLogger("torch.onnx")
+    level = onnx_log.level
+    onnx_log.setLevel(logging.ERROR)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            if dynamo:
+                torch.onnx.export(
+                    module, (example,), str(path), dynamo=True, input_names=["obs"], output_names=["action"],
+                    dynamic_shapes={"obs": {0: torch.export.Dim("batch")}}, opset_version=opset, external_data=False,
+                )  # fmt: skip
+            else:
+                torch.onnx.export(
+                    module, (example,), str(path), dynamo=False, input_names=["obs"], output_names=["action"],
+                    dynamic_axes={"obs": {0: "batch"}, "action": {0: "batch"}}, opset_version=opset,
+                )  # fmt: skip
+    finally:
+        onnx_log.setLevel(level)
+
+
+def export_onnx(agent: Agent | str | Path, path: str | Path, opset: int = 18) -> Path:
+    """Write ``agent``'s deterministic policy to ``path`` (dynamic batch size); returns the path."""
+    agent = agent if isinstance(agent, Agent) else load_agent(agent)
+    try:
+        import onnx
+    except ImportError:
+        raise FastPPOError("ONNX export needs onnx and onnxscript: pip install 'fastppo[export]'") from None
+    env = make_single_env(agent.config.env.env_id, for_eval=True)
+    obs_space, action_space = env.observation_space, env.action_space
+    env.close()
+    module = DeterministicPolicy(agent, action_space)
+    dtype = torch.uint8 if obs_space.dtype == np.uint8 else torch.float32
+    example = torch.as_tensor(np.stack([obs_space.sample(), obs_space.sample()]), dtype=dtype)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _torch_onnx_export(module, example, path, opset)
+    model = onnx.load(str(path))
+    meta = {
+        "producer": "fastppo",
+        "env_id": agent.config.env.env_id,
+        "observation_space": str(obs_space),
+        "action_space": str(action_space),
+        "deterministic": "true",
+        "config": json.dumps(agent.config.to_dict()),
+    }
+    onnx.helper.set_model_props(model, meta)
+    onnx.checker.check_model(model)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    onnx.save(model, str(tmp))
+    os.replace(tmp, path)
+    return path

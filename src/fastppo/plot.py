@@ -1,0 +1,187 @@
+"""Learning curves and PPO diagnostics of one or more runs, in one PNG.
+
+Runs of the same env and config (everything but the seed and the bookkeeping) are seeds of one
+experiment: drawn as their mean with a shaded min-max band. Reads each run directory's
+``metrics.jsonl`` and ``config.yaml``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from fastppo.errors import FastPPOError
+
+RETURN = "charts/episodic_return"
+DIAGNOSTICS = (
+    ("losses/approx_kl", "approx KL"),
+    ("losses/clipfrac", "clip fraction"),
+    ("losses/entropy", "entropy"),
+    ("losses/value_loss", "value loss"),
+    ("losses/explained_variance", "explained variance"),
+)
+NOT_HYPERPARAMETERS = {
+    "run.seed", "run.exp_name", "run.run_root", "run.device", "run.torch_threads", "run.torch_deterministic",
+    "run.tensorboard", "run.progress", "run.checkpoint_every", "run.keep_checkpoints", "env.capture_video",
+}  # fmt: skip
+"""Config keys that do not make runs different experiments."""
+TITLE_KEYS = {
+    "env.num_envs": "envs", "ppo.num_steps": "steps", "ppo.learning_rate": "lr", "ppo.update_epochs": "epochs",
+    "ppo.num_minibatches": "minibatches", "ppo.clip_coef": "clip", "ppo.gamma": "γ", "ppo.gae_lambda": "λ", "ppo.ent_coef": "ent",
+}  # fmt: skip
+
+
+@dataclass
+class Run:
+    path: Path
+    config: dict[str, Any]  # flat 'section.field' -> value
+    records: list[dict[str, float]]
+
+    @property
+    def env_id(self) -> str:
+        return str(self.config.get("env.env_id", "?"))
+
+    def series(self, name: str) -> tuple[np.ndarray, np.ndarray]:
+        rows = [(r["global_step"], r[name]) for r in self.records if name in r and r[name] is not None]
+        data = np.asarray(rows, dtype=float).reshape(-1, 2)
+        finite = np.isfinite(data[:, 1])
+        return data[finite, 0], data[finite, 1]
+
+
+def read_run(path: str | Path) -> Run:
+    """A run directory's config and metrics; FastPPOError naming what is missing or damaged."""
+    path = Path(path)
+    if not path.is_dir():
+        raise FastPPOError(f"{path} is not a run directory (expected metrics.jsonl and config.yaml in it)")
+    try:
+        if (path / "config.yaml").exists():
+            config = yaml.safe_load((path / "config.yaml").read_text())
+        else:
+            config = json.loads((path / "agent.json").read_text())["config"]
+        flat = {f"{section}.{key}": value for section, values in config.items() for key, value in values.items()}
+        lines = (path / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError as exc:
+        raise FastPPOError(f"{path} is not a fastppo run: {Path(exc.filename).name} is missing") from None
+    except (yaml.YAMLError, ValueError, KeyError, AttributeError, TypeError) as exc:
+        raise FastPPOError(f"cannot read the config of {path}: {str(exc).splitlines()[0]}") from None
+    records = []
+    for line in lines:
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue  # a line cut short by a killed run
+    if not records:
+        raise FastPPOError(f"{path}/metrics.jsonl holds no metrics yet: train longer, or check the run")
+    return Run(path, flat, records)
+
+
+def experiment_key(run: Run) -> tuple:
+    return tuple(sorted((k, json.dumps(v)) for k, v in run.config.items() if k not in NOT_HYPERPARAMETERS))
+
+
+def group_runs(runs: list[Run]) -> list[list[Run]]:
+    """Runs grouped by experiment (same env and hyperparameters), in first-seen order."""
+    groups: dict[tuple, list[Run]] = {}
+    for run in runs:
+        groups.setdefault(experiment_key(run), []).append(run)
+    return list(groups.values())
+
+
+def _labels(groups: list[list[Run]]) -> list[str]:
+    """Each group named by its env plus the hyperparameters that differ between groups."""
+    keys = sorted({k for g in groups for k in g[0].config} - NOT_HYPERPARAMETERS - {"env.env_id"})
+    differing = [k for k in keys if len({json.dumps(g[0].config.get(k)) for g in groups}) > 1]
+    labels = []
+    for group in groups:
+        cfg = group[0].config
+        extra = ", ".join(f"{k.split('.', 1)[1]}={cfg.get(k)}" for k in differing[:4])
+        seeds = f"{len(group)} seed{'s' if len(group) > 1 else ''}"
+        labels.append(f"{group[0].env_id}{' (' + extra + ')' if extra else ''} — {seeds}")
+    return labels
+
+
+def _smooth(values: np.ndarray, window: int) -> np.ndarray:
+    if window <= 1 or len(values) < 2:
+        return values
+    window = min(window, len(values))
+    kernel = np.ones(window) / window
+    # Edge-corrected moving average: the first points average over what exists.
+    return np.convolve(values, kernel, mode="full")[: len(values)] / np.convolve(np.ones(len(values)), kernel, mode="full")[: len(values)]
+
+
+def _aggregate(runs: list[Run], name: str, smooth: int, points: int = 300) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """(steps, mean, min, max) of ``name`` across runs on a common step grid."""
+    curves = [run.series(name) for run in runs]
+    curves = [(x, _smooth(y, smooth)) for x, y in curves if len(x)]
+    if not curves:
+        return None
+    start, end = max(x[0] for x, _ in curves), min(x[-1] for x, _ in curves)
+    grid = np.linspace(start, end, points) if end > start else np.asarray([start])
+    values = np.stack([np.interp(grid, x, y) for x, y in curves])
+    return grid, values.mean(0), values.min(0), values.max(0)
+
+
+def _title(groups: list[list[Run]]) -> str:
+    envs = sorted({g[0].env_id for g in groups})
+    title = f"PPO on {', '.join(envs)}"
+    if len(groups) == 1:
+        cfg = groups[0][0].config
+        shown = ", ".join(f"{short} {cfg[k]:g}" if isinstance(cfg.get(k), float) else f"{short} {cfg.get(k)}" for k, short in TITLE_KEYS.items() if k in cfg)
+        title += f"\n{shown}"
+    return title
+
+
+def plot_runs(run_dirs: list[str | Path], out: str | Path, smooth: int = 10) -> Path:
+    """Episodic return vs env steps (mean and min-max band over seeds) above a row of diagnostics."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if not run_dirs:
+        raise FastPPOError("give at least one run directory to plot")
+    groups = group_runs([read_run(p) for p in run_dirs])
+    labels = _labels(groups)
+    fig = plt.figure(figsize=(16, 9), layout="constrained")
+    grid = fig.add_gridspec(2, len(DIAGNOSTICS), height_ratios=(2.2, 1))
+    ax_return = fig.add_subplot(grid[0, :])
+    diag_axes = [fig.add_subplot(grid[1, i]) for i in range(len(DIAGNOSTICS))]
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for index, (group, label) in enumerate(zip(groups, labels)):
+        color = colors[index % len(colors)]
+        curve = _aggregate(group, RETURN, smooth)
+        if curve is not None:
+            steps, mean, low, high = curve
+            ax_return.plot(steps, mean, color=color, lw=2, label=label)
+            if len(group) > 1:
+                ax_return.fill_between(steps, low, high, color=color, alpha=0.2, lw=0)
+        for ax, (name, _) in zip(diag_axes, DIAGNOSTICS):
+            curve = _aggregate(group, name, smooth)
+            if curve is not None:
+                steps, mean, low, high = curve
+                ax.plot(steps, mean, color=color, lw=1.2)
+                if len(group) > 1:
+                    ax.fill_between(steps, low, high, color=color, alpha=0.15, lw=0)
+    band = " (line: mean over seeds, band: min-max)" if any(len(g) > 1 for g in groups) else ""
+    ax_return.set_title(f"episodic return{band}, moving average over {smooth} iterations", fontsize=11)
+    ax_return.set_xlabel("environment steps")
+    ax_return.set_ylabel("episodic return")
+    ax_return.grid(alpha=0.3)
+    ax_return.legend(loc="best")
+    for ax, (_, title) in zip(diag_axes, DIAGNOSTICS):
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("environment steps", fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.xaxis.get_offset_text().set_fontsize(7)
+        ax.grid(alpha=0.3)
+    fig.suptitle(_title(groups), fontsize=13)
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out

@@ -1,0 +1,95 @@
+"""fastppo eval / record and train --capture-video, from the CLI and the Python API."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import imageio.v2 as imageio
+import numpy as np
+import pytest
+
+import fastppo
+from fastppo.cli import main
+from fastppo.evaluation import EvalResult
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory) -> Path:
+    run = tmp_path_factory.mktemp("eval") / "run"
+    fastppo.train("CartPole-v1", run_dir=run, total_timesteps=512, num_envs=2, num_steps=32, normalize_obs=True, progress=False, tensorboard=False)
+    return run
+
+
+def frames(path: Path) -> int:
+    reader = imageio.get_reader(str(path))
+    try:
+        return sum(1 for _ in reader)
+    finally:
+        reader.close()
+
+
+def test_evaluate_api_returns_stats_and_is_repeatable_with_a_seed(run):
+    agent = fastppo.load(run)
+    result = fastppo.evaluate(agent, episodes=4, seed=3)
+    assert isinstance(result, EvalResult) and len(result.returns) == len(result.lengths) == 4
+    assert result.mean_return == pytest.approx(np.mean(result.returns)) and result.std_return == pytest.approx(np.std(result.returns))
+    assert result.returns == [float(n) for n in result.lengths]  # CartPole: +1 per step
+    assert fastppo.evaluate(agent, episodes=4, seed=3).returns == result.returns
+    assert fastppo.evaluate(run, "CartPole-v1", episodes=2, deterministic=True, seed=0).env_id == "CartPole-v1"
+
+
+def test_evaluation_uses_the_frozen_observation_statistics(run):
+    agent = fastppo.load(run)
+    before = agent.obs_rms.mean.clone()
+    fastppo.evaluate(agent, episodes=2, seed=0)
+    assert agent.obs_rms is not None and float(agent.obs_rms.count) > 1 and (agent.obs_rms.mean == before).all()
+
+
+def test_eval_cli_prints_mean_and_std_or_json(run, capsys):
+    assert main(["eval", str(run), "--episodes", "3", "--deterministic", "--seed", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "return" in out and "±" in out and "over 3 episodes (deterministic policy)" in out
+    assert main(["eval", str(run), "--episodes", "3", "--seed", "1", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["episodes"] == 3 and set(data) >= {"mean_return", "std_return", "mean_length", "std_length", "returns", "lengths"}
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["eval", "{missing}"], "is not a directory"),
+        (["eval", "{empty}"], "agent.json is missing"),
+        (["eval", "{run}", "--episodes", "0"], "--episodes must be >= 1"),
+        (["eval", "{run}", "--env-id", "Pendulum-v1"], "the agent expects"),
+        (["record", "{missing}"], "is not a directory"),
+        (["export", "{empty}", "--onnx", "{empty}/p.onnx"], "agent.json is missing"),
+    ],
+)
+def test_errors_are_one_line_exit_2(run, tmp_path, capsys, argv, message):
+    (tmp_path / "empty").mkdir()
+    argv = [a.format(missing=tmp_path / "missing", empty=tmp_path / "empty", run=run) for a in argv]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and message in err, err
+
+
+def test_record_writes_a_readable_mp4(run, tmp_path, capsys):
+    out = tmp_path / "cartpole.mp4"
+    assert main(["record", str(run), "--episodes", "2", "--out", str(out), "--seed", "0"]) == 0
+    assert "wrote" in capsys.readouterr().out
+    result = fastppo.evaluate(run, episodes=2, deterministic=True, seed=0)
+    assert frames(out) == sum(result.lengths) + 2  # each episode's first frame, then one per step
+    assert fastppo.record(run, tmp_path / "api.mp4", seed=0) == tmp_path / "api.mp4" and frames(tmp_path / "api.mp4") > 0
+
+
+def test_record_defaults_into_the_run_dir(run, capsys):
+    assert main(["record", str(run), "--seed", "0"]) == 0
+    assert frames(run / "videos" / "record.mp4") > 0
+
+
+def test_capture_video_records_episodes_during_training(tmp_path):
+    fastppo.train("CartPole-v1", run_dir=tmp_path, total_timesteps=512, num_envs=2, num_steps=32, capture_video=True, progress=False, tensorboard=False)
+    videos = sorted((tmp_path / "videos").glob("episode-*.mp4"))
+    assert [v.name for v in videos[:2]] == ["episode-000000.mp4", "episode-000001.mp4"]
+    assert frames(videos[0]) > 1

@@ -1,0 +1,71 @@
+"""ONNX export: onnxruntime gives the torch policy's deterministic actions on a batch."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+import fastppo
+import fastppo.export
+from fastppo.cli import main
+
+
+def observations(env_id: str, n: int = 256) -> np.ndarray:
+    """Real observations from a random-action rollout, plus out-of-distribution ones."""
+    env = gym.make(env_id)
+    obs, _ = env.reset(seed=0)
+    env.action_space.seed(0)
+    rows = []
+    for _ in range(n // 2):
+        rows.append(obs)
+        obs, _, terminated, truncated, _ = env.step(env.action_space.sample())
+        if terminated or truncated:
+            obs, _ = env.reset()
+    rng = np.random.default_rng(0)
+    rows += list(rng.normal(0, 2, (n - len(rows), *env.observation_space.shape)))
+    return np.asarray(rows, dtype=np.float32)
+
+
+@pytest.fixture(scope="module", params=["CartPole-v1", "Pendulum-v1"])
+def run(request, tmp_path_factory) -> Path:
+    run = tmp_path_factory.mktemp("export") / "run"
+    fastppo.train(
+        request.param, run_dir=run, total_timesteps=512, num_envs=2, num_steps=64, num_minibatches=2, normalize_obs=True,
+        progress=False, tensorboard=False,
+    )  # fmt: skip
+    return run
+
+
+def check_same_actions(run: Path, path: Path) -> None:
+    agent = fastppo.load(run)
+    obs = observations(agent.config.env.env_id)
+    session = ort.InferenceSession(str(path))
+    onnx_actions = session.run(["action"], {"obs": obs})[0]
+    torch_actions = agent.act(obs, deterministic=True)
+    space = gym.make(agent.config.env.env_id).action_space
+    if isinstance(space, gym.spaces.Box):
+        torch_actions = np.clip(torch_actions, space.low, space.high)
+        np.testing.assert_allclose(onnx_actions, torch_actions, rtol=1e-5, atol=1e-5)
+    else:
+        np.testing.assert_array_equal(onnx_actions, torch_actions)
+    assert onnx_actions.shape[0] == len(obs)
+    assert session.run(["action"], {"obs": obs[:1]})[0].shape[0] == 1  # dynamic batch
+
+
+def test_cli_export_matches_the_torch_policy(run, tmp_path, capsys):
+    path = tmp_path / "policy.onnx"
+    assert main(["export", str(run), "--onnx", str(path)]) == 0
+    assert "wrote" in capsys.readouterr().out
+    check_same_actions(run, path)
+    props = {p.key: p.value for p in onnx.load(str(path)).metadata_props}
+    assert props["producer"] == "fastppo" and props["env_id"] == fastppo.load(run).config.env.env_id
+
+
+def test_torchscript_exporter_fallback_without_onnxscript(run, tmp_path, monkeypatch):
+    monkeypatch.setattr(fastppo.export, "_has_onnxscript", lambda: False)
+    check_same_actions(run, fastppo.export_onnx(run, tmp_path / "legacy.onnx"))

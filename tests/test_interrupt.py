@@ -1,0 +1,56 @@
+"""Ctrl-C / SIGTERM during training: the current iteration finishes, a checkpoint is saved, the
+process says how to resume and exits 0 (a real subprocess, a real signal)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from fastppo.checkpoint import load_checkpoint
+from fastppo.cli import main
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_signal_saves_a_checkpoint_and_exits_0(tmp_path, sig):
+    run = tmp_path / "run"
+    argv = [sys.executable, "-m", "fastppo.cli", "train", "CartPole-v1", "--run-dir", str(run),
+            "--total-timesteps", "100000000", "--progress", "false", "--checkpoint-every", "0"]  # fmt: skip
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    metrics = run / "metrics.jsonl"
+    deadline = time.monotonic() + 60
+    while not (metrics.exists() and metrics.read_text().count("\n") >= 2):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.05)
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert f"fastppo train --resume {run}" in err
+    logged = [json.loads(line) for line in metrics.read_text().splitlines()]
+    checkpoint = load_checkpoint(run)
+    # The checkpoint is the iteration that was running when the signal came, and the last logged.
+    assert checkpoint.global_step == logged[-1]["global_step"]
+    assert checkpoint.iteration == len(logged)
+    assert (run / "policy.safetensors").exists()  # the agent so far, for fastppo eval
+    assert "steps" in out
+
+
+def test_a_run_stopped_by_a_signal_resumes(tmp_path):
+    run = tmp_path / "run"
+    argv = [sys.executable, "-m", "fastppo.cli", "train", "CartPole-v1", "--run-dir", str(run),
+            "--total-timesteps", "100000000", "--progress", "false", "--tensorboard", "false"]  # fmt: skip
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    metrics = run / "metrics.jsonl"
+    while not metrics.exists() or not metrics.read_text():
+        assert proc.poll() is None
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 0
+    step = load_checkpoint(run).global_step
+    assert main(["train", "--resume", str(run), "--total-timesteps", str(step + 512)]) == 0
+    steps = [json.loads(line)["global_step"] for line in metrics.read_text().splitlines()]
+    assert steps == sorted(set(steps)) and steps[-1] == step + 512
