@@ -1,0 +1,54 @@
+"""fastppo plot: seeds of one experiment grouped, diagnostics panel, clear errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib.image as mpimg
+import pytest
+
+import fastppo
+from fastppo.cli import main
+from fastppo.plot import group_runs, read_run
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> list[Path]:
+    root = tmp_path_factory.mktemp("plot")
+    dirs = []
+    for seed, lr in ((1, 1e-3), (2, 1e-3), (1, 3e-4)):
+        run = root / f"lr{lr}_s{seed}"
+        fastppo.train("CartPole-v1", run_dir=run, total_timesteps=2048, seed=seed, learning_rate=lr, progress=False, tensorboard=False)
+        dirs.append(run)
+    return dirs
+
+
+def test_seeds_of_one_config_are_grouped(runs):
+    groups = group_runs([read_run(r) for r in runs])
+    assert [[r.path for r in g] for g in groups] == [runs[:2], runs[2:]]
+
+
+def test_plot_cli_writes_a_png(runs, tmp_path, capsys):
+    out = tmp_path / "curves.png"
+    assert main(["plot", *map(str, runs), "--out", str(out)]) == 0
+    assert str(out) in capsys.readouterr().out
+    image = mpimg.imread(str(out))
+    assert image.shape[0] > 500 and image.shape[1] > 1000
+
+
+def test_plot_of_one_run_defaults_into_it(runs):
+    assert main(["plot", str(runs[0])]) == 0
+    assert (runs[0] / "plot.png").stat().st_size > 10_000
+
+
+@pytest.mark.parametrize("setup, message", [("missing", "is not a run directory"), ("empty", "is not a fastppo run"), ("no_metrics", "holds no metrics")])
+def test_plot_errors_are_one_line(tmp_path, capsys, runs, setup, message):
+    target = tmp_path / "x"
+    if setup != "missing":
+        target.mkdir()
+    if setup == "no_metrics":
+        (target / "config.yaml").write_text((runs[0] / "config.yaml").read_text())
+        (target / "metrics.jsonl").write_text("")
+    assert main(["plot", str(target)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and message in err, err
