@@ -6,7 +6,6 @@ import json
 from dataclasses import replace
 
 import pytest
-import torch
 
 from fastppo.rlhf.checkpoint import latest_checkpoint
 from fastppo.rlhf.trainer import train

@@ -71,6 +71,7 @@ def collect_rollout(models: Models, prompts: list[str], num_generations: int, sa
         new = score_tokens(policy, models.critic, query, query_mask, response, response_mask, sampling.temperature, micro_batch_size)
         with reference_model(models) as reference:
             ref = score_tokens(reference, None, query, query_mask, response, response_mask, sampling.temperature, micro_batch_size)
+
     # Scores of masked tokens are meaningless; zero them so no statistic can pick them up.
     def valid(x: Tensor | None) -> Tensor | None:
         return None if x is None else x.masked_fill(~response_mask, 0.0)
