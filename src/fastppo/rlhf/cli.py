@@ -8,6 +8,7 @@ import types
 from dataclasses import MISSING, fields
 from typing import Literal, Union, get_args, get_origin, get_type_hints
 
+from fastppo.errors import FastPPOError
 from fastppo.rlhf.config import (
     DPOConfig,
     DPOTrainerConfig,
@@ -51,8 +52,14 @@ def config_from_args(cls: type, args: argparse.Namespace):
     return cls(**{f.name: getattr(args, f.name) for f in fields(cls)})
 
 
-def _quiet_transformers() -> None:
-    """Our progress bar and metrics are the run's output; transformers' loading bars are noise."""
+def _require_rlhf_extra() -> None:
+    """Check the rlhf extra is installed; then silence transformers' loading bars (our progress
+    bar and metrics are the run's output)."""
+    import importlib.util
+
+    missing = [name for name in ("transformers", "peft") if importlib.util.find_spec(name) is None]
+    if missing:
+        raise FastPPOError(f"{' and '.join(missing)} not installed: pip install 'fastppo[rlhf]'")
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
@@ -60,6 +67,7 @@ def _quiet_transformers() -> None:
 
 
 def run_rlhf(args: argparse.Namespace) -> int:
+    _require_rlhf_extra()
     from fastppo.rlhf.data import read_prompts
     from fastppo.rlhf.models import resolve_device
     from fastppo.rlhf.rewards import load_reward
@@ -73,7 +81,6 @@ def run_rlhf(args: argparse.Namespace) -> int:
     )
     validate_ppo(cfg.model, cfg.sampling, cfg.ppo)  # before any loading: bad flags fail in milliseconds
     prompts = read_prompts(args.prompts)
-    _quiet_transformers()
     reward_fn = load_reward(args.reward, resolve_device(cfg.model.device))
     history = train(cfg, reward_fn, prompts)
     if history:
@@ -86,13 +93,13 @@ def run_rlhf(args: argparse.Namespace) -> int:
 
 
 def run_dpo(args: argparse.Namespace) -> int:
+    _require_rlhf_extra()
     from fastppo.rlhf.data import read_preferences
     from fastppo.rlhf.dpo import train_dpo
 
     cfg = DPOTrainerConfig(model=config_from_args(ModelConfig, args), dpo=config_from_args(DPOConfig, args), run=config_from_args(RunConfig, args))
     validate_dpo(cfg.model, cfg.dpo)
     pairs = read_preferences(args.data)
-    _quiet_transformers()
     history = train_dpo(cfg, pairs)
     if history:
         first, last = history[0], history[-1]
