@@ -22,11 +22,13 @@ class OneLineErrorParser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineErrorParser(prog="fastppo", description="Proximal Policy Optimization, fast and readable.")
     subparsers = parser.add_subparsers(dest="command", required=True, parser_class=OneLineErrorParser)
-    # Each module adds its subcommand(s) and sets `func` (args -> exit code).
-    from fastppo import train_cli
+    # Each module adds its subcommand(s) and sets `func` (args -> exit code); none imports a
+    # heavy optional dependency (transformers, matplotlib, onnx) until its command runs.
+    from fastppo import run_cli, train_cli
+    from fastppo.rlhf import cli as rlhf_cli
 
-    train_cli.register(subparsers)
-    __import__("fastppo.run_cli", fromlist=["register"]).register(subparsers)  # eval, record, plot, export
+    for module in (train_cli, run_cli, rlhf_cli):
+        module.register(subparsers)
     return parser
 
 
