@@ -46,3 +46,8 @@ def test_rising_value_loss_warns():
     monitor = HealthMonitor()
     warnings = [w for i in range(10) for w in monitor.check(metrics(v_loss=2.0**i), i / 100)]
     assert len(warnings) == 1 and "value network diverging" in warnings[0]
+
+
+def test_small_value_loss_wobbles_do_not_warn():
+    monitor = HealthMonitor()
+    assert [w for i in range(10) for w in monitor.check(metrics(v_loss=0.0001 * 2.0**i), i / 100)] == []

@@ -43,9 +43,10 @@ class HealthMonitor:
                 f"entropy collapsed to {entropy:.4f} early in training: no exploration left; raise --ent-coef",
             ),
             "value": (
+                # Rising through the whole window, tenfold, and not just noise around a tiny loss.
                 len(self._v_loss) == self._v_loss.maxlen
-                and all(b > a for a, b in zip(list(self._v_loss)[-5:], list(self._v_loss)[-4:]))
-                and self._v_loss[-1] > 10 * min(self._v_loss),
+                and all(b > a for a, b in zip(self._v_loss, list(self._v_loss)[1:]))
+                and self._v_loss[-1] > max(10 * self._v_loss[0], 1.0),
                 f"value loss keeps rising (now {self._v_loss[-1]:.3g}): value network diverging; lower --learning-rate, "
                 "set --normalize-reward true or --clip-vloss true",
             ),
