@@ -125,6 +125,10 @@ class RunConfig:
     """Intra-op threads. 1 is fastest for small MLPs on a few cores (see benchmarks/README.md)."""
     torch_deterministic: bool = True
     """Use deterministic torch algorithms (cudnn)."""
+    compile: bool = False
+    """torch.compile the rollout's policy forward and the update's loss (first iterations pay the compile time; see benchmarks/README.md)."""
+    cudagraphs: bool = False
+    """Capture the update step and the rollout's policy forward in CUDA graphs (needs --device cuda)."""
     tensorboard: bool = True
     """Write TensorBoard event files."""
     progress: bool = True

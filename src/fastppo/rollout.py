@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 
 import gymnasium as gym
@@ -13,6 +14,8 @@ from fastppo.core.normalize import RewardScaler, RunningMeanStd
 from fastppo.envs.vector import VecEnv
 from fastppo.policies import ActorCritic
 from fastppo.profiling import SectionTimer
+
+ActFn = Callable[[Tensor, Tensor | None], tuple[Tensor, Tensor, Tensor]]
 
 
 @dataclass
@@ -94,6 +97,54 @@ class ObservationNormalizer:
         return self.rms.normalize(obs.float(), self.clip)
 
 
+class PolicyStep:
+    """The rollout's policy forward, ``policy.act``: eager, compiled, and/or captured in a CUDA graph.
+
+    With ``cudagraphs`` (CUDA only) the forward and the sampling are captured once per input
+    signature after a few eager warm-up calls on a side stream; a replay copies the observation
+    (and mask) into static inputs. The outputs are the graph's static tensors, overwritten by the
+    next call: the collector copies them into the buffer at once. Sampling draws from the default
+    CUDA generator, whose seed/offset CUDA graphs advance at every replay.
+    """
+
+    WARMUP_CALLS = 3
+
+    def __init__(self, policy: ActorCritic, compile: bool = False, cudagraphs: bool = False):
+        from fastppo.update import COMPILE_MODE, check_cudagraphs
+
+        self.act: ActFn = torch.compile(policy.act, mode=COMPILE_MODE) if compile else policy.act
+        self.cudagraphs = cudagraphs
+        if cudagraphs:
+            check_cudagraphs(next(policy.parameters()).device)
+        self._calls = 0
+        self._graphs: dict[tuple, tuple[torch.cuda.CUDAGraph, list[Tensor], tuple[Tensor, Tensor, Tensor]]] = {}
+
+    def __call__(self, obs: Tensor, action_mask: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        if not self.cudagraphs:
+            return self.act(obs, action_mask)
+        self._calls += 1
+        if self._calls <= self.WARMUP_CALLS:
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                out = self.act(obs, action_mask)
+            torch.cuda.current_stream().wait_stream(side)
+            return out
+        inputs = [obs] if action_mask is None else [obs, action_mask]
+        key = tuple((x.shape, x.dtype) for x in inputs)
+        if key not in self._graphs:
+            static = [x.clone() for x in inputs]
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                outputs = self.act(*static) if action_mask is not None else self.act(static[0], None)
+            self._graphs[key] = (graph, static, outputs)
+        graph, static, outputs = self._graphs[key]
+        for target, value in zip(static, inputs):
+            target.copy_(value)
+        graph.replay()
+        return outputs
+
+
 def collect_rollout(
     policy: ActorCritic,
     envs: VecEnv,
@@ -102,8 +153,13 @@ def collect_rollout(
     normalize_obs: ObservationNormalizer,
     reward_scaler: RewardScaler | None,
     timer: SectionTimer,
+    act: ActFn | None = None,
 ) -> tuple[EnvCursor, Tensor]:
-    """Fill ``buf`` with T steps from ``cursor``; return the new cursor and V(s_T) for GAE."""
+    """Fill ``buf`` with T steps from ``cursor``; return the new cursor and V(s_T) for GAE.
+
+    ``act`` replaces ``policy.act`` (a compiled / CUDA-graph ``PolicyStep`` from the trainer).
+    """
+    act = act or policy.act
     with torch.inference_mode():
         for t in range(buf.obs.shape[0]):
             buf.obs[t] = cursor.obs
@@ -111,7 +167,7 @@ def collect_rollout(
             if buf.action_masks is not None and cursor.action_mask is not None:
                 buf.action_masks[t] = cursor.action_mask
             with timer.section("policy"):
-                action, logprob, value = policy.act(cursor.obs, cursor.action_mask)
+                action, logprob, value = act(cursor.obs, cursor.action_mask)
             buf.actions[t] = action
             buf.logprobs[t] = logprob
             buf.values[t] = value

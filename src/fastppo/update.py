@@ -1,7 +1,14 @@
-"""The PPO update: epochs of shuffled minibatches over one flattened rollout."""
+"""The PPO update: epochs of shuffled minibatches over one flattened rollout.
+
+``ppo_update`` is the loop; ``MinibatchStep`` is one optimisation step (loss -> backward ->
+grad-norm clip -> optimizer step), eager by default, with two opt-in speed layers that leave the
+loop's shape alone (LeanRL's recipe): ``compile`` wraps the minibatch loss in ``torch.compile``
+and ``cudagraphs`` captures the whole step, optimizer included, in one CUDA graph.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import torch
@@ -9,7 +16,17 @@ from torch import Tensor, nn
 
 from fastppo.config import PPOConfig
 from fastppo.core import normalize_advantages, ppo_loss
+from fastppo.errors import FastPPOError
 from fastppo.policies import ActorCritic
+
+MINIBATCH_KEYS = ("obs", "actions", "logprobs", "values", "advantages", "returns", "valid", "action_masks")
+"""The flattened rollout fields one minibatch step reads (rewards and flags are GAE's only)."""
+
+COMPILE_MODE = "default"
+"""torch.compile mode for the policy forward and the loss. Not "reduce-overhead": that would
+capture CUDA graphs itself; ``--cudagraphs`` does its own capture of the *whole* step (forward,
+backward, clip, optimizer), so the two flags stay separate layers that can be measured one by one.
+Not "max-autotune": minutes of autotuning for 64-unit MLPs that gain nothing measurable."""
 
 
 @dataclass
@@ -21,6 +38,120 @@ class UpdateCoefficients:
     kl_beta: float
 
 
+def make_optimizer(params: Iterable[nn.Parameter], lr: float, eps: float, device: torch.device, cudagraphs: bool = False) -> torch.optim.Adam:
+    """Adam, in its fastest form for the device.
+
+    ``fused=True`` runs the whole Adam update as one kernel per dtype/device instead of ~10 small
+    ops per parameter tensor: on CPU with small MLPs that is most of the optimizer's time (see
+    benchmarks/README.md). With ``cudagraphs`` the step counter lives on the GPU (``capturable``)
+    so that a captured step can be replayed. (A tensor lr would avoid recapturing when the lr
+    schedule moves, but would not survive the JSON checkpoint of the param groups.)
+    """
+    return torch.optim.Adam(params, lr=lr, eps=eps, fused=True, capturable=cudagraphs and device.type == "cuda")
+
+
+def set_learning_rate(optimizer: torch.optim.Optimizer, lr: float) -> None:
+    """Set every group's lr (a captured update step notices the change and recaptures)."""
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+
+
+def minibatch_loss(policy: ActorCritic, mb: dict[str, Tensor], cfg: PPOConfig, coefs: UpdateCoefficients) -> tuple[Tensor, dict[str, Tensor]]:
+    """The PPO loss of one minibatch and its metrics (detached tensors, no host sync)."""
+    mask = mb["valid"]
+    newlogprob, entropy, newvalue = policy.evaluate(mb["obs"], mb["actions"], mb.get("action_masks"))
+    mb_advantages = normalize_advantages(mb["advantages"], mask) if cfg.norm_adv else mb["advantages"]
+    return ppo_loss(
+        newlogprob,
+        mb["logprobs"],
+        mb_advantages,
+        entropy,
+        newvalue,
+        mb["values"],
+        mb["returns"],
+        clip_coef=coefs.clip_coef,
+        ent_coef=coefs.ent_coef,
+        vf_coef=cfg.vf_coef,
+        clip_vloss=cfg.clip_vloss,
+        mask=mask,
+        objective=cfg.objective,
+        kl_beta=coefs.kl_beta,
+    )
+
+
+class MinibatchStep:
+    """One optimisation step on one minibatch; returns its metrics (plus ``grad_norm``).
+
+    - eager: the reference path.
+    - ``compile``: the loss (policy forward + PPO loss) runs under ``torch.compile``; backward goes
+      through the compiled graph's AOT-autograd backward. The optimizer stays the fused Adam.
+    - ``cudagraphs`` (CUDA only): after ``WARMUP_STEPS`` eager steps on a side stream (real steps
+      on real minibatches, as CUDA graphs require), the whole step — forward, backward, clip,
+      Adam — is captured once and replayed; each replay only copies the minibatch into static
+      inputs. The learning rate and the coefficients are baked into the graph as constants, so a
+      change of any of them (a schedule, PPO-KL's beta) recaptures: once per iteration at most,
+      against tens to hundreds of replays per iteration.
+    """
+
+    WARMUP_STEPS = 3
+
+    def __init__(self, policy: ActorCritic, optimizer: torch.optim.Optimizer, cfg: PPOConfig, compile: bool = False, cudagraphs: bool = False):
+        self.policy, self.optimizer, self.cfg = policy, optimizer, cfg
+        self.parameters = [p for p in policy.parameters()]
+        self.loss_fn: Callable[..., tuple[Tensor, dict[str, Tensor]]] = minibatch_loss
+        if compile:
+            self.loss_fn = torch.compile(minibatch_loss, mode=COMPILE_MODE)
+        self.cudagraphs = cudagraphs
+        if cudagraphs:
+            check_cudagraphs(next(policy.parameters()).device)
+        self._steps = 0
+        self._graph: torch.cuda.CUDAGraph | None = None
+        self._graph_key: tuple | None = None
+        self._static_in: dict[str, Tensor] = {}
+        self._static_out: dict[str, Tensor] = {}
+
+    def _eager(self, mb: dict[str, Tensor], coefs: UpdateCoefficients) -> dict[str, Tensor]:
+        loss, metrics = self.loss_fn(self.policy, mb, self.cfg, coefs)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        metrics["grad_norm"] = nn.utils.clip_grad_norm_(self.parameters, self.cfg.max_grad_norm)
+        self.optimizer.step()
+        return metrics
+
+    def __call__(self, mb: dict[str, Tensor], coefs: UpdateCoefficients) -> dict[str, Tensor]:
+        if not self.cudagraphs:
+            return self._eager(mb, coefs)
+        self._steps += 1
+        lrs = tuple(group["lr"] for group in self.optimizer.param_groups)
+        key = (lrs, coefs.clip_coef, coefs.ent_coef, coefs.kl_beta, tuple((k, v.shape) for k, v in mb.items()))
+        if self._steps <= self.WARMUP_STEPS:
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                metrics = self._eager(mb, coefs)
+            torch.cuda.current_stream().wait_stream(side)
+            return metrics
+        if key != self._graph_key:
+            self._capture(mb, coefs)
+            self._graph_key = key
+        for name, value in mb.items():
+            self._static_in[name].copy_(value)
+        self._graph.replay()
+        return self._static_out
+
+    def _capture(self, mb: dict[str, Tensor], coefs: UpdateCoefficients) -> None:
+        self._static_in = {name: value.clone() for name, value in mb.items()}
+        self._graph = torch.cuda.CUDAGraph()
+        self.optimizer.zero_grad(set_to_none=True)
+        with torch.cuda.graph(self._graph):
+            self._static_out = self._eager(self._static_in, coefs)
+
+
+def check_cudagraphs(device: torch.device) -> None:
+    if device.type != "cuda":
+        raise FastPPOError(f"--cudagraphs needs --device cuda (CUDA graphs capture GPU kernels), but the run is on {device}: drop --cudagraphs or use --device cuda")
+
+
 def ppo_update(
     policy: ActorCritic,
     optimizer: torch.optim.Optimizer,
@@ -28,50 +159,39 @@ def ppo_update(
     cfg: PPOConfig,
     minibatch_size: int,
     coefs: UpdateCoefficients,
+    step: MinibatchStep | None = None,
 ) -> dict[str, float]:
     """Run ``cfg.update_epochs`` epochs; return the mean of each loss metric over the minibatches
-    that ran, plus ``epochs`` (fewer than asked when target_kl stopped early)."""
+    that ran, plus ``epochs`` (fewer than asked when target_kl stopped early).
+
+    ``step`` is the minibatch step to use (compiled / CUDA-graph one from the trainer); eager by default.
+    """
+    step = step or MinibatchStep(policy, optimizer, cfg)
+    batch = {k: batch[k] for k in MINIBATCH_KEYS if k in batch}
     batch_size = batch["obs"].shape[0]
-    sums: dict[str, Tensor] = {}
+    sums: Tensor | None = None
+    names: list[str] = []
     minibatches = 0
     epochs_run = 0
     for _ in range(cfg.update_epochs):
         epochs_run += 1
-        perm = torch.randperm(batch_size, device=batch["obs"].device)
+        if minibatch_size < batch_size:
+            # One gather per field per epoch, then contiguous slices: not one gather per minibatch.
+            perm = torch.randperm(batch_size, device=batch["obs"].device)
+            shuffled = {k: v[perm] for k, v in batch.items()}
+        else:
+            shuffled = batch  # one full-batch minibatch: its mean loss does not depend on the order
         for start in range(0, batch_size, minibatch_size):
-            mb = perm[start : start + minibatch_size]
-            mask = batch["valid"][mb]
-            action_mask = batch["action_masks"][mb] if "action_masks" in batch else None
-            newlogprob, entropy, newvalue = policy.evaluate(batch["obs"][mb], batch["actions"][mb], action_mask)
-            mb_advantages = batch["advantages"][mb]
-            if cfg.norm_adv:
-                mb_advantages = normalize_advantages(mb_advantages, mask)
-            loss, metrics = ppo_loss(
-                newlogprob,
-                batch["logprobs"][mb],
-                mb_advantages,
-                entropy,
-                newvalue,
-                batch["values"][mb],
-                batch["returns"][mb],
-                clip_coef=coefs.clip_coef,
-                ent_coef=coefs.ent_coef,
-                vf_coef=cfg.vf_coef,
-                clip_vloss=cfg.clip_vloss,
-                mask=mask,
-                objective=cfg.objective,
-                kl_beta=coefs.kl_beta,
-            )
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            metrics["grad_norm"] = nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm)
-            optimizer.step()
-            for name, value in metrics.items():
-                sums[name] = sums[name] + value if name in sums else value.clone()
+            mb = {k: v[start : start + minibatch_size] for k, v in shuffled.items()}
+            metrics = step(mb, coefs)
+            # All metrics in one stacked tensor: one add per minibatch, one host sync per update.
+            names = names or list(metrics)
+            values = torch.stack([metrics[name] for name in names])
+            sums = values.clone() if sums is None else sums + values
             minibatches += 1
         # One host sync per epoch, for the early stop only (CleanRL checks the last minibatch).
         if cfg.target_kl is not None and metrics["approx_kl"].item() > cfg.target_kl:
             break
-    means = {name: value.item() / minibatches for name, value in sums.items()}
+    means = dict(zip(names, (sums / minibatches).tolist()))
     means["epochs"] = float(epochs_run)
     return means
