@@ -1,0 +1,113 @@
+"""Helpers shared by the speed benchmarks: machine description, raw env throughput, time-to-solve.
+
+Every benchmark prints the machine and the load average at start and end: on a shared machine a
+load above the core count means the figures are contended (ratios measured in the same run stay
+meaningful; absolute SPS do not).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import time
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+import fastppo.trainer as trainer
+from fastppo.config import Config, EnvConfig
+from fastppo.envs import make_vec_env
+
+SOLVED_RETURN = 475.0
+"""CartPole-v1 counts as solved when the mean of the last 20 episode returns reaches this."""
+
+
+def machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return f"{cpu}, {os.cpu_count()} cores, torch {torch.__version__}, python {platform.python_version()}"
+
+
+def load() -> str:
+    one, five, _ = os.getloadavg()
+    return f"load average {one:.1f} (1 min) {five:.1f} (5 min) on {os.cpu_count()} cores"
+
+
+def header(title: str) -> None:
+    print(f"# {title}\n# {machine()}\n# start: {load()}", flush=True)
+
+
+def footer() -> None:
+    print(f"# end: {load()}", flush=True)
+
+
+def raw_env_sps(env_id: str, backend: str, num_envs: int, seconds: float = 2.0, seed: int = 0) -> float:
+    """Random actions through fastppo's VecEnv (torch in, torch out), no policy: the ceiling."""
+    envs = make_vec_env(EnvConfig(env_id=env_id, num_envs=num_envs, backend=backend), torch.device("cpu"))
+    envs.reset(seed=seed)
+    space = envs.single_action_space
+    space.seed(seed)
+    actions = [torch.as_tensor(np.stack([space.sample() for _ in range(num_envs)])) for _ in range(64)]
+    for i in range(10):
+        envs.step(actions[i % 64])
+    steps, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        envs.step(actions[steps % 64])
+        steps += 1
+    elapsed = time.perf_counter() - start
+    envs.close()
+    return steps * num_envs / elapsed
+
+
+@dataclass
+class RunResult:
+    wall_s: float
+    steps: int
+    solved_s: float | None = None
+    solved_steps: int | None = None
+    last20: float = float("nan")
+
+    @property
+    def sps(self) -> float:
+        return self.steps / self.wall_s
+
+
+class Solved(Exception):
+    """Raised from inside the loop to end a time-to-solve run the moment it is solved."""
+
+
+def run_fastppo(config: Config, stop_when_solved: bool = False, threshold: float = SOLVED_RETURN) -> RunResult:
+    """Train with ``config`` (no files written); wall time from the call (env and network set-up
+    included, as for the peers). With ``stop_when_solved`` the run ends at the first iteration
+    where the last 20 finished episodes average ``threshold``."""
+    config.run.progress, config.run.tensorboard = False, False
+    last20: deque[float] = deque(maxlen=20)
+    result = RunResult(wall_s=0.0, steps=0)
+    original = trainer.iteration_metrics
+    start = time.perf_counter()
+
+    def watch(losses, episodes, seconds, state, *args, **kwargs):
+        last20.extend(episodes.returns)
+        result.steps = state.global_step
+        if len(last20) == 20 and np.mean(last20) >= threshold and result.solved_s is None:
+            result.solved_s, result.solved_steps = time.perf_counter() - start, state.global_step
+            if stop_when_solved:
+                raise Solved
+        return original(losses, episodes, seconds, state, *args, **kwargs)
+
+    trainer.iteration_metrics = watch
+    try:
+        trainer.train(config)
+    except Solved:
+        pass
+    finally:
+        trainer.iteration_metrics = original
+    result.wall_s = time.perf_counter() - start
+    result.last20 = float(np.mean(last20)) if last20 else float("nan")
+    return result

@@ -1,0 +1,110 @@
+"""fastppo vs Stable-Baselines3 on the same machine, in the same run.
+
+    python benchmarks/sb3_compare.py                 # ~3-4 min on 2 cores
+    python benchmarks/sb3_compare.py --quick         # ~1 min: smaller budgets
+
+1. SPS with identical hyperparameters: CartPole-v1 (CleanRL ppo.py's: 4 sync envs x 128 steps,
+   4 epochs, 4 minibatches, constant lr 2.5e-4, no value clipping since SB3 has none by default)
+   and HalfCheetah (1 env x 2048 steps, 10 epochs, minibatch 64, obs+reward normalisation).
+2. Time to solve CartPole-v1 (mean of the last 20 episodes >= 475), wall time from the call:
+   SB3 with rl-zoo's tuned CartPole hyperparameters; fastppo's CartPole-v1 preset (the same
+   hyperparameters, gymnasium sync envs) and its CartPole-v1-tensor preset.
+
+Needs ``pip install stable-baselines3`` (see benchmarks/README.md for the torch caveat).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections import deque
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from common import SOLVED_RETURN, footer, header, run_fastppo
+from fastppo.api import make_config
+
+
+def sb3_run(env_id: str, n_envs: int, total: int, solve: bool = False, normalize: bool = False, seed: int = 1, **ppo_kwargs) -> tuple[float, int, float | None]:
+    """(wall seconds, steps, seconds to solve or None) for SB3 PPO, construction included."""
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    start = time.perf_counter()
+    last20: deque[float] = deque(maxlen=20)
+    solved: list[float] = []
+
+    class Watch(BaseCallback):
+        def _on_step(self) -> bool:
+            for info in self.locals["infos"]:
+                if "episode" in info:
+                    last20.append(info["episode"]["r"])
+            if solve and len(last20) == 20 and np.mean(last20) >= SOLVED_RETURN:
+                solved.append(time.perf_counter() - start)
+                return False
+            return True
+
+    env = make_vec_env(env_id, n_envs=n_envs, seed=seed)
+    if normalize:
+        env = VecNormalize(env, norm_obs=True, norm_reward=True, clip_obs=10.0, clip_reward=10.0, gamma=ppo_kwargs.get("gamma", 0.99))
+    model = PPO("MlpPolicy", env, seed=seed, device="cpu", verbose=0, **ppo_kwargs)
+    model.learn(total, callback=Watch())
+    wall = time.perf_counter() - start
+    return wall, int(model.num_timesteps), (solved[0] if solved else None)
+
+
+def linear(start: float):
+    return lambda progress_remaining: progress_remaining * start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="smaller budgets")
+    parser.add_argument("--halfcheetah", default="HalfCheetah-v5")
+    args = parser.parse_args()
+    torch.set_num_threads(1)  # both libraries on one intra-op thread (fastppo's default, see README)
+    torch.optim.Adam([torch.nn.Parameter(torch.zeros(1))])  # one-off torch.optim import, out of both timings
+    header("fastppo vs Stable-Baselines3")
+    cart_steps = 25_600 if args.quick else 51_200
+    hc_steps = 4096 if args.quick else 8192
+
+    print("\n## identical hyperparameters: SPS (higher is better)")
+    cleanrl = dict(n_steps=128, batch_size=128, n_epochs=4, learning_rate=2.5e-4, gamma=0.99, gae_lambda=0.95, clip_range=0.2, ent_coef=0.01, vf_coef=0.5, max_grad_norm=0.5)
+    sb3_wall, sb3_steps, _ = sb3_run("CartPole-v1", 4, cart_steps, **cleanrl)
+    cfg = make_config("CartPole-v1", "cleanrl-discrete", {"total_timesteps": cart_steps, "lr_schedule": "constant", "clip_vloss": False, "checkpoint_every": 0})
+    ours = run_fastppo(cfg)
+    print(f"CartPole-v1  4 envs x 128, {cart_steps} steps: fastppo {ours.sps:8.0f} SPS  SB3 {sb3_steps / sb3_wall:8.0f} SPS  ratio {ours.sps / (sb3_steps / sb3_wall):.2f}x", flush=True)
+
+    hc = dict(n_steps=2048, batch_size=64, n_epochs=10, learning_rate=3e-4, gamma=0.99, gae_lambda=0.95, clip_range=0.2, ent_coef=0.0, vf_coef=0.5, max_grad_norm=0.5)
+    sb3_wall, sb3_steps, _ = sb3_run(args.halfcheetah, 1, hc_steps, normalize=True, **hc)
+    cfg = make_config(args.halfcheetah, "HalfCheetah", {"total_timesteps": hc_steps, "lr_schedule": "constant", "clip_vloss": False, "checkpoint_every": 0})
+    ours = run_fastppo(cfg)
+    print(f"{args.halfcheetah} 1 env x 2048, {hc_steps} steps: fastppo {ours.sps:8.0f} SPS  SB3 {sb3_steps / sb3_wall:8.0f} SPS  ratio {ours.sps / (sb3_steps / sb3_wall):.2f}x", flush=True)
+
+    print("\n## time to solve CartPole-v1 (last 20 episodes >= 475), seconds from the call (lower is better)")
+    seeds = [1] if args.quick else [1, 2]
+    for seed in seeds:
+        zoo = dict(n_steps=32, batch_size=256, n_epochs=20, gae_lambda=0.8, gamma=0.98, ent_coef=0.0, learning_rate=linear(1e-3), clip_range=linear(0.2))
+        sb3_wall, sb3_steps, sb3_solved = sb3_run("CartPole-v1", 8, 200_000, solve=True, seed=seed, **zoo)
+        gym_run = run_fastppo(make_config("CartPole-v1", None, {"seed": seed, "checkpoint_every": 0}), stop_when_solved=True)
+        tensor_run = run_fastppo(make_config("CartPole-v1", None, {"seed": seed, "backend": "tensor", "checkpoint_every": 0}), stop_when_solved=True)
+
+        def show(name: str, solved: float | None, steps: int, wall: float) -> str:
+            return f"{name} {solved:6.2f} s ({steps} steps)" if solved is not None else f"{name}  not solved in {wall:.1f} s ({steps} steps)"
+
+        print(f"seed {seed}: " + " | ".join([
+            show("SB3 rl-zoo", sb3_solved, sb3_steps, sb3_wall),
+            show("fastppo preset (sync)", gym_run.solved_s, gym_run.solved_steps or gym_run.steps, gym_run.wall_s),
+            show("fastppo tensor preset", tensor_run.solved_s, tensor_run.solved_steps or tensor_run.steps, tensor_run.wall_s),
+        ]), flush=True)
+        if sb3_solved and gym_run.solved_s:
+            print(f"    ratio SB3 / fastppo sync {sb3_solved / gym_run.solved_s:.2f}x" + (f", SB3 / fastppo tensor {sb3_solved / tensor_run.solved_s:.2f}x" if tensor_run.solved_s else ""), flush=True)
+    footer()
+
+
+if __name__ == "__main__":
+    main()
