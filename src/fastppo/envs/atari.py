@@ -30,6 +30,7 @@ import gymnasium as gym
 import numpy as np
 
 from fastppo.errors import FastPPOError
+from fastppo.video import RecordEpisodeVideo
 
 ALE_ENTRY_POINT = "ale_py.env:AtariEnv"
 FRAME_SKIP = 4
@@ -68,7 +69,7 @@ def make_atari_env(env_id: str, render_mode: str | None = None, video_dir: Any =
     env = gym.make(env_id, frameskip=1, render_mode="rgb_array" if video_dir is not None else render_mode)
     if video_dir is not None:
         # Recorded below every wrapper: full-resolution colour frames of whole games.
-        env = gym.wrappers.RecordVideo(env, str(video_dir), disable_logger=True)
+        env = RecordEpisodeVideo(env, video_dir)
     env = gym.wrappers.AtariPreprocessing(
         env, noop_max=NOOP_MAX, frame_skip=FRAME_SKIP, screen_size=SCREEN_SIZE, terminal_on_life_loss=False, grayscale_obs=True, scale_obs=False
     )

@@ -13,6 +13,7 @@ from fastppo.envs.atari import is_atari, make_atari_env, register_ale_envs
 from fastppo.envs.gymnasium_vec import GymnasiumVecEnv, check_env_id, flatten_if_needed, resolve_env_id
 from fastppo.envs.vector import VecEnv
 from fastppo.errors import FastPPOError
+from fastppo.video import RecordEpisodeVideo
 
 LUNAR_LANDER_CONTINUOUS = "LunarLanderContinuous-v3"
 
@@ -45,10 +46,9 @@ def make_single_env(env_id: str, video_dir: Path | None = None, render_mode: str
         return make_atari_env(env_id, render_mode=render_mode, video_dir=video_dir, for_eval=for_eval)
     if video_dir is not None:
         render_mode = "rgb_array"
-    env = gym.make(resolve_env_id(env_id), render_mode=render_mode)
+    # Only pass render_mode when asked: a user's env need not accept it.
+    env = gym.make(resolve_env_id(env_id), **({"render_mode": render_mode} if render_mode else {}))
     if video_dir is not None:
-        from fastppo.video import RecordEpisodeVideo  # imageio, not RecordVideo's moviepy
-
         env = RecordEpisodeVideo(env, video_dir)
     env = gym.wrappers.RecordEpisodeStatistics(env)
     return flatten_if_needed(env)
