@@ -20,6 +20,15 @@ def _fmt(value: float | None, spec: str) -> str:
     return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else format(value, spec)
 
 
+# (label, metric, format) of the figures the progress bar shows for a gymnasium run.
+GYM_SUMMARY = (
+    ("SPS", "charts/SPS", ".0f"),
+    ("return", "charts/episodic_return", ".1f"),
+    ("kl", "losses/approx_kl", ".4f"),
+    ("clip", "losses/clipfrac", ".3f"),
+)
+
+
 class RunLogger:
     """Writes scalars for a step to every enabled backend; keeps the history in memory too."""
 
@@ -31,10 +40,13 @@ class RunLogger:
         progress: bool,
         config: dict[str, Any] | None = None,
         purge_step: int | None = None,
+        summary: tuple[tuple[str, str, str], ...] = GYM_SUMMARY,
     ):
         """``purge_step``: on resume, TensorBoard drops events logged at this step or later by the
-        interrupted process, so the curves continue without duplicates."""
+        interrupted process, so the curves continue without duplicates; the progress bar starts
+        there too. ``summary`` picks the metrics the progress bar shows."""
         self.run_dir = run_dir
+        self.summary = summary
         self.history: list[dict[str, float]] = []
         self.console = Console(stderr=True)
         self._jsonl = None
@@ -62,7 +74,7 @@ class RunLogger:
                 console=self.console,
                 transient=False,
             )
-            self._task = self._progress.add_task("train", total=total_steps, stats="")
+            self._task = self._progress.add_task("train", total=total_steps, completed=purge_step or 0, stats="")
             self._progress.start()
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
@@ -75,15 +87,18 @@ class RunLogger:
             for name, value in metrics.items():
                 self._writer.add_scalar(name, value, step)
         if self._progress is not None:
-            stats = (
-                f"SPS {_fmt(metrics.get('charts/SPS'), '.0f')} | return {_fmt(metrics.get('charts/episodic_return'), '.1f')} "
-                f"| kl {_fmt(metrics.get('losses/approx_kl'), '.4f')} | clip {_fmt(metrics.get('losses/clipfrac'), '.3f')}"
-            )
+            stats = " | ".join(f"{label} {_fmt(metrics.get(key), spec)}" for label, key, spec in self.summary)
             self._progress.update(self._task, completed=step, stats=stats)
 
     def message(self, text: str) -> None:
         """A line for the user (warnings, summary), printed above the progress bar."""
         self.console.print(text, highlight=False)
+
+    def __enter__(self) -> RunLogger:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
     def close(self) -> None:
         if self._progress is not None:

@@ -31,7 +31,7 @@ def test_rlhf_command_trains_and_resumes(tiny_model, tmp_path, capsys) -> None:
     assert _run(argv) == 0
     assert "reward" in capsys.readouterr().out
     assert _run([*argv[: argv.index("--steps") + 1], "3", *argv[argv.index("--steps") + 2 :], "--resume"]) == 0
-    steps = [json.loads(line)["step"] for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    steps = [json.loads(line)["global_step"] for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert steps == [1, 2, 3]
 
 

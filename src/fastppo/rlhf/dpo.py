@@ -17,7 +17,7 @@ from fastppo.errors import FastPPOError
 from fastppo.rlhf.checkpoint import latest_checkpoint, load_training_state, save_checkpoint
 from fastppo.rlhf.config import DPOTrainerConfig, validate_dpo
 from fastppo.rlhf.data import PreferencePair, batch_indices
-from fastppo.rlhf.logger import RunLogger
+from fastppo.logger import RunLogger
 from fastppo.rlhf.models import Models, autocast_context, load_models, reference_model
 from fastppo.rlhf.tokens import encode_completions, encode_prompts, forward_tokens
 
@@ -77,7 +77,9 @@ def train_dpo(cfg: DPOTrainerConfig, pairs: list[PreferencePair]) -> list[dict[s
     total_steps = math.ceil(dpo.epochs * len(pairs) / dpo.batch_size)
     micro_batch_size = dpo.batch_size // dpo.gradient_accumulation_steps
     history = []
-    with RunLogger(output_dir, total_steps, state["step"], ("dpo/loss", "dpo/margin"), run.progress) as logger:
+    purge_step = state["step"] + 1 if state["step"] else None  # a resumed run continues its curves
+    summary = (("loss", "dpo/loss", ".4f"), ("margin", "dpo/margin", ".3f"))
+    with RunLogger(output_dir, total_steps, tensorboard=True, progress=run.progress, purge_step=purge_step, summary=summary) as logger:
         for step in range(state["step"] + 1, total_steps + 1):
             batch = [pairs[i] for i in batch_indices(len(pairs), dpo.batch_size, step, run.seed)]
             totals: dict[str, Tensor] = {}

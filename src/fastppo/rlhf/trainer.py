@@ -19,7 +19,7 @@ from fastppo.rlhf.checkpoint import latest_checkpoint, load_training_state, save
 from fastppo.rlhf.config import PPOConfig, RLHFConfig, validate_ppo
 from fastppo.rlhf.data import batch_indices
 from fastppo.rlhf.health import HealthMonitor
-from fastppo.rlhf.logger import RunLogger
+from fastppo.logger import RunLogger
 from fastppo.rlhf.models import Models, autocast_context, load_models
 from fastppo.rlhf.rewards import (
     RewardFn,
@@ -111,7 +111,9 @@ def train(cfg: RLHFConfig, reward_fn: RewardFn, prompts: list[str]) -> list[dict
     micro_batch_size = ppo.mini_batch_size // ppo.gradient_accumulation_steps
     monitor = HealthMonitor(ppo.kl_warn)
     history = []
-    with RunLogger(output_dir, ppo.steps, state["step"], ("rlhf/reward_mean", "rlhf/kl_ref"), run.progress) as logger:
+    purge_step = state["step"] + 1 if state["step"] else None  # a resumed run continues its curves
+    summary = (("reward", "rlhf/reward_mean", ".3f"), ("kl", "rlhf/kl_ref", ".3f"))
+    with RunLogger(output_dir, ppo.steps, tensorboard=True, progress=run.progress, purge_step=purge_step, summary=summary) as logger:
         for step in range(state["step"] + 1, ppo.steps + 1):
             t_start = time.perf_counter()
             step_prompts = [prompts[i] for i in batch_indices(len(prompts), ppo.prompts_per_step, step, run.seed)]
