@@ -46,7 +46,7 @@ def test_one_observation_statistic_is_shared_by_all_envs(cheetah_run):
     agent, _ = cheetah_run
     assert agent.obs_rms.mean.shape == (17,)
     # 2 reset observations, then 2 envs x 64 steps x 2 iterations, all folded into one estimate.
-    assert agent.obs_rms.count.item() == pytest.approx(2 + 2 * 64 * 2, abs=1e-3)
+    assert agent.obs_rms.count == pytest.approx(2 + 2 * 64 * 2, abs=1e-3)
 
 
 def test_normaliser_statistics_travel_with_the_saved_agent(cheetah_run):

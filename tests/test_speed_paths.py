@@ -1,5 +1,5 @@
-"""The fast paths compute what the plain ones do: per-epoch gathering, full-batch minibatches,
-stacked metric sums, fused Adam; and the tensor backend picks its own preset."""
+"""The fast paths compute what the plain ones do: reset rows dropped once, per-epoch gathering,
+full-batch minibatches, stacked metric sums, fused Adam; and the tensor backend picks its own preset."""
 
 from __future__ import annotations
 
@@ -17,18 +17,21 @@ from fastppo.policies import ActorCritic
 from fastppo.update import UpdateCoefficients, make_optimizer, ppo_update, set_learning_rate
 
 
-def reference_update(policy, optimizer, batch, cfg, minibatch_size, coefs):
-    """The plain loop: a permutation per epoch, one gather per field per minibatch, float sums."""
-    n = batch["obs"].shape[0]
+def reference_update(policy, optimizer, batch, cfg, coefs):
+    """The plain loop: the valid rows, a permutation per epoch, one gather per field per
+    minibatch (num_minibatches near-equal slices), float sums."""
+    valid = batch["valid"].nonzero().squeeze(1)
+    n = valid.numel()
+    bounds = [n * i // cfg.num_minibatches for i in range(cfg.num_minibatches + 1)]
     sums, count = {}, 0
     for _ in range(cfg.update_epochs):
-        perm = torch.randperm(n)
-        for start in range(0, n, minibatch_size):
-            mb = perm[start : start + minibatch_size]
+        perm = valid[torch.randperm(n)] if cfg.num_minibatches > 1 else valid
+        for start, end in zip(bounds[:-1], bounds[1:]):
+            mb = perm[start:end]
             logprob, entropy, value = policy.evaluate(batch["obs"][mb], batch["actions"][mb])
-            adv = normalize_advantages(batch["advantages"][mb], batch["valid"][mb])
+            adv = normalize_advantages(batch["advantages"][mb])
             loss, metrics = ppo_loss(logprob, batch["logprobs"][mb], adv, entropy, value, batch["values"][mb], batch["returns"][mb],
-                                     clip_coef=coefs.clip_coef, ent_coef=coefs.ent_coef, vf_coef=cfg.vf_coef, mask=batch["valid"][mb])
+                                     clip_coef=coefs.clip_coef, ent_coef=coefs.ent_coef, vf_coef=cfg.vf_coef)
             optimizer.zero_grad()
             loss.backward()
             metrics["grad_norm"] = nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm)
@@ -54,9 +57,9 @@ def test_ppo_update_matches_the_plain_loop(num_minibatches):
     twin = copy.deepcopy(policy)
     batch, coefs = make_batch(64), UpdateCoefficients(clip_coef=0.2, ent_coef=0.01, kl_beta=1.0)
     torch.manual_seed(1)
-    ours = ppo_update(policy, make_optimizer(policy.parameters(), 1e-3, 1e-5, torch.device("cpu")), batch, cfg, 64 // num_minibatches, coefs)
+    ours = ppo_update(policy, make_optimizer(policy.parameters(), 1e-3, 1e-5, torch.device("cpu")), batch, cfg, coefs)
     torch.manual_seed(1)
-    ref = reference_update(twin, torch.optim.Adam(twin.parameters(), lr=1e-3, eps=1e-5), batch, cfg, 64 // num_minibatches, coefs)
+    ref = reference_update(twin, torch.optim.Adam(twin.parameters(), lr=1e-3, eps=1e-5), batch, cfg, coefs)
     assert {k: ours[k] for k in ref} == pytest.approx(ref, rel=1e-4, abs=1e-6)
     for a, b in zip(policy.parameters(), twin.parameters()):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)

@@ -203,7 +203,7 @@ def train(config: Config, run_dir: Path | None = None, checkpoint: Checkpoint | 
                     buf.rewards, buf.values, shift_values(buf.values, last_value), buf.terminated, buf.truncated, cfg.gamma, cfg.gae_lambda
                 )
                 with timer.section("update"):
-                    losses = ppo_update(agent.policy, state.optimizer, buf.flatten(advantages=advantages, returns=returns), cfg, config.minibatch_size, coefs, update_step)
+                    losses = ppo_update(agent.policy, state.optimizer, buf.flatten(advantages=advantages, returns=returns), cfg, coefs, update_step)
                 state.global_step += config.batch_size
                 check_finite(losses, agent, state.iteration, state.global_step)
                 if cfg.objective == "kl":

@@ -58,7 +58,7 @@ def set_learning_rate(optimizer: torch.optim.Optimizer, lr: float) -> None:
 
 def minibatch_loss(policy: ActorCritic, mb: dict[str, Tensor], cfg: PPOConfig, coefs: UpdateCoefficients) -> tuple[Tensor, dict[str, Tensor]]:
     """The PPO loss of one minibatch and its metrics (detached tensors, no host sync)."""
-    mask = mb["valid"]
+    mask = mb.get("valid")  # None once ppo_update has dropped the reset rows
     newlogprob, entropy, newvalue = policy.evaluate(mb["obs"], mb["actions"], mb.get("action_masks"))
     mb_advantages = normalize_advantages(mb["advantages"], mask) if cfg.norm_adv else mb["advantages"]
     return ppo_loss(
@@ -157,33 +157,42 @@ def ppo_update(
     optimizer: torch.optim.Optimizer,
     batch: dict[str, Tensor],
     cfg: PPOConfig,
-    minibatch_size: int,
     coefs: UpdateCoefficients,
     step: MinibatchStep | None = None,
 ) -> dict[str, float]:
-    """Run ``cfg.update_epochs`` epochs; return the mean of each loss metric over the minibatches
-    that ran, plus ``epochs`` (fewer than asked when target_kl stopped early).
+    """Run ``cfg.update_epochs`` epochs of ``cfg.num_minibatches`` shuffled minibatches; return the
+    mean of each loss metric over the minibatches that ran, plus ``epochs`` (fewer than asked when
+    target_kl stopped early).
 
     ``step`` is the minibatch step to use (compiled / CUDA-graph one from the trainer); eager by default.
     """
     step = step or MinibatchStep(policy, optimizer, cfg)
     batch = {k: batch[k] for k in MINIBATCH_KEYS if k in batch}
+    if not step.cudagraphs:
+        # Drop the NEXT_STEP reset rows once (one host sync per update): every minibatch is then
+        # all valid and the loss takes plain means, ~10% cheaper than masked ones on small MLPs.
+        # CUDA graphs need fixed shapes, so that path keeps the rows and masks them instead.
+        valid = batch.pop("valid")
+        batch = {k: v[valid] for k, v in batch.items()}
     batch_size = batch["obs"].shape[0]
+    # Minibatch sizes differ by at most one when the valid rows do not divide evenly.
+    bounds = [batch_size * i // cfg.num_minibatches for i in range(cfg.num_minibatches + 1)]
     sums: Tensor | None = None
     names: list[str] = []
     minibatches = 0
     epochs_run = 0
     for _ in range(cfg.update_epochs):
         epochs_run += 1
-        if minibatch_size < batch_size:
+        if cfg.num_minibatches > 1:
             # One gather per field per epoch, then contiguous slices: not one gather per minibatch.
             perm = torch.randperm(batch_size, device=batch["obs"].device)
             shuffled = {k: v[perm] for k, v in batch.items()}
         else:
             shuffled = batch  # one full-batch minibatch: its mean loss does not depend on the order
-        for start in range(0, batch_size, minibatch_size):
-            mb = {k: v[start : start + minibatch_size] for k, v in shuffled.items()}
-            metrics = step(mb, coefs)
+        for start, end in zip(bounds[:-1], bounds[1:]):
+            if start == end:
+                continue
+            metrics = step({k: v[start:end] for k, v in shuffled.items()}, coefs)
             # All metrics in one stacked tensor: one add per minibatch, one host sync per update.
             names = names or list(metrics)
             values = torch.stack([metrics[name] for name in names])

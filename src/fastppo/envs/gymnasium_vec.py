@@ -54,7 +54,8 @@ def resolve_env_id(env_id: str) -> str:
     except (ImportError, AttributeError) as exc:
         raise FastPPOError(f"cannot load env '{env_id}': {exc}") from None
     if isinstance(target, type) and issubclass(target, gym.Env):
-        registered = f"fastppo/{attr}-v0"
+        # The module in the id keeps same-named classes of different modules apart.
+        registered = f"fastppo/{module_name.replace('.', '_')}_{attr}-v0"
         if registered not in gym.registry:
             gym.register(id=registered, entry_point=target)
         return registered

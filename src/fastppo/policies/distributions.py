@@ -74,6 +74,12 @@ class CategoricalHead(ActionHead):
         super().__init__()
         self.linear = layer_init(nn.Linear(in_features, n), gain=0.01)
 
+    def sample(self, params, action_mask=None):
+        # The rollout's hot path: one log_softmax serves the draw and the logprob, no entropy.
+        logp_all = torch.log_softmax(_mask_logits(params, action_mask), dim=-1)
+        action = _categorical_sample(logp_all)
+        return action, logp_all.gather(-1, action.unsqueeze(-1)).squeeze(-1)
+
     def _sample(self, params, action_mask):
         return _categorical_sample(_mask_logits(params, action_mask))
 
