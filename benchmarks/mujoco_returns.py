@@ -27,7 +27,7 @@ LAST_EPISODES = 10
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--envs", nargs="+", default=["HalfCheetah-v4", "Hopper-v4", "Walker2d-v4"])
-    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--total-timesteps", type=int, default=1_000_000)
     parser.add_argument("--backend", default="sync", choices=["sync", "async", "envpool"])
     parser.add_argument("--json", help="also write the results to this file")
@@ -36,14 +36,14 @@ def main() -> None:
     results = []
     for env_id in args.envs:
         finals, seconds = [], []
-        for seed in range(1, args.seeds + 1):
+        for seed in args.seeds:
             start = time.perf_counter()
             agent = fastppo.train(env_id, seed=seed, total_timesteps=args.total_timesteps, backend=args.backend, progress=False, tensorboard=False)
             seconds.append(time.perf_counter() - start)
             finals.append(float(np.mean(agent.episode_returns[-LAST_EPISODES:])))
             print(f"{env_id} seed {seed}: final return {finals[-1]:.1f} in {seconds[-1]:.0f}s ({args.total_timesteps / seconds[-1]:.0f} SPS)", flush=True)
         results.append(
-            dict(env=env_id, steps=args.total_timesteps, seeds=args.seeds, mean=float(np.mean(finals)), std=float(np.std(finals)), seconds=float(np.mean(seconds)), sps=args.total_timesteps / float(np.mean(seconds)))
+            dict(env=env_id, steps=args.total_timesteps, seeds=",".join(map(str, args.seeds)), mean=float(np.mean(finals)), std=float(np.std(finals)), seconds=float(np.mean(seconds)), sps=args.total_timesteps / float(np.mean(seconds)))
         )
 
     print(f"\n| env | steps | seeds | final return (mean ± std) | wall time / run | SPS |\n|---|---|---|---|---|---|")
