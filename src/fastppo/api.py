@@ -19,20 +19,27 @@ def make_config(env_id: str, preset: str | None = None, overrides: dict[str, Any
     overrides = dict(overrides or {})
     backend = str(overrides.get("backend", overrides.get("env.backend", "sync")))
     if preset is None:
-        continuous = False
-        if backend in ("sync", "async"):
-            env = check_env_id(env_id)
-            continuous = isinstance(env.action_space, gym.spaces.Box)
-            env.close()
-        elif backend == "tensor":
-            continuous = env_id.startswith("Pendulum")
-        preset = preset_for_env(env_id, continuous)
+        preset = preset_for_env(env_id, continuous=isinstance(action_space(env_id, backend), gym.spaces.Box))
         if backend == "tensor" and f"{preset}-tensor" in available_presets():
             preset = f"{preset}-tensor"  # tuned for many cheap envs, e.g. CartPole-v1-tensor
     config = Config()
     apply_overrides(config, load_preset(preset))
     apply_overrides(config, {"env.env_id": env_id, **overrides})
     return config.validate()
+
+
+def action_space(env_id: str, backend: str) -> gym.Space:
+    """The env's action space, read without building a vector env (tensor envs declare theirs on
+    the class; every other backend serves gymnasium ids)."""
+    if backend == "tensor":
+        from fastppo.envs.tensor import TENSOR_ENVS, make_tensor_env
+
+        if env_id not in TENSOR_ENVS:
+            make_tensor_env(env_id, 1)  # raises the one-line error naming the available ids
+        return TENSOR_ENVS[env_id].single_action_space
+    env = check_env_id(env_id)
+    env.close()
+    return env.action_space
 
 
 def default_run_dir(config: Config) -> Path:
