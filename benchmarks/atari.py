@@ -48,6 +48,7 @@ def main() -> None:
     parser.add_argument("--num-envs", type=int, default=8)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--json", help="also write the results to this file")
+    parser.add_argument("--runs-dir", help="write each game's run (metrics.jsonl, checkpoints) to RUNS_DIR/GAME: plot or resume it later")
     args = parser.parse_args()
 
     results = []
@@ -56,6 +57,7 @@ def main() -> None:
         agent = fastppo.train(
             game, seed=args.seed, total_timesteps=args.total_timesteps, backend=args.backend, device=args.device,
             num_envs=args.num_envs, progress=False, tensorboard=False,
+            run_dir=None if args.runs_dir is None else f"{args.runs_dir}/{game}",
         )
         seconds = time.perf_counter() - start
         curve = return_curve(agent.history, args.total_timesteps)

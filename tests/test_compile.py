@@ -1,13 +1,15 @@
 """--compile and --cudagraphs: the compiled update agrees with the eager one; CUDA graphs ask for CUDA.
 
-The real inductor compile takes 30-60 s on a 2-core CPU, so that comparison is marked slow; the
-fast tests run the same code path through torch.compile with the "eager" backend (dynamo traces
-the loss, no code generation), which catches graph breaks and plumbing mistakes in seconds.
+One test runs the real inductor compile (20-60 s on a 2-core CPU; it needs a C++ compiler and is
+skipped without one); the others run the same code path through torch.compile with the "eager"
+backend (dynamo traces the loss, no code generation), which catches graph breaks and plumbing
+mistakes in seconds.
 """
 
 from __future__ import annotations
 
 import functools
+import shutil
 
 import pytest
 import torch
@@ -45,8 +47,11 @@ def test_compile_flag_on_tensor_backend(eager_backend):
     assert compiled == pytest.approx(eager, rel=1e-5, abs=1e-6)
 
 
-@pytest.mark.slow
-def test_inductor_compiled_run_matches_eager_on_first_update():
+@pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None, reason="inductor needs a C++ compiler on CPU")
+def test_inductor_compiled_run_matches_eager_on_first_update(monkeypatch):
+    # Inductor draws random numbers its own way unless told to call eager's RNG: without this the
+    # compiled rollout samples other actions and the two updates see different data.
+    monkeypatch.setattr(torch._inductor.config, "fallback_random", True)
     torch._dynamo.reset()
     eager = first_update_losses()
     compiled = first_update_losses(compile=True)
