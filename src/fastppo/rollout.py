@@ -13,6 +13,7 @@ from torch import Tensor
 from fastppo.core.normalize import RewardScaler, RunningMeanStd
 from fastppo.envs.vector import VecEnv
 from fastppo.policies import ActorCritic
+from fastppo.policies.fused import FusedActorCritic
 from fastppo.profiling import SectionTimer
 
 ActFn = Callable[[Tensor, Tensor | None], tuple[Tensor, Tensor, Tensor]]
@@ -98,7 +99,9 @@ class ObservationNormalizer:
 
 
 class PolicyStep:
-    """The rollout's policy forward, ``policy.act``: eager, compiled, and/or captured in a CUDA graph.
+    """The rollout's policy forward, ``policy.act``: eager (with actor and critic merged into one
+    stack of matmuls for MLP policies, see ``fastppo.policies.fused``), compiled, and/or captured
+    in a CUDA graph. ``refresh`` must run before each rollout: it picks up the updated weights.
 
     With ``cudagraphs`` (CUDA only) the forward and the sampling are captured once per input
     signature after a few eager warm-up calls on a side stream; a replay copies the observation
@@ -112,12 +115,19 @@ class PolicyStep:
     def __init__(self, policy: ActorCritic, compile: bool = False, cudagraphs: bool = False):
         from fastppo.update import COMPILE_MODE, check_cudagraphs
 
-        self.act: ActFn = torch.compile(policy.act, mode=COMPILE_MODE) if compile else policy.act
+        # compile and CUDA graphs remove the per-op overhead the merged weights save, so they
+        # keep the module forward (and need no refresh).
+        self._fused = None if compile or cudagraphs else FusedActorCritic.build(policy)
+        self.act: ActFn = torch.compile(policy.act, mode=COMPILE_MODE) if compile else self._fused or policy.act
         self.cudagraphs = cudagraphs
         if cudagraphs:
             check_cudagraphs(next(policy.parameters()).device)
         self._calls = 0
         self._graphs: dict[tuple, tuple[torch.cuda.CUDAGraph, list[Tensor], tuple[Tensor, Tensor, Tensor]]] = {}
+
+    def refresh(self) -> None:
+        if self._fused is not None:
+            self._fused.refresh()
 
     def __call__(self, obs: Tensor, action_mask: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
         if not self.cudagraphs:
@@ -153,13 +163,15 @@ def collect_rollout(
     normalize_obs: ObservationNormalizer,
     reward_scaler: RewardScaler | None,
     timer: SectionTimer,
-    act: ActFn | None = None,
+    act: PolicyStep | None = None,
 ) -> tuple[EnvCursor, Tensor]:
     """Fill ``buf`` with T steps from ``cursor``; return the new cursor and V(s_T) for GAE.
 
-    ``act`` replaces ``policy.act`` (a compiled / CUDA-graph ``PolicyStep`` from the trainer).
+    ``act`` is the trainer's ``PolicyStep`` (kept across iterations: it holds compiled code and
+    CUDA graphs); by default an eager one.
     """
-    act = act or policy.act
+    act = act or PolicyStep(policy)
+    act.refresh()
     with torch.inference_mode():
         for t in range(buf.obs.shape[0]):
             buf.obs[t] = cursor.obs

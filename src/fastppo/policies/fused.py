@@ -1,0 +1,86 @@
+"""The rollout's forward pass with the actor and critic MLPs merged into one stack of matmuls.
+
+Parameters do not change while a rollout is collected, so once per rollout (``refresh``) the two
+networks are merged into wider layers: the first layer stacks both nets' rows (both read the
+observation), deeper layers are block-diagonal (each half reads its own features), and the last
+layer maps ``[actor features | critic features]`` to ``[action-head params | value]``. One
+``addmm`` and one activation per layer then replace two of each plus ~15 module calls: about
+half the cost of ``ActorCritic.act`` for the small batches of a CPU rollout. The zero blocks add
+exact zeros, so the result equals the unfused forward up to float summation order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import Tensor, nn
+
+from fastppo.policies.actor_critic import ActorCritic
+
+Activation = Callable[[Tensor], Tensor]
+_ACTIVATIONS: dict[type, Activation] = {nn.Tanh: torch.tanh, nn.ReLU: torch.relu}
+
+
+def _mlp_layers(encoder: nn.Module) -> tuple[list[nn.Linear], Activation | None] | None:
+    """The Linear layers and activation of a ``Flatten, (Linear, act)*`` MLP encoder, else None."""
+    modules = list(encoder) if isinstance(encoder, nn.Sequential) else [encoder]
+    if not modules or not isinstance(modules[0], nn.Flatten):
+        return None
+    linears, activations = modules[1::2], modules[2::2]
+    kinds = {type(m) for m in activations}
+    if len(linears) != len(activations) or not all(isinstance(m, nn.Linear) for m in linears) or len(kinds) > 1 or not kinds <= _ACTIVATIONS.keys():
+        return None
+    return linears, (_ACTIVATIONS[kinds.pop()] if kinds else None)
+
+
+class FusedActorCritic:
+    """``policy.act`` for MLP policies, computed with merged weights (see the module docstring).
+
+    ``FusedActorCritic.build(policy)`` returns None for policies it does not cover (CNN
+    encoders, unusual modules); the rollout then calls ``policy.act``.
+    """
+
+    def __init__(self, policy: ActorCritic, actor: list[nn.Linear], critic: list[nn.Linear] | None, activation: Activation | None):
+        self.policy = policy
+        self._actor, self._critic = actor, critic  # critic None: shared trunk
+        self._activation = activation
+        self._layers: list[tuple[Tensor, Tensor]] = []
+
+    @classmethod
+    def build(cls, policy: ActorCritic) -> FusedActorCritic | None:
+        actor = _mlp_layers(policy.actor_encoder)
+        if actor is None:
+            return None
+        if policy.shared_trunk:
+            return cls(policy, actor[0], None, actor[1])
+        critic = _mlp_layers(policy.critic_encoder)
+        if critic is None or len(critic[0]) != len(actor[0]) or critic[1] is not actor[1]:
+            return None
+        return cls(policy, actor[0], critic[0], actor[1])
+
+    @torch.no_grad()
+    def refresh(self) -> None:
+        """Merge the current parameters; call after every update, before the next rollout."""
+        heads = (self.policy.action_head.linear, self.policy.value_head)
+        layers: list[tuple[Tensor, Tensor]] = []
+        if self._critic is None:  # shared trunk: one MLP, then both heads read its features
+            layers = [(layer.weight, layer.bias) for layer in self._actor]
+            layers.append((torch.cat([h.weight for h in heads]), torch.cat([h.bias for h in heads])))
+        else:
+            pairs = list(zip(self._actor, self._critic)) + [heads]
+            for depth, (a, c) in enumerate(pairs):
+                # Both halves read the observation at depth 0 (or the observation itself feeds
+                # both heads when there are no hidden layers); after that each reads its own half.
+                weight = torch.cat([a.weight, c.weight]) if depth == 0 else torch.block_diag(a.weight, c.weight)
+                layers.append((weight, torch.cat([a.bias, c.bias])))
+        # Stored as [in, out] so that each layer is one addmm(bias, x, weight).
+        self._layers = [(w.t().contiguous(), b.clone()) for w, b in layers]
+
+    def __call__(self, obs: Tensor, action_mask: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        x = obs.flatten(1)
+        for weight, bias in self._layers[:-1]:
+            x = self._activation(torch.addmm(bias, x, weight))  # type: ignore[misc]: hidden layers imply one
+        out = torch.addmm(self._layers[-1][1], x, self._layers[-1][0])
+        action, logprob = self.policy.action_head.sample(out[:, :-1], action_mask)
+        return action, logprob, out[:, -1]
