@@ -37,15 +37,15 @@ def policy_loss(
     logratio = newlogprob - oldlogprob
     ratio = logratio.exp()
     pg_loss1 = -advantages * ratio
-    approx_kl_per_sample = kl_estimate(oldlogprob, newlogprob, "k3")
     if objective == "clip":
         pg_loss2 = -advantages * torch.clamp(ratio, 1.0 - clip_coef, 1.0 + clip_coef)
         pg_loss = masked_mean(torch.max(pg_loss1, pg_loss2), mask)
     elif objective == "kl":
-        pg_loss = masked_mean(pg_loss1, mask) + kl_beta * masked_mean(approx_kl_per_sample, mask)
+        pg_loss = masked_mean(pg_loss1, mask) + kl_beta * masked_mean(kl_estimate(oldlogprob, newlogprob, "k3"), mask)
     else:
         raise ValueError(f"unknown policy objective {objective!r}: choose clip or kl")
     with torch.no_grad():
+        approx_kl_per_sample = kl_estimate(oldlogprob, newlogprob.detach(), "k3")
         clipped = ((ratio - 1.0).abs() > clip_coef).to(ratio.dtype) if math.isfinite(clip_coef) else torch.zeros_like(ratio)
         metrics = {
             "pg_loss": pg_loss.detach(),
@@ -96,7 +96,9 @@ def ppo_loss(
     pg_loss, metrics = policy_loss(newlogprob, oldlogprob, advantages, clip_coef, mask, objective, kl_beta)
     v_loss, v_metrics = value_loss(newvalue, returns, oldvalue, clip_coef if clip_vloss else None, mask)
     entropy_mean = masked_mean(entropy, mask)
-    loss = pg_loss - ent_coef * entropy_mean + vf_coef * v_loss
+    loss = pg_loss + vf_coef * v_loss
+    if ent_coef != 0.0:  # a zero coefficient keeps entropy's backward out of the graph
+        loss = loss - ent_coef * entropy_mean
     metrics.update(v_metrics)
     metrics["entropy"] = entropy_mean.detach()
     metrics["loss"] = loss.detach()

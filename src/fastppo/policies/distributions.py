@@ -51,14 +51,9 @@ class ActionHead(nn.Module):
     def forward(self, features: Tensor) -> Tensor:
         return self.linear(features)
 
-    def sample(self, params: Tensor, action_mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
-        """(action, logprob of that action)."""
-        action = self._sample(params, action_mask)
-        logprob, _ = self.logprob_entropy(params, action, action_mask)
-        return action, logprob
-
     @abstractmethod
-    def _sample(self, params: Tensor, action_mask: Tensor | None) -> Tensor: ...
+    def sample(self, params: Tensor, action_mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """(action, logprob of that action): the rollout's hot path, so no entropy."""
 
     @abstractmethod
     def logprob_entropy(self, params: Tensor, action: Tensor, action_mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
@@ -75,13 +70,10 @@ class CategoricalHead(ActionHead):
         self.linear = layer_init(nn.Linear(in_features, n), gain=0.01)
 
     def sample(self, params, action_mask=None):
-        # The rollout's hot path: one log_softmax serves the draw and the logprob, no entropy.
+        # One log_softmax serves the draw and the logprob, no entropy.
         logp_all = torch.log_softmax(_mask_logits(params, action_mask), dim=-1)
         action = _categorical_sample(logp_all)
         return action, logp_all.gather(-1, action.unsqueeze(-1)).squeeze(-1)
-
-    def _sample(self, params, action_mask):
-        return _categorical_sample(_mask_logits(params, action_mask))
 
     def logprob_entropy(self, params, action, action_mask=None):
         return _categorical_logprob_entropy(_mask_logits(params, action_mask), action)
@@ -101,8 +93,9 @@ class MultiCategoricalHead(ActionHead):
     def _split(self, params: Tensor, action_mask: Tensor | None) -> tuple[Tensor, ...]:
         return torch.split(_mask_logits(params, action_mask), self.nvec, dim=-1)
 
-    def _sample(self, params, action_mask):
-        return torch.stack([_categorical_sample(lg) for lg in self._split(params, action_mask)], dim=-1)
+    def sample(self, params, action_mask=None):
+        action = torch.stack([_categorical_sample(lg) for lg in self._split(params, action_mask)], dim=-1)
+        return action, self.logprob_entropy(params, action, action_mask)[0]
 
     def logprob_entropy(self, params, action, action_mask=None):
         parts = [_categorical_logprob_entropy(lg, action[..., i]) for i, lg in enumerate(self._split(params, action_mask))]
@@ -119,8 +112,9 @@ class BernoulliHead(ActionHead):
         super().__init__()
         self.linear = layer_init(nn.Linear(in_features, n), gain=0.01)
 
-    def _sample(self, params, action_mask):
-        return (torch.rand_like(params) < torch.sigmoid(params)).to(params.dtype)
+    def sample(self, params, action_mask=None):
+        action = (torch.rand_like(params) < torch.sigmoid(params)).to(params.dtype)
+        return action, self.logprob_entropy(params, action)[0]
 
     def logprob_entropy(self, params, action, action_mask=None):
         # log p(a) = a*log(sigmoid(x)) + (1-a)*log(sigmoid(-x)) = -BCE(x, a)
@@ -142,8 +136,12 @@ class GaussianHead(ActionHead):
         self.linear = layer_init(nn.Linear(in_features, dim), gain=0.01)
         self.log_std = nn.Parameter(torch.full((dim,), float(init_log_std)))
 
-    def _sample(self, params, action_mask):
-        return params + self.log_std.exp() * torch.randn_like(params)
+    def sample(self, params, action_mask=None):
+        # The log-density of mean + std * noise needs only the noise.
+        noise = torch.randn_like(params)
+        action = torch.addcmul(params, self.log_std.exp(), noise)
+        logprob = (-0.5 * noise.square() - self.log_std).sum(-1) - 0.5 * math.log(2 * math.pi) * params.shape[-1]
+        return action, logprob
 
     def logprob_entropy(self, params, action, action_mask=None):
         log_std = self.log_std.expand_as(params)
