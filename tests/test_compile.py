@@ -48,13 +48,16 @@ def test_compile_flag_on_tensor_backend(eager_backend):
 
 
 @pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None, reason="inductor needs a C++ compiler on CPU")
-def test_inductor_compiled_run_matches_eager_on_first_update(monkeypatch):
+def test_inductor_compiled_run_matches_eager_on_first_update():
     # Inductor draws random numbers its own way unless told to call eager's RNG: without this the
-    # compiled rollout samples other actions and the two updates see different data.
-    monkeypatch.setattr(torch._inductor.config, "fallback_random", True)
+    # compiled rollout samples other actions and the two updates see different data. The config's
+    # own patch() restores it cleanly (monkeypatch's undo left the option hidden, which broke
+    # torch.onnx.export in later tests).
     torch._dynamo.reset()
     eager = first_update_losses()
-    compiled = first_update_losses(compile=True)
+    with torch._inductor.config.patch(fallback_random=True):
+        compiled = first_update_losses(compile=True)
+    torch._dynamo.reset()
     # Inductor fuses and reorders float32 reductions: equal to rounding, not bit for bit.
     assert compiled == pytest.approx(eager, rel=1e-3, abs=1e-5)
 
