@@ -14,7 +14,7 @@ from fastppo.api import make_config
 from fastppo.config import PPOConfig
 from fastppo.core import normalize_advantages, ppo_loss
 from fastppo.policies import ActorCritic
-from fastppo.update import UpdateCoefficients, make_optimizer, ppo_update, set_learning_rate
+from fastppo.update import UpdateCoefficients, flatten_parameters, make_optimizer, ppo_update, set_learning_rate
 
 
 def reference_update(policy, optimizer, batch, cfg, coefs):
@@ -57,7 +57,7 @@ def test_ppo_update_matches_the_plain_loop(num_minibatches):
     twin = copy.deepcopy(policy)
     batch, coefs = make_batch(64), UpdateCoefficients(clip_coef=0.2, ent_coef=0.01, kl_beta=1.0)
     torch.manual_seed(1)
-    ours = ppo_update(policy, make_optimizer(policy.parameters(), 1e-3, 1e-5, torch.device("cpu")), batch, cfg, coefs)
+    ours = ppo_update(policy, make_optimizer(policy, 1e-3, 1e-5, torch.device("cpu")), batch, cfg, coefs)
     torch.manual_seed(1)
     ref = reference_update(twin, torch.optim.Adam(twin.parameters(), lr=1e-3, eps=1e-5), batch, cfg, coefs)
     assert {k: ours[k] for k in ref} == pytest.approx(ref, rel=1e-4, abs=1e-6)
@@ -66,7 +66,7 @@ def test_ppo_update_matches_the_plain_loop(num_minibatches):
 
 
 def test_optimizer_is_fused_and_lr_is_set():
-    opt = make_optimizer([nn.Parameter(torch.zeros(3))], 1e-3, 1e-5, torch.device("cpu"))
+    opt = make_optimizer(nn.Linear(3, 1), 1e-3, 1e-5, torch.device("cpu"))
     assert opt.defaults["fused"] and not opt.defaults["capturable"]
     set_learning_rate(opt, 5e-4)
     assert opt.param_groups[0]["lr"] == 5e-4
@@ -76,3 +76,22 @@ def test_tensor_backend_picks_the_tensor_preset():
     assert make_config("CartPole-v1", overrides={"backend": "tensor"}).ppo.update_epochs == 6
     assert make_config("CartPole-v1").ppo.update_epochs == 20
     assert make_config("CartPole-v1", "CartPole-v1-tensor").env.backend == "tensor"
+
+
+def test_flattened_parameters_are_views_of_one_buffer_with_one_gradient():
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2))
+    before = {k: v.clone() for k, v in net.state_dict().items()}
+    flat = flatten_parameters(net)
+    assert flat.numel() == sum(v.numel() for v in before.values())
+    assert all(torch.equal(net.state_dict()[k], v) for k, v in before.items())  # same values, same names
+    x = torch.randn(5, 3)
+    net(x).square().sum().backward()
+    # autograd accumulated every layer's gradient into the flat one
+    expected = torch.cat([p.grad.reshape(-1) for p in net.parameters()])
+    assert torch.equal(flat.grad, expected) and flat.grad.abs().sum() > 0
+    with torch.no_grad():
+        flat.add_(1.0)  # an optimizer step on the flat tensor moves the module's weights
+    assert torch.equal(net[0].bias, before["0.bias"] + 1.0)
+    net.load_state_dict(before)  # loading copies into the views: the buffer stays shared
+    assert torch.equal(flat[: net[0].weight.numel()], before["0.weight"].reshape(-1))

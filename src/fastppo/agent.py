@@ -65,7 +65,9 @@ class Agent:
         save leaves the previous file whole."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        tensors = {f"policy.{k}": v.detach().cpu().contiguous() for k, v in self.policy.state_dict().items()}
+        # clone: during training the weights are views of one flat buffer (fastppo.update), which
+        # safetensors would refuse as shared memory.
+        tensors = {f"policy.{k}": v.detach().cpu().clone() for k, v in self.policy.state_dict().items()}
         if self.obs_rms is not None:
             tensors |= {f"obs_rms.{k}": v.cpu() for k, v in self.obs_rms.state_dict().items()}
         tmp = directory / f".{POLICY_FILE}.tmp-{os.getpid()}"

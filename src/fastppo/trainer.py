@@ -165,7 +165,7 @@ def train(config: Config, run_dir: Path | None = None, checkpoint: Checkpoint | 
     normalize_obs = ObservationNormalizer(agent.obs_rms, config.env.clip_obs)
     state = TrainState(
         agent=agent,
-        optimizer=make_optimizer(agent.policy.parameters(), cfg.learning_rate, cfg.adam_eps, device, config.run.cudagraphs),
+        optimizer=make_optimizer(agent.policy, cfg.learning_rate, cfg.adam_eps, device, config.run.cudagraphs),
         reward_scaler=RewardScaler(envs.num_envs, cfg.gamma, config.env.clip_reward, device) if config.env.normalize_reward else None,
         cursor=EnvCursor(normalize_obs(first.obs, update=True), first.action_mask, torch.ones(envs.num_envs, dtype=torch.bool, device=device)),
         kl_beta=cfg.kl_beta,
