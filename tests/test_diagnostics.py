@@ -29,8 +29,20 @@ def test_a_single_kl_spike_is_not_sustained():
 def test_clip_fraction_too_high_and_stuck_at_zero():
     assert "too aggressive" in HealthMonitor().check(metrics(clipfrac=0.7), 0.1)[0]
     monitor = HealthMonitor()
-    warnings = [w for i in range(5) for w in monitor.check(metrics(clipfrac=0.0), i / 100)]
+    warnings = [w for i in range(10) for w in monitor.check(metrics(clipfrac=0.0, kl=1e-7), i / 100)]
     assert len(warnings) == 1 and "stuck at 0" in warnings[0]
+
+
+def test_clip_fraction_zero_while_the_policy_still_moves_is_not_a_warning():
+    # CleanRL's ppo.py on CartPole: clip_fraction 0 and approx_kl ~1e-4 for many iterations, learning fine.
+    monitor = HealthMonitor()
+    assert [w for i in range(30) for w in monitor.check(metrics(clipfrac=0.0, kl=2e-4), i / 100)] == []
+
+
+def test_a_converged_deterministic_policy_is_not_stuck():
+    monitor = HealthMonitor()
+    monitor.check(metrics(entropy=0.69), 0.0)
+    assert [w for i in range(30) for w in monitor.check(metrics(clipfrac=0.0, kl=0.0, entropy=0.02), 0.5 + i / 100)] == []
 
 
 def test_entropy_collapse_early_but_not_late():

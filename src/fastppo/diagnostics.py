@@ -5,6 +5,9 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
+STILL_KL = 1e-5
+"""approx_kl per update below which a policy that still explores counts as not moving."""
+
 
 @dataclass
 class HealthMonitor:
@@ -12,6 +15,7 @@ class HealthMonitor:
 
     _kl: deque = field(default_factory=lambda: deque(maxlen=5))
     _clipfrac: deque = field(default_factory=lambda: deque(maxlen=5))
+    _still: deque = field(default_factory=lambda: deque(maxlen=10))
     _v_loss: deque = field(default_factory=lambda: deque(maxlen=10))
     _first_entropy: float | None = None
     _warned: set[str] = field(default_factory=set)
@@ -24,6 +28,10 @@ class HealthMonitor:
         entropy = metrics["losses/entropy"]
         if self._first_entropy is None:
             self._first_entropy = entropy
+        # "Barely moves" needs more than clip_fraction 0: CleanRL's CartPole settings learn well
+        # with clip_fraction 0 and approx_kl ~1e-4 for thousands of steps. A policy that still
+        # has entropy but whose KL per update stays below 1e-5 is not learning.
+        self._still.append(metrics["losses/clipfrac"] == 0.0 and metrics["losses/approx_kl"] < STILL_KL and entropy > 0.1 * abs(self._first_entropy))
         signs = {
             "kl": (
                 len(self._kl) == self._kl.maxlen and min(self._kl) > 0.05,
@@ -35,8 +43,8 @@ class HealthMonitor:
                 f"clip_fraction {self._clipfrac[-1]:.2f} > 0.5: updates too aggressive; lower --learning-rate or --clip-coef",
             ),
             "clip_zero": (
-                len(self._clipfrac) == self._clipfrac.maxlen and max(self._clipfrac) == 0.0,
-                "clip_fraction stuck at 0: the policy barely moves; raise --learning-rate or lower --clip-coef",
+                len(self._still) == self._still.maxlen and all(self._still),
+                f"clip_fraction stuck at 0 and approx_kl below {STILL_KL:g}: the policy barely moves; raise --learning-rate or lower --clip-coef",
             ),
             "entropy": (
                 progress < 0.25 and self._first_entropy > 0 and entropy < 0.05 * abs(self._first_entropy) and abs(entropy) < 0.05,
