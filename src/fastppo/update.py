@@ -122,7 +122,8 @@ class MinibatchStep:
 
     def __init__(self, policy: ActorCritic, optimizer: torch.optim.Optimizer, cfg: PPOConfig, compile: bool = False, cudagraphs: bool = False):
         self.policy, self.optimizer, self.cfg = policy, optimizer, cfg
-        self.parameters = [p for group in optimizer.param_groups for p in group["params"]]
+        # make_optimizer's one flat parameter: its gradient is every layer's gradient.
+        (self.flat_parameter,) = [p for group in optimizer.param_groups for p in group["params"]]
         self.loss_fn: Callable[..., tuple[Tensor, dict[str, Tensor]]] = minibatch_loss
         if compile:
             self.loss_fn = torch.compile(minibatch_loss, mode=COMPILE_MODE)
@@ -137,9 +138,14 @@ class MinibatchStep:
 
     def _eager(self, mb: dict[str, Tensor], coefs: UpdateCoefficients) -> dict[str, Tensor]:
         loss, metrics = self.loss_fn(self.policy, mb, self.cfg, coefs)
-        self.optimizer.zero_grad(set_to_none=False)  # in place: see flatten_parameters
+        grad = self.flat_parameter.grad
+        grad.zero_()  # in place, never None: see flatten_parameters
         loss.backward()
-        metrics["grad_norm"] = nn.utils.clip_grad_norm_(self.parameters, self.cfg.max_grad_norm)
+        # clip_grad_norm_'s formula on the one flat gradient, as 3 ops instead of its per-call
+        # bookkeeping (a quarter of the optimizer's overhead on small MLPs).
+        grad_norm = torch.linalg.vector_norm(grad)
+        grad.mul_(torch.clamp(self.cfg.max_grad_norm / (grad_norm + 1e-6), max=1.0))
+        metrics["grad_norm"] = grad_norm
         self.optimizer.step()
         return metrics
 
@@ -167,7 +173,6 @@ class MinibatchStep:
     def _capture(self, mb: dict[str, Tensor], coefs: UpdateCoefficients) -> None:
         self._static_in = {name: value.clone() for name, value in mb.items()}
         self._graph = torch.cuda.CUDAGraph()
-        self.optimizer.zero_grad(set_to_none=False)
         with torch.cuda.graph(self._graph):
             self._static_out = self._eager(self._static_in, coefs)
 

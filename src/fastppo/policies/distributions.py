@@ -33,9 +33,11 @@ def _mask_logits(logits: Tensor, action_mask: Tensor | None) -> Tensor:
 
 
 def _categorical_sample(logits: Tensor) -> Tensor:
-    # Gumbel-max: one uniform draw per logit, no normalisation, same law as Categorical.sample().
-    u = torch.rand_like(logits).clamp_(1e-20, 1.0)
-    return (logits - torch.log(-torch.log(u))).argmax(dim=-1)
+    # Gumbel-max, argmax(logits + G) with G = -log(E), E ~ Exp(1): the same law as
+    # Categorical.sample() without normalising; an exponential draw instead of
+    # -log(-log(uniform)) saves 2 ops per rollout step. The clamp keeps a draw of exactly 0
+    # from giving G = +inf, which would beat even a masked logit.
+    return (logits - torch.empty_like(logits).exponential_().clamp_(min=1e-20).log_()).argmax(dim=-1)
 
 
 def _categorical_logprob_entropy(logits: Tensor, action: Tensor) -> tuple[Tensor, Tensor]:
