@@ -10,9 +10,10 @@ from torch import Tensor, nn
 
 from fastppo.config import PolicyConfig
 from fastppo.errors import FastPPOError
+from fastppo.policies.activations import Tanh
 from fastppo.policies.distributions import layer_init, make_action_head
 
-ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU}
+ACTIVATIONS = {"tanh": Tanh, "relu": nn.ReLU}
 
 
 def mlp(in_features: int, hidden_sizes: tuple[int, ...], activation: str) -> nn.Sequential:

@@ -16,10 +16,11 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
+from fastppo.policies.activations import Tanh, tanh
 from fastppo.policies.actor_critic import ActorCritic
 
 Activation = Callable[[Tensor], Tensor]
-_ACTIVATIONS: dict[type, Activation] = {nn.Tanh: torch.tanh, nn.ReLU: torch.relu}
+_ACTIVATIONS: dict[type, Activation] = {Tanh: tanh, nn.ReLU: torch.relu}
 
 
 def _mlp_layers(encoder: nn.Module) -> tuple[list[nn.Linear], Activation | None] | None:

@@ -1,0 +1,30 @@
+"""fastppo's Tanh equals torch.tanh, forward and backward, on both of its paths."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fastppo.policies.activations import SIGMOID_TANH_MIN_ELEMENTS, Tanh
+
+
+@pytest.mark.parametrize("rows", [1, 3, SIGMOID_TANH_MIN_ELEMENTS // 64, 4 * SIGMOID_TANH_MIN_ELEMENTS // 64])
+def test_tanh_matches_torch_tanh_and_its_gradient(rows):
+    g = torch.Generator().manual_seed(rows)
+    x = (torch.randn(rows, 64, generator=g) * 4).requires_grad_()
+    upstream = torch.randn(rows, 64, generator=g)
+    y = Tanh()(x)
+    (grad,) = torch.autograd.grad(y, x, upstream)
+    x_ref = x.detach().clone().requires_grad_()
+    y_ref = torch.tanh(x_ref)
+    (grad_ref,) = torch.autograd.grad(y_ref, x_ref, upstream)
+    torch.testing.assert_close(y, y_ref, rtol=0, atol=3e-7)
+    torch.testing.assert_close(grad, grad_ref, rtol=0, atol=1e-6 * upstream.abs().max().item())
+
+
+def test_tanh_without_grad_and_at_the_extremes():
+    x = torch.cat([torch.linspace(-30, 30, SIGMOID_TANH_MIN_ELEMENTS), torch.tensor([0.0, -0.0, 1e-30, float("inf"), -float("inf")])])
+    with torch.inference_mode():
+        y = Tanh()(x)
+    torch.testing.assert_close(y, torch.tanh(x), rtol=0, atol=3e-7)
+    assert y[-2] == 1.0 and y[-1] == -1.0 and y.abs().max() <= 1.0
