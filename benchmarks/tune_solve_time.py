@@ -1,0 +1,85 @@
+"""Random search for CartPole-v1 hyperparameters that minimise wall time to solve.
+
+    python tune_solve_time.py --backend tensor --trials 40 --out tensor.jsonl
+    python tune_solve_time.py --backend sync --trials 40 --seeds 1 2 3
+
+Each trial draws one value per hyperparameter from SPACE, trains until the last 20 episodes
+average >= 475 (or the budget runs out) for every seed, and appends one JSON line: the
+hyperparameters, the median and worst seconds to solve (a failed seed counts as twice its
+wall time) and the median steps. The best trials are printed at the end; re-check a winner
+over more seeds with ``sb3_compare.py`` or ``learning.py`` before making it a preset.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+
+import torch
+
+from common import footer, header, run_fastppo
+from fastppo.api import make_config
+
+SPACE: dict[str, list] = {
+    "num_envs": [8, 16, 32, 64, 128],
+    "num_steps": [16, 32, 64],
+    "update_epochs": [2, 4, 8, 10, 20],
+    "num_minibatches": [1, 2, 4],
+    "learning_rate": [1e-3, 2e-3, 3e-3, 5e-3, 1e-2],
+    "lr_schedule": ["constant", "linear"],
+    "clip_schedule": ["constant", "linear"],
+    "gamma": [0.98, 0.99],
+    "gae_lambda": [0.8, 0.9, 0.95],
+    "ent_coef": [0.0],
+    "clip_vloss": [False],
+}
+
+
+def trial(overrides: dict, backend: str, seeds: list[int], budget: int) -> dict:
+    seconds, steps = [], []
+    for seed in seeds:
+        config = make_config("CartPole-v1", None, {**overrides, "seed": seed, "backend": backend, "total_timesteps": budget, "checkpoint_every": 0})
+        run = run_fastppo(config, stop_when_solved=True)
+        seconds.append(run.solved_s if run.solved_s is not None else 2 * run.wall_s)
+        if run.solved_steps is not None:
+            steps.append(run.solved_steps)
+    return {
+        "overrides": overrides,
+        "median_s": round(statistics.median(seconds), 3),
+        "worst_s": round(max(seconds), 3),
+        "failed": len(seeds) - len(steps),
+        "median_steps": statistics.median(steps) if steps else None,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--backend", default="sync", choices=["sync", "tensor"])
+    parser.add_argument("--trials", type=int, default=40)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    parser.add_argument("--budget", type=int, default=150_000, help="env steps per run before it counts as failed")
+    parser.add_argument("--search-seed", type=int, default=0)
+    parser.add_argument("--out", help="append one JSON line per trial to this file")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    torch.optim.Adam([torch.nn.Parameter(torch.zeros(1))])  # the one-off torch.optim import, out of the timings
+    header(f"time-to-solve search, CartPole-v1, {args.backend} backend")
+    rng = random.Random(args.search_seed)
+    results = []
+    for _ in range(args.trials):
+        result = trial({name: rng.choice(values) for name, values in SPACE.items()}, args.backend, args.seeds, args.budget)
+        results.append(result)
+        print(json.dumps(result), flush=True)
+        if args.out:
+            with open(args.out, "a") as f:
+                f.write(json.dumps(result) + "\n")
+    print("\n## best (fewest failed seeds, then worst seed's time)")
+    for result in sorted(results, key=lambda r: (r["failed"], r["worst_s"]))[:5]:
+        print(json.dumps(result))
+    footer()
+
+
+if __name__ == "__main__":
+    main()
