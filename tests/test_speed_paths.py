@@ -73,8 +73,8 @@ def test_optimizer_is_fused_and_lr_is_set():
 
 
 def test_tensor_backend_picks_the_tensor_preset():
-    assert make_config("CartPole-v1", overrides={"backend": "tensor"}).ppo.update_epochs == 6
-    assert make_config("CartPole-v1").ppo.update_epochs == 20
+    assert make_config("CartPole-v1", overrides={"backend": "tensor"}).env.num_envs == 64
+    assert make_config("CartPole-v1").env.num_envs == 16
     assert make_config("CartPole-v1", "CartPole-v1-tensor").env.backend == "tensor"
 
 
