@@ -7,8 +7,8 @@
    4 epochs, 4 minibatches, constant lr 2.5e-4, no value clipping since SB3 has none by default)
    and HalfCheetah (1 env x 2048 steps, 10 epochs, minibatch 64, obs+reward normalisation).
 2. Time to solve CartPole-v1 (mean of the last 20 episodes >= 475), wall time from the call:
-   SB3 with rl-zoo's tuned CartPole hyperparameters; fastppo's CartPole-v1 preset (the same
-   hyperparameters, gymnasium sync envs) and its CartPole-v1-tensor preset.
+   each library's best preset: SB3 with rl-zoo's tuned CartPole hyperparameters; fastppo's
+   CartPole-v1 preset (gymnasium sync envs) and its CartPole-v1-tensor preset.
 
 Needs ``pip install stable-baselines3`` (see benchmarks/README.md for the torch caveat).
 """
