@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-SIGMOID_TANH_MIN_ELEMENTS = 16384
+SIGMOID_TANH_MIN_ELEMENTS = 8192
 """Below this many elements the one-kernel torch.tanh is as fast (per-op overhead dominates)."""
 
 
