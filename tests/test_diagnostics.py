@@ -39,6 +39,11 @@ def test_clip_fraction_zero_while_the_policy_still_moves_is_not_a_warning():
     assert [w for i in range(30) for w in monitor.check(metrics(clipfrac=0.0, kl=2e-4), i / 100)] == []
 
 
+def test_a_policy_still_late_in_an_annealed_run_is_not_stuck():
+    monitor = HealthMonitor()
+    assert [w for i in range(30) for w in monitor.check(metrics(clipfrac=0.0, kl=1e-9), 0.6 + i / 100)] == []
+
+
 def test_a_converged_deterministic_policy_is_not_stuck():
     monitor = HealthMonitor()
     monitor.check(metrics(entropy=0.69), 0.0)

@@ -30,8 +30,11 @@ class HealthMonitor:
             self._first_entropy = entropy
         # "Barely moves" needs more than clip_fraction 0: CleanRL's CartPole settings learn well
         # with clip_fraction 0 and approx_kl ~1e-4 for thousands of steps. A policy that still
-        # has entropy but whose KL per update stays below 1e-5 is not learning.
-        self._still.append(metrics["losses/clipfrac"] == 0.0 and metrics["losses/approx_kl"] < STILL_KL and entropy > 0.1 * abs(self._first_entropy))
+        # has entropy but whose KL per update stays below 1e-5 is not learning, unless it is
+        # late in the run, where an annealed learning rate brings the KL to 0 by design.
+        self._still.append(
+            progress < 0.5 and metrics["losses/clipfrac"] == 0.0 and metrics["losses/approx_kl"] < STILL_KL and entropy > 0.1 * abs(self._first_entropy)
+        )
         signs = {
             "kl": (
                 len(self._kl) == self._kl.maxlen and min(self._kl) > 0.05,
