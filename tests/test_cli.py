@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -75,3 +76,19 @@ def test_help_lists_hyperparameters_with_their_docs(capsys):
     out = capsys.readouterr().out
     assert "--ppo.learning-rate V, --learning-rate V" in out
     assert "Adam learning rate" in out
+
+
+def test_summary_says_where_the_time_went(tmp_path, capsys):
+    assert main(["train", "CartPole-v1", "--run-dir", str(tmp_path / "run"), "--total-timesteps", "1024", "--progress", "false", "--tensorboard", "false"]) == 0
+    summary = capsys.readouterr().out.splitlines()[0]
+    assert re.search(r"; time: env \d+%, copy \d+%, policy \d+%, update \d+%\.$", summary), summary
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert all(row[f"time/{name}"] > 0 for row in rows for name in ("env", "copy", "policy", "update"))
+
+
+def test_time_split_of_a_history():
+    from fastppo.train_cli import time_split
+
+    history = [{"time/update": 3.0, "time/env": 1.0, "charts/SPS": 5.0}, {"time/update": 3.0, "time/env": 1.0}]
+    assert time_split(history) == "; time: env 25%, update 75%"
+    assert time_split([]) == ""

@@ -338,3 +338,10 @@ def test_cuda_steps_without_host_sync_and_matches_cpu(env_id: str) -> None:
     torch.testing.assert_close(result.reward.cpu(), expected.reward)
     assert torch.equal(result.terminated.cpu(), expected.terminated)
     assert cuda_env.pop_episodes() is not None
+
+
+def test_tensor_envs_have_no_host_copies_to_time():
+    import fastppo
+
+    agent = fastppo.train("CartPole-v1", backend="tensor", total_timesteps=2048, progress=False, tensorboard=False)
+    assert all("time/copy" not in row and row["time/env"] > 0 for row in agent.history)

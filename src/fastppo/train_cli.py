@@ -85,6 +85,24 @@ def run(args: argparse.Namespace) -> int:
     last = f"{np.mean(returns):.1f} mean return over the last {len(returns)} episodes" if returns else "no episode finished"
     sps = np.mean([m["charts/SPS"] for m in agent.history]) if agent.history else float("nan")
     steps = agent.history[-1]["global_step"] if agent.history else 0
-    print(f"fastppo: {config.env.env_id}: {steps} steps, {last}, {sps:.0f} SPS.")
+    print(f"fastppo: {config.env.env_id}: {steps} steps, {last}, {sps:.0f} SPS{time_split(agent.history)}.")
     print(f"fastppo: results in {run_dir} (metrics.jsonl, TensorBoard: tensorboard --logdir {run_dir.parent})")
     return 0
+
+
+SECTION_ORDER = ("env", "copy", "policy", "update")
+"""The order of one iteration's sections in the summary."""
+
+
+def time_split(history: list[dict[str, float]]) -> str:
+    """Where the run's time went, e.g. '; time: env 31%, policy 17%, copy 4%, update 48%'."""
+    totals: dict[str, float] = {}
+    for row in history:
+        for name, value in row.items():
+            if name.startswith("time/"):
+                totals[name.removeprefix("time/")] = totals.get(name.removeprefix("time/"), 0.0) + value
+    whole = sum(totals.values())
+    if whole <= 0:
+        return ""
+    order = sorted(totals, key=lambda name: SECTION_ORDER.index(name) if name in SECTION_ORDER else len(SECTION_ORDER))
+    return "; time: " + ", ".join(f"{name} {100 * totals[name] / whole:.0f}%" for name in order)

@@ -23,7 +23,7 @@ import torch
 
 from fastppo.config import EnvConfig
 from fastppo.envs.atari import FRAME_SKIP, FRAME_STACK, NOOP_MAX, SCREEN_SIZE, is_atari
-from fastppo.envs.vector import Episodes, StepResult
+from fastppo.envs.vector import Episodes, HostCopies, StepResult, numpy_to_device
 from fastppo.errors import FastPPOError
 
 ATARI_SUFFIXES = ("NoFrameskip", "Deterministic")
@@ -74,7 +74,7 @@ def _float32_box(space: gym.spaces.Box) -> gym.spaces.Box:
     return gym.spaces.Box(space.low.astype(np.float32), space.high.astype(np.float32), space.shape, np.float32)
 
 
-class EnvPoolVecEnv:
+class EnvPoolVecEnv(HostCopies):
     """A synchronous EnvPool batch speaking torch tensors. EnvPool seeds its envs when it builds
     them, so the pool is built at the first ``reset(seed)`` (and rebuilt for a new seed)."""
 
@@ -98,7 +98,7 @@ class EnvPoolVecEnv:
         self._lengths: list[int] = []
 
     def _tensor(self, array: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
-        return torch.as_tensor(array).to(self.device, dtype, non_blocking=True)
+        return numpy_to_device(array, dtype, self.device)
 
     def reset(self, seed: int | None = None) -> StepResult:
         if seed is None:
@@ -121,17 +121,19 @@ class EnvPoolVecEnv:
     def step(self, actions: torch.Tensor) -> StepResult:
         if self._pool is None:
             raise RuntimeError("call reset() before step()")
-        action = actions.cpu().numpy()
+        with self.copying():
+            action = actions.cpu().numpy()
         if self._clip is not None:
             action = np.clip(action, *self._clip)
         obs, reward, terminated, truncated, info = self._pool.step(action)
         self._record_episodes(reward, terminated, truncated, info)
-        return StepResult(
-            self._tensor(obs, self._obs_dtype),
-            self._tensor(reward, torch.float32),
-            self._tensor(terminated, torch.bool),
-            self._tensor(truncated, torch.bool),
-        )
+        with self.copying():
+            return StepResult(
+                self._tensor(obs, self._obs_dtype),
+                self._tensor(reward, torch.float32),
+                self._tensor(terminated, torch.bool),
+                self._tensor(truncated, torch.bool),
+            )
 
     def _record_episodes(self, reward: np.ndarray, terminated: np.ndarray, truncated: np.ndarray, info: dict) -> None:
         real = ~self._reset_row  # reset rows hold no transition
