@@ -65,6 +65,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="smaller budgets")
     parser.add_argument("--halfcheetah", default="HalfCheetah-v5")
+    parser.add_argument("--seeds", type=int, nargs="+", help="seeds of the time-to-solve runs (default: 1 2; 1 with --quick)")
     args = parser.parse_args()
     torch.set_num_threads(1)  # both libraries on one intra-op thread (fastppo's default, see README)
     torch.optim.Adam([torch.nn.Parameter(torch.zeros(1))])  # one-off torch.optim import, out of both timings
@@ -86,7 +87,7 @@ def main() -> None:
     print(f"{args.halfcheetah} 1 env x 2048, {hc_steps} steps: fastppo {ours.sps:8.0f} SPS  SB3 {sb3_steps / sb3_wall:8.0f} SPS  ratio {ours.sps / (sb3_steps / sb3_wall):.2f}x", flush=True)
 
     print("\n## time to solve CartPole-v1 (last 20 episodes >= 475), seconds from the call (lower is better)")
-    seeds = [1] if args.quick else [1, 2]
+    seeds = args.seeds or ([1] if args.quick else [1, 2])
     for seed in seeds:
         zoo = dict(n_steps=32, batch_size=256, n_epochs=20, gae_lambda=0.8, gamma=0.98, ent_coef=0.0, learning_rate=linear(1e-3), clip_range=linear(0.2))
         sb3_wall, sb3_steps, sb3_solved = sb3_run("CartPole-v1", 8, 200_000, solve=True, seed=seed, **zoo)
