@@ -62,6 +62,7 @@ def main() -> None:
     parser.add_argument("--budget", type=int, default=150_000, help="env steps per run before it counts as failed")
     parser.add_argument("--search-seed", type=int, default=0)
     parser.add_argument("--out", help="append one JSON line per trial to this file")
+    parser.add_argument("--space", type=json.loads, default={}, help='JSON object replacing some of SPACE\'s value lists, e.g. \'{"num_envs": [16, 32]}\'')
     args = parser.parse_args()
     torch.set_num_threads(1)
     torch.optim.Adam([torch.nn.Parameter(torch.zeros(1))])  # the one-off torch.optim import, out of the timings
@@ -69,7 +70,8 @@ def main() -> None:
     rng = random.Random(args.search_seed)
     results = []
     for _ in range(args.trials):
-        result = trial({name: rng.choice(values) for name, values in SPACE.items()}, args.backend, args.seeds, args.budget)
+        space = SPACE | args.space
+        result = trial({name: rng.choice(values) for name, values in space.items()}, args.backend, args.seeds, args.budget)
         results.append(result)
         print(json.dumps(result), flush=True)
         if args.out:

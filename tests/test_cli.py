@@ -79,7 +79,7 @@ def test_help_lists_hyperparameters_with_their_docs(capsys):
 
 
 def test_summary_says_where_the_time_went(tmp_path, capsys):
-    assert main(["train", "CartPole-v1", "--run-dir", str(tmp_path / "run"), "--total-timesteps", "1024", "--progress", "false", "--tensorboard", "false"]) == 0
+    assert main(["train", "CartPole-v1", "--run-dir", str(tmp_path / "run"), "--total-timesteps", "2048", "--progress", "false", "--tensorboard", "false"]) == 0
     summary = capsys.readouterr().out.splitlines()[0]
     assert re.search(r"; time: env \d+%, copy \d+%, policy \d+%, update \d+%\.$", summary), summary
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]

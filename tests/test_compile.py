@@ -70,7 +70,7 @@ def test_cudagraphs_on_cpu_is_a_clear_error():
 def test_cudagraphs_on_cpu_exits_2_from_the_cli(capsys):
     from fastppo.cli import main
 
-    code = main(["train", "CartPole-v1", "--cudagraphs", "--device", "cpu", "--total-timesteps", "512", "--progress", "false"])
+    code = main(["train", "CartPole-v1", "--cudagraphs", "--device", "cpu", "--total-timesteps", "1024", "--progress", "false"])
     assert code == 2
     assert "needs --device cuda" in capsys.readouterr().err
 

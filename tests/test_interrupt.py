@@ -50,7 +50,8 @@ def test_a_run_stopped_by_a_signal_resumes(tmp_path):
         time.sleep(0.05)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=60) == 0
-    step = load_checkpoint(run).global_step
-    assert main(["train", "--resume", str(run), "--total-timesteps", str(step + 512)]) == 0
+    checkpoint = load_checkpoint(run)
+    step, batch = checkpoint.global_step, checkpoint.config.batch_size
+    assert main(["train", "--resume", str(run), "--total-timesteps", str(step + batch)]) == 0
     steps = [json.loads(line)["global_step"] for line in metrics.read_text().splitlines()]
-    assert steps == sorted(set(steps)) and steps[-1] == step + 512
+    assert steps == sorted(set(steps)) and steps[-1] == step + batch

@@ -91,11 +91,11 @@ def test_resume_after_a_kill_drops_metrics_logged_past_the_checkpoint(tmp_path, 
 
 def test_resume_through_the_cli_can_extend_the_budget(tmp_path, capsys):
     run = tmp_path / "run"
-    assert main(["train", "CartPole-v1", "--run-dir", str(run), "--total-timesteps", "512", "--progress", "false", "--tensorboard", "false"]) == 0
-    assert main(["train", "--resume", str(run), "--total-timesteps", "1024"]) == 0
+    assert main(["train", "CartPole-v1", "--run-dir", str(run), "--total-timesteps", "1024", "--progress", "false", "--tensorboard", "false"]) == 0
+    assert main(["train", "--resume", str(run), "--total-timesteps", "2048"]) == 0
     out = capsys.readouterr().out
-    assert "resuming" in out and "1024 steps" in out
-    assert [r["global_step"] for r in metrics(run)] == [512, 1024]
+    assert "resuming" in out and "2048 steps" in out
+    assert [r["global_step"] for r in metrics(run)] == [1024, 2048]
 
 
 @pytest.mark.parametrize(
