@@ -23,7 +23,7 @@ import torch
 
 from fastppo.config import EnvConfig
 from fastppo.envs.atari import FRAME_SKIP, FRAME_STACK, NOOP_MAX, SCREEN_SIZE, is_atari
-from fastppo.envs.vector import Episodes, HostCopies, StepResult, numpy_to_device
+from fastppo.envs.vector import Episodes, HostCopies, StepResult
 from fastppo.errors import FastPPOError
 
 ATARI_SUFFIXES = ("NoFrameskip", "Deterministic")
@@ -97,9 +97,6 @@ class EnvPoolVecEnv(HostCopies):
         self._returns: list[float] = []
         self._lengths: list[int] = []
 
-    def _tensor(self, array: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
-        return numpy_to_device(array, dtype, self.device)
-
     def reset(self, seed: int | None = None) -> StepResult:
         if seed is None:
             seed = self._seed if self._seed is not None else int(np.random.SeedSequence().entropy % 2**31)
@@ -114,26 +111,15 @@ class EnvPoolVecEnv(HostCopies):
         self._reset_row[:] = False
         self._ep_return[:] = 0.0
         self._ep_length[:] = 0
-        zeros = torch.zeros(self.num_envs, device=self.device)
-        flags = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
-        return StepResult(self._tensor(obs, self._obs_dtype), zeros, flags, flags.clone())
+        no = np.zeros(self.num_envs, dtype=bool)
+        return self.to_device(obs, np.zeros(self.num_envs, dtype=np.float32), no, no.copy(), self._obs_dtype)
 
     def step(self, actions: torch.Tensor) -> StepResult:
         if self._pool is None:
             raise RuntimeError("call reset() before step()")
-        with self.copying():
-            action = actions.cpu().numpy()
-        if self._clip is not None:
-            action = np.clip(action, *self._clip)
-        obs, reward, terminated, truncated, info = self._pool.step(action)
+        obs, reward, terminated, truncated, info = self._pool.step(self.to_host(actions, self._clip))
         self._record_episodes(reward, terminated, truncated, info)
-        with self.copying():
-            return StepResult(
-                self._tensor(obs, self._obs_dtype),
-                self._tensor(reward, torch.float32),
-                self._tensor(terminated, torch.bool),
-                self._tensor(truncated, torch.bool),
-            )
+        return self.to_device(obs, reward, terminated, truncated, self._obs_dtype)
 
     def _record_episodes(self, reward: np.ndarray, terminated: np.ndarray, truncated: np.ndarray, info: dict) -> None:
         real = ~self._reset_row  # reset rows hold no transition

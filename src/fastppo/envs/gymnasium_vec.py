@@ -11,7 +11,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from fastppo.envs.vector import Episodes, HostCopies, StepResult, numpy_to_device
+from fastppo.envs.vector import Episodes, HostCopies, StepResult
 from fastppo.errors import FastPPOError
 
 ACTION_MASK_KEY = "action_mask"
@@ -113,38 +113,18 @@ class GymnasiumVecEnv(HostCopies):
         self._returns: list[float] = []
         self._lengths: list[int] = []
 
-    def _tensor(self, array: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
-        return numpy_to_device(array, dtype, self.device)
-
-    def _mask(self, info: dict) -> torch.Tensor | None:
-        mask = info.get(ACTION_MASK_KEY)
-        return None if mask is None else self._tensor(np.asarray(mask, dtype=bool), torch.bool)
-
     def reset(self, seed: int | None = None) -> StepResult:
         obs, info = self.envs.reset(seed=seed)
-        zeros = torch.zeros(self.num_envs, device=self.device)
-        flags = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
-        return StepResult(self._tensor(obs, self._obs_dtype), zeros, flags, flags.clone(), self._mask(info))
+        no = np.zeros(self.num_envs, dtype=bool)
+        return self.to_device(obs, np.zeros(self.num_envs, dtype=np.float32), no, no.copy(), self._obs_dtype, info.get(ACTION_MASK_KEY))
 
     def step(self, actions: torch.Tensor) -> StepResult:
-        with self.copying():
-            action = actions.cpu().numpy()
-        if self._clip is not None:
-            # The policy's raw Gaussian sample stays in the buffer; only the env sees it clipped.
-            action = np.clip(action, *self._clip)
-        obs, reward, terminated, truncated, info = self.envs.step(action)
+        obs, reward, terminated, truncated, info = self.envs.step(self.to_host(actions, self._clip))
         if "episode" in info:
             done = info["_episode"]
             self._returns += info["episode"]["r"][done].astype(float).tolist()
             self._lengths += info["episode"]["l"][done].astype(int).tolist()
-        with self.copying():
-            return StepResult(
-                self._tensor(obs, self._obs_dtype),
-                self._tensor(reward, torch.float32),
-                self._tensor(terminated, torch.bool),
-                self._tensor(truncated, torch.bool),
-                self._mask(info),
-            )
+        return self.to_device(obs, reward, terminated, truncated, self._obs_dtype, info.get(ACTION_MASK_KEY))
 
     def pop_episodes(self) -> Episodes:
         episodes = Episodes(self._returns, self._lengths)

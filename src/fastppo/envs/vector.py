@@ -67,10 +67,29 @@ def numpy_to_device(array: np.ndarray, dtype: torch.dtype, device: torch.device)
 
 
 class HostCopies:
-    """Where a numpy-backed VecEnv times its host<->device copies: the trainer sets ``timer`` and
-    reports that time as ``time/copy``, apart from the env's own ``time/env``."""
+    """What the numpy-backed VecEnvs (gymnasium, EnvPool) share: actions go to the host as numpy,
+    step results come back as tensors on the training device, and both copies are timed as
+    "copy" in ``timer`` when the trainer sets one (reported as ``time/copy``, apart from the env's
+    own ``time/env``)."""
 
+    device: torch.device
     timer: SectionTimer | None = None
 
     def copying(self) -> AbstractContextManager:
         return nullcontext() if self.timer is None else self.timer.section("copy")
+
+    def to_host(self, actions: Tensor, clip: tuple[np.ndarray, np.ndarray] | None) -> np.ndarray:
+        with self.copying():
+            action = actions.cpu().numpy()
+        # The policy's raw Gaussian sample stays in the buffer; only the env sees it clipped.
+        return action if clip is None else np.clip(action, *clip)
+
+    def to_device(self, obs: np.ndarray, reward: np.ndarray, terminated: np.ndarray, truncated: np.ndarray, obs_dtype: torch.dtype, action_mask: np.ndarray | None = None) -> StepResult:
+        with self.copying():
+            return StepResult(
+                numpy_to_device(obs, obs_dtype, self.device),
+                numpy_to_device(reward, torch.float32, self.device),
+                numpy_to_device(terminated, torch.bool, self.device),
+                numpy_to_device(truncated, torch.bool, self.device),
+                None if action_mask is None else numpy_to_device(np.asarray(action_mask, dtype=bool), torch.bool, self.device),
+            )
