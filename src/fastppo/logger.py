@@ -62,6 +62,7 @@ class RunLogger:
                     rows = "\n".join(f"|{k}|{v}|" for k, v in _flatten(config).items())
                     self._writer.add_text("hyperparameters", f"|param|value|\n|-|-|\n{rows}")
         self._progress = None
+        self._shown: dict[str, float] = {}
         if progress:
             self._progress = Progress(
                 TextColumn("[bold]fastppo"),
@@ -87,7 +88,9 @@ class RunLogger:
             for name, value in metrics.items():
                 self._writer.add_scalar(name, value, step)
         if self._progress is not None:
-            stats = " | ".join(f"{label} {_fmt(metrics.get(key), spec)}" for label, key, spec in self.summary)
+            # An iteration in which no episode ended has no return: keep showing the last one.
+            self._shown.update({key: metrics[key] for _, key, _ in self.summary if key in metrics})
+            stats = " | ".join(f"{label} {_fmt(self._shown.get(key), spec)}" for label, key, spec in self.summary)
             self._progress.update(self._task, completed=step, stats=stats)
 
     def message(self, text: str) -> None:
