@@ -214,7 +214,7 @@ def train(config: Config, run_dir: Path | None = None, checkpoint: Checkpoint | 
 
                 episodes = envs.pop_episodes()
                 agent.episode_returns += episodes.returns
-                metrics = iteration_metrics(losses, episodes, section_seconds(timer), state, coefs, buf, returns, time.perf_counter() - start, config.batch_size)
+                metrics = iteration_metrics(losses, episodes, timer.pop(), state, coefs, buf, returns, time.perf_counter() - start, config.batch_size)
                 logger.log(state.global_step, metrics)
                 for warning in monitor.check(metrics, progress):
                     logger.message(f"[yellow]warning:[/] {warning}")
@@ -252,15 +252,6 @@ def open_logger(config: Config, run_dir: Path | None, checkpoint: Checkpoint | N
     logger = RunLogger(run_dir, config.ppo.total_timesteps, config.run.tensorboard, config.run.progress, config.to_dict(), purge_step)
     logger.history[:0] = previous
     return logger
-
-
-def section_seconds(timer: SectionTimer) -> dict[str, float]:
-    """This iteration's seconds per section; the copies are timed inside ``envs.step``, so they
-    come out of the env's share and every second is counted once."""
-    seconds = timer.pop()
-    if "copy" in seconds:
-        seconds["env"] -= seconds["copy"]
-    return seconds
 
 
 def iteration_metrics(losses, episodes, seconds, state: TrainState, coefs: UpdateCoefficients, buf: RolloutBuffer, returns, elapsed: float, batch_size: int) -> dict[str, float]:
