@@ -8,7 +8,7 @@
    and HalfCheetah (1 env x 2048 steps, 10 epochs, minibatch 64, obs+reward normalisation).
 2. Time to solve CartPole-v1 (mean of the last 20 episodes >= 475), wall time from the call:
    each library's best preset: SB3 with rl-zoo's tuned CartPole hyperparameters; fastppo's
-   CartPole-v1 preset (gymnasium sync envs) and its CartPole-v1-tensor preset.
+   CartPole-v1 preset on gymnasium sync envs and on tensor envs (--backend tensor).
 
 Needs ``pip install stable-baselines3`` (see benchmarks/README.md for the torch caveat).
 """
@@ -100,7 +100,7 @@ def main() -> None:
         print(f"seed {seed}: " + " | ".join([
             show("SB3 rl-zoo", sb3_solved, sb3_steps, sb3_wall),
             show("fastppo preset (sync)", gym_run.solved_s, gym_run.solved_steps or gym_run.steps, gym_run.wall_s),
-            show("fastppo tensor preset", tensor_run.solved_s, tensor_run.solved_steps or tensor_run.steps, tensor_run.wall_s),
+            show("fastppo preset (tensor)", tensor_run.solved_s, tensor_run.solved_steps or tensor_run.steps, tensor_run.wall_s),
         ]), flush=True)
         if sb3_solved and gym_run.solved_s:
             print(f"    ratio SB3 / fastppo sync {sb3_solved / gym_run.solved_s:.2f}x" + (f", SB3 / fastppo tensor {sb3_solved / tensor_run.solved_s:.2f}x" if tensor_run.solved_s else ""), flush=True)

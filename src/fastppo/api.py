@@ -10,7 +10,7 @@ from typing import Any
 import gymnasium as gym
 
 from fastppo.agent import Agent, load_agent
-from fastppo.config import Config, apply_overrides, available_presets, load_preset, preset_for_env
+from fastppo.config import Config, apply_overrides, load_preset, preset_for_env
 from fastppo.envs.gymnasium_vec import check_env_id
 
 
@@ -20,8 +20,6 @@ def make_config(env_id: str, preset: str | None = None, overrides: dict[str, Any
     backend = str(overrides.get("backend", overrides.get("env.backend", "sync")))
     if preset is None:
         preset = preset_for_env(env_id, continuous=isinstance(action_space(env_id, backend), gym.spaces.Box))
-        if backend == "tensor" and f"{preset}-tensor" in available_presets():
-            preset = f"{preset}-tensor"  # tuned for many cheap envs, e.g. CartPole-v1-tensor
     config = Config()
     apply_overrides(config, load_preset(preset))
     apply_overrides(config, {"env.env_id": env_id, **overrides})
