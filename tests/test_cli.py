@@ -81,7 +81,10 @@ def test_help_lists_hyperparameters_with_their_docs(capsys):
 def test_summary_says_where_the_time_went(tmp_path, capsys):
     assert main(["train", "CartPole-v1", "--run-dir", str(tmp_path / "run"), "--total-timesteps", "2048", "--progress", "false", "--tensorboard", "false"]) == 0
     summary = capsys.readouterr().out.splitlines()[0]
-    assert re.search(r"; time: env \d+%, copy \d+%, policy \d+%, update \d+%\.$", summary), summary
+    split = re.search(r"; time: (.*)\.$", summary).group(1).split(", ")
+    shares = {part.split()[0]: int(part.split()[1].rstrip("%")) for part in split}
+    assert set(shares) == {"env", "copy", "policy", "update"} and 98 <= sum(shares.values()) <= 102, summary
+    assert list(shares.values()) == sorted(shares.values(), reverse=True)
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert all(row[f"time/{name}"] > 0 for row in rows for name in ("env", "copy", "policy", "update"))
 
@@ -90,5 +93,5 @@ def test_time_split_of_a_history():
     from fastppo.train_cli import time_split
 
     history = [{"time/update": 3.0, "time/env": 1.0, "charts/SPS": 5.0}, {"time/update": 3.0, "time/env": 1.0}]
-    assert time_split(history) == "; time: env 25%, update 75%"
+    assert time_split(history) == "; time: update 75%, env 25%"
     assert time_split([]) == ""

@@ -96,3 +96,12 @@ def test_flattened_parameters_are_views_of_one_buffer_with_one_gradient():
     assert torch.equal(net[0].bias, before["0.bias"] + 1.0)
     net.load_state_dict(before)  # loading copies into the views: the buffer stays shared
     assert torch.equal(flat[: net[0].weight.numel()], before["0.weight"].reshape(-1))
+
+
+def test_an_optimizer_not_from_make_optimizer_is_a_clear_error():
+    from fastppo.errors import FastPPOError
+    from fastppo.update import MinibatchStep
+
+    policy = ActorCritic(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2))
+    with pytest.raises(FastPPOError, match="make_optimizer"):
+        MinibatchStep(policy, torch.optim.Adam(policy.parameters()), PPOConfig())

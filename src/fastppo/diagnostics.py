@@ -14,7 +14,6 @@ class HealthMonitor:
     """Fed each iteration's metrics; returns each kind of warning once, when its sign shows."""
 
     _kl: deque = field(default_factory=lambda: deque(maxlen=5))
-    _clipfrac: deque = field(default_factory=lambda: deque(maxlen=5))
     _still: deque = field(default_factory=lambda: deque(maxlen=10))
     _v_loss: deque = field(default_factory=lambda: deque(maxlen=10))
     _first_entropy: float | None = None
@@ -23,7 +22,7 @@ class HealthMonitor:
     def check(self, metrics: dict[str, float], progress: float) -> list[str]:
         """``metrics`` uses the logged names (losses/approx_kl, ...); ``progress`` is in [0, 1]."""
         self._kl.append(metrics["losses/approx_kl"])
-        self._clipfrac.append(metrics["losses/clipfrac"])
+        clipfrac = metrics["losses/clipfrac"]
         self._v_loss.append(metrics["losses/value_loss"])
         entropy = metrics["losses/entropy"]
         if self._first_entropy is None:
@@ -33,7 +32,7 @@ class HealthMonitor:
         # has entropy but whose KL per update stays below 1e-5 is not learning, unless it is
         # late in the run, where an annealed learning rate brings the KL to 0 by design.
         self._still.append(
-            progress < 0.5 and metrics["losses/clipfrac"] == 0.0 and metrics["losses/approx_kl"] < STILL_KL and entropy > 0.1 * abs(self._first_entropy)
+            progress < 0.5 and clipfrac == 0.0 and metrics["losses/approx_kl"] < STILL_KL and entropy > 0.1 * abs(self._first_entropy)
         )
         signs = {
             "kl": (
@@ -42,8 +41,8 @@ class HealthMonitor:
                 "lower --learning-rate or --update-epochs, or set --target-kl 0.02",
             ),
             "clip_high": (
-                self._clipfrac[-1] > 0.5,
-                f"clip_fraction {self._clipfrac[-1]:.2f} > 0.5: updates too aggressive; lower --learning-rate or --clip-coef",
+                clipfrac > 0.5,
+                f"clip_fraction {clipfrac:.2f} > 0.5: updates too aggressive; lower --learning-rate or --clip-coef",
             ),
             "clip_zero": (
                 len(self._still) == self._still.maxlen and all(self._still),

@@ -90,19 +90,15 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-SECTION_ORDER = ("env", "copy", "policy", "update")
-"""The order of one iteration's sections in the summary."""
-
-
 def time_split(history: list[dict[str, float]]) -> str:
-    """Where the run's time went, e.g. '; time: env 31%, policy 17%, copy 4%, update 48%'."""
+    """Where the run's time went, largest share first, e.g. '; time: update 51%, env 36%, ...'."""
     totals: dict[str, float] = {}
     for row in history:
         for name, value in row.items():
             if name.startswith("time/"):
-                totals[name.removeprefix("time/")] = totals.get(name.removeprefix("time/"), 0.0) + value
+                section = name.removeprefix("time/")
+                totals[section] = totals.get(section, 0.0) + value
     whole = sum(totals.values())
     if whole <= 0:
         return ""
-    order = sorted(totals, key=lambda name: SECTION_ORDER.index(name) if name in SECTION_ORDER else len(SECTION_ORDER))
-    return "; time: " + ", ".join(f"{name} {100 * totals[name] / whole:.0f}%" for name in order)
+    return "; time: " + ", ".join(f"{name} {100 * seconds / whole:.0f}%" for name, seconds in sorted(totals.items(), key=lambda item: -item[1]))

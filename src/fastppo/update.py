@@ -46,8 +46,8 @@ def flatten_parameters(module: nn.Module) -> nn.Parameter:
     Parameter is that flat tensor, with the flat gradient as its ``.grad``: zeroing, norm
     clipping and Adam then each touch one tensor instead of one per layer: ~15% of a 64-64 MLP's
     minibatch step on CPU in isolation, ~7% of a whole CartPole update (benchmarks/README.md),
-    since per-tensor dispatch there costs more than the arithmetic. Gradients must then be zeroed, never set to None: None would cut a
-    parameter's gradient loose from the flat one.
+    since per-tensor dispatch there costs more than the arithmetic. Gradients must then be
+    zeroed, never set to None: None would cut a parameter's gradient loose from the flat one.
     """
     params = list(module.parameters())
     flat = torch.cat([p.detach().reshape(-1) for p in params])
@@ -123,7 +123,10 @@ class MinibatchStep:
     def __init__(self, policy: ActorCritic, optimizer: torch.optim.Optimizer, cfg: PPOConfig, compile: bool = False, cudagraphs: bool = False):
         self.policy, self.optimizer, self.cfg = policy, optimizer, cfg
         # make_optimizer's one flat parameter: its gradient is every layer's gradient.
-        (self.flat_parameter,) = [p for group in optimizer.param_groups for p in group["params"]]
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        if len(params) != 1 or params[0].grad is None:
+            raise FastPPOError("the PPO update needs the optimizer from fastppo.update.make_optimizer(policy, ...): one flat parameter with its gradient")
+        self.flat_parameter = params[0]
         self.loss_fn: Callable[..., tuple[Tensor, dict[str, Tensor]]] = minibatch_loss
         if compile:
             self.loss_fn = torch.compile(minibatch_loss, mode=COMPILE_MODE)
