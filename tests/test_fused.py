@@ -7,7 +7,7 @@ import torch
 
 from fastppo.config import PolicyConfig
 from fastppo.policies import ActorCritic
-from fastppo.policies.fused import FusedActorCritic
+from fastppo.policies.fused import FusedActorCritic, tanh_as_sigmoid
 from tests.test_actor_critic import ACTION_SPACES, OBS
 
 POLICIES = {
@@ -72,3 +72,17 @@ def test_refresh_picks_up_new_weights():
 def test_cnn_policies_keep_the_module_forward():
     image = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
     assert FusedActorCritic.build(ActorCritic(image, gym.spaces.Discrete(4), PolicyConfig(shared_trunk=True))) is None
+
+
+def test_tanh_as_sigmoid_is_the_same_function():
+    """Folding the tanh identity into the weights is exact algebra: float64 agrees to rounding."""
+    torch.manual_seed(0)
+    sizes = [4, 16, 8, 3]
+    layers = [(torch.randn(i, o, dtype=torch.float64), torch.randn(o, dtype=torch.float64)) for i, o in zip(sizes, sizes[1:])]
+    x = torch.randn(32, 4, dtype=torch.float64)
+    expected, folded = x, x
+    for depth, ((w, b), (fw, fb)) in enumerate(zip(layers, tanh_as_sigmoid(layers))):
+        last = depth == len(layers) - 1
+        expected = torch.addmm(b, expected, w) if last else torch.tanh(torch.addmm(b, expected, w))
+        folded = torch.addmm(fb, folded, fw) if last else torch.sigmoid(torch.addmm(fb, folded, fw))
+    torch.testing.assert_close(folded, expected, rtol=0, atol=1e-12)

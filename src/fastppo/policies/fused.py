@@ -6,7 +6,8 @@ observation), deeper layers are block-diagonal (each half reads its own features
 layer maps ``[actor features | critic features]`` to ``[action-head params | value]``. One
 ``addmm`` and one activation per layer then replace two of each plus ~15 module calls: about
 half the cost of ``ActorCritic.act`` for the small batches of a CPU rollout. The zero blocks add
-exact zeros, so the result equals the unfused forward up to float summation order.
+exact zeros, so the result equals the unfused forward up to float summation order. A tanh MLP
+also has its tanh turned into sigmoid by rescaling the merged weights (``tanh_as_sigmoid``).
 """
 
 from __future__ import annotations
@@ -33,6 +34,24 @@ def _mlp_layers(encoder: nn.Module) -> tuple[list[nn.Linear], Activation | None]
     if len(linears) != len(activations) or not all(isinstance(m, nn.Linear) for m in linears) or len(kinds) > 1 or not kinds <= _ACTIVATIONS.keys():
         return None
     return linears, (_ACTIVATIONS[kinds.pop()] if kinds else None)
+
+
+def tanh_as_sigmoid(layers: list[tuple[Tensor, Tensor]]) -> list[tuple[Tensor, Tensor]]:
+    """The same MLP with every tanh replaced by one sigmoid: ``[in, out]`` weights rescaled.
+
+    tanh(z) = 2 sigmoid(2z) - 1, and the affine maps around each activation absorb the 2s and the
+    -1: a hidden layer computes s = sigmoid(x (2W) + 2b), and the layer after it reads h = 2s - 1
+    as h W + b = s (2W) + (b - sum of W's rows). CPU torch's sigmoid is several times faster than
+    its tanh (benchmarks/README.md, "tanh") and this needs no extra op, unlike ``activations.tanh``.
+    """
+    folded = []
+    for depth, (weight, bias) in enumerate(layers):
+        if depth > 0:  # reads 2s - 1 of the layer before
+            weight, bias = 2.0 * weight, bias - weight.sum(0)
+        if depth < len(layers) - 1:  # feeds a sigmoid standing for tanh: pre-activation 2z
+            weight, bias = 2.0 * weight, 2.0 * bias
+        folded.append((weight, bias))
+    return folded
 
 
 class FusedActorCritic:
@@ -76,12 +95,16 @@ class FusedActorCritic:
                 weight = torch.cat([a.weight, c.weight]) if depth == 0 else torch.block_diag(a.weight, c.weight)
                 layers.append((weight, torch.cat([a.bias, c.bias])))
         # Stored as [in, out] so that each layer is one addmm(bias, x, weight).
-        self._layers = [(w.t().contiguous(), b.clone()) for w, b in layers]
+        layers = [(w.t(), b) for w, b in layers]
+        if self._activation is tanh:
+            layers = tanh_as_sigmoid(layers)
+        self._layers = [(w.contiguous(), b.clone()) for w, b in layers]
 
     def __call__(self, obs: Tensor, action_mask: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
         x = obs.flatten(1)
+        activation = torch.sigmoid if self._activation is tanh else self._activation  # see tanh_as_sigmoid
         for weight, bias in self._layers[:-1]:
-            x = self._activation(torch.addmm(bias, x, weight))  # type: ignore[misc]: hidden layers imply one
+            x = activation(torch.addmm(bias, x, weight))  # type: ignore[misc]: hidden layers imply one
         out = torch.addmm(self._layers[-1][1], x, self._layers[-1][0])
         action, logprob = self.policy.action_head.sample(out[:, :-1], action_mask)
         return action, logprob, out[:, -1]

@@ -72,10 +72,11 @@ class TensorEnv(ABC):
         self._episode_return = torch.zeros(num_envs, dtype=torch.float32, device=self.device)
         # True where the previous step ended an episode: this step is that env's reset row.
         self._needs_reset = torch.zeros(num_envs, dtype=torch.bool, device=self.device)
-        # Per step, [num_envs, 2] of (episode return, length if the episode ended there else 0).
-        self._pending: list[Tensor] = []
-        # [k, 2] blocks holding only rows of finished episodes.
-        self._finished: list[Tensor] = []
+        # Per step, [num_envs] episode returns so far and [num_envs] lengths of the episodes that
+        # ended there (0 for those still running).
+        self._pending: list[tuple[Tensor, Tensor]] = []
+        # (returns, lengths) blocks holding only finished episodes.
+        self._finished: list[tuple[Tensor, Tensor]] = []
 
     # --- what a subclass implements -------------------------------------------------------
 
@@ -122,9 +123,9 @@ class TensorEnv(ABC):
         reset_rows = self._needs_reset
         next_state, reward, terminated = self._dynamics(self.state, actions)
         self.state = torch.where(reset_rows.unsqueeze(1), self._reset_state(), next_state)
-        reward = torch.where(reset_rows, 0.0, reward).to(torch.float32)
+        reward = reward.masked_fill(reset_rows, 0.0).to(torch.float32)
         terminated = terminated & ~reset_rows
-        self._elapsed = torch.where(reset_rows, 0, self._elapsed + 1)
+        self._elapsed = (self._elapsed + 1).masked_fill_(reset_rows, 0)
         truncated = self._elapsed >= self.max_episode_steps
         self._needs_reset = terminated | truncated
         self._record_episodes(reset_rows, reward)
@@ -138,9 +139,9 @@ class TensorEnv(ABC):
         self._compact_pending()
         if not self._finished:
             return Episodes(returns=[], lengths=[])
-        finished = torch.cat(self._finished).cpu()
+        returns, lengths = (torch.cat(column).cpu().tolist() for column in zip(*self._finished))
         self._finished.clear()
-        return Episodes(returns=finished[:, 0].tolist(), lengths=finished[:, 1].long().tolist())
+        return Episodes(returns=returns, lengths=lengths)
 
     def close(self) -> None:
         """Nothing to release: the envs are tensors."""
@@ -148,14 +149,14 @@ class TensorEnv(ABC):
     # --- episode statistics ------------------------------------------------------------------
 
     def _record_episodes(self, reset_rows: Tensor, reward: Tensor) -> None:
-        """Accumulate returns on device and queue this step's (return, length-if-finished) rows.
+        """Accumulate returns on device and queue this step's returns and lengths-if-finished.
 
         The running length is ``self._elapsed``: both restart at the reset row, which is not part
-        of any episode (its reward is 0 and it is masked out of training).
+        of any episode (its reward is 0 and it is masked out of training). Each step's
+        ``_episode_return`` is a new tensor, so the queued one is never overwritten.
         """
-        self._episode_return = torch.where(reset_rows, 0.0, self._episode_return) + reward
-        finished_length = torch.where(self._needs_reset, self._elapsed, 0)
-        self._pending.append(torch.stack((self._episode_return, finished_length.to(torch.float32)), dim=1))
+        self._episode_return = self._episode_return.masked_fill(reset_rows, 0.0) + reward
+        self._pending.append((self._episode_return, self._elapsed * self._needs_reset))
         if len(self._pending) >= self.pending_steps_limit:
             self._compact_pending()
 
@@ -163,14 +164,18 @@ class TensorEnv(ABC):
         """Keep only the rows of finished episodes (every episode lasts at least one step)."""
         if not self._pending:
             return
-        records = torch.cat(self._pending)
-        self._finished.append(records[records[:, 1] > 0])
+        returns, lengths = (torch.cat(column) for column in zip(*self._pending))
+        ended = lengths > 0
+        self._finished.append((returns[ended], lengths[ended]))
         self._pending.clear()
 
     # --- helpers for subclasses --------------------------------------------------------------
 
     def _uniform(self, low: float, high: float, columns: int = 1) -> Tensor:
-        """``[num_envs, columns]`` draws from U[low, high), computed like
-        ``numpy.random.Generator.uniform`` (which gymnasium resets with): ``low + (high - low) * U``."""
-        u = torch.rand(self.num_envs, columns, generator=self.generator, dtype=self.dtype, device=self.device)
-        return low + (high - low) * u
+        """``[num_envs, columns]`` draws from U[low, high) (torch's ``uniform_``: ``low + (high - low) * U``,
+        the formula of ``numpy.random.Generator.uniform``, which gymnasium resets with)."""
+        return torch.empty(self.num_envs, columns, dtype=self.dtype, device=self.device).uniform_(low, high, generator=self.generator)
+
+    def _tensor(self, values: float | list[float]) -> Tensor:
+        """A constant as a tensor of the env's dtype on its device (for ``_dynamics``)."""
+        return torch.tensor(values, dtype=self.dtype, device=self.device)
