@@ -84,30 +84,40 @@ class Solved(Exception):
 
 def run_fastppo(config: Config, stop_when_solved: bool = False, threshold: float = SOLVED_RETURN) -> RunResult:
     """Train with ``config`` (no files written); wall time from the call (env and network set-up
-    included, as for the peers). With ``stop_when_solved`` the run ends at the first iteration
-    where the last 20 finished episodes average ``threshold``."""
+    included, as for the peers). The solve check runs where the trainer collects each rollout's
+    finished episodes, before that iteration's update, as the peers' per-step callbacks see an
+    episode when it ends; with ``stop_when_solved`` the run ends at the first rollout after
+    which the last 20 finished episodes average ``threshold``."""
     config.run.progress, config.run.tensorboard = False, False
     last20: deque[float] = deque(maxlen=20)
     result = RunResult(wall_s=0.0, steps=0)
-    original = trainer.iteration_metrics
+    original = trainer.make_vec_env
     start = time.perf_counter()
 
-    def watch(losses, episodes, seconds, state, *args, **kwargs):
-        last20.extend(episodes.returns)
-        result.steps = state.global_step
-        if len(last20) == 20 and np.mean(last20) >= threshold and result.solved_s is None:
-            result.solved_s, result.solved_steps = time.perf_counter() - start, state.global_step
-            if stop_when_solved:
-                raise Solved
-        return original(losses, episodes, seconds, state, *args, **kwargs)
+    def watched(*args, **kwargs):
+        envs = original(*args, **kwargs)
+        pop = envs.pop_episodes
 
-    trainer.iteration_metrics = watch
+        def pop_and_check():
+            episodes = pop()
+            last20.extend(episodes.returns)
+            result.steps += config.batch_size
+            if len(last20) == 20 and np.mean(last20) >= threshold and result.solved_s is None:
+                result.solved_s, result.solved_steps = time.perf_counter() - start, result.steps
+                if stop_when_solved:
+                    raise Solved
+            return episodes
+
+        envs.pop_episodes = pop_and_check
+        return envs
+
+    trainer.make_vec_env = watched
     try:
         trainer.train(config)
     except Solved:
         pass
     finally:
-        trainer.iteration_metrics = original
+        trainer.make_vec_env = original
     result.wall_s = time.perf_counter() - start
     result.last20 = float(np.mean(last20)) if last20 else float("nan")
     return result

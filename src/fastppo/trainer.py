@@ -202,6 +202,8 @@ def train(config: Config, run_dir: Path | None = None, checkpoint: Checkpoint | 
 
                 state.cursor, last_value = collect_rollout(agent.policy, envs, buf, state.cursor, normalize_obs, state.reward_scaler, timer, policy_step)
                 check_finite_rollout(buf, state.cursor, state.iteration, state.global_step)
+                episodes = envs.pop_episodes()  # those the rollout finished, played by the policy before this update
+                agent.episode_returns += episodes.returns
                 advantages, returns = compute_gae(
                     buf.rewards, buf.values, shift_values(buf.values, last_value), buf.terminated, buf.truncated, cfg.gamma, cfg.gae_lambda
                 )
@@ -212,8 +214,6 @@ def train(config: Config, run_dir: Path | None = None, checkpoint: Checkpoint | 
                 if cfg.objective == "kl":
                     state.kl_beta = adaptive_kl_beta(state.kl_beta, losses["approx_kl"], cfg.kl_target)
 
-                episodes = envs.pop_episodes()
-                agent.episode_returns += episodes.returns
                 metrics = iteration_metrics(losses, episodes, timer.pop(), state, coefs, buf, returns, time.perf_counter() - start, config.batch_size)
                 logger.log(state.global_step, metrics)
                 for warning in monitor.check(metrics, progress):
