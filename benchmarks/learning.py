@@ -3,6 +3,7 @@ at which that running mean first reached the target, and wall time, per seed.
 
     python benchmarks/learning.py LunarLander-v3 --target 200 --seeds 1 2 3
     python benchmarks/learning.py Pendulum-v1 --target -300
+    python benchmarks/learning.py CartPole-v1 --target 475 --backend tensor --seeds 1 2 3
 """
 
 from __future__ import annotations
@@ -32,11 +33,13 @@ def main() -> None:
     parser.add_argument("--target", type=float, required=True)
     parser.add_argument("--seeds", type=int, nargs="+", default=[1])
     parser.add_argument("--preset", default=None)
+    parser.add_argument("--backend", default=None, help="vector env backend (default: the preset's)")
     args = parser.parse_args()
+    backend = {"backend": args.backend} if args.backend else {}
     finals = []
     for seed in args.seeds:
         start = time.perf_counter()
-        agent = fastppo.train(args.env_id, preset=args.preset, seed=seed, progress=False, tensorboard=False)
+        agent = fastppo.train(args.env_id, preset=args.preset, seed=seed, progress=False, tensorboard=False, **backend)
         wall = time.perf_counter() - start
         final = float(np.mean(agent.episode_returns[-20:]))
         finals.append(final)
