@@ -9,9 +9,10 @@ NEXT_STEP autoreset, the ``TimeLimit`` truncation, seeding and episode statistic
 - ``_observe(state)``: the observation of each row;
 
 plus the class attributes ``single_observation_space``, ``single_action_space`` and
-``max_episode_steps``. ``cartpole.py`` is a complete example; a constant a subclass needs as a
-tensor is best made in its ``__init__`` before calling ``super().__init__`` (which draws the
-first states).
+``max_episode_steps``. ``cartpole.py`` is a complete example, down to the constants it keeps as
+tensors (``self._tensor``, made in its ``__init__`` after ``super().__init__`` has set the device
+and dtype; make them before it instead if ``_reset_state`` needs them, as it draws the first
+states).
 
 ``step`` never synchronises with the host (no ``.item()``, no branching on tensor values), so it
 runs asynchronously on CUDA: rows that reset are chosen with ``torch.where``, which is also why
