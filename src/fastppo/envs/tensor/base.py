@@ -10,9 +10,9 @@ NEXT_STEP autoreset, the ``TimeLimit`` truncation, seeding and episode statistic
 
 plus the class attributes ``single_observation_space``, ``single_action_space`` and
 ``max_episode_steps``. ``cartpole.py`` is a complete example, down to the constants it keeps as
-tensors (``self._tensor``, made in its ``__init__`` after ``super().__init__`` has set the device
-and dtype; make them before it instead if ``_reset_state`` needs them, as it draws the first
-states).
+tensors (``self._tensor``, in its ``__init__`` after ``super().__init__`` has set the device and
+dtype). A constant that ``_reset_state`` needs must exist before ``super().__init__``, which
+draws the first states: make it there from the constructor's own device and dtype arguments.
 
 ``step`` never synchronises with the host (no ``.item()``, no branching on tensor values), so it
 runs asynchronously on CUDA: rows that reset are chosen with ``torch.where``, which is also why
