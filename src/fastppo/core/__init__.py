@@ -1,5 +1,6 @@
 """Pure PPO math on tensors: no I/O, no environments. Used by the gymnasium and the RLHF trainers."""
 
+from fastppo.core.categorical import categorical_logprob_entropy
 from fastppo.core.gae import compute_gae, shift_values
 from fastppo.core.kl import adaptive_kl_beta, kl_estimate, proportional_kl_beta
 from fastppo.core.losses import policy_loss, ppo_loss, value_loss
@@ -9,6 +10,7 @@ from fastppo.core.schedules import scheduled
 
 __all__ = [
     "adaptive_kl_beta",
+    "categorical_logprob_entropy",
     "compute_gae",
     "explained_variance",
     "kl_estimate",

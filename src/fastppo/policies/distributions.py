@@ -14,6 +14,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from fastppo.core.categorical import categorical_logprob_entropy
 from fastppo.errors import FastPPOError
 
 
@@ -38,13 +39,6 @@ def _categorical_sample(logits: Tensor) -> Tensor:
     # -log(-log(uniform)) saves 2 ops per rollout step. The clamp keeps a draw of exactly 0
     # from giving G = +inf, which would beat even a masked logit.
     return (logits - torch.empty_like(logits).exponential_().clamp_(min=1e-20).log_()).argmax(dim=-1)
-
-
-def _categorical_logprob_entropy(logits: Tensor, action: Tensor) -> tuple[Tensor, Tensor]:
-    logp_all = torch.log_softmax(logits, dim=-1)
-    logprob = logp_all.gather(-1, action.long().unsqueeze(-1)).squeeze(-1)
-    entropy = -(logp_all.exp() * logp_all).sum(-1)
-    return logprob, entropy
 
 
 class ActionHead(nn.Module):
@@ -78,7 +72,7 @@ class CategoricalHead(ActionHead):
         return action, logp_all.gather(-1, action.unsqueeze(-1)).squeeze(-1)
 
     def logprob_entropy(self, params, action, action_mask=None):
-        return _categorical_logprob_entropy(_mask_logits(params, action_mask), action)
+        return categorical_logprob_entropy(_mask_logits(params, action_mask), action)
 
     def mode(self, params, action_mask=None):
         return _mask_logits(params, action_mask).argmax(dim=-1)
@@ -100,7 +94,7 @@ class MultiCategoricalHead(ActionHead):
         return action, self.logprob_entropy(params, action, action_mask)[0]
 
     def logprob_entropy(self, params, action, action_mask=None):
-        parts = [_categorical_logprob_entropy(lg, action[..., i]) for i, lg in enumerate(self._split(params, action_mask))]
+        parts = [categorical_logprob_entropy(lg, action[..., i]) for i, lg in enumerate(self._split(params, action_mask))]
         return sum(p[0] for p in parts), sum(p[1] for p in parts)
 
     def mode(self, params, action_mask=None):

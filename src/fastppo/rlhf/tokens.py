@@ -11,11 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 from torch.nn.utils.rnn import pad_sequence
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from fastppo.core import categorical_logprob_entropy
 from fastppo.rlhf.models import Critic
 
 
@@ -79,9 +79,7 @@ def forward_tokens(
     shared_trunk = critic is not None and critic.trunk is None
     out = policy(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, output_hidden_states=shared_trunk, use_cache=False)
     logits = out.logits[:, start:-1].float() / temperature
-    logp_all = F.log_softmax(logits, dim=-1)
-    logprobs = logp_all.gather(-1, response.unsqueeze(-1)).squeeze(-1)
-    entropy = -(logp_all.exp() * logp_all).sum(-1)
+    logprobs, entropy = categorical_logprob_entropy(logits, response)
     values = None
     if critic is not None:
         if shared_trunk:
