@@ -64,7 +64,9 @@ class FusedActorCritic:
     def __init__(self, policy: ActorCritic, actor: list[nn.Linear], critic: list[nn.Linear] | None, activation: Activation | None):
         self.policy = policy
         self._actor, self._critic = actor, critic  # critic None: shared trunk
-        self._activation = activation
+        # A tanh MLP runs as a sigmoid one on rescaled weights (tanh_as_sigmoid, in refresh).
+        self._fold_tanh = activation is tanh
+        self._activation = torch.sigmoid if self._fold_tanh else activation
         self._layers: list[tuple[Tensor, Tensor]] = []
 
     @classmethod
@@ -96,15 +98,14 @@ class FusedActorCritic:
                 layers.append((weight, torch.cat([a.bias, c.bias])))
         # Stored as [in, out] so that each layer is one addmm(bias, x, weight).
         layers = [(w.t(), b) for w, b in layers]
-        if self._activation is tanh:
+        if self._fold_tanh:
             layers = tanh_as_sigmoid(layers)
         self._layers = [(w.contiguous(), b.clone()) for w, b in layers]
 
     def __call__(self, obs: Tensor, action_mask: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
         x = obs.flatten(1)
-        activation = torch.sigmoid if self._activation is tanh else self._activation  # see tanh_as_sigmoid
         for weight, bias in self._layers[:-1]:
-            x = activation(torch.addmm(bias, x, weight))  # type: ignore[misc]: hidden layers imply one
+            x = self._activation(torch.addmm(bias, x, weight))  # type: ignore[misc]: hidden layers imply one
         out = torch.addmm(self._layers[-1][1], x, self._layers[-1][0])
         action, logprob = self.policy.action_head.sample(out[:, :-1], action_mask)
         return action, logprob, out[:, -1]
