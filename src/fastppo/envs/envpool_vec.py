@@ -111,8 +111,7 @@ class EnvPoolVecEnv(HostCopies):
         self._reset_row[:] = False
         self._ep_return[:] = 0.0
         self._ep_length[:] = 0
-        no = np.zeros(self.num_envs, dtype=bool)
-        return self.to_device(obs, np.zeros(self.num_envs, dtype=np.float32), no, no.copy(), self._obs_dtype)
+        return self.first_step(obs, self._obs_dtype)
 
     def step(self, actions: torch.Tensor) -> StepResult:
         if self._pool is None:

@@ -115,8 +115,7 @@ class GymnasiumVecEnv(HostCopies):
 
     def reset(self, seed: int | None = None) -> StepResult:
         obs, info = self.envs.reset(seed=seed)
-        no = np.zeros(self.num_envs, dtype=bool)
-        return self.to_device(obs, np.zeros(self.num_envs, dtype=np.float32), no, no.copy(), self._obs_dtype, info.get(ACTION_MASK_KEY))
+        return self.first_step(obs, self._obs_dtype, info.get(ACTION_MASK_KEY))
 
     def step(self, actions: torch.Tensor) -> StepResult:
         obs, reward, terminated, truncated, info = self.envs.step(self.to_host(actions, self._clip))

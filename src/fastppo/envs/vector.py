@@ -72,6 +72,7 @@ class HostCopies:
     "copy" in ``timer`` when the trainer sets one (reported as ``time/copy``, apart from the env's
     own ``time/env``)."""
 
+    num_envs: int
     device: torch.device
     timer: SectionTimer | None = None
 
@@ -83,6 +84,11 @@ class HostCopies:
             action = actions.cpu().numpy()
         # The policy's raw Gaussian sample stays in the buffer; only the env sees it clipped.
         return action if clip is None else np.clip(action, *clip)
+
+    def first_step(self, obs: np.ndarray, obs_dtype: torch.dtype, action_mask: np.ndarray | None = None) -> StepResult:
+        """``reset``'s result: the first observations, reward 0, neither flag set."""
+        no = np.zeros(self.num_envs, dtype=bool)
+        return self.to_device(obs, np.zeros(self.num_envs, dtype=np.float32), no, no.copy(), obs_dtype, action_mask)
 
     def to_device(self, obs: np.ndarray, reward: np.ndarray, terminated: np.ndarray, truncated: np.ndarray, obs_dtype: torch.dtype, action_mask: np.ndarray | None = None) -> StepResult:
         with self.copying():
