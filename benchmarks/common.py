@@ -11,7 +11,7 @@ import os
 import platform
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -72,6 +72,8 @@ class RunResult:
     solved_s: float | None = None
     solved_steps: int | None = None
     last20: float = float("nan")
+    rollout_ends: list[float] = field(default_factory=list)
+    """Seconds from the call at which each rollout's episodes were collected."""
 
     @property
     def sps(self) -> float:
@@ -100,6 +102,7 @@ def run_fastppo(config: Config, stop_when_solved: bool = False, threshold: float
 
         def pop_and_check():
             episodes = pop()
+            result.rollout_ends.append(time.perf_counter() - start)
             last20.extend(episodes.returns)
             result.steps += config.batch_size
             if len(last20) == 20 and np.mean(last20) >= threshold and result.solved_s is None:
