@@ -12,6 +12,7 @@ from fastppo.config import PolicyConfig
 from fastppo.errors import FastPPOError
 from fastppo.policies.activations import Tanh
 from fastppo.policies.distributions import layer_init, make_action_head
+from fastppo.policies.mlp_autograd import MIN_ROWS, mlp_layers, mlps_one_node
 
 ACTIVATIONS = {"tanh": Tanh, "relu": nn.ReLU}
 
@@ -60,9 +61,19 @@ class ActorCritic(nn.Module):
         self.shared_trunk = cfg.shared_trunk
         self.action_head = make_action_head(action_space, features, cfg.init_log_std)
         self.value_head = layer_init(nn.Linear(features, 1), gain=1.0)
+        # Separate MLP trunks and their heads train as one autograd node (mlp_autograd); a plain
+        # attribute, the layers are not registered a second time.
+        actor, critic = mlp_layers(self.actor_encoder), mlp_layers(self.critic_encoder)
+        self._mlps = None
+        if not cfg.shared_trunk and actor is not None and critic is not None and actor[1] == critic[1]:
+            self._mlps = ([actor[0] + [self.action_head.linear], critic[0] + [self.value_head]], actor[1])
 
     def forward(self, obs: Tensor) -> tuple[Tensor, Tensor]:
         """(distribution parameters, value) in one pass; the trunk runs once when shared."""
+        if self._mlps is not None and torch.is_grad_enabled() and obs.is_cpu and obs.shape[0] >= MIN_ROWS and not (torch.compiler.is_compiling() or torch.jit.is_tracing()):
+            # The CPU update's forward on large minibatches (GPUs and compiled code gain nothing from it).
+            params, value = mlps_one_node(obs.flatten(1), *self._mlps)
+            return params, value.squeeze(-1)
         actor_features = self.actor_encoder(obs)
         critic_features = actor_features if self.shared_trunk else self.critic_encoder(obs)
         return self.action_head(actor_features), self.value_head(critic_features).squeeze(-1)

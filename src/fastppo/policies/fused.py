@@ -17,23 +17,10 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
-from fastppo.policies.activations import Tanh, tanh
 from fastppo.policies.actor_critic import ActorCritic
+from fastppo.policies.mlp_autograd import mlp_layers
 
 Activation = Callable[[Tensor], Tensor]
-_ACTIVATIONS: dict[type, Activation] = {Tanh: tanh, nn.ReLU: torch.relu}
-
-
-def _mlp_layers(encoder: nn.Module) -> tuple[list[nn.Linear], Activation | None] | None:
-    """The Linear layers and activation of a ``Flatten, (Linear, act)*`` MLP encoder, else None."""
-    modules = list(encoder) if isinstance(encoder, nn.Sequential) else [encoder]
-    if not modules or not isinstance(modules[0], nn.Flatten):
-        return None
-    linears, activations = modules[1::2], modules[2::2]
-    kinds = {type(m) for m in activations}
-    if len(linears) != len(activations) or not all(isinstance(m, nn.Linear) for m in linears) or len(kinds) > 1 or not kinds <= _ACTIVATIONS.keys():
-        return None
-    return linears, (_ACTIVATIONS[kinds.pop()] if kinds else None)
 
 
 def tanh_as_sigmoid(layers: list[tuple[Tensor, Tensor]]) -> list[tuple[Tensor, Tensor]]:
@@ -61,23 +48,23 @@ class FusedActorCritic:
     encoders, unusual modules); the rollout then calls ``policy.act``.
     """
 
-    def __init__(self, policy: ActorCritic, actor: list[nn.Linear], critic: list[nn.Linear] | None, activation: Activation | None):
+    def __init__(self, policy: ActorCritic, actor: list[nn.Linear], critic: list[nn.Linear] | None, activation: str | None):
         self.policy = policy
         self._actor, self._critic = actor, critic  # critic None: shared trunk
         # A tanh MLP runs as a sigmoid one on rescaled weights (tanh_as_sigmoid, in refresh).
-        self._fold_tanh = activation is tanh
-        self._activation = torch.sigmoid if self._fold_tanh else activation
+        self._fold_tanh = activation == "tanh"
+        self._activation: Activation | None = torch.sigmoid if self._fold_tanh else (torch.relu if activation == "relu" else None)
         self._layers: list[tuple[Tensor, Tensor]] = []
 
     @classmethod
     def build(cls, policy: ActorCritic) -> FusedActorCritic | None:
-        actor = _mlp_layers(policy.actor_encoder)
+        actor = mlp_layers(policy.actor_encoder)
         if actor is None:
             return None
         if policy.shared_trunk:
             return cls(policy, actor[0], None, actor[1])
-        critic = _mlp_layers(policy.critic_encoder)
-        if critic is None or len(critic[0]) != len(actor[0]) or critic[1] is not actor[1]:
+        critic = mlp_layers(policy.critic_encoder)
+        if critic is None or len(critic[0]) != len(actor[0]) or critic[1] != actor[1]:
             return None
         return cls(policy, actor[0], critic[0], actor[1])
 

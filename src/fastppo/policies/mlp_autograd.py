@@ -1,0 +1,109 @@
+"""Whole MLPs (hidden layers and output layer) as one autograd node, its backward written out.
+
+Autograd records about five nodes per ``Linear`` + activation (addmm, transpose, activation, two
+gradient accumulations) and walks them one by one in the backward; for the 64-unit networks of
+classic-control and MuJoCo PPO on CPU that bookkeeping costs as much as the matmuls. ``mlps_one_node``
+computes exactly what the ``nn.Sequential``s compute and returns the same gradients
+(tests/test_mlp_autograd.py checks them against autograd's in float64), as one node whose backward
+is textbook backprop: per layer one matmul for the weight gradient, one sum for the bias, one
+matmul and one activation derivative for the layer below. Each weight-gradient matmul also puts
+the narrower side first: MKL's sgemm takes 27 µs for ``[64, 512] @ [512, 2]`` (autograd's
+form for a 2-action output layer) and 4.6 µs for the same product as ``[2, 512] @ [512, 64]``.
+Both networks of a CartPole minibatch of 512: forward + backward 650 -> 530 µs, the whole
+minibatch step 1 060 -> 900 µs (benchmarks/README.md, "One autograd node per MLP").
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from fastppo.policies.activations import Tanh, tanh
+
+MIN_ROWS = 128
+"""Below this many rows the Python cost of a custom node outweighs the autograd bookkeeping it
+saves (a HalfCheetah minibatch of 64: 566 µs per step with the modules, 583 µs with one node;
+CartPole at 128 rows: 656 -> 608 µs)."""
+
+ACTIVATION_NAMES: dict[type, str] = {Tanh: "tanh", nn.ReLU: "relu"}
+"""The hidden-layer activation modules this file (and the fused rollout forward) know, by name."""
+
+
+def mlp_layers(encoder: nn.Module) -> tuple[list[nn.Linear], str | None] | None:
+    """The Linear layers and activation name of a ``Flatten, (Linear, act)*`` MLP encoder (the
+    activation is None when it has no hidden layer), or None for any other module."""
+    modules = list(encoder) if isinstance(encoder, nn.Sequential) else [encoder]
+    if not modules or not isinstance(modules[0], nn.Flatten):
+        return None
+    linears, activations = modules[1::2], modules[2::2]
+    kinds = {type(m) for m in activations}
+    if len(linears) != len(activations) or not all(isinstance(m, nn.Linear) for m in linears) or len(kinds) > 1 or not kinds <= ACTIVATION_NAMES.keys():
+        return None
+    return linears, (ACTIVATION_NAMES[kinds.pop()] if kinds else None)
+
+
+def _activate(z: Tensor, activation: str) -> Tensor:
+    return tanh(z) if activation == "tanh" else z.relu_()
+
+
+def _activation_grad(grad: Tensor, output: Tensor, activation: str) -> Tensor:
+    """dL/dz from dL/dh and h = act(z): tanh' = 1 - h^2; relu' = [h > 0]."""
+    if activation == "tanh":
+        return torch.ops.aten.tanh_backward(grad, output)
+    return torch.ops.aten.threshold_backward(grad, output, 0.0)
+
+
+def _weight_grad(grad: Tensor, inputs: Tensor) -> Tensor:
+    """grad^T @ inputs ([out, in]), with the narrower side as the product's rows (see module doc)."""
+    if grad.shape[1] <= inputs.shape[1]:
+        return torch.mm(grad.t(), inputs)
+    return torch.mm(inputs.t(), grad).t()
+
+
+class _MLPsFunction(torch.autograd.Function):
+    """Several MLPs reading the same input, as one node (one node less of Python overhead per extra net)."""
+
+    @staticmethod
+    def forward(ctx, activation: str | None, depths: tuple[int, ...], x: Tensor, *weights_and_biases: Tensor) -> tuple[Tensor, ...]:
+        outputs, saved, offset = [], [], 0
+        for depth in depths:
+            weights, biases = weights_and_biases[offset : offset + 2 * depth : 2], weights_and_biases[offset + 1 : offset + 2 * depth : 2]
+            offset += 2 * depth
+            h = x
+            for weight, bias in zip(weights[:-1], biases[:-1]):
+                h = _activate(torch.addmm(bias, h, weight.t()), activation)
+                saved.append(h)
+            outputs.append(torch.addmm(biases[-1], h, weights[-1].t()))
+            saved.extend(weights)
+        ctx.activation, ctx.depths = activation, depths
+        ctx.save_for_backward(x, *saved)
+        return tuple(outputs)
+
+    @staticmethod
+    def backward(ctx, *grad_outputs: Tensor) -> tuple[Tensor | None, ...]:
+        x, *saved = ctx.saved_tensors
+        grads: list[Tensor] = []
+        grad_x = None
+        for depth, grad in zip(ctx.depths, grad_outputs):
+            hidden, weights = saved[: depth - 1], saved[depth - 1 : 2 * depth - 1]
+            saved = saved[2 * depth - 1 :]
+            layer_inputs = [x, *hidden]
+            net_grads: list[Tensor] = []
+            for i in reversed(range(depth)):
+                net_grads += [grad.sum(0), _weight_grad(grad, layer_inputs[i])]  # bias, weight (reversed below)
+                if i > 0:  # layer_inputs[i] = act(z_i): carry the gradient to z_i
+                    grad = _activation_grad(torch.mm(grad, weights[i]), layer_inputs[i], ctx.activation)
+                elif ctx.needs_input_grad[2]:
+                    grad = torch.mm(grad, weights[0])
+                    grad_x = grad if grad_x is None else grad_x + grad
+            grads.extend(reversed(net_grads))
+        return (None, None, grad_x, *grads)
+
+
+def mlps_one_node(x: Tensor, networks: list[list[nn.Linear]], activation: str | None) -> tuple[Tensor, ...]:
+    """``net[-1](act(... act(net[0](x))))`` for each net of ``networks``, all as one autograd node;
+    x is ``[batch, in]``. ``activation`` is "tanh" or "relu" (None only if no net has a hidden layer)."""
+    if activation not in ACTIVATION_NAMES.values() and any(len(net) > 1 for net in networks):
+        raise ValueError(f"unknown activation {activation!r}: choose one of {sorted(ACTIVATION_NAMES.values())}")
+    params = [p for net in networks for layer in net for p in (layer.weight, layer.bias)]
+    return _MLPsFunction.apply(activation, tuple(len(net) for net in networks), x, *params)
