@@ -65,10 +65,13 @@ def resolve_device(name: str) -> torch.device:
     return device
 
 
-def check_finite(metrics: dict[str, float], agent: Agent, iteration: int, global_step: int) -> None:
+def check_finite(metrics: dict[str, float], agent: Agent, optimizer: torch.optim.Optimizer, iteration: int, global_step: int) -> None:
     """Stop with the culprit's name instead of training on NaNs (and before checkpointing them)."""
     bad = [name for name in ("loss", "pg_loss", "v_loss", "entropy", "grad_norm") if not math.isfinite(metrics[name])]
-    bad += [f"parameter {name}" for name, p in agent.policy.named_parameters() if not torch.isfinite(p).all()]
+    # One check on the optimizer's flat parameter (every weight is a view of it: update.flatten_parameters);
+    # the per-layer names only once something is wrong.
+    if not all(bool(torch.isfinite(p).all()) for group in optimizer.param_groups for p in group["params"]):
+        bad += [f"parameter {name}" for name, p in agent.policy.named_parameters() if not torch.isfinite(p).all()]
     if bad:
         raise FastPPOError(
             f"training stopped at iteration {iteration} (step {global_step}): {', '.join(bad)} became NaN/Inf; "
@@ -210,7 +213,7 @@ def train(config: Config, run_dir: Path | None = None, checkpoint: Checkpoint | 
                 with timer.section("update"):
                     losses = ppo_update(agent.policy, state.optimizer, buf.flatten(advantages=advantages, returns=returns), cfg, coefs, update_step)
                 state.global_step += config.batch_size
-                check_finite(losses, agent, state.iteration, state.global_step)
+                check_finite(losses, agent, state.optimizer, state.iteration, state.global_step)
                 if cfg.objective == "kl":
                     state.kl_beta = adaptive_kl_beta(state.kl_beta, losses["approx_kl"], cfg.kl_target)
 
