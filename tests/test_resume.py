@@ -59,8 +59,10 @@ def assert_same_run(a: Path, b: Path) -> None:
         ("CartPole-v1", {"normalize_obs": True, "normalize_reward": True, "objective": "kl", "tensorboard": False}),
         ("Pendulum-v1", {"normalize_obs": True, "normalize_reward": True, "tensorboard": False}),
         ("CartPole-v1", {"backend": "tensor", "tensorboard": False}),
+        # One minibatch of 128 rows: the update runs the one-node MLP backward (policies/mlp_autograd.py).
+        ("CartPole-v1", {"backend": "tensor", "num_minibatches": 1, "tensorboard": False}),
     ],
-    ids=["cartpole", "cartpole-normalised-kl", "pendulum-normalised", "cartpole-tensor-backend"],
+    ids=["cartpole", "cartpole-normalised-kl", "pendulum-normalised", "cartpole-tensor-backend", "cartpole-one-node-backward"],
 )
 def test_stop_and_resume_equals_one_go(tmp_path, monkeypatch, env_id, overrides):
     train(config(env_id, **overrides), tmp_path / "one_go")
