@@ -206,8 +206,7 @@ def ppo_update(
         # all valid and the loss takes plain means, ~10% cheaper than masked ones on small MLPs.
         # CUDA graphs need fixed shapes, so that path keeps the rows and masks them instead.
         valid = batch.pop("valid")
-        if not bool(valid.all()):  # envs without NEXT_STEP resets (tensor, same-step) have none
-            batch = {k: v[valid] for k, v in batch.items()}
+        batch = {k: v[valid] for k, v in batch.items()}
     batch_size = batch["obs"].shape[0]
     # Minibatch sizes differ by at most one when the valid rows do not divide evenly.
     bounds = [batch_size * i // cfg.num_minibatches for i in range(cfg.num_minibatches + 1)]
