@@ -48,3 +48,7 @@ class Tanh(nn.Tanh):
 
     def forward(self, x: Tensor) -> Tensor:
         return tanh(x)
+
+
+ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": Tanh, "relu": nn.ReLU}
+"""The hidden-layer activations a policy config can name (``policy.activation``)."""

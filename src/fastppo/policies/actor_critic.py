@@ -10,11 +10,9 @@ from torch import Tensor, nn
 
 from fastppo.config import PolicyConfig
 from fastppo.errors import FastPPOError
-from fastppo.policies.activations import Tanh
+from fastppo.policies.activations import ACTIVATIONS
 from fastppo.policies.distributions import layer_init, make_action_head
 from fastppo.policies.mlp_autograd import MIN_ROWS, mlp_layers, mlps_one_node
-
-ACTIVATIONS = {"tanh": Tanh, "relu": nn.ReLU}
 
 
 def mlp(in_features: int, hidden_sizes: tuple[int, ...], activation: str) -> nn.Sequential:

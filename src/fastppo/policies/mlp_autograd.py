@@ -18,15 +18,14 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from fastppo.policies.activations import Tanh, tanh
+from fastppo.policies.activations import ACTIVATIONS, tanh
 
 MIN_ROWS = 128
 """Below this many rows the Python cost of a custom node outweighs the autograd bookkeeping it
 saves (a HalfCheetah minibatch of 64: 566 µs per step with the modules, 583 µs with one node;
 CartPole at 128 rows: 656 -> 608 µs)."""
 
-ACTIVATION_NAMES: dict[type, str] = {Tanh: "tanh", nn.ReLU: "relu"}
-"""The hidden-layer activation modules this file (and the fused rollout forward) know, by name."""
+_ACTIVATION_NAMES = {module: name for name, module in ACTIVATIONS.items()}
 
 
 def mlp_layers(encoder: nn.Module) -> tuple[list[nn.Linear], str | None] | None:
@@ -37,9 +36,9 @@ def mlp_layers(encoder: nn.Module) -> tuple[list[nn.Linear], str | None] | None:
         return None
     linears, activations = modules[1::2], modules[2::2]
     kinds = {type(m) for m in activations}
-    if len(linears) != len(activations) or not all(isinstance(m, nn.Linear) for m in linears) or len(kinds) > 1 or not kinds <= ACTIVATION_NAMES.keys():
+    if len(linears) != len(activations) or not all(isinstance(m, nn.Linear) for m in linears) or len(kinds) > 1 or not kinds <= _ACTIVATION_NAMES.keys():
         return None
-    return linears, (ACTIVATION_NAMES[kinds.pop()] if kinds else None)
+    return linears, (_ACTIVATION_NAMES[kinds.pop()] if kinds else None)
 
 
 def _activate(z: Tensor, activation: str) -> Tensor:
@@ -103,7 +102,7 @@ class _MLPsFunction(torch.autograd.Function):
 def mlps_one_node(x: Tensor, networks: list[list[nn.Linear]], activation: str | None) -> tuple[Tensor, ...]:
     """``net[-1](act(... act(net[0](x))))`` for each net of ``networks``, all as one autograd node;
     x is ``[batch, in]``. ``activation`` is "tanh" or "relu" (None only if no net has a hidden layer)."""
-    if activation not in ACTIVATION_NAMES.values() and any(len(net) > 1 for net in networks):
-        raise ValueError(f"unknown activation {activation!r}: choose one of {sorted(ACTIVATION_NAMES.values())}")
+    if activation not in ACTIVATIONS and any(len(net) > 1 for net in networks):
+        raise ValueError(f"unknown activation {activation!r}: choose one of {sorted(ACTIVATIONS)}")
     params = [p for net in networks for layer in net for p in (layer.weight, layer.bias)]
     return _MLPsFunction.apply(activation, tuple(len(net) for net in networks), x, *params)
