@@ -7,7 +7,6 @@ trainer can sum them without a host sync per minibatch.
 
 from __future__ import annotations
 
-import math
 from typing import Literal
 
 import torch
@@ -32,21 +31,23 @@ def policy_loss(
 
     ``objective="clip"``: L = -mean(min(r A, clip(r, 1-eps, 1+eps) A)), r = exp(newlogprob - oldlogprob).
     ``objective="kl"``:   L = -mean(r A) + beta * mean(KL_k3(old || new)), the adaptive-penalty variant.
-    ``clip_coef = inf`` gives the unclipped surrogate; clip_fraction is still measured with it.
+    ``clip_coef = inf`` gives the unclipped surrogate (and a clip fraction of 0).
     """
     logratio = newlogprob - oldlogprob
     ratio = logratio.exp()
-    pg_loss1 = -advantages * ratio
     if objective == "clip":
-        pg_loss2 = -advantages * torch.clamp(ratio, 1.0 - clip_coef, 1.0 + clip_coef)
-        pg_loss = masked_mean(torch.max(pg_loss1, pg_loss2), mask)
+        clipped_ratio = torch.clamp(ratio, 1.0 - clip_coef, 1.0 + clip_coef)
+        pg_loss = -masked_mean(torch.min(ratio * advantages, clipped_ratio * advantages), mask)
     elif objective == "kl":
-        pg_loss = masked_mean(pg_loss1, mask) + kl_beta * masked_mean(kl_estimate(oldlogprob, newlogprob, "k3"), mask)
+        pg_loss = -masked_mean(ratio * advantages, mask) + kl_beta * masked_mean(kl_estimate(oldlogprob, newlogprob, "k3"), mask)
+        with torch.no_grad():
+            clipped_ratio = torch.clamp(ratio, 1.0 - clip_coef, 1.0 + clip_coef)
     else:
         raise ValueError(f"unknown policy objective {objective!r}: choose clip or kl")
     with torch.no_grad():
         approx_kl_per_sample = kl_estimate(oldlogprob, newlogprob.detach(), "k3")
-        clipped = ((ratio - 1.0).abs() > clip_coef).to(ratio.dtype) if math.isfinite(clip_coef) else torch.zeros_like(ratio)
+        # |ratio - 1| > clip_coef, read off the clamp (never true for clip_coef = inf).
+        clipped = (clipped_ratio != ratio).to(ratio.dtype)
         metrics = {
             "pg_loss": pg_loss.detach(),
             "approx_kl": masked_mean(approx_kl_per_sample, mask),
