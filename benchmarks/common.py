@@ -54,7 +54,7 @@ def raw_env_sps(env_id: str, backend: str, num_envs: int, seconds: float = 2.0, 
     space = envs.single_action_space
     space.seed(seed)
     actions = [torch.as_tensor(np.stack([space.sample() for _ in range(num_envs)])) for _ in range(64)]
-    for i in range(10):
+    for i in range(20):  # warm-up: worker processes started, caches filled
         envs.step(actions[i % 64])
     steps, start = 0, time.perf_counter()
     while time.perf_counter() - start < seconds:

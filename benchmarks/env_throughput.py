@@ -12,14 +12,9 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import time
 import warnings
 
-import numpy as np
-import torch
-
-from fastppo.config import EnvConfig
-from fastppo.envs import make_vec_env
+from common import raw_env_sps
 
 FAMILIES = {
     "classic": "CartPole-v1",
@@ -28,23 +23,6 @@ FAMILIES = {
     "atari": "BreakoutNoFrameskip-v4",
 }
 BACKENDS = ("sync", "async", "envpool")
-
-
-def measure(env_id: str, backend: str, num_envs: int, seconds: float) -> float:
-    envs = make_vec_env(EnvConfig(env_id=env_id, num_envs=num_envs, backend=backend), torch.device("cpu"))
-    envs.reset(seed=0)
-    space = envs.single_action_space
-    space.seed(0)
-    actions = [torch.as_tensor(np.stack([space.sample() for _ in range(num_envs)])) for _ in range(64)]
-    for i in range(20):  # warm-up: processes started, caches filled
-        envs.step(actions[i % 64])
-    steps, start = 0, time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        envs.step(actions[steps % 64])
-        steps += 1
-    elapsed = time.perf_counter() - start
-    envs.close()
-    return steps * num_envs / elapsed
 
 
 def main() -> None:
@@ -60,7 +38,7 @@ def main() -> None:
     print(f"| family | env | {' | '.join(backends)} |\n|---|---|{'---|' * len(backends)}")
     for family in args.families:
         env_id = FAMILIES[family]
-        sps = {backend: measure(env_id, backend, args.num_envs, args.seconds) for backend in backends}
+        sps = {backend: raw_env_sps(env_id, backend, args.num_envs, args.seconds) for backend in backends}
         cells = [f"{sps[b]:,.0f} ({sps[b] / sps['sync']:.2f}x)" if "sync" in sps else f"{sps[b]:,.0f}" for b in backends]
         print(f"| {family} | {env_id} | {' | '.join(cells)} |", flush=True)
     print(f"\nSPS over {args.num_envs} envs, random actions; (ratio to gymnasium sync in this run)")
