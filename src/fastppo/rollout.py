@@ -15,6 +15,7 @@ from fastppo.envs.vector import VecEnv
 from fastppo.policies import ActorCritic
 from fastppo.policies.fused import FusedActorCritic
 from fastppo.profiling import SectionTimer
+from fastppo.update import COMPILE_MODE, check_cudagraphs, on_side_stream
 
 ActFn = Callable[[Tensor, Tensor | None], tuple[Tensor, Tensor, Tensor]]
 
@@ -113,8 +114,6 @@ class PolicyStep:
     WARMUP_CALLS = 3
 
     def __init__(self, policy: ActorCritic, compile: bool = False, cudagraphs: bool = False):
-        from fastppo.update import COMPILE_MODE, check_cudagraphs
-
         # compile and CUDA graphs remove the per-op overhead the merged weights save, so they
         # keep the module forward (and need no refresh).
         self._fused = None if compile or cudagraphs else FusedActorCritic.build(policy)
@@ -134,12 +133,7 @@ class PolicyStep:
             return self.act(obs, action_mask)
         self._calls += 1
         if self._calls <= self.WARMUP_CALLS:
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                out = self.act(obs, action_mask)
-            torch.cuda.current_stream().wait_stream(side)
-            return out
+            return on_side_stream(self.act, obs, action_mask)
         inputs = [obs] if action_mask is None else [obs, action_mask]
         key = tuple((x.shape, x.dtype) for x in inputs)
         if key not in self._graphs:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -159,12 +160,7 @@ class MinibatchStep:
         lrs = tuple(group["lr"] for group in self.optimizer.param_groups)
         key = (lrs, coefs.clip_coef, coefs.ent_coef, coefs.kl_beta, tuple((k, v.shape) for k, v in mb.items()))
         if self._steps <= self.WARMUP_STEPS:
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                metrics = self._eager(mb, coefs)
-            torch.cuda.current_stream().wait_stream(side)
-            return metrics
+            return on_side_stream(self._eager, mb, coefs)
         if key != self._graph_key:
             self._capture(mb, coefs)
             self._graph_key = key
@@ -178,6 +174,17 @@ class MinibatchStep:
         self._graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self._graph):
             self._static_out = self._eager(self._static_in, coefs)
+
+
+def on_side_stream(fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)`` on a fresh CUDA stream, ordered after and before the current one: the
+    warm-up calls before a CUDA graph capture must not run on the default stream."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        out = fn(*args)
+    torch.cuda.current_stream().wait_stream(side)
+    return out
 
 
 def check_cudagraphs(device: torch.device) -> None:
