@@ -66,6 +66,11 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="smaller budgets")
     parser.add_argument("--halfcheetah", default="HalfCheetah-v5")
     parser.add_argument("--seeds", type=int, nargs="+", help="seeds of the time-to-solve runs (default: 1 2; 1 with --quick)")
+    parser.add_argument(
+        "--zoo-budget", type=int, default=200_000,
+        help="SB3's total steps, over which rl-zoo's lr and clip range anneal: rl-zoo's own file says 100 000, "
+        "but SB3 solves faster with 200 000 (median 3.6 vs 4.3 s over seeds 1-5), so the default is the faster one",
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)  # both libraries on one intra-op thread (fastppo's default, see README)
     torch.optim.Adam([torch.nn.Parameter(torch.zeros(1))])  # one-off torch.optim import, out of both timings
@@ -90,7 +95,7 @@ def main() -> None:
     seeds = args.seeds or ([1] if args.quick else [1, 2])
     for seed in seeds:
         zoo = dict(n_steps=32, batch_size=256, n_epochs=20, gae_lambda=0.8, gamma=0.98, ent_coef=0.0, learning_rate=linear(1e-3), clip_range=linear(0.2))
-        sb3_wall, sb3_steps, sb3_solved = sb3_run("CartPole-v1", 8, 200_000, solve=True, seed=seed, **zoo)
+        sb3_wall, sb3_steps, sb3_solved = sb3_run("CartPole-v1", 8, args.zoo_budget, solve=True, seed=seed, **zoo)
         gym_run = run_fastppo(make_config("CartPole-v1", None, {"seed": seed, "checkpoint_every": 0}), stop_when_solved=True)
         tensor_run = run_fastppo(make_config("CartPole-v1", None, {"seed": seed, "backend": "tensor", "checkpoint_every": 0}), stop_when_solved=True)
 
