@@ -11,11 +11,12 @@ import torch
 from torch import Tensor
 
 from fastppo.core.normalize import RewardScaler, RunningMeanStd
+from fastppo.cuda_graphs import capture_graph, check_cudagraphs, on_side_stream
 from fastppo.envs.vector import VecEnv
 from fastppo.policies import ActorCritic
 from fastppo.policies.fused import FusedActorCritic
 from fastppo.profiling import SectionTimer
-from fastppo.update import COMPILE_MODE, check_cudagraphs, on_side_stream
+from fastppo.update import COMPILE_MODE
 
 ActFn = Callable[[Tensor, Tensor | None], tuple[Tensor, Tensor, Tensor]]
 
@@ -138,9 +139,7 @@ class PolicyStep:
         key = tuple((x.shape, x.dtype) for x in inputs)
         if key not in self._graphs:
             static = [x.clone() for x in inputs]
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                outputs = self.act(*static) if action_mask is not None else self.act(static[0], None)
+            graph, outputs = capture_graph(self.act, *static) if action_mask is not None else capture_graph(self.act, static[0], None)
             self._graphs[key] = (graph, static, outputs)
         graph, static, outputs = self._graphs[key]
         for target, value in zip(static, inputs):

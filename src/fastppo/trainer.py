@@ -20,6 +20,7 @@ from fastppo.agent import Agent, build_agent
 from fastppo.checkpoint import Checkpoint, list_checkpoints, load_checkpoint, restore_train_state, rewind_metrics, save_checkpoint
 from fastppo.config import Config, apply_overrides, resolve_key
 from fastppo.core import RewardScaler, adaptive_kl_beta, compute_gae, explained_variance, scheduled, shift_values
+from fastppo.cuda_graphs import check_cudagraphs
 from fastppo.diagnostics import HealthMonitor
 from fastppo.envs import make_vec_env
 from fastppo.envs.vector import HostCopies
@@ -27,7 +28,7 @@ from fastppo.errors import FastPPOError
 from fastppo.logger import RunLogger
 from fastppo.profiling import SectionTimer
 from fastppo.rollout import EnvCursor, ObservationNormalizer, PolicyStep, RolloutBuffer, collect_rollout
-from fastppo.update import MinibatchStep, UpdateCoefficients, check_cudagraphs, make_optimizer, ppo_update, set_learning_rate
+from fastppo.update import MinibatchStep, UpdateCoefficients, make_optimizer, ppo_update, set_learning_rate
 
 RESUMABLE_OVERRIDES = ("ppo.total_timesteps", "run.checkpoint_every", "run.keep_checkpoints", "run.progress", "run.tensorboard", "run.torch_threads")
 """What may change on resume; anything else would make the resumed run a different experiment."""

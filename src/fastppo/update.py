@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from fastppo.config import PPOConfig
 from fastppo.core import normalize_advantages, ppo_loss
+from fastppo.cuda_graphs import capture_graph, check_cudagraphs, on_side_stream
 from fastppo.errors import FastPPOError
 from fastppo.policies import ActorCritic
 
@@ -171,25 +171,7 @@ class MinibatchStep:
 
     def _capture(self, mb: dict[str, Tensor], coefs: UpdateCoefficients) -> None:
         self._static_in = {name: value.clone() for name, value in mb.items()}
-        self._graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self._graph):
-            self._static_out = self._eager(self._static_in, coefs)
-
-
-def on_side_stream(fn: Callable[..., Any], *args: Any) -> Any:
-    """``fn(*args)`` on a fresh CUDA stream, ordered after and before the current one: the
-    warm-up calls before a CUDA graph capture must not run on the default stream."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        out = fn(*args)
-    torch.cuda.current_stream().wait_stream(side)
-    return out
-
-
-def check_cudagraphs(device: torch.device) -> None:
-    if device.type != "cuda":
-        raise FastPPOError(f"--cudagraphs needs --device cuda (CUDA graphs capture GPU kernels), but the run is on {device}: drop --cudagraphs or use --device cuda")
+        self._graph, self._static_out = capture_graph(self._eager, self._static_in, coefs)
 
 
 def ppo_update(
