@@ -89,7 +89,7 @@ def load_agent(directory: str | Path, device: str | torch.device = "cpu") -> Age
     """Load ``Agent.save`` output: a run directory (its final agent, else its newest checkpoint) or
     a checkpoint folder. A missing or damaged file is a FastPPOError, not a traceback; only
     safetensors and JSON are read, never pickle."""
-    from fastppo.envs.make import make_single_env
+    from fastppo.envs.make import env_spaces
 
     directory = Path(directory)
     if not directory.is_dir():
@@ -106,9 +106,7 @@ def load_agent(directory: str | Path, device: str | torch.device = "cpu") -> Age
         raise FastPPOError(f"no saved agent in {directory}: {Path(exc.filename or POLICY_FILE).name} is missing (train with --run-dir, or give a checkpoint folder)") from None
     except (ValueError, KeyError, TypeError, AttributeError, SafetensorError, OSError) as exc:
         raise FastPPOError(f"cannot read the agent in {directory}: damaged or foreign file ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") from None
-    env = make_single_env(config.env.env_id)
-    agent = build_agent(config, env.observation_space, env.action_space, torch.device(device))
-    env.close()
+    agent = build_agent(config, *env_spaces(config.env.env_id, config.env.backend), torch.device(device))
     try:
         agent.policy.load_state_dict({k.removeprefix("policy."): v for k, v in tensors.items() if k.startswith("policy.")})
         if agent.obs_rms is not None:

@@ -30,11 +30,9 @@ def action_space(env_id: str, backend: str) -> gym.Space:
     """The env's action space, read without building a vector env (tensor envs declare theirs on
     the class; every other backend serves gymnasium ids)."""
     if backend == "tensor":
-        from fastppo.envs.tensor import TENSOR_ENVS, make_tensor_env
+        from fastppo.envs.tensor import tensor_env_class
 
-        if env_id not in TENSOR_ENVS:
-            make_tensor_env(env_id, 1)  # raises the one-line error naming the available ids
-        return TENSOR_ENVS[env_id].single_action_space
+        return tensor_env_class(env_id).single_action_space
     env = check_env_id(env_id)
     env.close()
     return env.action_space

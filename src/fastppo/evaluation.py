@@ -22,6 +22,7 @@ import torch
 from fastppo.agent import Agent, load_agent
 from fastppo.envs.gymnasium_vec import ACTION_MASK_KEY
 from fastppo.envs.make import make_single_env
+from fastppo.envs.tensor import TensorEnv, user_tensor_env
 from fastppo.errors import FastPPOError
 from fastppo.video import VideoWriter, env_fps
 
@@ -106,6 +107,27 @@ def run_episodes(
     return returns, lengths
 
 
+def run_tensor_episodes(agent: Agent, env_class: type[TensorEnv], episodes: int, deterministic: bool, seed: int | None) -> tuple[list[float], list[int]]:
+    """One episode in each of ``episodes`` parallel envs of a user's tensor env (which has no
+    gymnasium twin to play one by one), on CPU; raw rewards, as the env returns them."""
+    if episodes < 1:
+        raise FastPPOError(f"--episodes must be >= 1, got {episodes}")
+    env = env_class(episodes, seed=seed)
+    with torch.random.fork_rng(devices=[]):
+        if seed is not None:
+            torch.manual_seed(seed)
+        result = env.reset(seed=seed)
+        returns, lengths = torch.zeros(episodes), torch.zeros(episodes, dtype=torch.long)
+        running = torch.ones(episodes, dtype=torch.bool)
+        while running.any():  # at most max_episode_steps steps
+            action = agent.act(result.obs, deterministic=deterministic, action_mask=result.action_mask)
+            result = env.step(torch.as_tensor(action))
+            returns += result.reward * running
+            lengths += running
+            running &= ~(result.terminated | result.truncated)
+    return returns.tolist(), lengths.tolist()
+
+
 def evaluate(
     agent: Agent | str | Path,
     env_id: str | None = None,
@@ -117,9 +139,14 @@ def evaluate(
     agent was trained on), with the observation statistics frozen as saved."""
     agent = _as_agent(agent)
     env_id = env_id or agent.config.env.env_id
+    env_class = user_tensor_env(env_id)
+    if env_class is not None:
+        _check_obs_shape(agent, env_class.single_observation_space.shape, env_id)
+        returns, lengths = run_tensor_episodes(agent, env_class, episodes, deterministic, seed)
+        return EvalResult(env_id, deterministic, seed, returns, lengths)
     env = make_single_env(env_id, for_eval=True)
     try:
-        _check_spaces(agent, env, env_id)
+        _check_obs_shape(agent, env.observation_space.shape, env_id)
         returns, lengths = run_episodes(agent, env, episodes, deterministic, seed)
     finally:
         env.close()
@@ -137,9 +164,11 @@ def record(
     """Render ``episodes`` episodes into one MP4 at ``out``; returns (path, result, frames written)."""
     agent = _as_agent(agent)
     env_id = env_id or agent.config.env.env_id
+    if user_tensor_env(env_id) is not None:
+        raise FastPPOError(f"cannot record {env_id}: a tensor env has no renderer; record a gymnasium env that renders rgb_array frames")
     env = make_single_env(env_id, render_mode="rgb_array", for_eval=True)
     try:
-        _check_spaces(agent, env, env_id)
+        _check_obs_shape(agent, env.observation_space.shape, env_id)
         with VideoWriter(out, env_fps(env)) as video:
             returns, lengths = run_episodes(agent, env, episodes, deterministic, seed, on_frame=video.append)
     finally:
@@ -147,9 +176,6 @@ def record(
     return Path(out), EvalResult(env_id, deterministic, seed, returns, lengths), video.frames
 
 
-def _check_spaces(agent: Agent, env: gym.Env, env_id: str) -> None:
-    if tuple(env.observation_space.shape) != tuple(agent.obs_shape):
-        raise FastPPOError(
-            f"{env_id} has observations of shape {env.observation_space.shape}, the agent expects {agent.obs_shape}: "
-            f"evaluate on {agent.config.env.env_id}"
-        )
+def _check_obs_shape(agent: Agent, shape: tuple[int, ...], env_id: str) -> None:
+    if tuple(shape) != tuple(agent.obs_shape):
+        raise FastPPOError(f"{env_id} has observations of shape {tuple(shape)}, the agent expects {agent.obs_shape}: evaluate on {agent.config.env.env_id}")

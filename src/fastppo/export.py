@@ -27,7 +27,7 @@ from torch import Tensor, nn
 
 from fastppo.agent import Agent, load_agent
 from fastppo.errors import FastPPOError
-from fastppo.envs.make import make_single_env
+from fastppo.envs.make import env_spaces
 
 
 class DeterministicPolicy(nn.Module):
@@ -100,9 +100,7 @@ def export_onnx(agent: Agent | str | Path, path: str | Path, opset: int = 18) ->
         import onnx
     except ImportError:
         raise FastPPOError("ONNX export needs onnx and onnxscript: pip install 'fastppo[export]'") from None
-    env = make_single_env(agent.config.env.env_id, for_eval=True)
-    obs_space, action_space = env.observation_space, env.action_space
-    env.close()
+    obs_space, action_space = env_spaces(agent.config.env.env_id, agent.config.env.backend)
     module = DeterministicPolicy(agent, action_space)
     dtype = torch.uint8 if obs_space.dtype == np.uint8 else torch.float32
     example = torch.as_tensor(np.stack([obs_space.sample(), obs_space.sample()]), dtype=dtype)

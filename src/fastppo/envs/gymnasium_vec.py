@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import importlib
-import os
-import sys
+import re
 from collections.abc import Callable
 
 import gymnasium as gym
@@ -13,6 +11,7 @@ import torch
 
 from fastppo.envs.vector import Episodes, HostCopies, StepResult
 from fastppo.errors import FastPPOError
+from fastppo.loading import import_module, split_spec
 
 ACTION_MASK_KEY = "action_mask"
 
@@ -42,24 +41,23 @@ class ActionMaskFromObs(gym.ObservationWrapper):
 
 
 def resolve_env_id(env_id: str) -> str:
-    """'package.module:EnvClass' registers the class under a fastppo/ id; gymnasium ids pass through."""
-    if ":" not in env_id:
+    """'package.module:EnvClass' (or 'path/to/file.py:EnvClass') registers the class under a
+    fastppo/ id; gymnasium ids, and gymnasium's own 'module:Id' (import the module, which
+    registers Id), pass through."""
+    parts = split_spec(env_id)
+    if parts is None:
         return env_id
-    module_name, _, attr = env_id.partition(":")
-    # Like `python -m`, let a user's own module in the working directory be found.
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
+    module_name, attr = parts
     try:
-        target = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as exc:
+        target = getattr(import_module(module_name), attr, None)
+    except (ImportError, FileNotFoundError) as exc:
         raise FastPPOError(f"cannot load env '{env_id}': {exc}") from None
     if isinstance(target, type) and issubclass(target, gym.Env):
         # The module in the id keeps same-named classes of different modules apart.
-        registered = f"fastppo/{module_name.replace('.', '_')}_{attr}-v0"
+        registered = f"fastppo/{re.sub(r'[^A-Za-z0-9_]', '_', module_name)}_{attr}-v0"
         if registered not in gym.registry:
             gym.register(id=registered, entry_point=target)
         return registered
-    # 'module:Id' is gymnasium's own syntax: import the module (it registers envs), then make Id.
     return env_id
 
 

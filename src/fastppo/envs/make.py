@@ -54,6 +54,21 @@ def make_single_env(env_id: str, video_dir: Path | None = None, render_mode: str
     return flatten_if_needed(env)
 
 
+def env_spaces(env_id: str, backend: str) -> tuple[gym.Space, gym.Space]:
+    """The (observation, action) spaces of one env as the policy sees them, without a vector env:
+    a tensor env declares them on its class (a user's may have no gymnasium twin)."""
+    if backend == "tensor":
+        from fastppo.envs.tensor import tensor_env_class
+
+        env_class = tensor_env_class(env_id)
+        return env_class.single_observation_space, env_class.single_action_space
+    env = make_single_env(env_id, for_eval=True)
+    try:
+        return env.observation_space, env.action_space
+    finally:
+        env.close()
+
+
 def make_vec_env(cfg: EnvConfig, device: torch.device, video_dir: Path | None = None) -> VecEnv:
     """A VecEnv for ``cfg`` on ``device``; seeding happens at the first ``reset``."""
     if cfg.backend == "tensor":

@@ -6,10 +6,6 @@ Everything here is a pure function of tensors except :func:`load_reward`, which 
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
-import os
-import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -19,6 +15,7 @@ from torch import Tensor
 from fastppo.core import compute_gae, kl_estimate, normalize_advantages
 from fastppo.core.kl import KLEstimator
 from fastppo.errors import FastPPOError
+from fastppo.loading import import_module, split_spec
 from fastppo.rlhf.models import load_reward_model
 
 RewardFn = Callable[[list[str], list[str]], Sequence[float]]
@@ -29,21 +26,12 @@ def load_reward(spec: str, device: torch.device, batch_size: int = 16) -> Reward
     ``module:function`` or ``path/to/file.py:function`` for ``reward(prompts, completions) -> list[float]``."""
     if Path(spec).is_dir():
         return _reward_model_fn(spec, device, batch_size)
-    module_name, sep, attr = spec.rpartition(":")
-    if not sep or not module_name or not attr:
+    parts = split_spec(spec)
+    if parts is None:
         raise FastPPOError(f"--reward {spec!r} is neither a reward-model folder nor module:function (e.g. mypkg.rewards:score)")
+    module_name, attr = parts
     try:
-        if module_name.endswith(".py"):
-            file_spec = importlib.util.spec_from_file_location(Path(module_name).stem, module_name)
-            if file_spec is None or file_spec.loader is None:
-                raise ImportError(f"no Python file at {module_name}")
-            module = importlib.util.module_from_spec(file_spec)
-            file_spec.loader.exec_module(module)
-        else:
-            # A console script does not put the working directory on sys.path; `python -m` does.
-            if os.getcwd() not in sys.path:
-                sys.path.insert(0, os.getcwd())
-            module = importlib.import_module(module_name)
+        module = import_module(module_name)
     except (ImportError, FileNotFoundError) as exc:
         raise FastPPOError(f"cannot import the reward module {module_name!r} ({exc}): check --reward and that the module is importable from here") from exc
     fn = getattr(module, attr, None)

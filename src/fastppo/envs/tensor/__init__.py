@@ -2,11 +2,14 @@
 
 With them the rollout never leaves the training device, as PureJaxRL does with JAX. The four
 classic-control tasks re-implement gymnasium 1.4's code exactly (checked step by step against it
-in ``tests/test_tensor_envs.py``); your own simulator plugs in by subclassing :class:`TensorEnv`.
+in ``tests/test_tensor_envs.py``); your own simulator plugs in by subclassing :class:`TensorEnv`
+and naming the class as ``module:Class`` (or ``path/to/file.py:Class``) where an env id goes:
 
     envs = make_tensor_env("CartPole-v1", num_envs=4096, device="cuda", seed=1)
     result = envs.reset()
     result = envs.step(torch.randint(0, 2, (4096,), device="cuda"))
+
+    fastppo train my_sims:Reacher --backend tensor --num-envs 4096 --device cuda
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from fastppo.envs.tensor.cartpole import CartPole
 from fastppo.envs.tensor.mountain_car import MountainCar
 from fastppo.envs.tensor.pendulum import Pendulum
 from fastppo.errors import FastPPOError
+from fastppo.loading import import_module, split_spec
 
 TENSOR_ENVS: Mapping[str, type[TensorEnv]] = MappingProxyType(
     {
@@ -34,6 +38,30 @@ TENSOR_ENVS: Mapping[str, type[TensorEnv]] = MappingProxyType(
 """Gymnasium id -> tensor re-implementation (read-only)."""
 
 
+def user_tensor_env(env_id: str) -> type[TensorEnv] | None:
+    """The user's TensorEnv subclass that ``env_id`` names as ``module:Class``, or None when it
+    names something else (a gymnasium id, a gymnasium env class)."""
+    parts = split_spec(env_id)
+    if parts is None:
+        return None
+    try:
+        target = getattr(import_module(parts[0]), parts[1], None)
+    except (ImportError, FileNotFoundError) as exc:
+        raise FastPPOError(f"cannot load env '{env_id}': {exc}") from None
+    return target if isinstance(target, type) and issubclass(target, TensorEnv) else None
+
+
+def tensor_env_class(env_id: str) -> type[TensorEnv]:
+    """Our re-implementation of the gymnasium id ``env_id``, or the user's TensorEnv it names."""
+    env_class = TENSOR_ENVS.get(env_id) or user_tensor_env(env_id)
+    if env_class is None:
+        raise FastPPOError(
+            f"no tensor env for {env_id!r}; available: {', '.join(TENSOR_ENVS)}, "
+            "or your own subclass of fastppo.envs.tensor.TensorEnv named as module:Class"
+        )
+    return env_class
+
+
 def make_tensor_env(
     env_id: str,
     num_envs: int,
@@ -41,18 +69,14 @@ def make_tensor_env(
     seed: int | None = None,
     dtype: torch.dtype = torch.float32,
 ) -> TensorEnv:
-    """``num_envs`` copies of ``env_id`` as one :class:`TensorEnv` on ``device``.
+    """``num_envs`` copies of ``env_id`` (see :func:`tensor_env_class`) as one :class:`TensorEnv` on ``device``.
 
     ``dtype=torch.float64`` is for checking against gymnasium; training wants float32.
     """
-    if env_id not in TENSOR_ENVS:
-        raise FastPPOError(
-            f"no tensor env for {env_id!r}; available: {', '.join(TENSOR_ENVS)} "
-            "(or subclass fastppo.envs.tensor.TensorEnv for your own)"
-        )
+    env_class = tensor_env_class(env_id)
     if num_envs < 1:
         raise FastPPOError(f"num_envs must be at least 1, got {num_envs}")
-    return TENSOR_ENVS[env_id](num_envs, device=device, dtype=dtype, seed=seed)
+    return env_class(num_envs, device=device, dtype=dtype, seed=seed)
 
 
-__all__ = ["TENSOR_ENVS", "Acrobot", "CartPole", "MountainCar", "Pendulum", "TensorEnv", "make_tensor_env"]
+__all__ = ["TENSOR_ENVS", "Acrobot", "CartPole", "MountainCar", "Pendulum", "TensorEnv", "make_tensor_env", "tensor_env_class", "user_tensor_env"]

@@ -1,0 +1,32 @@
+"""A user's own code named on the command line: ``package.module:name`` or ``path/to/file.py:name``
+(custom gymnasium envs, custom tensor envs, reward functions)."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def split_spec(spec: str) -> tuple[str, str] | None:
+    """``(module or file, name)`` of a ``module:name`` spec, or None when ``spec`` is not one."""
+    module_name, sep, name = spec.rpartition(":")
+    return (module_name, name) if sep and module_name and name else None
+
+
+def import_module(module_name: str) -> Any:
+    """Import a module by dotted name or ``.py`` path. The working directory is importable, as
+    with ``python -m`` (a console script does not put it on sys.path). Raises ImportError."""
+    if module_name.endswith(".py"):
+        file_spec = importlib.util.spec_from_file_location(Path(module_name).stem, module_name)
+        if file_spec is None or file_spec.loader is None or not Path(module_name).is_file():
+            raise ImportError(f"no Python file at {module_name}")
+        module = importlib.util.module_from_spec(file_spec)
+        file_spec.loader.exec_module(module)
+        return module
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    return importlib.import_module(module_name)
