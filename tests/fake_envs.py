@@ -1,9 +1,13 @@
-"""Small gymnasium envs that exercise the spaces and signals real envs rarely combine."""
+"""Small envs that exercise the spaces and signals real envs rarely combine, and a user-style
+tensor env."""
 
 from __future__ import annotations
 
 import gymnasium as gym
 import numpy as np
+import torch
+
+from fastppo.envs.tensor import TensorEnv
 
 
 class MaskedChoiceEnv(gym.Env):
@@ -76,3 +80,22 @@ class NaNRewardEnv(gym.Env):
 class TextObsEnv(gym.Env):
     observation_space = gym.spaces.Text(5)
     action_space = gym.spaces.Discrete(2)
+
+
+class MatchTensorEnv(TensorEnv):
+    """A user's tensor env: each step shows one of 3 targets (one-hot) and pays 1 for naming it;
+    8 steps an episode (random guessing scores 8/3)."""
+
+    single_observation_space = gym.spaces.Box(0.0, 1.0, shape=(3,))
+    single_action_space = gym.spaces.Discrete(3)
+    max_episode_steps = 8
+
+    def _reset_state(self) -> torch.Tensor:
+        return self._uniform(0.0, 3.0).floor()
+
+    def _dynamics(self, state: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        reward = (actions == state[:, 0].long()).to(state.dtype)
+        return self._uniform(0.0, 3.0).floor(), reward, torch.zeros_like(reward, dtype=torch.bool)
+
+    def _observe(self, state: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.one_hot(state[:, 0].long(), 3).to(self.dtype)

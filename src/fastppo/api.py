@@ -14,9 +14,20 @@ from fastppo.config import Config, apply_overrides, load_preset, preset_for_env
 from fastppo.envs.gymnasium_vec import check_env_id
 
 
-def make_config(env_id: str, preset: str | None = None, overrides: dict[str, Any] | None = None) -> Config:
-    """Defaults <- preset (named, or the env's own, or CleanRL's for the action type) <- overrides."""
+def make_config(env_id: str | type, preset: str | None = None, overrides: dict[str, Any] | None = None) -> Config:
+    """Defaults <- preset (named, or the env's own, or CleanRL's for the action type) <- overrides.
+
+    ``env_id`` may also be the class of your own env, ``gymnasium.Env`` or ``TensorEnv`` (which
+    picks ``backend="tensor"``); the config stores it as ``module:Class``, the name a resumed or
+    evaluated run imports it by.
+    """
     overrides = dict(overrides or {})
+    if isinstance(env_id, type):
+        from fastppo.envs.tensor import TensorEnv
+
+        if issubclass(env_id, TensorEnv) and "backend" not in overrides and "env.backend" not in overrides:
+            overrides["backend"] = "tensor"
+        env_id = f"{env_id.__module__}:{env_id.__qualname__}"
     backend = str(overrides.get("backend", overrides.get("env.backend", "sync")))
     if preset is None:
         preset = preset_for_env(env_id, continuous=isinstance(action_space(env_id, backend), gym.spaces.Box))
@@ -44,8 +55,9 @@ def default_run_dir(config: Config) -> Path:
     return Path(config.run.run_root) / f"{env}__{config.run.exp_name}__{config.run.seed}__{int(time.time())}"
 
 
-def train(env_id: str, *, preset: str | None = None, run_dir: str | Path | None = None, **overrides: Any) -> Agent:
-    """Train on ``env_id`` and return the agent (``agent.history`` holds the logged metrics).
+def train(env_id: str | type, *, preset: str | None = None, run_dir: str | Path | None = None, **overrides: Any) -> Agent:
+    """Train on ``env_id`` (a gymnasium id, ``module:Class``, or your env class itself) and return
+    the agent (``agent.history`` holds the logged metrics).
 
     Keyword arguments override hyperparameters by name, e.g. ``total_timesteps=100_000, seed=1,
     learning_rate=1e-3`` or ``**{"ppo.clip_coef": 0.1}``. Files are written only if ``run_dir``
