@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from fastppo.errors import FastPPOError
+
 
 def split_spec(spec: str) -> tuple[str, str] | None:
     """``(module or file, name)`` of a ``module:name`` spec, or None when ``spec`` is not one."""
@@ -17,7 +19,7 @@ def split_spec(spec: str) -> tuple[str, str] | None:
     return (module_name, name) if sep and module_name and name else None
 
 
-def import_module(module_name: str) -> Any:
+def _import_module(module_name: str) -> Any:
     """Import a module by dotted name or ``.py`` path. The working directory is importable, as
     with ``python -m`` (a console script does not put it on sys.path). Raises ImportError."""
     if module_name.endswith(".py"):
@@ -30,3 +32,16 @@ def import_module(module_name: str) -> Any:
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     return importlib.import_module(module_name)
+
+
+def named_object(spec: str, what: str) -> Any:
+    """What a ``module:name`` spec names (None when the module has no such name), or a one-line
+    FastPPOError ``cannot load <what> '<spec>': <why>`` when the module does not import."""
+    parts = split_spec(spec)
+    if parts is None:
+        return None
+    try:
+        module = _import_module(parts[0])
+    except (ImportError, FileNotFoundError) as exc:
+        raise FastPPOError(f"cannot load {what} '{spec}': {exc}") from None
+    return getattr(module, parts[1], None)

@@ -118,7 +118,7 @@ def test_reward_spec_resolution(tmp_path, tiny_model) -> None:
     script = tmp_path / "my_reward.py"
     script.write_text("def score(prompts, completions):\n    return [1.0] * len(completions)\n")
     assert load_reward(f"{script}:score", torch.device("cpu"))(["p"], ["c"]) == [1.0]
-    for spec, message in (("no_such_module_xyz:f", "cannot import"), ("tests.rlhf.tiny:nope", "has no function"), ("justaname", "neither")):
+    for spec, message in (("no_such_module_xyz:f", "cannot load the reward function"), ("tests.rlhf.tiny:nope", "names no function"), ("justaname", "neither")):
         with pytest.raises(FastPPOError, match=message):
             load_reward(spec, torch.device("cpu"))
 

@@ -11,7 +11,7 @@ import torch
 
 from fastppo.envs.vector import Episodes, HostCopies, StepResult
 from fastppo.errors import FastPPOError
-from fastppo.loading import import_module, split_spec
+from fastppo.loading import named_object
 
 ACTION_MASK_KEY = "action_mask"
 
@@ -44,16 +44,10 @@ def resolve_env_id(env_id: str) -> str:
     """'package.module:EnvClass' (or 'path/to/file.py:EnvClass') registers the class under a
     fastppo/ id; gymnasium ids, and gymnasium's own 'module:Id' (import the module, which
     registers Id), pass through."""
-    parts = split_spec(env_id)
-    if parts is None:
-        return env_id
-    module_name, attr = parts
-    try:
-        target = getattr(import_module(module_name), attr, None)
-    except (ImportError, FileNotFoundError) as exc:
-        raise FastPPOError(f"cannot load env '{env_id}': {exc}") from None
+    target = named_object(env_id, "env")
     if isinstance(target, type) and issubclass(target, gym.Env):
         # The module in the id keeps same-named classes of different modules apart.
+        module_name, attr = env_id.rsplit(":", 1)
         registered = f"fastppo/{re.sub(r'[^A-Za-z0-9_]', '_', module_name)}_{attr}-v0"
         if registered not in gym.registry:
             gym.register(id=registered, entry_point=target)

@@ -15,7 +15,7 @@ from torch import Tensor
 from fastppo.core import compute_gae, kl_estimate, normalize_advantages
 from fastppo.core.kl import KLEstimator
 from fastppo.errors import FastPPOError
-from fastppo.loading import import_module, split_spec
+from fastppo.loading import named_object, split_spec
 from fastppo.rlhf.models import load_reward_model
 
 RewardFn = Callable[[list[str], list[str]], Sequence[float]]
@@ -26,17 +26,11 @@ def load_reward(spec: str, device: torch.device, batch_size: int = 16) -> Reward
     ``module:function`` or ``path/to/file.py:function`` for ``reward(prompts, completions) -> list[float]``."""
     if Path(spec).is_dir():
         return _reward_model_fn(spec, device, batch_size)
-    parts = split_spec(spec)
-    if parts is None:
+    if split_spec(spec) is None:
         raise FastPPOError(f"--reward {spec!r} is neither a reward-model folder nor module:function (e.g. mypkg.rewards:score)")
-    module_name, attr = parts
-    try:
-        module = import_module(module_name)
-    except (ImportError, FileNotFoundError) as exc:
-        raise FastPPOError(f"cannot import the reward module {module_name!r} ({exc}): check --reward and that the module is importable from here") from exc
-    fn = getattr(module, attr, None)
+    fn = named_object(spec, "the reward function")
     if not callable(fn):
-        raise FastPPOError(f"{module_name!r} has no function {attr!r}: --reward must name reward(prompts, completions) -> list[float]")
+        raise FastPPOError(f"{spec!r} names no function: --reward must name reward(prompts, completions) -> list[float]")
     return fn
 
 

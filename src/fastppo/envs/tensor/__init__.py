@@ -25,7 +25,7 @@ from fastppo.envs.tensor.cartpole import CartPole
 from fastppo.envs.tensor.mountain_car import MountainCar
 from fastppo.envs.tensor.pendulum import Pendulum
 from fastppo.errors import FastPPOError
-from fastppo.loading import import_module, split_spec
+from fastppo.loading import named_object
 
 TENSOR_ENVS: Mapping[str, type[TensorEnv]] = MappingProxyType(
     {
@@ -41,13 +41,7 @@ TENSOR_ENVS: Mapping[str, type[TensorEnv]] = MappingProxyType(
 def user_tensor_env(env_id: str) -> type[TensorEnv] | None:
     """The user's TensorEnv subclass that ``env_id`` names as ``module:Class``, or None when it
     names something else (a gymnasium id, a gymnasium env class)."""
-    parts = split_spec(env_id)
-    if parts is None:
-        return None
-    try:
-        target = getattr(import_module(parts[0]), parts[1], None)
-    except (ImportError, FileNotFoundError) as exc:
-        raise FastPPOError(f"cannot load env '{env_id}': {exc}") from None
+    target = named_object(env_id, "env")
     return target if isinstance(target, type) and issubclass(target, TensorEnv) else None
 
 
