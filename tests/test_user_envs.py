@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 
 import fastppo
 from fastppo.cli import main
@@ -64,3 +65,35 @@ def test_gymnasium_module_colon_id_syntax_passes_through():
     env = check_env_id("gymnasium.envs.classic_control:CartPole-v1")
     assert env.spec.id == "CartPole-v1"
     env.close()
+
+
+class FloatFlags(MatchTensorEnv):
+    def _dynamics(self, state, actions):
+        next_state, reward, terminated = super()._dynamics(state, actions)
+        return next_state, reward, terminated.float()
+
+
+class WideObservation(MatchTensorEnv):
+    def _observe(self, state):
+        return torch.zeros(self.num_envs, 4)
+
+
+class ColumnReward(MatchTensorEnv):
+    def _dynamics(self, state, actions):
+        next_state, reward, terminated = super()._dynamics(state, actions)
+        return next_state, reward.unsqueeze(1), terminated
+
+
+@pytest.mark.parametrize(
+    "env_class, message",
+    [
+        (WideObservation, r"WideObservation._observe\(state\) gave observation as a torch.float32 tensor of shape \(6, 4\): expected a tensor of shape \[6x3\]"),
+        (FloatFlags, r"FloatFlags._dynamics\(state, actions\) gave terminated as a torch.float32 tensor of shape \(6,\): expected a torch.bool tensor of shape \[6\]"),
+        (ColumnReward, r"ColumnReward._dynamics\(state, actions\) gave reward as a torch.float32 tensor of shape \(6, 1\)"),
+    ],
+)
+def test_a_user_env_that_breaks_the_contract_is_named_at_once(env_class, message):
+    with pytest.raises(FastPPOError, match=message):
+        env = env_class(6, seed=0)
+        env.reset()
+        env.step(torch.zeros(6, dtype=torch.long))

@@ -23,11 +23,13 @@ data-dependent subset (indexing by a mask would need its size on the host).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+
 import gymnasium as gym
 import torch
 from torch import Tensor
 
 from fastppo.envs.vector import Episodes, StepResult
+from fastppo.errors import FastPPOError
 
 
 class TensorEnv(ABC):
@@ -69,6 +71,9 @@ class TensorEnv(ABC):
         else:
             self.generator.manual_seed(seed)
         self.state = self._reset_state()
+        self._check("_reset_state()", "state", self.state, (num_envs, None))
+        self._check("_observe(state)", "observation", self._observe(self.state), (num_envs, *self.single_observation_space.shape))
+        self._dynamics_checked = False  # on the first step: a user's env fails there, clearly, not deep in the trainer
         self._elapsed = torch.zeros(num_envs, dtype=torch.int64, device=self.device)
         self._episode_return = torch.zeros(num_envs, dtype=torch.float32, device=self.device)
         # True where the previous step ended an episode: this step is that env's reset row.
@@ -123,6 +128,11 @@ class TensorEnv(ABC):
         """
         reset_rows = self._needs_reset
         next_state, reward, terminated = self._dynamics(self.state, actions)
+        if not self._dynamics_checked:
+            self._check("_dynamics(state, actions)", "next_state", next_state, tuple(self.state.shape))
+            self._check("_dynamics(state, actions)", "reward", reward, (self.num_envs,))
+            self._check("_dynamics(state, actions)", "terminated", terminated, (self.num_envs,), torch.bool)
+            self._dynamics_checked = True
         self.state = torch.where(reset_rows.unsqueeze(1), self._reset_state(), next_state)
         reward = reward.masked_fill(reset_rows, 0.0).to(torch.float32)
         terminated = terminated & ~reset_rows
@@ -169,6 +179,17 @@ class TensorEnv(ABC):
         ended = lengths > 0
         self._finished.append((returns[ended], lengths[ended]))
         self._pending.clear()
+
+    def _check(self, method: str, name: str, value: object, shape: tuple[int | None, ...], dtype: torch.dtype | None = None) -> None:
+        """A one-line error naming the method when it returns the wrong kind of ``name`` (None in
+        ``shape``: any size there)."""
+        ok = isinstance(value, Tensor) and value.dim() == len(shape) and all(want in (None, got) for want, got in zip(shape, value.shape))
+        ok = ok and (dtype is None or value.dtype == dtype)
+        if not ok:
+            got = f"a {value.dtype} tensor of shape {tuple(value.shape)}" if isinstance(value, Tensor) else type(value).__name__
+            want = "x".join("*" if n is None else str(n) for n in shape)
+            kind = f"a {dtype} tensor" if dtype is not None else "a tensor"
+            raise FastPPOError(f"{type(self).__name__}.{method} gave {name} as {got}: expected {kind} of shape [{want}]")
 
     # --- helpers for subclasses --------------------------------------------------------------
 
