@@ -15,6 +15,7 @@ from fastppo.cli import main
 from fastppo.envs.gymnasium_vec import check_env_id
 from fastppo.envs.tensor import make_tensor_env
 from fastppo.errors import FastPPOError
+from fastppo.loading import named_object
 from tests.fake_envs import MatchTensorEnv
 
 FAKE_ENVS_FILE = Path(__file__).parent / "fake_envs.py"
@@ -97,3 +98,12 @@ def test_a_user_env_that_breaks_the_contract_is_named_at_once(env_class, message
         env = env_class(6, seed=0)
         env.reset()
         env.step(torch.zeros(6, dtype=torch.long))
+
+
+def test_the_point_reach_example_learns():
+    example = Path(__file__).parents[1] / "examples" / "point_reach.py"
+    settings = {**named_object(f"{example}:SETTINGS", "example"), "total_timesteps": 100_000}
+    agent = fastppo.train(f"{example}:PointReach", backend="tensor", seed=1, progress=False, tensorboard=False, **settings)
+    returns = [row["charts/episodic_return"] for row in agent.history if "charts/episodic_return" in row]
+    assert returns[0] < -35.0  # the first 50-step episodes, nearly random: ~1.2 away on average, about -54
+    assert fastppo.evaluate(agent, episodes=32, deterministic=True, seed=0).mean_return > -15.0
