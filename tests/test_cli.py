@@ -34,6 +34,7 @@ TINY = ["--total-timesteps", "256", "--num-envs", "2", "--num-steps", "64", "--n
         (["train", "CartPole-v1", "--device", "tpu9"], "unknown device 'tpu9'"),
         (["train", "nosuchmodule:Env"], "cannot load env 'nosuchmodule:Env'"),
         (["train", "tests.fake_envs:TextObsEnv", *TINY], "unsupported observation space Text"),
+        (["train", "CartPole-v1", "--backend", "tensor", "--capture-video", "true"], "--capture-video needs gymnasium envs that render, and the tensor backend has none"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(argv, message, capsys):

@@ -190,6 +190,11 @@ class Config:
         for name, value in {"ppo.gamma": self.ppo.gamma, "ppo.gae_lambda": self.ppo.gae_lambda}.items():
             if not 0.0 <= value <= 1.0:
                 raise FastPPOError(f"--{name.replace('_', '-')} must be in [0, 1], got {value}")
+        if self.env.capture_video and self.env.backend in ("tensor", "envpool"):
+            raise FastPPOError(
+                f"--capture-video needs gymnasium envs that render, and the {self.env.backend} backend has none: "
+                "drop it and record the trained run with 'fastppo record RUN_DIR' (it plays the gymnasium env), or train with --backend sync"
+            )
         if self.run.checkpoint_every < 0:
             raise FastPPOError(f"--run.checkpoint-every must be >= 0 (0: only at the end), got {self.run.checkpoint_every}")
         if self.run.keep_checkpoints < 1:
