@@ -1,4 +1,4 @@
-"""--compile: the compiled update agrees with the eager one (--cudagraphs: tests/test_cuda_graphs.py).
+"""--compile: the compiled update agrees with the eager one, on CPU and on a GPU when present (--cudagraphs: tests/test_cuda_graphs.py).
 
 One test runs the real inductor compile (20-60 s on a 2-core CPU; it needs a C++ compiler and is
 skipped without one); the others run the same code path through torch.compile with the "eager"
@@ -46,16 +46,22 @@ def test_compile_flag_on_tensor_backend(eager_backend):
     assert compiled == pytest.approx(eager, rel=1e-5, abs=1e-6)
 
 
-@pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None, reason="inductor needs a C++ compiler on CPU")
-def test_inductor_compiled_run_matches_eager_on_first_update():
+INDUCTOR_CASES = ([("cpu", "sync")] if shutil.which("g++") or shutil.which("c++") else []) + (
+    [("cuda", "sync"), ("cuda", "tensor")] if torch.cuda.is_available() else []
+)
+"""(device, env backend) runs inductor can compile here: on CPU it needs a C++ compiler."""
+
+
+@pytest.mark.parametrize("device, backend", INDUCTOR_CASES)
+def test_inductor_compiled_run_matches_eager_on_first_update(device, backend):
     # Inductor draws random numbers its own way unless told to call eager's RNG: without this the
     # compiled rollout samples other actions and the two updates see different data. The config's
     # own patch() restores it cleanly (monkeypatch's undo left the option hidden, which broke
     # torch.onnx.export in later tests).
     torch._dynamo.reset()
-    eager = first_update_losses()
+    eager = first_update_losses(device=device, backend=backend)
     with torch._inductor.config.patch(fallback_random=True):
-        compiled = first_update_losses(compile=True)
+        compiled = first_update_losses(device=device, backend=backend, compile=True)
     torch._dynamo.reset()
     # Inductor fuses and reorders float32 reductions: equal to rounding, not bit for bit.
     assert compiled == pytest.approx(eager, rel=1e-3, abs=1e-5)
