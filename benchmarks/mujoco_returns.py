@@ -46,7 +46,7 @@ def main() -> None:
             dict(env=env_id, steps=args.total_timesteps, seeds=",".join(map(str, args.seeds)), mean=float(np.mean(finals)), std=float(np.std(finals)), seconds=float(np.mean(seconds)), sps=args.total_timesteps / float(np.mean(seconds)))
         )
 
-    print(f"\n| env | steps | seeds | final return (mean ± std) | wall time / run | SPS |\n|---|---|---|---|---|---|")
+    print("\n| env | steps | seeds | final return (mean ± std) | wall time / run | SPS |\n|---|---|---|---|---|---|")
     for r in results:
         print(f"| {r['env']} | {r['steps']:,} | {r['seeds']} | {r['mean']:.1f} ± {r['std']:.1f} | {r['seconds']:.0f} s | {r['sps']:.0f} |")
     if args.json:

@@ -19,7 +19,6 @@ import argparse
 import time
 from collections import deque
 
-import gymnasium as gym
 import numpy as np
 import torch
 

@@ -15,8 +15,8 @@ import pytest
 import torch
 
 import fastppo
-from fastppo.config import EnvConfig
 from fastppo.checkpoint import list_checkpoints, load_checkpoint, restore_envs, snapshot_envs
+from fastppo.config import EnvConfig
 from fastppo.envs import make_vec_env
 from fastppo.errors import FastPPOError
 from fastppo.trainer import train

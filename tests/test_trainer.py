@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pytest
 import torch
@@ -112,7 +110,6 @@ def test_unsupported_observation_space_is_named():
 
 def test_reset_rows_are_masked_out():
     """With NEXT_STEP autoreset, every finished episode leaves one invalid row in the rollout."""
-    from fastppo.config import Config
     from fastppo.envs import make_vec_env
     from fastppo.policies import ActorCritic
     from fastppo.profiling import SectionTimer

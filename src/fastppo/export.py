@@ -26,8 +26,8 @@ import torch
 from torch import Tensor, nn
 
 from fastppo.agent import Agent, load_agent
-from fastppo.errors import FastPPOError
 from fastppo.envs.make import env_spaces
+from fastppo.errors import FastPPOError
 
 
 class DeterministicPolicy(nn.Module):

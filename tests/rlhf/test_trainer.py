@@ -9,7 +9,6 @@ import pytest
 
 from fastppo.rlhf.checkpoint import latest_checkpoint
 from fastppo.rlhf.trainer import train
-
 from tests.rlhf.tiny import PROMPTS, early_letters, tiny_config
 
 

@@ -15,8 +15,8 @@ from typing import NamedTuple, Protocol
 
 import gymnasium as gym
 import numpy as np
-from torch import Tensor
 import torch
+from torch import Tensor
 
 from fastppo.profiling import SectionTimer
 

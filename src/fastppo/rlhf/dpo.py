@@ -14,10 +14,10 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from fastppo.errors import FastPPOError
+from fastppo.logger import RunLogger
 from fastppo.rlhf.checkpoint import latest_checkpoint, load_training_state, save_checkpoint
 from fastppo.rlhf.config import DPOTrainerConfig, validate_dpo
 from fastppo.rlhf.data import PreferencePair, batch_indices
-from fastppo.logger import RunLogger
 from fastppo.rlhf.models import Models, autocast_context, load_models, reference_model
 from fastppo.rlhf.tokens import encode_completions, encode_prompts, forward_tokens
 

@@ -15,11 +15,11 @@ from torch import Tensor
 
 from fastppo.core import explained_variance, masked_mean, policy_loss, ppo_loss, proportional_kl_beta
 from fastppo.errors import FastPPOError
+from fastppo.logger import RunLogger
 from fastppo.rlhf.checkpoint import latest_checkpoint, load_training_state, save_checkpoint
 from fastppo.rlhf.config import PPOConfig, RLHFConfig, validate_ppo
 from fastppo.rlhf.data import batch_indices
 from fastppo.rlhf.health import HealthMonitor
-from fastppo.logger import RunLogger
 from fastppo.rlhf.models import Models, autocast_context, load_models
 from fastppo.rlhf.rewards import (
     RewardFn,
