@@ -12,7 +12,7 @@ import torch
 
 import fastppo
 from fastppo.cli import main
-from fastppo.envs.gymnasium_vec import check_env_id
+from fastppo.envs.gymnasium_vec import gym_make
 from fastppo.envs.tensor import make_tensor_env
 from fastppo.errors import FastPPOError
 from fastppo.loading import named_object
@@ -56,14 +56,14 @@ def test_a_spec_that_is_not_a_tensor_env_is_a_clear_error():
 
 
 def test_gymnasium_env_class_from_a_file():
-    env = check_env_id(f"{FAKE_ENVS_FILE}:TargetEnv")
+    env = gym_make(f"{FAKE_ENVS_FILE}:TargetEnv")
     assert env.spec.id.startswith("fastppo/") and env.spec.id.endswith("fake_envs_py_TargetEnv-v0")
     env.close()
 
 
 def test_gymnasium_module_colon_id_syntax_passes_through():
     # gymnasium's own 'module:Id': the module is imported (registering Id), then Id is made.
-    env = check_env_id("gymnasium.envs.classic_control:CartPole-v1")
+    env = gym_make("gymnasium.envs.classic_control:CartPole-v1")
     assert env.spec.id == "CartPole-v1"
     env.close()
 

@@ -11,7 +11,7 @@ import gymnasium as gym
 
 from fastppo.agent import Agent, load_agent
 from fastppo.config import Config, apply_overrides, load_preset, preset_for_env
-from fastppo.envs.gymnasium_vec import check_env_id
+from fastppo.envs.make import env_spaces
 
 
 def make_config(env_id: str | type, preset: str | None = None, overrides: dict[str, Any] | None = None) -> Config:
@@ -30,23 +30,11 @@ def make_config(env_id: str | type, preset: str | None = None, overrides: dict[s
         env_id = f"{env_id.__module__}:{env_id.__qualname__}"
     backend = str(overrides.get("backend", overrides.get("env.backend", "sync")))
     if preset is None:
-        preset = preset_for_env(env_id, continuous=isinstance(action_space(env_id, backend), gym.spaces.Box))
+        preset = preset_for_env(env_id, continuous=isinstance(env_spaces(env_id, backend)[1], gym.spaces.Box))
     config = Config()
     apply_overrides(config, load_preset(preset))
     apply_overrides(config, {"env.env_id": env_id, **overrides})
     return config.validate()
-
-
-def action_space(env_id: str, backend: str) -> gym.Space:
-    """The env's action space, read without building a vector env (tensor envs declare theirs on
-    the class; every other backend serves gymnasium ids)."""
-    if backend == "tensor":
-        from fastppo.envs.tensor import tensor_env_class
-
-        return tensor_env_class(env_id).single_action_space
-    env = check_env_id(env_id)
-    env.close()
-    return env.action_space
 
 
 def default_run_dir(config: Config) -> Path:

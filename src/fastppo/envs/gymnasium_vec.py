@@ -55,10 +55,11 @@ def resolve_env_id(env_id: str) -> str:
     return env_id
 
 
-def check_env_id(env_id: str) -> gym.Env:
-    """Make one env or explain, in one line, why the id does not work."""
+def gym_make(env_id: str, **kwargs) -> gym.Env:
+    """``gym.make`` of ``env_id`` (resolved by :func:`resolve_env_id`), or a one-line FastPPOError
+    saying why the id does not work."""
     try:
-        return gym.make(resolve_env_id(env_id))
+        return gym.make(resolve_env_id(env_id), **kwargs)
     except gym.error.DependencyNotInstalled as exc:
         raise FastPPOError(f"env '{env_id}' needs an extra dependency: {exc}") from None
     except gym.error.Error as exc:

@@ -10,7 +10,7 @@ import torch
 
 from fastppo.config import EnvConfig
 from fastppo.envs.atari import is_atari, make_atari_env, register_ale_envs
-from fastppo.envs.gymnasium_vec import GymnasiumVecEnv, check_env_id, flatten_if_needed, resolve_env_id
+from fastppo.envs.gymnasium_vec import GymnasiumVecEnv, flatten_if_needed, gym_make
 from fastppo.envs.vector import VecEnv
 from fastppo.errors import FastPPOError
 from fastppo.video import RecordEpisodeVideo
@@ -47,7 +47,7 @@ def make_single_env(env_id: str, video_dir: Path | None = None, render_mode: str
     if video_dir is not None:
         render_mode = "rgb_array"
     # Only pass render_mode when asked: a user's env need not accept it.
-    env = gym.make(resolve_env_id(env_id), **({"render_mode": render_mode} if render_mode else {}))
+    env = gym_make(env_id, **({"render_mode": render_mode} if render_mode else {}))
     if video_dir is not None:
         env = RecordEpisodeVideo(env, video_dir)
     env = gym.wrappers.RecordEpisodeStatistics(env)
@@ -81,11 +81,11 @@ def make_vec_env(cfg: EnvConfig, device: torch.device, video_dir: Path | None = 
         return make_envpool_env(cfg, device)
     if cfg.backend not in ("sync", "async"):
         raise FastPPOError(f"unknown env backend '{cfg.backend}': choose sync, async, tensor or envpool")
-    check_env_id(cfg.env_id).close()
+    gym_make(cfg.env_id).close()  # a bad id fails here in one line, not in every worker
     env_fns = [partial(make_single_env, cfg.env_id, video_dir if (i == 0 and cfg.capture_video) else None) for i in range(cfg.num_envs)]
     return GymnasiumVecEnv(env_fns, asynchronous=cfg.backend == "async", device=device)
 
 
 # Registered on import, as gymnasium registers its own envs, so that every id above resolves in
-# check_env_id before any env is built (fastppo.envs imports this module first).
+# gym_make before any env is built (fastppo.envs imports this module first).
 register_envs()
