@@ -78,8 +78,7 @@ def run_episodes(
     on_frame: Callable[[Any], None] | None = None,
 ) -> tuple[list[float], list[int]]:
     """Play ``episodes`` full episodes in ``env``; ``on_frame`` gets each rendered frame."""
-    if episodes < 1:
-        raise FastPPOError(f"--episodes must be >= 1, got {episodes}")
+    _check_episodes(episodes)
     space = env.action_space
     returns, lengths = [], []
     # A seed makes the whole evaluation repeatable (env resets and the policy's samples) without
@@ -110,9 +109,8 @@ def run_episodes(
 def run_tensor_episodes(agent: Agent, env_class: type[TensorEnv], episodes: int, deterministic: bool, seed: int | None) -> tuple[list[float], list[int]]:
     """One episode in each of ``episodes`` parallel envs of a user's tensor env (which has no
     gymnasium twin to play one by one), on CPU; raw rewards, as the env returns them."""
-    if episodes < 1:
-        raise FastPPOError(f"--episodes must be >= 1, got {episodes}")
-    env = env_class(episodes, seed=seed)
+    _check_episodes(episodes)
+    env = env_class(episodes)
     with torch.random.fork_rng(devices=[]):
         if seed is not None:
             torch.manual_seed(seed)
@@ -143,13 +141,13 @@ def evaluate(
     if env_class is not None:
         _check_obs_shape(agent, env_class.single_observation_space.shape, env_id)
         returns, lengths = run_tensor_episodes(agent, env_class, episodes, deterministic, seed)
-        return EvalResult(env_id, deterministic, seed, returns, lengths)
-    env = make_single_env(env_id, for_eval=True)
-    try:
-        _check_obs_shape(agent, env.observation_space.shape, env_id)
-        returns, lengths = run_episodes(agent, env, episodes, deterministic, seed)
-    finally:
-        env.close()
+    else:
+        env = make_single_env(env_id, for_eval=True)
+        try:
+            _check_obs_shape(agent, env.observation_space.shape, env_id)
+            returns, lengths = run_episodes(agent, env, episodes, deterministic, seed)
+        finally:
+            env.close()
     return EvalResult(env_id, deterministic, seed, returns, lengths)
 
 
@@ -179,3 +177,8 @@ def record(
 def _check_obs_shape(agent: Agent, shape: tuple[int, ...], env_id: str) -> None:
     if tuple(shape) != tuple(agent.obs_shape):
         raise FastPPOError(f"{env_id} has observations of shape {tuple(shape)}, the agent expects {agent.obs_shape}: evaluate on {agent.config.env.env_id}")
+
+
+def _check_episodes(episodes: int) -> None:
+    if episodes < 1:
+        raise FastPPOError(f"--episodes must be >= 1, got {episodes}")
