@@ -110,6 +110,7 @@ def test_unsupported_observation_space_is_named():
 
 def test_reset_rows_are_masked_out():
     """With NEXT_STEP autoreset, every finished episode leaves one invalid row in the rollout."""
+    from fastppo.core import RewardScaler
     from fastppo.envs import make_vec_env
     from fastppo.policies import ActorCritic
     from fastppo.profiling import SectionTimer
@@ -121,11 +122,14 @@ def test_reset_rows_are_masked_out():
     policy = ActorCritic(envs.single_observation_space, envs.single_action_space)
     buf = RolloutBuffer.allocate(300, envs, torch.device("cpu"), None)
     cursor = EnvCursor(first.obs, None, torch.ones(3, dtype=torch.bool))
-    collect_rollout(policy, envs, buf, cursor, ObservationNormalizer(None, 10.0), None, SectionTimer())
+    scaler = RewardScaler(3, gamma=0.99, clip=10.0)
+    collect_rollout(policy, envs, buf, cursor, ObservationNormalizer(None, 10.0), scaler, SectionTimer())
     done = buf.terminated | buf.truncated
     # a row is invalid exactly when the previous row of that env ended an episode
     assert torch.equal(buf.valid[1:], ~done[:-1])
     assert buf.valid[0].all()
     assert (buf.rewards[~buf.valid] == 0).all()
+    # reward scaling counts the real transitions only (the README's promise for reset rows)
+    assert float(scaler.return_rms.count) == pytest.approx(int(buf.valid.sum()), abs=1e-3) and not buf.valid.all()
     assert len(envs.pop_episodes().returns) == int(done.sum())
     envs.close()

@@ -179,7 +179,7 @@ def collect_rollout(
             with timer.section("env"):
                 step = envs.step(action)
             done = step.terminated | step.truncated
-            buf.rewards[t] = step.reward if reward_scaler is None else reward_scaler(step.reward, done)
+            buf.rewards[t] = step.reward if reward_scaler is None else reward_scaler(step.reward, done, valid=cursor.valid)
             buf.terminated[t] = step.terminated
             buf.truncated[t] = step.truncated
             cursor = EnvCursor(normalize_obs(step.obs, update=True), step.action_mask, ~done)

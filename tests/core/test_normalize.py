@@ -122,3 +122,32 @@ def test_reward_scaler_resets_on_done_and_update_false_freezes():
     other.load_state_dict(state)
     r = torch.tensor([0.7, -0.3])
     torch.testing.assert_close(other(r, torch.zeros(2, dtype=torch.bool)), scaler(r, torch.zeros(2, dtype=torch.bool)))
+
+
+def test_masked_update_equals_an_update_with_the_true_rows_only():
+    rng = np.random.default_rng(3)
+    masked, reference = RunningMeanStd(shape=(2,)), RunningMeanStd(shape=(2,))
+    for _ in range(20):
+        batch = torch.as_tensor(rng.normal(size=(8, 2)))
+        mask = torch.as_tensor(rng.random(8) < 0.6)
+        masked.update(batch, mask)
+        if mask.any():
+            reference.update(batch[mask])
+    masked.update(torch.ones(3, 2), torch.zeros(3, dtype=torch.bool))  # no true row: nothing changes
+    torch.testing.assert_close(masked.mean, reference.mean)
+    torch.testing.assert_close(masked.var, reference.var)
+    assert float(masked.count) == pytest.approx(reference.count)
+
+
+def test_reward_scaler_leaves_reset_rows_out_of_the_return_statistics():
+    # Env 0 ends an episode at step 1; step 2 is its NEXT_STEP reset row (reward 0, not a transition).
+    rewards = [torch.tensor([1.0, 2.0]), torch.tensor([3.0, 1.0]), torch.tensor([0.0, 4.0]), torch.tensor([5.0, 1.0])]
+    done = [torch.tensor([False, False]), torch.tensor([True, False]), torch.tensor([False, False]), torch.tensor([False, False])]
+    valid = [torch.tensor([True, True]), torch.tensor([True, True]), torch.tensor([False, True]), torch.tensor([True, True])]
+    scaler = RewardScaler(2, gamma=0.5, clip=10.0)
+    for r, d, v in zip(rewards, done, valid):
+        scaler(r, d, valid=v)
+    # The discounted returns of the real transitions only: env 0: 1, 3.5, (reset row), 5; env 1: 2, 2, 5, 3.5.
+    seen = np.array([1.0, 2.0, 3.5, 2.0, 5.0, 5.0, 3.5])
+    assert float(scaler.return_rms.count) == pytest.approx(len(seen), abs=1e-3)
+    assert scaler.return_rms.var.item() == pytest.approx(seen.var(), rel=1e-4)

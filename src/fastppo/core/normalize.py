@@ -29,8 +29,11 @@ class RunningMeanStd:
         self.mean32 = self.mean.float()
         self.inv_std32 = torch.rsqrt(self.var + self.norm_epsilon).float()
 
-    def update(self, batch: Tensor) -> None:
-        """Fold a [B, *shape] batch into the statistics."""
+    def update(self, batch: Tensor, mask: Tensor | None = None) -> None:
+        """Fold a [B, *shape] batch into the statistics; with a bool ``mask`` [B], only its true rows."""
+        if mask is not None or isinstance(self.count, Tensor):
+            self._update_masked(batch, mask)
+            return
         n = batch.shape[0]
         batch_var, batch_mean = torch.var_mean(batch.to(torch.float64), dim=0, correction=0)
         delta = batch_mean - self.mean
@@ -41,12 +44,29 @@ class RunningMeanStd:
         self.count = total
         self._refresh()
 
+    def _update_masked(self, batch: Tensor, mask: Tensor | None) -> None:
+        # The same merge with the row count as a 0-dim tensor, so that counting the rows needs no
+        # host sync; the count then stays a tensor (the unmasked path above keeps a Python float
+        # because the rollout calls it every step and tensor arithmetic on it costs more).
+        x = batch.to(torch.float64)
+        weights = torch.ones(x.shape[0], dtype=torch.float64, device=x.device) if mask is None else mask.to(torch.float64)
+        weights = weights.reshape(-1, *([1] * (x.dim() - 1)))
+        n = weights.sum()
+        batch_mean = (x * weights).sum(0) / n.clamp(min=1.0)
+        batch_var = ((x - batch_mean).square() * weights).sum(0) / n.clamp(min=1.0)
+        delta = batch_mean - self.mean
+        total = self.count + n
+        self.var.mul_(self.count / total).add_(batch_var * (n / total)).add_(delta.square() * (self.count * n / total**2))
+        self.mean.add_(delta * (n / total))
+        self.count = total
+        self._refresh()
+
     def normalize(self, x: Tensor, clip: float) -> Tensor:
         """(x - mean) / sqrt(var + eps), clipped to [-clip, clip], in float32."""
         return ((x.float() - self.mean32) * self.inv_std32).clamp(-clip, clip)
 
     def state_dict(self) -> dict[str, Tensor]:
-        return {"mean": self.mean, "var": self.var, "count": torch.tensor(self.count, dtype=torch.float64)}
+        return {"mean": self.mean, "var": self.var, "count": torch.as_tensor(self.count, dtype=torch.float64)}
 
     def load_state_dict(self, state: dict[str, Tensor]) -> None:
         self.mean = state["mean"].to(self.mean).clone()
@@ -65,11 +85,15 @@ class RewardScaler:
         self.return_rms = RunningMeanStd((), device, norm_epsilon=epsilon)
         self.discounted_return = torch.zeros(num_envs, dtype=torch.float64, device=device)
 
-    def __call__(self, rewards: Tensor, done: Tensor, update: bool = True) -> Tensor:
-        """Scale a [N] batch of rewards; ``done`` [N] marks the steps that end an episode."""
+    def __call__(self, rewards: Tensor, done: Tensor, update: bool = True, valid: Tensor | None = None) -> Tensor:
+        """Scale a [N] batch of rewards; ``done`` [N] marks the steps that end an episode and
+        ``valid`` [N] the real transitions: NEXT_STEP reset rows (false) carry no reward and stay
+        out of the return statistics, as they stay out of GAE and the loss."""
         if update:
+            # A reset row follows a done step, so its discounted return is 0 + 0: only the
+            # statistics need the mask.
             self.discounted_return.mul_(self.gamma).add_(rewards)
-            self.return_rms.update(self.discounted_return)
+            self.return_rms.update(self.discounted_return, valid)
             self.discounted_return.masked_fill_(done, 0.0)
         return (rewards * self.return_rms.inv_std32).clamp(-self.clip, self.clip)
 
