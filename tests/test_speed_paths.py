@@ -105,3 +105,22 @@ def test_an_optimizer_not_from_make_optimizer_is_a_clear_error():
     policy = ActorCritic(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2))
     with pytest.raises(FastPPOError, match="make_optimizer"):
         MinibatchStep(policy, torch.optim.Adam(policy.parameters()), PPOConfig())
+
+
+def test_kl_objective_measures_the_kl_of_the_whole_batch_after_the_epochs():
+    """Schulman et al. 2017, sec. 4 adapts beta from KL(old || new) after the update: the k3 mean
+    over every valid row under the final weights, not the mean of the pre-step minibatch KLs."""
+    cfg = PPOConfig(update_epochs=4, num_minibatches=4, objective="kl")
+    torch.manual_seed(0)
+    policy = ActorCritic(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2))
+    batch = make_batch(64)
+    with torch.no_grad():
+        batch["logprobs"] = policy.evaluate(batch["obs"], batch["actions"])[0]  # the rollout policy's own
+    ours = ppo_update(policy, make_optimizer(policy, 3e-3, 1e-5, torch.device("cpu")), batch, cfg, UpdateCoefficients(0.2, 0.0, 1.0))
+    valid = batch["valid"]
+    with torch.no_grad():
+        newlogprob = policy.evaluate(batch["obs"][valid], batch["actions"][valid])[0]
+    ratio = torch.exp(newlogprob - batch["logprobs"][valid])
+    expected = float(((ratio - 1) - torch.log(ratio)).mean())
+    assert ours["kl_after_update"] == pytest.approx(expected, rel=1e-5)
+    assert ours["kl_after_update"] > 1.5 * ours["approx_kl"]  # the pre-step minibatch mean runs lower

@@ -49,7 +49,7 @@ def test_kl_penalty_objective_adapts_beta():
     target = 1e-5
     agent = fastppo.train("CartPole-v1", preset="cleanrl-discrete", objective="kl", kl_target=target, kl_beta=1.0, **{**TINY, "total_timesteps": 1024})
     betas = [row["losses/kl_beta"] for row in agent.history]
-    kls = [row["losses/approx_kl"] for row in agent.history]
+    kls = [row["losses/kl_after_update"] for row in agent.history]  # KL(old || new) after the epochs, logged beside approx_kl
     assert betas[0] == 1.0 and len(set(betas)) > 1
     for i in range(len(betas) - 1):
         assert betas[i + 1] == adaptive_kl_beta(betas[i], kls[i], target)

@@ -15,7 +15,7 @@ import torch
 from torch import Tensor, nn
 
 from fastppo.config import PPOConfig
-from fastppo.core import normalize_advantages, ppo_loss
+from fastppo.core import kl_estimate, normalize_advantages, ppo_loss
 from fastppo.cuda_graphs import capture_graph, check_cudagraphs, on_side_stream
 from fastppo.errors import FastPPOError
 from fastppo.policies import ActorCritic
@@ -225,4 +225,24 @@ def ppo_update(
             break
     means = dict(zip(names, (sums / minibatches).tolist()))
     means["epochs"] = float(epochs_run)
+    if cfg.objective == "kl":
+        means["kl_after_update"] = kl_after_update(policy, batch, bounds)
     return means
+
+
+@torch.no_grad()
+def kl_after_update(policy: ActorCritic, batch: dict[str, Tensor], bounds: list[int]) -> float:
+    """KL(old || new) over the whole batch once the epochs are done: the mean k3 estimate
+    (``core.kl_estimate``) of the rollout's actions under the updated policy, one forward per
+    minibatch slice. The adaptive-KL rule (Schulman et al. 2017, sec. 4) adapts beta from this
+    KL; the per-minibatch ``approx_kl`` is measured before each step and runs several times lower."""
+    total = torch.zeros((), device=batch["obs"].device)
+    count = torch.zeros((), device=batch["obs"].device)
+    for start, end in zip(bounds[:-1], bounds[1:]):
+        mb = {k: v[start:end] for k, v in batch.items()}
+        newlogprob = policy.evaluate(mb["obs"], mb["actions"], mb.get("action_masks"))[0]
+        kl = kl_estimate(mb["logprobs"], newlogprob, "k3")
+        valid = mb.get("valid")  # only the CUDA-graph path keeps reset rows in the batch
+        total += kl.sum() if valid is None else kl[valid].sum()
+        count += kl.numel() if valid is None else valid.sum()
+    return float(total / count)
