@@ -216,7 +216,7 @@ def train(config: Config, run_dir: Path | None = None, checkpoint: Checkpoint | 
                 state.global_step += config.batch_size
                 check_finite(losses, agent, state.optimizer, state.iteration, state.global_step)
                 if cfg.objective == "kl":
-                    state.kl_beta = adaptive_kl_beta(state.kl_beta, losses["approx_kl"], cfg.kl_target)
+                    state.kl_beta = adaptive_kl_beta(state.kl_beta, losses["kl_after_update"], cfg.kl_target)
 
                 metrics = iteration_metrics(losses, episodes, timer.pop(), state, coefs, buf, returns, time.perf_counter() - start, config.batch_size)
                 logger.log(state.global_step, metrics)
@@ -281,6 +281,7 @@ def iteration_metrics(losses, episodes, seconds, state: TrainState, coefs: Updat
     }
     if state.agent.config.ppo.objective == "kl":
         metrics["losses/kl_beta"] = coefs.kl_beta
+        metrics["losses/kl_after_update"] = losses["kl_after_update"]  # what beta adapts from
     if episodes.returns:
         metrics["charts/episodic_return"] = float(np.mean(episodes.returns))
         metrics["charts/episodic_length"] = float(np.mean(episodes.lengths))
