@@ -18,6 +18,13 @@ class MaskedChoiceEnv(gym.Env):
         {"obs": gym.spaces.Box(-1.0, 1.0, (4,), np.float32), "action_mask": gym.spaces.MultiBinary(4)}
     )
     action_space = gym.spaces.Discrete(4)
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 4}
+
+    def __init__(self, render_mode: str | None = None):
+        self.render_mode = render_mode
+
+    def render(self):
+        return np.zeros((16, 16, 3), dtype=np.uint8)
 
     def _observe(self):
         self._mask = np.zeros(4, dtype=np.int8)
@@ -29,11 +36,45 @@ class MaskedChoiceEnv(gym.Env):
         self._t = 0
         return self._observe(), {}
 
+    strict = True
+    """Raise on an invalid action (else it is just taken, as many real envs do)."""
+
     def step(self, action):
-        if not self._mask[action]:
+        if self.strict and not self._mask[action]:
             raise RuntimeError(f"invalid action {action} taken despite mask {self._mask}")
         self._t += 1
         return self._observe(), float(action), False, self._t >= 20, {}
+
+
+class InfoMaskedChoiceEnv(MaskedChoiceEnv):
+    """MaskedChoiceEnv with the same observation as a Box and the mask in ``info`` from both
+    ``reset`` and ``step``: the same env as far as the policy can tell."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        obs, info = super().reset(seed=seed, options=options)
+        return obs["obs"], {"action_mask": obs["action_mask"]}
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = super().step(action)
+        return obs["obs"], reward, terminated, truncated, {"action_mask": obs["action_mask"]}
+
+
+class StepOnlyMaskedChoiceEnv(InfoMaskedChoiceEnv):
+    """Publishes the mask from ``step`` only: the first observation of each episode has none."""
+
+    strict = False
+
+    def reset(self, *, seed=None, options=None):
+        return super().reset(seed=seed, options=options)[0], {}
+
+
+class ResetOnlyMaskedChoiceEnv(InfoMaskedChoiceEnv):
+    """Publishes the mask from ``reset`` only."""
+
+    def step(self, action):
+        return *super().step(action)[:4], {}
 
 
 class TargetEnv(gym.Env):
@@ -53,6 +94,31 @@ class TargetEnv(gym.Env):
     def step(self, action):
         reward = float(np.all(np.asarray(action) == self.target))
         return (1, np.zeros(2, dtype=np.float32)), reward, True, False, {}
+
+
+class OffsetTargetEnv(TargetEnv):
+    """Discrete actions and observations whose values start away from 0: the env raises on an
+    action outside its space and pays 1 for the last one (index 2 of 3)."""
+
+    observation_space = gym.spaces.Discrete(3, start=10)
+
+    def __init__(self, action_space: gym.Space | None = None):
+        super().__init__(action_space or gym.spaces.Discrete(3, start=-1))
+        self.target = np.asarray(self.action_space.start) + 2
+
+    def reset(self, *, seed=None, options=None):
+        gym.Env.reset(self, seed=seed)
+        return 12, {}
+
+    def step(self, action):
+        if not self.action_space.contains(np.asarray(action, dtype=self.action_space.dtype)):
+            raise RuntimeError(f"action {action} is outside {self.action_space}")
+        return 12, float(np.all(np.asarray(action) == self.target)), True, False, {}
+
+
+class MultiOffsetTargetEnv(OffsetTargetEnv):
+    def __init__(self):
+        super().__init__(gym.spaces.MultiDiscrete([3, 3], start=[-1, 5]))
 
 
 class MultiBinaryTargetEnv(TargetEnv):

@@ -34,6 +34,8 @@ class Agent:
     history: list[dict[str, float]] = field(default_factory=list)
     episode_returns: list[float] = field(default_factory=list)
     run_dir: Path | None = None
+    action_masks: bool = False
+    """Trained on an env that publishes action masks: ``act`` then needs one per observation."""
 
     @property
     def device(self) -> torch.device:
@@ -46,16 +48,27 @@ class Agent:
         return self.obs_rms.normalize(obs.float(), self.config.env.clip_obs)
 
     def act(self, obs: Any, deterministic: bool = False, action_mask: Any = None) -> np.ndarray:
-        """Actions for one observation or a batch (numpy or tensor); same leading shape back."""
+        """Actions for one observation or a batch (numpy or tensor); same leading shape back.
+
+        ``action_mask`` (bool, one row per observation, True = allowed) is the env's
+        ``info['action_mask']`` (or its Dict observation's ``'action_mask'``); an agent trained with
+        masks needs it. Actions are the env's own (a Discrete space's ``start`` included)."""
         obs_t = torch.as_tensor(np.asarray(obs), device=self.device)
-        single = obs_t.dim() == len(self.obs_shape)
+        single = tuple(obs_t.shape) == self.obs_shape
+        if not single and tuple(obs_t.shape[1:]) != self.obs_shape:
+            raise ValueError(f"agent.act got an observation of shape {tuple(obs_t.shape)}; this agent takes {self.obs_shape} (one) or [batch, *{self.obs_shape}]")
         if single:
             obs_t = obs_t.unsqueeze(0)
         mask_t = None
         if action_mask is not None:
             mask_t = torch.as_tensor(np.asarray(action_mask, dtype=bool), device=self.device)
             mask_t = mask_t.unsqueeze(0) if single else mask_t
-        action = self.policy.predict(self.normalize(obs_t), mask_t, deterministic).cpu().numpy()
+            if mask_t.shape[0] != obs_t.shape[0]:
+                raise ValueError(f"agent.act got {mask_t.shape[0]} action masks for {obs_t.shape[0]} observations")
+        elif self.action_masks:
+            raise ValueError("this agent was trained with action masks: pass the env's mask, agent.act(obs, action_mask=info['action_mask'])")
+        action = self.policy.predict(self.normalize(obs_t), mask_t, deterministic)
+        action = self.policy.action_head.env_action(action).cpu().numpy()
         return action[0] if single else action
 
     def save(self, directory: str | Path) -> None:
@@ -73,7 +86,7 @@ class Agent:
         tmp = directory / f".{POLICY_FILE}.tmp-{os.getpid()}"
         save_file(tensors, str(tmp))
         os.replace(tmp, directory / POLICY_FILE)
-        meta = {"config": self.config.to_dict(), "obs_shape": list(self.obs_shape)}
+        meta = {"config": self.config.to_dict(), "obs_shape": list(self.obs_shape), "action_masks": self.action_masks}
         tmp = directory / f".{AGENT_FILE}.tmp-{os.getpid()}"
         tmp.write_text(json.dumps(meta, indent=2))
         os.replace(tmp, directory / AGENT_FILE)
@@ -107,6 +120,7 @@ def load_agent(directory: str | Path, device: str | torch.device = "cpu") -> Age
     except (ValueError, KeyError, TypeError, AttributeError, SafetensorError, OSError) as exc:
         raise FastPPOError(f"cannot read the agent in {directory}: damaged or foreign file ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") from None
     agent = build_agent(config, *env_spaces(config.env.env_id, config.env.backend), torch.device(device))
+    agent.action_masks = bool(meta.get("action_masks", False))
     try:
         agent.policy.load_state_dict({k.removeprefix("policy."): v for k, v in tensors.items() if k.startswith("policy.")})
         if agent.obs_rms is not None:

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from fastppo.agent import Agent, load_agent
-from fastppo.envs.gymnasium_vec import ACTION_MASK_KEY
+from fastppo.envs.gymnasium_vec import published_action_mask
 from fastppo.envs.make import make_single_env
 from fastppo.envs.tensor import TensorEnv, user_tensor_env
 from fastppo.errors import FastPPOError
@@ -86,16 +86,25 @@ def run_episodes(
     with torch.random.fork_rng(devices=[]):
         if seed is not None:
             torch.manual_seed(seed)
+        masked = None  # decided by the first reset, as in training (published_action_mask)
         for episode in range(episodes):
             obs, info = env.reset(seed=seed if episode == 0 else None)
+            mask = published_action_mask(info, masked, "reset()")
+            masked = mask is not None
+            if agent.action_masks and not masked:
+                raise FastPPOError(
+                    f"the agent was trained with action masks, but {env.spec.id if env.spec else 'the env'} published none from reset(): "
+                    "evaluate on an env that publishes info['action_mask'] (or a Dict observation's 'action_mask') from reset() and every step()"
+                )
             if on_frame is not None:
                 on_frame(env.render())
             total, length, done = 0.0, 0, False
             while not done:
-                action = agent.act(obs, deterministic=deterministic, action_mask=info.get(ACTION_MASK_KEY))
+                action = agent.act(obs, deterministic=deterministic, action_mask=mask)
                 if isinstance(space, gym.spaces.Box):
                     action = np.clip(action, space.low, space.high)
                 obs, reward, terminated, truncated, info = env.step(action)
+                mask = published_action_mask(info, masked, "step()")
                 if on_frame is not None:
                     on_frame(env.render())
                 total += float(reward)

@@ -54,7 +54,7 @@ class DeterministicPolicy(nn.Module):
         x = obs if obs.dtype == torch.uint8 and not self.normalize else obs.float()
         if self.normalize:
             x = ((x - self.obs_mean) / torch.sqrt(self.obs_var + 1e-8)).clamp(-self.clip_obs, self.clip_obs)
-        action = self.head.mode(self.head(self.encoder(x)))
+        action = self.head.env_action(self.head.mode(self.head(self.encoder(x))))
         if self.clip_action:
             action = torch.minimum(torch.maximum(action, self.action_low), self.action_high)
         return action

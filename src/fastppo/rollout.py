@@ -177,7 +177,7 @@ def collect_rollout(
             buf.logprobs[t] = logprob
             buf.values[t] = value
             with timer.section("env"):
-                step = envs.step(action)
+                step = envs.step(policy.action_head.env_action(action))
             done = step.terminated | step.truncated
             buf.rewards[t] = step.reward if reward_scaler is None else reward_scaler(step.reward, done, valid=cursor.valid)
             buf.terminated[t] = step.terminated

@@ -167,6 +167,7 @@ def train(config: Config, run_dir: Path | None = None, checkpoint: Checkpoint | 
     first = envs.reset(seed=config.run.seed)
     agent = build_agent(config, envs.single_observation_space, envs.single_action_space, device)
     agent.run_dir = run_dir
+    agent.action_masks = first.action_mask is not None
     normalize_obs = ObservationNormalizer(agent.obs_rms, config.env.clip_obs)
     state = TrainState(
         agent=agent,

@@ -40,6 +40,26 @@ class ActionMaskFromObs(gym.ObservationWrapper):
         return self.observation(obs), reward, terminated, truncated, self._with_mask(obs, info)
 
 
+def published_action_mask(info: dict, expected: bool | None, call: str, num_envs: int | None = None) -> np.ndarray | None:
+    """The action mask(s) in ``info`` (one env's, or a vector env's with ``num_envs``), checked
+    against what the env published before: an env that publishes masks must do so from ``reset``
+    and from every ``step``, for every env, or an observation would be acted on unmasked (and
+    scored masked, or the other way round, in the update). ``expected`` is None on the first
+    reset (it decides), else whether that reset published one. Inconsistency is a FastPPOError."""
+    mask = info.get(ACTION_MASK_KEY)
+    present = np.asarray(mask is not None if num_envs is None else info.get(f"_{ACTION_MASK_KEY}", np.zeros(num_envs, dtype=bool)))
+    if mask is not None and present.all() and expected is not False:
+        return np.asarray(mask, dtype=bool)
+    if not present.any() and not expected:
+        return None
+    fix = "publish it from reset() and from every step() (info['action_mask'] of the observation returned), or put it in a Dict observation under 'action_mask'"
+    if expected is None:
+        raise FastPPOError(f"only some envs published info['action_mask'] from reset(): {fix}")
+    if expected:
+        raise FastPPOError(f"the env published info['action_mask'] from reset() but not from {call}: {fix}")
+    raise FastPPOError(f"the env published info['action_mask'] from {call} but not from reset(), so first observations would be acted on unmasked: {fix}")
+
+
 def resolve_env_id(env_id: str) -> str:
     """'package.module:EnvClass' (or 'path/to/file.py:EnvClass') registers the class under a
     fastppo/ id; gymnasium ids, and gymnasium's own 'module:Id' (import the module, which
@@ -105,10 +125,13 @@ class GymnasiumVecEnv(HostCopies):
         self._obs_dtype = torch.uint8 if self.single_observation_space.dtype == np.uint8 else torch.float32
         self._returns: list[float] = []
         self._lengths: list[int] = []
+        self._masked = False  # whether reset() published action masks (then every step must)
 
     def reset(self, seed: int | None = None) -> StepResult:
         obs, info = self.envs.reset(seed=seed)
-        return self.first_step(obs, self._obs_dtype, info.get(ACTION_MASK_KEY))
+        mask = published_action_mask(info, None, "reset()", self.num_envs)
+        self._masked = mask is not None
+        return self.first_step(obs, self._obs_dtype, mask)
 
     def step(self, actions: torch.Tensor) -> StepResult:
         obs, reward, terminated, truncated, info = self.envs.step(self.to_host(actions, self._clip))
@@ -116,7 +139,9 @@ class GymnasiumVecEnv(HostCopies):
             done = info["_episode"]
             self._returns += info["episode"]["r"][done].astype(float).tolist()
             self._lengths += info["episode"]["l"][done].astype(int).tolist()
-        return self.to_device(obs, reward, terminated, truncated, self._obs_dtype, info.get(ACTION_MASK_KEY))
+        # NEXT_STEP reset rows carry their reset()'s info, so every row must have a mask.
+        mask = published_action_mask(info, self._masked, "step()", self.num_envs)
+        return self.to_device(obs, reward, terminated, truncated, self._obs_dtype, mask)
 
     def pop_episodes(self) -> Episodes:
         episodes = Episodes(self._returns, self._lengths)

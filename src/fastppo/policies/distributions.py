@@ -59,10 +59,29 @@ class ActionHead(nn.Module):
     def mode(self, params: Tensor, action_mask: Tensor | None = None) -> Tensor:
         """The most likely action (deterministic evaluation)."""
 
+    def env_action(self, action: Tensor) -> Tensor:
+        """The action to hand the env for a sampled one: the heads work in indices 0..n-1 (what
+        the rollout stores and the update scores); categorical heads add the space's ``start``."""
+        return action
 
-class CategoricalHead(ActionHead):
-    def __init__(self, in_features: int, n: int):
+
+class IndexHead(ActionHead):
+    """A categorical head over ``Discrete``/``MultiDiscrete`` indices, whose env actions start at
+    the space's ``start`` (e.g. Discrete(3, start=-1) takes -1, 0, 1)."""
+
+    def __init__(self, start: np.ndarray | int):
         super().__init__()
+        start = torch.as_tensor(np.asarray(start, dtype=np.int64))
+        # Not persistent: it follows the module to its device but derives from the space, not the weights.
+        self.register_buffer("start", start if bool(start.any()) else None, persistent=False)
+
+    def env_action(self, action: Tensor) -> Tensor:
+        return action if self.start is None else action + self.start
+
+
+class CategoricalHead(IndexHead):
+    def __init__(self, in_features: int, n: int, start: int = 0):
+        super().__init__(start)
         self.linear = layer_init(nn.Linear(in_features, n), gain=0.01)
 
     def sample(self, params, action_mask=None):
@@ -78,11 +97,11 @@ class CategoricalHead(ActionHead):
         return _mask_logits(params, action_mask).argmax(dim=-1)
 
 
-class MultiCategoricalHead(ActionHead):
+class MultiCategoricalHead(IndexHead):
     """Independent categoricals, one per MultiDiscrete dimension; logprobs and entropies add."""
 
-    def __init__(self, in_features: int, nvec: list[int]):
-        super().__init__()
+    def __init__(self, in_features: int, nvec: list[int], start: np.ndarray | int = 0):
+        super().__init__(start)
         self.nvec = [int(n) for n in nvec]
         self.linear = layer_init(nn.Linear(in_features, sum(self.nvec)), gain=0.01)
 
@@ -152,11 +171,11 @@ class GaussianHead(ActionHead):
 def make_action_head(space: gym.Space, in_features: int, init_log_std: float = 0.0) -> ActionHead:
     """The head for an action space, or a FastPPOError naming the unsupported space."""
     if isinstance(space, gym.spaces.Discrete):
-        return CategoricalHead(in_features, int(space.n))
+        return CategoricalHead(in_features, int(space.n), int(space.start))
     if isinstance(space, gym.spaces.MultiDiscrete):
         if space.nvec.ndim != 1:
             raise FastPPOError(f"MultiDiscrete action spaces must be 1-D, got nvec shape {space.nvec.shape}")
-        return MultiCategoricalHead(in_features, space.nvec.tolist())
+        return MultiCategoricalHead(in_features, space.nvec.tolist(), space.start)
     if isinstance(space, gym.spaces.MultiBinary):
         return BernoulliHead(in_features, int(np.prod(space.shape)))
     if isinstance(space, gym.spaces.Box):
