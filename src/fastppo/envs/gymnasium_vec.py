@@ -47,6 +47,8 @@ def published_action_mask(info: dict, expected: bool | None, call: str, num_envs
     scored masked, or the other way round, in the update). ``expected`` is None on the first
     reset (it decides), else whether that reset published one. Inconsistency is a FastPPOError."""
     mask = info.get(ACTION_MASK_KEY)
+    if mask is None and not expected:  # the common case, checked first: no env publishes masks
+        return None
     present = np.asarray(mask is not None if num_envs is None else info.get(f"_{ACTION_MASK_KEY}", np.zeros(num_envs, dtype=bool)))
     if mask is not None and present.all() and expected is not False:
         return np.asarray(mask, dtype=bool)
