@@ -1,5 +1,5 @@
 """Ctrl-C / SIGTERM during training: the current iteration finishes, a checkpoint is saved, the
-process says how to resume and exits 0 (a real subprocess, a real signal)."""
+process says how to resume and exits 128 + the signal (a real subprocess, a real signal)."""
 
 from __future__ import annotations
 
@@ -11,12 +11,14 @@ import time
 
 import pytest
 
+import fastppo
 from fastppo.checkpoint import load_checkpoint
 from fastppo.cli import main
+from fastppo.logger import RunLogger
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
-def test_signal_saves_a_checkpoint_and_exits_0(tmp_path, sig):
+def test_signal_saves_a_checkpoint_and_exits_128_plus_the_signal(tmp_path, sig):
     run = tmp_path / "run"
     argv = [sys.executable, "-m", "fastppo.cli", "train", "CartPole-v1", "--run-dir", str(run),
             "--total-timesteps", "100000000", "--progress", "false", "--checkpoint-every", "0"]  # fmt: skip
@@ -28,7 +30,7 @@ def test_signal_saves_a_checkpoint_and_exits_0(tmp_path, sig):
         time.sleep(0.05)
     proc.send_signal(sig)
     out, err = proc.communicate(timeout=60)
-    assert proc.returncode == 0, err
+    assert proc.returncode == 128 + sig, err  # 130 / 143, as a shell reports a process the signal killed
     assert f"fastppo train --resume {run}" in err
     logged = [json.loads(line) for line in metrics.read_text().splitlines()]
     checkpoint = load_checkpoint(run)
@@ -49,9 +51,19 @@ def test_a_run_stopped_by_a_signal_resumes(tmp_path):
         assert proc.poll() is None
         time.sleep(0.05)
     proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=60) == 0
+    assert proc.wait(timeout=60) == 143
     checkpoint = load_checkpoint(run)
     step, batch = checkpoint.global_step, checkpoint.config.batch_size
     assert main(["train", "--resume", str(run), "--total-timesteps", str(step + batch)]) == 0
     steps = [json.loads(line)["global_step"] for line in metrics.read_text().splitlines()]
     assert steps == sorted(set(steps)) and steps[-1] == step + batch
+
+
+def test_the_api_returns_an_interrupted_agent_that_says_so(tmp_path, monkeypatch):
+    log = RunLogger.log
+    monkeypatch.setattr(RunLogger, "log", lambda self, step, metrics: (log(self, step, metrics), signal.raise_signal(signal.SIGINT)))
+    tiny = {"total_timesteps": 512, "num_envs": 2, "num_steps": 64, "progress": False, "tensorboard": False}
+    agent = fastppo.train("CartPole-v1", run_dir=tmp_path / "stopped", **tiny)
+    assert agent.interrupted_by == signal.SIGINT and len(agent.history) == 1
+    monkeypatch.undo()
+    assert fastppo.train("CartPole-v1", run_dir=tmp_path / "finished", **tiny).interrupted_by is None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,9 @@ class Agent:
     run_dir: Path | None = None
     action_masks: bool = False
     """Trained on an env that publishes action masks: ``act`` then needs one per observation."""
+    interrupted_by: signal.Signals | None = None
+    """The signal (SIGINT, SIGTERM) that stopped ``fastppo.train`` before its total_timesteps, after
+    saving a checkpoint to resume from; None when training ran to its end (and after ``load``)."""
 
     @property
     def device(self) -> torch.device:

@@ -49,7 +49,8 @@ def train(env_id: str | type, *, preset: str | None = None, run_dir: str | Path 
 
     Keyword arguments override hyperparameters by name, e.g. ``total_timesteps=100_000, seed=1,
     learning_rate=1e-3`` or ``**{"ppo.clip_coef": 0.1}``. Files are written only if ``run_dir``
-    is given.
+    is given; then Ctrl-C or SIGTERM ends training after the current iteration with a checkpoint,
+    and the returned agent's ``interrupted_by`` names the signal (None when training finished).
     """
     from fastppo.trainer import train as run_training
 

@@ -152,7 +152,8 @@ def train(config: Config, run_dir: Path | None = None, checkpoint: Checkpoint | 
     """Train a PPO agent as ``config`` says; write logs, checkpoints and the final agent to ``run_dir``.
 
     With ``checkpoint`` (from ``resume_config``) the run continues where it stopped. With a
-    ``run_dir``, SIGINT/SIGTERM end the run after the current iteration, with a checkpoint.
+    ``run_dir``, SIGINT/SIGTERM end the run after the current iteration, with a checkpoint, and the
+    returned agent's ``interrupted_by`` names the signal (None for a run that reached its end).
     """
     config.validate()
     if checkpoint is None and run_dir is not None and list_checkpoints(run_dir):
@@ -191,7 +192,6 @@ def train(config: Config, run_dir: Path | None = None, checkpoint: Checkpoint | 
     policy_step = PolicyStep(agent.policy, config.run.compile, config.run.cudagraphs)
     update_step = MinibatchStep(agent.policy, state.optimizer, cfg, config.run.compile, config.run.cudagraphs)
     saved: Path | None = None
-    stopped = ""
     try:
         with StopRequest(enabled=run_dir is not None) as stop:
             while state.iteration < config.num_iterations and not stop.requested:
@@ -227,18 +227,24 @@ def train(config: Config, run_dir: Path | None = None, checkpoint: Checkpoint | 
                 every, last = config.run.checkpoint_every, state.iteration == config.num_iterations
                 if run_dir is not None and (stop.requested or last or (every and state.iteration % every == 0)):
                     saved = save_checkpoint(run_dir, state, envs, config.run.keep_checkpoints)
-            if stop.requested and run_dir is not None:
+            # A signal during the last iteration stopped nothing: the run is finished, not interrupted.
+            if stop.requested and state.iteration < config.num_iterations:
                 if saved is None or not saved.name.endswith(f"{state.iteration:06d}"):
                     saved = save_checkpoint(run_dir, state, envs, config.run.keep_checkpoints)
-                stopped = f"fastppo: {signal.Signals(stop.signal).name}: stopped after iteration {state.iteration}, checkpoint saved in {saved}"
+                agent.interrupted_by = signal.Signals(stop.signal)
     except FastPPOError as exc:
         good = list_checkpoints(run_dir) if run_dir is not None else []
         raise FastPPOError(f"{exc}; the last good checkpoint is kept: {good[-1]}" if good else str(exc)) from None
     finally:
         logger.close()
         envs.close()
-    if stopped:  # plain print, after the progress bar is gone: one unwrapped line to copy
-        print(f"{stopped}\nfastppo: resume with: fastppo train --resume {run_dir}", file=sys.stderr, flush=True)
+    if agent.interrupted_by is not None:  # plain print, after the progress bar is gone: one unwrapped line to copy
+        print(
+            f"fastppo: {agent.interrupted_by.name}: stopped after iteration {state.iteration}, checkpoint saved in {saved}\n"
+            f"fastppo: resume with: fastppo train --resume {run_dir}",
+            file=sys.stderr,
+            flush=True,
+        )
     agent.history = logger.history
     if run_dir is not None:
         agent.save(run_dir)
