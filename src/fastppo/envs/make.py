@@ -11,6 +11,7 @@ import torch
 from fastppo.config import EnvConfig
 from fastppo.envs.atari import is_atari, make_atari_env, register_ale_envs
 from fastppo.envs.gymnasium_vec import GymnasiumVecEnv, flatten_if_needed, gym_make
+from fastppo.envs.partial import CARTPOLE_NO_VELOCITY
 from fastppo.envs.vector import VecEnv
 from fastppo.errors import FastPPOError
 from fastppo.video import RecordEpisodeVideo
@@ -19,9 +20,10 @@ LUNAR_LANDER_CONTINUOUS = "LunarLanderContinuous-v3"
 
 
 def register_envs() -> None:
-    """Ids fastppo adds to gymnasium's registry: ale-py's Atari games, and LunarLanderContinuous-v3
+    """Ids fastppo adds to gymnasium's registry: ale-py's Atari games, LunarLanderContinuous-v3
     (gymnasium 1.x spells it ``LunarLander-v3`` with ``continuous=True``; EnvPool keeps the name,
-    so one id serves both backends and picks its own preset)."""
+    so one id serves both backends and picks its own preset), and CartPoleNoVelocity-v1
+    (CartPole-v1 observing ``[x, theta]`` only, for recurrent policies; see fastppo.envs.partial)."""
     register_ale_envs()
     if LUNAR_LANDER_CONTINUOUS not in gym.registry and "LunarLander-v3" in gym.registry:
         base = gym.spec("LunarLander-v3")
@@ -31,6 +33,14 @@ def register_envs() -> None:
             max_episode_steps=base.max_episode_steps,
             reward_threshold=base.reward_threshold,
             kwargs={**base.kwargs, "continuous": True},
+        )
+    if CARTPOLE_NO_VELOCITY not in gym.registry:
+        base = gym.spec("CartPole-v1")
+        gym.register(
+            id=CARTPOLE_NO_VELOCITY,
+            entry_point="fastppo.envs.partial:cartpole_no_velocity",
+            max_episode_steps=base.max_episode_steps,
+            reward_threshold=base.reward_threshold,
         )
 
 
