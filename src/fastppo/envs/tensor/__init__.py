@@ -1,8 +1,9 @@
 """Batched torch-tensor environments: thousands of envs per tensor, on CPU or CUDA.
 
 With them the rollout never leaves the training device, as PureJaxRL does with JAX. The four
-classic-control tasks re-implement gymnasium 1.4's code exactly (checked step by step against it
-in ``tests/test_tensor_envs.py``); your own simulator plugs in by subclassing :class:`TensorEnv`
+classic-control tasks, and ``CartPoleNoVelocity-v1`` (CartPole observing ``[x, theta]`` only),
+re-implement gymnasium 1.4's code exactly (checked step by step against it in
+``tests/test_tensor_envs.py``); your own simulator plugs in by subclassing :class:`TensorEnv`
 and naming the class as ``module:Class`` (or ``path/to/file.py:Class``) where an env id goes:
 
     envs = make_tensor_env("CartPole-v1", num_envs=4096, device="cuda", seed=1)
@@ -21,7 +22,7 @@ import torch
 
 from fastppo.envs.tensor.acrobot import Acrobot
 from fastppo.envs.tensor.base import TensorEnv
-from fastppo.envs.tensor.cartpole import CartPole
+from fastppo.envs.tensor.cartpole import CartPole, CartPoleNoVelocity
 from fastppo.envs.tensor.mountain_car import MountainCar
 from fastppo.envs.tensor.pendulum import Pendulum
 from fastppo.errors import FastPPOError
@@ -30,6 +31,7 @@ from fastppo.loading import named_object
 TENSOR_ENVS: Mapping[str, type[TensorEnv]] = MappingProxyType(
     {
         "CartPole-v1": CartPole,
+        "CartPoleNoVelocity-v1": CartPoleNoVelocity,
         "Acrobot-v1": Acrobot,
         "MountainCar-v0": MountainCar,
         "Pendulum-v1": Pendulum,
@@ -73,4 +75,4 @@ def make_tensor_env(
     return env_class(num_envs, device=device, dtype=dtype, seed=seed)
 
 
-__all__ = ["TENSOR_ENVS", "Acrobot", "CartPole", "MountainCar", "Pendulum", "TensorEnv", "make_tensor_env", "tensor_env_class", "user_tensor_env"]
+__all__ = ["TENSOR_ENVS", "Acrobot", "CartPole", "CartPoleNoVelocity", "MountainCar", "Pendulum", "TensorEnv", "make_tensor_env", "tensor_env_class", "user_tensor_env"]

@@ -71,3 +71,13 @@ class CartPole(TensorEnv):
 
     def _observe(self, state: Tensor) -> Tensor:
         return state.clone()
+
+
+class CartPoleNoVelocity(CartPole):
+    """``CartPoleNoVelocity-v1`` (see ``fastppo.envs.partial``): CartPole-v1 observing only cart
+    position and pole angle, state columns 0 and 2; the state and dynamics are CartPole's."""
+
+    single_observation_space = spaces.Box(-CartPole._high[0::2], CartPole._high[0::2], dtype=np.float32)
+
+    def _observe(self, state: Tensor) -> Tensor:
+        return state[:, 0::2].clone()  # a contiguous copy, not a view of state
