@@ -77,6 +77,30 @@ class ResetOnlyMaskedChoiceEnv(InfoMaskedChoiceEnv):
         return *super().step(action)[:4], {}
 
 
+class CueMemoryEnv(gym.Env):
+    """A two-step memory task: the first observation shows a cue (one of 2), the second shows
+    nothing, and only the second action pays: 1 for naming the cue. Without memory a policy
+    scores 0.5 per episode at best; with it, 1."""
+
+    observation_space = gym.spaces.Box(0.0, 1.0, (3,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self._cue, self._t = int(self.np_random.integers(2)), 0
+        obs = np.zeros(3, dtype=np.float32)
+        obs[self._cue] = 1.0
+        return obs, {}
+
+    def step(self, action):
+        self._t += 1
+        done = self._t == 2
+        reward = float(done and int(action) == self._cue)
+        obs = np.zeros(3, dtype=np.float32)
+        obs[2] = 1.0  # "recall now"
+        return obs, reward, done, False, {}
+
+
 class TargetEnv(gym.Env):
     """One-step bandit over any action space: reward 1 when the action equals a fixed target.
     Observations are a Tuple(Discrete, Box) so flattening is exercised too."""

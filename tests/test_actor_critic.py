@@ -155,18 +155,18 @@ def test_predict_deterministic_is_the_mode():
         policy.action_head.linear.weight.mul_(300.0)  # make the argmax well separated
         logits, _ = policy(obs)
     probs = torch.softmax(logits, -1)
-    torch.testing.assert_close(policy.predict(obs, deterministic=True), probs.argmax(-1))
+    torch.testing.assert_close(policy.predict(obs, deterministic=True)[0], probs.argmax(-1))
     # with a mask that forbids the argmax, the best allowed one
     mask = torch.ones(32, 3, dtype=torch.bool).scatter(1, probs.argmax(-1, keepdim=True), False)
     masked_probs = probs.masked_fill(~mask, -1.0)
-    torch.testing.assert_close(policy.predict(obs, mask, deterministic=True), masked_probs.argmax(-1))
+    torch.testing.assert_close(policy.predict(obs, mask, deterministic=True)[0], masked_probs.argmax(-1))
     # Box: the Gaussian mean, the same on every call; stochastic predictions differ from it
     box = ActorCritic(OBS, ACTION_SPACES["box"][0])
     with torch.no_grad():
         mean, _ = box(obs)
-    torch.testing.assert_close(box.predict(obs, deterministic=True), mean)
-    torch.testing.assert_close(box.predict(obs, deterministic=True), box.predict(obs, deterministic=True))
-    assert not torch.allclose(box.predict(obs), mean)
+    torch.testing.assert_close(box.predict(obs, deterministic=True)[0], mean)
+    torch.testing.assert_close(box.predict(obs, deterministic=True)[0], box.predict(obs, deterministic=True)[0])
+    assert not torch.allclose(box.predict(obs)[0], mean)
 
 
 def test_unsupported_observation_space_names_it():

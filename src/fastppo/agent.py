@@ -57,6 +57,35 @@ class Agent:
         ``action_mask`` (bool, one row per observation, True = allowed) is the env's
         ``info['action_mask']`` (or its Dict observation's ``'action_mask'``); an agent trained with
         masks needs it. Actions are the env's own (a Discrete space's ``start`` included)."""
+        if self.policy.recurrent:
+            raise ValueError(
+                "this agent has a recurrent policy: carry its state, state = agent.initial_state(batch_size) at episode start, "
+                "then action, state = agent.step(obs, state)"
+            )
+        obs_t, mask_t, single = self._inputs(obs, action_mask)
+        return self._env_actions(self.policy.predict(obs_t, mask_t, deterministic)[0], single)
+
+    def initial_state(self, batch_size: int = 1) -> torch.Tensor:
+        """A recurrent agent's state for ``batch_size`` fresh episodes (zeros)."""
+        if not self.policy.recurrent:
+            raise ValueError("this agent has no recurrent policy: use agent.act(obs)")
+        return self.policy.initial_state(batch_size)
+
+    def step(self, obs: Any, state: torch.Tensor, deterministic: bool = False, action_mask: Any = None) -> tuple[np.ndarray, torch.Tensor]:
+        """A recurrent agent's ``act``: (actions, next state) for one observation or a batch and
+        the state from ``initial_state`` or the previous step; start each episode from
+        ``initial_state`` again (for one row of a batch: zero that row)."""
+        if not self.policy.recurrent:
+            raise ValueError("this agent has no recurrent policy: use agent.act(obs)")
+        obs_t, mask_t, single = self._inputs(obs, action_mask)
+        state = torch.as_tensor(state, device=self.device)
+        if tuple(state.shape) != (obs_t.shape[0], self.policy.state_size):
+            raise ValueError(f"agent.step got a state of shape {tuple(state.shape)} for {obs_t.shape[0]} observations; expected {(obs_t.shape[0], self.policy.state_size)}")
+        action, state = self.policy.predict(obs_t, mask_t, deterministic, state)
+        return self._env_actions(action, single), state
+
+    def _inputs(self, obs: Any, action_mask: Any) -> tuple[torch.Tensor, torch.Tensor | None, bool]:
+        """(normalised [B, ...] observations, [B, n] mask or None, whether one observation came)."""
         obs_t = torch.as_tensor(np.asarray(obs), device=self.device)
         single = tuple(obs_t.shape) == self.obs_shape
         if not single and tuple(obs_t.shape[1:]) != self.obs_shape:
@@ -71,7 +100,9 @@ class Agent:
                 raise ValueError(f"agent.act got {mask_t.shape[0]} action masks for {obs_t.shape[0]} observations")
         elif self.action_masks:
             raise ValueError("this agent was trained with action masks: pass the env's mask, agent.act(obs, action_mask=info['action_mask'])")
-        action = self.policy.predict(self.normalize(obs_t), mask_t, deterministic)
+        return self.normalize(obs_t), mask_t, single
+
+    def _env_actions(self, action: torch.Tensor, single: bool) -> np.ndarray:
         action = self.policy.action_head.env_action(action).cpu().numpy()
         return action[0] if single else action
 

@@ -107,6 +107,10 @@ class PolicyConfig:
     """Observation encoder: mlp, cnn (Nature CNN) or auto (cnn for uint8 images)."""
     init_log_std: float = 0.0
     """Initial log standard deviation of Gaussian policies."""
+    memory: Literal["none", "lstm", "gru"] = "none"
+    """Recurrent core after the encoder (for actor and critic, shared or separate as shared_trunk says): none, lstm or gru."""
+    memory_size: int = 128
+    """Hidden units of the recurrent core."""
 
 
 @dataclass
@@ -210,6 +214,16 @@ class Config:
             raise FastPPOError(
                 f"--total-timesteps {self.ppo.total_timesteps} is less than one batch ({self.batch_size} steps): raise it or shrink the batch"
             )
+        if self.policy.memory != "none":
+            if self.policy.memory_size <= 0:
+                raise FastPPOError(f"--policy.memory-size must be a positive integer, got {self.policy.memory_size}")
+            if self.ppo.num_minibatches > self.env.num_envs:
+                raise FastPPOError(
+                    f"a recurrent policy's minibatches are whole env sequences: --num-minibatches {self.ppo.num_minibatches} "
+                    f"exceeds --num-envs {self.env.num_envs}; pick at most {self.env.num_envs}"
+                )
+            if self.run.compile or self.run.cudagraphs:
+                raise FastPPOError("--compile and --cudagraphs do not support --policy.memory yet: drop them for a recurrent policy")
         if any(w <= 0 for w in self.policy.hidden_sizes):
             raise FastPPOError(f"--policy.hidden-sizes must be positive widths, got {self.policy.hidden_sizes}")
         return self

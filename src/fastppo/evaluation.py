@@ -69,6 +69,21 @@ def _as_agent(agent: Agent | str | Path) -> Agent:
     return agent if isinstance(agent, Agent) else load_agent(agent)
 
 
+def episode_policy(agent: Agent, batch_size: int, deterministic: bool) -> Callable[[Any, Any], np.ndarray]:
+    """``(obs, action_mask) -> actions`` for one episode (per row) from its start: ``agent.act``,
+    or for a recurrent agent ``agent.step`` carrying its state from ``initial_state``."""
+    if not agent.policy.recurrent:
+        return lambda obs, mask: agent.act(obs, deterministic=deterministic, action_mask=mask)
+    state = agent.initial_state(batch_size)
+
+    def step(obs: Any, mask: Any) -> np.ndarray:
+        nonlocal state
+        action, state = agent.step(obs, state, deterministic=deterministic, action_mask=mask)
+        return action
+
+    return step
+
+
 def run_episodes(
     agent: Agent,
     env: gym.Env,
@@ -99,8 +114,9 @@ def run_episodes(
             if on_frame is not None:
                 on_frame(env.render())
             total, length, done = 0.0, 0, False
+            policy = episode_policy(agent, 1, deterministic)
             while not done:
-                action = agent.act(obs, deterministic=deterministic, action_mask=mask)
+                action = policy(obs, mask)
                 if isinstance(space, gym.spaces.Box):
                     action = np.clip(action, space.low, space.high)
                 obs, reward, terminated, truncated, info = env.step(action)
@@ -126,8 +142,9 @@ def run_tensor_episodes(agent: Agent, env_class: type[TensorEnv], episodes: int,
         result = env.reset(seed=seed)
         returns, lengths = torch.zeros(episodes), torch.zeros(episodes, dtype=torch.long)
         running = torch.ones(episodes, dtype=torch.bool)
+        policy = episode_policy(agent, episodes, deterministic)
         while running.any():  # at most max_episode_steps steps
-            action = agent.act(result.obs, deterministic=deterministic, action_mask=result.action_mask)
+            action = policy(result.obs, result.action_mask)
             result = env.step(torch.as_tensor(action))
             returns += result.reward * running
             lengths += running

@@ -15,6 +15,7 @@ from fastppo.cuda_graphs import capture_graph, check_cudagraphs, on_side_stream
 from fastppo.envs.vector import VecEnv
 from fastppo.policies import ActorCritic
 from fastppo.policies.fused import FusedActorCritic
+from fastppo.policies.memory import carry
 from fastppo.profiling import SectionTimer
 from fastppo.update import COMPILE_MODE
 
@@ -26,7 +27,9 @@ class RolloutBuffer:
     """One rollout in [T, N, ...] layout, allocated once on the training device.
 
     ``valid`` is false on NEXT_STEP reset rows (see fastppo.envs.vector): they hold no real
-    transition, so GAE never crosses them and the loss masks them out.
+    transition, so GAE never crosses them and the loss masks them out. A recurrent policy's
+    ``initial_state`` [N, state_size] is its state at the rollout's first row, from which the
+    update re-runs each env's T rows as one sequence.
     """
 
     obs: Tensor
@@ -38,9 +41,10 @@ class RolloutBuffer:
     truncated: Tensor
     valid: Tensor
     action_masks: Tensor | None
+    initial_state: Tensor | None = None
 
     @classmethod
-    def allocate(cls, num_steps: int, envs: VecEnv, device: torch.device, action_mask_dim: int | None) -> RolloutBuffer:
+    def allocate(cls, num_steps: int, envs: VecEnv, device: torch.device, action_mask_dim: int | None, state_size: int = 0) -> RolloutBuffer:
         T, N = num_steps, envs.num_envs
         obs_space, act_space = envs.single_observation_space, envs.single_action_space
         obs_dtype = torch.uint8 if obs_space.dtype == np.uint8 else torch.float32
@@ -67,22 +71,33 @@ class RolloutBuffer:
             truncated=flags(),
             valid=flags(),
             action_masks=None if action_mask_dim is None else torch.ones((T, N, action_mask_dim), dtype=torch.bool, device=device),
+            initial_state=torch.zeros((N, state_size), device=device) if state_size else None,
         )
 
     def flatten(self, **extra: Tensor) -> dict[str, Tensor]:
         """Every [T, N, ...] field (plus ``extra`` ones like advantages) as [T*N, ...] views."""
-        tensors = {f.name: getattr(self, f.name) for f in fields(self)} | extra
+        tensors = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "initial_state"} | extra
         return {k: v.flatten(0, 1) for k, v in tensors.items() if v is not None}
+
+    def batch(self, **extra: Tensor) -> dict[str, Tensor]:
+        """What ``ppo_update`` takes: the flattened rows, or for a recurrent policy the [T, N, ...]
+        fields and ``initial_state``, so that minibatches can take whole env sequences."""
+        if self.initial_state is None:
+            return self.flatten(**extra)
+        tensors = {f.name: getattr(self, f.name) for f in fields(self)} | extra
+        return {k: v for k, v in tensors.items() if v is not None}
 
 
 @dataclass
 class EnvCursor:
     """Where the vector env stands between steps: the (normalised) observation to act on, its
-    action mask, and whether it is a real decision or a NEXT_STEP reset row."""
+    action mask, whether it is a real decision or a NEXT_STEP reset row, and a recurrent
+    policy's state to act with."""
 
     obs: Tensor
     action_mask: Tensor | None
     valid: Tensor
+    state: Tensor | None = None
 
 
 class ObservationNormalizer:
@@ -166,13 +181,18 @@ def collect_rollout(
     act = act or PolicyStep(policy)
     act.refresh()
     with torch.inference_mode():
+        if buf.initial_state is not None:
+            buf.initial_state.copy_(cursor.state)
         for t in range(buf.obs.shape[0]):
             buf.obs[t] = cursor.obs
             buf.valid[t] = cursor.valid
             if buf.action_masks is not None and cursor.action_mask is not None:
                 buf.action_masks[t] = cursor.action_mask
             with timer.section("policy"):
-                action, logprob, value = act(cursor.obs, cursor.action_mask)
+                if cursor.state is None:
+                    action, logprob, value = act(cursor.obs, cursor.action_mask)
+                else:  # recurrent: eager (config refuses --compile/--cudagraphs with memory)
+                    action, logprob, value, state = policy.step(cursor.obs, cursor.state, cursor.action_mask)
             buf.actions[t] = action
             buf.logprobs[t] = logprob
             buf.values[t] = value
@@ -182,7 +202,9 @@ def collect_rollout(
             buf.rewards[t] = step.reward if reward_scaler is None else reward_scaler(step.reward, done, valid=cursor.valid)
             buf.terminated[t] = step.terminated
             buf.truncated[t] = step.truncated
-            cursor = EnvCursor(normalize_obs(step.obs, update=True), step.action_mask, ~done)
+            # A reset row's successor is an episode's first observation: its state starts at zeros.
+            next_state = None if cursor.state is None else carry(state, cursor.valid)
+            cursor = EnvCursor(normalize_obs(step.obs, update=True), step.action_mask, ~done, next_state)
         with timer.section("policy"):
-            last_value = policy.get_value(cursor.obs)
+            last_value = policy.get_value(cursor.obs, cursor.state)
     return cursor, last_value

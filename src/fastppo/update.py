@@ -18,9 +18,10 @@ from fastppo.config import PPOConfig
 from fastppo.core import kl_estimate, normalize_advantages, ppo_loss
 from fastppo.cuda_graphs import capture_graph, check_cudagraphs, on_side_stream
 from fastppo.errors import FastPPOError
+from fastppo.optim import FusedAdam, fused_adam_available
 from fastppo.policies import ActorCritic
 
-MINIBATCH_KEYS = ("obs", "actions", "logprobs", "values", "advantages", "returns", "valid", "action_masks")
+MINIBATCH_KEYS = ("obs", "actions", "logprobs", "values", "advantages", "returns", "valid", "action_masks", "initial_state")
 """The flattened rollout fields one minibatch step reads (rewards and flags are GAE's only)."""
 
 COMPILE_MODE = "default"
@@ -64,16 +65,21 @@ def flatten_parameters(module: nn.Module) -> nn.Parameter:
     return flat_parameter
 
 
-def make_optimizer(policy: nn.Module, lr: float, eps: float, device: torch.device, cudagraphs: bool = False) -> torch.optim.Adam:
+def make_optimizer(policy: nn.Module, lr: float, eps: float, device: torch.device, cudagraphs: bool = False) -> torch.optim.Adam | FusedAdam:
     """Adam over the policy's parameters, flattened into one tensor (``flatten_parameters``).
 
     ``fused=True`` runs the whole Adam update as one kernel per dtype/device instead of ~10 small
-    ops per parameter tensor. With ``cudagraphs`` the step counter lives on the GPU
-    (``capturable``) so that a captured step can be replayed. (A tensor lr would avoid
-    recapturing when the lr schedule moves, but would not survive the JSON checkpoint of the
-    param groups.)
+    ops per parameter tensor. On CPU and CUDA that kernel runs through ``fastppo.optim.FusedAdam``
+    (bit-identical, and without the ~1.3 s ``torch._dynamo`` import that ``torch.optim``'s first
+    use costs a fresh process). With ``cudagraphs`` the step counter lives on the GPU
+    (``capturable``) so that a captured step can be replayed: ``torch.optim.Adam`` does that. (A
+    tensor lr would avoid recapturing when the lr schedule moves, but would not survive the JSON
+    checkpoint of the param groups.)
     """
-    return torch.optim.Adam([flatten_parameters(policy)], lr=lr, eps=eps, fused=True, capturable=cudagraphs and device.type == "cuda")
+    capturable = cudagraphs and device.type == "cuda"
+    if not capturable and fused_adam_available(device):
+        return FusedAdam([flatten_parameters(policy)], lr=lr, eps=eps)
+    return torch.optim.Adam([flatten_parameters(policy)], lr=lr, eps=eps, fused=True, capturable=capturable)
 
 
 def set_learning_rate(optimizer: torch.optim.Optimizer, lr: float) -> None:
@@ -85,7 +91,7 @@ def set_learning_rate(optimizer: torch.optim.Optimizer, lr: float) -> None:
 def minibatch_loss(policy: ActorCritic, mb: dict[str, Tensor], cfg: PPOConfig, coefs: UpdateCoefficients) -> tuple[Tensor, dict[str, Tensor]]:
     """The PPO loss of one minibatch and its metrics (detached tensors, no host sync)."""
     mask = mb.get("valid")  # None once ppo_update has dropped the reset rows
-    newlogprob, entropy, newvalue = policy.evaluate(mb["obs"], mb["actions"], mb.get("action_masks"))
+    newlogprob, entropy, newvalue = policy.evaluate(mb["obs"], mb["actions"], mb.get("action_masks"), mb.get("initial_state"), mask)
     mb_advantages = normalize_advantages(mb["advantages"], mask) if cfg.norm_adv else mb["advantages"]
     return ppo_loss(
         newlogprob,
@@ -187,16 +193,24 @@ def ppo_update(
     target_kl stopped early).
 
     ``step`` is the minibatch step to use (compiled / CUDA-graph one from the trainer); eager by default.
+
+    A recurrent policy's batch (``RolloutBuffer.batch``) holds [T, N, ...] fields and the
+    rollout's ``initial_state``: its minibatches are then whole env sequences (all T rows of a
+    random subset of the envs, CleanRL's env-major scheme), which the policy re-runs from their
+    initial states with the resets the rollout saw, reset rows masked. Chosen over fixed-length
+    chunks with stored mid-rollout states (sb3-contrib): nothing but the first state is stored,
+    and the re-run gives the rollout's own log-probs, so the first ratio is 1.
     """
     step = step or MinibatchStep(policy, optimizer, cfg)
     batch = {k: batch[k] for k in MINIBATCH_KEYS if k in batch}
-    if not step.cudagraphs:
+    sequences = "initial_state" in batch
+    if not step.cudagraphs and not sequences:
         # Drop the NEXT_STEP reset rows once (one host sync per update): every minibatch is then
         # all valid and the loss takes plain means, ~10% cheaper than masked ones on small MLPs.
         # CUDA graphs need fixed shapes, so that path keeps the rows and masks them instead.
         valid = batch.pop("valid")
         batch = {k: v[valid] for k, v in batch.items()}
-    batch_size = batch["obs"].shape[0]
+    batch_size = batch["initial_state"].shape[0] if sequences else batch["obs"].shape[0]  # envs or rows
     # Minibatch sizes differ by at most one when the valid rows do not divide evenly.
     bounds = [batch_size * i // cfg.num_minibatches for i in range(cfg.num_minibatches + 1)]
     sums: Tensor | None = None
@@ -208,13 +222,13 @@ def ppo_update(
         if cfg.num_minibatches > 1:
             # One gather per field per epoch, then contiguous slices: not one gather per minibatch.
             perm = torch.randperm(batch_size, device=batch["obs"].device)
-            shuffled = {k: v[perm] for k, v in batch.items()}
+            shuffled = {k: v[:, perm] if sequences and k != "initial_state" else v[perm] for k, v in batch.items()}
         else:
             shuffled = batch  # one full-batch minibatch: its mean loss does not depend on the order
         for start, end in zip(bounds[:-1], bounds[1:]):
             if start == end:
                 continue
-            metrics = step({k: v[start:end] for k, v in shuffled.items()}, coefs)
+            metrics = step(minibatch(shuffled, start, end, sequences), coefs)
             # All metrics in one stacked tensor: one add per minibatch, one host sync per update.
             names = names or list(metrics)
             values = torch.stack([metrics[name] for name in names])
@@ -226,12 +240,20 @@ def ppo_update(
     means = dict(zip(names, (sums / minibatches).tolist()))
     means["epochs"] = float(epochs_run)
     if cfg.objective == "kl":
-        means["kl_after_update"] = kl_after_update(policy, batch, bounds)
+        means["kl_after_update"] = kl_after_update(policy, batch, bounds, sequences)
     return means
 
 
+def minibatch(batch: dict[str, Tensor], start: int, end: int, sequences: bool) -> dict[str, Tensor]:
+    """Rows ``start:end`` of a flat batch, or envs ``start:end`` of a sequence batch with their
+    T rows flattened time-major (row t * B + b, the order ``recurrent_forward`` reads)."""
+    if not sequences:
+        return {k: v[start:end] for k, v in batch.items()}
+    return {k: v[start:end] if k == "initial_state" else v[:, start:end].flatten(0, 1) for k, v in batch.items()}
+
+
 @torch.no_grad()
-def kl_after_update(policy: ActorCritic, batch: dict[str, Tensor], bounds: list[int]) -> float:
+def kl_after_update(policy: ActorCritic, batch: dict[str, Tensor], bounds: list[int], sequences: bool = False) -> float:
     """KL(old || new) over the whole batch once the epochs are done: the mean k3 estimate
     (``core.kl_estimate``) of the rollout's actions under the updated policy, one forward per
     minibatch slice. The adaptive-KL rule (Schulman et al. 2017, sec. 4) adapts beta from this
@@ -239,10 +261,10 @@ def kl_after_update(policy: ActorCritic, batch: dict[str, Tensor], bounds: list[
     total = torch.zeros((), device=batch["obs"].device)
     count = torch.zeros((), device=batch["obs"].device)
     for start, end in zip(bounds[:-1], bounds[1:]):
-        mb = {k: v[start:end] for k, v in batch.items()}
-        newlogprob = policy.evaluate(mb["obs"], mb["actions"], mb.get("action_masks"))[0]
+        mb = minibatch(batch, start, end, sequences)
+        newlogprob = policy.evaluate(mb["obs"], mb["actions"], mb.get("action_masks"), mb.get("initial_state"), mb.get("valid"))[0]
         kl = kl_estimate(mb["logprobs"], newlogprob, "k3")
-        valid = mb.get("valid")  # only the CUDA-graph path keeps reset rows in the batch
+        valid = mb.get("valid")  # only the CUDA-graph and sequence paths keep reset rows in the batch
         total += kl.sum() if valid is None else kl[valid].sum()
         count += kl.numel() if valid is None else valid.sum()
     return float(total / count)

@@ -12,6 +12,7 @@ from fastppo.config import PolicyConfig
 from fastppo.errors import FastPPOError
 from fastppo.policies.activations import ACTIVATIONS
 from fastppo.policies.distributions import layer_init, make_action_head
+from fastppo.policies.memory import RecurrentCore, carry
 from fastppo.policies.mlp_autograd import MIN_ROWS, mlp_layers, mlps_one_node
 
 
@@ -57,14 +58,62 @@ class ActorCritic(nn.Module):
         else:
             self.critic_encoder = make_encoder(obs_space, cfg)[0]
         self.shared_trunk = cfg.shared_trunk
+        self.recurrent = cfg.memory != "none"
+        if self.recurrent:
+            self.actor_memory = RecurrentCore(cfg.memory, features, cfg.memory_size)
+            if cfg.shared_trunk:
+                object.__setattr__(self, "critic_memory", self.actor_memory)  # as critic_encoder above
+            else:
+                self.critic_memory = RecurrentCore(cfg.memory, features, cfg.memory_size)
+            features = cfg.memory_size
         self.action_head = make_action_head(action_space, features, cfg.init_log_std)
         self.value_head = layer_init(nn.Linear(features, 1), gain=1.0)
         # Separate MLP trunks and their heads train as one autograd node (mlp_autograd); a plain
         # attribute, the layers are not registered a second time.
         actor, critic = mlp_layers(self.actor_encoder), mlp_layers(self.critic_encoder)
         self._mlps = None
-        if not cfg.shared_trunk and actor is not None and critic is not None and actor[1] == critic[1]:
+        if not cfg.shared_trunk and not self.recurrent and actor is not None and critic is not None and actor[1] == critic[1]:
             self._mlps = ([actor[0] + [self.action_head.linear], critic[0] + [self.value_head]], actor[1])
+
+    @property
+    def state_size(self) -> int:
+        """Width of the flat recurrent state (0 without memory): the actor core's, then the critic's."""
+        if not self.recurrent:
+            return 0
+        return self.actor_memory.state_size * (1 if self.shared_trunk else 2)
+
+    def initial_state(self, batch_size: int) -> Tensor | None:
+        """Zeros for ``batch_size`` fresh episodes (None without memory)."""
+        if not self.recurrent:
+            return None
+        return torch.zeros(batch_size, self.state_size, device=self.value_head.weight.device)
+
+    def recurrent_forward(self, obs: Tensor, state: Tensor, keep: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        """(distribution parameters, value, final state) for ``obs`` rows that are T steps of B
+        sequences in time-major order (row t * B + b), starting from ``state`` [B, state_size].
+        ``keep`` (rows, bool) zeroes the state after each row that is not a real transition
+        (``memory.carry``); without it the state runs on (one step, or evaluation)."""
+        batch = state.shape[0]
+        actor_features = self.actor_encoder(obs).view(-1, batch, self.actor_memory.cell.input_size)
+        critic_features = actor_features if self.shared_trunk else self.critic_encoder(obs).view_as(actor_features)
+        keep = None if keep is None else keep.view(-1, batch)
+        split = self.actor_memory.state_size
+        actor_out, critic_out = [], []
+        for t in range(actor_features.shape[0]):
+            if self.shared_trunk:
+                h, state = self.actor_memory(actor_features[t], state)
+                actor_out.append(h)
+            else:
+                h_actor, s_actor = self.actor_memory(actor_features[t], state[:, :split])
+                h_critic, s_critic = self.critic_memory(critic_features[t], state[:, split:])
+                state = torch.cat([s_actor, s_critic], dim=-1)
+                actor_out.append(h_actor)
+                critic_out.append(h_critic)
+            if keep is not None:
+                state = carry(state, keep[t])
+        actor_h = torch.cat(actor_out)
+        critic_h = actor_h if self.shared_trunk else torch.cat(critic_out)
+        return self.action_head(actor_h), self.value_head(critic_h).squeeze(-1), state
 
     def forward(self, obs: Tensor) -> tuple[Tensor, Tensor]:
         """(distribution parameters, value) in one pass; the trunk runs once when shared."""
@@ -76,7 +125,9 @@ class ActorCritic(nn.Module):
         critic_features = actor_features if self.shared_trunk else self.critic_encoder(obs)
         return self.action_head(actor_features), self.value_head(critic_features).squeeze(-1)
 
-    def get_value(self, obs: Tensor) -> Tensor:
+    def get_value(self, obs: Tensor, state: Tensor | None = None) -> Tensor:
+        if state is not None:
+            return self.recurrent_forward(obs, state)[1]
         return self.value_head(self.critic_encoder(obs)).squeeze(-1)
 
     def act(self, obs: Tensor, action_mask: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
@@ -85,16 +136,29 @@ class ActorCritic(nn.Module):
         action, logprob = self.action_head.sample(params, action_mask)
         return action, logprob, value
 
-    def evaluate(self, obs: Tensor, action: Tensor, action_mask: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
-        """Score stored actions for the update: (newlogprob, entropy, newvalue)."""
-        params, value = self(obs)
+    def step(self, obs: Tensor, state: Tensor, action_mask: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """A recurrent policy's rollout step: (action, logprob, value, next state)."""
+        params, value, state = self.recurrent_forward(obs, state)
+        action, logprob = self.action_head.sample(params, action_mask)
+        return action, logprob, value, state
+
+    def evaluate(
+        self, obs: Tensor, action: Tensor, action_mask: Tensor | None = None, state: Tensor | None = None, keep: Tensor | None = None
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """Score stored actions for the update: (newlogprob, entropy, newvalue). A recurrent
+        policy re-runs its core over the rows as sequences from ``state`` (see ``recurrent_forward``)."""
+        params, value = self(obs) if state is None else self.recurrent_forward(obs, state, keep)[:2]
         logprob, entropy = self.action_head.logprob_entropy(params, action, action_mask)
         return logprob, entropy, value
 
     @torch.inference_mode()
-    def predict(self, obs: Tensor, action_mask: Tensor | None = None, deterministic: bool = False) -> Tensor:
-        """Actions for a batch of (already normalised) observations."""
-        params = self.action_head(self.actor_encoder(obs))
+    def predict(self, obs: Tensor, action_mask: Tensor | None = None, deterministic: bool = False, state: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
+        """(actions, next state) for a batch of (already normalised) observations; the state is
+        None without memory."""
+        if state is None:
+            params = self.action_head(self.actor_encoder(obs))
+        else:
+            params, _, state = self.recurrent_forward(obs, state)
         if deterministic:
-            return self.action_head.mode(params, action_mask)
-        return self.action_head.sample(params, action_mask)[0]
+            return self.action_head.mode(params, action_mask), state
+        return self.action_head.sample(params, action_mask)[0], state

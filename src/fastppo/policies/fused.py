@@ -59,7 +59,7 @@ class FusedActorCritic:
     @classmethod
     def build(cls, policy: ActorCritic) -> FusedActorCritic | None:
         actor = mlp_layers(policy.actor_encoder)
-        if actor is None:
+        if actor is None or policy.recurrent:
             return None
         if policy.shared_trunk:
             return cls(policy, actor[0], None, actor[1])

@@ -1,0 +1,105 @@
+"""Recurrent policies (--policy.memory lstm|gru): the rollout's states, the update's re-run of
+whole env sequences, resets at episode starts, memory that learns, and the agent API."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import fastppo
+from fastppo.envs import make_vec_env
+from fastppo.errors import FastPPOError
+from fastppo.policies import ActorCritic
+from fastppo.profiling import SectionTimer
+from fastppo.rollout import EnvCursor, ObservationNormalizer, RolloutBuffer, collect_rollout
+from fastppo.update import minibatch
+
+TINY = dict(total_timesteps=512, num_envs=4, num_steps=64, num_minibatches=2, update_epochs=2, progress=False, tensorboard=False)
+
+
+def rollout(memory: str, shared: bool, env_id: str = "CartPole-v1", backend: str = "sync"):
+    """Two 100-step rollouts of 4 envs (episodes end inside them) with a fresh recurrent policy."""
+    config = fastppo.make_config(env_id, "cleanrl-discrete", {"num_envs": 4, "backend": backend, "policy.memory": memory, "policy.shared_trunk": shared, "policy.memory_size": 16})
+    envs = make_vec_env(config.env, torch.device("cpu"))
+    first = envs.reset(seed=0)
+    torch.manual_seed(0)
+    policy = ActorCritic(envs.single_observation_space, envs.single_action_space, config.policy)
+    buf = RolloutBuffer.allocate(100, envs, torch.device("cpu"), None, policy.state_size)
+    cursor = EnvCursor(first.obs, None, torch.ones(4, dtype=torch.bool), policy.initial_state(4))
+    for _ in range(2):  # the second starts from the live states the first left
+        cursor, last_value = collect_rollout(policy, envs, buf, cursor, ObservationNormalizer(None, 10.0), None, SectionTimer())
+    envs.close()
+    return policy, buf, cursor, last_value
+
+
+@pytest.mark.parametrize(("memory", "shared", "backend"), [("lstm", False, "sync"), ("gru", True, "sync"), ("lstm", True, "tensor")])
+def test_the_update_re_runs_each_sequence_to_the_rollouts_own_logprobs(memory, shared, backend):
+    """The first epoch's first ratio is 1: whole env sequences re-run from the stored initial
+    state with the rollout's resets give its log-probs and values (to float rounding, as matmuls
+    over a different number of rows may round differently)."""
+    policy, buf, _, _ = rollout(memory, shared, backend=backend)
+    assert (~buf.valid).any() and buf.initial_state.abs().sum() > 0  # resets inside, live state at the start
+    batch = buf.batch()
+    for envs in [(0, 4), (1, 3), (3, 4)]:
+        mb = minibatch(batch, *envs, sequences=True)
+        with torch.no_grad():
+            newlogprob, _, newvalue = policy.evaluate(mb["obs"], mb["actions"], None, mb["initial_state"], mb["valid"])
+        ratio = torch.exp(newlogprob - mb["logprobs"])
+        torch.testing.assert_close(ratio, torch.ones_like(ratio), rtol=0, atol=1e-6)
+        torch.testing.assert_close(newvalue, mb["values"], rtol=0, atol=1e-6)
+
+
+def test_each_episode_starts_from_a_zero_state_and_the_bootstrap_value_uses_the_live_state():
+    policy, buf, cursor, last_value = rollout("lstm", False)
+    T, N = buf.valid.shape
+    starts = [(t + 1, n) for t in range(T - 1) for n in range(N) if not buf.valid[t, n]]  # a reset row's successor
+    assert starts
+    with torch.no_grad():
+        for t, n in starts:
+            lp = policy.evaluate(buf.obs[t, n : n + 1], buf.actions[t, n : n + 1], None, policy.initial_state(1))[0]
+            torch.testing.assert_close(lp, buf.logprobs[t, n : n + 1], rtol=0, atol=1e-6)
+        # V(s_T) for GAE comes from the state carried to the end of the rollout, not from zeros
+        torch.testing.assert_close(last_value, policy.get_value(cursor.obs, cursor.state))
+        assert not torch.allclose(last_value, policy.get_value(cursor.obs, policy.initial_state(N)))
+
+
+def test_memory_solves_a_task_an_mlp_cannot():
+    """CueMemoryEnv pays for recalling a cue shown one step earlier: 0.5 per episode without memory."""
+    budget = dict(TINY, total_timesteps=12_288, num_steps=32, num_envs=8, update_epochs=4, learning_rate=3e-3, ent_coef=0.0)
+    lstm = fastppo.train("tests.fake_envs:CueMemoryEnv", preset="cleanrl-discrete", **budget, **{"policy.memory": "lstm", "policy.memory_size": 16})
+    mlp = fastppo.train("tests.fake_envs:CueMemoryEnv", preset="cleanrl-discrete", **budget)
+    assert np.mean(lstm.episode_returns[-300:]) > 0.9
+    assert np.mean(mlp.episode_returns[-300:]) < 0.65
+
+
+def test_recurrent_agent_api_and_evaluation(tmp_path):
+    fastppo.train("tests.fake_envs:CueMemoryEnv", preset="cleanrl-discrete", run_dir=tmp_path / "run", **TINY, **{"policy.memory": "gru"})
+    agent = fastppo.load(tmp_path / "run")
+    assert agent.policy.recurrent
+    with pytest.raises(ValueError, match=r"agent.step\(obs, state\)"):
+        agent.act(np.zeros(3, dtype=np.float32))
+    state = agent.initial_state(batch_size=1)
+    assert state.shape == (1, 256) and not state.any()  # the actor's and the critic's GRU states
+    action, state = agent.step(np.array([1, 0, 0], dtype=np.float32), state, deterministic=True)
+    assert action in (0, 1) and state.abs().sum() > 0
+    with pytest.raises(ValueError, match="state of shape"):
+        agent.step(np.zeros((2, 3), dtype=np.float32), state)
+    # evaluation carries the state through each episode, from zeros at each reset
+    result = fastppo.evaluate(tmp_path / "run", episodes=4, seed=0)
+    assert result.lengths == [2, 2, 2, 2]
+
+
+def test_recurrent_training_on_the_tensor_backend_and_with_action_masks():
+    fastppo.train("CartPole-v1", preset="cleanrl-discrete", backend="tensor", **TINY, **{"policy.memory": "lstm", "policy.memory_size": 8})
+    # the strict env raises on an invalid action: masks apply to every recurrent step
+    fastppo.train("tests.fake_envs:InfoMaskedChoiceEnv", preset="cleanrl-discrete", **TINY, **{"policy.memory": "gru", "policy.memory_size": 8})
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [({"num_minibatches": 8}, "whole env sequences"), ({"compile": True}, "do not support --policy.memory"), ({"policy.memory": "rnn"}, "lstm, gru")],
+)
+def test_recurrent_config_errors_say_how_to_fix_them(overrides, message):
+    with pytest.raises(FastPPOError, match=message):
+        fastppo.make_config("CartPole-v1", overrides={"policy.memory": "lstm", "num_envs": 4, **overrides})
