@@ -93,11 +93,49 @@ def test_resume_after_a_kill_drops_metrics_logged_past_the_checkpoint(tmp_path, 
 
 def test_resume_through_the_cli_can_extend_the_budget(tmp_path, capsys):
     run = tmp_path / "run"
-    assert main(["train", "CartPole-v1", "--run-dir", str(run), "--total-timesteps", "1024", "--progress", "false", "--tensorboard", "false"]) == 0
+    constant = ["--lr-schedule", "constant", "--clip-schedule", "constant"]  # a finished run with annealed schedules cannot learn more
+    assert main(["train", "CartPole-v1", "--run-dir", str(run), "--total-timesteps", "1024", "--progress", "false", "--tensorboard", "false", *constant]) == 0
     assert main(["train", "--resume", str(run), "--total-timesteps", "2048"]) == 0
     out = capsys.readouterr().out
     assert "resuming" in out and "2048 steps" in out
     assert [r["global_step"] for r in metrics(run)] == [1024, 2048]
+
+
+def test_extending_the_budget_keeps_the_schedules_continuous(tmp_path, monkeypatch):
+    """Stopped after 3 of 6 iterations, resumed for 12 and stopped after 7, resumed for 16: the
+    linear lr never jumps at a resume and anneals to 0 at the last end."""
+    run = tmp_path / "run"
+    with monkeypatch.context() as patch:
+        stop_after(patch, 3)
+        train(config(), run)
+    for iterations, stop in ((12, 7), (16, None)):
+        with monkeypatch.context() as patch:
+            if stop:
+                stop_after(patch, stop)
+            fastppo.resume(run, total_timesteps=iterations * 128)
+    lrs = [r["charts/learning_rate"] for r in metrics(run)]
+    drops = [a - b for a, b in zip(lrs, lrs[1:])]
+    assert len(lrs) == 16 and lrs[0] == 1e-2
+    assert all(0 < drop <= drops[0] * (1 + 1e-9) for drop in drops), lrs  # today's lr rose at each resume
+    assert lrs[-1] == pytest.approx(drops[-1])  # one more step of the line lands on 0: annealed to the new end
+
+
+@pytest.mark.parametrize("schedule", ["linear", "constant"])
+def test_resuming_a_finished_run_says_how_to_train_further(tmp_path, capsys, schedule):
+    run = tmp_path / "run"
+    train(config(total_timesteps=256, lr_schedule=schedule, clip_schedule=schedule, tensorboard=False), run)
+    assert main(["train", "--resume", str(run)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"fastppo: error: {run} is finished (trained its 256 steps); ") and len(err.splitlines()) == 1, err
+    if schedule == "linear":  # its lr and clip stand at 0: more steps would not learn
+        assert "start a new run with a larger --total-timesteps, or with --lr-schedule constant --clip-schedule constant" in err
+        assert main(["train", "--resume", str(run), "--total-timesteps", "512"]) == 2
+        assert capsys.readouterr().err.strip() == err
+    else:  # the advice works as written
+        advice = err.split(": fastppo ")[-1].split()
+        assert advice == ["train", "--resume", str(run), "--total-timesteps", "512"]
+        assert main(advice) == 0
+        assert [r["global_step"] for r in metrics(run)] == [128, 256, 384, 512]
 
 
 @pytest.mark.parametrize(

@@ -6,8 +6,9 @@ Layout of a run directory::
         policy.safetensors         weights + observation statistics (the ``Agent.save`` format,
         agent.json                 so ``fastppo.load`` reads a checkpoint folder directly)
         trainer.safetensors        optimizer moments, reward scaler, torch RNG, the env cursor
-        trainer.json               counters, kl_beta, optimizer hyperparameters, python/numpy RNG,
-                                   the env snapshot (see ``snapshot_envs``)
+        trainer.json               counters, kl_beta, the schedules' anchor, optimizer
+                                   hyperparameters, python/numpy RNG, the env snapshot (see
+                                   ``snapshot_envs``)
     RUN_DIR/checkpoints/latest     a one-line pointer to the newest folder (for humans and scripts)
 
 A checkpoint is written into ``checkpoints/.tmp-000050-<pid>/``, every file fsynced, then the
@@ -16,12 +17,13 @@ so a process killed at any moment (even SIGKILL) leaves the previous checkpoint 
 safetensors and JSON are ever read: a file crafted to run code on unpickling is just a damaged
 file here.
 
-What resume restores: weights, optimizer, normaliser statistics, counters, ``kl_beta`` and every
-RNG (python, numpy, torch CPU and CUDA) exactly. The envs' state is restored exactly for the
-``sync`` backend on envs whose whole state lives in plain Python/numpy attributes (gymnasium's
-classic-control and toy-text envs; ``EXACT_ENV_MODULES``) and for the ``tensor`` backend;
-otherwise (Box2D, MuJoCo, Atari, async, EnvPool) the envs restart fresh episodes from a seed
-derived from the run seed and the iteration, and the rest of the run state is still exact.
+What resume restores: weights, optimizer, normaliser statistics, counters, ``kl_beta``, the
+schedules' anchor and every RNG (python, numpy, torch CPU and CUDA) exactly. The envs' state is
+restored exactly for the ``sync`` backend on envs whose whole state lives in plain Python/numpy
+attributes (gymnasium's classic-control and toy-text envs; ``EXACT_ENV_MODULES``) and for the
+``tensor`` backend; otherwise (Box2D, MuJoCo, Atari, async, EnvPool) the envs restart fresh
+episodes from a seed derived from the run seed and the iteration, and the rest of the run state
+is still exact.
 """
 
 from __future__ import annotations
@@ -302,6 +304,7 @@ def save_checkpoint(run_dir: Path, state: TrainState, envs: VecEnv, keep: int) -
         "iteration": state.iteration,
         "global_step": state.global_step,
         "kl_beta": state.kl_beta,
+        "schedule_anchor": list(state.schedule_anchor),
         "param_groups": param_groups,
         "rng": rng_meta,
         "env": env_meta,
@@ -357,6 +360,7 @@ class Checkpoint:
     param_groups: list[dict[str, Any]]
     tensors: dict[str, torch.Tensor]
     meta: dict[str, Any] = field(default_factory=dict)
+    schedule_anchor: tuple[int, float] = (0, 0.0)
 
     @property
     def config(self) -> Config:
@@ -375,7 +379,8 @@ def load_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> Che
         tensors = load_file(str(folder / TRAINER_TENSORS))
         if meta.get("format") != FORMAT_VERSION:
             raise KeyError(f"format {meta.get('format')!r}")
-        return Checkpoint(folder, agent, int(meta["iteration"]), int(meta["global_step"]), float(meta["kl_beta"]), meta["param_groups"], tensors, meta)
+        done, at = meta.get("schedule_anchor", (0, 0.0))  # absent from checkpoints written before it existed
+        return Checkpoint(folder, agent, int(meta["iteration"]), int(meta["global_step"]), float(meta["kl_beta"]), meta["param_groups"], tensors, meta, (int(done), float(at)))
     except FileNotFoundError as exc:
         raise FastPPOError(f"checkpoint {folder} is incomplete: {Path(exc.filename).name} is missing") from None
     except (json.JSONDecodeError, KeyError, TypeError, ValueError, UnicodeDecodeError, SafetensorError, OSError) as exc:
@@ -398,6 +403,7 @@ def restore_train_state(state: TrainState, envs: VecEnv, checkpoint: Checkpoint,
     except (KeyError, ValueError, RuntimeError) as exc:
         raise FastPPOError(f"checkpoint {checkpoint.path} does not fit its config: {str(exc).splitlines()[0]}") from None
     state.iteration, state.global_step, state.kl_beta = checkpoint.iteration, checkpoint.global_step, checkpoint.kl_beta
+    state.schedule_anchor = checkpoint.schedule_anchor
     exact = meta.get("env") is not None and env_is_exact(envs)
     if exact:
         restore_envs(envs, tensors, meta["env"])

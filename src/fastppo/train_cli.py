@@ -70,9 +70,7 @@ def run(args: argparse.Namespace) -> int:
     if args.resume is not None:
         if args.preset is not None or args.run_dir is not None:
             raise FastPPOError("--resume RUN_DIR takes the preset and the run directory from the run: drop --preset/--run-dir")
-        config, checkpoint = resume_config(args.resume, overrides)
-        if args.env_id is not None and args.env_id != config.env.env_id:
-            raise FastPPOError(f"{args.resume} trains {config.env.env_id}, not {args.env_id}: drop ENV_ID when resuming")
+        config, checkpoint = resume_config(args.resume, overrides, args.env_id)
         run_dir = Path(args.resume)
         print(f"fastppo: resuming {run_dir} from {checkpoint.path.name} (step {checkpoint.global_step})")
     elif args.env_id is None:

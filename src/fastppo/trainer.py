@@ -19,7 +19,7 @@ import yaml
 from fastppo.agent import Agent, build_agent
 from fastppo.checkpoint import Checkpoint, list_checkpoints, load_checkpoint, restore_train_state, rewind_metrics, save_checkpoint
 from fastppo.config import Config, apply_overrides, resolve_key
-from fastppo.core import RewardScaler, adaptive_kl_beta, compute_gae, explained_variance, scheduled, shift_values
+from fastppo.core import RewardScaler, adaptive_kl_beta, compute_gae, explained_variance, schedule_progress, scheduled, shift_values
 from fastppo.cuda_graphs import check_cudagraphs
 from fastppo.diagnostics import HealthMonitor
 from fastppo.envs import make_vec_env
@@ -45,6 +45,9 @@ class TrainState:
     iteration: int = 0
     global_step: int = 0
     kl_beta: float = 1.0
+    schedule_anchor: tuple[int, float] = (0, 0.0)
+    """Where the lr/clip/entropy schedules' line starts (core.schedule_progress); moved by a resume
+    that changes total_timesteps."""
 
 
 def seed_everything(seed: int, deterministic: bool) -> None:
@@ -128,11 +131,16 @@ class StopRequest:
             signal.signal(s, handler)
 
 
-def resume_config(run_dir: str | Path, overrides: dict[str, Any] | None = None) -> tuple[Config, Checkpoint]:
+def resume_config(run_dir: str | Path, overrides: dict[str, Any] | None = None, env_id: str | None = None) -> tuple[Config, Checkpoint]:
     """The config saved with a run's newest checkpoint (plus the few overrides that keep it the same
-    experiment: ``RESUMABLE_OVERRIDES``), and that checkpoint."""
+    experiment: ``RESUMABLE_OVERRIDES``), and that checkpoint, its schedules re-anchored when
+    total_timesteps changes. A finished run is an error that says how to train further; so is an
+    ``env_id`` (as the command line names one) other than the run's."""
     checkpoint = load_checkpoint(run_dir)
     config = checkpoint.config
+    if env_id is not None and env_id != config.env.env_id:
+        raise FastPPOError(f"{run_dir} trains {config.env.env_id}, not {env_id}: drop ENV_ID when resuming")
+    planned = config.num_iterations  # the horizon the schedules have followed so far
     for key, value in (overrides or {}).items():
         full = resolve_key(config, key)
         section, name = full.split(".")
@@ -141,10 +149,22 @@ def resume_config(run_dir: str | Path, overrides: dict[str, Any] | None = None) 
             raise FastPPOError(f"cannot change {full} when resuming (allowed: {', '.join(RESUMABLE_OVERRIDES)}): start a new run instead")
         apply_overrides(config, {full: value})
     config.validate()
-    if config.num_iterations < checkpoint.iteration:
-        raise FastPPOError(
-            f"the checkpoint is at step {checkpoint.global_step}, past --total-timesteps {config.ppo.total_timesteps}: raise it to train further"
+    # A finished run's linear schedules stand at 0: more steps at lr 0 (or clip 0) would not learn.
+    annealed = [name for name in ("lr", "clip") if getattr(config.ppo, f"{name}_schedule") == "linear"]
+    if checkpoint.iteration == planned and (config.num_iterations <= planned or annealed):
+        how = (
+            f"its linear {' and '.join(f'--{name}-schedule' for name in annealed)} reached 0, so it cannot learn more: "
+            f"start a new run with a larger --total-timesteps, or with {' '.join(f'--{name}-schedule constant' for name in annealed)}"
+            if annealed
+            else f"to train further, give it a larger budget: fastppo train --resume {run_dir} --total-timesteps {2 * checkpoint.global_step}"
         )
+        raise FastPPOError(f"{run_dir} is finished (trained its {checkpoint.global_step} steps); {how}")
+    if config.num_iterations <= checkpoint.iteration:
+        raise FastPPOError(
+            f"the checkpoint is at step {checkpoint.global_step}, --total-timesteps {config.ppo.total_timesteps} leaves nothing to train: raise it to train further"
+        )
+    if config.num_iterations != planned:  # a new horizon: the schedules go on from where they stand to its end
+        checkpoint.schedule_anchor = (checkpoint.iteration, schedule_progress(checkpoint.iteration + 1, planned, checkpoint.schedule_anchor))
     return config, checkpoint
 
 
@@ -196,7 +216,7 @@ def train(config: Config, run_dir: Path | None = None, checkpoint: Checkpoint | 
         with StopRequest(enabled=run_dir is not None) as stop:
             while state.iteration < config.num_iterations and not stop.requested:
                 state.iteration += 1
-                progress = (state.iteration - 1) / config.num_iterations
+                progress = schedule_progress(state.iteration, config.num_iterations, state.schedule_anchor)
                 start = time.perf_counter()
                 set_learning_rate(state.optimizer, scheduled(cfg.lr_schedule, cfg.learning_rate, progress))
                 coefs = UpdateCoefficients(

@@ -2,7 +2,7 @@
 
 import pytest
 
-from fastppo.core import scheduled
+from fastppo.core import schedule_progress, scheduled
 
 
 def test_constant():
@@ -25,6 +25,14 @@ def test_linear_follows_cleanrl_annealing():
     for iteration in range(1, iterations + 1):
         frac = 1.0 - (iteration - 1.0) / iterations
         assert scheduled("linear", lr, (iteration - 1) / iterations) == pytest.approx(frac * lr)
+
+
+def test_progress_is_cleanrls_until_a_resume_anchors_it():
+    assert [schedule_progress(i, 7) for i in range(1, 8)] == [(i - 1) / 7 for i in range(1, 8)]  # bit for bit
+    # Extended from 7 to 10 iterations after 4: iteration 5 keeps its old progress, 11 would reach 1.
+    anchor = (4, schedule_progress(5, 7))
+    assert schedule_progress(5, 10, anchor) == 4 / 7
+    assert schedule_progress(11, 10, anchor) == pytest.approx(1.0)
 
 
 def test_unknown_kind_raises():

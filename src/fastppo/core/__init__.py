@@ -6,7 +6,7 @@ from fastppo.core.kl import adaptive_kl_beta, kl_estimate, proportional_kl_beta
 from fastppo.core.losses import policy_loss, ppo_loss, value_loss
 from fastppo.core.masked import explained_variance, masked_mean, masked_var, normalize_advantages
 from fastppo.core.normalize import RewardScaler, RunningMeanStd
-from fastppo.core.schedules import scheduled
+from fastppo.core.schedules import schedule_progress, scheduled
 
 __all__ = [
     "adaptive_kl_beta",
@@ -22,6 +22,7 @@ __all__ = [
     "proportional_kl_beta",
     "RewardScaler",
     "RunningMeanStd",
+    "schedule_progress",
     "scheduled",
     "shift_values",
     "value_loss",
