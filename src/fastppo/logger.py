@@ -13,11 +13,27 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 
 def _fmt(value: float | None, spec: str) -> str:
     return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else format(value, spec)
+
+
+def _count(n: float) -> str:
+    """A step count in at most 5 characters: 512, 51.2k, 100k, 1.5M."""
+    unit = ""
+    for bigger in "kMG":
+        if n < 999.5:
+            break
+        n, unit = n / 1000, bigger
+    return f"{n:.3g}{unit}"
+
+
+BAR_WIDTH = 10
+FIXED_WIDTH = BAR_WIDTH + 8 + len("eta") + 8 + 5
+"""What the progress line spends besides the steps and the figures: the bar, elapsed and remaining
+time (up to 99:59:59) and the gaps between its six columns."""
 
 
 # (label, metric, format) of the figures the progress bar shows for a gymnasium run.
@@ -63,11 +79,11 @@ class RunLogger:
                     self._writer.add_text("hyperparameters", f"|param|value|\n|-|-|\n{rows}")
         self._progress = None
         self._shown: dict[str, float] = {}
+        self._total = _count(total_steps)
         if progress:
             self._progress = Progress(
-                TextColumn("[bold]fastppo"),
-                BarColumn(),
-                MofNCompleteColumn(),
+                BarColumn(bar_width=BAR_WIDTH),
+                TextColumn("{task.fields[steps]}"),
                 TextColumn("{task.fields[stats]}"),
                 TimeElapsedColumn(),
                 TextColumn("eta"),
@@ -75,7 +91,8 @@ class RunLogger:
                 console=self.console,
                 transient=False,
             )
-            self._task = self._progress.add_task("train", total=total_steps, completed=purge_step or 0, stats="")
+            start = purge_step or 0
+            self._task = self._progress.add_task("train", total=total_steps, completed=start, steps=f"{_count(start)}/{self._total}", stats="")
             self._progress.start()
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
@@ -90,12 +107,21 @@ class RunLogger:
         if self._progress is not None:
             # An iteration in which no episode ended has no return: keep showing the last one.
             self._shown.update({key: metrics[key] for _, key, _ in self.summary if key in metrics})
-            stats = " | ".join(f"{label} {_fmt(self._shown.get(key), spec)}" for label, key, spec in self.summary)
-            self._progress.update(self._task, completed=step, stats=stats)
+            steps = f"{_count(step)}/{self._total}"
+            # Rich cuts a line too wide for the console with "…" in every column: show the leading
+            # figures that fit instead (at 80 columns SPS and return; all of them from ~100).
+            room, stats = self.console.width - FIXED_WIDTH - len(steps), ""
+            for label, key, spec in self.summary:
+                more = f"{stats}{' | ' if stats else ''}{label} {_fmt(self._shown.get(key), spec)}"
+                if len(more) > room:
+                    break
+                stats = more
+            self._progress.update(self._task, completed=step, steps=steps, stats=stats)
 
     def message(self, text: str) -> None:
-        """A line for the user (warnings, summary), printed above the progress bar."""
-        self.console.print(text, highlight=False)
+        """A line for the user (warnings, summary), printed above the progress bar. Piped or
+        redirected, it stays one line (rich would wrap it at 80 columns) for grep and log readers."""
+        self.console.print(text, highlight=False, soft_wrap=not self.console.is_terminal)
 
     def __enter__(self) -> RunLogger:
         return self
