@@ -42,7 +42,9 @@ FIRE = "FIRE"
 
 def register_ale_envs() -> None:
     """Make ``ALE/*`` and ``*NoFrameskip-v4`` ids known to gymnasium when ale-py is installed
-    (gymnasium 1.x no longer loads plugins by itself)."""
+    (gymnasium 1.x no longer loads plugins by itself). Called for ids gymnasium does not know yet
+    (``is_atari``, ``gym_make``), not on import: ale-py and its ~400 ids cost every other run
+    ~30-90 ms of start-up."""
     try:
         import ale_py
     except ImportError:
@@ -52,7 +54,8 @@ def register_ale_envs() -> None:
 
 def is_atari(env_id: str) -> bool:
     """True for ids built by ale-py (ALE/Pong-v5, PongNoFrameskip-v4, ...)."""
-    register_ale_envs()
+    if env_id not in gym.registry:
+        register_ale_envs()
     try:
         spec = gym.spec(env_id)
     except gym.error.Error:

@@ -81,7 +81,12 @@ def gym_make(env_id: str, **kwargs) -> gym.Env:
     """``gym.make`` of ``env_id`` (resolved by :func:`resolve_env_id`), or a one-line FastPPOError
     saying why the id does not work."""
     try:
-        return gym.make(resolve_env_id(env_id), **kwargs)
+        resolved = resolve_env_id(env_id)
+        if resolved not in gym.registry:
+            from fastppo.envs.atari import register_ale_envs  # ale-py's ids, only when an id needs them
+
+            register_ale_envs()
+        return gym.make(resolved, **kwargs)
     except gym.error.DependencyNotInstalled as exc:
         raise FastPPOError(f"env '{env_id}' needs an extra dependency: {exc}") from None
     except gym.error.Error as exc:

@@ -9,7 +9,7 @@ import gymnasium as gym
 import torch
 
 from fastppo.config import EnvConfig
-from fastppo.envs.atari import is_atari, make_atari_env, register_ale_envs
+from fastppo.envs.atari import is_atari, make_atari_env
 from fastppo.envs.gymnasium_vec import GymnasiumVecEnv, flatten_if_needed, gym_make
 from fastppo.envs.partial import CARTPOLE_NO_VELOCITY
 from fastppo.envs.vector import VecEnv
@@ -20,11 +20,11 @@ LUNAR_LANDER_CONTINUOUS = "LunarLanderContinuous-v3"
 
 
 def register_envs() -> None:
-    """Ids fastppo adds to gymnasium's registry: ale-py's Atari games, LunarLanderContinuous-v3
+    """Ids fastppo adds to gymnasium's registry: LunarLanderContinuous-v3
     (gymnasium 1.x spells it ``LunarLander-v3`` with ``continuous=True``; EnvPool keeps the name,
     so one id serves both backends and picks its own preset), and CartPoleNoVelocity-v1
-    (CartPole-v1 observing ``[x, theta]`` only, for recurrent policies; see fastppo.envs.partial)."""
-    register_ale_envs()
+    (CartPole-v1 observing ``[x, theta]`` only, for recurrent policies; see fastppo.envs.partial).
+    ale-py's Atari games are registered when an id first needs them (``atari.register_ale_envs``)."""
     if LUNAR_LANDER_CONTINUOUS not in gym.registry and "LunarLander-v3" in gym.registry:
         base = gym.spec("LunarLander-v3")
         gym.register(
