@@ -12,7 +12,7 @@ from fastppo.config import PolicyConfig
 from fastppo.errors import FastPPOError
 from fastppo.policies.activations import ACTIVATIONS
 from fastppo.policies.distributions import layer_init, make_action_head
-from fastppo.policies.memory import RecurrentCore, carry
+from fastppo.policies.memory import RecurrentCore, Segments
 from fastppo.policies.mlp_autograd import MIN_ROWS, mlp_layers, mlps_one_node
 
 
@@ -88,32 +88,29 @@ class ActorCritic(nn.Module):
             return None
         return torch.zeros(batch_size, self.state_size, device=self.value_head.weight.device)
 
-    def recurrent_forward(self, obs: Tensor, state: Tensor, keep: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+    def recurrent_forward(self, obs: Tensor, state: Tensor, keep: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor | None]:
         """(distribution parameters, value, final state) for ``obs`` rows that are T steps of B
         sequences in time-major order (row t * B + b), starting from ``state`` [B, state_size].
-        ``keep`` (rows, bool) zeroes the state after each row that is not a real transition
-        (``memory.carry``); without it the state runs on (one step, or evaluation)."""
+
+        Without ``keep`` the sequences run on unbroken (a rollout step, evaluation). With
+        ``keep`` (rows, bool: the update) the state is zeroed after each row that is not a real
+        transition, as ``memory.carry`` does in the rollout, and no final state is returned."""
         batch = state.shape[0]
-        actor_features = self.actor_encoder(obs).view(-1, batch, self.actor_memory.cell.input_size)
-        critic_features = actor_features if self.shared_trunk else self.critic_encoder(obs).view_as(actor_features)
-        keep = None if keep is None else keep.view(-1, batch)
+        actor_x = self.actor_encoder(obs)
+        critic_x = actor_x if self.shared_trunk else self.critic_encoder(obs)
         split = self.actor_memory.state_size
-        actor_out, critic_out = [], []
-        for t in range(actor_features.shape[0]):
-            if self.shared_trunk:
-                h, state = self.actor_memory(actor_features[t], state)
-                actor_out.append(h)
-            else:
-                h_actor, s_actor = self.actor_memory(actor_features[t], state[:, :split])
-                h_critic, s_critic = self.critic_memory(critic_features[t], state[:, split:])
-                state = torch.cat([s_actor, s_critic], dim=-1)
-                actor_out.append(h_actor)
-                critic_out.append(h_critic)
-            if keep is not None:
-                state = carry(state, keep[t])
-        actor_h = torch.cat(actor_out)
-        critic_h = actor_h if self.shared_trunk else torch.cat(critic_out)
-        return self.action_head(actor_h), self.value_head(critic_h).squeeze(-1), state
+        states = (state,) if self.shared_trunk else (state[:, :split], state[:, split:])
+        cores = (self.actor_memory,) if self.shared_trunk else (self.actor_memory, self.critic_memory)
+        inputs = (actor_x,) if self.shared_trunk else (actor_x, critic_x)
+        if keep is None:
+            runs = [core(x.view(-1, batch, x.shape[-1]), s) for core, x, s in zip(cores, inputs, states)]
+            outputs = [out.reshape(-1, out.shape[-1]) for out, _ in runs]
+            final: Tensor | None = torch.cat([s for _, s in runs], dim=-1)
+        else:
+            segments = Segments.from_keep(keep.view(-1, batch))
+            outputs = [core.sequences(x, s, segments) for core, x, s in zip(cores, inputs, states)]
+            final = None
+        return self.action_head(outputs[0]), self.value_head(outputs[-1]).squeeze(-1), final
 
     def forward(self, obs: Tensor) -> tuple[Tensor, Tensor]:
         """(distribution parameters, value) in one pass; the trunk runs once when shared."""
