@@ -51,3 +51,9 @@ def test_round_trip_through_dict():
 def test_unknown_key_is_named():
     with pytest.raises(FastPPOError, match="unknown hyperparameter 'lerning_rate'"):
         apply_overrides(Config(), {"lerning_rate": 1})
+
+
+def test_infinite_clips_and_extreme_seeds_stay_valid():
+    # clip_coef inf is the unclipped surrogate, clip_obs/clip_reward inf no clipping; seeds use numpy's whole range.
+    for overrides in ({"clip_coef": "inf", "clip_schedule": "constant"}, {"clip_obs": "inf", "clip_reward": "inf"}, {"seed": 0}, {"seed": 2**32 - 1}):
+        apply_overrides(Config(), overrides).validate()

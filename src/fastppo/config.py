@@ -21,6 +21,8 @@ import yaml
 from fastppo.errors import FastPPOError
 
 PRESET_DIR = Path(__file__).parent / "presets"
+MAX_SEED = 2**32 - 1
+"""numpy and gymnasium take seeds in [0, 2**32 - 1]."""
 
 
 @dataclass
@@ -185,12 +187,19 @@ class Config:
             "env.clip_reward": self.env.clip_reward,
         }
         for name, value in positive_floats.items():
-            if not value > 0 or math.isnan(value):
+            if not value > 0:  # NaN too
                 raise FastPPOError(f"--{name.replace('_', '-')} must be > 0, got {value}")
         non_negative = {"ppo.ent_coef": self.ppo.ent_coef, "ppo.vf_coef": self.ppo.vf_coef, "ppo.kl_beta": self.ppo.kl_beta}
         for name, value in non_negative.items():
-            if value < 0:
+            if not value >= 0:  # NaN too
                 raise FastPPOError(f"--{name.replace('_', '-')} must be >= 0, got {value}")
+        # inf is a real setting only for the clips (clip_coef inf: the unclipped surrogate); an
+        # infinite rate, epsilon or coefficient turns the first update into NaN.
+        for name, value in {**positive_floats, **non_negative}.items():
+            if math.isinf(value) and name not in ("ppo.clip_coef", "env.clip_obs", "env.clip_reward"):
+                raise FastPPOError(f"--{name.replace('_', '-')} must be finite, got {value}")
+        if math.isinf(self.ppo.clip_coef) and self.ppo.clip_schedule == "linear":
+            raise FastPPOError("--ppo.clip-coef inf cannot decay linearly (inf x 0 is NaN): use --ppo.clip-schedule constant")
         for name, value in {"ppo.gamma": self.ppo.gamma, "ppo.gae_lambda": self.ppo.gae_lambda}.items():
             if not 0.0 <= value <= 1.0:
                 raise FastPPOError(f"--{name.replace('_', '-')} must be in [0, 1], got {value}")
@@ -199,11 +208,12 @@ class Config:
                 f"--capture-video needs gymnasium envs that render, and the {self.env.backend} backend has none: "
                 "drop it and record the trained run with 'fastppo record RUN_DIR' (it plays the gymnasium env), or train with --backend sync"
             )
+        check_seed(self.run.seed, "--run.seed")
         if self.run.checkpoint_every < 0:
             raise FastPPOError(f"--run.checkpoint-every must be >= 0 (0: only at the end), got {self.run.checkpoint_every}")
         if self.run.keep_checkpoints < 1:
             raise FastPPOError(f"--run.keep-checkpoints must be >= 1, got {self.run.keep_checkpoints}")
-        if self.ppo.target_kl is not None and self.ppo.target_kl <= 0:
+        if self.ppo.target_kl is not None and not self.ppo.target_kl > 0:  # NaN too
             raise FastPPOError(f"--ppo.target-kl must be > 0 or none, got {self.ppo.target_kl}")
         if self.batch_size % self.ppo.num_minibatches:
             raise FastPPOError(
@@ -237,6 +247,13 @@ class Config:
         config = cls()
         apply_overrides(config, {f"{section}.{key}": value for section, values in data.items() for key, value in values.items()})
         return config
+
+
+def check_seed(seed: int, flag: str) -> int:
+    """``seed``, or a FastPPOError when numpy could not take it (else a traceback from the first reset)."""
+    if not 0 <= seed <= MAX_SEED:
+        raise FastPPOError(f"{flag} must be in [0, {MAX_SEED}] (2**32 - 1), got {seed}")
+    return seed
 
 
 def sections(config: Config) -> dict[str, Any]:

@@ -6,13 +6,20 @@ import argparse
 import json
 from pathlib import Path
 
+from fastppo.config import check_seed
+
+
+def seed(text: str) -> int:
+    """argparse type of --seed (its name is argparse's 'invalid seed value' for a non-integer)."""
+    return check_seed(int(text), "--seed")
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     ev = subparsers.add_parser("eval", help="evaluate a trained run: mean ± std return and length", allow_abbrev=False)
     ev.add_argument("run_dir", metavar="RUN_DIR", help="run directory (or a checkpoint folder in it)")
     ev.add_argument("--episodes", type=int, default=10, help="episodes to play (default: 10)")
     ev.add_argument("--deterministic", action="store_true", help="take the most likely action instead of sampling")
-    ev.add_argument("--seed", type=int, default=None, help="seed the env and the policy's sampling (default: unseeded)")
+    ev.add_argument("--seed", type=seed, default=None, help="seed the env and the policy's sampling (default: unseeded)")
     ev.add_argument("--env-id", default=None, help="evaluate on another env with the same spaces (default: the run's)")
     ev.add_argument("--json", action="store_true", help="print the result as one JSON object")
     ev.set_defaults(func=run_eval)
@@ -22,7 +29,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     rec.add_argument("--episodes", type=int, default=1, help="episodes to record, one after another (default: 1)")
     rec.add_argument("--out", default=None, help="output file (default: RUN_DIR/videos/record.mp4)")
     rec.add_argument("--stochastic", action="store_true", help="sample actions instead of taking the most likely one")
-    rec.add_argument("--seed", type=int, default=None, help="seed the env (default: unseeded)")
+    rec.add_argument("--seed", type=seed, default=None, help="seed the env (default: unseeded)")
     rec.set_defaults(func=run_record)
 
     plot = subparsers.add_parser("plot", help="plot learning curves and diagnostics of runs (seeds grouped)", allow_abbrev=False)
