@@ -61,8 +61,11 @@ def assert_same_run(a: Path, b: Path) -> None:
         ("CartPole-v1", {"backend": "tensor", "tensorboard": False}),
         # One minibatch of 128 rows: the update runs the one-node MLP backward (policies/mlp_autograd.py).
         ("CartPole-v1", {"backend": "tensor", "num_minibatches": 1, "tensorboard": False}),
+        # Recurrent policies: the live states at the stop are part of the run.
+        ("CartPole-v1", {"policy.memory": "lstm", "policy.memory_size": 16, "tensorboard": False}),
+        ("CartPole-v1", {"backend": "tensor", "policy.memory": "gru", "policy.memory_size": 16, "policy.shared_trunk": True, "tensorboard": False}),
     ],
-    ids=["cartpole", "cartpole-normalised-kl", "pendulum-normalised", "cartpole-tensor-backend", "cartpole-one-node-backward"],
+    ids=["cartpole", "cartpole-normalised-kl", "pendulum-normalised", "cartpole-tensor-backend", "cartpole-one-node-backward", "cartpole-lstm", "cartpole-tensor-gru"],
 )
 def test_stop_and_resume_equals_one_go(tmp_path, monkeypatch, env_id, overrides):
     train(config(env_id, **overrides), tmp_path / "one_go")

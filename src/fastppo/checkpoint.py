@@ -298,6 +298,8 @@ def save_checkpoint(run_dir: Path, state: TrainState, envs: VecEnv, keep: int) -
     tensors |= {"cursor.obs": cursor.obs.cpu().contiguous(), "cursor.valid": cursor.valid.cpu().contiguous()}
     if cursor.action_mask is not None:
         tensors["cursor.action_mask"] = cursor.action_mask.cpu().contiguous()
+    if cursor.state is not None:  # a recurrent policy's live states are part of the run
+        tensors["cursor.state"] = cursor.state.cpu().contiguous()
     save_file(tensors, str(tmp / TRAINER_TENSORS))
     meta = {
         "format": FORMAT_VERSION,
@@ -407,12 +409,14 @@ def restore_train_state(state: TrainState, envs: VecEnv, checkpoint: Checkpoint,
     exact = meta.get("env") is not None and env_is_exact(envs)
     if exact:
         restore_envs(envs, tensors, meta["env"])
-        mask = tensors.get("cursor.action_mask")
-        state.cursor = EnvCursor(tensors["cursor.obs"].to(device), None if mask is None else mask.to(device), tensors["cursor.valid"].to(device))
-    else:
+        mask, memory = tensors.get("cursor.action_mask"), tensors.get("cursor.state")
+        state.cursor = EnvCursor(
+            tensors["cursor.obs"].to(device), None if mask is None else mask.to(device), tensors["cursor.valid"].to(device), None if memory is None else memory.to(device)
+        )
+    else:  # fresh episodes start from fresh recurrent states
         first = envs.reset(seed=checkpoint.config.run.seed + checkpoint.iteration)
         valid = torch.ones(envs.num_envs, dtype=torch.bool, device=device)
-        state.cursor = EnvCursor(normalize_obs(first.obs, update=False), first.action_mask, valid)
+        state.cursor = EnvCursor(normalize_obs(first.obs, update=False), first.action_mask, valid, agent.policy.initial_state(envs.num_envs))
         if state.reward_scaler is not None:
             state.reward_scaler.discounted_return.zero_()
     restore_rng(tensors, meta["rng"])

@@ -194,11 +194,13 @@ def train(config: Config, run_dir: Path | None = None, checkpoint: Checkpoint | 
         agent=agent,
         optimizer=make_optimizer(agent.policy, cfg.learning_rate, cfg.adam_eps, device, config.run.cudagraphs),
         reward_scaler=RewardScaler(envs.num_envs, cfg.gamma, config.env.clip_reward, device) if config.env.normalize_reward else None,
-        cursor=EnvCursor(normalize_obs(first.obs, update=True), first.action_mask, torch.ones(envs.num_envs, dtype=torch.bool, device=device)),
+        cursor=EnvCursor(
+            normalize_obs(first.obs, update=True), first.action_mask, torch.ones(envs.num_envs, dtype=torch.bool, device=device), agent.policy.initial_state(envs.num_envs)
+        ),
         kl_beta=cfg.kl_beta,
     )
     mask_dim = None if first.action_mask is None else first.action_mask.shape[-1]
-    buf = RolloutBuffer.allocate(cfg.num_steps, envs, device, mask_dim)
+    buf = RolloutBuffer.allocate(cfg.num_steps, envs, device, mask_dim, agent.policy.state_size)
     logger = open_logger(config, run_dir, checkpoint)
     if checkpoint is not None and not restore_train_state(state, envs, checkpoint, normalize_obs):
         logger.message(
@@ -233,7 +235,7 @@ def train(config: Config, run_dir: Path | None = None, checkpoint: Checkpoint | 
                     buf.rewards, buf.values, shift_values(buf.values, last_value), buf.terminated, buf.truncated, cfg.gamma, cfg.gae_lambda
                 )
                 with timer.section("update"):
-                    losses = ppo_update(agent.policy, state.optimizer, buf.flatten(advantages=advantages, returns=returns), cfg, coefs, update_step)
+                    losses = ppo_update(agent.policy, state.optimizer, buf.batch(advantages=advantages, returns=returns), cfg, coefs, update_step)
                 state.global_step += config.batch_size
                 check_finite(losses, agent, state.optimizer, state.iteration, state.global_step)
                 if cfg.objective == "kl":
