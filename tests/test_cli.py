@@ -112,3 +112,14 @@ def test_time_split_of_a_history():
     history = [{"time/update": 3.0, "time/env": 1.0, "charts/SPS": 5.0}, {"time/update": 3.0, "time/env": 1.0}]
     assert time_split(history) == "; time: update 75%, env 25%"
     assert time_split([]) == ""
+
+
+def test_boolean_flags_take_every_spelling(tmp_path):
+    """--x, --x V and --no-x (or --section.no-x), as `fastppo rlhf` and `fastppo dpo` take them."""
+    run_dir = tmp_path / "run"
+    tiny = TINY[: TINY.index("--progress")]
+    argv = ["train", "--no-progress", "CartPole-v1", "--run-dir", str(run_dir), *tiny, "--run.no-tensorboard", "--ppo.no-norm-adv", "--clip-vloss", "false", "--normalize-obs"]
+    assert main(argv) == 0
+    config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    assert [config["run"]["progress"], config["run"]["tensorboard"], config["ppo"]["norm_adv"], config["ppo"]["clip_vloss"], config["env"]["normalize_obs"]] == [False, False, False, False, True]
+    assert not list(run_dir.glob("events.out.tfevents.*"))

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from fastppo.api import default_run_dir, make_config
+from fastppo.cli import add_boolean_flag
 from fastppo.config import Config, available_presets, field_docs, sections
 from fastppo.errors import FastPPOError
 
@@ -30,16 +31,11 @@ def add_hyperparameter_flags(parser: argparse.ArgumentParser) -> None:
                 flags.append(f"--{f.name.replace('_', '-')}")
             default = getattr(section, f.name)
             shown = ",".join(map(str, default)) if isinstance(default, tuple) else default
-            group.add_argument(
-                *flags,
-                dest=f"hp:{section_name}.{f.name}",
-                default=argparse.SUPPRESS,
-                metavar="V",
-                # A bare boolean flag means true: `--capture-video`.
-                nargs="?" if f.type in (bool, "bool") else None,
-                const="true" if f.type in (bool, "bool") else None,
-                help=f"{docs.get(f.name, '')} (default: {shown})",
-            )
+            dest = f"hp:{section_name}.{f.name}"
+            if f.type in (bool, "bool"):  # `--capture-video`, `--capture-video false`, `--no-capture-video`
+                add_boolean_flag(group, flags, dest, docs.get(f.name, ""), shown)
+                continue
+            group.add_argument(*flags, dest=dest, default=argparse.SUPPRESS, metavar="V", help=f"{docs.get(f.name, '')} (default: {shown})")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

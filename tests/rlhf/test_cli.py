@@ -43,6 +43,19 @@ def test_dpo_command(tiny_model, tmp_path) -> None:
 
 
 @pytest.mark.parametrize(
+    "command, inputs",
+    [("rlhf", ["--reward", "x:y", "--prompts", "p.jsonl", "--whiten-advantages", "none"]), ("dpo", ["--data", "d.jsonl"])],  # bool | None too
+)
+def test_boolean_flags_take_the_spellings_of_fastppo_train(command, inputs) -> None:
+    """--x, --x V and --no-x, as `fastppo train` takes them."""
+    args = _parse([command, "--model", "m", *inputs, "--progress", "false", "--no-resume", "--lora"])
+    assert (args.progress, args.resume, args.lora, getattr(args, "whiten_advantages", None)) == (False, False, True, None)
+    assert _parse([command, "--model", "m", *inputs, "--no-progress"]).progress is False
+    with pytest.raises(FastPPOError, match="--lora expects true or false, got 'maybe'"):
+        _parse([command, "--model", "m", *inputs, "--lora", "maybe"])
+
+
+@pytest.mark.parametrize(
     "extra,message",
     [
         (["--mini-batch-size", "3"], "must divide"),

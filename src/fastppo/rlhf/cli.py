@@ -6,8 +6,11 @@ from __future__ import annotations
 import argparse
 import types
 from dataclasses import MISSING, fields
+from functools import partial
 from typing import Literal, Union, get_args, get_origin, get_type_hints
 
+from fastppo.cli import add_boolean_flag
+from fastppo.config import coerce
 from fastppo.errors import FastPPOError
 from fastppo.rlhf.config import (
     DPOConfig,
@@ -23,11 +26,9 @@ from fastppo.rlhf.config import (
 
 
 def _argument_type(hint) -> dict:
-    """argparse keywords for a field's type: bool flags get --x/--no-x, Literals become choices."""
+    """argparse keywords for a field's type: Literals become choices."""
     optional_args = [a for a in get_args(hint) if a is not type(None)] if get_origin(hint) in (Union, types.UnionType) else None
     base = optional_args[0] if optional_args else hint
-    if base is bool:
-        return {"action": argparse.BooleanOptionalAction}
     if get_origin(base) is Literal:
         return {"choices": get_args(base), "type": str}
     return {"type": base, "metavar": base.__name__.upper()}
@@ -39,13 +40,17 @@ def add_config_arguments(parser: argparse.ArgumentParser, cls: type, defaults: o
     hints = get_type_hints(cls)
     for f in fields(cls):
         default = getattr(defaults, f.name) if defaults is not None else (None if f.default is MISSING else f.default)
-        kwargs = _argument_type(hints[f.name])
         help_text = f.metadata["help"].replace("%", "%%")  # argparse formats help with %
+        flag = "--" + f.name.replace("_", "-")
+        if bool in (hints[f.name], *get_args(hints[f.name])):  # the spellings `fastppo train` takes: --x, --x false, --no-x
+            add_boolean_flag(group, [flag], f.name, help_text, default, default, partial(coerce, annotation=hints[f.name], name=flag[2:]))
+            continue
+        kwargs = _argument_type(hints[f.name])
         if f.name in required:
             kwargs.update(required=True, help=help_text)
         else:
             kwargs.update(default=default, help=f"{help_text} (default: {default})")
-        group.add_argument("--" + f.name.replace("_", "-"), dest=f.name, **kwargs)
+        group.add_argument(flag, dest=f.name, **kwargs)
 
 
 def config_from_args(cls: type, args: argparse.Namespace):
