@@ -3,6 +3,10 @@
 Every benchmark prints the machine and the load average at start and end: on a shared machine a
 load above the core count means the figures are contended (ratios measured in the same run stay
 meaningful; absolute SPS do not).
+
+fastppo itself is imported inside the helpers that use it, so that a script timing another library
+in a fresh process (``sb3_compare.py``'s cold-process row) can use this module without paying for
+fastppo's imports.
 """
 
 from __future__ import annotations
@@ -12,13 +16,13 @@ import platform
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
-import fastppo.trainer as trainer
-from fastppo.config import Config, EnvConfig
-from fastppo.envs import make_vec_env
+if TYPE_CHECKING:
+    from fastppo.config import Config
 
 SOLVED_RETURN = 475.0
 """CartPole-v1 counts as solved when the mean of the last 20 episode returns reaches this."""
@@ -49,6 +53,9 @@ def footer() -> None:
 
 def raw_env_sps(env_id: str, backend: str, num_envs: int, seconds: float = 2.0, seed: int = 0) -> float:
     """Random actions through fastppo's VecEnv (torch in, torch out), no policy: the ceiling."""
+    from fastppo.config import EnvConfig
+    from fastppo.envs import make_vec_env
+
     envs = make_vec_env(EnvConfig(env_id=env_id, num_envs=num_envs, backend=backend), torch.device("cpu"))
     envs.reset(seed=seed)
     space = envs.single_action_space
@@ -90,6 +97,8 @@ def run_fastppo(config: Config, stop_when_solved: bool = False, threshold: float
     finished episodes, before that iteration's update, as the peers' per-step callbacks see an
     episode when it ends; with ``stop_when_solved`` the run ends at the first rollout after
     which the last 20 finished episodes average ``threshold``."""
+    import fastppo.trainer as trainer
+
     config.run.progress, config.run.tensorboard = False, False
     last20: deque[float] = deque(maxlen=20)
     result = RunResult(wall_s=0.0, steps=0)
