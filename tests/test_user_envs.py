@@ -55,6 +55,30 @@ def test_a_spec_that_is_not_a_tensor_env_is_a_clear_error():
         fastppo.train("no_such_module_xyz:Match", backend="tensor", **TRAIN)
 
 
+def test_a_tensor_env_by_name_picks_the_tensor_backend(tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    args = ["train", "tests.fake_envs:MatchTensorEnv", "--num-envs", "16", "--num-steps", "8", "--total-timesteps", "256", "--num-minibatches", "2"]
+    assert main([*args, "--run-dir", str(run_dir), "--progress", "false", "--tensorboard", "false"]) == 0
+    assert fastppo.load(run_dir).config.env.backend == "tensor"
+
+
+def test_a_file_env_run_evaluates_from_any_folder(tmp_path, monkeypatch, capsys):
+    run_dir = tmp_path / "run"
+    monkeypatch.chdir(FAKE_ENVS_FILE.parent)
+    args = ["train", "fake_envs.py:MatchTensorEnv", "--backend", "tensor", "--num-envs", "16", "--num-steps", "8", "--total-timesteps", "256", "--num-minibatches", "2"]
+    assert main([*args, "--run-dir", str(run_dir), "--progress", "false", "--tensorboard", "false"]) == 0
+    assert fastppo.load(run_dir).config.env.env_id == f"{FAKE_ENVS_FILE}:MatchTensorEnv"  # stored absolute
+    monkeypatch.chdir(tmp_path)
+    assert main(["eval", str(run_dir), "--episodes", "2"]) == 0
+    assert "over 2 episodes" in capsys.readouterr().out
+
+
+def test_a_file_without_the_named_class_is_named(capsys):
+    assert main(["train", f"{FAKE_ENVS_FILE}:NoSuchEnv"]) == 2
+    err = capsys.readouterr().err
+    assert err == f"fastppo: error: cannot load env '{FAKE_ENVS_FILE}:NoSuchEnv': {FAKE_ENVS_FILE} defines no 'NoSuchEnv' (check the name after the colon)\n"
+
+
 def test_gymnasium_env_class_from_a_file():
     env = gym_make(f"{FAKE_ENVS_FILE}:TargetEnv")
     assert env.spec.id.startswith("fastppo/") and env.spec.id.endswith("fake_envs_py_TargetEnv-v0")

@@ -12,22 +12,27 @@ import gymnasium as gym
 from fastppo.agent import Agent, load_agent
 from fastppo.config import Config, apply_overrides, load_preset, preset_for_env
 from fastppo.envs.make import env_spaces
+from fastppo.loading import absolute_spec, file_spec
 
 
 def make_config(env_id: str | type, preset: str | None = None, overrides: dict[str, Any] | None = None) -> Config:
     """Defaults <- preset (named, or the env's own, or CleanRL's for the action type) <- overrides.
 
-    ``env_id`` may also be the class of your own env, ``gymnasium.Env`` or ``TensorEnv`` (which
-    picks ``backend="tensor"``); the config stores it as ``module:Class``, the name a resumed or
-    evaluated run imports it by.
+    ``env_id`` may also be the class of your own env, ``gymnasium.Env`` or ``TensorEnv``; the config
+    stores it as ``module:Class``, the name a resumed or evaluated run imports it by (a
+    ``file.py:Class`` with the file's absolute path). A ``TensorEnv``, by class or by name, picks
+    ``backend="tensor"``.
     """
+    from fastppo.envs.tensor import TensorEnv, user_tensor_env
+
     overrides = dict(overrides or {})
     if isinstance(env_id, type):
-        from fastppo.envs.tensor import TensorEnv
-
-        if issubclass(env_id, TensorEnv) and "backend" not in overrides and "env.backend" not in overrides:
-            overrides["backend"] = "tensor"
-        env_id = f"{env_id.__module__}:{env_id.__qualname__}"
+        env_class, env_id = env_id, f"{env_id.__module__}:{env_id.__qualname__}"
+    else:
+        env_id = absolute_spec(env_id)
+        env_class = user_tensor_env(env_id)
+    if env_class is not None and issubclass(env_class, TensorEnv) and "backend" not in overrides and "env.backend" not in overrides:
+        overrides["backend"] = "tensor"
     backend = str(overrides.get("backend", overrides.get("env.backend", "sync")))
     if preset is None:
         preset = preset_for_env(env_id, continuous=isinstance(env_spaces(env_id, backend)[1], gym.spaces.Box))
@@ -39,7 +44,10 @@ def make_config(env_id: str | type, preset: str | None = None, overrides: dict[s
 
 def default_run_dir(config: Config) -> Path:
     """runs/<env>__<exp>__<seed>__<timestamp>, CleanRL's naming."""
-    env = config.env.env_id.replace("/", "_").replace(":", "_")
+    env = config.env.env_id
+    if (parts := file_spec(env)) is not None:  # an absolute path: the file's name is name enough
+        env = f"{Path(parts[0]).name}:{parts[1]}"
+    env = env.replace("/", "_").replace(":", "_")
     return Path(config.run.run_root) / f"{env}__{config.run.exp_name}__{config.run.seed}__{int(time.time())}"
 
 

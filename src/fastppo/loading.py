@@ -19,6 +19,19 @@ def split_spec(spec: str) -> tuple[str, str] | None:
     return (module_name, name) if sep and module_name and name else None
 
 
+def file_spec(spec: str) -> tuple[str, str] | None:
+    """``(file, name)`` of a ``path/to/file.py:name`` spec, or None for anything else."""
+    parts = split_spec(spec)
+    return parts if parts is not None and parts[0].endswith(".py") else None
+
+
+def absolute_spec(spec: str) -> str:
+    """A ``file.py:name`` spec with the file's absolute path, so a run that saves it loads from
+    any working directory; other specs (and plain ids) unchanged."""
+    parts = file_spec(spec)
+    return spec if parts is None else f"{os.path.abspath(parts[0])}:{parts[1]}"
+
+
 def _import_module(module_name: str) -> Any:
     """Import a module by dotted name or ``.py`` path. The working directory is importable, as
     with ``python -m`` (a console script does not put it on sys.path). Raises ImportError."""
@@ -36,7 +49,9 @@ def _import_module(module_name: str) -> Any:
 
 def named_object(spec: str, what: str) -> Any:
     """What a ``module:name`` spec names (None when the module has no such name), or a one-line
-    FastPPOError ``cannot load <what> '<spec>': <why>`` when the module does not import."""
+    FastPPOError ``cannot load <what> '<spec>': <why>`` when the module does not import, or when
+    a ``file.py`` lacks the name (only a dotted module may be gymnasium's ``module:Id``, whose Id
+    is registered on import rather than defined)."""
     parts = split_spec(spec)
     if parts is None:
         return None
@@ -44,4 +59,6 @@ def named_object(spec: str, what: str) -> Any:
         module = _import_module(parts[0])
     except (ImportError, FileNotFoundError) as exc:
         raise FastPPOError(f"cannot load {what} '{spec}': {exc}") from None
+    if file_spec(spec) and not hasattr(module, parts[1]):
+        raise FastPPOError(f"cannot load {what} '{spec}': {parts[0]} defines no '{parts[1]}' (check the name after the colon)")
     return getattr(module, parts[1], None)
