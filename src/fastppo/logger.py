@@ -21,7 +21,9 @@ def _fmt(value: float | None, spec: str) -> str:
 
 
 def _count(n: float) -> str:
-    """A step count in at most 5 characters: 512, 51.2k, 100k, 1.5M."""
+    """A step count in at most 5 characters: 2048, 51.2k, 100k, 1.5M."""
+    if n < 10_000:
+        return str(int(n))
     unit = ""
     for bigger in "kMG":
         if n < 999.5:
