@@ -1,10 +1,8 @@
-"""fastppo.optim.FusedAdam is torch.optim.Adam(fused=True), bit for bit, without importing torch._dynamo."""
+"""fastppo.optim.FusedAdam is torch.optim.Adam(fused=True), bit for bit (without torch._dynamo: tests/test_cold_start.py)."""
 
 from __future__ import annotations
 
 import copy
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -50,13 +48,3 @@ def test_make_optimizer_picks_fused_adam_except_for_cuda_graphs():
     with pytest.raises(ValueError, match="different number of parameter groups"):
         opt.load_state_dict({"state": {}, "param_groups": []})
 
-
-def test_a_fresh_cartpole_run_imports_neither_torch_dynamo_nor_ale_py():
-    """torch.optim's first use imports torch._dynamo (~1.3 s on 2 cores); the default path must not, nor import ale-py (Atari ids register when one is asked for)."""
-    code = (
-        "import sys, fastppo\n"
-        "fastppo.train('CartPole-v1', total_timesteps=2048, seed=1)\n"
-        "print(sorted(m for m in ('torch._dynamo', 'ale_py') if m in sys.modules))\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip().splitlines()[-1] == "[]"
