@@ -61,6 +61,24 @@ def test_bad_input_is_one_line_and_exit_2(argv, message, capsys):
     assert err.count("\n") == 1
 
 
+@pytest.mark.parametrize(
+    "flag, path, message",
+    [
+        ("--run-dir", "{file}", "the run directory {file} is a file, not a folder"),
+        ("--run-dir", "{file}/run", "cannot write the run directory {file}/run: {file} is a file, not a folder"),
+        ("--run-root", "{file}", "cannot write the run directory {file}/CartPole-v1__ppo__1__"),
+        ("--run-dir", "/proc/fastppo-run", "cannot write the run directory /proc/fastppo-run: No such file or directory"),
+    ],
+)
+def test_an_unwritable_run_dir_fails_before_training(tmp_path, capsys, flag, path, message):
+    (tmp_path / "file").write_text("")
+    path, message = path.format(file=tmp_path / "file"), message.format(file=tmp_path / "file")
+    assert main(["train", "CartPole-v1", flag, path, *TINY]) == 2
+    out, err = capsys.readouterr()
+    assert err.startswith(f"fastppo: error: {message}") and err.count("\n") == 1, err
+    assert "steps" not in out  # nothing trained
+
+
 def test_bad_input_from_a_real_process_has_no_traceback():
     proc = subprocess.run([sys.executable, "-m", "fastppo.cli", "train", "CartPole-v1", "--clip-coef", "x"], capture_output=True, text=True)
     assert proc.returncode == 2

@@ -64,11 +64,24 @@ def test_eval_cli_prints_mean_and_std_or_json(run, capsys):
         (["eval", "{run}", "--env-id", "Pendulum-v1"], "the agent expects"),
         (["record", "{missing}"], "is not a directory"),
         (["export", "{empty}", "--onnx", "{empty}/p.onnx"], "agent.json is missing"),
+        # Output paths that cannot be written: a folder where the file goes, a file as a parent
+        # folder, a place even root cannot create files in.
+        (["record", "{run}", "--out", "{empty}"], "the video {empty} is a folder: give a file path"),
+        (["record", "{run}", "--out", "{file}/v.mp4"], "cannot write the video {file}/v.mp4: {file} is a file, not a folder"),
+        (["record", "{run}", "--out", "/proc/v.mp4"], "cannot write the video /proc/v.mp4: No such file or directory"),
+        (["export", "{run}", "--onnx", "{empty}"], "the ONNX file {empty} is a folder: give a file path"),
+        (["export", "{run}", "--onnx", "{file}/sub/p.onnx"], "cannot write the ONNX file {file}/sub/p.onnx: {file} is a file, not a folder"),
+        (["export", "{run}", "--onnx", "/proc/p.onnx"], "cannot write the ONNX file /proc/p.onnx: No such file or directory"),
+        (["plot", "{run}", "--out", "{empty}"], "the plot {empty} is a folder: give a file path"),
+        (["plot", "{run}", "--out", "{file}/p.png"], "cannot write the plot {file}/p.png: {file} is a file, not a folder"),
+        (["plot", "{run}", "--out", "/proc/p.png"], "cannot write the plot /proc/p.png: No such file or directory"),
     ],
 )
 def test_errors_are_one_line_exit_2(run, tmp_path, capsys, argv, message):
     (tmp_path / "empty").mkdir()
-    argv = [a.format(missing=tmp_path / "missing", empty=tmp_path / "empty", run=run) for a in argv]
+    (tmp_path / "file").write_text("")
+    paths = dict(missing=tmp_path / "missing", empty=tmp_path / "empty", file=tmp_path / "file", run=run)
+    argv, message = [a.format(**paths) for a in argv], message.format(**paths)
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and message in err, err

@@ -13,6 +13,7 @@ import pytest
 import fastppo
 import fastppo.export
 from fastppo.cli import main
+from fastppo.errors import FastPPOError
 
 
 def observations(env_id: str, n: int = 256) -> np.ndarray:
@@ -69,3 +70,33 @@ def test_cli_export_matches_the_torch_policy(run, tmp_path, capsys):
 def test_torchscript_exporter_fallback_without_onnxscript(run, tmp_path, monkeypatch):
     monkeypatch.setattr(fastppo.export, "_has_onnxscript", lambda: False)
     check_same_actions(run, fastppo.export_onnx(run, tmp_path / "legacy.onnx"))
+
+
+def test_opsets_the_exporter_cannot_write_are_refused(run, tmp_path, capsys, monkeypatch):
+    path = tmp_path / "p.onnx"
+    assert main(["export", str(run), "--onnx", str(path), "--opset", "14"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("fastppo: error: --opset 14 is outside what the torch.export ONNX exporter writes correctly: pick 15 to ")
+    assert err.count("\n") == 1 and not path.exists()
+    monkeypatch.setattr(fastppo.export, "_has_onnxscript", lambda: False)
+    assert main(["export", str(run), "--onnx", str(path), "--opset", "7"]) == 2
+    assert "the TorchScript ONNX exporter writes correctly: pick 8 to " in capsys.readouterr().err
+
+
+def test_the_lowest_opsets_export_quietly_and_correctly(run, tmp_path, capsys, monkeypatch):
+    path = tmp_path / "p15.onnx"
+    assert main(["export", str(run), "--onnx", str(path), "--opset", "15"]) == 0
+    assert capsys.readouterr().err == ""  # no converter narration
+    assert [o.version for o in onnx.load(str(path)).opset_import if o.domain == ""] == [15]
+    check_same_actions(run, path)
+    monkeypatch.setattr(fastppo.export, "_has_onnxscript", lambda: False)
+    check_same_actions(run, fastppo.export.export_onnx(run, tmp_path / "p8.onnx", opset=8))
+
+
+def test_an_export_that_keeps_another_opset_is_an_error(run, tmp_path, monkeypatch):
+    # What the torch.export exporter does when it cannot convert: log a traceback, keep opset 18.
+    export = fastppo.export._torch_onnx_export
+    monkeypatch.setattr(fastppo.export, "_torch_onnx_export", lambda module, example, path, opset, dynamo=None: export(module, example, path, 18, True))
+    with pytest.raises(FastPPOError, match="the ONNX exporter wrote opset 18, not the requested 17"):
+        fastppo.export.export_onnx(run, tmp_path / "p.onnx", opset=17)
+    assert not list(tmp_path.iterdir())  # neither the file nor a temporary one

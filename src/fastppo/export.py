@@ -28,6 +28,7 @@ from torch import Tensor, nn
 from fastppo.agent import Agent, load_agent
 from fastppo.envs.make import env_spaces
 from fastppo.errors import FastPPOError
+from fastppo.outputs import output_file, writing
 
 
 class DeterministicPolicy(nn.Module):
@@ -68,14 +69,14 @@ def _has_onnxscript() -> bool:
     return True
 
 
-def _torch_onnx_export(module: nn.Module, example: Tensor, path: Path, opset: int, dynamo: bool | None = None) -> None:
-    """torch.export-based exporter (needs onnxscript) when available, else the TorchScript one
+def _torch_onnx_export(module: nn.Module, example: Tensor, path: Path, opset: int, dynamo: bool) -> None:
+    """The torch.export-based exporter (``dynamo``, needs onnxscript), else the TorchScript one
     (deprecated since torch 2.9, still present in 2.13); both with a dynamic batch dimension."""
-    dynamo = _has_onnxscript() if dynamo is None else dynamo
     # The exporters narrate on stdout, log and warn about their own internals: keep the CLI quiet.
-    onnx_log = logging.getLogger("torch.onnx")
-    level = onnx_log.level
-    onnx_log.setLevel(logging.ERROR)
+    logs = [logging.getLogger(name) for name in ("torch.onnx", "onnxscript")]
+    levels = [log.level for log in logs]
+    for log in logs:
+        log.setLevel(logging.ERROR)
     try:
         with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -90,35 +91,52 @@ def _torch_onnx_export(module: nn.Module, example: Tensor, path: Path, opset: in
                     dynamic_axes={"obs": {0: "batch"}, "action": {0: "batch"}}, opset_version=opset,
                 )  # fmt: skip
     finally:
-        onnx_log.setLevel(level)
+        for log, level in zip(logs, levels):
+            log.setLevel(level)
 
 
 def export_onnx(agent: Agent | str | Path, path: str | Path, opset: int = 18) -> Path:
     """Write ``agent``'s deterministic policy to ``path`` (dynamic batch size); returns the path."""
-    agent = agent if isinstance(agent, Agent) else load_agent(agent)
     try:
         import onnx
     except ImportError:
         raise FastPPOError("ONNX export needs onnx and onnxscript: pip install 'fastppo[export]'") from None
+    dynamo = _has_onnxscript()
+    # What each exporter writes correctly, found by exporting every action head at every opset and
+    # running it in onnxruntime (torch 2.13, onnxscript 0.7, onnx 1.23): the torch.export exporter
+    # writes 18 and converts, which fails below 15 (keeping 18); the TorchScript one needs 8 and
+    # stops at torch's own maximum.
+    low, high = (15, onnx.defs.onnx_opset_version()) if dynamo else (8, torch.onnx._constants.ONNX_MAX_OPSET)
+    if not low <= opset <= high:
+        exporter = "torch.export" if dynamo else "TorchScript"
+        raise FastPPOError(f"--opset {opset} is outside what the {exporter} ONNX exporter writes correctly: pick {low} to {high} (default 18)")
+    agent = agent if isinstance(agent, Agent) else load_agent(agent)
+    path = output_file(path, "the ONNX file")
     obs_space, action_space = env_spaces(agent.config.env.env_id, agent.config.env.backend)
     module = DeterministicPolicy(agent, action_space)
     dtype = torch.uint8 if obs_space.dtype == np.uint8 else torch.float32
     example = torch.as_tensor(np.stack([obs_space.sample(), obs_space.sample()]), dtype=dtype)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    _torch_onnx_export(module, example, path, opset)
-    model = onnx.load(str(path))
-    meta = {
-        "producer": "fastppo",
-        "env_id": agent.config.env.env_id,
-        "observation_space": str(obs_space),
-        "action_space": str(action_space),
-        "deterministic": "true",
-        "config": json.dumps(agent.config.to_dict()),
-    }
-    onnx.helper.set_model_props(model, meta)
-    onnx.checker.check_model(model)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    onnx.save(model, str(tmp))
-    os.replace(tmp, path)
+    try:
+        _torch_onnx_export(module, example, tmp, opset, dynamo)
+        model = onnx.load(str(tmp))
+        # An exporter that cannot convert to the opset may log the failure and keep its own.
+        written = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+        if written != opset:
+            raise FastPPOError(f"the ONNX exporter wrote opset {written}, not the requested {opset}: export with the default --opset 18")
+        meta = {
+            "producer": "fastppo",
+            "env_id": agent.config.env.env_id,
+            "observation_space": str(obs_space),
+            "action_space": str(action_space),
+            "deterministic": "true",
+            "config": json.dumps(agent.config.to_dict()),
+        }
+        onnx.helper.set_model_props(model, meta)
+        onnx.checker.check_model(model)
+        with writing(path, "the ONNX file"):
+            onnx.save(model, str(tmp))
+            os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
     return path

@@ -16,6 +16,7 @@ import numpy as np
 import yaml
 
 from fastppo.errors import FastPPOError
+from fastppo.outputs import output_file, writing
 
 RETURN = "charts/episodic_return"
 DIAGNOSTICS = (
@@ -146,6 +147,7 @@ def plot_runs(run_dirs: list[str | Path], out: str | Path, smooth: int = 10) -> 
     if not run_dirs:
         raise FastPPOError("give at least one run directory to plot")
     groups = group_runs([read_run(p) for p in run_dirs])
+    out = output_file(out, "the plot")  # after the runs (RUN_DIR/plot.png needs RUN_DIR), before drawing
     labels = _labels(groups)
     fig = plt.figure(figsize=(16, 9), layout="constrained")
     grid = fig.add_gridspec(2, len(DIAGNOSTICS), height_ratios=(2.2, 1))
@@ -180,8 +182,7 @@ def plot_runs(run_dirs: list[str | Path], out: str | Path, smooth: int = 10) -> 
         ax.xaxis.get_offset_text().set_fontsize(7)
         ax.grid(alpha=0.3)
     fig.suptitle(_title(groups), fontsize=13)
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
+    with writing(out, "the plot"):
+        fig.savefig(out, dpi=110)
     plt.close(fig)
     return out

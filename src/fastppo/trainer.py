@@ -26,6 +26,7 @@ from fastppo.envs import make_vec_env
 from fastppo.envs.vector import HostCopies
 from fastppo.errors import FastPPOError
 from fastppo.logger import RunLogger
+from fastppo.outputs import output_dir
 from fastppo.profiling import SectionTimer
 from fastppo.rollout import EnvCursor, ObservationNormalizer, PolicyStep, RolloutBuffer, collect_rollout
 from fastppo.update import MinibatchStep, UpdateCoefficients, make_optimizer, ppo_update, set_learning_rate
@@ -176,6 +177,8 @@ def train(config: Config, run_dir: Path | None = None, checkpoint: Checkpoint | 
     returned agent's ``interrupted_by`` names the signal (None for a run that reached its end).
     """
     config.validate()
+    if run_dir is not None:
+        output_dir(run_dir, "the run directory")  # before a single step is spent
     if checkpoint is None and run_dir is not None and list_checkpoints(run_dir):
         raise FastPPOError(f"{run_dir} already holds a run with checkpoints: continue it with 'fastppo train --resume {run_dir}' or pick another --run-dir")
     cfg = config.ppo

@@ -14,6 +14,7 @@ import gymnasium as gym
 import numpy as np
 
 from fastppo.errors import FastPPOError
+from fastppo.outputs import output_file
 
 DEFAULT_FPS = 30
 
@@ -29,8 +30,7 @@ class VideoWriter:
         # rgb_array rendering needs no display; without this, pygame's SDL probes for one when the
         # env closes and prints an error on headless machines.
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = output_file(path, "the video")
         self.frames = 0
         # macro_block_size=2: libx264/yuv420p only needs even sizes (CartPole's 600x400 stays as is).
         self._writer = imageio.get_writer(str(self.path), fps=fps, codec="libx264", macro_block_size=2, ffmpeg_log_level="error")
