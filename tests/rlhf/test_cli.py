@@ -76,3 +76,19 @@ def test_missing_inputs_are_one_line_errors(tiny_model, tmp_path) -> None:
         _run(["rlhf", "--model", str(tiny_model), "--reward", "tests.rlhf.tiny:early_letters", "--prompts", str(empty)])
     with pytest.raises(FastPPOError, match="required"):
         _parse(["rlhf", "--reward", "x:y", "--prompts", "p.jsonl"])
+
+
+def test_local_paths_that_do_not_exist_fail_before_anything_loads(tmp_path, monkeypatch) -> None:
+    # Path-like (./, ../, /, ~): never a hub id, so no minute of hub retries; named before the data is read.
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "p.jsonl").write_text(json.dumps({"prompt": "hi"}))
+    cases = [
+        (["rlhf", "--model", "./typo-path", "--reward", "x:y", "--prompts", "missing.jsonl"], "--model './typo-path' does not exist"),
+        (["dpo", "--model", "../typo-path", "--data", "missing.jsonl"], "--model '../typo-path' does not exist"),
+        (["rlhf", "--model", str(tmp_path), "--critic-model", "./typo-critic", "--reward", "x:y", "--prompts", "missing.jsonl"],
+         "--critic-model './typo-critic' does not exist"),
+        (["rlhf", "--model", str(tmp_path), "--reward", "./typo-reward", "--prompts", "p.jsonl"], "--reward './typo-reward' does not exist"),
+    ]  # fmt: skip
+    for argv, message in cases:
+        with pytest.raises(FastPPOError, match=message):
+            _run(argv)

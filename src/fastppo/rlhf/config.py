@@ -6,7 +6,9 @@ Each field's ``help`` metadata is its documentation and the text of its CLI flag
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
 
 from fastppo.core.kl import KLEstimator
@@ -103,6 +105,18 @@ class DPOConfig:
     max_completion_length: int = _f(256, "completions longer than this are cut")
 
 
+def looks_like_path(path: str) -> bool:
+    """``./x``, ``../x``, ``/x``, ``~/x`` or ``a/b/c``: a local path, never a hub id (``name`` or ``org/name``)."""
+    return os.path.isabs(path) or path.startswith((".", "~")) or path.count("/") > 1
+
+
+def check_model_path(path: str, what: str) -> None:
+    """A model argument that looks like a local path must be a folder: transformers would take a
+    missing one for a hub id and retry the hub for about a minute before failing."""
+    if looks_like_path(path) and not Path(path).expanduser().is_dir():
+        raise FastPPOError(f"{what} {path!r} does not exist: pass a folder written by save_pretrained (with config.json) or a hub id")
+
+
 def _positive(name: str, value: float) -> None:
     if value <= 0:
         raise FastPPOError(f"--{name.replace('_', '-')} must be positive, got {value}")
@@ -127,6 +141,9 @@ def validate_ppo(model: ModelConfig, sampling: SamplingConfig, ppo: PPOConfig) -
         raise FastPPOError(f"--top-p must be in (0, 1], got {sampling.top_p}")
     if ppo.kl_target is not None:
         _positive("kl_target", ppo.kl_target)
+    check_model_path(model.model, "--model")  # before any loading, as the flags above
+    if ppo.critic_model is not None:
+        check_model_path(ppo.critic_model, "--critic-model")
 
 
 def validate_dpo(model: ModelConfig, dpo: DPOConfig) -> None:
@@ -136,6 +153,7 @@ def validate_dpo(model: ModelConfig, dpo: DPOConfig) -> None:
         _positive(name, getattr(dpo, name))
     if dpo.batch_size % dpo.gradient_accumulation_steps:
         raise FastPPOError(f"--gradient-accumulation-steps {dpo.gradient_accumulation_steps} must divide --batch-size {dpo.batch_size}")
+    check_model_path(model.model, "--model")
 
 
 @dataclass

@@ -6,7 +6,6 @@ same weights, and dropout would make the first ratio differ from 1 by noise alon
 
 from __future__ import annotations
 
-import os
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -27,7 +26,7 @@ from transformers import (
 )
 
 from fastppo.errors import FastPPOError
-from fastppo.rlhf.config import ModelConfig
+from fastppo.rlhf.config import ModelConfig, check_model_path
 
 PAD_TOKEN = "<|pad|>"
 POLICY_DIR = "policy"
@@ -72,16 +71,8 @@ def resolve_device(name: str) -> torch.device:
         raise FastPPOError(f"unknown device {name!r}: use auto, cpu, cuda or cuda:N") from exc
 
 
-def _check_source(path: str) -> None:
-    """Fail fast on a local path that does not exist instead of letting transformers try the hub.
-    A hub id is ``name`` or ``org/name``; anything else is taken as a local path."""
-    looks_local = os.path.isabs(path) or path.startswith((".", "~")) or path.count("/") > 1
-    if looks_local and not Path(path).expanduser().is_dir():
-        raise FastPPOError(f"model path {path!r} does not exist: pass a folder written by save_pretrained (with config.json) or a hub id")
-
-
 def _load(loader, path: str, **kwargs):
-    _check_source(path)
+    check_model_path(path, "model path")
     try:
         return loader.from_pretrained(path, **kwargs)
     except (OSError, ValueError) as exc:

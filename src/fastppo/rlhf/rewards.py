@@ -16,6 +16,7 @@ from fastppo.core import compute_gae, kl_estimate, normalize_advantages
 from fastppo.core.kl import KLEstimator
 from fastppo.errors import FastPPOError
 from fastppo.loading import named_object, split_spec
+from fastppo.rlhf.config import looks_like_path
 from fastppo.rlhf.models import load_reward_model
 
 RewardFn = Callable[[list[str], list[str]], Sequence[float]]
@@ -27,6 +28,8 @@ def load_reward(spec: str, device: torch.device, batch_size: int = 16) -> Reward
     if Path(spec).is_dir():
         return _reward_model_fn(spec, device, batch_size)
     if split_spec(spec) is None:
+        if looks_like_path(spec):
+            raise FastPPOError(f"--reward {spec!r} does not exist: pass a reward-model folder, or module:function (e.g. mypkg.rewards:score)")
         raise FastPPOError(f"--reward {spec!r} is neither a reward-model folder nor module:function (e.g. mypkg.rewards:score)")
     fn = named_object(spec, "the reward function")
     if not callable(fn):
