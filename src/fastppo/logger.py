@@ -73,9 +73,9 @@ class RunLogger:
             run_dir.mkdir(parents=True, exist_ok=True)
             self._jsonl = (run_dir / "metrics.jsonl").open("a", encoding="utf-8")
             if tensorboard:
-                from torch.utils.tensorboard import SummaryWriter
+                from fastppo.tensorboard import EventWriter  # SummaryWriter's records, without its imports and thread
 
-                self._writer = SummaryWriter(str(run_dir), purge_step=purge_step)
+                self._writer = EventWriter(run_dir, purge_step=purge_step)
                 if config is not None and purge_step is None:
                     rows = "\n".join(f"|{k}|{v}|" for k, v in _flatten(config).items())
                     self._writer.add_text("hyperparameters", f"|param|value|\n|-|-|\n{rows}")
@@ -104,8 +104,7 @@ class RunLogger:
             self._jsonl.write(json.dumps(record) + "\n")
             self._jsonl.flush()
         if self._writer is not None:
-            for name, value in metrics.items():
-                self._writer.add_scalar(name, value, step)
+            self._writer.add_scalars(step, metrics)
         if self._progress is not None:
             # An iteration in which no episode ended has no return: keep showing the last one.
             self._shown.update({key: metrics[key] for _, key, _ in self.summary if key in metrics})
