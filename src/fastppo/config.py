@@ -30,7 +30,7 @@ class EnvConfig:
     """Environments."""
 
     env_id: str = "CartPole-v1"
-    """A registered gymnasium id, or 'package.module:Class' (or 'file.py:Class') naming your own gymnasium.Env, or with --backend tensor your own TensorEnv."""
+    """A registered gymnasium id, or 'package.module:Class' (or 'file.py:Class') naming your own gymnasium.Env, or your own TensorEnv (trained on the tensor backend)."""
     num_envs: int = 4
     """Parallel environments."""
     backend: Literal["sync", "async", "tensor", "envpool"] = "sync"
