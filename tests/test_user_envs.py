@@ -65,12 +65,15 @@ def test_a_tensor_env_by_name_picks_the_tensor_backend(tmp_path, capsys):
 def test_a_file_env_run_evaluates_from_any_folder(tmp_path, monkeypatch, capsys):
     run_dir = tmp_path / "run"
     monkeypatch.chdir(FAKE_ENVS_FILE.parent)
-    args = ["train", "fake_envs.py:MatchTensorEnv", "--backend", "tensor", "--num-envs", "16", "--num-steps", "8", "--total-timesteps", "256", "--num-minibatches", "2"]
-    assert main([*args, "--run-dir", str(run_dir), "--progress", "false", "--tensorboard", "false"]) == 0
+    args = ["fake_envs.py:MatchTensorEnv", "--backend", "tensor", "--num-envs", "16", "--num-steps", "8", "--num-minibatches", "2", "--lr-schedule", "constant"]
+    assert main(["train", *args, "--total-timesteps", "256", "--run-dir", str(run_dir), "--progress", "false", "--tensorboard", "false"]) == 0
     assert fastppo.load(run_dir).config.env.env_id == f"{FAKE_ENVS_FILE}:MatchTensorEnv"  # stored absolute
     monkeypatch.chdir(tmp_path)
     assert main(["eval", str(run_dir), "--episodes", "2"]) == 0
     assert "over 2 episodes" in capsys.readouterr().out
+    assert main(["train", "--resume", str(run_dir), "--total-timesteps", "512"]) == 0
+    monkeypatch.chdir(FAKE_ENVS_FILE.parent)  # the relative name it was trained with still names the run's env
+    assert main(["train", "--resume", str(run_dir), args[0], "--total-timesteps", "768"]) == 0
 
 
 def test_a_file_without_the_named_class_is_named(capsys):

@@ -25,6 +25,7 @@ from fastppo.diagnostics import HealthMonitor
 from fastppo.envs import make_vec_env
 from fastppo.envs.vector import HostCopies
 from fastppo.errors import FastPPOError
+from fastppo.loading import absolute_spec
 from fastppo.logger import RunLogger
 from fastppo.outputs import output_dir
 from fastppo.profiling import SectionTimer
@@ -139,7 +140,7 @@ def resume_config(run_dir: str | Path, overrides: dict[str, Any] | None = None, 
     ``env_id`` (as the command line names one) other than the run's."""
     checkpoint = load_checkpoint(run_dir)
     config = checkpoint.config
-    if env_id is not None and env_id != config.env.env_id:
+    if env_id is not None and absolute_spec(env_id) != config.env.env_id:  # a file env is saved with its absolute path
         raise FastPPOError(f"{run_dir} trains {config.env.env_id}, not {env_id}: drop ENV_ID when resuming")
     planned = config.num_iterations  # the horizon the schedules have followed so far
     for key, value in (overrides or {}).items():
