@@ -96,7 +96,7 @@ def test_the_lowest_opsets_export_quietly_and_correctly(run, tmp_path, capsys, m
 def test_an_export_that_keeps_another_opset_is_an_error(run, tmp_path, monkeypatch):
     # What the torch.export exporter does when it cannot convert: log a traceback, keep opset 18.
     export = fastppo.export._torch_onnx_export
-    monkeypatch.setattr(fastppo.export, "_torch_onnx_export", lambda module, example, path, opset, dynamo=None: export(module, example, path, 18, True))
+    monkeypatch.setattr(fastppo.export, "_torch_onnx_export", lambda module, examples, outputs, path, opset, dynamo: export(module, examples, outputs, path, 18, True))
     with pytest.raises(FastPPOError, match="the ONNX exporter wrote opset 18, not the requested 17"):
         fastppo.export.export_onnx(run, tmp_path / "p.onnx", opset=17)
     assert not list(tmp_path.iterdir())  # neither the file nor a temporary one

@@ -103,3 +103,20 @@ def test_recurrent_training_on_the_tensor_backend_and_with_action_masks():
 def test_recurrent_config_errors_say_how_to_fix_them(overrides, message):
     with pytest.raises(FastPPOError, match=message):
         fastppo.make_config("CartPole-v1", overrides={"policy.memory": "lstm", "num_envs": 4, **overrides})
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_onnx_export_of_a_recurrent_policy_takes_and_returns_the_state(tmp_path, shared):
+    import onnxruntime as ort
+
+    agent = fastppo.train("CartPoleNoVelocity-v1", preset="cleanrl-discrete", normalize_obs=True, **TINY, **{"policy.memory": "lstm", "policy.memory_size": 8, "policy.shared_trunk": shared})
+    session = ort.InferenceSession(str(fastppo.export_onnx(agent, tmp_path / "lstm.onnx")))
+    assert [i.name for i in session.get_inputs()] == ["obs", "state"] and [o.name for o in session.get_outputs()] == ["action", "state_out"]
+    rng = np.random.default_rng(0)
+    state, onnx_state = agent.initial_state(3), agent.initial_state(3).numpy()
+    for _ in range(5):  # a few steps of 3 episodes, the state carried by both
+        obs = rng.normal(0, 0.2, (3, 2)).astype(np.float32)
+        action, state = agent.step(obs, state, deterministic=True)
+        onnx_action, onnx_state = session.run(None, {"obs": obs, "state": onnx_state})
+        np.testing.assert_array_equal(onnx_action, action)
+        np.testing.assert_allclose(onnx_state, state.numpy(), rtol=1e-4, atol=1e-5)

@@ -33,11 +33,13 @@ from fastppo.outputs import output_file, writing
 
 class DeterministicPolicy(nn.Module):
     """normalise -> actor encoder -> action head -> mode (-> clip): ``Agent.act(obs, deterministic=True)``
-    as one module without Python-side state, ready for tracing."""
+    as one module without Python-side state, ready for tracing. A recurrent policy's module is
+    ``Agent.step``: ``(obs, state) -> (action, next state)``."""
 
     def __init__(self, agent: Agent, action_space: gym.Space):
         super().__init__()
         policy = copy.deepcopy(agent.policy).cpu().eval()
+        self.policy = policy if policy.recurrent else None
         self.encoder = policy.actor_encoder
         self.head = policy.action_head
         self.normalize = agent.obs_rms is not None
@@ -51,14 +53,18 @@ class DeterministicPolicy(nn.Module):
             self.register_buffer("action_low", torch.as_tensor(action_space.low, dtype=torch.float32))
             self.register_buffer("action_high", torch.as_tensor(action_space.high, dtype=torch.float32))
 
-    def forward(self, obs: Tensor) -> Tensor:
+    def forward(self, obs: Tensor, state: Tensor | None = None) -> Tensor | tuple[Tensor, Tensor]:
         x = obs if obs.dtype == torch.uint8 and not self.normalize else obs.float()
         if self.normalize:
             x = ((x - self.obs_mean) / torch.sqrt(self.obs_var + 1e-8)).clamp(-self.clip_obs, self.clip_obs)
-        action = self.head.env_action(self.head.mode(self.head(self.encoder(x))))
+        if self.policy is None:
+            params = self.head(self.encoder(x))
+        else:
+            params, _, state = self.policy.recurrent_forward(x, state)
+        action = self.head.env_action(self.head.mode(params))
         if self.clip_action:
             action = torch.minimum(torch.maximum(action, self.action_low), self.action_high)
-        return action
+        return action if self.policy is None else (action, state)
 
 
 def _has_onnxscript() -> bool:
@@ -69,9 +75,11 @@ def _has_onnxscript() -> bool:
     return True
 
 
-def _torch_onnx_export(module: nn.Module, example: Tensor, path: Path, opset: int, dynamo: bool) -> None:
+def _torch_onnx_export(module: nn.Module, examples: dict[str, Tensor], outputs: list[str], path: Path, opset: int, dynamo: bool) -> None:
     """The torch.export-based exporter (``dynamo``, needs onnxscript), else the TorchScript one
-    (deprecated since torch 2.9, still present in 2.13); both with a dynamic batch dimension."""
+    (deprecated since torch 2.9, still present in 2.13); both with a dynamic batch dimension on
+    every input (``examples``, by name) and output."""
+    inputs, batch = list(examples), torch.export.Dim("batch")
     # The exporters narrate on stdout, log and warn about their own internals: keep the CLI quiet.
     logs = [logging.getLogger(name) for name in ("torch.onnx", "onnxscript")]
     levels = [log.level for log in logs]
@@ -82,13 +90,13 @@ def _torch_onnx_export(module: nn.Module, example: Tensor, path: Path, opset: in
             warnings.simplefilter("ignore")
             if dynamo:
                 torch.onnx.export(
-                    module, (example,), str(path), dynamo=True, input_names=["obs"], output_names=["action"],
-                    dynamic_shapes={"obs": {0: torch.export.Dim("batch")}}, opset_version=opset, external_data=False,
+                    module, tuple(examples.values()), str(path), dynamo=True, input_names=inputs, output_names=outputs,
+                    dynamic_shapes={name: {0: batch} for name in inputs}, opset_version=opset, external_data=False,
                 )  # fmt: skip
             else:
                 torch.onnx.export(
-                    module, (example,), str(path), dynamo=False, input_names=["obs"], output_names=["action"],
-                    dynamic_axes={"obs": {0: "batch"}, "action": {0: "batch"}}, opset_version=opset,
+                    module, tuple(examples.values()), str(path), dynamo=False, input_names=inputs, output_names=outputs,
+                    dynamic_axes={name: {0: "batch"} for name in inputs + outputs}, opset_version=opset,
                 )  # fmt: skip
     finally:
         for log, level in zip(logs, levels):
@@ -115,10 +123,13 @@ def export_onnx(agent: Agent | str | Path, path: str | Path, opset: int = 18) ->
     obs_space, action_space = env_spaces(agent.config.env.env_id, agent.config.env.backend)
     module = DeterministicPolicy(agent, action_space)
     dtype = torch.uint8 if obs_space.dtype == np.uint8 else torch.float32
-    example = torch.as_tensor(np.stack([obs_space.sample(), obs_space.sample()]), dtype=dtype)
+    examples = {"obs": torch.as_tensor(np.stack([obs_space.sample(), obs_space.sample()]), dtype=dtype)}
+    outputs = ["action"]
+    if agent.policy.recurrent:  # Agent.step: the state goes in and comes out
+        examples["state"], outputs = torch.randn(2, agent.policy.state_size), ["action", "state_out"]
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
-        _torch_onnx_export(module, example, tmp, opset, dynamo)
+        _torch_onnx_export(module, examples, outputs, tmp, opset, dynamo)
         model = onnx.load(str(tmp))
         # An exporter that cannot convert to the opset may log the failure and keep its own.
         written = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
