@@ -162,3 +162,14 @@ def test_a_short_pong_run_trains_saves_and_loads(tmp_path):
     assert loaded.obs_shape == (4, 84, 84)
     obs = make_single_env("ALE/Pong-v5", for_eval=True).reset(seed=0)[0]
     assert loaded.act(obs, deterministic=True) == agent.act(obs, deterministic=True)
+
+
+def test_the_atari_lstm_preset_trains_a_cnn_then_lstm_policy(tmp_path):
+    agent = fastppo.train("ALE/Pong-v5", preset="atari-lstm", run_dir=tmp_path, total_timesteps=256, num_envs=2, num_steps=64, num_minibatches=2, progress=False, tensorboard=False)
+    policy = agent.policy
+    assert isinstance(policy.actor_encoder, NatureCNN) and policy.recurrent and policy.critic_memory is policy.actor_memory
+    assert policy.state_size == 256  # h and c of one LSTM of 128
+    loaded = load_agent(tmp_path)
+    obs = make_single_env("ALE/Pong-v5", for_eval=True).reset(seed=0)[0]
+    state = loaded.initial_state()
+    assert loaded.step(obs, state, deterministic=True)[0] == agent.step(obs, agent.initial_state(), deterministic=True)[0]
