@@ -120,3 +120,28 @@ def test_onnx_export_of_a_recurrent_policy_takes_and_returns_the_state(tmp_path,
         onnx_action, onnx_state = session.run(None, {"obs": obs, "state": onnx_state})
         np.testing.assert_array_equal(onnx_action, action)
         np.testing.assert_allclose(onnx_state, state.numpy(), rtol=1e-4, atol=1e-5)
+
+
+POPGYM_REPEAT_PREVIOUS = "popgym:popgym-RepeatPreviousEasy-v0"
+
+
+def test_popgym_env_trains_with_its_gru_preset():
+    """POPGym's RepeatPreviousEasy by its gymnasium id ('fastppo[popgym]'): the preset named after
+    it is picked (a GRU), the card (Discrete(4)) arrives one-hot, and 51-step episodes finish
+    with returns in [-1, 1]."""
+    pytest.importorskip("popgym")
+    config = fastppo.make_config(POPGYM_REPEAT_PREVIOUS)
+    assert (config.policy.memory, config.env.num_envs, config.ppo.num_minibatches) == ("gru", 64, 1)
+    agent = fastppo.train(POPGYM_REPEAT_PREVIOUS, total_timesteps=1024, num_envs=8, num_steps=64, progress=False, tensorboard=False, checkpoint_every=0)
+    assert agent.policy.recurrent and agent.history[-1]["global_step"] == 1024
+    returns = np.asarray(agent.episode_returns)
+    assert len(returns) >= 8 and np.all(np.abs(returns) <= 1 + 1e-6)
+
+
+@pytest.mark.slow
+def test_popgym_preset_learns_repeat_previous():
+    """The preset's 1M steps: the last 100 episodes recall the suit of 4 cards ago almost always
+    (a memoryless policy averages -0.5). ~3 min on one core."""
+    pytest.importorskip("popgym")
+    agent = fastppo.train(POPGYM_REPEAT_PREVIOUS, seed=1, progress=False, tensorboard=False, checkpoint_every=0)
+    assert np.mean(agent.episode_returns[-100:]) > 0.95
