@@ -145,3 +145,13 @@ def test_popgym_preset_learns_repeat_previous():
     pytest.importorskip("popgym")
     agent = fastppo.train(POPGYM_REPEAT_PREVIOUS, seed=1, progress=False, tensorboard=False, checkpoint_every=0)
     assert np.mean(agent.episode_returns[-100:]) > 0.95
+
+
+def test_fastppo_record_and_eval_carry_the_state_of_a_recurrent_run(tmp_path, capsys):
+    from fastppo.cli import main
+
+    fastppo.train("CartPoleNoVelocity-v1", run_dir=tmp_path / "run", **{**TINY, "num_minibatches": 1})
+    assert main(["record", str(tmp_path / "run"), "--out", str(tmp_path / "nov.mp4"), "--seed", "0"]) == 0
+    assert (tmp_path / "nov.mp4").stat().st_size > 0
+    assert main(["eval", str(tmp_path / "run"), "--episodes", "2", "--seed", "0", "--json"]) == 0
+    assert '"episodes": 2' in capsys.readouterr().out
