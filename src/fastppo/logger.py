@@ -73,9 +73,11 @@ class RunLogger:
             run_dir.mkdir(parents=True, exist_ok=True)
             self._jsonl = (run_dir / "metrics.jsonl").open("a", encoding="utf-8")
             if tensorboard:
-                from fastppo.tensorboard import EventWriter  # SummaryWriter's records, without its imports and thread
+                from torch.utils.tensorboard import SummaryWriter
 
-                self._writer = EventWriter(run_dir, purge_step=purge_step)
+                # A queue of 10 (the default) made each ~25-scalar iteration wait on the writer
+                # thread; 1000 never fills between its flushes (every 10 s, and at close).
+                self._writer = SummaryWriter(str(run_dir), purge_step=purge_step, max_queue=1000, flush_secs=10)
                 if config is not None and purge_step is None:
                     rows = "\n".join(f"|{k}|{v}|" for k, v in _flatten(config).items())
                     self._writer.add_text("hyperparameters", f"|param|value|\n|-|-|\n{rows}")
@@ -104,7 +106,8 @@ class RunLogger:
             self._jsonl.write(json.dumps(record) + "\n")
             self._jsonl.flush()
         if self._writer is not None:
-            self._writer.add_scalars(step, metrics)
+            for name, value in metrics.items():
+                self._writer.add_scalar(name, value, step)
         if self._progress is not None:
             # An iteration in which no episode ended has no return: keep showing the last one.
             self._shown.update({key: metrics[key] for _, key, _ in self.summary if key in metrics})
