@@ -141,7 +141,7 @@ def test_popgym_env_trains_with_its_gru_preset():
 @pytest.mark.slow
 def test_popgym_preset_learns_repeat_previous():
     """The preset's 1M steps: the last 100 episodes recall the suit of 4 cards ago almost always
-    (a memoryless policy averages -0.5). ~3 min on one core."""
+    (a memoryless policy averages -0.5). 2-5 min on 2 cores."""
     pytest.importorskip("popgym")
     agent = fastppo.train(POPGYM_REPEAT_PREVIOUS, seed=1, progress=False, tensorboard=False, checkpoint_every=0)
     assert np.mean(agent.episode_returns[-100:]) > 0.95
