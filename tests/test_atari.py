@@ -12,6 +12,7 @@ import torch
 
 import fastppo
 from fastppo.agent import load_agent
+from fastppo.cli import main
 from fastppo.config import EnvConfig, PolicyConfig
 from fastppo.envs import make_single_env, make_vec_env
 from fastppo.envs.atari import EpisodicLife, FireReset, is_atari
@@ -30,6 +31,36 @@ def test_observations_are_four_stacked_84x84_uint8_frames():
     obs, *_ = env.step(0)
     assert obs.shape == (4, 84, 84) and obs.dtype == np.uint8
     env.close()
+
+
+def test_frame_stack_sets_the_channels_and_keeps_the_newest_frames():
+    """--env.frame-stack N observes the newest N of the frames a 4-stack holds (1: CleanRL's LSTM setting)."""
+    stacks = {n: make_vec_env(EnvConfig(env_id="BreakoutNoFrameskip-v4", num_envs=1, frame_stack=n), torch.device("cpu")) for n in (1, 2, 4)}
+    observations = {n: [envs.reset(seed=0).obs] for n, envs in stacks.items()}
+    for action in [1, 2, 2, 3, 0]:
+        for n, envs in stacks.items():
+            observations[n].append(envs.step(torch.tensor([action])).obs)
+    for n, envs in stacks.items():
+        assert envs.single_observation_space.shape == (n, 84, 84)
+        envs.close()
+    for one, two, four in zip(*observations.values()):
+        assert one.shape == (1, 1, 84, 84) and one.dtype == torch.uint8
+        torch.testing.assert_close(one, four[:, -1:])
+        torch.testing.assert_close(two, four[:, -2:])
+
+
+@pytest.mark.parametrize(
+    "env_id, value, message",
+    [
+        ("ALE/Pong-v5", "0", "--env.frame-stack must be a positive integer, got 0"),
+        ("ALE/Pong-v5", "two", "--env.frame-stack expects an integer, got 'two'"),
+        ("CartPole-v1", "1", "--env.frame-stack 1 applies to Atari ids only, and CartPole-v1 is not one: leave it at 4"),
+    ],
+)
+def test_a_bad_frame_stack_is_one_line_and_exit_2(tmp_path, capsys, env_id, value, message):
+    assert main(["train", env_id, "--frame-stack", value, "--run-dir", str(tmp_path / "run"), "--progress", "false"]) == 2
+    out, err = capsys.readouterr()
+    assert err == f"fastppo: error: {message}\n" and "steps" not in out
 
 
 def test_atari_ids_are_recognised():
@@ -164,12 +195,29 @@ def test_a_short_pong_run_trains_saves_and_loads(tmp_path):
     assert loaded.act(obs, deterministic=True) == agent.act(obs, deterministic=True)
 
 
-def test_the_atari_lstm_preset_trains_a_cnn_then_lstm_policy(tmp_path):
-    agent = fastppo.train("ALE/Pong-v5", preset="atari-lstm", run_dir=tmp_path, total_timesteps=256, num_envs=2, num_steps=64, num_minibatches=2, progress=False, tensorboard=False)
+def test_the_atari_lstm_preset_observes_one_frame_through_resume_load_eval_and_export(tmp_path):
+    """CleanRL's ppo_atari_lstm.py setting: 1 frame per observation, the LSTM is the memory. The saved
+    config's frame_stack must rebuild the same 1-channel env wherever the agent goes."""
+    ort = pytest.importorskip("onnxruntime", reason="ONNX export needs fastppo[export]")
+    # Constant schedules: a run whose linear schedules reached 0 cannot be resumed.
+    agent = fastppo.train(
+        "BreakoutNoFrameskip-v4", preset="atari-lstm", run_dir=tmp_path, total_timesteps=256, num_envs=2, num_steps=64, num_minibatches=2,
+        lr_schedule="constant", clip_schedule="constant", progress=False, tensorboard=False,
+    )  # fmt: skip
     policy = agent.policy
     assert isinstance(policy.actor_encoder, NatureCNN) and policy.recurrent and policy.critic_memory is policy.actor_memory
     assert policy.state_size == 256  # h and c of one LSTM of 128
+    assert agent.config.env.frame_stack == 1 and agent.obs_shape == (1, 84, 84) and policy.actor_encoder.convs[0].in_channels == 1
+    resumed = fastppo.resume(tmp_path, total_timesteps=384, progress=False)
+    assert resumed.obs_shape == (1, 84, 84) and len(resumed.history) == 3
     loaded = load_agent(tmp_path)
-    obs = make_single_env("ALE/Pong-v5", for_eval=True).reset(seed=0)[0]
-    state = loaded.initial_state()
-    assert loaded.step(obs, state, deterministic=True)[0] == agent.step(obs, agent.initial_state(), deterministic=True)[0]
+    assert loaded.obs_shape == (1, 84, 84)
+    obs = make_single_env("BreakoutNoFrameskip-v4", for_eval=True, frame_stack=1).reset(seed=0)[0]
+    action = loaded.step(obs, loaded.initial_state(), deterministic=True)[0]
+    assert action == resumed.step(obs, resumed.initial_state(), deterministic=True)[0]
+    result = fastppo.evaluate(tmp_path, episodes=1, deterministic=True, seed=0)  # a 4-frame env would be refused
+    assert len(result.returns) == 1 and result.lengths[0] > 0
+    session = ort.InferenceSession(str(fastppo.export_onnx(loaded, tmp_path / "lstm.onnx")))
+    assert session.get_inputs()[0].shape[1:] == [1, 84, 84]
+    onnx_action, _ = session.run(None, {"obs": obs[None], "state": loaded.initial_state().numpy()})
+    assert onnx_action[0] == action

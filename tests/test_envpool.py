@@ -78,6 +78,20 @@ def test_atari_matches_gymnasium_observations_and_whole_game_returns():
 
 
 @needs_envpool
+def test_atari_frame_stack_is_envpools_stack_num(tmp_path):
+    """--env.frame-stack 1 on EnvPool; the saved agent reloads on the gymnasium env, one channel too."""
+    envs = make_vec_env(EnvConfig(env_id="BreakoutNoFrameskip-v4", num_envs=2, backend="envpool", frame_stack=1), CPU)
+    assert envs.single_observation_space.shape == (1, 84, 84)
+    assert envs.reset(seed=0).obs.shape == (2, 1, 84, 84) and envs.step(torch.ones(2, dtype=torch.long)).obs.shape == (2, 1, 84, 84)
+    envs.close()
+    fastppo.train(
+        "BreakoutNoFrameskip-v4", preset="atari-lstm", backend="envpool", run_dir=tmp_path, total_timesteps=128, num_envs=2, num_steps=64,
+        num_minibatches=2, progress=False, tensorboard=False,
+    )  # fmt: skip
+    assert fastppo.load(tmp_path).obs_shape == (1, 84, 84)
+
+
+@needs_envpool
 def test_mujoco_matches_gymnasium_shapes_and_truncation():
     for backend in ("sync", "envpool"):
         obs, terminated, truncated_at, episodes, envs = run_random("HalfCheetah-v4", backend, num_envs=1, steps=1002)

@@ -154,7 +154,7 @@ def load_agent(directory: str | Path, device: str | torch.device = "cpu") -> Age
         raise FastPPOError(f"no saved agent in {directory}: {Path(exc.filename or POLICY_FILE).name} is missing (train with --run-dir, or give a checkpoint folder)") from None
     except (ValueError, KeyError, TypeError, AttributeError, SafetensorError, OSError) as exc:
         raise FastPPOError(f"cannot read the agent in {directory}: damaged or foreign file ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") from None
-    agent = build_agent(config, *env_spaces(config.env.env_id, config.env.backend), torch.device(device))
+    agent = build_agent(config, *env_spaces(config.env.env_id, config.env.backend, config.env.frame_stack), torch.device(device))
     agent.action_masks = bool(meta.get("action_masks", False))
     try:
         agent.policy.load_state_dict({k.removeprefix("policy."): v for k, v in tensors.items() if k.startswith("policy.")})

@@ -45,6 +45,8 @@ class EnvConfig:
     """Clip scaled rewards to [-clip_reward, clip_reward]."""
     capture_video: bool = False
     """Record videos of env 0's episodes into the run directory during training."""
+    frame_stack: int = 4
+    """Atari only: how many of the latest 84x84 frames one observation stacks (1 when --policy.memory remembers instead, as CleanRL's ppo_atari_lstm.py)."""
 
 
 @dataclass
@@ -168,6 +170,7 @@ class Config:
         """Check every value once; raise FastPPOError with the fix."""
         positive_ints = {
             "env.num_envs": self.env.num_envs,
+            "env.frame_stack": self.env.frame_stack,
             "ppo.num_steps": self.ppo.num_steps,
             "ppo.num_minibatches": self.ppo.num_minibatches,
             "ppo.update_epochs": self.ppo.update_epochs,

@@ -168,7 +168,7 @@ def evaluate(
         _check_obs_shape(agent, env_class.single_observation_space.shape, env_id)
         returns, lengths = run_tensor_episodes(agent, env_class, episodes, deterministic, seed)
     else:
-        env = make_single_env(env_id, for_eval=True)
+        env = make_single_env(env_id, for_eval=True, frame_stack=agent.config.env.frame_stack)
         try:
             _check_obs_shape(agent, env.observation_space.shape, env_id)
             returns, lengths = run_episodes(agent, env, episodes, deterministic, seed)
@@ -190,7 +190,7 @@ def record(
     env_id = env_id or agent.config.env.env_id
     if user_tensor_env(env_id) is not None:
         raise FastPPOError(f"cannot record {env_id}: a tensor env has no renderer; record a gymnasium env that renders rgb_array frames")
-    env = make_single_env(env_id, render_mode="rgb_array", for_eval=True)
+    env = make_single_env(env_id, render_mode="rgb_array", for_eval=True, frame_stack=agent.config.env.frame_stack)
     try:
         _check_obs_shape(agent, env.observation_space.shape, env_id)
         with VideoWriter(out, env_fps(env)) as video:

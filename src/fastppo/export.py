@@ -120,7 +120,7 @@ def export_onnx(agent: Agent | str | Path, path: str | Path, opset: int = 18) ->
         raise FastPPOError(f"--opset {opset} is outside what the {exporter} ONNX exporter writes correctly: pick {low} to {high} (default 18)")
     agent = agent if isinstance(agent, Agent) else load_agent(agent)
     path = output_file(path, "the ONNX file")
-    obs_space, action_space = env_spaces(agent.config.env.env_id, agent.config.env.backend)
+    obs_space, action_space = env_spaces(agent.config.env.env_id, agent.config.env.backend, agent.config.env.frame_stack)
     module = DeterministicPolicy(agent, action_space)
     dtype = torch.uint8 if obs_space.dtype == np.uint8 else torch.float32
     examples = {"obs": torch.as_tensor(np.stack([obs_space.sample(), obs_space.sample()]), dtype=dtype)}

@@ -11,7 +11,8 @@ Training stack, innermost first:
     EpisodicLife            a lost life ends the training episode (terminated=True) but not the game
     FireReset               press FIRE after every (life) reset in games that need it
     sign(reward)            reward clipping to {-1, 0, +1}
-    FrameStackObservation   the last 4 frames: uint8 [4, 84, 84]; the CNN divides by 255 itself
+    FrameStackObservation   the last frame_stack frames (--env.frame-stack, 4 unless a recurrent
+                            policy is the memory): uint8 [frame_stack, 84, 84]; the CNN divides by 255
 
 Evaluation (``for_eval=True``) drops EpisodicLife and reward clipping, so an episode is a full game
 scored in raw points, and FireReset presses FIRE after each lost life as well, so the policy meets
@@ -36,7 +37,6 @@ ALE_ENTRY_POINT = "ale_py.env:AtariEnv"
 FRAME_SKIP = 4
 NOOP_MAX = 30
 SCREEN_SIZE = 84
-FRAME_STACK = 4
 FIRE = "FIRE"
 
 
@@ -63,8 +63,9 @@ def is_atari(env_id: str) -> bool:
     return spec.entry_point == ALE_ENTRY_POINT
 
 
-def make_atari_env(env_id: str, render_mode: str | None = None, video_dir: Any = None, for_eval: bool = False) -> gym.Env:
-    """One Atari env with the standard stack (module docstring); ``for_eval`` plays full games."""
+def make_atari_env(env_id: str, frame_stack: int, render_mode: str | None = None, video_dir: Any = None, for_eval: bool = False) -> gym.Env:
+    """One Atari env with the standard stack (module docstring) of ``frame_stack`` frames;
+    ``for_eval`` plays full games."""
     try:
         import cv2  # noqa: F401  (AtariPreprocessing resizes with OpenCV)
     except ImportError:
@@ -83,7 +84,7 @@ def make_atari_env(env_id: str, render_mode: str | None = None, video_dir: Any =
         env = FireReset(env, on_life_loss=for_eval)
     if not for_eval:
         env = gym.wrappers.TransformReward(env, np.sign)
-    return gym.wrappers.FrameStackObservation(env, FRAME_STACK)
+    return gym.wrappers.FrameStackObservation(env, frame_stack)
 
 
 def _lives(env: gym.Env) -> int:

@@ -7,8 +7,8 @@ flags false, exactly fastppo's reset row, so its outputs pass through unchanged.
 Same semantics as the gymnasium backend:
 - Atari ids (``ALE/Pong-v5``, ``PongNoFrameskip-v4``) map to EnvPool's ``Pong-v5`` with the
   standard preprocessing switched on to match fastppo.envs.atari (noop 30, skip 4 with max-pool,
-  episodic life, fire reset, sign-clipped rewards, 84x84 gray, 4 stacked frames) and the id's own
-  sticky-action probability and episode frame limit.
+  episodic life, fire reset, sign-clipped rewards, 84x84 gray, --env.frame-stack frames stacked)
+  and the id's own sticky-action probability and episode frame limit.
 - Episodic returns are the raw, unclipped score of a whole game (EnvPool's ``info["reward"]``
   summed until ``info["terminated"]``, its real game-over flag, or truncation), and lengths count
   agent steps, as RecordEpisodeStatistics does below EpisodicLife in the gymnasium stack.
@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from fastppo.config import EnvConfig
-from fastppo.envs.atari import FRAME_SKIP, FRAME_STACK, NOOP_MAX, SCREEN_SIZE, is_atari
+from fastppo.envs.atari import FRAME_SKIP, NOOP_MAX, SCREEN_SIZE, is_atari
 from fastppo.envs.vector import Episodes, HostCopies, StepResult
 from fastppo.errors import FastPPOError
 
@@ -37,8 +37,9 @@ def import_envpool():
     return envpool
 
 
-def envpool_task(env_id: str) -> tuple[str, dict]:
-    """EnvPool's task id and options for a gymnasium id, or a FastPPOError naming the fix."""
+def envpool_task(env_id: str, frame_stack: int) -> tuple[str, dict]:
+    """EnvPool's task id and options for a gymnasium id (Atari frames stacked ``frame_stack``
+    deep), or a FastPPOError naming the fix."""
     envpool = import_envpool()
     if is_atari(env_id):
         spec = gym.spec(env_id)
@@ -53,7 +54,7 @@ def envpool_task(env_id: str) -> tuple[str, dict]:
             use_fire_reset=True,
             noop_max=NOOP_MAX,
             frame_skip=FRAME_SKIP,
-            stack_num=FRAME_STACK,
+            stack_num=frame_stack,
             img_height=SCREEN_SIZE,
             img_width=SCREEN_SIZE,
             gray_scale=True,
@@ -147,5 +148,5 @@ class EnvPoolVecEnv(HostCopies):
 
 def make_envpool_env(cfg: EnvConfig, device: torch.device) -> EnvPoolVecEnv:
     """The EnvPool VecEnv for ``cfg`` (``env.backend: envpool``)."""
-    task, options = envpool_task(cfg.env_id)
+    task, options = envpool_task(cfg.env_id, cfg.frame_stack)
     return EnvPoolVecEnv(task, cfg.num_envs, options, device)

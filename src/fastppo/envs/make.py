@@ -44,16 +44,19 @@ def register_envs() -> None:
         )
 
 
-def make_single_env(env_id: str, video_dir: Path | None = None, render_mode: str | None = None, for_eval: bool = False) -> gym.Env:
+def make_single_env(
+    env_id: str, video_dir: Path | None = None, render_mode: str | None = None, for_eval: bool = False, frame_stack: int = EnvConfig.frame_stack
+) -> gym.Env:
     """One gymnasium env with fastppo's standard wrappers: episode statistics recorded on the raw
     rewards, optional video, observations flattened to a vector where needed.
 
-    Atari ids get the standard Atari stack (fastppo.envs.atari); ``for_eval=True`` builds its
-    evaluation variant (full games, raw score: no episodic life, no reward clipping). Other
-    families have no training-only wrappers, so ``for_eval`` changes nothing for them.
+    Atari ids get the standard Atari stack (fastppo.envs.atari) of ``frame_stack`` frames;
+    ``for_eval=True`` builds its evaluation variant (full games, raw score: no episodic life, no
+    reward clipping). Other families have no training-only wrappers and no frame stack, so
+    ``for_eval`` and ``frame_stack`` change nothing for them.
     """
     if is_atari(env_id):
-        return make_atari_env(env_id, render_mode=render_mode, video_dir=video_dir, for_eval=for_eval)
+        return make_atari_env(env_id, frame_stack, render_mode=render_mode, video_dir=video_dir, for_eval=for_eval)
     if video_dir is not None:
         render_mode = "rgb_array"
     # Only pass render_mode when asked: a user's env need not accept it.
@@ -64,15 +67,16 @@ def make_single_env(env_id: str, video_dir: Path | None = None, render_mode: str
     return flatten_if_needed(env)
 
 
-def env_spaces(env_id: str, backend: str) -> tuple[gym.Space, gym.Space]:
+def env_spaces(env_id: str, backend: str, frame_stack: int = EnvConfig.frame_stack) -> tuple[gym.Space, gym.Space]:
     """The (observation, action) spaces of one env as the policy sees them, without a vector env:
-    a tensor env declares them on its class (a user's may have no gymnasium twin)."""
+    a tensor env declares them on its class (a user's may have no gymnasium twin). A saved agent
+    passes its config's ``frame_stack``, so an Atari policy gets the channels it was trained on."""
     if backend == "tensor":
         from fastppo.envs.tensor import tensor_env_class
 
         env_class = tensor_env_class(env_id)
         return env_class.single_observation_space, env_class.single_action_space
-    env = make_single_env(env_id, for_eval=True)
+    env = make_single_env(env_id, for_eval=True, frame_stack=frame_stack)
     try:
         return env.observation_space, env.action_space
     finally:
@@ -81,6 +85,9 @@ def env_spaces(env_id: str, backend: str) -> tuple[gym.Space, gym.Space]:
 
 def make_vec_env(cfg: EnvConfig, device: torch.device, video_dir: Path | None = None) -> VecEnv:
     """A VecEnv for ``cfg`` on ``device``; seeding happens at the first ``reset``."""
+    # Here, not in Config.validate, which checks values without looking envs up.
+    if cfg.frame_stack != EnvConfig.frame_stack and not is_atari(cfg.env_id):
+        raise FastPPOError(f"--env.frame-stack {cfg.frame_stack} applies to Atari ids only, and {cfg.env_id} is not one: leave it at {EnvConfig.frame_stack}")
     if cfg.backend == "tensor":
         from fastppo.envs.tensor import make_tensor_env
 
@@ -92,7 +99,9 @@ def make_vec_env(cfg: EnvConfig, device: torch.device, video_dir: Path | None = 
     if cfg.backend not in ("sync", "async"):
         raise FastPPOError(f"unknown env backend '{cfg.backend}': choose sync, async, tensor or envpool")
     gym_make(cfg.env_id).close()  # a bad id fails here in one line, not in every worker
-    env_fns = [partial(make_single_env, cfg.env_id, video_dir if (i == 0 and cfg.capture_video) else None) for i in range(cfg.num_envs)]
+    env_fns = [
+        partial(make_single_env, cfg.env_id, video_dir if (i == 0 and cfg.capture_video) else None, frame_stack=cfg.frame_stack) for i in range(cfg.num_envs)
+    ]
     return GymnasiumVecEnv(env_fns, asynchronous=cfg.backend == "async", device=device)
 
 

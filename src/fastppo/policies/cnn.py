@@ -12,7 +12,7 @@ from fastppo.policies.distributions import layer_init
 
 
 class NatureCNN(nn.Module):
-    """[B, C, H, W] frames (C stacked grayscale frames, 4x84x84 for Atari) -> [B, out_features].
+    """[B, C, H, W] frames (C stacked grayscale frames: 4x84x84 for Atari, Cx84x84 with --env.frame-stack C) -> [B, out_features].
 
     uint8 pixels are scaled to [0, 1] here, so the rollout buffer stores 1 byte per pixel.
     Float inputs are taken as already scaled (e.g. by ``env.normalize_obs``) and pass unchanged.
