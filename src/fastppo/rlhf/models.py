@@ -89,15 +89,19 @@ def load_tokenizer(path: str) -> PreTrainedTokenizerBase:
     if tokenizer.eos_token_id is None:
         raise FastPPOError(f"the tokenizer of {path!r} has no EOS token: set eos_token in its tokenizer_config.json")
     if tokenizer.pad_token_id is None or tokenizer.pad_token_id == tokenizer.eos_token_id:
-        warnings.warn(
-            f"the tokenizer of {path!r} has no pad token distinct from EOS: added {PAD_TOKEN!r} as pad token "
-            "(the models' embeddings grow by one row); save a tokenizer with its own pad token to silence this",
-            stacklevel=2,
-        )
-        tokenizer.add_special_tokens({"pad_token": PAD_TOKEN})
+        _add_pad_token(tokenizer, path, "distinct from EOS")
     tokenizer.padding_side = "left"
     tokenizer.truncation_side = "left"
     return tokenizer
+
+
+def _add_pad_token(tokenizer: PreTrainedTokenizerBase, path: str, why: str) -> None:
+    warnings.warn(
+        f"the tokenizer of {path!r} has no pad token {why}: added {PAD_TOKEN!r} as pad token "
+        "(the models' embeddings grow by one row); save a tokenizer with its own pad token to silence this",
+        stacklevel=3,
+    )
+    tokenizer.add_special_tokens({"pad_token": PAD_TOKEN})
 
 
 def _config_without_dropout(path: str):
@@ -214,8 +218,12 @@ def reference_model(models: Models) -> Iterator[PreTrainedModel]:
 
 
 def load_reward_model(path: str, device: torch.device) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """A frozen AutoModelForSequenceClassification whose first logit is the score, with its tokenizer."""
-    tokenizer = load_tokenizer(path)
+    """A frozen AutoModelForSequenceClassification whose first logit is the score, with its tokenizer
+    as it was saved: the special tokens and padding side the model was trained with (an encoder
+    such as BERT has no EOS and pads on the right). Only a missing pad token is added."""
+    tokenizer = _load(AutoTokenizer, path)
+    if tokenizer.pad_token_id is None:
+        _add_pad_token(tokenizer, path, "to batch texts with")
     model = _load(AutoModelForSequenceClassification, path, config=_config_without_dropout(path))
     return _frozen(_prepared(model, tokenizer, device)), tokenizer
 

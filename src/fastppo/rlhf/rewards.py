@@ -18,12 +18,14 @@ from fastppo.errors import FastPPOError
 from fastppo.loading import named_object, split_spec
 from fastppo.rlhf.config import looks_like_path
 from fastppo.rlhf.models import load_reward_model
+from fastppo.rlhf.tokens import positions
 
 RewardFn = Callable[[list[str], list[str]], Sequence[float]]
 
 
 def load_reward(spec: str, device: torch.device, batch_size: int = 16) -> RewardFn:
-    """``spec`` is a reward-model folder (AutoModelForSequenceClassification, first logit = score),
+    """``spec`` is a reward-model folder (AutoModelForSequenceClassification, first logit = score,
+    scoring ``prompt + completion`` re-tokenized with the folder's own tokenizer),
     ``module:function`` or ``path/to/file.py:function`` for ``reward(prompts, completions) -> list[float]``."""
     if Path(spec).is_dir():
         return _reward_model_fn(spec, device, batch_size)
@@ -46,6 +48,8 @@ def _reward_model_fn(path: str, device: torch.device, batch_size: int) -> Reward
         scores = []
         for i in range(0, len(texts), batch_size):
             enc = tokenizer(texts[i : i + batch_size], padding=True, truncation=True, return_tensors="pt").to(device)
+            if tokenizer.padding_side == "left":  # right padding leaves positions as they are; not every encoder takes position_ids
+                enc["position_ids"] = positions(enc["attention_mask"])
             scores.append(model(**enc).logits[:, 0].float())
         return torch.cat(scores).tolist()
 

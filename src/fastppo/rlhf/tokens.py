@@ -36,6 +36,12 @@ def encode_completions(tokenizer: PreTrainedTokenizerBase, completions: list[str
     return ids.to(device), mask.to(device)
 
 
+def positions(attention_mask: Tensor) -> Tensor:
+    """Position ids that count real tokens only: with left padding, a text's first token is at 0
+    whatever the padding before it (models with learned position embeddings depend on it)."""
+    return (attention_mask.cumsum(dim=1) - 1).clamp_min(0)
+
+
 def mask_after_eos(response: Tensor, eos_token_id: int) -> Tensor:
     """[B, R] bool: true up to and including the first EOS, false after it. Position-based, so the
     mask is right even if a tokenizer pads with its EOS token."""
@@ -74,7 +80,7 @@ def forward_tokens(
     """
     input_ids = torch.cat((query, response), dim=1)
     attention_mask = torch.cat((query_mask.long(), response_mask.long()), dim=1)
-    position_ids = (attention_mask.cumsum(dim=1) - 1).clamp_min(0)
+    position_ids = positions(attention_mask)
     start = query.shape[1] - 1
     shared_trunk = critic is not None and critic.trunk is None
     out = policy(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, output_hidden_states=shared_trunk, use_cache=False)

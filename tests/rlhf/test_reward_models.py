@@ -1,0 +1,63 @@
+"""Reward-model folders given to --reward: a score depends on the text only, not on the batch it
+was scored in, for decoder (learned positions, RoPE) and encoder (BERT-style) classifiers."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fastppo.rlhf.rewards import load_reward
+from tests.rlhf.tiny import CHARS, build_tokenizer
+
+# Different lengths, so that batching pads all but the longest.
+PROMPTS = ["ab", "hello there", "x", "the cat sat on the"]
+COMPLETIONS = ["cd", "friend", "", "mat and"]
+
+
+def _decoder_reward_model(kind: str, folder, padding_side: str):
+    from transformers import GPT2Config, GPT2ForSequenceClassification, LlamaConfig, LlamaForSequenceClassification
+
+    tokenizer = build_tokenizer()
+    tokenizer.padding_side = padding_side  # saved with it: a reward model's tokenizer is used as it comes
+    torch.manual_seed(0)
+    common = dict(vocab_size=len(tokenizer), num_labels=1, pad_token_id=tokenizer.pad_token_id)
+    if kind == "gpt2":  # learned absolute position embeddings
+        model = GPT2ForSequenceClassification(GPT2Config(n_layer=1, n_head=2, n_embd=16, n_positions=64, **common))
+    else:  # rotary position embeddings (Llama/Qwen/Mistral family)
+        config = LlamaConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2, **common)
+        model = LlamaForSequenceClassification(config)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def _assert_batch_independent(reward) -> None:
+    batched = reward(PROMPTS, COMPLETIONS)
+    alone = [reward([p], [c])[0] for p, c in zip(PROMPTS, COMPLETIONS)]
+    assert len(set(batched)) == len(batched), "the model tells the texts apart"
+    assert batched == pytest.approx(alone, rel=1e-4), "a text's score does not depend on the texts padded with it"
+
+
+@pytest.mark.parametrize("padding_side", ["left", "right"])
+@pytest.mark.parametrize("kind", ["gpt2", "llama"])
+def test_decoder_reward_model_scores_a_text_the_same_batched_or_alone(tmp_path, kind, padding_side) -> None:
+    folder = _decoder_reward_model(kind, tmp_path / "rm", padding_side)
+    _assert_batch_independent(load_reward(str(folder), torch.device("cpu"), batch_size=len(PROMPTS)))
+
+
+def test_encoder_reward_model_scores_with_its_own_tokenizer(tmp_path) -> None:
+    """A BERT-style classifier: no EOS token, [CLS] ... [SEP] added by its tokenizer, right padding."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+    from transformers import BertConfig, BertForSequenceClassification, PreTrainedTokenizerFast
+
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]"]
+    backend = Tokenizer(models.WordLevel({t: i for i, t in enumerate(specials + list(CHARS))}, unk_token="[UNK]"))
+    backend.pre_tokenizer = pre_tokenizers.Split("", "isolated")
+    backend.post_processor = processors.TemplateProcessing(single="[CLS] $A [SEP]", special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="[PAD]", unk_token="[UNK]", cls_token="[CLS]", sep_token="[SEP]")
+    assert tokenizer.eos_token_id is None and tokenizer.padding_side == "right"
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=len(tokenizer), hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32, num_labels=1)
+    BertForSequenceClassification(config).save_pretrained(tmp_path / "rm")
+    tokenizer.save_pretrained(tmp_path / "rm")
+    _assert_batch_independent(load_reward(str(tmp_path / "rm"), torch.device("cpu"), batch_size=len(PROMPTS)))
