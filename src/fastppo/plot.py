@@ -93,14 +93,23 @@ def group_runs(runs: list[Run]) -> list[list[Run]]:
     return list(groups.values())
 
 
+def differing_keys(groups: list[list[Run]]) -> list[str]:
+    """The config keys, env id aside, whose values differ between the groups, sorted."""
+    keys = sorted({k for g in groups for k in g[0].config} - NOT_HYPERPARAMETERS - {"env.env_id"})
+    return [k for k in keys if len({json.dumps(g[0].config.get(k)) for g in groups}) > 1]
+
+
+def config_label(config: dict[str, Any], keys: list[str]) -> str:
+    """'learning_rate=0.001, num_envs=8': the values of ``keys`` (flat 'section.field') by field name."""
+    return ", ".join(f"{k.split('.', 1)[1]}={config.get(k)}" for k in keys)
+
+
 def _labels(groups: list[list[Run]]) -> list[str]:
     """Each group named by its env plus the hyperparameters that differ between groups."""
-    keys = sorted({k for g in groups for k in g[0].config} - NOT_HYPERPARAMETERS - {"env.env_id"})
-    differing = [k for k in keys if len({json.dumps(g[0].config.get(k)) for g in groups}) > 1]
+    differing = differing_keys(groups)
     labels = []
     for group in groups:
-        cfg = group[0].config
-        extra = ", ".join(f"{k.split('.', 1)[1]}={cfg.get(k)}" for k in differing[:4])
+        extra = config_label(group[0].config, differing[:4])
         seeds = f"{len(group)} seed{'s' if len(group) > 1 else ''}"
         labels.append(f"{group[0].env_id}{' (' + extra + ')' if extra else ''} — {seeds}")
     return labels
@@ -115,15 +124,24 @@ def _smooth(values: np.ndarray, window: int) -> np.ndarray:
     return np.convolve(values, kernel, mode="full")[: len(values)] / np.convolve(np.ones(len(values)), kernel, mode="full")[: len(values)]
 
 
-def _aggregate(runs: list[Run], name: str, smooth: int, points: int = 300) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
-    """(steps, mean, min, max) of ``name`` across runs on a common step grid."""
+def curves_on_grid(runs: list[Run], name: str, smooth: int, points: int = 300) -> tuple[np.ndarray, np.ndarray] | None:
+    """(steps, values [runs, points]): ``name`` of each run that logged it, smoothed, then
+    interpolated onto one step grid over the steps all of them cover; None if none logged it."""
     curves = [run.series(name) for run in runs]
     curves = [(x, _smooth(y, smooth)) for x, y in curves if len(x)]
     if not curves:
         return None
     start, end = max(x[0] for x, _ in curves), min(x[-1] for x, _ in curves)
     grid = np.linspace(start, end, points) if end > start else np.asarray([start])
-    values = np.stack([np.interp(grid, x, y) for x, y in curves])
+    return grid, np.stack([np.interp(grid, x, y) for x, y in curves])
+
+
+def _aggregate(runs: list[Run], name: str, smooth: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """(steps, mean, min, max) of ``name`` across runs on a common step grid."""
+    curves = curves_on_grid(runs, name, smooth)
+    if curves is None:
+        return None
+    grid, values = curves
     return grid, values.mean(0), values.min(0), values.max(0)
 
 
