@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from fastppo.core import policy_loss, ppo_loss, value_loss
+from fastppo.core import policy_loss, ppo_loss, reference_kl_penalty, value_loss
 
 F64 = torch.float64
 
@@ -236,3 +236,18 @@ def test_works_on_token_shaped_batches():
     loss, _ = ppo_loss(**b, mask=mask, clip_coef=0.2, ent_coef=0.0, vf_coef=0.5)
     loss_flat, _ = ppo_loss(**{k: v[mask] for k, v in b.items()}, clip_coef=0.2, ent_coef=0.0, vf_coef=0.5)
     assert loss.item() == pytest.approx(loss_flat.item())
+
+
+def test_reference_kl_penalty_by_hand():
+    # log(pi_ref / pi) = -0.5, 1.0, 0.0 and a masked token whose garbage changes nothing
+    new = torch.tensor([-1.0, -2.0, -0.3, -1000.0], dtype=F64, requires_grad=True)
+    ref = torch.tensor([-1.5, -1.0, -0.3, 0.0], dtype=F64)
+    mask = torch.tensor([True, True, True, False])
+    per_token = [math.exp(-0.5) + 0.5 - 1, math.exp(1.0) - 1.0 - 1, 0.0]  # r - log r - 1, r = pi_ref / pi
+    loss, m = reference_kl_penalty(new, ref, kl_coef=0.1, mask=mask)
+    assert loss.item() == pytest.approx(0.1 * sum(per_token) / 3)
+    assert m["ref_kl"].item() == pytest.approx(sum(per_token) / 3)
+    loss.backward()
+    # d/dlogpi (r - log r - 1) = 1 - r: pulls log pi up where the reference is likelier, down where it is not
+    expected = [0.1 / 3 * (1 - math.exp(x)) for x in (-0.5, 1.0, 0.0)] + [0.0]
+    torch.testing.assert_close(new.grad, torch.tensor(expected, dtype=F64))

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from fastppo.core import adaptive_kl_beta, kl_estimate, proportional_kl_beta
+from fastppo.rlhf.config import PPOConfig
 from fastppo.rlhf.rewards import (
     gae_advantages,
     grpo_advantages,
@@ -16,7 +17,9 @@ from fastppo.rlhf.rewards import (
     token_rewards,
     whiten_advantages,
 )
+from fastppo.rlhf.rollout import Rollout
 from fastppo.rlhf.tokens import mask_after_eos
+from fastppo.rlhf.trainer import compute_advantages
 
 EOS = 1
 
@@ -69,6 +72,31 @@ def test_critic_free_advantage_is_broadcast_to_valid_tokens_with_the_kl_in_the_r
     adv = sequence_advantages("rloo", torch.tensor([1.0, 1.0]), kl, kl_coef=0.5, mask=mask, group_size=2)
     # returns: 1 - 0.5 * 2 = 0 and 1 - 0 = 1 -> RLOO advantages -1 and +1
     assert torch.allclose(adv, torch.tensor([[-1.0, -1.0, 0.0], [1.0, 0.0, 0.0]]))
+
+
+def _rollout_with_kl(batch: int = 4, length: int = 5) -> Rollout:
+    """Sampled tokens whose policy and reference log-probs differ: a non-zero per-token KL."""
+    g = torch.Generator().manual_seed(0)
+    mask = torch.ones(batch, length, dtype=torch.bool)
+    mask[1, 3:] = False
+    logprobs = torch.where(mask, -torch.rand(batch, length, generator=g), 0.0)
+    ref_logprobs = torch.where(mask, -torch.rand(batch, length, generator=g), 0.0)
+    ids = torch.zeros(batch, length, dtype=torch.long)
+    return Rollout([""] * batch, [""] * batch, ids, torch.ones_like(ids), ids, mask, logprobs, ref_logprobs, None, torch.ones(batch, dtype=torch.bool))
+
+
+def test_grpo_group_with_equal_scores_gets_zero_advantages() -> None:
+    """GRPO's KL is a loss term (DeepSeekMath, TRL): in the return, the KL noise of a group whose
+    scores are all equal would be blown up by 1/std into advantages of order 1."""
+    rollout = _rollout_with_kl()
+    scores = torch.full((4,), 0.7)
+    ppo = PPOConfig(estimator="grpo", num_generations=4)
+    advantages, _, kl = compute_advantages(rollout, scores, kl_coef=0.1, ppo=ppo)
+    assert kl.abs().sum() > 0.1
+    assert torch.equal(advantages, torch.zeros_like(advantages))
+    # the reward-side form, kept as an explicit option, normalises score - kl_coef * KL
+    advantages, _, _ = compute_advantages(rollout, scores, kl_coef=0.1, ppo=PPOConfig(estimator="grpo", num_generations=4, kl_in="reward"))
+    assert advantages[rollout.response_mask].abs().min() > 0.1
 
 
 def test_advantage_whitening_ignores_masked_tokens() -> None:

@@ -47,6 +47,7 @@ def test_every_estimator_runs_and_logs(tiny_model, tmp_path, estimator, critic) 
     for key in ("rlhf/reward_mean", "rlhf/kl_ref", "rlhf/kl_coef", "rlhf/response_length", "losses/approx_kl", "losses/clipfrac", "losses/entropy"):
         assert key in lines[-1], key
     assert ("losses/value_loss" in lines[-1]) == (estimator == "gae")
+    assert ("losses/ref_kl" in lines[-1]) == (estimator == "grpo"), "GRPO's KL is a loss term, the others' a reward term"
     assert history[1]["rlhf/kl_coef"] != history[0]["rlhf/kl_coef"], "the adaptive controller moved the coefficient"
     assert list(tmp_path.glob("events.out.tfevents.*"))
     checkpoint = latest_checkpoint(tmp_path)

@@ -3,7 +3,7 @@
 from fastppo.core.categorical import categorical_logprob_entropy
 from fastppo.core.gae import compute_gae, shift_values
 from fastppo.core.kl import adaptive_kl_beta, kl_estimate, proportional_kl_beta
-from fastppo.core.losses import policy_loss, ppo_loss, value_loss
+from fastppo.core.losses import policy_loss, ppo_loss, reference_kl_penalty, value_loss
 from fastppo.core.masked import explained_variance, masked_mean, masked_var, normalize_advantages
 from fastppo.core.normalize import RewardScaler, RunningMeanStd
 from fastppo.core.schedules import schedule_progress, scheduled
@@ -20,6 +20,7 @@ __all__ = [
     "policy_loss",
     "ppo_loss",
     "proportional_kl_beta",
+    "reference_kl_penalty",
     "RewardScaler",
     "RunningMeanStd",
     "schedule_progress",

@@ -76,6 +76,21 @@ def value_loss(
     return v_loss, {"v_loss": v_loss.detach()}
 
 
+def reference_kl_penalty(newlogprob: Tensor, ref_logprob: Tensor, kl_coef: float, mask: Tensor | None = None) -> tuple[Tensor, dict[str, Tensor]]:
+    """KL to a frozen reference as a loss term (GRPO: Shao et al. 2024, arXiv:2402.03300, eq. 3-4; TRL's GRPOTrainer):
+
+        L_KL = kl_coef * mean_t KL_t,   KL_t = pi_ref/pi - log(pi_ref/pi) - 1   (k3 of KL(pi || pi_ref))
+
+    over the sampled tokens, with gradient through ``newlogprob`` only. Kept out of the reward, so
+    the advantages (GRPO's group normalisation in particular) see the scores alone.
+    """
+    if mask is not None:
+        # a masked token's log-ratio is 0: exp of a padding token's garbage would make its (discarded) gradient NaN
+        ref_logprob = torch.where(mask.bool(), ref_logprob, newlogprob)
+    ref_kl = masked_mean(kl_estimate(newlogprob, ref_logprob, "k3"), mask)
+    return kl_coef * ref_kl, {"ref_kl": ref_kl.detach()}
+
+
 def ppo_loss(
     newlogprob: Tensor,
     oldlogprob: Tensor,

@@ -16,6 +16,7 @@ from fastppo.errors import FastPPOError
 
 AdvantageEstimator = Literal["gae", "grpo", "rloo"]
 CriticKind = Literal["shared", "separate"]
+KLPlacement = Literal["reward", "loss"]
 
 
 def _f(default, help: str):  # noqa: A002 - "help" mirrors argparse
@@ -70,13 +71,23 @@ class PPOConfig:
     max_grad_norm: float = _f(1.0, "gradient norm clip")
     target_kl: float | None = _f(None, "stop the epochs of a step early when approx_kl exceeds this")
     kl_coef: float = _f(0.05, "coefficient of the per-token KL penalty against the reference (initial value if adaptive)")
-    kl_estimator: KLEstimator = _f("k1", "per-token KL estimator: k1, k2 or k3 (Schulman 2020)")
+    kl_in: KLPlacement | None = _f(
+        None,
+        "where the KL penalty goes: reward (kl_coef * KL subtracted from the return, Ziegler et al. 2019) or loss "
+        "(kl_coef * per-token k3 KL added to the loss, DeepSeekMath GRPO); default: loss for grpo, reward for gae/rloo",
+    )
+    kl_estimator: KLEstimator = _f("k1", "per-token KL estimator of the reward-side penalty and of the logged KL: k1, k2 or k3 (Schulman 2020)")
     kl_target: float | None = _f(None, "adaptive KL: move kl_coef so the per-sequence KL approaches this (Ziegler et al. 2019)")
     kl_horizon: int = _f(10000, "adaptive KL: samples over which the controller corrects 20% of the error")
     reward_clip: float | None = _f(None, "clip scores to [-c, c]")
     whiten_rewards: bool = _f(False, "standardise the scores over each rollout batch")
     whiten_advantages: bool | None = _f(None, "standardise advantages over valid tokens (default: on for gae/rloo, off for grpo)")
     kl_warn: float = _f(10.0, "warn when the mean per-sequence KL to the reference exceeds this (nats)")
+
+    @property
+    def kl_in_loss(self) -> bool:
+        # GRPO normalises returns by the group's std: a KL in the return would be amplified by it.
+        return (self.kl_in or ("loss" if self.estimator == "grpo" else "reward")) == "loss"
 
 
 @dataclass

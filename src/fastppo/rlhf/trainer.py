@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from fastppo.core import explained_variance, masked_mean, policy_loss, ppo_loss, proportional_kl_beta
+from fastppo.core import explained_variance, masked_mean, policy_loss, ppo_loss, proportional_kl_beta, reference_kl_penalty
 from fastppo.errors import FastPPOError
 from fastppo.logger import RunLogger
 from fastppo.rlhf.checkpoint import latest_checkpoint, load_training_state, save_checkpoint
@@ -39,13 +39,15 @@ LOSS_METRIC_NAMES = {"pg_loss": "losses/policy_loss", "v_loss": "losses/value_lo
 
 
 def compute_advantages(rollout: Rollout, scores: Tensor, kl_coef: float, ppo: PPOConfig) -> tuple[Tensor, Tensor | None, Tensor]:
-    """Advantages [B, R] (and returns for the critic) from scores and the KL penalty; also the per-token KL."""
+    """Advantages [B, R] (and returns for the critic) from scores and, unless it goes in the loss, the
+    KL penalty; also the per-token KL."""
     mask = rollout.response_mask
-    rewards, kl = token_rewards(scores, rollout.logprobs, rollout.ref_logprobs, mask, kl_coef, ppo.kl_estimator)
+    reward_kl_coef = 0.0 if ppo.kl_in_loss else kl_coef
+    rewards, kl = token_rewards(scores, rollout.logprobs, rollout.ref_logprobs, mask, reward_kl_coef, ppo.kl_estimator)
     if ppo.estimator == "gae":
         advantages, returns = gae_advantages(rewards, rollout.values, mask, ppo.gamma, ppo.gae_lambda)
     else:
-        advantages, returns = sequence_advantages(ppo.estimator, scores, kl, kl_coef, mask, ppo.num_generations), None
+        advantages, returns = sequence_advantages(ppo.estimator, scores, kl, reward_kl_coef, mask, ppo.num_generations), None
     # GRPO's group normalisation already standardises; whitening over tokens would reweight by length.
     whiten = ppo.whiten_advantages if ppo.whiten_advantages is not None else ppo.estimator != "grpo"
     if whiten:
@@ -53,9 +55,13 @@ def compute_advantages(rollout: Rollout, scores: Tensor, kl_coef: float, ppo: PP
     return advantages, returns, kl
 
 
-def ppo_update(models: Models, optimizer: torch.optim.Optimizer, rollout: Rollout, advantages: Tensor, returns: Tensor | None, ppo: PPOConfig, temperature: float, autocast: Autocast) -> dict[str, float]:
-    """PPO epochs over shuffled minibatches of completions, each accumulated over micro-batches.
-    Returns the mean of the loss metrics over all micro-batches."""
+def ppo_update(
+    models: Models, optimizer: torch.optim.Optimizer, rollout: Rollout, advantages: Tensor, returns: Tensor | None,
+    ppo: PPOConfig, kl_coef: float, temperature: float, autocast: Autocast,
+) -> dict[str, float]:
+    """PPO epochs over shuffled minibatches of completions, each accumulated over micro-batches,
+    with the KL to the reference in the loss when ``ppo.kl_in_loss``. Returns the mean of the
+    loss metrics over all micro-batches."""
     batch_size = rollout.response.shape[0]
     micro_batch_size = ppo.mini_batch_size // ppo.gradient_accumulation_steps
     params = models.trainable_parameters()
@@ -79,6 +85,10 @@ def ppo_update(models: Models, optimizer: torch.optim.Optimizer, rollout: Rollou
                         new.logprobs, rollout.logprobs[mb], advantages[mb], new.entropy, new.values, rollout.values[mb], returns[mb],
                         clip_coef=ppo.clip_coef, ent_coef=ppo.ent_coef, vf_coef=ppo.vf_coef, clip_vloss=ppo.clip_vloss, mask=mask,
                     )
+                if ppo.kl_in_loss:
+                    kl_loss, kl_metrics = reference_kl_penalty(new.logprobs, rollout.ref_logprobs[mb], kl_coef, mask)
+                    loss = loss + kl_loss
+                    metrics.update(kl_metrics, loss=loss.detach())
                 (loss / ppo.gradient_accumulation_steps).backward()
                 for key, value in metrics.items():
                     totals[key] = totals.get(key, 0.0) + value
@@ -122,7 +132,7 @@ def train(cfg: RLHFConfig, reward_fn: RewardFn, prompts: list[str]) -> list[dict
             scores = shape_scores(raw_scores, rollout.has_eos, sampling.missing_eos_penalty, ppo.reward_clip, ppo.whiten_rewards)
             advantages, returns, kl = compute_advantages(rollout, scores, state["kl_coef"], ppo)
             t_rollout = time.perf_counter()
-            losses = ppo_update(models, optimizer, rollout, advantages, returns, ppo, sampling.temperature, autocast)
+            losses = ppo_update(models, optimizer, rollout, advantages, returns, ppo, state["kl_coef"], sampling.temperature, autocast)
             t_update = time.perf_counter()
 
             kl_ref = sequence_kl(kl)
@@ -132,7 +142,6 @@ def train(cfg: RLHFConfig, reward_fn: RewardFn, prompts: list[str]) -> list[dict
                 "rlhf/reward_std": float(raw_scores.std()) if raw_scores.numel() > 1 else 0.0,
                 "rlhf/kl_ref": kl_ref,
                 "rlhf/kl_coef": state["kl_coef"],
-                "rlhf/non_score_reward": -state["kl_coef"] * kl_ref,
                 "rlhf/response_length": response_tokens / rollout.response.shape[0],
                 "rlhf/eos_fraction": float(rollout.has_eos.float().mean()),
                 **losses,
@@ -141,6 +150,8 @@ def train(cfg: RLHFConfig, reward_fn: RewardFn, prompts: list[str]) -> list[dict
                 "time/rollout_s": t_rollout - t_start,
                 "time/update_s": t_update - t_rollout,
             }
+            if not ppo.kl_in_loss:  # the part of the return the KL penalty took
+                metrics["rlhf/non_score_reward"] = -state["kl_coef"] * kl_ref
             if returns is not None:
                 metrics["losses/explained_variance"] = explained_variance(rollout.values, returns, rollout.response_mask)
             if ppo.kl_target is not None:
