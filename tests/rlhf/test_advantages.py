@@ -17,9 +17,9 @@ from fastppo.rlhf.rewards import (
     token_rewards,
     whiten_advantages,
 )
-from fastppo.rlhf.rollout import Rollout
 from fastppo.rlhf.tokens import mask_after_eos
 from fastppo.rlhf.trainer import compute_advantages
+from tests.rlhf.tiny import synthetic_rollout
 
 EOS = 1
 
@@ -74,15 +74,14 @@ def test_critic_free_advantage_is_broadcast_to_valid_tokens_with_the_kl_in_the_r
     assert torch.allclose(adv, torch.tensor([[-1.0, -1.0, 0.0], [1.0, 0.0, 0.0]]))
 
 
-def _rollout_with_kl(batch: int = 4, length: int = 5) -> Rollout:
+def _rollout_with_kl(batch: int = 4, length: int = 5):
     """Sampled tokens whose policy and reference log-probs differ: a non-zero per-token KL."""
     g = torch.Generator().manual_seed(0)
     mask = torch.ones(batch, length, dtype=torch.bool)
     mask[1, 3:] = False
     logprobs = torch.where(mask, -torch.rand(batch, length, generator=g), 0.0)
     ref_logprobs = torch.where(mask, -torch.rand(batch, length, generator=g), 0.0)
-    ids = torch.zeros(batch, length, dtype=torch.long)
-    return Rollout([""] * batch, [""] * batch, ids, torch.ones_like(ids), ids, mask, logprobs, ref_logprobs, None, torch.ones(batch, dtype=torch.bool))
+    return synthetic_rollout(logprobs, ref_logprobs, mask)
 
 
 def test_grpo_group_with_equal_scores_gets_zero_advantages() -> None:

@@ -5,11 +5,18 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
-import pytest
+from contextlib import nullcontext
 
+import pytest
+import torch
+
+from fastppo.rlhf import trainer
 from fastppo.rlhf.checkpoint import latest_checkpoint
-from fastppo.rlhf.trainer import train
-from tests.rlhf.tiny import PROMPTS, early_letters, tiny_config
+from fastppo.rlhf.config import PPOConfig
+from fastppo.rlhf.models import Models
+from fastppo.rlhf.tokens import TokenOutputs
+from fastppo.rlhf.trainer import ppo_update, train
+from tests.rlhf.tiny import PROMPTS, early_letters, synthetic_rollout, tiny_config
 
 
 def _window_mean(history, key, window=5):
@@ -76,3 +83,29 @@ def test_first_ppo_epoch_starts_at_ratio_one(tiny_model, tmp_path) -> None:
     history = train(cfg, early_letters, PROMPTS)
     assert history[0]["losses/ratio_mean"] == pytest.approx(1.0, abs=1e-6)
     assert history[0]["losses/approx_kl"] == pytest.approx(0.0, abs=1e-7)
+
+
+def test_target_kl_stops_on_the_mean_kl_of_the_epoch(monkeypatch) -> None:
+    """Four one-completion micro-batches per epoch; the policy has moved on completion 0 only, so
+    its micro-batch's approx_kl is 1.135 and the others' 0: the epoch's mean, 0.28, is over the
+    target 0.1 whichever micro-batch comes last, and the update stops after the first epoch."""
+    mask = torch.ones(4, 3, dtype=torch.bool)
+    old = torch.full((4, 3), -1.0)
+    rollout = synthetic_rollout(old, old, mask)
+    shift = torch.tensor([-2.0, 0.0, 0.0, 0.0]).unsqueeze(1)  # k3 of log-ratio -2: e^-2 - 1 + 2 = 1.135
+    policy = torch.nn.Linear(1, 1)
+    calls = []
+
+    def forward_tokens(model, critic, query, query_mask, response, response_mask, temperature):
+        rows = query[:, 0]
+        calls.append(rows.tolist())
+        return TokenOutputs(old[rows] + shift[rows] + 0.0 * model.weight.sum(), torch.zeros(len(rows), 3), None)
+
+    monkeypatch.setattr(trainer, "forward_tokens", forward_tokens)
+    ppo = PPOConfig(prompts_per_step=4, mini_batch_size=1, ppo_epochs=4, target_kl=0.1)
+    optimizer = torch.optim.SGD(policy.parameters(), lr=0.0)
+    torch.manual_seed(0)  # an order in which completion 0 is not the epoch's last micro-batch
+    metrics = ppo_update(Models(None, policy, None, None), optimizer, rollout, torch.zeros(4, 3), None, ppo, 0.0, 1.0, nullcontext)
+    assert calls[3] != [0]
+    assert len(calls) == 4 and metrics["losses/epochs"] == 1.0, f"stopped after {len(calls) / 4} epochs"
+    assert metrics["losses/approx_kl"] == pytest.approx((2.0 + torch.tensor(-2.0).exp().item() - 1.0) / 4)

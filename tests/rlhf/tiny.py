@@ -43,6 +43,18 @@ def early_letters(prompts: list[str], completions: list[str]) -> list[float]:
     return [sum(ch in "abcde" for ch in c) / max(len(c), 1) for c in completions]
 
 
+def synthetic_rollout(logprobs, ref_logprobs, mask):
+    """A Rollout of made-up log-probs, no model needed; ``query[i, 0] == i`` identifies row i."""
+    import torch
+
+    from fastppo.rlhf.rollout import Rollout
+
+    batch = mask.shape[0]
+    query = torch.arange(batch).unsqueeze(1)
+    response = torch.zeros(mask.shape, dtype=torch.long)
+    return Rollout([""] * batch, [""] * batch, query, torch.ones_like(query), response, mask, logprobs, ref_logprobs, None, torch.ones(batch, dtype=torch.bool))
+
+
 def tiny_config(model: Path, output_dir: Path, **ppo) -> RLHFConfig:
     defaults = dict(steps=2, prompts_per_step=4, num_generations=2, mini_batch_size=4, ppo_epochs=1, learning_rate=1e-3)
     return RLHFConfig(

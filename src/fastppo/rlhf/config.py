@@ -69,7 +69,7 @@ class PPOConfig:
     ent_coef: float = _f(0.0, "entropy bonus coefficient")
     clip_vloss: bool = _f(True, "clip the value loss around the rollout values")
     max_grad_norm: float = _f(1.0, "gradient norm clip")
-    target_kl: float | None = _f(None, "stop the epochs of a step early when approx_kl exceeds this")
+    target_kl: float | None = _f(None, "stop the epochs of a step early after an epoch whose mean approx_kl exceeds this")
     kl_coef: float = _f(0.05, "coefficient of the per-token KL penalty against the reference (initial value if adaptive)")
     kl_in: KLPlacement | None = _f(
         None,

@@ -60,15 +60,17 @@ def ppo_update(
     ppo: PPOConfig, kl_coef: float, temperature: float, autocast: Autocast,
 ) -> dict[str, float]:
     """PPO epochs over shuffled minibatches of completions, each accumulated over micro-batches,
-    with the KL to the reference in the loss when ``ppo.kl_in_loss``. Returns the mean of the
-    loss metrics over all micro-batches."""
+    with the KL to the reference in the loss when ``ppo.kl_in_loss``; stops early after an epoch
+    whose mean approx_kl exceeds ``ppo.target_kl``. Returns the mean of the loss metrics over all
+    micro-batches and the number of epochs run."""
     batch_size = rollout.response.shape[0]
     micro_batch_size = ppo.mini_batch_size // ppo.gradient_accumulation_steps
     params = models.trainable_parameters()
     totals: dict[str, Tensor] = {}
     grad_norms: list[Tensor] = []
-    count = 0
-    for _ in range(ppo.ppo_epochs):
+    count = epochs = 0
+    for epochs in range(1, ppo.ppo_epochs + 1):
+        kl_before, count_before = totals.get("approx_kl", 0.0), count
         order = torch.randperm(batch_size, device=rollout.response.device)
         for start in range(0, batch_size, ppo.mini_batch_size):
             for mb in order[start : start + ppo.mini_batch_size].split(micro_batch_size):
@@ -96,10 +98,12 @@ def ppo_update(
             grad_norms.append(torch.nn.utils.clip_grad_norm_(params, ppo.max_grad_norm).detach())
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
-        if ppo.target_kl is not None and metrics["approx_kl"].item() > ppo.target_kl:
+        # The epoch's mean KL, not its last micro-batch's: a few completions' KL is mostly noise.
+        if ppo.target_kl is not None and (totals["approx_kl"] - kl_before).item() / (count - count_before) > ppo.target_kl:
             break
     logged = {LOSS_METRIC_NAMES.get(key, f"losses/{key}"): float(value) / count for key, value in totals.items()}
     logged["losses/grad_norm"] = float(torch.stack(grad_norms).mean())
+    logged["losses/epochs"] = float(epochs)
     return logged
 
 
