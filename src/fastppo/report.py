@@ -128,12 +128,12 @@ def _point_estimates(scores: np.ndarray) -> np.ndarray:
     return np.array([metrics.aggregate_iqm(scores), metrics.aggregate_mean(scores), np.median(scores)])
 
 
-def interval_estimates(scores: np.ndarray, reps: int, seed: int = 0, confidence: float = 0.95) -> dict[str, Estimate]:
+def interval_estimates(scores: np.ndarray, reps: int, seed: int = 0) -> dict[str, Estimate]:
     """IQM, mean and median of ``scores`` (runs x tasks) with stratified-bootstrap percentile CIs."""
     from rliable import library
 
     with seeded_numpy(seed):
-        points, intervals = library.get_interval_estimates({"": scores}, _point_estimates, reps=reps, confidence_interval_size=confidence)
+        points, intervals = library.get_interval_estimates({"": scores}, _point_estimates, reps=reps)
     return {name: Estimate(float(p), float(low), float(high)) for name, p, low, high in zip(ESTIMATES, points[""], *intervals[""])}
 
 
@@ -165,7 +165,7 @@ def collect(run_dirs: list[str | Path], metric: str = RETURN, final_window: floa
         env_groups = [group for group in groups if group[0].env_id == env_id]
         keys = differing_keys(env_groups)
         for group in env_groups:
-            runs = sorted(group, key=lambda run: (str(run.config.get("run.seed")), str(run.path)))
+            runs = sorted(group, key=lambda run: (run.config.get("run.seed", 0), str(run.path)))
             scores = np.array([final_score(run, metric, final_window) for run in runs])
             name = config_label(runs[0].config, keys) or ONLY_CONFIG
             stats.append(GroupStats(env_id, name, runs, scores, interval_estimates(scores[:, None], reps, seed)))

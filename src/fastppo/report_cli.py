@@ -21,9 +21,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     report.add_argument("--metric", default=RETURN, help=f"metric of metrics.jsonl to score (default: {RETURN})")
     report.add_argument("--final-window", type=float, default=0.1, metavar="FRACTION", help="a run's final score is the metric's mean over this last fraction of its steps (default: 0.1)")
     report.add_argument("--normalize", default=None, metavar="FILE", help="YAML of reference scores 'ENV: [low, high]' for the performance profile (default: min-max per env over the runs)")
-    report.add_argument("--reps", type=int, default=2000, help="bootstrap resamples (default: 2000)")
-    report.add_argument("--bootstrap-seed", type=int, default=0, help="seed of the bootstrap, for reproducible CIs (default: 0)")
-    report.add_argument("--smooth", type=int, default=10, help="moving-average window of the curves, in iterations (default: 10; 1 = raw)")
+    report.add_argument("--reps", type=int, default=2000, metavar="N", help="bootstrap resamples (default: 2000)")
+    report.add_argument("--bootstrap-seed", type=int, default=0, metavar="SEED", help="seed of the bootstrap, for reproducible CIs (default: 0)")
+    report.add_argument("--smooth", type=int, default=10, metavar="N", help="moving-average window of the curves, in iterations (default: 10; 1 = raw)")
     report.set_defaults(func=run)
 
 
