@@ -62,6 +62,7 @@ def test_boolean_flags_take_the_spellings_of_fastppo_train(command, inputs) -> N
         (["--estimator", "grpo"], "num-generations 2"),
         (["--estimator", "ppo"], "invalid choice"),
         (["--top-p", "0"], "top-p"),
+        (["--top-k", "-1"], "top-k"),
     ],
 )
 def test_bad_flags_fail_before_loading_anything(tmp_path, extra, message) -> None:

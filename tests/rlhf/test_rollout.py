@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import warnings
 from contextlib import nullcontext
 
+import pytest
 import torch
 
 from fastppo.core import ppo_loss
-from fastppo.rlhf.config import ModelConfig, SamplingConfig
+from fastppo.rlhf.config import ModelConfig, PPOConfig, SamplingConfig, validate_ppo
 from fastppo.rlhf.models import load_models
 from fastppo.rlhf.rewards import gae_advantages, token_rewards
 from fastppo.rlhf.rollout import collect_rollout
@@ -91,3 +93,16 @@ def test_padding_and_post_eos_tokens_change_no_loss_or_statistic(tiny_model) -> 
     clean, noisy = stats(r.query, r.response, 0.0), stats(noisy_query, noisy_response, -7.0)
     for key in clean:
         assert torch.allclose(clean[key], noisy[key], atol=1e-5), key
+
+
+@pytest.mark.parametrize("top_k, top_p, warns", [(0, 1.0, False), (5, 1.0, True), (0, 0.9, True)])
+def test_truncated_sampling_warns_that_log_probs_use_the_full_distribution(top_k, top_p, warns) -> None:
+    """Old, new and reference log-probs are scored under the full tempered distribution (a token
+    outside the reference's own top-k would have an infinite KL); top-k/top-p sampling is allowed
+    but said to differ from what is scored."""
+    config = (ModelConfig(model="gpt2"), SamplingConfig(top_k=top_k, top_p=top_p), PPOConfig())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        validate_ppo(*config)
+    assert len(caught) == int(warns)
+    assert all("full tempered distribution" in str(w.message) for w in caught)

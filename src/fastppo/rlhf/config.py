@@ -7,6 +7,7 @@ Each field's ``help`` metadata is its documentation and the text of its CLI flag
 from __future__ import annotations
 
 import os
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -43,8 +44,8 @@ class SamplingConfig:
     max_prompt_length: int = _f(256, "prompts longer than this many tokens keep their last tokens")
     max_new_tokens: int = _f(32, "generation length cap; completions without EOS by then are truncated")
     temperature: float = _f(1.0, "sampling temperature; log-probs for PPO use the same tempered logits")
-    top_k: int = _f(0, "sample among the k most likely tokens (0: all)")
-    top_p: float = _f(1.0, "nucleus sampling mass (1.0: off)")
+    top_k: int = _f(0, "sample among the k most likely tokens (0: all); log-probs are still scored under the full distribution (warns)")
+    top_p: float = _f(1.0, "nucleus sampling mass (1.0: off); log-probs are still scored under the full distribution (warns)")
     missing_eos_penalty: float | None = _f(None, "subtracted from the score of completions that never emit EOS")
 
 
@@ -150,6 +151,18 @@ def validate_ppo(model: ModelConfig, sampling: SamplingConfig, ppo: PPOConfig) -
         raise FastPPOError(f"--estimator {ppo.estimator} compares samples of the same prompt: set --num-generations 2 or more")
     if not 0.0 < sampling.top_p <= 1.0:
         raise FastPPOError(f"--top-p must be in (0, 1], got {sampling.top_p}")
+    if sampling.top_k < 0:
+        raise FastPPOError(f"--top-k must be 0 (off) or positive, got {sampling.top_k}")
+    if sampling.top_k or sampling.top_p < 1.0:
+        # Scoring under the truncated distribution is no cure: a sampled token outside the
+        # reference's own top-k/top-p set has probability 0 there, an infinite KL (TRL's PPO
+        # docs likewise ask for top_k=0, top_p=1).
+        warnings.warn(
+            "--top-k/--top-p draw tokens from a truncated distribution, but the old, new and reference log-probs are "
+            "scored under the full tempered distribution: the PPO ratio and the KL ignore the truncation; "
+            "leave both off (--top-k 0 --top-p 1) to train on the distribution you sample from",
+            stacklevel=2,
+        )
     if ppo.kl_target is not None:
         _positive("kl_target", ppo.kl_target)
     check_model_path(model.model, "--model")  # before any loading, as the flags above
