@@ -11,12 +11,8 @@ README = (Path(__file__).parent.parent / "README.md").read_text()
 
 
 def test_every_hyperparameter_is_in_the_readme_table():
-    missing = [
-        f"--{name}.{f.name.replace('_', '-')}"
-        for name, section in sections(Config()).items()
-        for f in dataclasses.fields(section)
-        if f"`--{name}.{f.name.replace('_', '-')}`" not in README
-    ]
+    flags = [f"--{name.replace('_', '-')}.{f.name.replace('_', '-')}" for name, section in sections(Config()).items() for f in dataclasses.fields(section)]
+    missing = [flag for flag in flags if f"`{flag}`" not in README]
     assert not missing, f"add these to README's Hyperparameters table: {missing}"
 
 

@@ -18,6 +18,7 @@ from safetensors.torch import load_file, save_file
 from fastppo.config import Config
 from fastppo.core.normalize import RunningMeanStd
 from fastppo.errors import FastPPOError
+from fastppo.layout import ObservationLayout
 from fastppo.policies import ActorCritic
 
 POLICY_FILE = "policy.safetensors"
@@ -37,6 +38,8 @@ class Agent:
     run_dir: Path | None = None
     action_masks: bool = False
     """Trained on an env that publishes action masks: ``act`` then needs one per observation."""
+    layout: ObservationLayout = field(default_factory=ObservationLayout)
+    """What the observation columns are (multi-agent rows: fastppo.layout)."""
     interrupted_by: signal.Signals | None = None
     """The signal (SIGINT, SIGTERM) that stopped ``fastppo.train`` before its total_timesteps, after
     saving a checkpoint to resume from; None when training ran to its end (and after ``load``)."""
@@ -127,17 +130,20 @@ class Agent:
         os.replace(tmp, directory / AGENT_FILE)
 
 
-def build_agent(config: Config, observation_space: gym.Space, action_space: gym.Space, device: torch.device) -> Agent:
-    policy = ActorCritic(observation_space, action_space, config.policy).to(device)
-    obs_rms = RunningMeanStd(observation_space.shape, device) if config.env.normalize_obs else None
-    return Agent(policy=policy, config=config, obs_shape=tuple(observation_space.shape), obs_rms=obs_rms)
+def build_agent(config: Config, observation_space: gym.Space, action_space: gym.Space, device: torch.device, layout: ObservationLayout | None = None) -> Agent:
+    layout = layout or ObservationLayout()
+    policy = ActorCritic(observation_space, action_space, config.policy, layout).to(device)
+    shape = observation_space.shape
+    # The trailing raw columns (agent ids) have no statistics: RunningMeanStd passes them through.
+    obs_rms = RunningMeanStd((shape[0] - layout.raw,) if layout.raw else shape, device) if config.env.normalize_obs else None
+    return Agent(policy=policy, config=config, obs_shape=tuple(shape), obs_rms=obs_rms, layout=layout)
 
 
 def load_agent(directory: str | Path, device: str | torch.device = "cpu") -> Agent:
     """Load ``Agent.save`` output: a run directory (its final agent, else its newest checkpoint) or
     a checkpoint folder. A missing or damaged file is a FastPPOError, not a traceback; only
     safetensors and JSON are read, never pickle."""
-    from fastppo.envs.make import env_spaces
+    from fastppo.envs.make import policy_spaces
 
     directory = Path(directory)
     if not directory.is_dir():
@@ -154,7 +160,8 @@ def load_agent(directory: str | Path, device: str | torch.device = "cpu") -> Age
         raise FastPPOError(f"no saved agent in {directory}: {Path(exc.filename or POLICY_FILE).name} is missing (train with --run-dir, or give a checkpoint folder)") from None
     except (ValueError, KeyError, TypeError, AttributeError, SafetensorError, OSError) as exc:
         raise FastPPOError(f"cannot read the agent in {directory}: damaged or foreign file ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") from None
-    agent = build_agent(config, *env_spaces(config.env.env_id, config.env.backend, config.env.frame_stack), torch.device(device))
+    observation_space, action_space, layout = policy_spaces(config)
+    agent = build_agent(config, observation_space, action_space, torch.device(device), layout)
     agent.action_masks = bool(meta.get("action_masks", False))
     try:
         agent.policy.load_state_dict({k.removeprefix("policy."): v for k, v in tensors.items() if k.startswith("policy.")})

@@ -10,8 +10,8 @@ from typing import Any
 import gymnasium as gym
 
 from fastppo.agent import Agent, load_agent
-from fastppo.config import Config, apply_overrides, load_preset, preset_for_env
-from fastppo.envs.make import env_spaces
+from fastppo.config import Config, EnvConfig, apply_overrides, load_preset, preset_for_env
+from fastppo.envs.make import policy_spaces
 from fastppo.loading import absolute_spec, file_spec
 
 
@@ -33,13 +33,20 @@ def make_config(env_id: str | type, preset: str | None = None, overrides: dict[s
         env_class = user_tensor_env(env_id)
     if env_class is not None and issubclass(env_class, TensorEnv) and "backend" not in overrides and "env.backend" not in overrides:
         overrides["backend"] = "tensor"
-    backend = str(overrides.get("backend", overrides.get("env.backend", "sync")))
     if preset is None:
-        preset = preset_for_env(env_id, continuous=isinstance(env_spaces(env_id, backend)[1], gym.spaces.Box))
+        preset = preset_for_env(env_id, continuous=isinstance(action_space(env_id, overrides), gym.spaces.Box))
     config = Config()
     apply_overrides(config, load_preset(preset))
     apply_overrides(config, {"env.env_id": env_id, **overrides})
     return config.validate()
+
+
+def action_space(env_id: str, overrides: dict[str, Any]) -> gym.Space:
+    """The action space of the env (or of a PettingZoo env's agents) as ``overrides`` build it;
+    before ``Config.validate``, so with the default frame stack (it changes no action space)."""
+    config = apply_overrides(Config(), {"env.env_id": env_id, **overrides})
+    config.env.frame_stack = EnvConfig.frame_stack
+    return policy_spaces(config)[1]
 
 
 def default_run_dir(config: Config) -> Path:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import json
 import math
 import types
 import typing
@@ -47,6 +48,20 @@ class EnvConfig:
     """Record videos of env 0's episodes into the run directory during training."""
     frame_stack: int = 4
     """Atari only: how many of the latest 84x84 frames one observation stacks (1 when --policy.memory remembers instead, as CleanRL's ppo_atari_lstm.py)."""
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Keyword arguments for the env's constructor, as JSON: '{"max_cycles": 25}' (gymnasium.make's kwargs, or a PettingZoo module's parallel_env(**kwargs))."""
+
+
+@dataclass
+class MultiAgentConfig:
+    """Multi-agent PettingZoo envs (pz:<module>): every agent of every env copy is one batch row."""
+
+    algorithm: Literal["ippo", "mappo"] = "ippo"
+    """ippo: the critic sees the agent's own observation; mappo: a centralised critic also sees the env's global state() (the agents' observations concatenated when the env has none)."""
+    agent_ids: bool = True
+    """Append a one-hot agent id to each agent's observation, so the shared policy can tell the agents apart."""
+    pad: bool = False
+    """Agents with different observation sizes or numbers of discrete actions: pad observations with zeros and mask the missing actions (else such envs are refused)."""
 
 
 @dataclass
@@ -152,6 +167,7 @@ class Config:
     env: EnvConfig = field(default_factory=EnvConfig)
     ppo: PPOConfig = field(default_factory=PPOConfig)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
+    multi_agent: MultiAgentConfig = field(default_factory=MultiAgentConfig)
     run: RunConfig = field(default_factory=RunConfig)
 
     @property
@@ -237,9 +253,22 @@ class Config:
                 )
             if self.run.compile or self.run.cudagraphs:
                 raise FastPPOError("--compile and --cudagraphs do not support --policy.memory yet: drop them for a recurrent policy")
+        self._validate_multi_agent()
         if any(w <= 0 for w in self.policy.hidden_sizes):
             raise FastPPOError(f"--policy.hidden-sizes must be positive widths, got {self.policy.hidden_sizes}")
         return self
+
+    def _validate_multi_agent(self) -> None:
+        from fastppo.envs.pettingzoo_vec import is_pettingzoo  # lazy: fastppo.envs imports this module
+
+        if not is_pettingzoo(self.env.env_id):
+            return
+        if self.env.backend != "sync":
+            raise FastPPOError(f"PettingZoo envs run in the trainer's process: use --backend sync, not {self.env.backend}")
+        if self.env.capture_video:
+            raise FastPPOError("--capture-video does not record PettingZoo envs: record the trained run with 'fastppo record RUN_DIR'")
+        if self.multi_agent.algorithm == "mappo" and self.policy.shared_trunk:
+            raise FastPPOError("a centralised critic (--multi-agent.algorithm mappo) reads more than the actor: drop --policy.shared-trunk")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -333,6 +362,15 @@ def coerce(value: Any, annotation: Any, name: str) -> Any:
             raise FastPPOError(f"--{name} expects a number, got {value!r}") from None
     if annotation is str:
         return str(value)
+    if origin is dict:
+        if isinstance(value, str):
+            try:
+                value = json.loads(value) if value.strip() else {}
+            except json.JSONDecodeError as exc:
+                raise FastPPOError(f"--{name} expects a JSON object like '{{\"max_cycles\": 25}}', got {value!r} ({exc.msg})") from None
+        if not isinstance(value, dict):
+            raise FastPPOError(f"--{name} expects a JSON object like '{{\"max_cycles\": 25}}', got {value!r}")
+        return dict(value)
     raise TypeError(f"config field {name} has unsupported annotation {annotation}")
 
 

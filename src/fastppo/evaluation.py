@@ -10,6 +10,7 @@ Named evaluation.py, not evaluate.py, so that the module never shadows ``fastppo
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -22,8 +23,10 @@ import torch
 from fastppo.agent import Agent, load_agent
 from fastppo.envs.gymnasium_vec import published_action_mask
 from fastppo.envs.make import make_single_env
+from fastppo.envs.pettingzoo_vec import PettingZooVecEnv, is_pettingzoo, make_pettingzoo_env
 from fastppo.envs.tensor import TensorEnv, user_tensor_env
 from fastppo.errors import FastPPOError
+from fastppo.policies.memory import carry
 from fastppo.video import VideoWriter, env_fps
 
 
@@ -152,6 +155,38 @@ def run_tensor_episodes(agent: Agent, env_class: type[TensorEnv], episodes: int,
     return returns.tolist(), lengths.tolist()
 
 
+def run_multi_agent_episodes(
+    agent: Agent, envs: PettingZooVecEnv, episodes: int, deterministic: bool, seed: int | None, on_frame: Callable[[Any], None] | None = None
+) -> tuple[list[float], list[int]]:
+    """Play ``episodes`` episodes of one PettingZoo env copy, every agent's row acting with the
+    agent; team returns (the sum over agents, as training logs them) and lengths."""
+    _check_episodes(episodes)
+    returns: list[float] = []
+    lengths: list[int] = []
+    with torch.random.fork_rng(devices=[]):
+        if seed is not None:
+            torch.manual_seed(seed)
+        step = envs.reset(seed=seed)
+        state = agent.initial_state(envs.num_envs) if agent.policy.recurrent else None
+        valid = step.live
+        if on_frame is not None:
+            on_frame(envs.render())
+        while len(returns) < episodes:
+            if state is None:
+                action = agent.act(step.obs, deterministic=deterministic, action_mask=step.action_mask)
+            else:
+                action, state = agent.step(step.obs, state, deterministic=deterministic, action_mask=step.action_mask)
+                state = carry(state, valid)  # as the rollout does: fresh after a row that was no decision
+            step = envs.step(torch.as_tensor(action))
+            valid = ~(step.terminated | step.truncated) & step.live
+            if on_frame is not None:
+                on_frame(envs.render())
+            finished = envs.pop_episodes()
+            returns += finished.returns
+            lengths += finished.lengths
+    return returns[:episodes], lengths[:episodes]
+
+
 def evaluate(
     agent: Agent | str | Path,
     env_id: str | None = None,
@@ -164,7 +199,13 @@ def evaluate(
     agent = _as_agent(agent)
     env_id = env_id or agent.config.env.env_id
     env_class = user_tensor_env(env_id)
-    if env_class is not None:
+    if is_pettingzoo(env_id):
+        envs = agent_rows_env(agent, env_id)
+        try:
+            returns, lengths = run_multi_agent_episodes(agent, envs, episodes, deterministic, seed)
+        finally:
+            envs.close()
+    elif env_class is not None:
         _check_obs_shape(agent, env_class.single_observation_space.shape, env_id)
         returns, lengths = run_tensor_episodes(agent, env_class, episodes, deterministic, seed)
     else:
@@ -190,6 +231,14 @@ def record(
     env_id = env_id or agent.config.env.env_id
     if user_tensor_env(env_id) is not None:
         raise FastPPOError(f"cannot record {env_id}: a tensor env has no renderer; record a gymnasium env that renders rgb_array frames")
+    if is_pettingzoo(env_id):
+        envs = agent_rows_env(agent, env_id, render_mode="rgb_array")
+        try:
+            with VideoWriter(out, env_fps(envs.envs[0])) as video:
+                returns, lengths = run_multi_agent_episodes(agent, envs, episodes, deterministic, seed, on_frame=video.append)
+        finally:
+            envs.close()
+        return Path(out), EvalResult(env_id, deterministic, seed, returns, lengths), video.frames
     env = make_single_env(env_id, render_mode="rgb_array", for_eval=True, frame_stack=agent.config.env.frame_stack)
     try:
         _check_obs_shape(agent, env.observation_space.shape, env_id)
@@ -198,6 +247,19 @@ def record(
     finally:
         env.close()
     return Path(out), EvalResult(env_id, deterministic, seed, returns, lengths), video.frames
+
+
+def agent_rows_env(agent: Agent, env_id: str, render_mode: str | None = None) -> PettingZooVecEnv:
+    """One copy of a PettingZoo env, its rows built as the agent was trained (env kwargs, MAPPO
+    state, agent ids)."""
+    cfg = dataclasses.replace(agent.config.env, env_id=env_id, num_envs=1)
+    envs = make_pettingzoo_env(cfg, agent.config.multi_agent, agent.device, render_mode)
+    try:
+        _check_obs_shape(agent, envs.single_observation_space.shape, env_id)
+    except FastPPOError:
+        envs.close()
+        raise
+    return envs
 
 
 def _check_obs_shape(agent: Agent, shape: tuple[int, ...], env_id: str) -> None:

@@ -26,7 +26,7 @@ import torch
 from torch import Tensor, nn
 
 from fastppo.agent import Agent, load_agent
-from fastppo.envs.make import env_spaces
+from fastppo.envs.make import policy_spaces
 from fastppo.errors import FastPPOError
 from fastppo.outputs import output_file, writing
 
@@ -44,10 +44,13 @@ class DeterministicPolicy(nn.Module):
         self.head = policy.action_head
         self.normalize = agent.obs_rms is not None
         self.clip_obs = float(agent.config.env.clip_obs)
+        # The actor's columns only (a MAPPO critic's global state is not an input); trailing
+        # agent-id columns have no statistics (fastppo.layout).
+        skip, self.raw = agent.layout.critic_only, agent.layout.raw
         if self.normalize:
             # The same float32 arithmetic as RunningMeanStd.normalize on float32 observations.
-            self.register_buffer("obs_mean", agent.obs_rms.mean.detach().cpu().float())
-            self.register_buffer("obs_var", agent.obs_rms.var.detach().cpu().float())
+            self.register_buffer("obs_mean", agent.obs_rms.mean.detach().cpu().float()[skip:])
+            self.register_buffer("obs_var", agent.obs_rms.var.detach().cpu().float()[skip:])
         self.clip_action = isinstance(action_space, gym.spaces.Box)
         if self.clip_action:
             self.register_buffer("action_low", torch.as_tensor(action_space.low, dtype=torch.float32))
@@ -56,7 +59,9 @@ class DeterministicPolicy(nn.Module):
     def forward(self, obs: Tensor, state: Tensor | None = None) -> Tensor | tuple[Tensor, Tensor]:
         x = obs if obs.dtype == torch.uint8 and not self.normalize else obs.float()
         if self.normalize:
-            x = ((x - self.obs_mean) / torch.sqrt(self.obs_var + 1e-8)).clamp(-self.clip_obs, self.clip_obs)
+            stats = x[:, : x.shape[1] - self.raw] if self.raw else x
+            stats = ((stats - self.obs_mean) / torch.sqrt(self.obs_var + 1e-8)).clamp(-self.clip_obs, self.clip_obs)
+            x = torch.cat([stats, x[:, stats.shape[1] :]], dim=1) if self.raw else stats
         if self.policy is None:
             params = self.head(self.encoder(x))
         else:
@@ -120,7 +125,11 @@ def export_onnx(agent: Agent | str | Path, path: str | Path, opset: int = 18) ->
         raise FastPPOError(f"--opset {opset} is outside what the {exporter} ONNX exporter writes correctly: pick {low} to {high} (default 18)")
     agent = agent if isinstance(agent, Agent) else load_agent(agent)
     path = output_file(path, "the ONNX file")
-    obs_space, action_space = env_spaces(agent.config.env.env_id, agent.config.env.backend, agent.config.env.frame_stack)
+    if agent.policy.recurrent and agent.layout.critic_only:
+        raise FastPPOError("ONNX export of a recurrent MAPPO policy is not supported (its state holds the centralised critic's): export an IPPO or feed-forward agent")
+    obs_space, action_space, _ = policy_spaces(agent.config)
+    if agent.layout.critic_only:  # the actor's columns: the agent's observation and its id
+        obs_space = gym.spaces.Box(-np.inf, np.inf, (obs_space.shape[0] - agent.layout.critic_only,), np.float32)
     module = DeterministicPolicy(agent, action_space)
     dtype = torch.uint8 if obs_space.dtype == np.uint8 else torch.float32
     examples = {"obs": torch.as_tensor(np.stack([obs_space.sample(), obs_space.sample()]), dtype=dtype)}

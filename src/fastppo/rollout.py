@@ -107,11 +107,13 @@ class ObservationNormalizer:
         self.rms = rms
         self.clip = clip
 
-    def __call__(self, obs: Tensor, update: bool) -> Tensor:
+    def __call__(self, obs: Tensor, update: bool, mask: Tensor | None = None) -> Tensor:
+        """Normalised ``obs``; with ``update``, the rows ``mask`` keeps (all by default) first
+        join the statistics."""
         if self.rms is None:
             return obs
         if update:
-            self.rms.update(obs)
+            self.rms.update(obs, mask)
         return self.rms.normalize(obs.float(), self.clip)
 
 
@@ -204,7 +206,9 @@ def collect_rollout(
             buf.truncated[t] = step.truncated
             # A reset row's successor is an episode's first observation: its state starts at zeros.
             next_state = None if cursor.state is None else carry(state, cursor.valid)
-            cursor = EnvCursor(normalize_obs(step.obs, update=True), step.action_mask, ~done, next_state)
+            # A dead agent's rows (multi-agent envs) are no decisions either, and no statistics.
+            valid = ~done if step.live is None else ~done & step.live
+            cursor = EnvCursor(normalize_obs(step.obs, update=True, mask=step.live), step.action_mask, valid, next_state)
         with timer.section("policy"):
             last_value = policy.get_value(cursor.obs, cursor.state)
     return cursor, last_value

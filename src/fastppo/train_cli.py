@@ -26,7 +26,7 @@ def add_hyperparameter_flags(parser: argparse.ArgumentParser) -> None:
         for f in dataclasses.fields(section):
             if (section_name, f.name) == ("env", "env_id"):
                 continue
-            flags = [f"--{section_name}.{f.name.replace('_', '-')}"]
+            flags = [f"--{section_name.replace('_', '-')}.{f.name.replace('_', '-')}"]
             if names[f.name] == 1:
                 flags.append(f"--{f.name.replace('_', '-')}")
             default = getattr(section, f.name)

@@ -23,8 +23,10 @@ from fastppo.core import RewardScaler, adaptive_kl_beta, compute_gae, explained_
 from fastppo.cuda_graphs import check_cudagraphs
 from fastppo.diagnostics import HealthMonitor
 from fastppo.envs import make_vec_env
+from fastppo.envs.pettingzoo_vec import PettingZooVecEnv
 from fastppo.envs.vector import HostCopies
 from fastppo.errors import FastPPOError
+from fastppo.layout import ObservationLayout
 from fastppo.loading import absolute_spec
 from fastppo.logger import RunLogger
 from fastppo.outputs import output_dir
@@ -188,9 +190,10 @@ def train(config: Config, run_dir: Path | None = None, checkpoint: Checkpoint | 
     device = resolve_device(config.run.device)
     if config.run.cudagraphs:
         check_cudagraphs(device)
-    envs = make_vec_env(config.env, device, video_dir=run_dir / "videos" if run_dir else None)
+    envs = make_vec_env(config.env, device, video_dir=run_dir / "videos" if run_dir else None, multi_agent=config.multi_agent)
     first = envs.reset(seed=config.run.seed)
-    agent = build_agent(config, envs.single_observation_space, envs.single_action_space, device)
+    layout = envs.layout if isinstance(envs, PettingZooVecEnv) else ObservationLayout()
+    agent = build_agent(config, envs.single_observation_space, envs.single_action_space, device, layout)
     agent.run_dir = run_dir
     agent.action_masks = first.action_mask is not None
     normalize_obs = ObservationNormalizer(agent.obs_rms, config.env.clip_obs)
@@ -318,4 +321,6 @@ def iteration_metrics(losses, episodes, seconds, state: TrainState, coefs: Updat
     if episodes.returns:
         metrics["charts/episodic_return"] = float(np.mean(episodes.returns))
         metrics["charts/episodic_length"] = float(np.mean(episodes.lengths))
+        for name, returns in (episodes.by_agent or {}).items():  # multi-agent: the team's above, each agent's here
+            metrics[f"charts/agent_return/{name}"] = float(np.mean(returns))
     return metrics

@@ -29,8 +29,16 @@ class RunningMeanStd:
         self.mean32 = self.mean.float()
         self.inv_std32 = torch.rsqrt(self.var + self.norm_epsilon).float()
 
+    def _extra_columns(self, x: Tensor) -> int:
+        """How many trailing columns of ``x`` lie past the statistics (0 for a matching shape):
+        rows may end in columns kept raw (the agent-id one-hots of fastppo.layout.ObservationLayout)."""
+        return x.shape[-1] - self.mean.shape[-1] if self.mean.dim() == 1 and x.dim() == 2 else 0
+
     def update(self, batch: Tensor, mask: Tensor | None = None) -> None:
-        """Fold a [B, *shape] batch into the statistics; with a bool ``mask`` [B], only its true rows."""
+        """Fold a [B, *shape] batch into the statistics; with a bool ``mask`` [B], only its true
+        rows. Columns past ``shape`` (see ``_extra_columns``) are ignored."""
+        if self._extra_columns(batch):
+            batch = batch[:, : self.mean.shape[-1]]
         if mask is not None or isinstance(self.count, Tensor):
             self._update_masked(batch, mask)
             return
@@ -62,7 +70,11 @@ class RunningMeanStd:
         self._refresh()
 
     def normalize(self, x: Tensor, clip: float) -> Tensor:
-        """(x - mean) / sqrt(var + eps), clipped to [-clip, clip], in float32."""
+        """(x - mean) / sqrt(var + eps), clipped to [-clip, clip], in float32; columns past the
+        statistics' shape (see ``_extra_columns``) pass through as they are."""
+        extra = self._extra_columns(x)
+        if extra:
+            return torch.cat([self.normalize(x[:, :-extra], clip), x[:, -extra:].float()], dim=1)
         return ((x.float() - self.mean32) * self.inv_std32).clamp(-clip, clip)
 
     def state_dict(self) -> dict[str, Tensor]:

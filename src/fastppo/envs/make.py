@@ -8,12 +8,14 @@ from pathlib import Path
 import gymnasium as gym
 import torch
 
-from fastppo.config import EnvConfig
+from fastppo.config import Config, EnvConfig, MultiAgentConfig
 from fastppo.envs.atari import is_atari, make_atari_env
 from fastppo.envs.gymnasium_vec import GymnasiumVecEnv, flatten_if_needed, gym_make
 from fastppo.envs.partial import CARTPOLE_NO_VELOCITY
+from fastppo.envs.pettingzoo_vec import is_pettingzoo
 from fastppo.envs.vector import VecEnv
 from fastppo.errors import FastPPOError
+from fastppo.layout import ObservationLayout
 from fastppo.video import RecordEpisodeVideo
 
 LUNAR_LANDER_CONTINUOUS = "LunarLanderContinuous-v3"
@@ -83,11 +85,27 @@ def env_spaces(env_id: str, backend: str, frame_stack: int = EnvConfig.frame_sta
         env.close()
 
 
-def make_vec_env(cfg: EnvConfig, device: torch.device, video_dir: Path | None = None) -> VecEnv:
-    """A VecEnv for ``cfg`` on ``device``; seeding happens at the first ``reset``."""
+def policy_spaces(config: Config) -> tuple[gym.Space, gym.Space, ObservationLayout]:
+    """(observation, action, layout) of the rows a run's policy acts on: one env's spaces, or a
+    PettingZoo env's agent rows (fastppo.envs.pettingzoo_vec)."""
+    if is_pettingzoo(config.env.env_id):
+        from fastppo.envs.pettingzoo_vec import pettingzoo_spaces
+
+        spaces = pettingzoo_spaces(config.env, config.multi_agent)
+        return spaces.observation_space, spaces.action_space, spaces.layout
+    return *env_spaces(config.env.env_id, config.env.backend, config.env.frame_stack), ObservationLayout()
+
+
+def make_vec_env(cfg: EnvConfig, device: torch.device, video_dir: Path | None = None, multi_agent: MultiAgentConfig | None = None) -> VecEnv:
+    """A VecEnv for ``cfg`` on ``device``; seeding happens at the first ``reset``. A PettingZoo
+    env (``pz:<module>``) makes ``num_envs`` copies of agent rows as ``multi_agent`` says."""
     # Here, not in Config.validate, which checks values without looking envs up.
     if cfg.frame_stack != EnvConfig.frame_stack and not is_atari(cfg.env_id):
         raise FastPPOError(f"--env.frame-stack {cfg.frame_stack} applies to Atari ids only, and {cfg.env_id} is not one: leave it at {EnvConfig.frame_stack}")
+    if is_pettingzoo(cfg.env_id):
+        from fastppo.envs.pettingzoo_vec import make_pettingzoo_env
+
+        return make_pettingzoo_env(cfg, multi_agent or MultiAgentConfig(), device)
     if cfg.backend == "tensor":
         from fastppo.envs.tensor import make_tensor_env
 

@@ -29,13 +29,18 @@ class StepResult(NamedTuple):
     terminated: Tensor  # bool
     truncated: Tensor  # bool
     action_mask: Tensor | None = None  # bool [N, n_logits] where the env publishes one
+    live: Tensor | None = None
+    """bool [N], multi-agent envs only: false where the row's agent had already finished (its team
+    plays on): no observation, and its next row is no decision either (fastppo.envs.pettingzoo_vec)."""
 
 
 class Episodes(NamedTuple):
-    """Episodes finished since the last ``pop_episodes``: undiscounted raw return and length."""
+    """Episodes finished since the last ``pop_episodes``: undiscounted raw return and length (a
+    multi-agent env's team return, with each agent's own under ``by_agent``)."""
 
     returns: list[float]
     lengths: list[int]
+    by_agent: dict[str, list[float]] | None = None
 
 
 class VecEnv(Protocol):

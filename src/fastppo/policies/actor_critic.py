@@ -10,6 +10,7 @@ from torch import Tensor, nn
 
 from fastppo.config import PolicyConfig
 from fastppo.errors import FastPPOError
+from fastppo.layout import ObservationLayout
 from fastppo.policies.activations import ACTIVATIONS
 from fastppo.policies.distributions import layer_init, make_action_head
 from fastppo.policies.memory import RecurrentCore, Segments
@@ -47,10 +48,17 @@ def make_encoder(obs_space: gym.Space, cfg: PolicyConfig) -> tuple[nn.Module, in
 class ActorCritic(nn.Module):
     """pi(a|s) and V(s). ``act`` is the fused rollout forward, ``evaluate`` the update forward."""
 
-    def __init__(self, obs_space: gym.Space, action_space: gym.Space, cfg: PolicyConfig | None = None):
+    def __init__(self, obs_space: gym.Space, action_space: gym.Space, cfg: PolicyConfig | None = None, layout: ObservationLayout | None = None):
         super().__init__()
         cfg = cfg or PolicyConfig()
-        self.actor_encoder, features = make_encoder(obs_space, cfg)
+        # The actor skips the leading columns only a centralised critic reads (MAPPO, see fastppo.layout).
+        self.critic_only = (layout or ObservationLayout()).critic_only
+        if self.critic_only and cfg.shared_trunk:
+            raise FastPPOError("a centralised critic (--multi-agent.algorithm mappo) reads more than the actor: drop --policy.shared-trunk")
+        actor_space = obs_space
+        if self.critic_only:
+            actor_space = gym.spaces.Box(-np.inf, np.inf, (obs_space.shape[0] - self.critic_only,), np.float32)
+        self.actor_encoder, features = make_encoder(actor_space, cfg)
         if cfg.shared_trunk:
             # A plain attribute, not a second registered submodule: the state dict then holds each
             # shared weight once, which safetensors requires (it refuses aliased tensors).
@@ -72,7 +80,7 @@ class ActorCritic(nn.Module):
         # attribute, the layers are not registered a second time.
         actor, critic = mlp_layers(self.actor_encoder), mlp_layers(self.critic_encoder)
         self._mlps = None
-        if not cfg.shared_trunk and not self.recurrent and actor is not None and critic is not None and actor[1] == critic[1]:
+        if not cfg.shared_trunk and not self.recurrent and not self.critic_only and actor is not None and critic is not None and actor[1] == critic[1]:
             self._mlps = ([actor[0] + [self.action_head.linear], critic[0] + [self.value_head]], actor[1])
 
     @property
@@ -96,7 +104,7 @@ class ActorCritic(nn.Module):
         ``keep`` (rows, bool: the update) the state is zeroed after each row that is not a real
         transition, as ``memory.carry`` does in the rollout, and no final state is returned."""
         batch = state.shape[0]
-        actor_x = self.actor_encoder(obs)
+        actor_x = self.actor_encoder(self.actor_input(obs))
         critic_x = actor_x if self.shared_trunk else self.critic_encoder(obs)
         split = self.actor_memory.state_size
         states = (state,) if self.shared_trunk else (state[:, :split], state[:, split:])
@@ -118,9 +126,13 @@ class ActorCritic(nn.Module):
             # The CPU update's forward on large minibatches (GPUs and compiled code gain nothing from it).
             params, value = mlps_one_node(obs.flatten(1), *self._mlps)
             return params, value.squeeze(-1)
-        actor_features = self.actor_encoder(obs)
+        actor_features = self.actor_encoder(self.actor_input(obs))
         critic_features = actor_features if self.shared_trunk else self.critic_encoder(obs)
         return self.action_head(actor_features), self.value_head(critic_features).squeeze(-1)
+
+    def actor_input(self, obs: Tensor) -> Tensor:
+        """The columns of the observation rows the actor reads."""
+        return obs[:, self.critic_only :] if self.critic_only else obs
 
     def get_value(self, obs: Tensor, state: Tensor | None = None) -> Tensor:
         if state is not None:
@@ -153,7 +165,7 @@ class ActorCritic(nn.Module):
         """(actions, next state) for a batch of (already normalised) observations; the state is
         None without memory."""
         if state is None:
-            params = self.action_head(self.actor_encoder(obs))
+            params = self.action_head(self.actor_encoder(self.actor_input(obs)))
         else:
             params, _, state = self.recurrent_forward(obs, state)
         if deterministic:

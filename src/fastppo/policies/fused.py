@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
+from torch.nn import functional as F
 
 from fastppo.policies.actor_critic import ActorCritic
 from fastppo.policies.mlp_autograd import mlp_layers
@@ -81,7 +82,8 @@ class FusedActorCritic:
             for depth, (a, c) in enumerate(pairs):
                 # Both halves read the observation at depth 0 (or the observation itself feeds
                 # both heads when there are no hidden layers); after that each reads its own half.
-                weight = torch.cat([a.weight, c.weight]) if depth == 0 else torch.block_diag(a.weight, c.weight)
+                # The actor's first layer gets zero columns for the rows' critic-only columns (MAPPO).
+                weight = torch.cat([F.pad(a.weight, (self.policy.critic_only, 0)), c.weight]) if depth == 0 else torch.block_diag(a.weight, c.weight)
                 layers.append((weight, torch.cat([a.bias, c.bias])))
         # Stored as [in, out] so that each layer is one addmm(bias, x, weight).
         layers = [(w.t(), b) for w, b in layers]

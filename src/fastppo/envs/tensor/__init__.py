@@ -26,6 +26,7 @@ from fastppo.envs.tensor.cartpole import CartPole, CartPoleNoVelocity
 from fastppo.envs.tensor.mountain_car import MountainCar
 from fastppo.envs.tensor.pendulum import Pendulum
 from fastppo.errors import FastPPOError
+from fastppo.envs.pettingzoo_vec import is_pettingzoo
 from fastppo.loading import named_object
 
 TENSOR_ENVS: Mapping[str, type[TensorEnv]] = MappingProxyType(
@@ -42,7 +43,9 @@ TENSOR_ENVS: Mapping[str, type[TensorEnv]] = MappingProxyType(
 
 def user_tensor_env(env_id: str) -> type[TensorEnv] | None:
     """The user's TensorEnv subclass that ``env_id`` names as ``module:Class``, or None when it
-    names something else (a gymnasium id, a gymnasium env class)."""
+    names something else (a gymnasium id, a gymnasium env class, a PettingZoo module)."""
+    if is_pettingzoo(env_id):
+        return None
     target = named_object(env_id, "env")
     return target if isinstance(target, type) and issubclass(target, TensorEnv) else None
 

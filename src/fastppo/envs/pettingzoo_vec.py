@@ -1,0 +1,251 @@
+"""PettingZoo Parallel envs behind the torch VecEnv interface: agents are extra batch rows.
+
+``pz:mpe2.simple_spread_v3`` names a module whose ``parallel_env(**env_kwargs)`` builds the env.
+``num_envs`` copies of it make ``num_envs * num_agents`` rows, row ``copy * num_agents + i``
+for ``possible_agents[i]``, so the trainer, GAE, the loss and every speed layer see one ordinary
+batch and one shared policy (IPPO/MAPPO with parameter sharing, Yu et al. 2022).
+
+A row's observation is ``[global state | the agent's observation | agent-id one-hot]``
+(``fastppo.layout.ObservationLayout``); the global state is there for MAPPO only: the env's
+``state()``, or all agents' observations concatenated when it has none.
+
+The rows follow the single-agent NEXT_STEP rule (fastppo.envs.vector) and add one more kind of
+non-decision row: an agent that finished while its team plays on (a *dead* agent) gets a zero
+observation, reward 0, no flags and ``live`` false from the step after its last until its copy resets, so the rollout masks
+its rows out of GAE and the loss instead of training on garbage. A copy whose agents have all
+finished resets on its next step (a reset row for every agent, as a gymnasium env's).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from fastppo.config import EnvConfig, MultiAgentConfig
+from fastppo.envs.vector import Episodes, HostCopies, StepResult
+from fastppo.errors import FastPPOError
+from fastppo.layout import ObservationLayout
+
+PREFIX = "pz:"
+ACTION_MASK_KEY = "action_mask"
+
+
+def is_pettingzoo(env_id: str) -> bool:
+    return env_id.startswith(PREFIX)
+
+
+def make_parallel_env(env_id: str, env_kwargs: dict[str, Any], render_mode: str | None = None) -> Any:
+    """``<module>.parallel_env(**env_kwargs)`` for ``pz:<module>``, or a one-line FastPPOError."""
+    module_name = env_id.removeprefix(PREFIX)
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise FastPPOError(f"cannot import the PettingZoo module '{module_name}' of {env_id}: {exc} (pip install 'fastppo[multiagent]')") from None
+    if not callable(getattr(module, "parallel_env", None)):
+        raise FastPPOError(f"{module_name} has no parallel_env(): name a PettingZoo env module, e.g. pz:mpe2.simple_spread_v3")
+    kwargs = dict(env_kwargs) | ({"render_mode": render_mode} if render_mode else {})
+    try:
+        return module.parallel_env(**kwargs)
+    except TypeError as exc:
+        raise FastPPOError(f"{module_name}.parallel_env does not take --env-kwargs {env_kwargs}: {exc}") from None
+
+
+def _flat_size(space: gym.Space) -> int:
+    if isinstance(space, gym.spaces.Dict) and "observation" in space.spaces:  # PettingZoo's masked observations
+        space = space["observation"]
+    try:
+        return int(gym.spaces.flatdim(space))
+    except (NotImplementedError, TypeError, ValueError):
+        raise FastPPOError(f"unsupported agent observation space {space}: fastppo handles Box, Discrete, MultiDiscrete and Dict/Tuple of those") from None
+
+
+def _flatten(space: gym.Space, obs: Any) -> tuple[np.ndarray, np.ndarray | None]:
+    """(flat observation, the action mask it carries or None) of one agent."""
+    mask = None
+    if isinstance(space, gym.spaces.Dict) and "observation" in space.spaces:
+        mask = None if ACTION_MASK_KEY not in obs else np.asarray(obs[ACTION_MASK_KEY], dtype=bool)
+        space, obs = space["observation"], obs["observation"]
+    return np.asarray(gym.spaces.flatten(space, obs), dtype=np.float32), mask
+
+
+class AgentSpaces:
+    """The agents' spaces as one batch row sees them, checked once from a built env."""
+
+    def __init__(self, env: Any, cfg: MultiAgentConfig):
+        self.agents: list[str] = list(env.possible_agents)
+        if not self.agents:
+            raise FastPPOError("the PettingZoo env has no possible_agents")
+        self.observation_spaces = [env.observation_space(a) for a in self.agents]
+        action_spaces = [env.action_space(a) for a in self.agents]
+        sizes = [_flat_size(s) for s in self.observation_spaces]
+        self.obs_size = max(sizes)
+        if len(set(sizes)) > 1 and not cfg.pad:
+            raise FastPPOError(
+                f"the agents' observations differ in size ({dict(zip(self.agents, sizes))}): "
+                "add --multi-agent.pad to zero-pad them to the largest, or train each kind of agent in its own env"
+            )
+        first = action_spaces[0]
+        if isinstance(first, gym.spaces.Discrete) and all(isinstance(s, gym.spaces.Discrete) for s in action_spaces):
+            counts = [int(s.n) for s in action_spaces]
+            if len(set(counts)) > 1 and not cfg.pad:
+                raise FastPPOError(
+                    f"the agents' numbers of actions differ ({dict(zip(self.agents, counts))}): "
+                    "add --multi-agent.pad to give all agents the largest action space with the missing actions masked"
+                )
+            if any(int(s.start) != 0 for s in action_spaces):
+                raise FastPPOError("agents' Discrete action spaces must start at 0")
+            self.action_space: gym.Space = gym.spaces.Discrete(max(counts))
+            # Padding actions are masked per agent; None when every agent has every action.
+            self.padding_mask = None if len(set(counts)) == 1 else np.arange(max(counts))[None, :] < np.asarray(counts)[:, None]
+        elif all(s == first for s in action_spaces):
+            self.action_space, self.padding_mask = first, None
+        else:
+            raise FastPPOError(
+                f"the agents' action spaces differ ({dict(zip(self.agents, map(str, action_spaces)))}): "
+                "only Discrete spaces of different sizes can be padded (--multi-agent.pad)"
+            )
+        self.state_size = 0
+        self.env_state = False
+        if cfg.algorithm == "mappo":
+            state_space = getattr(env, "state_space", None)
+            self.env_state = isinstance(state_space, gym.spaces.Box)
+            self.state_size = int(np.prod(state_space.shape)) if self.env_state else self.obs_size * len(self.agents)
+        self.ids = len(self.agents) if cfg.agent_ids else 0
+        self.layout = ObservationLayout(critic_only=self.state_size, raw=self.ids)
+        self.observation_space = gym.spaces.Box(-np.inf, np.inf, (self.state_size + self.obs_size + self.ids,), np.float32)
+
+    def rows(self, env: Any, observations: dict[str, Any], infos: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """(rows [n, width], which agents are present [n], masks [n, actions] or None) of one copy."""
+        n = len(self.agents)
+        rows = np.zeros((n, self.observation_space.shape[0]), dtype=np.float32)
+        present = np.zeros(n, dtype=bool)
+        masks = None if self.padding_mask is None else self.padding_mask.copy()
+        own = slice(self.state_size, self.state_size + self.obs_size)
+        for i, (agent, space) in enumerate(zip(self.agents, self.observation_spaces)):
+            if agent not in observations:
+                continue
+            flat, mask = _flatten(space, observations[agent])
+            mask = mask if mask is not None else infos.get(agent, {}).get(ACTION_MASK_KEY)
+            if mask is not None:
+                masks = np.ones((n, self.action_space.n), dtype=bool) if masks is None else masks
+                masks[i, : len(mask)] &= np.asarray(mask, dtype=bool)
+            rows[i, own][: flat.shape[0]] = flat
+            present[i] = True
+        if self.state_size:
+            rows[:, : self.state_size] = np.asarray(env.state(), dtype=np.float32).ravel() if self.env_state else rows[:, own].ravel()
+        if self.ids:
+            rows[:, -self.ids :] = np.eye(n, dtype=np.float32)
+        return rows, present, masks
+
+
+class PettingZooVecEnv(HostCopies):
+    """``len(env_fns)`` copies of a PettingZoo ParallelEnv as ``copies * agents`` rows (see the module docstring)."""
+
+    def __init__(self, env_fns: list[Callable[[], Any]], cfg: MultiAgentConfig, device: torch.device):
+        self.envs = [fn() for fn in env_fns]
+        self.spaces = AgentSpaces(self.envs[0], cfg)
+        self.agents = self.spaces.agents
+        self.num_envs = len(self.envs) * len(self.agents)
+        self.single_observation_space = self.spaces.observation_space
+        self.single_action_space = self.spaces.action_space
+        self.layout = self.spaces.layout
+        self.device = device
+        space = self.single_action_space
+        self._clip = (space.low, space.high) if isinstance(space, gym.spaces.Box) else None
+        n = len(self.agents)
+        self._finished = np.zeros(len(self.envs), dtype=bool)  # copies that reset on their next step
+        self._returns = np.zeros((len(self.envs), n))
+        self._lengths = np.zeros(len(self.envs), dtype=int)
+        self._episodes: list[tuple[float, int, np.ndarray]] = []
+        self._masked: bool | None = None
+
+    def _rows(self, env: Any, observations: dict, infos: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        rows, present, masks = self.spaces.rows(env, observations, infos)
+        if self._masked is None:
+            self._masked = masks is not None
+        elif (masks is not None) != self._masked:
+            raise FastPPOError("the PettingZoo env published action masks at some steps and not at others: publish one for every agent at every step")
+        return rows, present, masks
+
+    def reset(self, seed: int | None = None) -> StepResult:
+        parts = [self._reset_copy(c, None if seed is None else seed + c) for c in range(len(self.envs))]
+        rows, _, masks = zip(*parts)
+        no = np.zeros(self.num_envs, dtype=bool)
+        live = torch.ones(self.num_envs, dtype=torch.bool, device=self.device)
+        return self.to_device(np.concatenate(rows), np.zeros(self.num_envs, np.float32), no, no.copy(), torch.float32, self._join(masks))._replace(live=live)
+
+    def _reset_copy(self, c: int, seed: int | None) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        observations, infos = self.envs[c].reset(seed=seed)
+        self._finished[c] = False
+        self._returns[c] = 0.0
+        self._lengths[c] = 0
+        return self._rows(self.envs[c], observations, infos)
+
+    def _join(self, masks: tuple[np.ndarray | None, ...]) -> np.ndarray | None:
+        return None if masks[0] is None else np.concatenate(masks)
+
+    def step(self, actions: torch.Tensor) -> StepResult:
+        n = len(self.agents)
+        host = self.to_host(actions, self._clip)
+        host = host.reshape(len(self.envs), n, *host.shape[1:])
+        all_rows, all_masks = [], []
+        reward = np.zeros((len(self.envs), n), dtype=np.float32)
+        terminated = np.zeros((len(self.envs), n), dtype=bool)
+        truncated = np.zeros((len(self.envs), n), dtype=bool)
+        live = np.ones((len(self.envs), n), dtype=bool)
+        for c, env in enumerate(self.envs):
+            if self._finished[c]:  # the reset row: actions ignored, first observations, reward 0
+                rows, _, masks = self._reset_copy(c, None)
+            else:
+                acting = set(env.agents)
+                observations, rewards, terms, truncs, infos = env.step({a: host[c, i] for i, a in enumerate(self.agents) if a in acting})
+                rows, _, masks = self._rows(env, observations, infos)
+                for i, agent in enumerate(self.agents):
+                    if agent not in acting:  # dead for a while: not a decision, no flags
+                        live[c, i] = False
+                        continue
+                    reward[c, i] = rewards.get(agent, 0.0)
+                    truncated[c, i] = bool(truncs.get(agent, False))
+                    # An agent that leaves without a flag has ended all the same: no bootstrap.
+                    terminated[c, i] = bool(terms.get(agent, False)) or (agent not in env.agents and not truncated[c, i])
+                self._returns[c] += reward[c]
+                self._lengths[c] += 1
+                if not env.agents:
+                    self._episodes.append((float(self._returns[c].sum()), int(self._lengths[c]), self._returns[c].copy()))
+                    self._finished[c] = True
+            all_rows.append(rows)
+            all_masks.append(masks)
+        result = self.to_device(np.concatenate(all_rows), reward.ravel(), terminated.ravel(), truncated.ravel(), torch.float32, self._join(tuple(all_masks)))
+        return result._replace(live=torch.from_numpy(live.ravel()).to(self.device))
+
+    def pop_episodes(self) -> Episodes:
+        """Team returns (the sum of the agents' returns) and lengths, and each agent's returns."""
+        episodes = self._episodes
+        self._episodes = []
+        by_agent = {agent: [float(e[2][i]) for e in episodes] for i, agent in enumerate(self.agents)}
+        return Episodes([e[0] for e in episodes], [e[1] for e in episodes], by_agent)
+
+    def render(self) -> Any:
+        return self.envs[0].render()
+
+    def close(self) -> None:
+        for env in self.envs:
+            env.close()
+
+
+def make_pettingzoo_env(cfg: EnvConfig, multi_agent: MultiAgentConfig, device: torch.device, render_mode: str | None = None) -> PettingZooVecEnv:
+    env_fns = [lambda: make_parallel_env(cfg.env_id, cfg.env_kwargs, render_mode) for _ in range(cfg.num_envs)]
+    return PettingZooVecEnv(env_fns, multi_agent, device)
+
+
+def pettingzoo_spaces(cfg: EnvConfig, multi_agent: MultiAgentConfig) -> AgentSpaces:
+    env = make_parallel_env(cfg.env_id, cfg.env_kwargs)
+    try:
+        return AgentSpaces(env, multi_agent)
+    finally:
+        env.close()

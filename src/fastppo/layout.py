@@ -1,0 +1,19 @@
+"""What the columns of a flat observation row are, for the policy and the normaliser."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ObservationLayout:
+    """A multi-agent row is ``[global state | the agent's observation | agent-id one-hot]``
+    (fastppo.envs.pettingzoo_vec): the critic reads the whole row (MAPPO's agent-specific
+    global state, Yu et al. 2022), the actor skips the ``critic_only`` leading columns, and the
+    ``raw`` trailing one-hot columns stay out of the normalisation statistics (a normalised
+    one-hot would still be one-hot in sign only). A gymnasium env's row is all observation:
+    the default, zeros."""
+
+    critic_only: int = 0
+    raw: int = 0
+

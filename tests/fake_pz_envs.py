@@ -1,0 +1,75 @@
+"""Tiny PettingZoo Parallel envs for the multi-agent tests, named as ``pz:tests.fake_pz_envs``.
+
+Three agents walk a counter; ``agent_1`` finishes at step ``die_at`` (terminated) while the
+others play on until ``length`` (truncated). Observations carry the step and the agent's index,
+so a test can tell every row apart; the reward is 1 when an agent's action equals its index
+modulo the number of actions (a policy can learn it), and ``state()`` is the step and the
+agents' last actions.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from gymnasium import spaces
+from pettingzoo import ParallelEnv
+
+AGENTS = ("agent_0", "agent_1", "agent_2")
+
+
+class Relay(ParallelEnv):
+    metadata = {"name": "relay_v0", "render_modes": ["rgb_array"], "render_fps": 5}
+
+    def __init__(self, die_at: int = 2, length: int = 5, actions: tuple[int, ...] = (3, 3, 3), obs_sizes: tuple[int, ...] = (2, 2, 2), render_mode: str | None = None):
+        self.possible_agents = list(AGENTS)
+        self.die_at, self.length, self.render_mode = die_at, length, render_mode
+        self._actions = dict(zip(AGENTS, actions))
+        self._obs_sizes = dict(zip(AGENTS, obs_sizes))
+        self.state_space = spaces.Box(-np.inf, np.inf, (4,), np.float32)
+        self.t = 0
+        self.last = np.zeros(3, dtype=np.float32)
+        self.agents: list[str] = []
+
+    def observation_space(self, agent: str) -> spaces.Box:
+        return spaces.Box(-np.inf, np.inf, (self._obs_sizes[agent],), np.float32)
+
+    def action_space(self, agent: str) -> spaces.Discrete:
+        return spaces.Discrete(self._actions[agent])
+
+    def _obs(self, agent: str) -> np.ndarray:
+        obs = np.full(self._obs_sizes[agent], float(AGENTS.index(agent)), dtype=np.float32)
+        obs[0] = float(self.t)
+        return obs
+
+    def state(self) -> np.ndarray:
+        return np.concatenate([[float(self.t)], self.last]).astype(np.float32)
+
+    def reset(self, seed: int | None = None, options: dict | None = None):
+        self.t = 0
+        self.last = np.zeros(3, dtype=np.float32)
+        self.agents = list(AGENTS)
+        return {a: self._obs(a) for a in self.agents}, {a: {} for a in self.agents}
+
+    def step(self, actions: dict):
+        assert set(actions) == set(self.agents), (sorted(actions), self.agents)
+        self.t += 1
+        rewards, terms, truncs = {}, {}, {}
+        for agent, action in actions.items():
+            index = AGENTS.index(agent)
+            assert 0 <= int(action) < self._actions[agent]
+            self.last[index] = float(action)
+            rewards[agent] = float(int(action) == index % self._actions[agent])
+            terms[agent] = agent == "agent_1" and self.t >= self.die_at
+            truncs[agent] = self.t >= self.length and not terms[agent]
+        observations = {a: self._obs(a) for a in actions}
+        infos = {a: {} for a in actions}
+        self.agents = [a for a in self.agents if not (terms[a] or truncs[a])]
+        return observations, rewards, terms, truncs, infos
+
+    def render(self) -> np.ndarray:
+        frame = np.zeros((16, 16, 3), dtype=np.uint8)
+        frame[:, : self.t] = 255
+        return frame
+
+
+def parallel_env(**kwargs) -> Relay:
+    return Relay(**kwargs)

@@ -1,0 +1,183 @@
+"""Multi-agent PettingZoo envs (pz:<module>): agents as batch rows, dead agents masked, IPPO and
+MAPPO critics, one shared policy, and every trainer feature on top (tests/fake_pz_envs.py)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+import fastppo
+from fastppo.agent import build_agent
+from fastppo.cli import main
+from fastppo.core import compute_gae, shift_values
+from fastppo.envs import make_vec_env
+from fastppo.errors import FastPPOError
+from fastppo.profiling import SectionTimer
+from fastppo.trainer import train
+from fastppo.rollout import EnvCursor, ObservationNormalizer, RolloutBuffer, collect_rollout
+
+RELAY = "pz:tests.fake_pz_envs"
+TINY = dict(num_envs=2, num_steps=12, num_minibatches=2, update_epochs=2, total_timesteps=72, progress=False, tensorboard=False)
+
+
+def relay_config(**overrides):
+    return fastppo.make_config(RELAY, "cleanrl-discrete", TINY | overrides)
+
+
+def rollout(config, steps: int = 12):
+    """One rollout of a fresh agent; returns (agent, envs, buffer, normaliser)."""
+    envs = make_vec_env(config.env, torch.device("cpu"), multi_agent=config.multi_agent)
+    first = envs.reset(seed=0)
+    torch.manual_seed(0)
+    agent = build_agent(config, envs.single_observation_space, envs.single_action_space, torch.device("cpu"), envs.layout)
+    normalize = ObservationNormalizer(agent.obs_rms, 10.0)
+    mask_dim = None if first.action_mask is None else first.action_mask.shape[-1]
+    buf = RolloutBuffer.allocate(steps, envs, torch.device("cpu"), mask_dim)
+    cursor = EnvCursor(normalize(first.obs, update=True), first.action_mask, torch.ones(envs.num_envs, dtype=torch.bool))
+    cursor, last_value = collect_rollout(agent.policy, envs, buf, cursor, normalize, None, SectionTimer())
+    return agent, envs, buf, cursor, last_value
+
+
+def test_rows_are_the_state_the_agents_observation_and_its_id():
+    ippo = make_vec_env(relay_config().env, torch.device("cpu"))
+    mappo_config = relay_config(**{"multi_agent.algorithm": "mappo"})
+    mappo = make_vec_env(mappo_config.env, torch.device("cpu"), multi_agent=mappo_config.multi_agent)
+    rows, state_rows = ippo.reset(seed=0).obs, mappo.reset(seed=0).obs
+    assert ippo.num_envs == 6 and rows.shape == (6, 2 + 3)  # 2 copies x 3 agents; observation + one-hot id
+    for copy in range(2):
+        for i in range(3):
+            row = rows[copy * 3 + i]
+            assert row[:2].tolist() == [0.0, float(i)] and row[2:].tolist() == np.eye(3)[i].tolist()
+    assert state_rows.shape == (6, 4 + 2 + 3) and mappo.layout.critic_only == 4 and mappo.layout.raw == 3
+    torch.testing.assert_close(state_rows[:, 4:], rows)
+    assert (state_rows[:, :4] == 0).all()  # Relay.state() at t=0: the step and the last actions
+    step = mappo.step(torch.tensor([0, 1, 2] * 2))
+    assert step.obs[:, :4].tolist() == [[1.0, 0.0, 1.0, 2.0]] * 6  # every row carries the global state()
+    no_ids = relay_config(**{"multi_agent.agent_ids": False})
+    assert make_vec_env(no_ids.env, torch.device("cpu"), multi_agent=no_ids.multi_agent).reset(seed=0).obs.shape == (6, 2)
+
+
+def test_a_dead_agent_is_masked_until_its_team_resets():
+    """agent_1 terminates at step 2 of 5: its rows 3-5 are no decisions (zero observation, reward
+    0, no flags, masked), its step-2 row is a real terminal transition; after the team's last
+    step every agent gets one reset row. The normaliser never sees a dead row."""
+    config = relay_config(normalize_obs=True)
+    agent, envs, buf, _, _ = rollout(config)
+    valid, rewards = buf.valid[:, 1].tolist(), buf.rewards[:, 1]
+    # rows 0-1 alive (row 1 terminates), 2-5 dead (its team's steps 3-5, then the reset row), 6-7 alive...
+    assert valid[:8] == [True, True, False, False, False, False, True, True]
+    assert buf.terminated[:, 1].tolist()[:8] == [False, True, False, False, False, False, False, True]
+    assert (rewards[2:6] == 0).all() and not buf.truncated[2:6, 1].any()
+    assert valid == buf.valid[:, 4].tolist()  # the second copy's agent_1
+    others = buf.valid[:, 0].tolist()
+    assert others[:8] == [True, True, True, True, True, False, True, True]  # only the team's reset row
+    assert buf.truncated[4, 0] and not buf.terminated[4, 0]
+    # Observation statistics: the 6 first rows, then each step's rows of agents that acted (a
+    # finishing agent's final observation included, a dead agent's zero row not): 3+3+2+2+2+3 per
+    # 6-step cycle of a copy.
+    assert agent.obs_rms.count == pytest.approx(1e-4 + 6 + 2 * 2 * 15)
+    envs.close()
+
+
+def test_mappo_critic_sees_the_global_state_and_the_actor_does_not():
+    config = relay_config(**{"multi_agent.algorithm": "mappo"})
+    envs = make_vec_env(config.env, torch.device("cpu"), multi_agent=config.multi_agent)
+    rows = envs.step(torch.tensor([0, 1, 2] * 2)).obs
+    agent = build_agent(config, envs.single_observation_space, envs.single_action_space, torch.device("cpu"), envs.layout)
+    changed = rows.clone()
+    changed[:, :4] += torch.randn(6, 4)  # another global state
+    with torch.no_grad():
+        params, value = agent.policy(rows)
+        params2, value2 = agent.policy(changed)
+    torch.testing.assert_close(params, params2, rtol=0, atol=0)
+    assert (value - value2).abs().min() > 0
+    # IPPO: no state columns, the critic reads what the actor reads.
+    assert relay_config().multi_agent.algorithm == "ippo" and make_vec_env(relay_config().env, torch.device("cpu")).layout.critic_only == 0
+
+
+def test_the_shared_policy_on_all_rows_equals_each_agent_alone_and_gae_runs_per_agent():
+    agent, envs, buf, cursor, last_value = rollout(relay_config(), steps=12)
+    flat = buf.flatten()
+    with torch.no_grad():
+        together = agent.policy.evaluate(flat["obs"], flat["actions"])
+        for i in range(envs.num_envs):
+            alone = agent.policy.evaluate(buf.obs[:, i], buf.actions[:, i])
+            for x, y in zip(together, alone):
+                torch.testing.assert_close(x.view(12, envs.num_envs)[:, i], y)
+    advantages, returns = compute_gae(buf.rewards, buf.values, shift_values(buf.values, last_value), buf.terminated, buf.truncated, 0.99, 0.95)
+    for i in range(envs.num_envs):  # one agent row's GAE, by the textbook backward loop on its column alone
+        next_values = torch.cat([buf.values[1:, i], last_value[i : i + 1]])
+        expected, running = torch.zeros(12), 0.0
+        for t in reversed(range(12)):
+            done = bool(buf.terminated[t, i] or buf.truncated[t, i])
+            bootstrap = 0.0 if buf.terminated[t, i] else 0.99 * float(next_values[t])
+            delta = float(buf.rewards[t, i]) + bootstrap - float(buf.values[t, i])
+            running = delta + (0.0 if done else 0.99 * 0.95 * running)
+            expected[t] = running
+        valid = buf.valid[:, i]
+        torch.testing.assert_close(advantages[:, i][valid], expected[valid], rtol=1e-5, atol=1e-5)
+    envs.close()
+
+
+def test_agents_with_different_spaces_need_padding_and_padded_actions_are_masked():
+    kwargs = {"actions": [2, 3, 4], "obs_sizes": [2, 3, 2]}
+    with pytest.raises(FastPPOError, match="--multi-agent.pad"):
+        train(relay_config(env_kwargs=json.dumps(kwargs)))
+    config = relay_config(env_kwargs=json.dumps(kwargs), **{"multi_agent.pad": True, "total_timesteps": 240})
+    envs = make_vec_env(config.env, torch.device("cpu"), multi_agent=config.multi_agent)
+    first = envs.reset(seed=0)
+    assert first.obs.shape == (6, 3 + 3) and first.action_mask.shape == (6, 4)
+    assert first.action_mask[:3].tolist() == [[True, True, False, False], [True, True, True, False], [True] * 4]
+    agent = train(config)  # the Relay env asserts every action lies in its agent's own space
+    assert agent.action_masks
+
+
+def test_train_eval_record_export_and_per_agent_logging(tmp_path, capsys):
+    run = tmp_path / "run"
+    common = ["--num-envs", "2", "--num-steps", "12", "--total-timesteps", "96", "--no-progress", "--no-tensorboard"]
+    assert main(["train", RELAY, *common, "--multi-agent.algorithm", "mappo", "--normalize-obs", "--run-dir", str(run)]) == 0
+    record = json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])
+    assert {f"charts/agent_return/agent_{i}" for i in range(3)} <= record.keys()
+    # The team return is the sum of the agents' returns.
+    assert record["charts/episodic_return"] == pytest.approx(sum(record[f"charts/agent_return/agent_{i}"] for i in range(3)))
+    assert main(["eval", str(run), "--episodes", "3", "--seed", "0"]) == 0
+    assert "length 5.0" in capsys.readouterr().out
+    assert main(["record", str(run), "--out", str(tmp_path / "relay.mp4")]) == 0
+    assert (tmp_path / "relay.mp4").stat().st_size > 0
+    onnxruntime = pytest.importorskip("onnxruntime")
+    assert main(["export", str(run), "--onnx", str(tmp_path / "relay.onnx")]) == 0
+    agent = fastppo.load(run)
+    envs = make_vec_env(agent.config.env, torch.device("cpu"), multi_agent=agent.config.multi_agent)
+    rows = envs.step(torch.tensor([0, 1, 2] * 2)).obs.numpy()
+    session = onnxruntime.InferenceSession(str(tmp_path / "relay.onnx"))
+    exported = session.run(["action"], {"obs": rows[:, agent.layout.critic_only :]})[0]  # the actor's columns only
+    assert exported.tolist() == agent.act(rows, deterministic=True).tolist()
+
+
+def test_a_recurrent_shared_policy_trains_and_evaluates():
+    config = relay_config(**{"policy.memory": "gru", "policy.memory_size": 8, "multi_agent.algorithm": "mappo"})
+    agent = train(config)
+    assert agent.policy.recurrent and fastppo.evaluate(agent, episodes=2, seed=0).mean_length == 5.0
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--backend", "async"], "use --backend sync"),
+        (["--env-kwargs", "{die_at: 3}"], "expects a JSON object"),
+        (["--env-kwargs", '{"bogus": 1}'], "does not take --env-kwargs"),
+        (["--multi-agent.algorithm", "mappo", "--policy.shared-trunk"], "drop --policy.shared-trunk"),
+    ],
+)
+def test_bad_multi_agent_input_is_one_line_and_exit_2(argv, message, capsys):
+    assert main(["train", RELAY, "--total-timesteps", "1024", *argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_an_unknown_module_is_one_line(capsys):
+    assert main(["train", "pz:mpe2.no_such_env_v0"]) == 2
+    assert "cannot import the PettingZoo module" in capsys.readouterr().err
