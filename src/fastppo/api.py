@@ -49,13 +49,14 @@ def action_space(env_id: str, overrides: dict[str, Any]) -> gym.Space:
     return policy_spaces(config)[1]
 
 
-def default_run_dir(config: Config) -> Path:
-    """runs/<env>__<exp>__<seed>__<timestamp>, CleanRL's naming."""
+def default_run_dir(config: Config, seed: str | None = None) -> Path:
+    """runs/<env>__<exp>__<seed>__<timestamp>, CleanRL's naming (``seed``: the --seeds spec of a
+    folder of seeds instead of the run's own)."""
     env = config.env.env_id
     if (parts := file_spec(env)) is not None:  # an absolute path: the file's name is name enough
         env = f"{Path(parts[0]).name}:{parts[1]}"
     env = env.replace("/", "_").replace(":", "_")
-    return Path(config.run.run_root) / f"{env}__{config.run.exp_name}__{config.run.seed}__{int(time.time())}"
+    return Path(config.run.run_root) / f"{env}__{config.run.exp_name}__{seed or config.run.seed}__{int(time.time())}"
 
 
 def train(env_id: str | type, *, preset: str | None = None, run_dir: str | Path | None = None, **overrides: Any) -> Agent:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 from collections import Counter
 from pathlib import Path
 
@@ -54,6 +55,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--preset", default=None, help=f"hyperparameter preset: {', '.join(available_presets())} (default: the env's own, else CleanRL's)")
     parser.add_argument("--run-dir", default=None, help="output folder (default: runs/<env>__<exp>__<seed>__<time>)")
+    parser.add_argument(
+        "--seeds",
+        metavar="SPEC",
+        default=None,
+        help="train one run per seed (1-10, 1,3,5, 1-4,8) into RUN_DIR/seed_<n>, --workers at a time; 'fastppo report RUN_DIR' summarises them",
+    )
+    parser.add_argument("--workers", metavar="K", type=int, default=None, help="with --seeds: runs trained at once, each in its own process (default: the number of CPU cores)")
     add_hyperparameter_flags(parser)
     parser.set_defaults(func=run)
 
@@ -71,6 +79,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"fastppo: resuming {run_dir} from {checkpoint.path.name} (step {checkpoint.global_step})")
     elif args.env_id is None:
         raise FastPPOError("give an ENV_ID to train (fastppo train CartPole-v1), or --resume RUN_DIR")
+    elif args.seeds is not None:
+        return run_seeds(args, overrides)
     else:
         config = make_config(args.env_id, args.preset, overrides)
         run_dir = Path(args.run_dir) if args.run_dir else default_run_dir(config)
@@ -83,6 +93,24 @@ def run(args: argparse.Namespace) -> int:
     print(f"fastppo: results in {run_dir} (metrics.jsonl, TensorBoard: tensorboard --logdir {run_dir.parent})")
     # The shell's code for death by that signal (130, 143): scripts tell a stopped run from a finished one.
     return 0 if agent.interrupted_by is None else 128 + agent.interrupted_by
+
+
+def run_seeds(args: argparse.Namespace, overrides: dict[str, str]) -> int:
+    """``--seeds``: one run per seed in worker processes (fastppo.seeds); exit 1 if any failed."""
+    from fastppo.seeds import parse_seeds, train_seeds
+
+    if any(key in ("seed", "run.seed") for key in overrides):
+        raise FastPPOError("--seeds and --seed both name the seed: keep one")
+    seeds = parse_seeds(args.seeds)
+    config = make_config(args.env_id, args.preset, overrides)
+    parent = Path(args.run_dir) if args.run_dir else default_run_dir(config, seed=args.seeds.replace(",", "_"))
+    workers = args.workers if args.workers is not None else min(len(seeds), os.cpu_count() or 1)
+    print(f"fastppo: {config.env.env_id}: {len(seeds)} seeds, {workers} at a time, into {parent}/seed_<n>")
+    results = train_seeds(config, seeds, parent, workers)
+    finals = [r.final_return for r in results if r.final_return is not None]
+    if finals:
+        print(f"fastppo: mean of the seeds' final returns {np.mean(finals):.1f} (min {min(finals):.1f}, max {max(finals):.1f}); statistics: fastppo report {parent}")
+    return 1 if any(r.error for r in results) else 0
 
 
 def time_split(history: list[dict[str, float]]) -> str:

@@ -1,0 +1,75 @@
+"""Many seeds of one config: ``fastppo train ENV --seeds 1-10 --workers K``.
+
+Each seed is an ordinary run (its own folder, checkpoints, metrics, resume) trained in its own
+worker process, K at a time; ``fastppo report`` then reads the parent folder as a group of runs.
+Processes rather than threads: each run's torch, numpy and env state stay its own, and a seed's
+crash cannot take the others down.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import multiprocessing
+import re
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from pathlib import Path
+from typing import NamedTuple
+
+from fastppo.config import Config, check_seed
+from fastppo.errors import FastPPOError
+
+_RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
+
+
+def parse_seeds(spec: str) -> list[int]:
+    """'1-10', '1,3,5' or '1-4,8' -> the seeds in order, each once; a one-line error otherwise."""
+    seeds: list[int] = []
+    for part in spec.replace(" ", "").split(","):
+        match = _RANGE.match(part)
+        if not match:
+            raise FastPPOError(f"--seeds expects seeds and ranges like 1-10 or 1,3,5, got {spec!r}")
+        first, last = int(match[1]), int(match[2] or match[1])
+        if last < first:
+            raise FastPPOError(f"--seeds range {part} runs backwards: write {last}-{first}")
+        seeds += [check_seed(s, "--seeds") for s in range(first, last + 1) if s not in seeds]
+    return seeds
+
+
+class SeedResult(NamedTuple):
+    seed: int
+    run_dir: Path
+    final_return: float | None  # mean of the last 20 episodes; None when none finished
+    error: str | None
+
+
+def _train_one(config: Config, run_dir: Path) -> SeedResult:
+    from fastppo.trainer import train
+
+    try:
+        agent = train(config, run_dir)
+    except FastPPOError as exc:
+        return SeedResult(config.run.seed, run_dir, None, str(exc))
+    returns = agent.episode_returns[-20:]
+    return SeedResult(config.run.seed, run_dir, sum(returns) / len(returns) if returns else None, None)
+
+
+def train_seeds(config: Config, seeds: list[int], parent: Path, workers: int) -> list[SeedResult]:
+    """Train ``config`` once per seed into ``parent/seed_<n>``, ``workers`` runs at a time, each
+    without a progress bar (a line per finished seed instead); results in seed order."""
+    if workers < 1:
+        raise FastPPOError(f"--workers must be >= 1, got {workers}")
+    runs = [(dataclasses.replace(config, run=dataclasses.replace(config.run, seed=seed, progress=False)), parent / f"seed_{seed}") for seed in seeds]
+    for run_config, run_dir in runs:
+        run_config.validate()
+        if run_dir.exists() and any(run_dir.iterdir()):
+            raise FastPPOError(f"{run_dir} is not empty: pick another --run-dir for these seeds")
+    results = []
+    # spawn, not fork: a forked child would inherit torch's thread pools and the parent's RNG state.
+    with ProcessPoolExecutor(max_workers=min(workers, len(runs)), mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = [pool.submit(_train_one, run_config, run_dir) for run_config, run_dir in runs]
+        for future in as_completed(futures):
+            result = future.result()
+            shown = "failed: " + result.error if result.error else f"{result.final_return:.1f} mean return over the last 20 episodes" if result.final_return is not None else "no episode finished"
+            print(f"fastppo: seed {result.seed}: {shown} ({result.run_dir})", flush=True)
+            results.append(result)
+    return sorted(results, key=lambda r: seeds.index(r.seed))

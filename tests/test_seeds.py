@@ -1,0 +1,54 @@
+"""Many seeds of one config as worker processes: ``fastppo train ENV --seeds 1-10 --workers K``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from safetensors.torch import load_file
+
+from fastppo.cli import main
+from fastppo.errors import FastPPOError
+from fastppo.seeds import parse_seeds
+
+TINY = ["--num-envs", "2", "--num-steps", "64", "--total-timesteps", "512", "--no-tensorboard", "--no-progress"]
+
+
+@pytest.mark.parametrize(("spec", "seeds"), [("1-4", [1, 2, 3, 4]), ("1,3,5", [1, 3, 5]), ("1-3,8, 2", [1, 2, 3, 8]), ("7", [7])])
+def test_seed_specs(spec, seeds):
+    assert parse_seeds(spec) == seeds
+
+
+@pytest.mark.parametrize(("spec", "message"), [("a", "ranges like"), ("3-1", "runs backwards"), ("1-", "ranges like"), ("4294967296", "4294967295")])
+def test_bad_seed_specs_are_one_line_errors(spec, message):
+    with pytest.raises(FastPPOError, match=message):
+        parse_seeds(spec)
+
+
+def without_times(run_dir: Path) -> list[dict]:
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in r.items() if not k.startswith(("time", "charts/SPS"))} for r in records]
+
+
+def test_each_seed_trains_exactly_as_its_single_run(tmp_path, capsys):
+    assert main(["train", "CartPole-v1", *TINY, "--seeds", "1-2", "--workers", "2", "--run-dir", str(tmp_path / "seeds")]) == 0
+    out = capsys.readouterr().out
+    assert "seed 1:" in out and "seed 2:" in out and f"fastppo report {tmp_path / 'seeds'}" in out
+    for seed in (1, 2):
+        assert main(["train", "CartPole-v1", *TINY, "--seed", str(seed), "--run-dir", str(tmp_path / f"single_{seed}")]) == 0
+        many, single = tmp_path / "seeds" / f"seed_{seed}", tmp_path / f"single_{seed}"
+        assert without_times(many) == without_times(single)
+        weights, reference = load_file(str(many / "policy.safetensors")), load_file(str(single / "policy.safetensors"))
+        assert all((weights[k] == reference[k]).all() for k in reference)
+    assert without_times(tmp_path / "seeds" / "seed_1") != without_times(tmp_path / "seeds" / "seed_2")
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [(["--seeds", "1-2", "--seed", "3"], "keep one"), (["--seeds", "1-2", "--workers", "0"], "--workers must be >= 1"), (["--seeds", "x"], "ranges like")],
+)
+def test_bad_seeds_input_is_one_line_and_exit_2(argv, message, capsys, tmp_path):
+    assert main(["train", "CartPole-v1", *TINY, *argv, "--run-dir", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
