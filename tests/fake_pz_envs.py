@@ -1,6 +1,6 @@
 """Tiny PettingZoo Parallel envs for the multi-agent tests, named as ``pz:tests.fake_pz_envs``.
 
-Three agents walk a counter; ``agent_1`` finishes at step ``die_at`` (terminated) while the
+Three agents (``agents``, by default agent_0..2) walk a counter; the second finishes at step ``die_at`` (terminated) while the
 others play on until ``length`` (truncated). Observations carry the step and the agent's index,
 so a test can tell every row apart; the reward is 1 when an agent's action equals its index
 modulo the number of actions (a policy can learn it), and ``state()`` is the step and the
@@ -18,12 +18,15 @@ AGENTS = ("agent_0", "agent_1", "agent_2")
 
 class Relay(ParallelEnv):
     metadata = {"name": "relay_v0", "render_modes": ["rgb_array"], "render_fps": 5}
+    fastppo_plain_state = True  # its state is plain attributes: checkpoints snapshot it (exact resume)
 
-    def __init__(self, die_at: int = 2, length: int = 5, actions: tuple[int, ...] = (3, 3, 3), obs_sizes: tuple[int, ...] = (2, 2, 2), render_mode: str | None = None):
-        self.possible_agents = list(AGENTS)
+    def __init__(
+        self, die_at: int = 2, length: int = 5, actions: tuple[int, ...] = (3, 3, 3), obs_sizes: tuple[int, ...] = (2, 2, 2), agents: tuple[str, ...] = AGENTS, render_mode: str | None = None
+    ):
+        self.possible_agents = list(agents)
         self.die_at, self.length, self.render_mode = die_at, length, render_mode
-        self._actions = dict(zip(AGENTS, actions))
-        self._obs_sizes = dict(zip(AGENTS, obs_sizes))
+        self._actions = dict(zip(agents, actions))
+        self._obs_sizes = dict(zip(agents, obs_sizes))
         self.state_space = spaces.Box(-np.inf, np.inf, (4,), np.float32)
         self.t = 0
         self.last = np.zeros(3, dtype=np.float32)
@@ -36,7 +39,7 @@ class Relay(ParallelEnv):
         return spaces.Discrete(self._actions[agent])
 
     def _obs(self, agent: str) -> np.ndarray:
-        obs = np.full(self._obs_sizes[agent], float(AGENTS.index(agent)), dtype=np.float32)
+        obs = np.full(self._obs_sizes[agent], float(self.possible_agents.index(agent)), dtype=np.float32)
         obs[0] = float(self.t)
         return obs
 
@@ -46,7 +49,7 @@ class Relay(ParallelEnv):
     def reset(self, seed: int | None = None, options: dict | None = None):
         self.t = 0
         self.last = np.zeros(3, dtype=np.float32)
-        self.agents = list(AGENTS)
+        self.agents = list(self.possible_agents)
         return {a: self._obs(a) for a in self.agents}, {a: {} for a in self.agents}
 
     def step(self, actions: dict):
@@ -54,11 +57,11 @@ class Relay(ParallelEnv):
         self.t += 1
         rewards, terms, truncs = {}, {}, {}
         for agent, action in actions.items():
-            index = AGENTS.index(agent)
+            index = self.possible_agents.index(agent)
             assert 0 <= int(action) < self._actions[agent]
             self.last[index] = float(action)
             rewards[agent] = float(int(action) == index % self._actions[agent])
-            terms[agent] = agent == "agent_1" and self.t >= self.die_at
+            terms[agent] = index == 1 and self.t >= self.die_at
             truncs[agent] = self.t >= self.length and not terms[agent]
         observations = {a: self._obs(a) for a in actions}
         infos = {a: {} for a in actions}

@@ -181,3 +181,35 @@ def test_bad_multi_agent_input_is_one_line_and_exit_2(argv, message, capsys):
 def test_an_unknown_module_is_one_line(capsys):
     assert main(["train", "pz:mpe2.no_such_env_v0"]) == 2
     assert "cannot import the PettingZoo module" in capsys.readouterr().err
+
+
+GROUPED = {"env_kwargs": json.dumps({"agents": ["adversary_0", "agent_0", "agent_1"]}), "multi_agent.policies": "group"}
+
+
+def test_one_policy_per_agent_group_acts_and_learns_on_its_own_rows():
+    """adversary_0 | agent_0, agent_1: two networks; every row is scored by its group's network
+    alone, and training moves each group's weights by its own rows only."""
+    config = relay_config(**GROUPED, total_timesteps=240)
+    envs = make_vec_env(config.env, torch.device("cpu"), multi_agent=config.multi_agent)
+    assert envs.layout.groups == (0, 1, 1)
+    rows = envs.reset(seed=0).obs
+    torch.manual_seed(0)
+    agent = build_agent(config, envs.single_observation_space, envs.single_action_space, torch.device("cpu"), envs.layout)
+    actions = torch.tensor([0, 1, 2] * 2)
+    with torch.no_grad():
+        logprob, entropy, value = agent.policy.evaluate(rows, actions)
+        for row in range(6):
+            own = agent.policy.policies[(0, 1, 1)[row % 3]]
+            expected = own.evaluate(rows[row : row + 1], actions[row : row + 1])
+            torch.testing.assert_close(torch.stack([logprob[row], entropy[row], value[row]]), torch.cat(expected))
+    before = [torch.cat([p.detach().flatten() for p in policy.parameters()]) for policy in agent.policy.policies]
+    trained = train(config)
+    after = [torch.cat([p.detach().flatten() for p in policy.parameters()]) for policy in trained.policy.policies]
+    assert all((a - b).abs().max() > 0 for a, b in zip(after, before))  # both groups learn (same seed: same init)
+    assert (after[0] - after[1]).abs().max() > 0
+    assert fastppo.evaluate(trained, episodes=2, seed=0).mean_length == 5.0
+
+
+def test_group_policies_need_agent_ids(capsys):
+    assert main(["train", RELAY, "--total-timesteps", "1024", "--multi-agent.policies", "group", "--multi-agent.no-agent-ids"]) == 2
+    assert "reads each row's group from its agent id" in capsys.readouterr().err

@@ -20,6 +20,7 @@ from fastppo.core.normalize import RunningMeanStd
 from fastppo.errors import FastPPOError
 from fastppo.layout import ObservationLayout
 from fastppo.policies import ActorCritic
+from fastppo.policies.grouped import GroupedActorCritic
 
 POLICY_FILE = "policy.safetensors"
 AGENT_FILE = "agent.json"
@@ -29,7 +30,7 @@ AGENT_FILE = "agent.json"
 class Agent:
     """What ``fastppo.train`` returns and ``fastppo.load`` restores."""
 
-    policy: ActorCritic
+    policy: ActorCritic | GroupedActorCritic
     config: Config
     obs_shape: tuple[int, ...]
     obs_rms: RunningMeanStd | None = None
@@ -132,7 +133,8 @@ class Agent:
 
 def build_agent(config: Config, observation_space: gym.Space, action_space: gym.Space, device: torch.device, layout: ObservationLayout | None = None) -> Agent:
     layout = layout or ObservationLayout()
-    policy = ActorCritic(observation_space, action_space, config.policy, layout).to(device)
+    policy_class = GroupedActorCritic if layout.groups else ActorCritic
+    policy = policy_class(observation_space, action_space, config.policy, layout).to(device)
     shape = observation_space.shape
     # The trailing raw columns (agent ids) have no statistics: RunningMeanStd passes them through.
     obs_rms = RunningMeanStd((shape[0] - layout.raw,) if layout.raw else shape, device) if config.env.normalize_obs else None

@@ -60,6 +60,8 @@ class MultiAgentConfig:
     """ippo: the critic sees the agent's own observation; mappo: a centralised critic also sees the env's global state() (the agents' observations concatenated when the env has none)."""
     agent_ids: bool = True
     """Append a one-hot agent id to each agent's observation, so the shared policy can tell the agents apart."""
+    policies: Literal["shared", "group"] = "shared"
+    """shared: one policy for all agents; group: one per agent group, agents grouped by name without the trailing _<n> (adversary_0, adversary_1 | agent_0)."""
     pad: bool = False
     """Agents with different observation sizes or numbers of discrete actions: pad observations with zeros and mask the missing actions (else such envs are refused)."""
 
@@ -267,6 +269,8 @@ class Config:
             raise FastPPOError(f"PettingZoo envs run in the trainer's process: use --backend sync, not {self.env.backend}")
         if self.env.capture_video:
             raise FastPPOError("--capture-video does not record PettingZoo envs: record the trained run with 'fastppo record RUN_DIR'")
+        if self.multi_agent.policies == "group" and not self.multi_agent.agent_ids:
+            raise FastPPOError("--multi-agent.policies group reads each row's group from its agent id: drop --multi-agent.no-agent-ids")
         if self.multi_agent.algorithm == "mappo" and self.policy.shared_trunk:
             raise FastPPOError("a centralised critic (--multi-agent.algorithm mappo) reads more than the actor: drop --policy.shared-trunk")
 
@@ -391,13 +395,19 @@ def available_presets() -> list[str]:
 
 def preset_for_env(env_id: str, continuous: bool) -> str:
     """The preset used when none is named: one named after the env id (with or without its
-    version), else the family's (``atari`` for every ALE game), else CleanRL's defaults for the
-    action type."""
+    version; a PettingZoo ``pz:mpe2.simple_spread_v3`` also by its module's last component,
+    ``simple_spread_v3`` or ``simple_spread``), else the family's (``atari`` for every ALE
+    game), else CleanRL's defaults for the action type."""
     from fastppo.envs.atari import is_atari  # lazy: fastppo.envs imports this module
+    from fastppo.envs.pettingzoo_vec import is_pettingzoo
 
     names = available_presets()
     base = env_id.split(":")[-1].split("/")[-1]
-    for candidate in (base, base.rsplit("-v", 1)[0]):
+    candidates = [base, base.rsplit("-v", 1)[0]]
+    if is_pettingzoo(env_id):
+        module = base.rsplit(".", 1)[-1]
+        candidates += [module, module.rsplit("_v", 1)[0]]
+    for candidate in candidates:
         if candidate in names:
             return candidate
     if is_atari(env_id):

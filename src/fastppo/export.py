@@ -125,6 +125,8 @@ def export_onnx(agent: Agent | str | Path, path: str | Path, opset: int = 18) ->
         raise FastPPOError(f"--opset {opset} is outside what the {exporter} ONNX exporter writes correctly: pick {low} to {high} (default 18)")
     agent = agent if isinstance(agent, Agent) else load_agent(agent)
     path = output_file(path, "the ONNX file")
+    if agent.layout.groups:
+        raise FastPPOError("ONNX export of one policy per agent group is not supported yet: export an agent trained with --multi-agent.policies shared")
     if agent.policy.recurrent and agent.layout.critic_only:
         raise FastPPOError("ONNX export of a recurrent MAPPO policy is not supported (its state holds the centralised critic's): export an IPPO or feed-forward agent")
     obs_space, action_space, _ = policy_spaces(agent.config)

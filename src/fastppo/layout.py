@@ -16,4 +16,7 @@ class ObservationLayout:
 
     critic_only: int = 0
     raw: int = 0
+    groups: tuple[int, ...] = ()
+    """With one policy per agent group: each agent's group index (agents in id order); empty when
+    one policy serves every row."""
 

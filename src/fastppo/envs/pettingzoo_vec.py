@@ -19,6 +19,7 @@ finished resets on its next step (a reset row for every agent, as a gymnasium en
 from __future__ import annotations
 
 import importlib
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -116,7 +117,11 @@ class AgentSpaces:
             self.env_state = isinstance(state_space, gym.spaces.Box)
             self.state_size = int(np.prod(state_space.shape)) if self.env_state else self.obs_size * len(self.agents)
         self.ids = len(self.agents) if cfg.agent_ids else 0
-        self.layout = ObservationLayout(critic_only=self.state_size, raw=self.ids)
+        groups: tuple[int, ...] = ()
+        if cfg.policies == "group":  # adversary_0, adversary_1 | agent_0: groups by name, in order of appearance
+            names = [re.sub(r"_\d+$", "", agent) for agent in self.agents]
+            groups = tuple(list(dict.fromkeys(names)).index(name) for name in names)
+        self.layout = ObservationLayout(critic_only=self.state_size, raw=self.ids, groups=groups)
         self.observation_space = gym.spaces.Box(-np.inf, np.inf, (self.state_size + self.obs_size + self.ids,), np.float32)
 
     def rows(self, env: Any, observations: dict[str, Any], infos: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
@@ -145,6 +150,9 @@ class AgentSpaces:
 
 class PettingZooVecEnv(HostCopies):
     """``len(env_fns)`` copies of a PettingZoo ParallelEnv as ``copies * agents`` rows (see the module docstring)."""
+
+    CHECKPOINTED = ("envs", "_finished", "_returns", "_lengths", "_episodes", "_masked")
+    """What ``fastppo.checkpoint.snapshot_envs`` saves: the copies and the episodes in flight."""
 
     def __init__(self, env_fns: list[Callable[[], Any]], cfg: MultiAgentConfig, device: torch.device):
         self.envs = [fn() for fn in env_fns]

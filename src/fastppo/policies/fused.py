@@ -58,7 +58,9 @@ class FusedActorCritic:
         self._layers: list[tuple[Tensor, Tensor]] = []
 
     @classmethod
-    def build(cls, policy: ActorCritic) -> FusedActorCritic | None:
+    def build(cls, policy: nn.Module) -> FusedActorCritic | None:
+        if not isinstance(policy, ActorCritic):  # one policy per agent group: each runs its own forward
+            return None
         actor = mlp_layers(policy.actor_encoder)
         if actor is None or policy.recurrent:
             return None
