@@ -8,6 +8,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from fastppo.config import Config, apply_overrides, resolve_key
 from fastppo.core import RewardScaler, adaptive_kl_beta, compute_gae, explained_variance, schedule_progress, scheduled, shift_values
 from fastppo.cuda_graphs import check_cudagraphs
 from fastppo.diagnostics import HealthMonitor
+from fastppo.distributed import RankError, SyncedStatistics, World, joined, launched_world_size, rank_device
 from fastppo.envs import make_vec_env
 from fastppo.envs.pettingzoo_vec import PettingZooVecEnv
 from fastppo.envs.vector import HostCopies
@@ -52,6 +54,8 @@ class TrainState:
     schedule_anchor: tuple[int, float] = (0, 0.0)
     """Where the lr/clip/entropy schedules' line starts (core.schedule_progress); moved by a resume
     that changes total_timesteps."""
+    world_size: int = 1
+    """Ranks training together (torchrun); a resume needs as many."""
 
 
 def seed_everything(seed: int, deterministic: bool) -> None:
@@ -106,20 +110,37 @@ def check_finite_rollout(buf: RolloutBuffer, cursor: EnvCursor, iteration: int, 
 
 class StopRequest:
     """SIGINT/SIGTERM handlers that ask the loop to stop after the current iteration and save a
-    checkpoint, instead of dying mid-update. A second signal stops at once (KeyboardInterrupt)."""
+    checkpoint, instead of dying mid-update. A second signal stops at once (KeyboardInterrupt).
+
+    Under torchrun (``world``) the ranks see a signal at different moments, or only some of them
+    do: a signal counts once ``agree`` (once per iteration, on every rank) has told every rank that
+    some rank saw one, so that all stop after the same iteration. There a repeat does not stop at
+    once: torchrun forwards the signal it gets, so a Ctrl-C reaches each rank twice (from the
+    terminal and from torchrun), and torchrun kills ranks still running 30 s later anyway.
+    """
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
-    def __init__(self, enabled: bool):
+    def __init__(self, enabled: bool, world: World | None = None):
         # Python only lets the main thread install signal handlers.
         self.enabled = enabled and threading.current_thread() is threading.main_thread()
+        self.world = world
         self.signal: int | None = None
+        self._seen: int | None = None  # under torchrun, until agreed
         self._previous: dict[int, Any] = {}
 
     def _handle(self, signum: int, frame: Any) -> None:
+        if self.world is not None:
+            self._seen = self._seen or signum
+            return
         if self.signal is not None:
             raise KeyboardInterrupt
         self.signal = signum
+
+    def agree(self) -> None:
+        """Under torchrun, make a signal seen by any rank a stop request on every rank (a collective)."""
+        if self.enabled and self.world is not None and self.signal is None:
+            self.signal = self.world.max(self._seen or 0) or None
 
     @property
     def requested(self) -> bool:
@@ -144,7 +165,11 @@ def resume_config(run_dir: str | Path, overrides: dict[str, Any] | None = None, 
     config = checkpoint.config
     if env_id is not None and absolute_spec(env_id) != config.env.env_id:  # a file env is saved with its absolute path
         raise FastPPOError(f"{run_dir} trains {config.env.env_id}, not {env_id}: drop ENV_ID when resuming")
-    planned = config.num_iterations  # the horizon the schedules have followed so far
+    world_size, trained_on = launched_world_size(), checkpoint.meta.get("world_size", 1)
+    if world_size != trained_on:  # each rank's batch is part of the update: another count is another run
+        how = "without torchrun" if trained_on == 1 else f"torchrun with {trained_on} processes in all (--nnodes x --nproc-per-node)"
+        raise FastPPOError(f"{run_dir} was trained by {trained_on} rank{'s' * (trained_on > 1)}, this launch has {world_size}: resume it {how}")
+    planned = planned_iterations(config, world_size)  # the horizon the schedules have followed so far
     for key, value in (overrides or {}).items():
         full = resolve_key(config, key)
         section, name = full.split(".")
@@ -155,7 +180,8 @@ def resume_config(run_dir: str | Path, overrides: dict[str, Any] | None = None, 
     config.validate()
     # A finished run's linear schedules stand at 0: more steps at lr 0 (or clip 0) would not learn.
     annealed = [name for name in ("lr", "clip") if getattr(config.ppo, f"{name}_schedule") == "linear"]
-    if checkpoint.iteration == planned and (config.num_iterations <= planned or annealed):
+    num_iterations = planned_iterations(config, world_size)
+    if checkpoint.iteration == planned and (num_iterations <= planned or annealed):
         how = (
             f"its linear {' and '.join(f'--{name}-schedule' for name in annealed)} reached 0, so it cannot learn more: "
             f"start a new run with a larger --total-timesteps, or with {' '.join(f'--{name}-schedule constant' for name in annealed)}"
@@ -163,21 +189,26 @@ def resume_config(run_dir: str | Path, overrides: dict[str, Any] | None = None, 
             else f"to train further, give it a larger budget: fastppo train --resume {run_dir} --total-timesteps {2 * checkpoint.global_step}"
         )
         raise FastPPOError(f"{run_dir} is finished (trained its {checkpoint.global_step} steps); {how}")
-    if config.num_iterations <= checkpoint.iteration:
+    if num_iterations <= checkpoint.iteration:
         raise FastPPOError(
             f"the checkpoint is at step {checkpoint.global_step}, --total-timesteps {config.ppo.total_timesteps} leaves nothing to train: raise it to train further"
         )
-    if config.num_iterations != planned:  # a new horizon: the schedules go on from where they stand to its end
+    if num_iterations != planned:  # a new horizon: the schedules go on from where they stand to its end
         checkpoint.schedule_anchor = (checkpoint.iteration, schedule_progress(checkpoint.iteration + 1, planned, checkpoint.schedule_anchor))
     return config, checkpoint
 
 
-def train(config: Config, run_dir: Path | None = None, checkpoint: Checkpoint | None = None) -> Agent:
+def train(
+    config: Config, run_dir: Path | None = None, checkpoint: Checkpoint | None = None, on_iteration: Callable[[int, dict[str, float]], None] | None = None
+) -> Agent:
     """Train a PPO agent as ``config`` says; write logs, checkpoints and the final agent to ``run_dir``.
 
     With ``checkpoint`` (from ``resume_config``) the run continues where it stopped. With a
     ``run_dir``, SIGINT/SIGTERM end the run after the current iteration, with a checkpoint, and the
     returned agent's ``interrupted_by`` names the signal (None for a run that reached its end).
+    ``on_iteration(global_step, metrics)`` is called after each iteration is logged (fastppo sweep
+    reports returns to Optuna's pruner with it); an exception it raises ends the run there, envs and
+    logger closed, nothing saved, and reaches the caller unchanged.
     """
     config.validate()
     if run_dir is not None:
@@ -250,6 +281,8 @@ def train(config: Config, run_dir: Path | None = None, checkpoint: Checkpoint | 
 
                 metrics = iteration_metrics(losses, episodes, timer.pop(), state, coefs, buf, returns, time.perf_counter() - start, config.batch_size)
                 logger.log(state.global_step, metrics)
+                if on_iteration is not None:
+                    on_iteration(state.global_step, metrics)
                 for warning in monitor.check(metrics, progress):
                     logger.message(f"[yellow]warning:[/] {warning}")
 
