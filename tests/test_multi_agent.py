@@ -5,19 +5,22 @@ from __future__ import annotations
 
 import json
 
+import mpe2.all_modules
 import numpy as np
 import pytest
 import torch
 
 import fastppo
 from fastppo.agent import build_agent
+from fastppo.checkpoint import restore_envs, snapshot_envs
 from fastppo.cli import main
 from fastppo.core import compute_gae, shift_values
 from fastppo.envs import make_vec_env
 from fastppo.errors import FastPPOError
 from fastppo.profiling import SectionTimer
-from fastppo.trainer import train
+from fastppo.trainer import resume_config, train
 from fastppo.rollout import EnvCursor, ObservationNormalizer, RolloutBuffer, collect_rollout
+from tests.test_resume import ITERATIONS, assert_same_run, stop_after
 
 RELAY = "pz:tests.fake_pz_envs"
 TINY = dict(num_envs=2, num_steps=12, num_minibatches=2, update_epochs=2, total_timesteps=72, progress=False, tensorboard=False)
@@ -213,3 +216,58 @@ def test_one_policy_per_agent_group_acts_and_learns_on_its_own_rows():
 def test_group_policies_need_agent_ids(capsys):
     assert main(["train", RELAY, "--total-timesteps", "1024", "--multi-agent.policies", "group", "--multi-agent.no-agent-ids"]) == 2
     assert "reads each row's group from its agent id" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("algorithm", ["ippo", "mappo"])
+@pytest.mark.parametrize("env_id, env_kwargs", [(RELAY, {}), ("pz:mpe2.simple_spread_v3", {"max_cycles": 25})], ids=["relay", "simple-spread"])
+def test_stop_and_resume_equals_one_go(tmp_path, monkeypatch, env_id, env_kwargs, algorithm):
+    """As tests/test_resume.py's: the stop after 21 of 42 steps falls mid-episode (Relay: agent_1
+    dead, its rows masked; MPE: moving entities, and an episode end ahead that resets from the
+    env's np_random), so the resumed envs must go on from the snapshot, not from fresh episodes."""
+    overrides = TINY | {"num_steps": 7, "total_timesteps": ITERATIONS * 2 * 7, "checkpoint_every": 0, "normalize_obs": True}
+    overrides |= {"env_kwargs": json.dumps(env_kwargs), "multi_agent.algorithm": algorithm}
+    train(fastppo.make_config(env_id, "cleanrl-discrete", overrides), tmp_path / "one_go")
+
+    with monkeypatch.context() as patch:
+        stop_after(patch, ITERATIONS // 2)
+        train(fastppo.make_config(env_id, "cleanrl-discrete", overrides), tmp_path / "split")
+    resumed_config, checkpoint = resume_config(tmp_path / "split")
+    assert checkpoint.meta["env"]["kind"] == "pettingzoo"
+    train(resumed_config, tmp_path / "split", checkpoint)
+    assert_same_run(tmp_path / "one_go", tmp_path / "split")
+
+
+@pytest.mark.parametrize("module", sorted(name.removeprefix("mpe/") for name in mpe2.all_modules.mpe_environments))
+def test_every_mpe_env_continues_identically_from_a_snapshot(module):
+    """Snapshot mid-episode with an episode pending, step on, restore into fresh envs reset from
+    another seed: the same rows, rewards, flags and episodes. The fresh simple_adversary's agents
+    point at another goal landmark than the snapshot's: the snapshot's sharing must come back."""
+    config = fastppo.make_config(f"pz:mpe2.{module}", "cleanrl-discrete", {"num_envs": 3, "env_kwargs": json.dumps({"max_cycles": 7}), "multi_agent.pad": True})
+    a, b = (make_vec_env(config.env, torch.device("cpu"), multi_agent=config.multi_agent) for _ in range(2))
+    allowed = torch.ones(len(a.agents), a.single_action_space.n) if a.spaces.padding_mask is None else torch.as_tensor(a.spaces.padding_mask, dtype=torch.float32)
+    generator = torch.Generator().manual_seed(0)
+    actions = [torch.multinomial(allowed.repeat(3, 1), 1, generator=generator).squeeze(1) for _ in range(40)]
+    a.reset(seed=3)
+    for action in actions[:11]:  # 7 steps and a reset row, then 3 steps into the second episode
+        a.step(action)
+    tensors, meta = snapshot_envs(a)
+    b.reset(seed=99)
+    restore_envs(b, tensors, json.loads(json.dumps(meta)))  # through JSON, as on disk
+    for action in actions[11:]:
+        for x, y in zip(a.step(action), b.step(action)):
+            assert (x is None and y is None) or torch.equal(x, y)
+    episodes = a.pop_episodes()
+    assert len(episodes.returns) == 5 * 3 and episodes == b.pop_episodes()  # the 3 pending at the snapshot included
+
+
+def test_a_pettingzoo_id_finds_the_preset_named_after_its_module():
+    from fastppo.config import preset_for_env
+
+    assert preset_for_env("pz:mpe2.simple_spread_v3", continuous=False) == "simple_spread_v3"
+    assert preset_for_env("pz:pettingzoo.mpe.simple_spread_v3", continuous=False) == "simple_spread_v3"
+    assert preset_for_env(RELAY, continuous=False) == "cleanrl-discrete"  # no preset for fake_pz_envs
+    assert preset_for_env("mpe2.simple_spread_v3", continuous=False) == "cleanrl-discrete"  # only pz: ids are read as modules
+    pytest.importorskip("mpe2")
+    config = fastppo.make_config("pz:mpe2.simple_spread_v3")
+    assert config.env.env_kwargs == {"max_cycles": 25, "continuous_actions": False}
+    assert config.multi_agent.algorithm == "mappo" and config.env.normalize_obs

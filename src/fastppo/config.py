@@ -416,18 +416,21 @@ def preset_for_env(env_id: str, continuous: bool) -> str:
 
 
 def load_preset(name: str) -> dict[str, Any]:
-    """A preset's overrides flattened to 'section.field' keys."""
-    path = PRESET_DIR / f"{name}.yaml"
+    """A preset's overrides flattened to 'section.field' keys: a shipped preset by name, or a file
+    in the same format by its path (``fastppo sweep`` writes one), told apart by a .yaml/.yml
+    ending or a folder in the name."""
+    is_file = name.endswith((".yaml", ".yml")) or "/" in name or "\\" in name
+    path = Path(name) if is_file else PRESET_DIR / f"{name}.yaml"
     if not path.is_file():
-        raise FastPPOError(f"unknown preset '{name}': available presets are {', '.join(available_presets())}")
-    data = yaml.safe_load(path.read_text()) or {}
-    flat: dict[str, Any] = {}
-    for section, values in data.items():
-        if section == "description":
-            continue
-        for key, value in (values or {}).items():
-            flat[f"{section}.{key}"] = value
-    return flat
+        if is_file:
+            raise FastPPOError(f"preset file {name} not found: give the path of a preset YAML (sections env/ppo/policy), or a preset name")
+        raise FastPPOError(f"unknown preset '{name}': available presets are {', '.join(available_presets())}, or a preset YAML file's path")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+        return {f"{section}.{key}": value for section, values in data.items() if section != "description" for key, value in (values or {}).items()}
+    except (OSError, yaml.YAMLError, AttributeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else "expected sections (env, ppo, policy) mapping fields to values"
+        raise FastPPOError(f"cannot read preset {path}: {reason}") from None
 
 
 def field_docs(section_cls: type) -> dict[str, str]:
