@@ -57,14 +57,17 @@ class RunningMeanStd:
         # host sync; the count then stays a tensor (the unmasked path above keeps a Python float
         # because the rollout calls it every step and tensor arithmetic on it costs more).
         x = batch.to(torch.float64)
+        # A float count (fresh, or loaded from a checkpoint) would make count / total a Tensor's
+        # __rdiv__, reciprocal then multiply, a bit off: a resumed run would drift from its one-go twin.
+        count = torch.as_tensor(self.count, dtype=torch.float64, device=x.device)
         weights = torch.ones(x.shape[0], dtype=torch.float64, device=x.device) if mask is None else mask.to(torch.float64)
         weights = weights.reshape(-1, *([1] * (x.dim() - 1)))
         n = weights.sum()
         batch_mean = (x * weights).sum(0) / n.clamp(min=1.0)
         batch_var = ((x - batch_mean).square() * weights).sum(0) / n.clamp(min=1.0)
         delta = batch_mean - self.mean
-        total = self.count + n
-        self.var.mul_(self.count / total).add_(batch_var * (n / total)).add_(delta.square() * (self.count * n / total**2))
+        total = count + n
+        self.var.mul_(count / total).add_(batch_var * (n / total)).add_(delta.square() * (count * n / total**2))
         self.mean.add_(delta * (n / total))
         self.count = total
         self._refresh()
