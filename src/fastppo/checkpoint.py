@@ -417,6 +417,7 @@ def save_checkpoint(run_dir: Path, state: TrainState, envs: VecEnv, keep: int) -
         "rng": rng_meta,
         "env": env_meta,
         "episode_returns": state.agent.episode_returns[-100:],
+        "world_size": state.world_size,
     }
     (tmp / TRAINER_JSON).write_text(json.dumps(meta))
     for f in tmp.iterdir():
@@ -495,9 +496,12 @@ def load_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> Che
         raise FastPPOError(f"checkpoint {folder} is damaged or not a fastppo checkpoint ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__}); delete it to use the previous one") from None
 
 
-def restore_train_state(state: TrainState, envs: VecEnv, checkpoint: Checkpoint, normalize_obs: ObservationNormalizer) -> bool:
+def restore_train_state(state: TrainState, envs: VecEnv, checkpoint: Checkpoint, normalize_obs: ObservationNormalizer, fresh_seed: int | None = None) -> bool:
     """Put a freshly built run into the checkpoint's state; RNGs last. Returns whether the envs were
-    restored exactly (else they restart fresh episodes, seeded from the run seed and the iteration)."""
+    restored exactly (else they restart fresh episodes, seeded from the run seed and the iteration).
+
+    With ``fresh_seed`` (a torchrun rank: the checkpoint's envs and RNG states are rank 0's) the
+    envs restart fresh episodes from that seed and the RNGs are left as the caller seeded them."""
     agent, tensors, meta = state.agent, checkpoint.tensors, checkpoint.meta
     device = agent.device
     agent.policy.load_state_dict(checkpoint.agent.policy.state_dict())
@@ -512,7 +516,7 @@ def restore_train_state(state: TrainState, envs: VecEnv, checkpoint: Checkpoint,
         raise FastPPOError(f"checkpoint {checkpoint.path} does not fit its config: {str(exc).splitlines()[0]}") from None
     state.iteration, state.global_step, state.kl_beta = checkpoint.iteration, checkpoint.global_step, checkpoint.kl_beta
     state.schedule_anchor = checkpoint.schedule_anchor
-    exact = meta.get("env") is not None and env_is_exact(envs)
+    exact = fresh_seed is None and meta.get("env") is not None and env_is_exact(envs)
     if exact:
         restore_envs(envs, tensors, meta["env"])
         mask, memory = tensors.get("cursor.action_mask"), tensors.get("cursor.state")
@@ -520,12 +524,13 @@ def restore_train_state(state: TrainState, envs: VecEnv, checkpoint: Checkpoint,
             tensors["cursor.obs"].to(device), None if mask is None else mask.to(device), tensors["cursor.valid"].to(device), None if memory is None else memory.to(device)
         )
     else:  # fresh episodes start from fresh recurrent states
-        first = envs.reset(seed=checkpoint.config.run.seed + checkpoint.iteration)
+        first = envs.reset(seed=checkpoint.config.run.seed + checkpoint.iteration if fresh_seed is None else fresh_seed)
         valid = torch.ones(envs.num_envs, dtype=torch.bool, device=device)
         state.cursor = EnvCursor(normalize_obs(first.obs, update=False), first.action_mask, valid, agent.policy.initial_state(envs.num_envs))
         if state.reward_scaler is not None:
             state.reward_scaler.discounted_return.zero_()
-    restore_rng(tensors, meta["rng"])
+    if fresh_seed is None:
+        restore_rng(tensors, meta["rng"])
     return exact
 
 

@@ -53,7 +53,9 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
         return int(args.func(args) or 0)
     except FastPPOError as exc:
-        print(f"fastppo: error: {exc}", file=sys.stderr)
+        from fastppo.distributed import defer_to_rank_zero
+
+        print(f"fastppo: error: {defer_to_rank_zero()}{exc}", file=sys.stderr)
         return 2
 
 

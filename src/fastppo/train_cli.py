@@ -67,8 +67,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from fastppo.distributed import launched_rank
     from fastppo.trainer import resume_config, train
 
+    main = launched_rank() == 0  # under torchrun, rank 0 speaks for the run
     overrides = {key.removeprefix("hp:"): value for key, value in vars(args).items() if key.startswith("hp:")}
     checkpoint = None
     if args.resume is not None:
@@ -76,7 +78,8 @@ def run(args: argparse.Namespace) -> int:
             raise FastPPOError("--resume RUN_DIR takes the preset and the run directory from the run: drop --preset/--run-dir")
         config, checkpoint = resume_config(args.resume, overrides, args.env_id)
         run_dir = Path(args.resume)
-        print(f"fastppo: resuming {run_dir} from {checkpoint.path.name} (step {checkpoint.global_step})")
+        if main:
+            print(f"fastppo: resuming {run_dir} from {checkpoint.path.name} (step {checkpoint.global_step})")
     elif args.env_id is None:
         raise FastPPOError("give an ENV_ID to train (fastppo train CartPole-v1), or --resume RUN_DIR")
     elif args.seeds is not None:
@@ -85,20 +88,24 @@ def run(args: argparse.Namespace) -> int:
         config = make_config(args.env_id, args.preset, overrides)
         run_dir = Path(args.run_dir) if args.run_dir else default_run_dir(config)
     agent = train(config, run_dir, checkpoint)
-    returns = agent.episode_returns[-20:]
-    last = f"{np.mean(returns):.1f} mean return over the last {len(returns)} episodes" if returns else "no episode finished"
-    sps = np.mean([m["charts/SPS"] for m in agent.history]) if agent.history else float("nan")
-    steps = agent.history[-1]["global_step"] if agent.history else 0
-    print(f"fastppo: {config.env.env_id}: {steps} steps, {last}, {sps:.0f} SPS{time_split(agent.history)}.")
-    print(f"fastppo: results in {run_dir} (metrics.jsonl, TensorBoard: tensorboard --logdir {run_dir.parent})")
+    if main:
+        returns = agent.episode_returns[-20:]
+        last = f"{np.mean(returns):.1f} mean return over the last {len(returns)} episodes" if returns else "no episode finished"
+        sps = np.mean([m["charts/SPS"] for m in agent.history]) if agent.history else float("nan")
+        steps = agent.history[-1]["global_step"] if agent.history else 0
+        print(f"fastppo: {config.env.env_id}: {steps} steps, {last}, {sps:.0f} SPS{time_split(agent.history)}.")
+        print(f"fastppo: results in {run_dir} (metrics.jsonl, TensorBoard: tensorboard --logdir {run_dir.parent})")
     # The shell's code for death by that signal (130, 143): scripts tell a stopped run from a finished one.
     return 0 if agent.interrupted_by is None else 128 + agent.interrupted_by
 
 
 def run_seeds(args: argparse.Namespace, overrides: dict[str, str]) -> int:
     """``--seeds``: one run per seed in worker processes (fastppo.seeds); exit 1 if any failed."""
+    from fastppo.distributed import launched_world_size
     from fastppo.seeds import parse_seeds, train_seeds
 
+    if launched_world_size() > 1:
+        raise FastPPOError("--seeds trains its seeds in worker processes of its own: launch it without torchrun")
     if any(key in ("seed", "run.seed") for key in overrides):
         raise FastPPOError("--seeds and --seed both name the seed: keep one")
     seeds = parse_seeds(args.seeds)

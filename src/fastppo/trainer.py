@@ -23,7 +23,7 @@ from fastppo.config import Config, apply_overrides, resolve_key
 from fastppo.core import RewardScaler, adaptive_kl_beta, compute_gae, explained_variance, schedule_progress, scheduled, shift_values
 from fastppo.cuda_graphs import check_cudagraphs
 from fastppo.diagnostics import HealthMonitor
-from fastppo.distributed import RankError, SyncedStatistics, World, joined, launched_world_size, rank_device
+from fastppo.distributed import SyncedStatistics, World, joined, launched_world_size, rank_device
 from fastppo.envs import make_vec_env
 from fastppo.envs.pettingzoo_vec import PettingZooVecEnv
 from fastppo.envs.vector import HostCopies
@@ -156,6 +156,17 @@ class StopRequest:
             signal.signal(s, handler)
 
 
+def planned_iterations(config: Config, world_size: int) -> int:
+    """Iterations of the run: --total-timesteps counts the steps of every rank's envs together."""
+    iterations = config.num_iterations // world_size
+    if iterations < 1:
+        raise FastPPOError(
+            f"--total-timesteps {config.ppo.total_timesteps} is less than one batch of the {world_size} ranks "
+            f"({world_size} x {config.batch_size} steps): raise it or shrink the batch"
+        )
+    return iterations
+
+
 def resume_config(run_dir: str | Path, overrides: dict[str, Any] | None = None, env_id: str | None = None) -> tuple[Config, Checkpoint]:
     """The config saved with a run's newest checkpoint (plus the few overrides that keep it the same
     experiment: ``RESUMABLE_OVERRIDES``), and that checkpoint, its schedules re-anchored when
@@ -167,7 +178,7 @@ def resume_config(run_dir: str | Path, overrides: dict[str, Any] | None = None, 
         raise FastPPOError(f"{run_dir} trains {config.env.env_id}, not {env_id}: drop ENV_ID when resuming")
     world_size, trained_on = launched_world_size(), checkpoint.meta.get("world_size", 1)
     if world_size != trained_on:  # each rank's batch is part of the update: another count is another run
-        how = "without torchrun" if trained_on == 1 else f"torchrun with {trained_on} processes in all (--nnodes x --nproc-per-node)"
+        how = "without torchrun" if trained_on == 1 else f"with torchrun, {trained_on} processes in all (--nnodes x --nproc-per-node)"
         raise FastPPOError(f"{run_dir} was trained by {trained_on} rank{'s' * (trained_on > 1)}, this launch has {world_size}: resume it {how}")
     planned = planned_iterations(config, world_size)  # the horizon the schedules have followed so far
     for key, value in (overrides or {}).items():
@@ -209,54 +220,85 @@ def train(
     ``on_iteration(global_step, metrics)`` is called after each iteration is logged (fastppo sweep
     reports returns to Optuna's pruner with it); an exception it raises ends the run there, envs and
     logger closed, nothing saved, and reaches the caller unchanged.
+
+    Under torchrun (WORLD_SIZE > 1) every rank calls this and trains as one rank of the run
+    (``fastppo.distributed``): rank 0 alone writes to ``run_dir``.
     """
     config.validate()
-    if run_dir is not None:
-        output_dir(run_dir, "the run directory")  # before a single step is spent
-    if checkpoint is None and run_dir is not None and list_checkpoints(run_dir):
-        raise FastPPOError(f"{run_dir} already holds a run with checkpoints: continue it with 'fastppo train --resume {run_dir}' or pick another --run-dir")
+    device = rank_device(resolve_device(config.run.device))
+    with joined(device) as world:
+        return train_rank(config, run_dir, checkpoint, on_iteration, device, world)
+
+
+def train_rank(
+    config: Config, run_dir: Path | None, checkpoint: Checkpoint | None, on_iteration: Callable[[int, dict[str, float]], None] | None, device: torch.device, world: World | None
+) -> Agent:
+    """``train`` on ``device``, as one rank of ``world`` (None: the only process)."""
+    world_size = 1 if world is None else world.size
+    out_dir = run_dir if world is None or world.main else None  # where this process writes
+    if out_dir is not None:
+        output_dir(out_dir, "the run directory")  # before a single step is spent
+    if checkpoint is None and out_dir is not None and list_checkpoints(out_dir):
+        raise FastPPOError(f"{out_dir} already holds a run with checkpoints: continue it with 'fastppo train --resume {out_dir}' or pick another --run-dir")
     cfg = config.ppo
-    seed_everything(config.run.seed, config.run.torch_deterministic)
+    num_iterations, steps_per_iteration = planned_iterations(config, world_size), config.batch_size * world_size
+    # Each rank its own envs and random streams; a resumed rank restarts them (the checkpoint holds rank 0's).
+    seed = config.run.seed if world is None else world.seed(config.run.seed, config.env.num_envs, checkpoint.iteration if checkpoint else 0)
+    seed_everything(seed, config.run.torch_deterministic)
     torch.set_num_threads(config.run.torch_threads)
-    device = resolve_device(config.run.device)
     if config.run.cudagraphs:
         check_cudagraphs(device)
-    envs = make_vec_env(config.env, device, video_dir=run_dir / "videos" if run_dir else None, multi_agent=config.multi_agent)
-    first = envs.reset(seed=config.run.seed)
+    envs = make_vec_env(config.env, device, video_dir=out_dir / "videos" if out_dir else None, multi_agent=config.multi_agent)
+    first = envs.reset(seed=seed)
     layout = envs.layout if isinstance(envs, PettingZooVecEnv) else ObservationLayout()
     agent = build_agent(config, envs.single_observation_space, envs.single_action_space, device, layout)
     agent.run_dir = run_dir
     agent.action_masks = first.action_mask is not None
     normalize_obs = ObservationNormalizer(agent.obs_rms, config.env.clip_obs)
+    reward_scaler = RewardScaler(envs.num_envs, cfg.gamma, config.env.clip_reward, device) if config.env.normalize_reward else None
+    statistics = None
+    if world is not None:  # the same start on every rank: rank 0's weights, and statistics merged each iteration
+        world.broadcast_module(agent.policy)
+        statistics = SyncedStatistics(world, [rms for rms in (agent.obs_rms, reward_scaler and reward_scaler.return_rms) if rms is not None])
     state = TrainState(
         agent=agent,
         optimizer=make_optimizer(agent.policy, cfg.learning_rate, cfg.adam_eps, device, config.run.cudagraphs),
-        reward_scaler=RewardScaler(envs.num_envs, cfg.gamma, config.env.clip_reward, device) if config.env.normalize_reward else None,
+        reward_scaler=reward_scaler,
         cursor=EnvCursor(
             normalize_obs(first.obs, update=True), first.action_mask, torch.ones(envs.num_envs, dtype=torch.bool, device=device), agent.policy.initial_state(envs.num_envs)
         ),
         kl_beta=cfg.kl_beta,
+        world_size=world_size,
     )
     mask_dim = None if first.action_mask is None else first.action_mask.shape[-1]
     buf = RolloutBuffer.allocate(cfg.num_steps, envs, device, mask_dim, agent.policy.state_size)
-    logger = open_logger(config, run_dir, checkpoint)
-    if checkpoint is not None and not restore_train_state(state, envs, checkpoint, normalize_obs):
-        logger.message(
-            f"[yellow]note:[/] {config.env.env_id} ({config.env.backend} backend) cannot be snapshot: its envs restart fresh "
-            "episodes; weights, optimizer, statistics, counters and RNGs are restored exactly"
-        )
+    logger = open_logger(config, out_dir, checkpoint, quiet=world is not None and not world.main)
+    if checkpoint is not None:
+        exact = restore_train_state(state, envs, checkpoint, normalize_obs, fresh_seed=None if world is None else seed)
+        if statistics is not None:
+            statistics.rebase()  # the checkpoint's, on every rank
+        if world is not None:
+            logger.message(
+                "[yellow]note:[/] under torchrun every rank restarts fresh episodes and random streams (the checkpoint holds "
+                "rank 0's); weights, optimizer, statistics and counters are restored exactly"
+            )
+        elif not exact:
+            logger.message(
+                f"[yellow]note:[/] {config.env.env_id} ({config.env.backend} backend) cannot be snapshot: its envs restart fresh "
+                "episodes; weights, optimizer, statistics, counters and RNGs are restored exactly"
+            )
     monitor, timer = HealthMonitor(), SectionTimer()
     if isinstance(envs, HostCopies):
         envs.timer = timer  # numpy-backed envs time their host<->device copies ("copy")
     # Opt-in speed layers (--compile, --cudagraphs); eager by default.
     policy_step = PolicyStep(agent.policy, config.run.compile, config.run.cudagraphs)
-    update_step = MinibatchStep(agent.policy, state.optimizer, cfg, config.run.compile, config.run.cudagraphs)
+    update_step = MinibatchStep(agent.policy, state.optimizer, cfg, config.run.compile, config.run.cudagraphs, world)
     saved: Path | None = None
     try:
-        with StopRequest(enabled=run_dir is not None) as stop:
-            while state.iteration < config.num_iterations and not stop.requested:
+        with StopRequest(enabled=run_dir is not None, world=world) as stop:
+            while state.iteration < num_iterations and not stop.requested:
                 state.iteration += 1
-                progress = schedule_progress(state.iteration, config.num_iterations, state.schedule_anchor)
+                progress = schedule_progress(state.iteration, num_iterations, state.schedule_anchor)
                 start = time.perf_counter()
                 set_learning_rate(state.optimizer, scheduled(cfg.lr_schedule, cfg.learning_rate, progress))
                 coefs = UpdateCoefficients(
@@ -268,31 +310,35 @@ def train(
                 state.cursor, last_value = collect_rollout(agent.policy, envs, buf, state.cursor, normalize_obs, state.reward_scaler, timer, policy_step)
                 check_finite_rollout(buf, state.cursor, state.iteration, state.global_step)
                 episodes = envs.pop_episodes()  # those the rollout finished, played by the policy before this update
+                if world is not None:  # every rank: the same statistics, and every rank's episodes
+                    statistics.merge()
+                    episodes = world.gather_episodes(episodes)
                 agent.episode_returns += episodes.returns
                 advantages, returns = compute_gae(
                     buf.rewards, buf.values, shift_values(buf.values, last_value), buf.terminated, buf.truncated, cfg.gamma, cfg.gae_lambda
                 )
                 with timer.section("update"):
                     losses = ppo_update(agent.policy, state.optimizer, buf.batch(advantages=advantages, returns=returns), cfg, coefs, update_step)
-                state.global_step += config.batch_size
+                state.global_step += steps_per_iteration
                 check_finite(losses, agent, state.optimizer, state.iteration, state.global_step)
                 if cfg.objective == "kl":
                     state.kl_beta = adaptive_kl_beta(state.kl_beta, losses["kl_after_update"], cfg.kl_target)
 
-                metrics = iteration_metrics(losses, episodes, timer.pop(), state, coefs, buf, returns, time.perf_counter() - start, config.batch_size)
+                metrics = iteration_metrics(losses, episodes, timer.pop(), state, coefs, buf, returns, time.perf_counter() - start, steps_per_iteration)
                 logger.log(state.global_step, metrics)
                 if on_iteration is not None:
                     on_iteration(state.global_step, metrics)
                 for warning in monitor.check(metrics, progress):
                     logger.message(f"[yellow]warning:[/] {warning}")
 
-                every, last = config.run.checkpoint_every, state.iteration == config.num_iterations
-                if run_dir is not None and (stop.requested or last or (every and state.iteration % every == 0)):
-                    saved = save_checkpoint(run_dir, state, envs, config.run.keep_checkpoints)
+                stop.agree()
+                every, last = config.run.checkpoint_every, state.iteration == num_iterations
+                if out_dir is not None and (stop.requested or last or (every and state.iteration % every == 0)):
+                    saved = save_checkpoint(out_dir, state, envs, config.run.keep_checkpoints)
             # A signal during the last iteration stopped nothing: the run is finished, not interrupted.
-            if stop.requested and state.iteration < config.num_iterations:
-                if saved is None or not saved.name.endswith(f"{state.iteration:06d}"):
-                    saved = save_checkpoint(run_dir, state, envs, config.run.keep_checkpoints)
+            if stop.requested and state.iteration < num_iterations:
+                if out_dir is not None and (saved is None or not saved.name.endswith(f"{state.iteration:06d}")):
+                    saved = save_checkpoint(out_dir, state, envs, config.run.keep_checkpoints)
                 agent.interrupted_by = signal.Signals(stop.signal)
     except FastPPOError as exc:
         good = list_checkpoints(run_dir) if run_dir is not None else []
@@ -300,7 +346,7 @@ def train(
     finally:
         logger.close()
         envs.close()
-    if agent.interrupted_by is not None:  # plain print, after the progress bar is gone: one unwrapped line to copy
+    if agent.interrupted_by is not None and out_dir is not None:  # plain print, after the progress bar is gone: one unwrapped line to copy
         print(
             f"fastppo: {agent.interrupted_by.name}: stopped after iteration {state.iteration}, checkpoint saved in {saved}\n"
             f"fastppo: resume with: fastppo train --resume {run_dir}",
@@ -308,21 +354,23 @@ def train(
             flush=True,
         )
     agent.history = logger.history
-    if run_dir is not None:
-        agent.save(run_dir)
+    if out_dir is not None:
+        agent.save(out_dir)
     return agent
 
 
-def open_logger(config: Config, run_dir: Path | None, checkpoint: Checkpoint | None) -> RunLogger:
+def open_logger(config: Config, run_dir: Path | None, checkpoint: Checkpoint | None, quiet: bool = False) -> RunLogger:
     """The run's logger; on resume, metrics.jsonl and TensorBoard are first rewound to the
-    checkpoint's step (a killed run may have logged past it) and the history reloaded."""
+    checkpoint's step (a killed run may have logged past it) and the history reloaded. A ``quiet``
+    one (torchrun ranks but 0) shows nothing: no progress bar, no messages."""
     previous: list[dict[str, float]] = []
     if run_dir is not None:
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "config.yaml").write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
         previous = rewind_metrics(run_dir, checkpoint.global_step if checkpoint else 0)
     purge_step = checkpoint.global_step + 1 if checkpoint else None
-    logger = RunLogger(run_dir, config.ppo.total_timesteps, config.run.tensorboard, config.run.progress, config.to_dict(), purge_step)
+    logger = RunLogger(run_dir, config.ppo.total_timesteps, config.run.tensorboard, config.run.progress and not quiet, config.to_dict(), purge_step)
+    logger.console.quiet = quiet
     logger.history[:0] = previous
     return logger
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor, nn
@@ -20,6 +21,9 @@ from fastppo.cuda_graphs import capture_graph, check_cudagraphs, on_side_stream
 from fastppo.errors import FastPPOError
 from fastppo.optim import FusedAdam, fused_adam_available
 from fastppo.policies import ActorCritic
+
+if TYPE_CHECKING:
+    from fastppo.distributed import World
 
 MINIBATCH_KEYS = ("obs", "actions", "logprobs", "values", "advantages", "returns", "valid", "action_masks", "initial_state")
 """The flattened rollout fields one minibatch step reads (rewards and flags are GAE's only)."""
@@ -88,11 +92,14 @@ def set_learning_rate(optimizer: torch.optim.Optimizer, lr: float) -> None:
         group["lr"] = lr
 
 
-def minibatch_loss(policy: ActorCritic, mb: dict[str, Tensor], cfg: PPOConfig, coefs: UpdateCoefficients) -> tuple[Tensor, dict[str, Tensor]]:
-    """The PPO loss of one minibatch and its metrics (detached tensors, no host sync)."""
+def minibatch_loss(
+    policy: ActorCritic, mb: dict[str, Tensor], cfg: PPOConfig, coefs: UpdateCoefficients, reduce: Callable[[Tensor], Tensor] | None = None
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """The PPO loss of one minibatch and its metrics (detached tensors, no host sync). ``reduce``
+    (torchrun: a sum over the ranks) normalises the advantages over every rank's part of the minibatch."""
     mask = mb.get("valid")  # None once ppo_update has dropped the reset rows
     newlogprob, entropy, newvalue = policy.evaluate(mb["obs"], mb["actions"], mb.get("action_masks"), mb.get("initial_state"), mask)
-    mb_advantages = normalize_advantages(mb["advantages"], mask) if cfg.norm_adv else mb["advantages"]
+    mb_advantages = normalize_advantages(mb["advantages"], mask, reduce=reduce) if cfg.norm_adv else mb["advantages"]
     return ppo_loss(
         newlogprob,
         mb["logprobs"],
@@ -123,12 +130,19 @@ class MinibatchStep:
       inputs. The learning rate and the coefficients are baked into the graph as constants, so a
       change of any of them (a schedule, PPO-KL's beta) recaptures: once per iteration at most,
       against tens to hundreds of replays per iteration.
+
+    With a ``world`` (torchrun), each rank holds part of every minibatch: the advantages are
+    normalised over all the parts, and the gradient is all-reduced between backward and the clip,
+    so every rank clips and applies the same gradient and the weights stay equal.
     """
 
     WARMUP_STEPS = 3
 
-    def __init__(self, policy: ActorCritic, optimizer: torch.optim.Optimizer, cfg: PPOConfig, compile: bool = False, cudagraphs: bool = False):
-        self.policy, self.optimizer, self.cfg = policy, optimizer, cfg
+    def __init__(
+        self, policy: ActorCritic, optimizer: torch.optim.Optimizer, cfg: PPOConfig, compile: bool = False, cudagraphs: bool = False, world: World | None = None
+    ):
+        self.policy, self.optimizer, self.cfg, self.world = policy, optimizer, cfg, world
+        self.reduce = None if world is None else world.sum_
         # make_optimizer's one flat parameter: its gradient is every layer's gradient.
         params = [p for group in optimizer.param_groups for p in group["params"]]
         if len(params) != 1 or params[0].grad is None:
@@ -140,17 +154,23 @@ class MinibatchStep:
         self.cudagraphs = cudagraphs
         if cudagraphs:
             check_cudagraphs(next(policy.parameters()).device)
+            if world is not None:
+                raise FastPPOError("--cudagraphs captures a one-process update: it does not run under torchrun, drop it")
         self._steps = 0
         self._graph: torch.cuda.CUDAGraph | None = None
         self._graph_key: tuple | None = None
         self._static_in: dict[str, Tensor] = {}
         self._static_out: dict[str, Tensor] = {}
 
-    def _eager(self, mb: dict[str, Tensor], coefs: UpdateCoefficients) -> dict[str, Tensor]:
-        loss, metrics = self.loss_fn(self.policy, mb, self.cfg, coefs)
+    def _eager(self, mb: dict[str, Tensor], coefs: UpdateCoefficients, weight: Tensor | None = None) -> dict[str, Tensor]:
+        loss, metrics = self.loss_fn(self.policy, mb, self.cfg, coefs, self.reduce)
         grad = self.flat_parameter.grad
         grad.zero_()  # in place, never None: see flatten_parameters
         loss.backward()
+        if self.world is not None:
+            # The loss is this rank's mean over its valid rows; ``weight`` (ppo_update's
+            # rank_weights) makes the ranks' average the mean over every rank's valid rows.
+            self.world.mean_(grad.mul_(weight))
         # clip_grad_norm_'s formula on the one flat gradient, as 3 ops instead of its per-call
         # bookkeeping (a quarter of the optimizer's overhead on small MLPs).
         grad_norm = torch.linalg.vector_norm(grad)
@@ -159,9 +179,10 @@ class MinibatchStep:
         self.optimizer.step()
         return metrics
 
-    def __call__(self, mb: dict[str, Tensor], coefs: UpdateCoefficients) -> dict[str, Tensor]:
+    def __call__(self, mb: dict[str, Tensor], coefs: UpdateCoefficients, weight: Tensor | None = None) -> dict[str, Tensor]:
+        """One step; ``weight``: this rank's share of the minibatch under torchrun (``rank_weights``)."""
         if not self.cudagraphs:
-            return self._eager(mb, coefs)
+            return self._eager(mb, coefs, weight)
         self._steps += 1
         lrs = tuple(group["lr"] for group in self.optimizer.param_groups)
         key = (lrs, coefs.clip_coef, coefs.ent_coef, coefs.kl_beta, tuple((k, v.shape) for k, v in mb.items()))
@@ -200,14 +221,20 @@ def ppo_update(
     initial states with the resets the rollout saw, reset rows masked. Chosen over fixed-length
     chunks with stored mid-rollout states (sb3-contrib): nothing but the first state is stored,
     and the re-run gives the rollout's own log-probs, so the first ratio is 1.
+
+    Under torchrun (``step.world``) every rank runs this on its own batch: minibatch i of the run is
+    the union of the ranks' minibatches i, each rank's gradient weighted by its share of the valid
+    rows (``rank_weights``); the target-KL decision and the returned metrics are the ranks' means.
     """
     step = step or MinibatchStep(policy, optimizer, cfg)
+    world = step.world
     batch = {k: batch[k] for k in MINIBATCH_KEYS if k in batch}
     sequences = "initial_state" in batch
-    if not step.cudagraphs and not sequences:
+    if not step.cudagraphs and not sequences and world is None:
         # Drop the NEXT_STEP reset rows once (one host sync per update): every minibatch is then
         # all valid and the loss takes plain means, ~10% cheaper than masked ones on small MLPs.
-        # CUDA graphs need fixed shapes, so that path keeps the rows and masks them instead.
+        # CUDA graphs need fixed shapes, and under torchrun every rank must run as many
+        # minibatches as the others: those paths keep the rows and mask them instead.
         valid = batch.pop("valid")
         batch = {k: v[valid] for k, v in batch.items()}
     batch_size = batch["initial_state"].shape[0] if sequences else batch["obs"].shape[0]  # envs or rows
@@ -225,23 +252,40 @@ def ppo_update(
             shuffled = {k: v[:, perm] if sequences and k != "initial_state" else v[perm] for k, v in batch.items()}
         else:
             shuffled = batch  # one full-batch minibatch: its mean loss does not depend on the order
-        for start, end in zip(bounds[:-1], bounds[1:]):
+        weights = None if world is None else rank_weights(world, shuffled, bounds, sequences)
+        for i, (start, end) in enumerate(zip(bounds[:-1], bounds[1:])):
             if start == end:
                 continue
-            metrics = step(minibatch(shuffled, start, end, sequences), coefs)
+            weight = None if weights is None else weights[i]
+            metrics = step(minibatch(shuffled, start, end, sequences), coefs, weight)
             # All metrics in one stacked tensor: one add per minibatch, one host sync per update.
             names = names or list(metrics)
             values = torch.stack([metrics[name] for name in names])
             sums = values.clone() if sums is None else sums + values
             minibatches += 1
         # One host sync per epoch, for the early stop only (CleanRL checks the last minibatch).
-        if cfg.target_kl is not None and metrics["approx_kl"].item() > cfg.target_kl:
-            break
+        if cfg.target_kl is not None:
+            approx_kl = metrics["approx_kl"] if world is None else world.mean_(metrics["approx_kl"] * weight)
+            if approx_kl.item() > cfg.target_kl:
+                break
+    if world is not None:
+        world.mean_(sums)
     means = dict(zip(names, (sums / minibatches).tolist()))
     means["epochs"] = float(epochs_run)
     if cfg.objective == "kl":
-        means["kl_after_update"] = kl_after_update(policy, batch, bounds, sequences)
+        means["kl_after_update"] = kl_after_update(policy, batch, bounds, sequences, world)
     return means
+
+
+def rank_weights(world: World, shuffled: dict[str, Tensor], bounds: list[int], sequences: bool) -> Tensor:
+    """Each minibatch's weight on this rank: its valid rows x ranks / every rank's valid rows in
+    that minibatch. The ranks' mean of weight x (this rank's mean over its rows) is then the mean
+    over all the rows, as one process holding every rank's rows computes it; with equal valid
+    rows everywhere each weight is exactly 1. One all-reduce per epoch."""
+    valid = shuffled["valid"].sum(0) if sequences else shuffled["valid"]  # per env sequence, or per row
+    ends = nn.functional.pad(valid.cumsum(0), (1, 0))[bounds].double()
+    counts = ends[1:] - ends[:-1]
+    return (counts * world.size / world.sum_(counts.clone()).clamp_min(1)).float()
 
 
 def minibatch(batch: dict[str, Tensor], start: int, end: int, sequences: bool) -> dict[str, Tensor]:
@@ -253,11 +297,12 @@ def minibatch(batch: dict[str, Tensor], start: int, end: int, sequences: bool) -
 
 
 @torch.no_grad()
-def kl_after_update(policy: ActorCritic, batch: dict[str, Tensor], bounds: list[int], sequences: bool = False) -> float:
+def kl_after_update(policy: ActorCritic, batch: dict[str, Tensor], bounds: list[int], sequences: bool = False, world: World | None = None) -> float:
     """KL(old || new) over the whole batch once the epochs are done: the mean k3 estimate
     (``core.kl_estimate``) of the rollout's actions under the updated policy, one forward per
     minibatch slice. The adaptive-KL rule (Schulman et al. 2017, sec. 4) adapts beta from this
-    KL; the per-minibatch ``approx_kl`` is measured before each step and runs several times lower."""
+    KL; the per-minibatch ``approx_kl`` is measured before each step and runs several times lower.
+    Under torchrun, over every rank's batch: each rank then adapts beta alike."""
     total = torch.zeros((), device=batch["obs"].device)
     count = torch.zeros((), device=batch["obs"].device)
     for start, end in zip(bounds[:-1], bounds[1:]):
@@ -267,4 +312,6 @@ def kl_after_update(policy: ActorCritic, batch: dict[str, Tensor], bounds: list[
         valid = mb.get("valid")  # only the CUDA-graph and sequence paths keep reset rows in the batch
         total += kl.sum() if valid is None else kl[valid].sum()
         count += kl.numel() if valid is None else valid.sum()
+    if world is not None:
+        total, count = world.sum_(torch.stack([total, count]))
     return float(total / count)

@@ -88,3 +88,18 @@ def test_non_finite_values_in_masked_entries_do_not_leak():
     mask = torch.tensor([True, True, False, False])
     assert masked_mean(x, mask).item() == 2.0
     assert masked_var(x, mask).item() == 2.0
+
+
+
+def test_normalize_advantages_pooled_over_processes_equals_normalising_the_joined_batch():
+    # Two "ranks" hold halves of one minibatch; ``reduce`` sums the (count, sum, sum of squares)
+    # vector over both, as the all-reduce of fastppo.distributed.World.sum_ does.
+    x, mask = make(5, shape=(40,))
+    for halves, joined in (([(x[:20], mask[:20]), (x[20:], mask[20:])], normalize_advantages(x, mask)), ([(x[:20], None), (x[20:], None)], normalize_advantages(x))):
+        vectors = []
+        for part, part_mask in halves:
+            normalize_advantages(part, part_mask, reduce=lambda v: vectors.append(v.clone()) or v)
+        total = vectors[0] + vectors[1]
+        pooled = torch.cat([normalize_advantages(part, part_mask, reduce=lambda v: total.clone()) for part, part_mask in halves])
+        valid = torch.ones_like(mask) if halves[0][1] is None else mask
+        torch.testing.assert_close(pooled[valid], joined[valid], rtol=1e-9, atol=1e-9)

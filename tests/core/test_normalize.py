@@ -151,3 +151,34 @@ def test_reward_scaler_leaves_reset_rows_out_of_the_return_statistics():
     seen = np.array([1.0, 2.0, 3.5, 2.0, 5.0, 5.0, 3.5])
     assert float(scaler.return_rms.count) == pytest.approx(len(seen), abs=1e-3)
     assert scaler.return_rms.var.item() == pytest.approx(seen.var(), rel=1e-4)
+
+
+
+def test_moments_of_several_processes_fold_into_the_statistics_of_all_their_batches():
+    # Data-parallel ranks (fastppo.distributed.SyncedStatistics): each starts from the same base,
+    # folds in its own batches (masked ones too), and the summed moments_since fold back into the
+    # statistics one process gets from the base's data plus every rank's batches.
+    rng = np.random.default_rng(7)
+    reference = RunningMeanStd(shape=(3,))
+    reference.update(torch.as_tensor(rng.normal(5.0, 2.0, size=(1000, 3))))  # the shared history
+    base = reference.snapshot()
+    copies, batches = [], []
+    for rank in range(3):
+        rms = RunningMeanStd(shape=(3,))
+        rms.load_state_dict(reference.state_dict())
+        for _ in range(4):
+            batch = torch.as_tensor(rng.normal(rank, 1.0 + rank, size=(16, 3)))
+            mask = torch.as_tensor(rng.random(16) < 0.7) if rank == 2 else None
+            rms.update(batch, mask)
+            batches.append(batch if mask is None else batch[mask])
+        copies.append(rms)
+    total = sum(rms.moments_since(base) for rms in copies)
+    for batch in batches:
+        reference.update(batch)
+    for rms in copies:
+        rms.fold_moments(base, total.clone())
+        torch.testing.assert_close(rms.mean, reference.mean, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(rms.var, reference.var, rtol=1e-10, atol=1e-12)
+        assert float(rms.count) == pytest.approx(reference.count, rel=1e-12)
+        torch.testing.assert_close(rms.inv_std32, reference.inv_std32)
+    assert isinstance(copies[0].count, float) and isinstance(copies[2].count, torch.Tensor)  # each keeps its update path

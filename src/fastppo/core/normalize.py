@@ -80,6 +80,35 @@ class RunningMeanStd:
             return torch.cat([self.normalize(x[:, :-extra], clip), x[:, -extra:].float()], dim=1)
         return ((x.float() - self.mean32) * self.inv_std32).clamp(-clip, clip)
 
+    def snapshot(self) -> tuple[Tensor, Tensor, Tensor]:
+        """(count, mean, var), copied: a base for ``moments_since``."""
+        return torch.as_tensor(self.count, dtype=torch.float64, device=self.mean.device).clone(), self.mean.clone(), self.var.clone()
+
+    def moments_since(self, base: tuple[Tensor, Tensor, Tensor]) -> Tensor:
+        """What the batches folded in since ``base`` (a ``snapshot``) add up to, recovered from the
+        statistics alone: ``[n, sum(x - m0)..., sum((x - m0)^2)...]`` with m0 the base's mean, as one
+        float64 vector. Sums of these over processes that all started from ``base`` fold back in
+        with ``fold_moments`` (data-parallel ranks: fastppo.distributed.SyncedStatistics)."""
+        count0, mean0, var0 = base
+        count = torch.as_tensor(self.count, dtype=torch.float64, device=self.mean.device)
+        shift = self.mean - mean0
+        # Shifted by m0, the base's own data add nothing to the first sum and count0 * var0 to the second.
+        first = count * shift
+        second = count * (self.var + shift.square()) - count0 * var0
+        return torch.cat([(count - count0).reshape(1), first.reshape(-1), second.reshape(-1)])
+
+    def fold_moments(self, base: tuple[Tensor, Tensor, Tensor], moments: Tensor) -> None:
+        """Become ``base`` merged with data of these ``moments_since`` sums (Chan et al.'s merge)."""
+        count0, mean0, var0 = base
+        size = mean0.numel()
+        n, first, second = moments[0], moments[1 : 1 + size].view_as(mean0), moments[1 + size :].view_as(mean0)
+        count = count0 + n
+        shift = first / count
+        self.mean = mean0 + shift
+        self.var = (count0 * var0 + second) / count - shift.square()
+        self.count = count if isinstance(self.count, Tensor) else float(count)  # keep update()'s fast path
+        self._refresh()
+
     def state_dict(self) -> dict[str, Tensor]:
         return {"mean": self.mean, "var": self.var, "count": torch.as_tensor(self.count, dtype=torch.float64)}
 

@@ -1,0 +1,186 @@
+"""Data-parallel training on torchrun: the torch.distributed glue, and nothing else.
+
+``torchrun --nproc-per-node N -m fastppo train ...`` starts N processes (ranks) and tells each its
+place through the environment (WORLD_SIZE, RANK, LOCAL_RANK, MASTER_ADDR/PORT). Every rank runs
+the one trainer loop on its own envs, with the ``World`` below handed to it as data; the ranks meet
+only in these collectives (CleanRL's ppo_atari_multigpu.py scheme):
+
+- the initial weights, broadcast from rank 0;
+- per minibatch, the advantages' global mean/std and the flat gradient (weighted mean);
+- per iteration, the observation/return statistics (``SyncedStatistics``), the finished episodes
+  (for rank 0's log), the logged losses, the target-KL decision and a stop signal.
+
+Outside torchrun (WORLD_SIZE unset or 1) there is no World: the trainer gets None and makes no
+collective call at all.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from torch import Tensor, nn
+
+from fastppo.config import check_seed
+from fastppo.core.normalize import RunningMeanStd
+from fastppo.envs.vector import Episodes
+from fastppo.errors import FastPPOError
+
+
+def _launch_variable(name: str, default: int) -> int:
+    text = os.environ.get(name)
+    if text is None:
+        return default
+    try:
+        return int(text)
+    except ValueError:
+        raise FastPPOError(f"{name}={text!r} in the environment is not an integer: torchrun sets it; unset it to train in one process") from None
+
+
+def launched_world_size() -> int:
+    """How many ranks this launch has: torchrun's WORLD_SIZE, 1 outside torchrun."""
+    return _launch_variable("WORLD_SIZE", 1)
+
+
+def launched_rank() -> int:
+    """This process's rank (torchrun's RANK), 0 outside torchrun."""
+    return _launch_variable("RANK", 0)
+
+
+RANK_ZERO_GRACE_S = 5.0
+"""How long a rank other than 0 waits before it reports an error itself (``defer_to_rank_zero``)."""
+
+
+def defer_to_rank_zero() -> str:
+    """Called before this process reports an error and exits; returns the message's prefix.
+
+    Under torchrun every rank meets bad input alike (a different world size on resume), and the
+    first rank to exit makes torchrun stop the others: a rank other than 0 waits, so that rank 0
+    says it once and its exit stops this rank. If that does not come, the error was this rank's
+    alone (its envs' NaN) and it speaks, naming itself."""
+    rank = launched_rank()
+    if rank == 0:
+        return ""
+    time.sleep(RANK_ZERO_GRACE_S)
+    return f"rank {rank}: "
+
+
+def rank_device(device: torch.device) -> torch.device:
+    """The device this rank trains on: under torchrun, ``--device cuda`` is the GPU of the rank's
+    LOCAL_RANK (one process per GPU); CPU stays CPU."""
+    if device.type != "cuda" or launched_world_size() == 1:
+        return device
+    if device.index is not None:
+        raise FastPPOError(f"--device {device} under torchrun: every rank takes the GPU of its local rank, give --device cuda")
+    local_rank, gpus = _launch_variable("LOCAL_RANK", 0), torch.cuda.device_count()
+    if local_rank >= gpus:
+        raise FastPPOError(f"local rank {local_rank} has no GPU of its own ({gpus} on this machine): start at most {gpus} processes per node (--nproc-per-node {gpus})")
+    return torch.device("cuda", local_rank)
+
+
+@dataclass(frozen=True)
+class World:
+    """This rank's place among the ranks of a torchrun launch, and the collectives the trainer uses
+    (each one is called by every rank, in the same order)."""
+
+    rank: int
+    size: int
+    device: torch.device
+    """Where collective tensors live: the rank's GPU for NCCL, the CPU for gloo."""
+
+    @property
+    def main(self) -> bool:
+        """Rank 0: the one that logs, shows progress and writes checkpoints."""
+        return self.rank == 0
+
+    def seed(self, seed: int, num_envs: int, iteration: int = 0) -> int:
+        """This rank's seed: ``seed + rank * num_envs``, so that its envs (seeded seed, seed + 1, ...
+        by the vector env) never share a seed with another rank's, rank 0 keeping ``seed``; plus the
+        ``iteration`` a resumed run restarts its envs and random streams at."""
+        return check_seed(seed + self.rank * num_envs + iteration, "--run.seed + rank x num_envs + iteration")
+
+    def sum_(self, tensor: Tensor) -> Tensor:
+        """``tensor`` summed over the ranks, in place."""
+        dist.all_reduce(tensor)
+        return tensor
+
+    def mean_(self, tensor: Tensor) -> Tensor:
+        """``tensor`` averaged over the ranks, in place."""
+        return self.sum_(tensor).div_(self.size)
+
+    def max(self, value: int) -> int:
+        """The largest of the ranks' ``value``."""
+        tensor = torch.tensor([value], device=self.device)
+        dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+        return int(tensor)
+
+    def broadcast_module(self, module: nn.Module) -> None:
+        """Give every rank rank 0's weights and buffers (in place: views of the flat parameter stay views)."""
+        for tensor in module.state_dict().values():
+            dist.broadcast(tensor, src=0)
+
+    def gather_episodes(self, episodes: Episodes) -> Episodes:
+        """Every rank's finished episodes, rank 0's first, on every rank (for the log and the
+        checkpoint's recent returns)."""
+        parts: list[Episodes] = [episodes] * self.size
+        dist.all_gather_object(parts, episodes)
+        by_agent: dict[str, list[float]] = {}
+        for part in parts:
+            for name, returns in (part.by_agent or {}).items():
+                by_agent.setdefault(name, []).extend(returns)
+        return Episodes([r for p in parts for r in p.returns], [n for p in parts for n in p.lengths], by_agent or None)
+
+
+@contextmanager
+def joined(device: torch.device) -> Iterator[World | None]:
+    """The World of this torchrun launch (None outside torchrun), its process group set up for the
+    block and torn down after: NCCL for a CUDA ``device`` (``rank_device``), gloo for the CPU. A
+    process group the caller set up already is used and left alone."""
+    if launched_world_size() == 1:
+        yield None
+        return
+    if device.type == "cuda":
+        torch.cuda.set_device(device)  # NCCL's object collectives (the episodes) use the current device
+    owned = not dist.is_initialized()
+    if owned:
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo", device_id=device if device.type == "cuda" else None)
+    try:
+        yield World(dist.get_rank(), dist.get_world_size(), device if device.type == "cuda" else torch.device("cpu"))
+    finally:
+        if owned:
+            dist.destroy_process_group()
+
+
+class SyncedStatistics:
+    """Running statistics (observation normaliser, reward scaler) kept identical on every rank.
+
+    Between merges each rank folds its own batches into its copy, starting from the statistics all
+    ranks shared at the last merge (the base). ``merge`` sums the moments each rank added since
+    (``RunningMeanStd.moments_since``) over the ranks and folds the sum into the base: Chan et al.'s
+    parallel merge, so that every rank ends with the statistics of one process that saw every
+    rank's batches.
+    """
+
+    def __init__(self, world: World, stats: list[RunningMeanStd]):
+        self.world = world
+        self.stats = stats
+        self.rebase()
+
+    def rebase(self) -> None:
+        """Take the current statistics as the shared base (they must be equal on every rank: fresh,
+        just merged, or just loaded from a checkpoint)."""
+        self._bases = [rms.snapshot() for rms in self.stats]
+
+    def merge(self) -> None:
+        if not self.stats:
+            return
+        moments = [rms.moments_since(base) for rms, base in zip(self.stats, self._bases)]
+        summed = self.world.sum_(torch.cat(moments)).split([m.numel() for m in moments])
+        for rms, base, total in zip(self.stats, self._bases, summed):
+            rms.fold_moments(base, total)
+        self.rebase()
