@@ -6,20 +6,8 @@ import json
 
 import pytest
 
-from fastppo.cli import OneLineErrorParser
 from fastppo.errors import FastPPOError
-from fastppo.rlhf.cli import register
-
-
-def _parse(argv: list[str]):
-    parser = OneLineErrorParser(prog="fastppo")
-    register(parser.add_subparsers(dest="command", required=True, parser_class=OneLineErrorParser))
-    return parser.parse_args(argv)
-
-
-def _run(argv: list[str]) -> int:
-    args = _parse(argv)
-    return args.func(args)
+from tests.rlhf.tiny import parse_cli, run_cli
 
 
 def test_rlhf_command_trains_and_resumes(tiny_model, tmp_path, capsys) -> None:
@@ -28,9 +16,9 @@ def test_rlhf_command_trains_and_resumes(tiny_model, tmp_path, capsys) -> None:
     argv = ["rlhf", "--model", str(tiny_model), "--reward", "tests.rlhf.tiny:early_letters", "--prompts", str(prompts),
             "--steps", "2", "--prompts-per-step", "2", "--num-generations", "2", "--mini-batch-size", "2", "--ppo-epochs", "1",
             "--max-new-tokens", "6", "--estimator", "rloo", "--output-dir", str(tmp_path / "run"), "--no-progress", "--lora"]
-    assert _run(argv) == 0
+    assert run_cli(argv) == 0
     assert "reward" in capsys.readouterr().out
-    assert _run([*argv[: argv.index("--steps") + 1], "3", *argv[argv.index("--steps") + 2 :], "--resume"]) == 0
+    assert run_cli([*argv[: argv.index("--steps") + 1], "3", *argv[argv.index("--steps") + 2 :], "--resume"]) == 0
     steps = [json.loads(line)["global_step"] for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert steps == [1, 2, 3]
 
@@ -38,7 +26,7 @@ def test_rlhf_command_trains_and_resumes(tiny_model, tmp_path, capsys) -> None:
 def test_dpo_command(tiny_model, tmp_path) -> None:
     data = tmp_path / "pairs.jsonl"
     data.write_text(json.dumps({"prompt": "hi", "chosen": "aa", "rejected": "zz"}) + "\n")
-    assert _run(["dpo", "--model", str(tiny_model), "--data", str(data), "--batch-size", "1", "--output-dir", str(tmp_path / "dpo"), "--no-progress"]) == 0
+    assert run_cli(["dpo", "--model", str(tiny_model), "--data", str(data), "--batch-size", "1", "--output-dir", str(tmp_path / "dpo"), "--no-progress"]) == 0
     assert (tmp_path / "dpo" / "metrics.jsonl").is_file()
 
 
@@ -48,11 +36,11 @@ def test_dpo_command(tiny_model, tmp_path) -> None:
 )
 def test_boolean_flags_take_the_spellings_of_fastppo_train(command, inputs) -> None:
     """--x, --x V and --no-x, as `fastppo train` takes them."""
-    args = _parse([command, "--model", "m", *inputs, "--progress", "false", "--no-resume", "--lora"])
+    args = parse_cli([command, "--model", "m", *inputs, "--progress", "false", "--no-resume", "--lora"])
     assert (args.progress, args.resume, args.lora, getattr(args, "whiten_advantages", None)) == (False, False, True, None)
-    assert _parse([command, "--model", "m", *inputs, "--no-progress"]).progress is False
+    assert parse_cli([command, "--model", "m", *inputs, "--no-progress"]).progress is False
     with pytest.raises(FastPPOError, match="--lora expects true or false, got 'maybe'"):
-        _parse([command, "--model", "m", *inputs, "--lora", "maybe"])
+        parse_cli([command, "--model", "m", *inputs, "--lora", "maybe"])
 
 
 @pytest.mark.parametrize(
@@ -67,16 +55,16 @@ def test_boolean_flags_take_the_spellings_of_fastppo_train(command, inputs) -> N
 )
 def test_bad_flags_fail_before_loading_anything(tmp_path, extra, message) -> None:
     with pytest.raises(FastPPOError, match=message):
-        _run(["rlhf", "--model", str(tmp_path / "not-loaded"), "--reward", "x:y", "--prompts", "p.jsonl", *extra])
+        run_cli(["rlhf", "--model", str(tmp_path / "not-loaded"), "--reward", "x:y", "--prompts", "p.jsonl", *extra])
 
 
 def test_missing_inputs_are_one_line_errors(tiny_model, tmp_path) -> None:
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
     with pytest.raises(FastPPOError, match="empty"):
-        _run(["rlhf", "--model", str(tiny_model), "--reward", "tests.rlhf.tiny:early_letters", "--prompts", str(empty)])
+        run_cli(["rlhf", "--model", str(tiny_model), "--reward", "tests.rlhf.tiny:early_letters", "--prompts", str(empty)])
     with pytest.raises(FastPPOError, match="required"):
-        _parse(["rlhf", "--reward", "x:y", "--prompts", "p.jsonl"])
+        parse_cli(["rlhf", "--reward", "x:y", "--prompts", "p.jsonl"])
 
 
 def test_local_paths_that_do_not_exist_fail_before_anything_loads(tmp_path, monkeypatch) -> None:
@@ -92,4 +80,4 @@ def test_local_paths_that_do_not_exist_fail_before_anything_loads(tmp_path, monk
     ]  # fmt: skip
     for argv, message in cases:
         with pytest.raises(FastPPOError, match=message):
-            _run(argv)
+            run_cli(argv)

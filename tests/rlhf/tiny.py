@@ -11,13 +11,14 @@ CHARS = "abcdefghijklmnopqrstuvwxyz "
 
 
 def build_tokenizer(with_pad: bool = True):
-    from tokenizers import Tokenizer, models, pre_tokenizers
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
     specials = ["<unk>", "<eos>"] + (["<pad>"] if with_pad else [])
     vocab = {token: i for i, token in enumerate(specials + list(CHARS))}
     backend = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     backend.pre_tokenizer = pre_tokenizers.Split("", "isolated")
+    backend.decoder = decoders.Fuse()  # decode "abc" as "abc", not WordLevel's default "a b c"
     kwargs = {"pad_token": "<pad>"} if with_pad else {}
     return PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="<unk>", eos_token="<eos>", **kwargs)
 
@@ -41,6 +42,21 @@ def early_letters(prompts: list[str], completions: list[str]) -> list[float]:
     """Synthetic reward: the share of the completion's characters among 'abcde' (0 when empty).
     A random tiny model scores about 0.15, so the signal is dense enough to learn in seconds."""
     return [sum(ch in "abcde" for ch in c) / max(len(c), 1) for c in completions]
+
+
+def run_cli(argv: list[str]) -> int:
+    """``fastppo ARGV`` for the rlhf and dpo commands, through the parser the top-level CLI uses."""
+    args = parse_cli(argv)
+    return args.func(args)
+
+
+def parse_cli(argv: list[str]):
+    from fastppo.cli import OneLineErrorParser
+    from fastppo.rlhf.cli import register
+
+    parser = OneLineErrorParser(prog="fastppo")
+    register(parser.add_subparsers(dest="command", required=True, parser_class=OneLineErrorParser))
+    return parser.parse_args(argv)
 
 
 def synthetic_rollout(logprobs, ref_logprobs, mask):
