@@ -6,9 +6,10 @@ the one trainer loop on its own envs, with the ``World`` below handed to it as d
 only in these collectives (CleanRL's ppo_atari_multigpu.py scheme):
 
 - the initial weights, broadcast from rank 0;
-- per minibatch, the advantages' global mean/std and the flat gradient (weighted mean);
+- per minibatch, the flat gradient (a weighted mean); per epoch, each minibatch's valid rows and
+  advantage moments (for the weights and the advantages' global mean/std) and the target-KL test;
 - per iteration, the observation/return statistics (``SyncedStatistics``), the finished episodes
-  (for rank 0's log), the logged losses, the target-KL decision and a stop signal.
+  (for rank 0's log), the logged losses and a stop signal.
 
 Outside torchrun (WORLD_SIZE unset or 1) there is no World: the trainer gets None and makes no
 collective call at all.
@@ -150,7 +151,7 @@ def joined(device: torch.device) -> Iterator[World | None]:
     if owned:
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo", device_id=device if device.type == "cuda" else None)
     try:
-        yield World(dist.get_rank(), dist.get_world_size(), device if device.type == "cuda" else torch.device("cpu"))
+        yield World(dist.get_rank(), dist.get_world_size(), device if dist.get_backend() == "nccl" else torch.device("cpu"))
     finally:
         if owned:
             dist.destroy_process_group()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 from torch import Tensor, nn
@@ -92,14 +92,25 @@ def set_learning_rate(optimizer: torch.optim.Optimizer, lr: float) -> None:
         group["lr"] = lr
 
 
+class RankShare(NamedTuple):
+    """Under torchrun, what a rank needs to know of the other ranks' parts of a minibatch
+    (``rank_shares``)."""
+
+    weight: Tensor
+    """This rank's valid rows x ranks / every rank's valid rows: the ranks' mean of weight x
+    (this rank's mean over its rows) is the mean over all the rows."""
+    advantage_moments: Tensor
+    """(count, sum, sum of squares) of the advantages on every rank's valid rows."""
+
+
 def minibatch_loss(
-    policy: ActorCritic, mb: dict[str, Tensor], cfg: PPOConfig, coefs: UpdateCoefficients, reduce: Callable[[Tensor], Tensor] | None = None
+    policy: ActorCritic, mb: dict[str, Tensor], cfg: PPOConfig, coefs: UpdateCoefficients, advantage_moments: Tensor | None = None
 ) -> tuple[Tensor, dict[str, Tensor]]:
-    """The PPO loss of one minibatch and its metrics (detached tensors, no host sync). ``reduce``
-    (torchrun: a sum over the ranks) normalises the advantages over every rank's part of the minibatch."""
+    """The PPO loss of one minibatch and its metrics (detached tensors, no host sync). Under
+    torchrun ``advantage_moments`` normalise the advantages over every rank's part of the minibatch."""
     mask = mb.get("valid")  # None once ppo_update has dropped the reset rows
     newlogprob, entropy, newvalue = policy.evaluate(mb["obs"], mb["actions"], mb.get("action_masks"), mb.get("initial_state"), mask)
-    mb_advantages = normalize_advantages(mb["advantages"], mask, reduce=reduce) if cfg.norm_adv else mb["advantages"]
+    mb_advantages = normalize_advantages(mb["advantages"], mask, moments=advantage_moments) if cfg.norm_adv else mb["advantages"]
     return ppo_loss(
         newlogprob,
         mb["logprobs"],
@@ -142,7 +153,6 @@ class MinibatchStep:
         self, policy: ActorCritic, optimizer: torch.optim.Optimizer, cfg: PPOConfig, compile: bool = False, cudagraphs: bool = False, world: World | None = None
     ):
         self.policy, self.optimizer, self.cfg, self.world = policy, optimizer, cfg, world
-        self.reduce = None if world is None else world.sum_
         # make_optimizer's one flat parameter: its gradient is every layer's gradient.
         params = [p for group in optimizer.param_groups for p in group["params"]]
         if len(params) != 1 or params[0].grad is None:
@@ -162,15 +172,15 @@ class MinibatchStep:
         self._static_in: dict[str, Tensor] = {}
         self._static_out: dict[str, Tensor] = {}
 
-    def _eager(self, mb: dict[str, Tensor], coefs: UpdateCoefficients, weight: Tensor | None = None) -> dict[str, Tensor]:
-        loss, metrics = self.loss_fn(self.policy, mb, self.cfg, coefs, self.reduce)
+    def _eager(self, mb: dict[str, Tensor], coefs: UpdateCoefficients, share: RankShare | None = None) -> dict[str, Tensor]:
+        loss, metrics = self.loss_fn(self.policy, mb, self.cfg, coefs, None if share is None else share.advantage_moments)
         grad = self.flat_parameter.grad
         grad.zero_()  # in place, never None: see flatten_parameters
         loss.backward()
-        if self.world is not None:
-            # The loss is this rank's mean over its valid rows; ``weight`` (ppo_update's
-            # rank_weights) makes the ranks' average the mean over every rank's valid rows.
-            self.world.mean_(grad.mul_(weight))
+        if share is not None:
+            # The loss is this rank's mean over its valid rows: weighted, the ranks' mean is the
+            # gradient of the mean over all their rows. The run's one collective per minibatch.
+            self.world.mean_(grad.mul_(share.weight))
         # clip_grad_norm_'s formula on the one flat gradient, as 3 ops instead of its per-call
         # bookkeeping (a quarter of the optimizer's overhead on small MLPs).
         grad_norm = torch.linalg.vector_norm(grad)
@@ -179,10 +189,10 @@ class MinibatchStep:
         self.optimizer.step()
         return metrics
 
-    def __call__(self, mb: dict[str, Tensor], coefs: UpdateCoefficients, weight: Tensor | None = None) -> dict[str, Tensor]:
-        """One step; ``weight``: this rank's share of the minibatch under torchrun (``rank_weights``)."""
+    def __call__(self, mb: dict[str, Tensor], coefs: UpdateCoefficients, share: RankShare | None = None) -> dict[str, Tensor]:
+        """One step; ``share``: under torchrun, this rank's part of the minibatch (``rank_shares``)."""
         if not self.cudagraphs:
-            return self._eager(mb, coefs, weight)
+            return self._eager(mb, coefs, share)
         self._steps += 1
         lrs = tuple(group["lr"] for group in self.optimizer.param_groups)
         key = (lrs, coefs.clip_coef, coefs.ent_coef, coefs.kl_beta, tuple((k, v.shape) for k, v in mb.items()))
@@ -223,8 +233,9 @@ def ppo_update(
     and the re-run gives the rollout's own log-probs, so the first ratio is 1.
 
     Under torchrun (``step.world``) every rank runs this on its own batch: minibatch i of the run is
-    the union of the ranks' minibatches i, each rank's gradient weighted by its share of the valid
-    rows (``rank_weights``); the target-KL decision and the returned metrics are the ranks' means.
+    the union of the ranks' minibatches i, its advantages normalised over all of it and each rank's
+    gradient weighted by its share of the valid rows (``rank_shares``); the target-KL decision and
+    the returned metrics are the ranks' means.
     """
     step = step or MinibatchStep(policy, optimizer, cfg)
     world = step.world
@@ -252,12 +263,12 @@ def ppo_update(
             shuffled = {k: v[:, perm] if sequences and k != "initial_state" else v[perm] for k, v in batch.items()}
         else:
             shuffled = batch  # one full-batch minibatch: its mean loss does not depend on the order
-        weights = None if world is None else rank_weights(world, shuffled, bounds, sequences)
+        shares = None if world is None else rank_shares(world, shuffled, bounds, sequences)
         for i, (start, end) in enumerate(zip(bounds[:-1], bounds[1:])):
             if start == end:
                 continue
-            weight = None if weights is None else weights[i]
-            metrics = step(minibatch(shuffled, start, end, sequences), coefs, weight)
+            share = None if shares is None else shares[i]
+            metrics = step(minibatch(shuffled, start, end, sequences), coefs, share)
             # All metrics in one stacked tensor: one add per minibatch, one host sync per update.
             names = names or list(metrics)
             values = torch.stack([metrics[name] for name in names])
@@ -265,7 +276,7 @@ def ppo_update(
             minibatches += 1
         # One host sync per epoch, for the early stop only (CleanRL checks the last minibatch).
         if cfg.target_kl is not None:
-            approx_kl = metrics["approx_kl"] if world is None else world.mean_(metrics["approx_kl"] * weight)
+            approx_kl = metrics["approx_kl"] if world is None else world.mean_(metrics["approx_kl"] * share.weight)
             if approx_kl.item() > cfg.target_kl:
                 break
     if world is not None:
@@ -277,15 +288,20 @@ def ppo_update(
     return means
 
 
-def rank_weights(world: World, shuffled: dict[str, Tensor], bounds: list[int], sequences: bool) -> Tensor:
-    """Each minibatch's weight on this rank: its valid rows x ranks / every rank's valid rows in
-    that minibatch. The ranks' mean of weight x (this rank's mean over its rows) is then the mean
-    over all the rows, as one process holding every rank's rows computes it; with equal valid
-    rows everywhere each weight is exactly 1. One all-reduce per epoch."""
-    valid = shuffled["valid"].sum(0) if sequences else shuffled["valid"]  # per env sequence, or per row
-    ends = nn.functional.pad(valid.cumsum(0), (1, 0))[bounds].double()
-    counts = ends[1:] - ends[:-1]
-    return (counts * world.size / world.sum_(counts.clone()).clamp_min(1)).float()
+def rank_shares(world: World, shuffled: dict[str, Tensor], bounds: list[int], sequences: bool) -> list[RankShare]:
+    """This rank's ``RankShare`` of each minibatch of an epoch, from one all-reduce of every
+    minibatch's (valid rows, advantages' sum, sum of squares); with equal valid rows on every rank
+    each weight is exactly 1."""
+    valid = shuffled["valid"]
+    advantages = torch.where(valid, shuffled["advantages"].double(), 0.0)  # where: a reset row's value never leaks
+    moments = torch.stack([valid.double(), advantages, advantages.square()], dim=-1)
+    if sequences:  # [T, N, 3]: minibatches are sets of envs
+        moments = moments.sum(0)
+    ends = nn.functional.pad(moments.cumsum(0), (0, 0, 1, 0))[bounds]
+    local = ends[1:] - ends[:-1]
+    total = world.sum_(local.clone())
+    weights = (local[:, 0] * world.size / total[:, 0].clamp_min(1)).float()
+    return [RankShare(weight, everyone) for weight, everyone in zip(weights, total)]
 
 
 def minibatch(batch: dict[str, Tensor], start: int, end: int, sequences: bool) -> dict[str, Tensor]:

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from fastppo.core import explained_variance, masked_mean, masked_var, normalize_advantages
+from fastppo.core.masked import mean_std
 
 F64 = torch.float64
 
@@ -91,15 +92,15 @@ def test_non_finite_values_in_masked_entries_do_not_leak():
 
 
 
-def test_normalize_advantages_pooled_over_processes_equals_normalising_the_joined_batch():
-    # Two "ranks" hold halves of one minibatch; ``reduce`` sums the (count, sum, sum of squares)
-    # vector over both, as the all-reduce of fastppo.distributed.World.sum_ does.
+
+def test_normalize_advantages_from_moments_summed_over_parts_equals_normalising_the_joined_batch():
+    # Two "ranks" hold halves of one minibatch; summing their (count, sum, sum of squares) is what
+    # the all-reduce of fastppo.update.rank_shares does.
     x, mask = make(5, shape=(40,))
-    for halves, joined in (([(x[:20], mask[:20]), (x[20:], mask[20:])], normalize_advantages(x, mask)), ([(x[:20], None), (x[20:], None)], normalize_advantages(x))):
-        vectors = []
-        for part, part_mask in halves:
-            normalize_advantages(part, part_mask, reduce=lambda v: vectors.append(v.clone()) or v)
-        total = vectors[0] + vectors[1]
-        pooled = torch.cat([normalize_advantages(part, part_mask, reduce=lambda v: total.clone()) for part, part_mask in halves])
-        valid = torch.ones_like(mask) if halves[0][1] is None else mask
-        torch.testing.assert_close(pooled[valid], joined[valid], rtol=1e-9, atol=1e-9)
+    for valid in (mask, torch.ones_like(mask)):
+        halves = [slice(0, 20), slice(20, 40)]
+        moments = sum(torch.stack([valid[h].sum(), x[h][valid[h]].sum(), x[h][valid[h]].square().sum()]) for h in halves)
+        split = torch.cat([normalize_advantages(x[h], valid[h], moments=moments) for h in halves])
+        torch.testing.assert_close(split[valid], normalize_advantages(x, valid)[valid], rtol=1e-9, atol=1e-9)
+    mean, std = mean_std(moments)
+    torch.testing.assert_close(torch.stack([mean, std]), torch.stack([x.mean(), x.std()]))

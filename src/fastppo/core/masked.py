@@ -6,8 +6,6 @@ sequences and the prompt/padding/post-EOS tokens of a language-model rollout.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import torch
 from torch import Tensor
 
@@ -32,14 +30,14 @@ def masked_var(x: Tensor, mask: Tensor | None = None) -> Tensor:
     return torch.where(mask, (x - mean) ** 2, 0.0).sum() / (n - 1).clamp_min(1)
 
 
-def normalize_advantages(advantages: Tensor, mask: Tensor | None = None, eps: float = 1e-8, reduce: Callable[[Tensor], Tensor] | None = None) -> Tensor:
+def normalize_advantages(advantages: Tensor, mask: Tensor | None = None, eps: float = 1e-8, moments: Tensor | None = None) -> Tensor:
     """(A - mean) / (std + eps) over the valid entries: mean 0 and std 1 on them.
 
-    ``reduce`` sums a tensor over the processes of a data-parallel run (each holding part of the
-    minibatch): the mean and std are then those of every process's entries together.
+    ``moments``, the (count, sum, sum of squares) of entries not all held here (each rank of a
+    data-parallel run holds part of the minibatch), gives the mean and std instead (``mean_std``).
     """
-    if reduce is not None:
-        mean, std = pooled_mean_std(advantages, mask, reduce)
+    if moments is not None:
+        mean, std = (value.to(advantages.dtype) for value in mean_std(moments))
     elif mask is None:
         std, mean = torch.std_mean(advantages)  # one op for both on the common unmasked path
     else:
@@ -47,15 +45,12 @@ def normalize_advantages(advantages: Tensor, mask: Tensor | None = None, eps: fl
     return (advantages - mean) / (std + eps)
 
 
-def pooled_mean_std(x: Tensor, mask: Tensor | None, reduce: Callable[[Tensor], Tensor]) -> tuple[Tensor, Tensor]:
-    """Mean and unbiased std of the valid entries of ``x`` on every process, from one ``reduce`` of
-    their count, sum and sum of squares (float64: the squares' sum must not cancel)."""
-    dtype, x = x.dtype, x.double()
-    weights = torch.ones_like(x) if mask is None else mask.to(x.dtype)
-    n, total, squares = reduce(torch.stack([weights.sum(), (x * weights).sum(), (x.square() * weights).sum()]))
-    mean = total / n.clamp_min(1)
-    var = (squares - total * mean) / (n - 1).clamp_min(1)
-    return mean.to(dtype), var.clamp_min(0).sqrt().to(dtype)
+def mean_std(moments: Tensor) -> tuple[Tensor, Tensor]:
+    """Mean and unbiased std (as ``Tensor.std``) from the (count, sum, sum of squares) of some
+    values, which sum over the parts of a split batch (float64 keeps the squares from cancelling)."""
+    count, total, squares = moments.double()
+    mean = total / count.clamp_min(1)
+    return mean, ((squares - total * mean) / (count - 1).clamp_min(1)).clamp_min(0).sqrt()
 
 
 def explained_variance(values: Tensor, returns: Tensor, mask: Tensor | None = None) -> float:
