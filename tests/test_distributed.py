@@ -264,3 +264,11 @@ def test_two_ranks_solve_cartpole(tmp_path: Path):
     latest = (tmp_path / "checkpoints" / "latest").read_text().strip()
     returns = json.loads((tmp_path / "checkpoints" / latest / "trainer.json").read_text())["episode_returns"]
     assert sum(returns[-20:]) / 20 >= 475
+
+
+def test_world_size_without_the_rest_of_a_torchrun_launch_is_a_one_line_error(monkeypatch: pytest.MonkeyPatch):
+    for name in ("RANK", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(FastPPOError, match="WORLD_SIZE=2 is set but not RANK, MASTER_ADDR, MASTER_PORT: launch with torchrun, or unset WORLD_SIZE"):
+        fastppo.train("CartPole-v1", num_envs=2, num_steps=32, total_timesteps=64, progress=False, tensorboard=False)

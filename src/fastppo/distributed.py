@@ -145,9 +145,12 @@ def joined(device: torch.device) -> Iterator[World | None]:
     if launched_world_size() == 1:
         yield None
         return
+    owned = not dist.is_initialized()
+    missing = [name for name in ("RANK", "MASTER_ADDR", "MASTER_PORT") if name not in os.environ]
+    if owned and missing:
+        raise FastPPOError(f"WORLD_SIZE={launched_world_size()} is set but not {', '.join(missing)}: launch with torchrun, or unset WORLD_SIZE to train in one process")
     if device.type == "cuda":
         torch.cuda.set_device(device)  # NCCL's object collectives (the episodes) use the current device
-    owned = not dist.is_initialized()
     if owned:
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo", device_id=device if device.type == "cuda" else None)
     try:
