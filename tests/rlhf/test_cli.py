@@ -26,7 +26,8 @@ def test_rlhf_command_trains_and_resumes(tiny_model, tmp_path, capsys) -> None:
 def test_dpo_command(tiny_model, tmp_path) -> None:
     data = tmp_path / "pairs.jsonl"
     data.write_text(json.dumps({"prompt": "hi", "chosen": "aa", "rejected": "zz"}) + "\n")
-    assert run_cli(["dpo", "--model", str(tiny_model), "--data", str(data), "--batch-size", "1", "--output-dir", str(tmp_path / "dpo"), "--no-progress"]) == 0
+    assert run_cli(["dpo", "--model", str(tiny_model), "--data", str(data), "--batch-size", "1", "--output-dir", str(tmp_path / "dpo"), "--no-progress",
+                    "--dtype", "bf16", "--gradient-checkpointing"]) == 0
     assert (tmp_path / "dpo" / "metrics.jsonl").is_file()
 
 
@@ -49,6 +50,7 @@ def test_boolean_flags_take_the_spellings_of_fastppo_train(command, inputs) -> N
         (["--mini-batch-size", "3"], "must divide"),
         (["--estimator", "grpo"], "num-generations 2"),
         (["--estimator", "ppo"], "invalid choice"),
+        (["--dtype", "fp64"], "invalid choice"),
         (["--top-p", "0"], "top-p"),
         (["--top-k", "-1"], "top-k"),
     ],

@@ -5,15 +5,13 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
-from contextlib import nullcontext
-
 import pytest
 import torch
 
 from fastppo.rlhf import trainer
 from fastppo.rlhf.checkpoint import latest_checkpoint
 from fastppo.rlhf.config import PPOConfig
-from fastppo.rlhf.models import Models
+from fastppo.rlhf.models import Models, Precision
 from fastppo.rlhf.tokens import TokenOutputs
 from fastppo.rlhf.trainer import ppo_update, train
 from tests.rlhf.tiny import PROMPTS, early_letters, synthetic_rollout, tiny_config
@@ -107,7 +105,7 @@ def test_target_kl_stops_on_the_mean_kl_of_the_epoch(monkeypatch) -> None:
     ppo = PPOConfig(prompts_per_step=4, mini_batch_size=1, ppo_epochs=4, target_kl=0.1)
     optimizer = torch.optim.SGD(policy.parameters(), lr=0.0)
     torch.manual_seed(0)  # an order in which completion 0 is not the epoch's last micro-batch
-    metrics = ppo_update(Models(None, policy, None, None), optimizer, rollout, torch.zeros(4, 3), None, ppo, 0.0, 1.0, nullcontext)
+    metrics = ppo_update(Models(None, policy, None, None), optimizer, rollout, torch.zeros(4, 3), None, ppo, 0.0, 1.0, Precision("fp32", torch.device("cpu")))
     assert calls[3] != [0]
     assert len(calls) == 4 and metrics["losses/epochs"] == 1.0, f"stopped after {len(calls) / 4} epochs"
     assert metrics["losses/approx_kl"] == pytest.approx((2.0 + torch.tensor(-2.0).exp().item() - 1.0) / 4)

@@ -1,5 +1,5 @@
-"""Atomic checkpoints that restore a run exactly: weights (via save_pretrained), optimizer state,
-counters, KL coefficient and RNG states. Safetensors and JSON only, no pickle.
+"""Atomic checkpoints that restore a run exactly: fp32 weights (via save_pretrained), optimizer state,
+counters, KL coefficient, fp16 loss scale and RNG states. Safetensors and JSON only, no pickle.
 
 Layout: ``output_dir/checkpoint-000050/`` written under a temporary name and renamed into place,
 then ``output_dir/latest`` (a one-line file, replaced atomically) points to it. A crash at any

@@ -18,6 +18,7 @@ from fastppo.errors import FastPPOError
 AdvantageEstimator = Literal["gae", "grpo", "rloo"]
 CriticKind = Literal["shared", "separate"]
 KLPlacement = Literal["reward", "loss"]
+ComputeDType = Literal["auto", "bf16", "fp16", "fp32"]
 
 
 def _f(default, help: str):  # noqa: A002 - "help" mirrors argparse
@@ -34,7 +35,12 @@ class ModelConfig:
     lora_alpha: int = _f(32, "LoRA scaling numerator (scale = alpha / r)")
     lora_target_modules: str | None = _f(None, "comma-separated module names for LoRA; default: peft's choice per architecture")
     device: str = _f("auto", "torch device: auto picks cuda when available, else cpu")
-    bf16: bool = _f(True, "bf16 autocast for forward passes on GPU (ignored on CPU)")
+    dtype: ComputeDType = _f(
+        "auto",
+        "compute dtype of forward and backward passes (autocast); weights and AdamW state stay fp32 (master weights), "
+        "fp16 adds loss scaling; auto: bf16 on GPU, fp32 on CPU",
+    )
+    gradient_checkpointing: bool = _f(False, "recompute each layer's activations in the backward pass: less memory, about a third more compute")
 
 
 @dataclass

@@ -18,7 +18,7 @@ from fastppo.logger import RunLogger
 from fastppo.rlhf.checkpoint import latest_checkpoint, load_training_state, save_checkpoint
 from fastppo.rlhf.config import DPOTrainerConfig, validate_dpo
 from fastppo.rlhf.data import PreferencePair, batch_indices
-from fastppo.rlhf.models import Models, autocast_context, load_models, reference_model
+from fastppo.rlhf.models import Models, Precision, load_models, reference_model
 from fastppo.rlhf.tokens import encode_completions, encode_prompts, forward_tokens
 
 
@@ -70,10 +70,11 @@ def train_dpo(cfg: DPOTrainerConfig, pairs: list[PreferencePair]) -> list[dict[s
     resume_from = latest_checkpoint(output_dir) if run.resume else None
     torch.manual_seed(run.seed)
     models = load_models(model_cfg, critic=None, resume_from=resume_from)
-    autocast = autocast_context(next(models.policy.parameters()).device, model_cfg.bf16)
+    precision = Precision(model_cfg.dtype, next(models.policy.parameters()).device)
     params = models.trainable_parameters()
     optimizer = torch.optim.AdamW(params, lr=dpo.learning_rate)
     state = load_training_state(resume_from, optimizer) if resume_from else {"step": 0}
+    precision.load_state_dict(state.pop("grad_scaler", {}))
     total_steps = math.ceil(dpo.epochs * len(pairs) / dpo.batch_size)
     micro_batch_size = dpo.batch_size // dpo.gradient_accumulation_steps
     history = []
@@ -84,16 +85,14 @@ def train_dpo(cfg: DPOTrainerConfig, pairs: list[PreferencePair]) -> list[dict[s
             batch = [pairs[i] for i in batch_indices(len(pairs), dpo.batch_size, step, run.seed)]
             totals: dict[str, Tensor] = {}
             for start in range(0, len(batch), micro_batch_size):
-                loss, metrics = dpo_step_loss(models, batch[start : start + micro_batch_size], dpo.beta, dpo.max_prompt_length, dpo.max_completion_length, autocast)
-                (loss / dpo.gradient_accumulation_steps).backward()
+                loss, metrics = dpo_step_loss(models, batch[start : start + micro_batch_size], dpo.beta, dpo.max_prompt_length, dpo.max_completion_length, precision.autocast)
+                precision.backward(loss / dpo.gradient_accumulation_steps)
                 for key, value in metrics.items():
                     totals[key] = totals.get(key, 0.0) + value / dpo.gradient_accumulation_steps
-            grad_norm = torch.nn.utils.clip_grad_norm_(params, dpo.max_grad_norm)
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
+            grad_norm = precision.step(optimizer, params, dpo.max_grad_norm)
             logged = {f"dpo/{key}": float(value) for key, value in totals.items()} | {"losses/grad_norm": float(grad_norm)}
             logger.log(step, logged)
             history.append(logged)
             if step == total_steps or (run.save_every and step % run.save_every == 0):
-                save_checkpoint(output_dir, step, models, optimizer, {}, run.keep_checkpoints)
+                save_checkpoint(output_dir, step, models, optimizer, {"grad_scaler": precision.state_dict()}, run.keep_checkpoints)
     return history

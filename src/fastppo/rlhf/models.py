@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from safetensors.torch import load_file, save_file
-from torch import nn
+from torch import Tensor, nn
 from transformers import (
     AutoConfig,
     AutoModel,
@@ -135,7 +135,9 @@ def _prepared(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, device
     _fit_embeddings(model, tokenizer)
     _disable_dropout(model)
     model.config.pad_token_id = tokenizer.pad_token_id
-    return model.to(device)
+    # fp32 whatever the checkpoint's dtype (transformers loads a bf16 one as bf16): these are the
+    # master weights (see Precision), and a bf16 trunk would feed the fp32 value head a bf16 input.
+    return model.to(device=device, dtype=torch.float32)
 
 
 def load_causal_lm(path: str, tokenizer: PreTrainedTokenizerBase, device: torch.device) -> PreTrainedModel:
@@ -179,7 +181,15 @@ def load_models(cfg: ModelConfig, critic: str | None, critic_model: str | None =
         policy = load_causal_lm(str(resume_from / POLICY_DIR) if resume_from else cfg.model, tokenizer, device)
         reference = _frozen(load_causal_lm(cfg.model, tokenizer, device))
     policy.train()  # dropout is off; train mode keeps the numerics of rollout and update identical
-    return Models(tokenizer, policy, reference, _load_critic(critic, critic_model or cfg.model, policy, tokenizer, device, resume_from))
+    models = Models(tokenizer, policy, reference, _load_critic(critic, critic_model or cfg.model, policy, tokenizer, device, resume_from))
+    if cfg.gradient_checkpointing:
+        # Non-reentrant checkpointing takes gradients through inputs that do not require them, as
+        # with LoRA's frozen embeddings (the reentrant kind would need enable_input_require_grads).
+        for model in (policy, models.critic.trunk if models.critic is not None else None):
+            if model is not None:
+                enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable  # renamed in transformers 5
+                enable({"use_reentrant": False})
+    return models
 
 
 def _load_critic(kind: str | None, init_from: str, policy: PreTrainedModel, tokenizer, device: torch.device, resume_from: Path | None) -> Critic | None:
@@ -228,7 +238,46 @@ def load_reward_model(path: str, device: torch.device) -> tuple[PreTrainedModel,
     return _frozen(_prepared(model, tokenizer, device)), tokenizer
 
 
-def autocast_context(device: torch.device, bf16: bool):
-    """A factory of autocast contexts: bf16 on GPU when asked, a no-op otherwise."""
-    enabled = bf16 and device.type == "cuda"
-    return lambda: torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=enabled)
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+
+class Precision:
+    """The compute dtype of training: torch.autocast on fp32 weights.
+
+    The weights stay fp32 and are the master weights; AdamW's state is fp32 too. Under autocast the
+    matmuls of forward and backward run in bf16/fp16 (the weights are cast per op, which is the
+    refresh of a low-precision copy), and the gradients land in fp32 on the fp32 leaves, so AdamW
+    steps the masters exactly as in fp32 training. This is the fp32-master scheme without a second
+    copy of the weights to keep in sync, and the same code on CPU and GPU; updating bf16 weights in
+    place instead rounds away every step smaller than half an ulp (2^-9 relative). fp16 adds loss
+    scaling (GradScaler) against gradient underflow. ``auto`` is bf16 on GPU and fp32 on CPU."""
+
+    def __init__(self, name: str, device: torch.device):
+        self.dtype = DTYPES[name] if name != "auto" else (torch.bfloat16 if device.type == "cuda" else torch.float32)
+        if self.dtype == torch.bfloat16 and device.type == "cuda" and not torch.cuda.is_bf16_supported():
+            raise FastPPOError(f"{torch.cuda.get_device_name(device)} has no bf16: use --dtype fp16 or fp32")
+        self.device_type = device.type
+        self.scaler = torch.amp.GradScaler(device.type, enabled=self.dtype == torch.float16)
+
+    def autocast(self) -> AbstractContextManager:
+        return torch.autocast(device_type=self.device_type, dtype=self.dtype, enabled=self.dtype != torch.float32)
+
+    def backward(self, loss: Tensor) -> None:
+        self.scaler.scale(loss).backward()
+
+    def step(self, optimizer: torch.optim.Optimizer, params: list[nn.Parameter], max_grad_norm: float) -> Tensor:
+        """Unscale, clip, step (the scaler skips steps with inf/NaN gradients), zero the gradients;
+        returns the gradient norm before clipping."""
+        self.scaler.unscale_(optimizer)
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
+        self.scaler.step(optimizer)
+        self.scaler.update()
+        optimizer.zero_grad(set_to_none=True)
+        return grad_norm.detach()
+
+    def state_dict(self) -> dict:
+        return self.scaler.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        if state:  # empty from a run without loss scaling: an fp16 resume of it starts a fresh scale
+            self.scaler.load_state_dict(state)

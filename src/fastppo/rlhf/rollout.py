@@ -62,8 +62,12 @@ def collect_rollout(models: Models, prompts: list[str], num_generations: int, sa
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
     )
+    # Eval mode keeps the KV cache, which gradient checkpointing turns off in train mode; dropout is
+    # off, so both modes sample the same distribution.
+    policy.eval()
     with torch.no_grad(), autocast():
         sequences = policy.generate(input_ids=query, attention_mask=query_mask, generation_config=generation)
+    policy.train()
     response = sequences[:, query.shape[1] :]
     response_mask = mask_after_eos(response, tokenizer.eos_token_id)
     response = response.masked_fill(~response_mask, tokenizer.pad_token_id)

@@ -20,7 +20,7 @@ from fastppo.rlhf.checkpoint import latest_checkpoint, load_training_state, save
 from fastppo.rlhf.config import PPOConfig, RLHFConfig, validate_ppo
 from fastppo.rlhf.data import batch_indices
 from fastppo.rlhf.health import HealthMonitor
-from fastppo.rlhf.models import Models, autocast_context, load_models
+from fastppo.rlhf.models import Models, Precision, load_models
 from fastppo.rlhf.rewards import (
     RewardFn,
     compute_scores,
@@ -31,7 +31,7 @@ from fastppo.rlhf.rewards import (
     token_rewards,
     whiten_advantages,
 )
-from fastppo.rlhf.rollout import Autocast, Rollout, collect_rollout
+from fastppo.rlhf.rollout import Rollout, collect_rollout
 from fastppo.rlhf.tokens import forward_tokens
 
 # core's metric names -> the logged names CleanRL uses
@@ -57,7 +57,7 @@ def compute_advantages(rollout: Rollout, scores: Tensor, kl_coef: float, ppo: PP
 
 def ppo_update(
     models: Models, optimizer: torch.optim.Optimizer, rollout: Rollout, advantages: Tensor, returns: Tensor | None,
-    ppo: PPOConfig, kl_coef: float, temperature: float, autocast: Autocast,
+    ppo: PPOConfig, kl_coef: float, temperature: float, precision: Precision,
 ) -> dict[str, float]:
     """PPO epochs over shuffled minibatches of completions, each accumulated over micro-batches,
     with the KL to the reference in the loss when ``ppo.kl_in_loss``; stops early after an epoch
@@ -75,7 +75,7 @@ def ppo_update(
         for start in range(0, batch_size, ppo.mini_batch_size):
             for mb in order[start : start + ppo.mini_batch_size].split(micro_batch_size):
                 mask = rollout.response_mask[mb]
-                with autocast():
+                with precision.autocast():
                     new = forward_tokens(models.policy, models.critic, rollout.query[mb], rollout.query_mask[mb], rollout.response[mb], mask, temperature)
                 if new.values is None:  # critic-free (GRPO/RLOO): surrogate and entropy only
                     loss, metrics = policy_loss(new.logprobs, rollout.logprobs[mb], advantages[mb], ppo.clip_coef, mask)
@@ -91,13 +91,11 @@ def ppo_update(
                     kl_loss, kl_metrics = reference_kl_penalty(new.logprobs, rollout.ref_logprobs[mb], kl_coef, mask)
                     loss = loss + kl_loss
                     metrics.update(kl_metrics, loss=loss.detach())
-                (loss / ppo.gradient_accumulation_steps).backward()
+                precision.backward(loss / ppo.gradient_accumulation_steps)
                 for key, value in metrics.items():
                     totals[key] = totals.get(key, 0.0) + value
                 count += 1
-            grad_norms.append(torch.nn.utils.clip_grad_norm_(params, ppo.max_grad_norm).detach())
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
+            grad_norms.append(precision.step(optimizer, params, ppo.max_grad_norm))
         # The epoch's mean KL, not its last micro-batch's: a few completions' KL is mostly noise.
         if ppo.target_kl is not None and (totals["approx_kl"] - kl_before).item() / (count - count_before) > ppo.target_kl:
             break
@@ -119,9 +117,10 @@ def train(cfg: RLHFConfig, reward_fn: RewardFn, prompts: list[str]) -> list[dict
     torch.manual_seed(run.seed)
     models = load_models(model_cfg, ppo.critic if ppo.estimator == "gae" else None, ppo.critic_model, resume_from)
     device = next(models.policy.parameters()).device
-    autocast = autocast_context(device, model_cfg.bf16)
+    precision = Precision(model_cfg.dtype, device)
     optimizer = torch.optim.AdamW(models.trainable_parameters(), lr=ppo.learning_rate)
     state = load_training_state(resume_from, optimizer) if resume_from else {"step": 0, "kl_coef": ppo.kl_coef}
+    precision.load_state_dict(state.pop("grad_scaler", {}))
     micro_batch_size = ppo.mini_batch_size // ppo.gradient_accumulation_steps
     monitor = HealthMonitor(ppo.kl_warn)
     history = []
@@ -131,12 +130,12 @@ def train(cfg: RLHFConfig, reward_fn: RewardFn, prompts: list[str]) -> list[dict
         for step in range(state["step"] + 1, ppo.steps + 1):
             t_start = time.perf_counter()
             step_prompts = [prompts[i] for i in batch_indices(len(prompts), ppo.prompts_per_step, step, run.seed)]
-            rollout = collect_rollout(models, step_prompts, ppo.num_generations, sampling, micro_batch_size, autocast)
+            rollout = collect_rollout(models, step_prompts, ppo.num_generations, sampling, micro_batch_size, precision.autocast)
             raw_scores = compute_scores(reward_fn, rollout.prompts, rollout.completions, device)
             scores = shape_scores(raw_scores, rollout.has_eos, sampling.missing_eos_penalty, ppo.reward_clip, ppo.whiten_rewards)
             advantages, returns, kl = compute_advantages(rollout, scores, state["kl_coef"], ppo)
             t_rollout = time.perf_counter()
-            losses = ppo_update(models, optimizer, rollout, advantages, returns, ppo, state["kl_coef"], sampling.temperature, autocast)
+            losses = ppo_update(models, optimizer, rollout, advantages, returns, ppo, state["kl_coef"], sampling.temperature, precision)
             t_update = time.perf_counter()
 
             kl_ref = sequence_kl(kl)
@@ -165,5 +164,5 @@ def train(cfg: RLHFConfig, reward_fn: RewardFn, prompts: list[str]) -> list[dict
             history.append(metrics)
             monitor.check(step, metrics["rlhf/reward_mean"], kl_ref)
             if step == ppo.steps or (run.save_every and step % run.save_every == 0):
-                save_checkpoint(output_dir, step, models, optimizer, {"kl_coef": state["kl_coef"]}, run.keep_checkpoints)
+                save_checkpoint(output_dir, step, models, optimizer, {"kl_coef": state["kl_coef"], "grad_scaler": precision.state_dict()}, run.keep_checkpoints)
     return history
