@@ -165,3 +165,22 @@ def test_bad_input_is_one_line(root, tmp_path, capsys, monkeypatch, case, messag
     assert main(["report", str(target), "--out", str(tmp_path / "out"), "--reps", "10", *extra]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and message in err, err
+
+
+def test_curves_draw_each_config_on_the_steps_its_runs_cover(tmp_path, monkeypatch):
+    """A config whose runs stopped early (a pruned sweep trial) or logged once shares a panel with
+    full-length ones: each is drawn on its own steps."""
+    from rliable import plot_utils
+
+    from fastppo.report_figures import plot_curves
+
+    drawn = {}
+    draw = plot_utils.plot_sample_efficiency_curve
+    monkeypatch.setattr(plot_utils, "plot_sample_efficiency_curve", lambda frames, points, *a, **k: drawn.update({next(iter(points)): frames}) or draw(frames, points, *a, **k))
+    full = [Run(Path("a"), {}, [{"global_step": s, "charts/episodic_return": float(s)} for s in range(100, 1001, 100)])]
+    short = [Run(Path("b"), {}, [{"global_step": s, "charts/episodic_return": float(s)} for s in range(100, 401, 100)])]
+    once = [Run(Path("c"), {}, [{"global_step": 100, "charts/episodic_return": 1.0}])]
+    estimate = {name: Estimate(0.0, 0.0, 0.0) for name in ("IQM", "mean", "median")}
+    stats = [GroupStats("CartPole-v1", name, runs, np.zeros(1), estimate) for name, runs in (("full", full), ("short", short), ("once", once))]
+    assert plot_curves(stats, "charts/episodic_return", tmp_path / "curves.png", smooth=1, reps=10).exists()
+    assert [(frames[0], frames[-1], len(frames)) for frames in drawn.values()] == [(100, 1000, 300), (100, 400, 300), (100, 100, 1)]

@@ -35,14 +35,15 @@ def plot_curves(stats: list[GroupStats], metric: str, out: Path, smooth: int = 1
     rows = -(-len(envs) // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(6.5 * cols, 4.5 * rows), squeeze=False, layout="constrained")
     for ax, env in zip(axes.flat, envs):
-        points, intervals, grid = {}, {}, np.empty(0)
-        for s in (s for s in stats if s.env_id == env):
+        # Each config on its own grid, the steps its runs cover (a shorter or pruned run's config spans fewer).
+        for color, s in enumerate(s for s in stats if s.env_id == env):
             grid, values = curves_on_grid(s.runs, metric, smooth)
             label = f"{s.config} ({len(s.runs)} seed{'s' if len(s.runs) > 1 else ''})"
-            points[label], intervals[label] = iqm_curve(values, reps, seed)
-        plot_utils.plot_sample_efficiency_curve(  # a single step (one logged return per run) as a dot
-            grid, points, intervals, ax=ax, marker="o" if len(grid) == 1 else "", xlabel="environment steps", ylabel=f"IQM {metric}", labelsize="medium", ticklabelsize="small"
-        )
+            point, interval = iqm_curve(values, reps, seed)
+            plot_utils.plot_sample_efficiency_curve(  # a single step (one logged return per run) as a dot
+                grid, {label: point}, {label: interval}, colors={label: f"C{color}"}, ax=ax, marker="o" if len(grid) == 1 else "",
+                xlabel="environment steps", ylabel=f"IQM {metric}", labelsize="medium", ticklabelsize="small",
+            )
         ax.set_title(env)
         ax.legend(fontsize="small")
     for ax in axes.flat[len(envs) :]:
