@@ -39,10 +39,10 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", required=True, parser_class=OneLineErrorParser)
     # Each module adds its subcommand(s) and sets `func` (args -> exit code); none imports a
     # heavy optional dependency (transformers, matplotlib, onnx) until its command runs.
-    from fastppo import report_cli, run_cli, train_cli
+    from fastppo import report_cli, run_cli, sweep_cli, train_cli
     from fastppo.rlhf import cli as rlhf_cli
 
-    for module in (train_cli, run_cli, report_cli, rlhf_cli):
+    for module in (train_cli, run_cli, report_cli, sweep_cli, rlhf_cli):
         module.register(subparsers)
     return parser
 

@@ -53,7 +53,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=None,
         help="continue the run in RUN_DIR from its newest checkpoint, with its saved config (only --total-timesteps and the run.* output flags may change)",
     )
-    parser.add_argument("--preset", default=None, help=f"hyperparameter preset: {', '.join(available_presets())} (default: the env's own, else CleanRL's)")
+    parser.add_argument("--preset", default=None, help=f"hyperparameter preset: {', '.join(available_presets())}, or a preset YAML file's path (fastppo sweep writes one) (default: the env's own, else CleanRL's)")
     parser.add_argument("--run-dir", default=None, help="output folder (default: runs/<env>__<exp>__<seed>__<time>)")
     parser.add_argument(
         "--seeds",

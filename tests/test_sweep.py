@@ -1,0 +1,231 @@
+"""fastppo sweep: an Optuna study shared by worker processes, resumable after a kill, whose best
+trial becomes a preset that trains; the search space and its YAML override; the trainer's hook."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+import yaml
+from optuna.storages import RetryHeartbeatStaleTrialCallback
+from optuna.trial import TrialState
+
+import fastppo.trainer
+from fastppo.api import make_config
+from fastppo.cli import main
+from fastppo.report import collect
+from fastppo.sweep import PRUNED_BECAUSE, PruningReport
+from fastppo.sweep_space import DEFAULT_SPACE, load_space
+
+TINY = ["--num-envs", "2", "--num-steps", "64", "--total-timesteps", "512", "--no-tensorboard"]
+CONSOLE = [sys.executable, "-m", "fastppo"]
+FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
+
+
+def study_trials(run_dir: Path) -> list[optuna.trial.FrozenTrial]:
+    return optuna.load_study(study_name="CartPole-v1", storage=f"sqlite:///{run_dir.resolve()}/sweep.db").trials
+
+
+def test_four_trials_on_two_workers_write_a_preset_that_trains(tmp_path, capfd):
+    sweep = tmp_path / "sweep"
+    command = ["sweep", "CartPole-v1", "--workers", "2", "--seeds", "1-2", *TINY, "--run-dir", str(sweep)]
+    assert main([*command, "--trials", "4"]) == 0
+    out = capfd.readouterr().out
+    # The median pruner waits for 5 complete trials. (A trial two workers start for the last slot at
+    # once fails at its start: not counted.)
+    every = study_trials(sweep)
+    trials = [t for t in every if t.state != TrialState.FAIL or t.params]
+    assert len(trials) == 4 and all(t.state == TrialState.COMPLETE for t in trials)
+    assert all(f"fastppo: trial {t.number}: {t.value:.1f}" in out for t in trials) and "| trial | score | learning_rate |" in out
+    for trial in trials:  # the value is the mean of fastppo report's final scores of the trial's seeds
+        (stats,) = collect([sweep / f"trial_{trial.number}"], reps=10)
+        assert stats.seeds == [1, 2] and stats.estimates["mean"].point == pytest.approx(trial.value)
+    best = max(trials, key=lambda t: t.value)
+    preset = yaml.safe_load((sweep / "best.yaml").read_text())
+    assert f"trial {best.number} scored {best.value:.1f}" in preset["description"]
+    assert preset["ppo"]["learning_rate"] == best.params["ppo.learning_rate"] and preset["env"]["num_envs"] == 2
+
+    trained = tmp_path / "trained"
+    assert main(["train", "CartPole-v1", "--preset", str(sweep / "best.yaml"), "--run-dir", str(trained), "--no-progress", "--no-tensorboard"]) == 0
+    config = yaml.safe_load((trained / "config.yaml").read_text())
+    assert config["ppo"]["learning_rate"] == best.params["ppo.learning_rate"] and config["ppo"]["total_timesteps"] == 512
+    assert config["policy"]["hidden_sizes"] == [int(w) for w in best.params["policy.hidden_sizes"].split(",")]
+
+    capfd.readouterr()
+    assert main([*command, "--trials", "0"]) == 0  # the table and the preset again, no trial run
+    assert "4 complete, 0 pruned" in capfd.readouterr().out and len(study_trials(sweep)) == len(every)
+    assert main([*command, "--trials", "0", "--gamma", "0.9"]) == 2
+    err = capfd.readouterr().err
+    assert "started with other settings (ppo.gamma, space differ)" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")  # retried_trial_number
+def test_a_killed_sweep_continues_and_retries_the_killed_trials(tmp_path):
+    sweep = tmp_path / "sweep"
+    command = [*CONSOLE, "sweep", "CartPole-v1", "--trials", "4", "--workers", "2", "--seeds", "1", "--heartbeat", "2", *TINY, "--run-dir", str(sweep)]
+    # Its own session, so that SIGKILL takes the command and its workers at once, as a crash would.
+    with open(tmp_path / "first.log", "w") as log:
+        process = subprocess.Popen(command, start_new_session=True, stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and process.poll() is None:
+        # The command prints its first line once it has made the study: reading sooner would race its table creation.
+        states = {t.state for t in study_trials(sweep)} if "fastppo: sweep of" in (tmp_path / "first.log").read_text() else set()
+        if {TrialState.COMPLETE, TrialState.RUNNING} <= states:
+            os.killpg(process.pid, signal.SIGKILL)
+            break
+        time.sleep(0.5)
+    process.wait()
+    killed = {t.number for t in study_trials(sweep) if t.state == TrialState.RUNNING}  # left running by the kill
+    assert killed, f"the sweep ended before a kill caught a trial running: {(tmp_path / 'first.log').read_text()}"
+
+    rerun = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr
+    trials = study_trials(sweep)
+    story = f"killed {killed}; trials {[(t.number, t.state.name, t.system_attrs) for t in trials]}; rerun: {rerun.stdout}"
+    assert sum(t.state in FINISHED for t in trials) == 4 and not any(t.state == TrialState.RUNNING for t in trials), story
+    assert all(t.state == TrialState.FAIL for t in trials if t.number in killed), story  # neither blocking nor counted
+    assert all(f"fastppo: trial {n}: its worker stopped (no heartbeat); queued again" in rerun.stdout for n in killed), story
+    # A retry runs the killed trial's hyperparameters again, its partial runs deleted (one retry at least: a
+    # killed trial is queued before its worker asks for a trial; another worker may have taken the slot meanwhile).
+    retries = {RetryHeartbeatStaleTrialCallback.retried_trial_number(t): t for t in trials if t.state in FINISHED}
+    retried = [n for n in killed if n in retries]
+    assert retried, story
+    assert all(retries[n].params.items() >= next(t.params for t in trials if t.number == n).items() and not (sweep / f"trial_{n}").exists() for n in retried)
+    assert (sweep / "best.yaml").exists()
+
+
+def test_a_space_file_replaces_the_default(tmp_path):
+    space = tmp_path / "space.yaml"
+    space.write_text("ppo:\n  learning_rate: {float: [1.0e-3, 1.0e-2], log: true}\n  update_epochs: {int: [1, 3]}\npolicy:\n  hidden_sizes: {choices: [[16], [32, 32]]}\n")
+    sweep = tmp_path / "sweep"
+    assert main(["sweep", "CartPole-v1", "--trials", "2", "--workers", "1", "--seeds", "1", "--space", str(space), *TINY, "--run-dir", str(sweep)]) == 0
+    for trial in study_trials(sweep):
+        assert set(trial.params) == {"ppo.learning_rate", "ppo.update_epochs", "policy.hidden_sizes"}
+        config = yaml.safe_load((sweep / f"trial_{trial.number}" / "seed_1" / "config.yaml").read_text())
+        assert config["policy"]["hidden_sizes"] in ([16], [32, 32]) and 1e-3 <= config["ppo"]["learning_rate"] <= 1e-2
+        assert config["ppo"]["num_minibatches"] == 2  # an untuned field keeps the CartPole-v1 preset's value
+
+
+def test_combinations_the_config_refuses_are_pruned_with_the_reason(tmp_path, capfd):
+    space = tmp_path / "space.yaml"
+    space.write_text("ppo:\n  num_minibatches: {choices: [3]}\n  learning_rate: {float: [1.0e-3, 1.0e-2]}\n")
+    sweep = tmp_path / "sweep"
+    assert main(["sweep", "CartPole-v1", "--trials", "2", "--workers", "1", "--seeds", "1", "--space", str(space), *TINY, "--run-dir", str(sweep)]) == 0
+    trials = study_trials(sweep)
+    assert len(trials) == 2 and all(t.state == TrialState.PRUNED for t in trials)
+    assert all("does not split into 3 minibatches" in t.user_attrs[PRUNED_BECAUSE] for t in trials)
+    assert "no trial has completed yet" in capfd.readouterr().out and not (sweep / "best.yaml").exists()
+
+
+def test_the_default_space_covers_each_group():
+    space = load_space(DEFAULT_SPACE)
+    assert {"ppo.learning_rate", "ppo.num_steps", "ppo.num_minibatches", "policy.hidden_sizes", "env.normalize_obs"} <= set(space)
+    assert space["ppo.learning_rate"].log and space["policy.hidden_sizes"].choices == ("64,64", "128,128", "256,256")
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    assert all(f"| {key.split('.')[0]} | `{key.split('.')[1]}` |" in readme for key in space), "README's default search space table is out of date"
+
+
+class FakeTrial:
+    def __init__(self, prune_after: int):
+        self.reports: list[tuple[int, float]] = []
+        self.attrs: dict[str, str] = {}
+        self.prune_after = prune_after
+
+    def report(self, value: float, step: int) -> None:
+        self.reports.append((step, value))
+
+    def should_prune(self) -> bool:
+        return len(self.reports) >= self.prune_after
+
+    def set_user_attr(self, key: str, value: str) -> None:
+        self.attrs[key] = value
+
+
+def test_pruning_reports_the_score_so_far_on_a_grid_of_the_budget():
+    trial = FakeTrial(prune_after=3)
+    report = PruningReport(trial, total_timesteps=1000)
+    report(128, {})  # no episode yet: nothing to report
+    report(256, {"charts/episodic_return": 10.0})
+    report(300, {"charts/episodic_return": 20.0})  # grid points every 50 steps: 256 reported as 250, 300 as 300
+    report(310, {"charts/episodic_return": 30.0})  # the same grid point as 300: not reported twice
+    assert trial.reports == [(250, 10.0), (300, 20.0)]
+    with pytest.raises(optuna.TrialPruned, match="below the median"):
+        report(400, {"charts/episodic_return": 40.0})
+    assert trial.reports[-1] == (400, 40.0) and "at step 400" in trial.attrs[PRUNED_BECAUSE]
+
+
+def test_an_exception_from_on_iteration_ends_the_run_with_its_envs_closed(tmp_path, monkeypatch):
+    closed = []
+    make = fastppo.trainer.make_vec_env
+
+    def recording_make(*args, **kwargs):
+        envs = make(*args, **kwargs)
+        close = envs.close
+        envs.close = lambda: closed.append(True) or close()
+        return envs
+
+    monkeypatch.setattr(fastppo.trainer, "make_vec_env", recording_make)
+    steps: list[int] = []
+
+    def stop_at_second(step: int, metrics: dict[str, float]) -> None:
+        steps.append(step)
+        if len(steps) == 2:
+            raise optuna.TrialPruned("stop")
+
+    config = make_config("CartPole-v1", None, {"num_envs": 2, "num_steps": 64, "total_timesteps": 1024, "progress": False, "tensorboard": False})
+    with pytest.raises(optuna.TrialPruned):
+        fastppo.trainer.train(config, tmp_path / "run", on_iteration=stop_at_second)
+    assert steps == [128, 256] and closed == [True]
+    assert len((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()) == 2 and not (tmp_path / "run" / "policy.safetensors").exists()
+
+
+@pytest.mark.parametrize(
+    ("argv", "space", "message"),
+    [
+        (["--trials", "-1"], None, "--trials must be >= 0"),
+        (["--trials", "2", "--workers", "0"], None, "--workers must be >= 1"),
+        (["--trials", "2", "--seed", "3"], None, "drop --seed"),
+        (["--trials", "2", "--seeds", "2-1"], None, "runs backwards"),
+        (["--trials", "0"], None, "no study 'CartPole-v1'"),
+        (["--trials", "2", "--storage", "nosuchdb://x"], None, "cannot open --storage nosuchdb://x"),
+        (["--trials", "2", "--space", "missing.yaml"], None, "cannot read --space missing.yaml"),
+        (["--trials", "2"], "ppo: {num_steps: {float: [16, 64]}}", "ppo.num_steps is an integer"),
+        (["--trials", "2"], "ppo: {nope: {choices: [1]}}", "unknown hyperparameter 'ppo.nope'"),
+        (["--trials", "2"], "policy: {activation: {choices: [gelu]}}", "must be one of tanh, relu"),
+        (["--trials", "2"], "ppo: {gamma: {uniform: [0, 1]}}", "ppo.gamma: expected {float: [low, high]}"),
+        (["--trials", "2"], "ppo: {learning_rate: {float: [0, 1], log: true}}", "ppo.learning_rate: `low > 0` must hold for `log=True`"),
+        (["--trials", "2"], "run: {seed: {int: [1, 2]}}", "run.seed is not a hyperparameter a sweep tunes"),
+        (["--trials", "2"], "[1, 2]", "must map sections to fields"),
+        (["--trials", "2", "--learning-rate", "1e-3"], "ppo: {learning_rate: {float: [1.0e-4, 1.0e-2]}}", "nothing is left to tune"),
+    ],
+)
+def test_bad_sweep_input_is_one_line_and_exit_2(argv, space, message, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    if space is not None:
+        Path("space.yaml").write_text(space)
+        argv = [*argv, "--space", "space.yaml"]
+    assert main(["sweep", "CartPole-v1", *argv, *TINY, "--run-dir", "sweep"]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_missing_sweep_extra_is_one_line(capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "optuna", None)  # `import optuna` raises ImportError
+    assert main(["sweep", "CartPole-v1", "--trials", "1"]) == 2
+    assert "needs the 'sweep' extra (optuna is missing): pip install 'fastppo[sweep]'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("text", "message"), [(None, "preset file missing.yaml not found"), ("ppo: [1, 2]", "cannot read preset")])
+def test_a_bad_preset_file_is_one_line_and_exit_2(text, message, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    if text is not None:
+        Path("missing.yaml").write_text(text)
+    assert main(["train", "CartPole-v1", "--preset", "missing.yaml", *TINY, "--run-dir", "run"]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
