@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from fastppo.envs.tensor import TENSOR_ENVS, TensorEnv, make_tensor_env
+from fastppo.envs.vector import Episodes
 from fastppo.errors import FastPPOError
 
 
@@ -169,7 +170,7 @@ def test_trajectories_match_gymnasium_with_autoreset(env_id: str) -> None:
     episodes = env.pop_episodes()
     assert episodes.lengths == expected_lengths
     np.testing.assert_allclose(episodes.returns, expected_returns, rtol=1e-5)
-    assert env.pop_episodes() == ([], []), "popped episodes are forgotten"
+    assert env.pop_episodes() == Episodes([], []), "popped episodes are forgotten"
     assert reset_rows == len(expected_lengths) - int(ended.sum())
     if env_id != "Pendulum-v1":
         assert terminations > 0, "the start states should reach termination"
