@@ -303,3 +303,37 @@ def test_the_simple_spread_preset_beats_a_random_team_by_a_clear_margin():
     agent = fastppo.train("pz:mpe2.simple_spread_v3", seed=1, total_timesteps=60_000, progress=False, tensorboard=False)
     learned = float(np.mean(agent.episode_returns[-64:]))
     assert learned >= random + 10, (learned, random)
+
+
+@pytest.mark.parametrize("module", ["mpe2.simple_spread_v3", "mpe2.simple_speaker_listener_v4"])
+def test_mappo_builds_an_mpe_state_from_the_observations_and_it_equals_the_envs_state(module):
+    pytest.importorskip("mpe2")
+    overrides = {"num_envs": 2, "env_kwargs": {"max_cycles": 4}, "multi_agent.algorithm": "mappo", "multi_agent.pad": True}
+    config = fastppo.make_config(f"pz:{module}", "cleanrl-discrete", overrides)
+    envs = make_vec_env(config.env, torch.device("cpu"), multi_agent=config.multi_agent)
+    assert envs.spaces.state_from_observations  # state() is not called on the hot path
+    n, size = len(envs.agents), envs.spaces.state_size
+    rows = envs.reset(seed=0).obs
+    torch.manual_seed(0)
+    for _ in range(12):  # 2-3 episodes per copy: first, final and reset rows all checked
+        for c, env in enumerate(envs.envs):
+            expected = torch.from_numpy(np.asarray(env.state(), dtype=np.float32)).expand(n, size)
+            assert torch.equal(rows[c * n : (c + 1) * n, :size], expected)
+        rows = envs.step(torch.randint(0, 3, (envs.num_envs,))).obs
+    assert envs.pop_episodes().returns  # episodes ended on the way
+
+
+def test_the_state_shortcut_is_kept_to_mpe_envs_as_their_modules_build_them():
+    from fastppo.envs.pettingzoo_vec import make_parallel_env, state_is_observations
+
+    assert not state_is_observations(make_parallel_env(RELAY, {}))
+    mpe = pytest.importorskip("mpe2.simple_spread_v3")
+    assert state_is_observations(mpe.parallel_env())
+    from pettingzoo.utils.conversions import aec_to_parallel
+    from pettingzoo.utils.wrappers import BaseWrapper
+
+    class Scaled(BaseWrapper):  # a wrapper that changes what observe() returns
+        def observe(self, agent):
+            return 2 * super().observe(agent)
+
+    assert not state_is_observations(aec_to_parallel(Scaled(mpe.env())))
