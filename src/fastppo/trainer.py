@@ -25,10 +25,8 @@ from fastppo.cuda_graphs import check_cudagraphs
 from fastppo.diagnostics import HealthMonitor
 from fastppo.distributed import SyncedStatistics, World, joined, launched_world_size, rank_device
 from fastppo.envs import make_vec_env
-from fastppo.envs.pettingzoo_vec import PettingZooVecEnv
 from fastppo.envs.vector import HostCopies
 from fastppo.errors import FastPPOError
-from fastppo.layout import ObservationLayout
 from fastppo.loading import absolute_spec
 from fastppo.logger import RunLogger
 from fastppo.outputs import output_dir
@@ -250,8 +248,7 @@ def train_rank(
         check_cudagraphs(device)
     envs = make_vec_env(config.env, device, video_dir=out_dir / "videos" if out_dir else None, multi_agent=config.multi_agent)
     first = envs.reset(seed=seed)
-    layout = envs.layout if isinstance(envs, PettingZooVecEnv) else ObservationLayout()
-    agent = build_agent(config, envs.single_observation_space, envs.single_action_space, device, layout)
+    agent = build_agent(config, envs.single_observation_space, envs.single_action_space, device, envs.layout)
     agent.run_dir = run_dir
     agent.action_masks = first.action_mask is not None
     normalize_obs = ObservationNormalizer(agent.obs_rms, config.env.clip_obs)

@@ -87,9 +87,6 @@ class EnvPoolVecEnv(HostCopies):
         self.single_action_space = spec.gymnasium_action_space
         if isinstance(self.single_action_space, gym.spaces.Box):
             self.single_action_space = _float32_box(self.single_action_space)
-        space = self.single_action_space
-        self._clip = (space.low, space.high) if isinstance(space, gym.spaces.Box) else None
-        self._obs_dtype = torch.uint8 if self.single_observation_space.dtype == np.uint8 else torch.float32
         self._pool = None
         self._seed: int | None = None
         self._reset_row = np.zeros(num_envs, dtype=bool)
@@ -112,14 +109,14 @@ class EnvPoolVecEnv(HostCopies):
         self._reset_row[:] = False
         self._ep_return[:] = 0.0
         self._ep_length[:] = 0
-        return self.first_step(obs, self._obs_dtype)
+        return self.first_step(obs)
 
     def step(self, actions: torch.Tensor) -> StepResult:
         if self._pool is None:
             raise RuntimeError("call reset() before step()")
-        obs, reward, terminated, truncated, info = self._pool.step(self.to_host(actions, self._clip))
+        obs, reward, terminated, truncated, info = self._pool.step(self.to_host(actions))
         self._record_episodes(reward, terminated, truncated, info)
-        return self.to_device(obs, reward, terminated, truncated, self._obs_dtype)
+        return self.to_device(obs, reward, terminated, truncated)
 
     def _record_episodes(self, reward: np.ndarray, terminated: np.ndarray, truncated: np.ndarray, info: dict) -> None:
         real = ~self._reset_row  # reset rows hold no transition

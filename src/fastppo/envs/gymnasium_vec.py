@@ -127,9 +127,6 @@ class GymnasiumVecEnv(HostCopies):
         self.single_observation_space = self.envs.single_observation_space
         self.single_action_space = self.envs.single_action_space
         self.device = device
-        space = self.single_action_space
-        self._clip = (space.low, space.high) if isinstance(space, gym.spaces.Box) else None
-        self._obs_dtype = torch.uint8 if self.single_observation_space.dtype == np.uint8 else torch.float32
         self._returns: list[float] = []
         self._lengths: list[int] = []
         self._masked = False  # whether reset() published action masks (then every step must)
@@ -138,17 +135,17 @@ class GymnasiumVecEnv(HostCopies):
         obs, info = self.envs.reset(seed=seed)
         mask = published_action_mask(info, None, "reset()", self.num_envs)
         self._masked = mask is not None
-        return self.first_step(obs, self._obs_dtype, mask)
+        return self.first_step(obs, mask)
 
     def step(self, actions: torch.Tensor) -> StepResult:
-        obs, reward, terminated, truncated, info = self.envs.step(self.to_host(actions, self._clip))
+        obs, reward, terminated, truncated, info = self.envs.step(self.to_host(actions))
         if "episode" in info:
             done = info["_episode"]
             self._returns += info["episode"]["r"][done].astype(float).tolist()
             self._lengths += info["episode"]["l"][done].astype(int).tolist()
         # NEXT_STEP reset rows carry their reset()'s info, so every row must have a mask.
         mask = published_action_mask(info, self._masked, "step()", self.num_envs)
-        return self.to_device(obs, reward, terminated, truncated, self._obs_dtype, mask)
+        return self.to_device(obs, reward, terminated, truncated, mask)
 
     def pop_episodes(self) -> Episodes:
         episodes = Episodes(self._returns, self._lengths)

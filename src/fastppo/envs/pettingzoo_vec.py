@@ -149,11 +149,10 @@ class AgentSpaces:
         self.layout = ObservationLayout(critic_only=self.state_size, raw=self.ids, groups=groups)
         self.observation_space = gym.spaces.Box(-np.inf, np.inf, (self.state_size + self.obs_size + self.ids,), np.float32)
 
-    def rows(self, env: Any, observations: dict[str, Any], infos: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-        """(rows [n, width], which agents are present [n], masks [n, actions] or None) of one copy."""
+    def rows(self, env: Any, observations: dict[str, Any], infos: dict[str, Any]) -> tuple[np.ndarray, np.ndarray | None]:
+        """(rows [n, width], masks [n, actions] or None) of one copy; absent agents' rows are zeros."""
         n = len(self.agents)
         rows = np.zeros((n, self.observation_space.shape[0]), dtype=np.float32)
-        present = np.zeros(n, dtype=bool)
         masks = None if self.padding_mask is None else self.padding_mask.copy()
         own = slice(self.state_size, self.state_size + self.obs_size)
         flats = []
@@ -167,14 +166,13 @@ class AgentSpaces:
                 masks = np.ones((n, self.action_space.n), dtype=bool) if masks is None else masks
                 masks[i, : len(mask)] &= np.asarray(mask, dtype=bool)
             rows[i, own][: flat.shape[0]] = flat
-            present[i] = True
         if self.state_from_observations and len(flats) == n:
             rows[:, : self.state_size] = np.concatenate(flats)
         elif self.state_size:
             rows[:, : self.state_size] = np.asarray(env.state(), dtype=np.float32).ravel() if self.env_state else rows[:, own].ravel()
         if self.ids:
             rows[:, -self.ids :] = np.eye(n, dtype=np.float32)
-        return rows, present, masks
+        return rows, masks
 
 
 class PettingZooVecEnv(HostCopies):
@@ -192,8 +190,6 @@ class PettingZooVecEnv(HostCopies):
         self.single_action_space = self.spaces.action_space
         self.layout = self.spaces.layout
         self.device = device
-        space = self.single_action_space
-        self._clip = (space.low, space.high) if isinstance(space, gym.spaces.Box) else None
         n = len(self.agents)
         self._finished = np.zeros(len(self.envs), dtype=bool)  # copies that reset on their next step
         self._returns = np.zeros((len(self.envs), n))
@@ -201,22 +197,20 @@ class PettingZooVecEnv(HostCopies):
         self._episodes: list[tuple[float, int, np.ndarray]] = []
         self._masked: bool | None = None
 
-    def _rows(self, env: Any, observations: dict, infos: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-        rows, present, masks = self.spaces.rows(env, observations, infos)
+    def _rows(self, env: Any, observations: dict, infos: dict) -> tuple[np.ndarray, np.ndarray | None]:
+        rows, masks = self.spaces.rows(env, observations, infos)
         if self._masked is None:
             self._masked = masks is not None
         elif (masks is not None) != self._masked:
             raise FastPPOError("the PettingZoo env published action masks at some steps and not at others: publish one for every agent at every step")
-        return rows, present, masks
+        return rows, masks
 
     def reset(self, seed: int | None = None) -> StepResult:
         parts = [self._reset_copy(c, None if seed is None else seed + c) for c in range(len(self.envs))]
-        rows, _, masks = zip(*parts)
-        no = np.zeros(self.num_envs, dtype=bool)
-        live = torch.ones(self.num_envs, dtype=torch.bool, device=self.device)
-        return self.to_device(np.concatenate(rows), np.zeros(self.num_envs, np.float32), no, no.copy(), torch.float32, self._join(masks))._replace(live=live)
+        rows, masks = zip(*parts)
+        return self.first_step(np.concatenate(rows), self._join(masks), live=np.ones(self.num_envs, dtype=bool))
 
-    def _reset_copy(self, c: int, seed: int | None) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    def _reset_copy(self, c: int, seed: int | None) -> tuple[np.ndarray, np.ndarray | None]:
         observations, infos = self.envs[c].reset(seed=seed)
         self._finished[c] = False
         self._returns[c] = 0.0
@@ -228,7 +222,7 @@ class PettingZooVecEnv(HostCopies):
 
     def step(self, actions: torch.Tensor) -> StepResult:
         n = len(self.agents)
-        host = self.to_host(actions, self._clip)
+        host = self.to_host(actions)
         host = host.reshape(len(self.envs), n, *host.shape[1:])
         all_rows, all_masks = [], []
         reward = np.zeros((len(self.envs), n), dtype=np.float32)
@@ -237,11 +231,11 @@ class PettingZooVecEnv(HostCopies):
         live = np.ones((len(self.envs), n), dtype=bool)
         for c, env in enumerate(self.envs):
             if self._finished[c]:  # the reset row: actions ignored, first observations, reward 0
-                rows, _, masks = self._reset_copy(c, None)
+                rows, masks = self._reset_copy(c, None)
             else:
                 acting = set(env.agents)
                 observations, rewards, terms, truncs, infos = env.step({a: host[c, i] for i, a in enumerate(self.agents) if a in acting})
-                rows, _, masks = self._rows(env, observations, infos)
+                rows, masks = self._rows(env, observations, infos)
                 for i, agent in enumerate(self.agents):
                     if agent not in acting:  # dead for a while: not a decision, no flags
                         live[c, i] = False
@@ -257,8 +251,7 @@ class PettingZooVecEnv(HostCopies):
                     self._finished[c] = True
             all_rows.append(rows)
             all_masks.append(masks)
-        result = self.to_device(np.concatenate(all_rows), reward.ravel(), terminated.ravel(), truncated.ravel(), torch.float32, self._join(tuple(all_masks)))
-        return result._replace(live=torch.from_numpy(live.ravel()).to(self.device))
+        return self.to_device(np.concatenate(all_rows), reward.ravel(), terminated.ravel(), truncated.ravel(), self._join(tuple(all_masks)), live.ravel())
 
     def pop_episodes(self) -> Episodes:
         """Team returns (the sum of the agents' returns) and lengths, and each agent's returns."""

@@ -10,6 +10,7 @@ bootstraps from the value of its real final observation without a second forward
 
 from __future__ import annotations
 
+import functools
 from contextlib import AbstractContextManager, nullcontext
 from typing import NamedTuple, Protocol
 
@@ -18,6 +19,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from fastppo.layout import ObservationLayout
 from fastppo.profiling import SectionTimer
 
 
@@ -48,6 +50,8 @@ class VecEnv(Protocol):
     single_observation_space: gym.Space
     single_action_space: gym.Space
     device: torch.device
+    layout: ObservationLayout
+    """What the observation columns are (fastppo.layout); all observation but for multi-agent rows."""
 
     def reset(self, seed: int | None = None) -> StepResult:
         """Reset all envs (reward 0, flags false); seeded envs are reproducible."""
@@ -72,35 +76,50 @@ def numpy_to_device(array: np.ndarray, dtype: torch.dtype, device: torch.device)
 
 
 class HostCopies:
-    """What the numpy-backed VecEnvs (gymnasium, EnvPool) share: actions go to the host as numpy,
-    step results come back as tensors on the training device, and both copies are timed as
-    "copy" in ``timer`` when the trainer sets one (reported as ``time/copy``, apart from the env's
-    own ``time/env``)."""
+    """What the numpy-backed VecEnvs (gymnasium, EnvPool, PettingZoo) share: actions go to the
+    host as numpy (clipped to a Box action space), step results come back as tensors on the
+    training device, and both copies are timed as "copy" in ``timer`` when the trainer sets one
+    (reported as ``time/copy``, apart from the env's own ``time/env``)."""
 
     num_envs: int
     device: torch.device
+    single_observation_space: gym.Space
+    single_action_space: gym.Space
+    layout: ObservationLayout = ObservationLayout()
     timer: SectionTimer | None = None
+
+    @functools.cached_property
+    def _action_clip(self) -> tuple[np.ndarray, np.ndarray] | None:
+        space = self.single_action_space
+        return (space.low, space.high) if isinstance(space, gym.spaces.Box) else None
+
+    @functools.cached_property
+    def _obs_dtype(self) -> torch.dtype:
+        return torch.uint8 if self.single_observation_space.dtype == np.uint8 else torch.float32
 
     def copying(self) -> AbstractContextManager:
         return nullcontext() if self.timer is None else self.timer.section("copy")
 
-    def to_host(self, actions: Tensor, clip: tuple[np.ndarray, np.ndarray] | None) -> np.ndarray:
+    def to_host(self, actions: Tensor) -> np.ndarray:
         with self.copying():
             action = actions.cpu().numpy()
         # The policy's raw Gaussian sample stays in the buffer; only the env sees it clipped.
-        return action if clip is None else np.clip(action, *clip)
+        return action if self._action_clip is None else np.clip(action, *self._action_clip)
 
-    def first_step(self, obs: np.ndarray, obs_dtype: torch.dtype, action_mask: np.ndarray | None = None) -> StepResult:
+    def first_step(self, obs: np.ndarray, action_mask: np.ndarray | None = None, live: np.ndarray | None = None) -> StepResult:
         """``reset``'s result: the first observations, reward 0, neither flag set."""
         no = np.zeros(self.num_envs, dtype=bool)
-        return self.to_device(obs, np.zeros(self.num_envs, dtype=np.float32), no, no.copy(), obs_dtype, action_mask)
+        return self.to_device(obs, np.zeros(self.num_envs, dtype=np.float32), no, no.copy(), action_mask, live)
 
-    def to_device(self, obs: np.ndarray, reward: np.ndarray, terminated: np.ndarray, truncated: np.ndarray, obs_dtype: torch.dtype, action_mask: np.ndarray | None = None) -> StepResult:
+    def to_device(
+        self, obs: np.ndarray, reward: np.ndarray, terminated: np.ndarray, truncated: np.ndarray, action_mask: np.ndarray | None = None, live: np.ndarray | None = None
+    ) -> StepResult:
         with self.copying():
             return StepResult(
-                numpy_to_device(obs, obs_dtype, self.device),
+                numpy_to_device(obs, self._obs_dtype, self.device),
                 numpy_to_device(reward, torch.float32, self.device),
                 numpy_to_device(terminated, torch.bool, self.device),
                 numpy_to_device(truncated, torch.bool, self.device),
                 None if action_mask is None else numpy_to_device(np.asarray(action_mask, dtype=bool), torch.bool, self.device),
+                None if live is None else numpy_to_device(live, torch.bool, self.device),
             )

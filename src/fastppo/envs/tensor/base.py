@@ -30,6 +30,7 @@ from torch import Tensor
 
 from fastppo.envs.vector import Episodes, StepResult
 from fastppo.errors import FastPPOError
+from fastppo.layout import ObservationLayout
 
 
 class TensorEnv(ABC):
@@ -45,6 +46,7 @@ class TensorEnv(ABC):
     single_observation_space: gym.spaces.Box
     single_action_space: gym.Space
     max_episode_steps: int
+    layout: ObservationLayout = ObservationLayout()  # a row is all observation
     """Gymnasium's registered ``max_episode_steps`` (its ``TimeLimit``); the constructor may override it."""
 
     pending_steps_limit: int = 256
