@@ -130,8 +130,7 @@ def export_onnx(agent: Agent | str | Path, path: str | Path, opset: int = 18) ->
     if agent.policy.recurrent and agent.layout.critic_only:
         raise FastPPOError("ONNX export of a recurrent MAPPO policy is not supported (its state holds the centralised critic's): export an IPPO or feed-forward agent")
     obs_space, action_space, _ = policy_spaces(agent.config)
-    if agent.layout.critic_only:  # the actor's columns: the agent's observation and its id
-        obs_space = gym.spaces.Box(-np.inf, np.inf, (obs_space.shape[0] - agent.layout.critic_only,), np.float32)
+    obs_space = agent.layout.actor_space(obs_space)  # multi-agent: the agent's observation and its id, no global state
     module = DeterministicPolicy(agent, action_space)
     dtype = torch.uint8 if obs_space.dtype == np.uint8 else torch.float32
     examples = {"obs": torch.as_tensor(np.stack([obs_space.sample(), obs_space.sample()]), dtype=dtype)}

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import gymnasium as gym
+import numpy as np
+
 
 @dataclass(frozen=True)
 class ObservationLayout:
@@ -19,4 +22,10 @@ class ObservationLayout:
     groups: tuple[int, ...] = ()
     """With one policy per agent group: each agent's group index (agents in id order); empty when
     one policy serves every row."""
+
+    def actor_space(self, space: gym.Space) -> gym.Space:
+        """The observation space of the columns the actor reads (the policy's, the ONNX input)."""
+        if not self.critic_only:
+            return space
+        return gym.spaces.Box(-np.inf, np.inf, (space.shape[0] - self.critic_only,), np.float32)
 

@@ -52,13 +52,11 @@ class ActorCritic(nn.Module):
         super().__init__()
         cfg = cfg or PolicyConfig()
         # The actor skips the leading columns only a centralised critic reads (MAPPO, see fastppo.layout).
-        self.critic_only = (layout or ObservationLayout()).critic_only
+        layout = layout or ObservationLayout()
+        self.critic_only = layout.critic_only
         if self.critic_only and cfg.shared_trunk:
             raise FastPPOError("a centralised critic (--multi-agent.algorithm mappo) reads more than the actor: drop --policy.shared-trunk")
-        actor_space = obs_space
-        if self.critic_only:
-            actor_space = gym.spaces.Box(-np.inf, np.inf, (obs_space.shape[0] - self.critic_only,), np.float32)
-        self.actor_encoder, features = make_encoder(actor_space, cfg)
+        self.actor_encoder, features = make_encoder(layout.actor_space(obs_space), cfg)
         if cfg.shared_trunk:
             # A plain attribute, not a second registered submodule: the state dict then holds each
             # shared weight once, which safetensors requires (it refuses aliased tensors).
