@@ -6,7 +6,7 @@ from fastppo.core.kl import adaptive_kl_beta, kl_estimate, proportional_kl_beta
 from fastppo.core.losses import policy_loss, ppo_loss, reference_kl_penalty, value_loss
 from fastppo.core.masked import explained_variance, masked_mean, masked_var, normalize_advantages
 from fastppo.core.normalize import RewardScaler, RunningMeanStd
-from fastppo.core.schedules import schedule_progress, scheduled
+from fastppo.core.schedules import schedule_progress, scheduled, warmup_scheduled
 
 __all__ = [
     "adaptive_kl_beta",
@@ -27,4 +27,5 @@ __all__ = [
     "scheduled",
     "shift_values",
     "value_loss",
+    "warmup_scheduled",
 ]
