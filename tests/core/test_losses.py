@@ -251,3 +251,22 @@ def test_reference_kl_penalty_by_hand():
     # d/dlogpi (r - log r - 1) = 1 - r: pulls log pi up where the reference is likelier, down where it is not
     expected = [0.1 / 3 * (1 - math.exp(x)) for x in (-0.5, 1.0, 0.0)] + [0.0]
     torch.testing.assert_close(new.grad, torch.tensor(expected, dtype=F64))
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_per_seed_losses_along_dim_equal_each_seed_alone(masked):
+    """A stack of seeds reduces along dim=-1: each seed's loss and metrics are what that seed's
+    rows alone give (the masked rows are each seed's padding)."""
+    g = torch.Generator().manual_seed(0)
+    seeds, rows = 3, 7
+    new, old, adv, ent, newv, oldv, ret = (torch.randn(seeds, rows, generator=g, dtype=torch.float64) for _ in range(7))
+    mask = torch.rand(seeds, rows, generator=g) > 0.3 if masked else None
+    kwargs = dict(clip_coef=0.2, ent_coef=0.01, vf_coef=0.5)
+    loss, metrics = ppo_loss(new, old, adv, ent, newv, oldv, ret, mask=mask, dim=-1, **kwargs)
+    assert loss.shape == (seeds,)
+    for s in range(seeds):
+        keep = slice(None) if mask is None else mask[s]
+        alone, alone_metrics = ppo_loss(new[s][keep], old[s][keep], adv[s][keep], ent[s][keep], newv[s][keep], oldv[s][keep], ret[s][keep], **kwargs)
+        assert torch.allclose(loss[s], alone)
+        for name, value in alone_metrics.items():
+            assert torch.allclose(metrics[name][s], value), name

@@ -104,3 +104,15 @@ def test_normalize_advantages_from_moments_summed_over_parts_equals_normalising_
         torch.testing.assert_close(split[valid], normalize_advantages(x, valid)[valid], rtol=1e-9, atol=1e-9)
     mean, std = mean_std(moments)
     torch.testing.assert_close(torch.stack([mean, std]), torch.stack([x.mean(), x.std()]))
+
+
+def test_normalize_advantages_along_dim_normalises_each_slice_over_its_valid_entries():
+    adv = torch.tensor([[1.0, 2.0, 3.0, 100.0], [4.0, -4.0, 0.0, 0.0]], dtype=torch.float64)
+    mask = torch.tensor([[True, True, True, False], [True, True, False, False]])
+    out = normalize_advantages(adv, mask, eps=0.0, dim=-1)
+    # row 0: mean 2, unbiased std 1; row 1: mean 0, std sqrt(32)
+    assert torch.allclose(out[0, :3], torch.tensor([-1.0, 0.0, 1.0], dtype=torch.float64))
+    assert torch.allclose(out[1, :2], torch.tensor([4.0, -4.0], dtype=torch.float64) / 32**0.5)
+    unmasked = normalize_advantages(adv, eps=0.0, dim=-1)
+    for s in range(2):
+        assert torch.allclose(unmasked[s], normalize_advantages(adv[s], eps=0.0))

@@ -2,7 +2,8 @@
 
 Each takes tensors of any common shape ([B] for gymnasium minibatches, [B, L] for LM tokens) and
 an optional validity mask, and returns ``(loss, metrics)``; metrics are detached tensors so that a
-trainer can sum them without a host sync per minibatch.
+trainer can sum them without a host sync per minibatch. With ``dim`` the means run along that axis
+only: a stack of seeds (fastppo.seed_stack) gets one loss and one metric per seed.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ def policy_loss(
     mask: Tensor | None = None,
     objective: PolicyObjective = "clip",
     kl_beta: float = 0.0,
+    dim: int | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """Policy-gradient loss, to be minimised.
 
@@ -37,9 +39,9 @@ def policy_loss(
     ratio = logratio.exp()
     if objective == "clip":
         clipped_ratio = torch.clamp(ratio, 1.0 - clip_coef, 1.0 + clip_coef)
-        pg_loss = -masked_mean(torch.min(ratio * advantages, clipped_ratio * advantages), mask)
+        pg_loss = -masked_mean(torch.min(ratio * advantages, clipped_ratio * advantages), mask, dim)
     elif objective == "kl":
-        pg_loss = -masked_mean(ratio * advantages, mask) + kl_beta * masked_mean(kl_estimate(oldlogprob, newlogprob, "k3"), mask)
+        pg_loss = -masked_mean(ratio * advantages, mask, dim) + kl_beta * masked_mean(kl_estimate(oldlogprob, newlogprob, "k3"), mask, dim)
         with torch.no_grad():
             clipped_ratio = torch.clamp(ratio, 1.0 - clip_coef, 1.0 + clip_coef)
     else:
@@ -50,11 +52,11 @@ def policy_loss(
         clipped = (clipped_ratio != ratio).to(ratio.dtype)
         metrics = {
             "pg_loss": pg_loss.detach(),
-            "approx_kl": masked_mean(approx_kl_per_sample, mask),
-            "old_approx_kl": masked_mean(-logratio, mask),
-            "clipfrac": masked_mean(clipped, mask),
-            "ratio_mean": masked_mean(ratio, mask),
-            "ratio_std": masked_var(ratio, mask).sqrt(),
+            "approx_kl": masked_mean(approx_kl_per_sample, mask, dim),
+            "old_approx_kl": masked_mean(-logratio, mask, dim),
+            "clipfrac": masked_mean(clipped, mask, dim),
+            "ratio_mean": masked_mean(ratio, mask, dim),
+            "ratio_std": masked_var(ratio, mask, dim).sqrt(),
         }
     return pg_loss, metrics
 
@@ -65,6 +67,7 @@ def value_loss(
     oldvalue: Tensor | None = None,
     clip_coef: float | None = None,
     mask: Tensor | None = None,
+    dim: int | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """0.5 * MSE to the returns; with ``clip_coef`` the pessimistic max of the plain error and the
     error of the prediction clipped to ``oldvalue +- clip_coef`` (OpenAI baselines' value clipping)."""
@@ -72,7 +75,7 @@ def value_loss(
     if clip_coef is not None and oldvalue is not None:
         v_clipped = oldvalue + torch.clamp(newvalue - oldvalue, -clip_coef, clip_coef)
         v_loss_unclipped = torch.max(v_loss_unclipped, (v_clipped - returns).square())
-    v_loss = 0.5 * masked_mean(v_loss_unclipped, mask)
+    v_loss = 0.5 * masked_mean(v_loss_unclipped, mask, dim)
     return v_loss, {"v_loss": v_loss.detach()}
 
 
@@ -107,11 +110,12 @@ def ppo_loss(
     mask: Tensor | None = None,
     objective: PolicyObjective = "clip",
     kl_beta: float = 0.0,
+    dim: int | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """Total loss L = pg_loss - ent_coef * entropy + vf_coef * v_loss, with all their metrics."""
-    pg_loss, metrics = policy_loss(newlogprob, oldlogprob, advantages, clip_coef, mask, objective, kl_beta)
-    v_loss, v_metrics = value_loss(newvalue, returns, oldvalue, clip_coef if clip_vloss else None, mask)
-    entropy_mean = masked_mean(entropy, mask)
+    pg_loss, metrics = policy_loss(newlogprob, oldlogprob, advantages, clip_coef, mask, objective, kl_beta, dim)
+    v_loss, v_metrics = value_loss(newvalue, returns, oldvalue, clip_coef if clip_vloss else None, mask, dim)
+    entropy_mean = masked_mean(entropy, mask, dim)
     loss = pg_loss + vf_coef * v_loss
     if ent_coef != 0.0:  # a zero coefficient keeps entropy's backward out of the graph
         loss = loss - ent_coef * entropy_mean

@@ -1,7 +1,9 @@
 """Means and statistics over the valid entries of a batch.
 
 One mask serves every caller: gymnasium reset rows (NEXT_STEP autoreset), padded recurrent
-sequences and the prompt/padding/post-EOS tokens of a language-model rollout.
+sequences and the prompt/padding/post-EOS tokens of a language-model rollout. ``dim`` reduces
+along one axis instead of over everything: seeds trained as one stack (fastppo.seed_stack) keep one
+statistic per seed, rows ``[seeds, rows]`` reduced along ``dim=-1``.
 """
 
 from __future__ import annotations
@@ -10,34 +12,44 @@ import torch
 from torch import Tensor
 
 
-def masked_mean(x: Tensor, mask: Tensor | None = None) -> Tensor:
-    """Mean of ``x`` over entries where ``mask`` is true (plain mean when ``mask`` is None)."""
+def masked_mean(x: Tensor, mask: Tensor | None = None, dim: int | None = None) -> Tensor:
+    """Mean of ``x`` over entries where ``mask`` is true (plain mean when ``mask`` is None), over
+    everything or along ``dim``."""
     if mask is None:
-        return x.mean()
+        return x.mean() if dim is None else x.mean(dim)
     # where, not x * mask: an inf in a masked entry (e.g. exp of a padding token's log-ratio)
     # would otherwise turn the mean into NaN.
     mask = mask.bool()
-    return torch.where(mask, x, 0.0).sum() / mask.sum().clamp_min(1)
+    if dim is None:
+        return torch.where(mask, x, 0.0).sum() / mask.sum().clamp_min(1)
+    return torch.where(mask, x, 0.0).sum(dim) / mask.sum(dim).clamp_min(1)
 
 
-def masked_var(x: Tensor, mask: Tensor | None = None) -> Tensor:
-    """Unbiased variance of ``x`` over the valid entries (like ``Tensor.var``)."""
+def masked_var(x: Tensor, mask: Tensor | None = None, dim: int | None = None) -> Tensor:
+    """Unbiased variance of ``x`` over the valid entries (like ``Tensor.var``), over everything or along ``dim``."""
     if mask is None:
-        return x.var()
+        return x.var() if dim is None else x.var(dim)
+    if dim is None:
+        mask = mask.bool()
+        n = mask.sum()
+        mean = masked_mean(x, mask)
+        return torch.where(mask, (x - mean) ** 2, 0.0).sum() / (n - 1).clamp_min(1)
     mask = mask.bool()
-    n = mask.sum()
-    mean = masked_mean(x, mask)
-    return torch.where(mask, (x - mean) ** 2, 0.0).sum() / (n - 1).clamp_min(1)
+    mean = masked_mean(x, mask, dim).unsqueeze(dim)
+    return torch.where(mask, (x - mean) ** 2, 0.0).sum(dim) / (mask.sum(dim) - 1).clamp_min(1)
 
 
-def normalize_advantages(advantages: Tensor, mask: Tensor | None = None, eps: float = 1e-8, moments: Tensor | None = None) -> Tensor:
-    """(A - mean) / (std + eps) over the valid entries: mean 0 and std 1 on them.
+def normalize_advantages(advantages: Tensor, mask: Tensor | None = None, eps: float = 1e-8, moments: Tensor | None = None, dim: int | None = None) -> Tensor:
+    """(A - mean) / (std + eps) over the valid entries: mean 0 and std 1 on them (along ``dim``:
+    on each slice).
 
     ``moments``, the (count, sum, sum of squares) of entries not all held here (each rank of a
     data-parallel run holds part of the minibatch), gives the mean and std instead (``mean_std``).
     """
     if moments is not None:
         mean, std = (value.to(advantages.dtype) for value in mean_std(moments))
+    elif dim is not None:
+        mean, std = masked_mean(advantages, mask, dim).unsqueeze(dim), masked_var(advantages, mask, dim).sqrt().unsqueeze(dim)
     elif mask is None:
         std, mean = torch.std_mean(advantages)  # one op for both on the common unmasked path
     else:
