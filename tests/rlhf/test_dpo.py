@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 
+from fastppo.errors import FastPPOError
 from fastppo.rlhf.config import DPOConfig, DPOTrainerConfig, ModelConfig, RunConfig
 from fastppo.rlhf.data import PreferencePair
 from fastppo.rlhf.dpo import dpo_loss, train_dpo
@@ -36,3 +37,43 @@ def test_dpo_margin_grows_and_loss_falls(tiny_model, tmp_path) -> None:
     assert history[0]["dpo/margin"] == pytest.approx(0.0, abs=1e-5)
     assert history[-1]["dpo/margin"] > 0.5 and history[-1]["dpo/accuracy"] == 1.0
     assert (tmp_path / "checkpoint-000010" / "policy" / "config.json").is_file()
+
+
+def _dpo_config(model, output_dir, **dpo) -> DPOTrainerConfig:
+    settings = dict(beta=0.1, epochs=3, batch_size=4, gradient_accumulation_steps=2, learning_rate=3e-3) | dpo
+    return DPOTrainerConfig(model=ModelConfig(model=str(model)), dpo=DPOConfig(**settings), run=RunConfig(output_dir=str(output_dir), progress=False, save_every=0))
+
+
+PAIRS = [PreferencePair(p, "aaa", "zzz") for p in ("hi", "abc", "the cat", "ok")] + [PreferencePair(p, "bab", "xyxyx") for p in ("yo", "q")]
+
+
+@pytest.mark.parametrize("loss, first_loss", [("ipo", (0 - 1 / (2 * 0.1)) ** 2), ("cdpo", math.log(2))])
+def test_ipo_and_cdpo_train_from_their_value_at_the_reference(tiny_model, tmp_path, loss, first_loss) -> None:
+    """At the start policy == reference, so h = 0: IPO's loss is (1 / (2 beta))^2 = 25, cDPO's log 2."""
+    history = train_dpo(_dpo_config(tiny_model, tmp_path, loss=loss, label_smoothing=0.1 if loss == "cdpo" else 0.0), PAIRS)
+    assert history[0]["dpo/loss"] == pytest.approx(first_loss, rel=1e-5)
+    assert history[-1]["dpo/loss"] < history[0]["dpo/loss"] and history[-1]["dpo/margin"] > 0
+
+
+@pytest.mark.parametrize("loss", ["sigmoid", "ipo"])
+def test_precomputed_reference_logps_equal_per_step_ones(tiny_model, tmp_path, loss) -> None:
+    """One reference pass before training (micro-batches in data order) gives the values the
+    reference computes inside each step's shuffled micro-batches, so training is the same."""
+    precomputed = train_dpo(_dpo_config(tiny_model, tmp_path / "pre", loss=loss, precompute_ref_logps=True), PAIRS)
+    per_step = train_dpo(_dpo_config(tiny_model, tmp_path / "step", loss=loss, precompute_ref_logps=False), PAIRS)
+    assert len(precomputed) == len(per_step) == 5
+    for a, b in zip(precomputed, per_step):
+        assert a == pytest.approx(b, rel=1e-5, abs=1e-6)
+
+
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        (dict(loss="cdpo"), r"--loss cdpo needs --label-smoothing in \(0, 0.5\), got 0.0"),
+        (dict(loss="cdpo", label_smoothing=0.5), "got 0.5"),
+        (dict(loss="sigmoid", label_smoothing=0.1), "pass --loss cdpo"),
+    ],
+)
+def test_label_smoothing_belongs_to_cdpo(tiny_model, tmp_path, settings, message) -> None:
+    with pytest.raises(FastPPOError, match=message):
+        train_dpo(_dpo_config(tiny_model, tmp_path, **settings), PAIRS)

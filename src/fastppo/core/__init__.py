@@ -6,12 +6,15 @@ from fastppo.core.kl import adaptive_kl_beta, kl_estimate, proportional_kl_beta
 from fastppo.core.losses import policy_loss, ppo_loss, reference_kl_penalty, value_loss
 from fastppo.core.masked import explained_variance, masked_mean, masked_var, normalize_advantages
 from fastppo.core.normalize import RewardScaler, RunningMeanStd
+from fastppo.core.preference import bradley_terry_loss, dpo_loss
 from fastppo.core.schedules import schedule_progress, scheduled, warmup_scheduled
 
 __all__ = [
     "adaptive_kl_beta",
+    "bradley_terry_loss",
     "categorical_logprob_entropy",
     "compute_gae",
+    "dpo_loss",
     "explained_variance",
     "kl_estimate",
     "masked_mean",

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Literal
 
 from fastppo.core.kl import KLEstimator
+from fastppo.core.preference import PreferenceLoss
 from fastppo.errors import FastPPOError
 
 AdvantageEstimator = Literal["gae", "grpo", "rloo"]
@@ -121,6 +122,13 @@ class DPOConfig:
     max_grad_norm: float = _f(1.0, "gradient norm clip")
     max_prompt_length: int = _f(256, "prompts longer than this keep their last tokens")
     max_completion_length: int = _f(256, "completions longer than this are cut")
+    loss: PreferenceLoss = _f(
+        "sigmoid",
+        "sigmoid: DPO; cdpo: conservative DPO, robust to a share --label-smoothing of flipped labels (Mitchell 2023); "
+        "ipo: IPO (Azar et al. 2023), the margin of per-token mean log-probs regressed to 1 / (2 beta)",
+    )
+    label_smoothing: float = _f(0.0, "cdpo: the assumed probability that a preference label is wrong, in (0, 0.5)")
+    precompute_ref_logps: bool = _f(True, "score every pair under the frozen reference once before training rather than at every step (same values)")
 
 
 def looks_like_path(path: str) -> bool:
@@ -183,6 +191,10 @@ def validate_dpo(model: ModelConfig, dpo: DPOConfig) -> None:
         _positive(name, getattr(dpo, name))
     if dpo.batch_size % dpo.gradient_accumulation_steps:
         raise FastPPOError(f"--gradient-accumulation-steps {dpo.gradient_accumulation_steps} must divide --batch-size {dpo.batch_size}")
+    if dpo.loss == "cdpo" and not 0.0 < dpo.label_smoothing < 0.5:
+        raise FastPPOError(f"--loss cdpo needs --label-smoothing in (0, 0.5), got {dpo.label_smoothing}")
+    if dpo.loss != "cdpo" and dpo.label_smoothing:
+        raise FastPPOError(f"--label-smoothing is conservative DPO's: pass --loss cdpo (got --loss {dpo.loss})")
     check_model_path(model.model, "--model")
 
 

@@ -1,4 +1,5 @@
-"""Direct Preference Optimization (Rafailov et al. 2023, arXiv:2305.18290).
+"""Direct Preference Optimization (Rafailov et al. 2023, arXiv:2305.18290) and its IPO and cDPO
+variants (``--loss``; the losses are in :mod:`fastppo.core.preference`).
 
 Same model loading, reference handling (separate frozen copy, or LoRA with adapters disabled),
 token layout, logging and checkpoints as the PPO trainer; no rollout and no reward.
@@ -10,54 +11,58 @@ import math
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
+from fastppo.core.preference import dpo_loss
 from fastppo.errors import FastPPOError
 from fastppo.logger import RunLogger
 from fastppo.rlhf.checkpoint import latest_checkpoint, load_training_state, save_checkpoint
-from fastppo.rlhf.config import DPOTrainerConfig, validate_dpo
+from fastppo.rlhf.config import DPOConfig, DPOTrainerConfig, validate_dpo
 from fastppo.rlhf.data import PreferencePair, batch_indices
 from fastppo.rlhf.models import Models, Precision, load_models, reference_model
 from fastppo.rlhf.tokens import encode_completions, encode_prompts, forward_tokens
 
 
-def dpo_loss(chosen_logps: Tensor, rejected_logps: Tensor, ref_chosen_logps: Tensor, ref_rejected_logps: Tensor, beta: float) -> tuple[Tensor, dict[str, Tensor]]:
-    """L = -log sigmoid(beta * ((log pi(y_w) - log ref(y_w)) - (log pi(y_l) - log ref(y_l)))), mean over pairs.
-
-    All inputs are [B] summed log-probs of whole completions. The implicit rewards
-    beta * (log pi - log ref) of chosen and rejected completions are returned as metrics."""
-    chosen_rewards = beta * (chosen_logps - ref_chosen_logps)
-    rejected_rewards = beta * (rejected_logps - ref_rejected_logps)
-    margin = chosen_rewards - rejected_rewards
-    loss = -F.logsigmoid(margin).mean()
-    metrics = {
-        "loss": loss.detach(),
-        "rewards_chosen": chosen_rewards.detach().mean(),
-        "rewards_rejected": rejected_rewards.detach().mean(),
-        "margin": margin.detach().mean(),
-        "accuracy": (margin > 0).float().mean(),
-    }
-    return loss, metrics
-
-
-def completion_logps(model, query: Tensor, query_mask: Tensor, response: Tensor, response_mask: Tensor) -> Tensor:
-    """[B] log-probability of each whole completion (its valid tokens, EOS included)."""
+def completion_logps(model, query: Tensor, query_mask: Tensor, response: Tensor, response_mask: Tensor, average: bool = False) -> Tensor:
+    """[B] log-probability of each whole completion (its valid tokens, EOS included); with
+    ``average`` the mean per token instead, which IPO uses (as TRL does) so that its fixed target
+    margin does not depend on the completions' lengths."""
     out = forward_tokens(model, None, query, query_mask, response, response_mask)
-    return (out.logprobs * response_mask).sum(dim=1)
+    total = (out.logprobs * response_mask).sum(dim=1)
+    return total / response_mask.sum(dim=1) if average else total
 
 
-def dpo_step_loss(models: Models, pairs: list[PreferencePair], beta: float, max_prompt_length: int, max_completion_length: int, autocast) -> tuple[Tensor, dict[str, Tensor]]:
-    """DPO loss of a micro-batch: chosen and rejected completions scored in one batch of 2B rows."""
+def _pair_logps(model, models: Models, pairs: list[PreferencePair], dpo: DPOConfig) -> Tensor:
+    """[2B] completion log-probs of the chosen then the rejected completions, scored in one batch."""
     device = next(models.policy.parameters()).device
-    query, query_mask = encode_prompts(models.tokenizer, [p.prompt for p in pairs] * 2, max_prompt_length, device)
-    response, response_mask = encode_completions(models.tokenizer, [p.chosen for p in pairs] + [p.rejected for p in pairs], max_completion_length, device)
-    with autocast():
-        logps = completion_logps(models.policy, query, query_mask, response, response_mask)
-        with torch.no_grad(), reference_model(models) as reference:
-            ref_logps = completion_logps(reference, query, query_mask, response, response_mask)
+    query, query_mask = encode_prompts(models.tokenizer, [p.prompt for p in pairs] * 2, dpo.max_prompt_length, device)
+    response, response_mask = encode_completions(models.tokenizer, [p.chosen for p in pairs] + [p.rejected for p in pairs], dpo.max_completion_length, device)
+    return completion_logps(model, query, query_mask, response, response_mask, average=dpo.loss == "ipo")
+
+
+@torch.no_grad()
+def reference_logps(models: Models, pairs: list[PreferencePair], dpo: DPOConfig, micro_batch_size: int, autocast) -> Tensor:
+    """[N, 2] reference log-probs (chosen, rejected) of every pair: one pass over the data. The
+    reference is frozen, so these are the values each step would compute, and training then runs
+    the policy alone."""
+    rows = []
+    with autocast(), reference_model(models) as reference:
+        for start in range(0, len(pairs), micro_batch_size):
+            batch = pairs[start : start + micro_batch_size]
+            rows.append(_pair_logps(reference, models, batch, dpo).view(2, len(batch)).T)
+    return torch.cat(rows)
+
+
+def dpo_step_loss(models: Models, pairs: list[PreferencePair], dpo: DPOConfig, autocast, ref_logps: Tensor | None = None) -> tuple[Tensor, dict[str, Tensor]]:
+    """DPO loss of a micro-batch; ``ref_logps`` [B, 2] are the pairs' precomputed reference
+    log-probs, else the reference scores them here."""
     n = len(pairs)
-    return dpo_loss(logps[:n], logps[n:], ref_logps[:n], ref_logps[n:], beta)
+    with autocast():
+        logps = _pair_logps(models.policy, models, pairs, dpo)
+        if ref_logps is None:
+            with torch.no_grad(), reference_model(models) as reference:
+                ref_logps = _pair_logps(reference, models, pairs, dpo).view(2, n).T
+    return dpo_loss(logps[:n], logps[n:], ref_logps[:, 0], ref_logps[:, 1], dpo.beta, dpo.loss, dpo.label_smoothing)
 
 
 def train_dpo(cfg: DPOTrainerConfig, pairs: list[PreferencePair]) -> list[dict[str, float]]:
@@ -77,15 +82,17 @@ def train_dpo(cfg: DPOTrainerConfig, pairs: list[PreferencePair]) -> list[dict[s
     precision.load_state_dict(state.pop("grad_scaler", {}))
     total_steps = math.ceil(dpo.epochs * len(pairs) / dpo.batch_size)
     micro_batch_size = dpo.batch_size // dpo.gradient_accumulation_steps
+    ref_logps = reference_logps(models, pairs, dpo, micro_batch_size, precision.autocast) if dpo.precompute_ref_logps else None
     history = []
     purge_step = state["step"] + 1 if state["step"] else None  # a resumed run continues its curves
     summary = (("loss", "dpo/loss", ".4f"), ("margin", "dpo/margin", ".3f"))
     with RunLogger(output_dir, total_steps, tensorboard=True, progress=run.progress, purge_step=purge_step, summary=summary) as logger:
         for step in range(state["step"] + 1, total_steps + 1):
-            batch = [pairs[i] for i in batch_indices(len(pairs), dpo.batch_size, step, run.seed)]
+            indices = batch_indices(len(pairs), dpo.batch_size, step, run.seed)
             totals: dict[str, Tensor] = {}
-            for start in range(0, len(batch), micro_batch_size):
-                loss, metrics = dpo_step_loss(models, batch[start : start + micro_batch_size], dpo.beta, dpo.max_prompt_length, dpo.max_completion_length, precision.autocast)
+            for start in range(0, len(indices), micro_batch_size):
+                micro = indices[start : start + micro_batch_size]
+                loss, metrics = dpo_step_loss(models, [pairs[i] for i in micro], dpo, precision.autocast, None if ref_logps is None else ref_logps[micro])
                 precision.backward(loss / dpo.gradient_accumulation_steps)
                 for key, value in metrics.items():
                     totals[key] = totals.get(key, 0.0) + value / dpo.gradient_accumulation_steps
