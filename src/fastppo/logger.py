@@ -9,11 +9,17 @@ from __future__ import annotations
 import json
 import math
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from fastppo.errors import FastPPOError
+
+SAMPLES_FILE = "samples.jsonl"
+WANDB_ID_FILE = "wandb-run-id"
 
 
 def _fmt(value: float | None, spec: str) -> str:
@@ -59,10 +65,12 @@ class RunLogger:
         config: dict[str, Any] | None = None,
         purge_step: int | None = None,
         summary: tuple[tuple[str, str, str], ...] = GYM_SUMMARY,
+        wandb_project: str | None = None,
     ):
         """``purge_step``: on resume, TensorBoard drops events logged at this step or later by the
         interrupted process, so the curves continue without duplicates; the progress bar starts
-        there too. ``summary`` picks the metrics the progress bar shows."""
+        there too. ``summary`` picks the metrics the progress bar shows. ``wandb_project``: also
+        log to this Weights & Biases project, in a run named after ``run_dir``."""
         self.run_dir = run_dir
         self.summary = summary
         self.history: list[dict[str, float]] = []
@@ -81,6 +89,7 @@ class RunLogger:
                 if config is not None and purge_step is None:
                     rows = "\n".join(f"|{k}|{v}|" for k, v in _flatten(config).items())
                     self._writer.add_text("hyperparameters", f"|param|value|\n|-|-|\n{rows}")
+        self._wandb = _start_wandb(wandb_project, run_dir, config) if wandb_project is not None else None
         self._progress = None
         self._shown: dict[str, float] = {}
         self._total = _count(total_steps)
@@ -108,6 +117,8 @@ class RunLogger:
         if self._writer is not None:
             for name, value in metrics.items():
                 self._writer.add_scalar(name, value, step)
+        if self._wandb is not None:
+            self._wandb.log(metrics, step=step)
         if self._progress is not None:
             # An iteration in which no episode ended has no return: keep showing the last one.
             self._shown.update({key: metrics[key] for _, key, _ in self.summary if key in metrics})
@@ -121,6 +132,24 @@ class RunLogger:
                     break
                 stats = more
             self._progress.update(self._task, completed=step, steps=steps, stats=stats)
+
+    def log_samples(self, step: int, name: str, rows: list[dict[str, Any]]) -> None:
+        """A table of examples (e.g. prompt, completion, reward) at ``step``: one JSON line per row in
+        samples.jsonl (with ``global_step`` and ``table``: ``name``), a markdown table in TensorBoard's
+        text tab under ``samples/{name}``, a wandb.Table in W&B."""
+        if not rows or self.run_dir is None:
+            return
+        with (self.run_dir / SAMPLES_FILE).open("a", encoding="utf-8") as f:
+            f.writelines(json.dumps({"global_step": step, "table": name, **row}) + "\n" for row in rows)
+        columns = list(rows[0])
+        if self._writer is not None:
+            lines = [f"|{'|'.join(columns)}|", f"|{'|'.join('-' for _ in columns)}|"]
+            lines += [f"|{'|'.join(_markdown_cell(row[c]) for c in columns)}|" for row in rows]
+            self._writer.add_text(f"samples/{name}", "\n".join(lines), step)
+        if self._wandb is not None:
+            import wandb
+
+            self._wandb.log({f"samples/{name}": wandb.Table(columns=columns, data=[[row[c] for c in columns] for row in rows])}, step=step)
 
     def message(self, text: str) -> None:
         """A line for the user (warnings, summary), printed above the progress bar. Piped or
@@ -140,6 +169,9 @@ class RunLogger:
         if self._writer is not None:
             self._writer.close()
             self._writer = None
+        if self._wandb is not None:
+            self._wandb.finish()
+            self._wandb = None
         if self._jsonl is not None:
             self._jsonl.close()
             self._jsonl = None
@@ -153,3 +185,29 @@ def _flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
         else:
             flat[f"{prefix}{key}"] = value
     return flat
+
+
+def _markdown_cell(value: Any) -> str:
+    """A value as one cell of a markdown table: pipes escaped, line breaks kept as <br>."""
+    text = format(value, ".4g") if isinstance(value, float) else str(value)
+    return text.replace("|", "\\|").replace("\n", "<br>")
+
+
+def import_wandb():
+    """The wandb module, or a one-line error saying how to install it."""
+    try:
+        import wandb
+    except ImportError as exc:
+        raise FastPPOError("--report-to wandb needs wandb, which is not installed: pip install 'fastppo[wandb]'") from exc
+    return wandb
+
+
+def _start_wandb(project: str, run_dir: Path | None, config: dict[str, Any] | None):
+    """A W&B run named after ``run_dir``; its id is kept there so a resumed run continues the same W&B run."""
+    wandb = import_wandb()
+    if run_dir is None:
+        return wandb.init(project=project, config=config)
+    id_file = run_dir / WANDB_ID_FILE
+    if not id_file.is_file():
+        id_file.write_text(uuid.uuid4().hex[:12])
+    return wandb.init(project=project, name=run_dir.resolve().name, id=id_file.read_text().strip(), resume="allow", dir=str(run_dir), config=config)

@@ -97,7 +97,7 @@ def test_prompt_and_preference_files_are_checked(tmp_path) -> None:
         read_prompts(tmp_path / "nope.jsonl")
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"prompt": "a"}\n{"text": "b"}\n')
-    with pytest.raises(FastPPOError, match="bad.jsonl:2"):
+    with pytest.raises(FastPPOError, match="bad.jsonl', row 2, column 'prompt' is missing: expected text"):
         read_prompts(bad)
     good = tmp_path / "pairs.jsonl"
     good.write_text(json.dumps({"prompt": "p", "chosen": "c", "rejected": "r"}) + "\n")

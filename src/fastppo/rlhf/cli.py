@@ -13,15 +13,20 @@ from fastppo.cli import add_boolean_flag
 from fastppo.config import coerce
 from fastppo.errors import FastPPOError
 from fastppo.rlhf.config import (
+    DataConfig,
     DPOConfig,
     DPOTrainerConfig,
+    LRScheduleConfig,
     ModelConfig,
+    MonitorConfig,
     PPOConfig,
+    PreferenceDataConfig,
     RLHFConfig,
     RunConfig,
     SamplingConfig,
     validate_dpo,
     validate_ppo,
+    validate_run,
 )
 
 
@@ -62,13 +67,22 @@ def _require_rlhf_extra() -> None:
     bar and metrics are the run's output)."""
     import importlib.util
 
-    missing = [name for name in ("transformers", "peft") if importlib.util.find_spec(name) is None]
+    missing = [name for name in ("transformers", "peft", "datasets") if importlib.util.find_spec(name) is None]
     if missing:
-        raise FastPPOError(f"{' and '.join(missing)} not installed: pip install 'fastppo[rlhf]'")
+        raise FastPPOError(f"{', '.join(missing)} not installed: pip install 'fastppo[rlhf]'")
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
+
+
+def _chat_tokenizer(data: DataConfig, model: str):
+    """With --chat-template, the tokenizer whose template renders conversational data."""
+    if not data.chat_template:
+        return None
+    from fastppo.rlhf.models import load_tokenizer
+
+    return load_tokenizer(model)
 
 
 def run_rlhf(args: argparse.Namespace) -> int:
@@ -83,11 +97,16 @@ def run_rlhf(args: argparse.Namespace) -> int:
         sampling=config_from_args(SamplingConfig, args),
         ppo=config_from_args(PPOConfig, args),
         run=config_from_args(RunConfig, args),
+        schedule=config_from_args(LRScheduleConfig, args),
+        monitor=config_from_args(MonitorConfig, args),
     )
     validate_ppo(cfg.model, cfg.sampling, cfg.ppo)  # before any loading: bad flags fail in milliseconds
-    prompts = read_prompts(args.prompts)
+    validate_run(cfg.run, cfg.schedule, cfg.monitor)
+    data = config_from_args(DataConfig, args)
+    prompts = read_prompts(args.prompts, data=data, tokenizer=_chat_tokenizer(data, cfg.model.model))
+    eval_prompts = read_prompts(args.eval_prompts, "--eval-prompts") if args.eval_prompts else None
     reward_fn = load_reward(args.reward, resolve_device(cfg.model.device))
-    history = train(cfg, reward_fn, prompts)
+    history = train(cfg, reward_fn, prompts, eval_prompts)
     if history:
         first, last = history[0], history[-1]
         print(
@@ -102,9 +121,13 @@ def run_dpo(args: argparse.Namespace) -> int:
     from fastppo.rlhf.data import read_preferences
     from fastppo.rlhf.dpo import train_dpo
 
-    cfg = DPOTrainerConfig(model=config_from_args(ModelConfig, args), dpo=config_from_args(DPOConfig, args), run=config_from_args(RunConfig, args))
+    cfg = DPOTrainerConfig(
+        model=config_from_args(ModelConfig, args), dpo=config_from_args(DPOConfig, args), run=config_from_args(RunConfig, args), schedule=config_from_args(LRScheduleConfig, args),
+    )
     validate_dpo(cfg.model, cfg.dpo)
-    pairs = read_preferences(args.data)
+    validate_run(cfg.run, cfg.schedule)
+    data = config_from_args(PreferenceDataConfig, args)
+    pairs = read_preferences(args.data, data, _chat_tokenizer(data, cfg.model.model))
     history = train_dpo(cfg, pairs)
     if history:
         first, last = history[0], history[-1]
@@ -116,16 +139,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``rlhf`` and ``dpo`` to the ``fastppo`` command line."""
     rlhf = subparsers.add_parser("rlhf", help="fine-tune a causal LM from a reward with PPO, GRPO or RLOO", description=RLHFConfig.__doc__)
     rlhf.add_argument("--reward", required=True, help="reward-model folder (sequence classification) or module:function returning one float per completion")
-    rlhf.add_argument("--prompts", required=True, help='JSON-lines file of {"prompt": "..."} objects')
+    rlhf.add_argument("--prompts", required=True, help="prompts: a .jsonl/.json/.parquet/.csv file, a folder of them or one written by save_to_disk, or a hub dataset")
+    rlhf.add_argument("--eval-prompts", help="held-out prompts in the format of --prompts, completed greedily and scored every --eval-every steps")
+    add_config_arguments(rlhf, DataConfig)
     add_config_arguments(rlhf, ModelConfig, required=("model",))
     add_config_arguments(rlhf, SamplingConfig)
     add_config_arguments(rlhf, PPOConfig)
+    add_config_arguments(rlhf, LRScheduleConfig)
+    add_config_arguments(rlhf, MonitorConfig)
     add_config_arguments(rlhf, RunConfig)
     rlhf.set_defaults(func=run_rlhf)
 
     dpo = subparsers.add_parser("dpo", help="fine-tune a causal LM on preference pairs with DPO", description=DPOTrainerConfig.__doc__)
-    dpo.add_argument("--data", required=True, help='JSON-lines file of {"prompt", "chosen", "rejected"} objects')
+    dpo.add_argument("--data", required=True, help="preference pairs: a .jsonl/.json/.parquet/.csv file, a folder of them or one written by save_to_disk, or a hub dataset")
+    add_config_arguments(dpo, PreferenceDataConfig)
     add_config_arguments(dpo, ModelConfig, required=("model",))
     add_config_arguments(dpo, DPOConfig)
+    add_config_arguments(dpo, LRScheduleConfig)
     add_config_arguments(dpo, RunConfig, defaults=DPOTrainerConfig.__dataclass_fields__["run"].default_factory())
     dpo.set_defaults(func=run_dpo)

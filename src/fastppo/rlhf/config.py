@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Literal
 
 from fastppo.core.kl import KLEstimator
+from fastppo.core.schedules import ScheduleKind
 from fastppo.core.preference import PreferenceLoss
 from fastppo.errors import FastPPOError
 
@@ -20,6 +21,8 @@ AdvantageEstimator = Literal["gae", "grpo", "rloo"]
 CriticKind = Literal["shared", "separate"]
 KLPlacement = Literal["reward", "loss"]
 ComputeDType = Literal["auto", "bf16", "fp16", "fp32"]
+GeneratorKind = Literal["hf", "vllm"]
+ReportTo = Literal["none", "wandb"]
 
 
 def _f(default, help: str):  # noqa: A002 - "help" mirrors argparse
@@ -54,6 +57,8 @@ class SamplingConfig:
     top_k: int = _f(0, "sample among the k most likely tokens (0: all); log-probs are still scored under the full distribution (warns)")
     top_p: float = _f(1.0, "nucleus sampling mass (1.0: off); log-probs are still scored under the full distribution (warns)")
     missing_eos_penalty: float | None = _f(None, "subtracted from the score of completions that never emit EOS")
+    generator: GeneratorKind = _f("hf", "hf: transformers' generate on the policy; vllm: a vLLM engine (GPU, fastppo[vllm]) given the weights after every update")
+    vllm_gpu_memory: float = _f(0.3, "vllm: share of the GPU's memory the engine reserves (weights and KV cache); the rest is the trainer's")
 
 
 @dataclass
@@ -108,6 +113,29 @@ class RunConfig:
     keep_checkpoints: int = _f(2, "checkpoints kept on disk (older ones are deleted)")
     resume: bool = _f(False, "continue from the latest checkpoint in output_dir")
     progress: bool = _f(True, "show a live progress bar")
+    report_to: ReportTo = _f("none", "also log to Weights & Biases (wandb; WANDB_MODE=offline writes the run locally for a later wandb sync)")
+    wandb_project: str = _f("fastppo", "W&B project; the run is named after output_dir and a resumed run continues it")
+
+    @property
+    def wandb_project_or_none(self) -> str | None:
+        return self.wandb_project if self.report_to == "wandb" else None
+
+
+@dataclass
+class LRScheduleConfig:
+    """Learning-rate warm-up and decay over the optimizer steps."""
+
+    lr_schedule: ScheduleKind = _f("constant", "after the warm-up: constant, or linear / cosine decay towards 0 over the remaining steps")
+    lr_warmup_steps: int = _f(0, "steps over which the learning rate rises linearly from learning_rate / lr_warmup_steps to learning_rate")
+
+
+@dataclass
+class MonitorConfig:
+    """What the run shows of its completions: samples of the rollouts and a held-out prompt set."""
+
+    sample_every: int = _f(10, "every this many steps (and at the last), log num_samples completions of the rollout with their rewards to samples.jsonl and TensorBoard; 0: at the last step only")
+    num_samples: int = _f(4, "completions per logged sample table")
+    eval_every: int = _f(10, "with --eval-prompts: every this many steps (and at the last), generate greedily for the eval prompts and log eval/reward_mean etc.")
 
 
 @dataclass
@@ -129,6 +157,23 @@ class DPOConfig:
     )
     label_smoothing: float = _f(0.0, "cdpo: the assumed probability that a preference label is wrong, in (0, 0.5)")
     precompute_ref_logps: bool = _f(True, "score every pair under the frozen reference once before training rather than at every step (same values)")
+
+
+@dataclass
+class DataConfig:
+    """Which split and column of the prompts are read, and how (--prompts: a .jsonl/.json/.parquet/.csv file, a folder, or a hub dataset)."""
+
+    split: str = _f("train", "split of a dataset folder or hub dataset (a single file is read whole)")
+    prompt_column: str = _f("prompt", "column of the prompts: text, or chat messages [{role, content}, ...] with --chat-template")
+    chat_template: bool = _f(False, "render prompts (and completions) with the tokenizer's chat template; a text prompt becomes one user message")
+
+
+@dataclass
+class PreferenceDataConfig(DataConfig):
+    """Which split and columns of the preference pairs are read, and how (--data: a .jsonl/.json/.parquet/.csv file, a folder, or a hub dataset)."""
+
+    chosen_column: str = _f("chosen", "column of the preferred completions: text, or assistant messages with --chat-template")
+    rejected_column: str = _f("rejected", "column of the dispreferred completions")
 
 
 def looks_like_path(path: str) -> bool:
@@ -179,9 +224,30 @@ def validate_ppo(model: ModelConfig, sampling: SamplingConfig, ppo: PPOConfig) -
         )
     if ppo.kl_target is not None:
         _positive("kl_target", ppo.kl_target)
+    if not 0.0 < sampling.vllm_gpu_memory <= 1.0:
+        raise FastPPOError(f"--vllm-gpu-memory must be in (0, 1], got {sampling.vllm_gpu_memory}")
+    if sampling.generator == "vllm":
+        from fastppo.rlhf.generation import require_vllm  # imports torch: not at config import time
+
+        require_vllm(model)
     check_model_path(model.model, "--model")  # before any loading, as the flags above
     if ppo.critic_model is not None:
         check_model_path(ppo.critic_model, "--critic-model")
+
+
+def validate_run(run: RunConfig, schedule: LRScheduleConfig, monitor: MonitorConfig | None = None) -> None:
+    """Check what a PPO or DPO run logs and its learning-rate schedule (``monitor``: PPO only)."""
+    if schedule.lr_warmup_steps < 0:
+        raise FastPPOError(f"--lr-warmup-steps must be 0 or positive, got {schedule.lr_warmup_steps}")
+    if monitor is not None:
+        if monitor.sample_every < 0:
+            raise FastPPOError(f"--sample-every must be 0 (last step only) or positive, got {monitor.sample_every}")
+        _positive("num_samples", monitor.num_samples)
+        _positive("eval_every", monitor.eval_every)
+    if run.report_to == "wandb":
+        from fastppo.logger import import_wandb
+
+        import_wandb()
 
 
 def validate_dpo(model: ModelConfig, dpo: DPOConfig) -> None:
@@ -206,6 +272,8 @@ class RLHFConfig:
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     ppo: PPOConfig = field(default_factory=PPOConfig)
     run: RunConfig = field(default_factory=RunConfig)
+    schedule: LRScheduleConfig = field(default_factory=LRScheduleConfig)
+    monitor: MonitorConfig = field(default_factory=MonitorConfig)
 
 
 @dataclass
@@ -215,3 +283,4 @@ class DPOTrainerConfig:
     model: ModelConfig
     dpo: DPOConfig = field(default_factory=DPOConfig)
     run: RunConfig = field(default_factory=lambda: RunConfig(output_dir="runs/dpo"))
+    schedule: LRScheduleConfig = field(default_factory=LRScheduleConfig)

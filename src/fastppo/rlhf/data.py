@@ -1,14 +1,25 @@
-"""Reading prompt and preference files (JSON lines) and drawing batches from them reproducibly."""
+"""Reading prompts and preference pairs with the ``datasets`` library, and drawing batches from
+them reproducibly.
+
+A source is a local file (.jsonl/.json, .parquet, .csv), a folder of such files, a folder written
+by ``Dataset.save_to_disk``, or a dataset name on the Hugging Face hub. Which split and columns
+are read is set by :class:`~fastppo.rlhf.config.DataConfig`. Conversational rows (lists of
+``{"role", "content"}`` messages) are rendered to text with the tokenizer's chat template.
+"""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from fastppo.errors import FastPPOError
+from fastppo.rlhf.config import DataConfig, PreferenceDataConfig, looks_like_path
+
+FILE_BUILDERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
+LOCAL_SOURCES = "a local .jsonl/.json/.parquet/.csv file, a folder of them, or a folder written by Dataset.save_to_disk"
+SAVED_DATASET_FILES = ("dataset_info.json", "dataset_dict.json", "state.json")
 
 
 @dataclass(frozen=True)
@@ -18,34 +29,146 @@ class PreferencePair:
     rejected: str
 
 
-def _read_jsonl(path: str | Path, keys: tuple[str, ...], flag: str) -> list[dict[str, str]]:
-    path = Path(path)
-    if not path.is_file():
-        raise FastPPOError(f"{flag} file {str(path)!r} does not exist: pass a JSON-lines file with one {{{', '.join(map(repr, keys))}: ...}} object per line")
-    rows = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
+def _blank(path: Path) -> bool:
+    with path.open(encoding="utf-8", errors="replace") as lines:
+        return not any(line.strip() for line in lines)
+
+
+def load_table(source: str | Path, split: str, flag: str):
+    """``split`` of ``source`` as a ``datasets.Dataset``; a single file is read whole."""
+    import datasets
+
+    datasets.disable_progress_bars()
+    datasets.logging.set_verbosity(datasets.logging.CRITICAL)  # its failures become our one-line errors
+    source = str(source)
+    path = Path(source).expanduser()
+    try:
+        if path.is_dir() and any((path / name).is_file() for name in SAVED_DATASET_FILES):
+            table = datasets.load_from_disk(str(path))
+            if isinstance(table, datasets.DatasetDict):
+                if split not in table:
+                    raise FastPPOError(f"{flag} {source!r} has no split {split!r}: pass --split with one of {', '.join(table)}")
+                table = table[split]
+        elif path.is_dir():
+            table = datasets.load_dataset(str(path), split=split)
+        elif path.is_file():
+            builder = FILE_BUILDERS.get(path.suffix.lower())
+            if builder is None:
+                raise FastPPOError(f"{flag} {source!r} has an unknown file type: pass {LOCAL_SOURCES}")
+            if builder != "parquet" and _blank(path):
+                raise FastPPOError(f"{flag} file {source!r} is empty: add at least one row")
+            table = datasets.load_dataset(builder, data_files={split: str(path)}, split=split)
+        elif looks_like_path(source) or path.suffix.lower() in FILE_BUILDERS:
+            raise FastPPOError(f"{flag} {source!r} does not exist: pass {LOCAL_SOURCES}, or a hub dataset name")
+        else:
+            table = datasets.load_dataset(source, split=split)
+    except ConnectionError as exc:
+        raise FastPPOError(f"{flag} {source!r} is no local file or folder, and the Hugging Face hub cannot be reached (offline?): pass {LOCAL_SOURCES}") from exc
+    except datasets.exceptions.DatasetNotFoundError as exc:
+        raise FastPPOError(f"{flag} {source!r} is neither a local path nor a dataset on the hub: pass {LOCAL_SOURCES}, or a hub dataset name") from exc
+    except (ValueError, OSError, datasets.exceptions.DatasetsError) as exc:
+        # A parse error is wrapped in a generic DatasetGenerationError; its cause names the row.
+        reason = str(exc.__cause__ or exc).strip().splitlines()[0]
+        raise FastPPOError(f"cannot read {flag} {source!r} ({reason}): pass {LOCAL_SOURCES}") from exc
+    if len(table) == 0:
+        raise FastPPOError(f"{flag} {source!r} is empty: add at least one row")
+    return table
+
+
+def _column(table, name: str, source: str, flag: str, column_flag: str) -> list:
+    if name not in table.column_names:
+        raise FastPPOError(f"{flag} {source!r} has no column {name!r} (it has {', '.join(table.column_names)}): name the column with {column_flag}")
+    return list(table[name])
+
+
+def _is_chat(value) -> bool:
+    return isinstance(value, list) and all(isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in value)
+
+
+def _describe(value) -> str:
+    return "missing" if value is None else f"of type {type(value).__name__}"
+
+
+class TextRenderer:
+    """Cells to text: strings as they are; with a chat template, messages rendered by it (a string
+    is first made one message of the role it plays: the user's prompt, the assistant's answer)."""
+
+    def __init__(self, source: str, flag: str, tokenizer=None):
+        self.source, self.flag, self.tokenizer = source, flag, tokenizer
+        if tokenizer is not None and not tokenizer.chat_template:
+            raise FastPPOError(f"--chat-template: the tokenizer of {tokenizer.name_or_path!r} has no chat template: drop --chat-template, or use a tokenizer that has one")
+
+    def _where(self, row: int, column: str) -> str:
+        return f"{self.flag} {self.source!r}, row {row + 1}, column {column!r}"
+
+    def _messages(self, value, role: str, row: int, column: str) -> list[dict]:
+        if isinstance(value, str):
+            return [{"role": role, "content": value}]
+        if _is_chat(value):
+            return value
+        raise FastPPOError(f"{self._where(row, column)} is {_describe(value)}: expected text or a list of {{'role', 'content'}} messages")
+
+    def _render(self, messages: list[dict], generation_prompt: bool, row: int, column: str) -> str:
+        from jinja2 import TemplateError
+
         try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise FastPPOError(f"{path}:{number} is not valid JSON ({exc.msg}): write one JSON object per line") from exc
-        if not isinstance(row, dict) or any(not isinstance(row.get(k), str) for k in keys):
-            raise FastPPOError(f"{path}:{number} must be an object with string fields {', '.join(keys)}")
-        rows.append(row)
-    if not rows:
-        raise FastPPOError(f"{flag} file {str(path)!r} is empty: add at least one line like {json.dumps({k: '...' for k in keys})}")
-    return rows
+            text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation_prompt)
+        except TemplateError as exc:
+            raise FastPPOError(f"{self._where(row, column)}: the chat template refused these messages ({exc})") from exc
+        # A template that writes the BOS token itself, for a tokenizer that adds one when encoding:
+        # drop it here, or the prompt would start with two.
+        bos = self.tokenizer.bos_token
+        if bos and text.startswith(bos) and self.tokenizer("")["input_ids"][:1] == [self.tokenizer.bos_token_id]:
+            text = text[len(bos) :]
+        return text
+
+    def text(self, value, row: int, column: str) -> str:
+        if isinstance(value, str) and self.tokenizer is None:
+            return value
+        if self.tokenizer is None:
+            if _is_chat(value):
+                raise FastPPOError(f"{self._where(row, column)} holds chat messages: pass --chat-template to render them with the tokenizer's chat template")
+            raise FastPPOError(f"{self._where(row, column)} is {_describe(value)}: expected text")
+        return self._render(self._messages(value, "user", row, column), True, row, column)
+
+    def completion(self, prompt, value, row: int, column: str) -> str:
+        """The completion's text: the conversation rendered with it, minus the rendered prompt."""
+        if self.tokenizer is None:
+            return self.text(value, row, column)
+        prompt_text = self.text(prompt, row, column)
+        full = self._render(self._messages(prompt, "user", row, column) + self._messages(value, "assistant", row, column), False, row, column)
+        if not full.startswith(prompt_text):
+            raise FastPPOError(f"{self._where(row, column)}: the chat template renders the prompt differently when an answer follows, so the answer cannot be cut from it")
+        return full[len(prompt_text) :]
 
 
-def read_prompts(path: str | Path) -> list[str]:
-    """Prompts from a JSON-lines file of ``{"prompt": "..."}`` objects."""
-    return [row["prompt"] for row in _read_jsonl(path, ("prompt",), "--prompts")]
+def read_prompts(source: str | Path, flag: str = "--prompts", data: DataConfig | None = None, tokenizer=None) -> list[str]:
+    """The prompts of ``source`` (``flag``: the option that named it, for errors), rendered with
+    ``tokenizer``'s chat template when ``data.chat_template``."""
+    data = data or DataConfig()
+    table = load_table(source, data.split, flag)
+    renderer = TextRenderer(str(source), flag, tokenizer if data.chat_template else None)
+    return [renderer.text(value, row, data.prompt_column) for row, value in enumerate(_column(table, data.prompt_column, str(source), flag, "--prompt-column"))]
 
 
-def read_preferences(path: str | Path) -> list[PreferencePair]:
-    """Preference pairs from a JSON-lines file of ``{"prompt", "chosen", "rejected"}`` objects."""
-    return [PreferencePair(r["prompt"], r["chosen"], r["rejected"]) for r in _read_jsonl(path, ("prompt", "chosen", "rejected"), "--data")]
+def read_preferences(source: str | Path, data: PreferenceDataConfig | None = None, tokenizer=None, flag: str = "--data") -> list[PreferencePair]:
+    """(prompt, chosen, rejected) triples of ``source``; with ``data.chat_template`` the prompt is
+    rendered with a generation prompt and each completion is the text the template adds after it."""
+    data = data or PreferenceDataConfig()
+    table = load_table(source, data.split, flag)
+    renderer = TextRenderer(str(source), flag, tokenizer if data.chat_template else None)
+    columns = [
+        _column(table, name, str(source), flag, column_flag)
+        for name, column_flag in ((data.prompt_column, "--prompt-column"), (data.chosen_column, "--chosen-column"), (data.rejected_column, "--rejected-column"))
+    ]
+    return [
+        PreferencePair(
+            renderer.text(prompt, row, data.prompt_column),
+            renderer.completion(prompt, chosen, row, data.chosen_column),
+            renderer.completion(prompt, rejected, row, data.rejected_column),
+        )
+        for row, (prompt, chosen, rejected) in enumerate(zip(*columns))
+    ]
 
 
 def batch_indices(num_items: int, batch_size: int, step: int, seed: int) -> list[int]:

@@ -8,19 +8,22 @@ token layout, logging and checkpoints as the PPO trainer; no rollout and no rewa
 from __future__ import annotations
 
 import math
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
 from torch import Tensor
 
+from fastppo.core import warmup_scheduled
 from fastppo.core.preference import dpo_loss
 from fastppo.errors import FastPPOError
 from fastppo.logger import RunLogger
 from fastppo.rlhf.checkpoint import latest_checkpoint, load_training_state, save_checkpoint
-from fastppo.rlhf.config import DPOConfig, DPOTrainerConfig, validate_dpo
+from fastppo.rlhf.config import DPOConfig, DPOTrainerConfig, validate_dpo, validate_run
 from fastppo.rlhf.data import PreferencePair, batch_indices
 from fastppo.rlhf.models import Models, Precision, load_models, reference_model
 from fastppo.rlhf.tokens import encode_completions, encode_prompts, forward_tokens
+from fastppo.update import set_learning_rate
 
 
 def completion_logps(model, query: Tensor, query_mask: Tensor, response: Tensor, response_mask: Tensor, average: bool = False) -> Tensor:
@@ -69,6 +72,7 @@ def train_dpo(cfg: DPOTrainerConfig, pairs: list[PreferencePair]) -> list[dict[s
     """Fine-tune ``cfg.model.model`` on preference pairs; returns the metrics of every optimizer step."""
     model_cfg, dpo, run = cfg.model, cfg.dpo, cfg.run
     validate_dpo(model_cfg, dpo)
+    validate_run(run, cfg.schedule)
     if not pairs:
         raise FastPPOError("no preference pairs to train on: give at least one (prompt, chosen, rejected)")
     output_dir = Path(run.output_dir)
@@ -86,8 +90,12 @@ def train_dpo(cfg: DPOTrainerConfig, pairs: list[PreferencePair]) -> list[dict[s
     history = []
     purge_step = state["step"] + 1 if state["step"] else None  # a resumed run continues its curves
     summary = (("loss", "dpo/loss", ".4f"), ("margin", "dpo/margin", ".3f"))
-    with RunLogger(output_dir, total_steps, tensorboard=True, progress=run.progress, purge_step=purge_step, summary=summary) as logger:
+    with RunLogger(
+        output_dir, total_steps, tensorboard=True, progress=run.progress, config=asdict(cfg), purge_step=purge_step, summary=summary, wandb_project=run.wandb_project_or_none,
+    ) as logger:
         for step in range(state["step"] + 1, total_steps + 1):
+            learning_rate = warmup_scheduled(cfg.schedule.lr_schedule, dpo.learning_rate, step, total_steps, cfg.schedule.lr_warmup_steps)
+            set_learning_rate(optimizer, learning_rate)
             indices = batch_indices(len(pairs), dpo.batch_size, step, run.seed)
             totals: dict[str, Tensor] = {}
             for start in range(0, len(indices), micro_batch_size):
@@ -97,7 +105,7 @@ def train_dpo(cfg: DPOTrainerConfig, pairs: list[PreferencePair]) -> list[dict[s
                 for key, value in metrics.items():
                     totals[key] = totals.get(key, 0.0) + value / dpo.gradient_accumulation_steps
             grad_norm = precision.step(optimizer, params, dpo.max_grad_norm)
-            logged = {f"dpo/{key}": float(value) for key, value in totals.items()} | {"losses/grad_norm": float(grad_norm)}
+            logged = {f"dpo/{key}": float(value) for key, value in totals.items()} | {"losses/grad_norm": float(grad_norm), "charts/learning_rate": learning_rate}
             logger.log(step, logged)
             history.append(logged)
             if step == total_steps or (run.save_every and step % run.save_every == 0):

@@ -8,9 +8,9 @@ from dataclasses import dataclass
 
 import torch
 from torch import Tensor
-from transformers import GenerationConfig
 
 from fastppo.rlhf.config import SamplingConfig
+from fastppo.rlhf.generation import Generator, HFGenerator
 from fastppo.rlhf.models import Models, reference_model
 from fastppo.rlhf.tokens import TokenOutputs, decode_completions, encode_prompts, forward_tokens, mask_after_eos
 
@@ -44,31 +44,20 @@ def score_tokens(model, critic, query: Tensor, query_mask: Tensor, response: Ten
     return TokenOutputs(torch.cat([c.logprobs for c in chunks]), torch.cat([c.entropy for c in chunks]), values)
 
 
-def collect_rollout(models: Models, prompts: list[str], num_generations: int, sampling: SamplingConfig, micro_batch_size: int, autocast: Autocast) -> Rollout:
-    """Generate ``num_generations`` completions per prompt, then recompute their old log-probs,
-    reference log-probs and values with the same forward pass the update uses, so the first PPO
-    ratio is exactly 1 (generate()'s own scores go through a different code path)."""
+def collect_rollout(
+    models: Models, prompts: list[str], num_generations: int, sampling: SamplingConfig, micro_batch_size: int, autocast: Autocast,
+    generator: Generator | None = None,
+) -> Rollout:
+    """Generate ``num_generations`` completions per prompt (with ``generator``, by default the
+    policy's own generate()), then recompute their old log-probs, reference log-probs and values
+    with the same forward pass the update uses, so the first PPO ratio is exactly 1 (generate()'s
+    own scores go through a different code path)."""
     tokenizer, policy = models.tokenizer, models.policy
     device = next(policy.parameters()).device
     query, query_mask = encode_prompts(tokenizer, prompts, sampling.max_prompt_length, device)
     query = query.repeat_interleave(num_generations, dim=0)
     query_mask = query_mask.repeat_interleave(num_generations, dim=0)
-    generation = GenerationConfig(
-        do_sample=True,
-        temperature=sampling.temperature,
-        top_k=sampling.top_k,
-        top_p=sampling.top_p,
-        max_new_tokens=sampling.max_new_tokens,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-    )
-    # Eval mode keeps the KV cache, which gradient checkpointing turns off in train mode; dropout is
-    # off, so both modes sample the same distribution.
-    policy.eval()
-    with torch.no_grad(), autocast():
-        sequences = policy.generate(input_ids=query, attention_mask=query_mask, generation_config=generation)
-    policy.train()
-    response = sequences[:, query.shape[1] :]
+    response = (generator or HFGenerator(models, sampling, autocast)).generate(query, query_mask)
     response_mask = mask_after_eos(response, tokenizer.eos_token_id)
     response = response.masked_fill(~response_mask, tokenizer.pad_token_id)
     with autocast():

@@ -8,17 +8,20 @@ are the time steps and ``response_mask`` is the validity mask.
 from __future__ import annotations
 
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
 from torch import Tensor
 
-from fastppo.core import explained_variance, masked_mean, policy_loss, ppo_loss, proportional_kl_beta, reference_kl_penalty
+from fastppo.core import explained_variance, masked_mean, policy_loss, ppo_loss, proportional_kl_beta, reference_kl_penalty, warmup_scheduled
 from fastppo.errors import FastPPOError
 from fastppo.logger import RunLogger
 from fastppo.rlhf.checkpoint import latest_checkpoint, load_training_state, save_checkpoint
-from fastppo.rlhf.config import PPOConfig, RLHFConfig, validate_ppo
+from fastppo.rlhf.config import PPOConfig, RLHFConfig, validate_ppo, validate_run
 from fastppo.rlhf.data import batch_indices
+from fastppo.rlhf.evaluation import evaluate, sample_rows
+from fastppo.rlhf.generation import make_generator
 from fastppo.rlhf.health import HealthMonitor
 from fastppo.rlhf.models import Models, Precision, load_models
 from fastppo.rlhf.rewards import (
@@ -33,6 +36,7 @@ from fastppo.rlhf.rewards import (
 )
 from fastppo.rlhf.rollout import Rollout, collect_rollout
 from fastppo.rlhf.tokens import forward_tokens
+from fastppo.update import set_learning_rate
 
 # core's metric names -> the logged names CleanRL uses
 LOSS_METRIC_NAMES = {"pg_loss": "losses/policy_loss", "v_loss": "losses/value_loss"}
@@ -105,11 +109,19 @@ def ppo_update(
     return logged
 
 
-def train(cfg: RLHFConfig, reward_fn: RewardFn, prompts: list[str]) -> list[dict[str, float]]:
+def due(step: int, every: int, last_step: int) -> bool:
+    """Whether a periodic action (checkpoint, samples, eval) runs at ``step``: every ``every`` steps
+    (0: never) and at the last step."""
+    return step == last_step or (every > 0 and step % every == 0)
+
+
+def train(cfg: RLHFConfig, reward_fn: RewardFn, prompts: list[str], eval_prompts: list[str] | None = None) -> list[dict[str, float]]:
     """Fine-tune ``cfg.model.model`` with PPO (or GRPO/RLOO) to maximise ``reward_fn``; returns the
-    metrics of every step, also written to ``output_dir/metrics.jsonl`` and TensorBoard."""
+    metrics of every step, also written to ``output_dir/metrics.jsonl`` and TensorBoard. With
+    ``eval_prompts``, their greedy completions are scored every ``cfg.monitor.eval_every`` steps."""
     model_cfg, sampling, ppo, run = cfg.model, cfg.sampling, cfg.ppo, cfg.run
     validate_ppo(model_cfg, sampling, ppo)
+    validate_run(run, cfg.schedule, cfg.monitor)
     if not prompts:
         raise FastPPOError("no prompts to train on: give at least one prompt")
     output_dir = Path(run.output_dir)
@@ -121,21 +133,27 @@ def train(cfg: RLHFConfig, reward_fn: RewardFn, prompts: list[str]) -> list[dict
     optimizer = torch.optim.AdamW(models.trainable_parameters(), lr=ppo.learning_rate)
     state = load_training_state(resume_from, optimizer) if resume_from else {"step": 0, "kl_coef": ppo.kl_coef}
     precision.load_state_dict(state.pop("grad_scaler", {}))
+    generator = make_generator(models, model_cfg, sampling, run.seed, precision.autocast)
     micro_batch_size = ppo.mini_batch_size // ppo.gradient_accumulation_steps
     monitor = HealthMonitor(ppo.kl_warn)
     history = []
     purge_step = state["step"] + 1 if state["step"] else None  # a resumed run continues its curves
     summary = (("reward", "rlhf/reward_mean", ".3f"), ("kl", "rlhf/kl_ref", ".3f"))
-    with RunLogger(output_dir, ppo.steps, tensorboard=True, progress=run.progress, purge_step=purge_step, summary=summary) as logger:
+    with RunLogger(
+        output_dir, ppo.steps, tensorboard=True, progress=run.progress, config=asdict(cfg), purge_step=purge_step, summary=summary, wandb_project=run.wandb_project_or_none,
+    ) as logger:
         for step in range(state["step"] + 1, ppo.steps + 1):
             t_start = time.perf_counter()
+            learning_rate = warmup_scheduled(cfg.schedule.lr_schedule, ppo.learning_rate, step, ppo.steps, cfg.schedule.lr_warmup_steps)
+            set_learning_rate(optimizer, learning_rate)
             step_prompts = [prompts[i] for i in batch_indices(len(prompts), ppo.prompts_per_step, step, run.seed)]
-            rollout = collect_rollout(models, step_prompts, ppo.num_generations, sampling, micro_batch_size, precision.autocast)
+            rollout = collect_rollout(models, step_prompts, ppo.num_generations, sampling, micro_batch_size, precision.autocast, generator)
             raw_scores = compute_scores(reward_fn, rollout.prompts, rollout.completions, device)
             scores = shape_scores(raw_scores, rollout.has_eos, sampling.missing_eos_penalty, ppo.reward_clip, ppo.whiten_rewards)
             advantages, returns, kl = compute_advantages(rollout, scores, state["kl_coef"], ppo)
             t_rollout = time.perf_counter()
             losses = ppo_update(models, optimizer, rollout, advantages, returns, ppo, state["kl_coef"], sampling.temperature, precision)
+            generator.sync_weights()
             t_update = time.perf_counter()
 
             kl_ref = sequence_kl(kl)
@@ -147,6 +165,7 @@ def train(cfg: RLHFConfig, reward_fn: RewardFn, prompts: list[str]) -> list[dict
                 "rlhf/kl_coef": state["kl_coef"],
                 "rlhf/response_length": response_tokens / rollout.response.shape[0],
                 "rlhf/eos_fraction": float(rollout.has_eos.float().mean()),
+                "charts/learning_rate": learning_rate,
                 **losses,
                 "perf/tokens_generated_per_s": response_tokens / (t_rollout - t_start),
                 "perf/tokens_trained_per_s": (rollout.query_mask.sum().item() + response_tokens) * ppo.ppo_epochs / (t_update - t_rollout),
@@ -159,10 +178,16 @@ def train(cfg: RLHFConfig, reward_fn: RewardFn, prompts: list[str]) -> list[dict
                 metrics["losses/explained_variance"] = explained_variance(rollout.values, returns, rollout.response_mask)
             if ppo.kl_target is not None:
                 state["kl_coef"] = proportional_kl_beta(state["kl_coef"], kl_ref, ppo.kl_target, rollout.response.shape[0], ppo.kl_horizon)
+            if due(step, cfg.monitor.sample_every, ppo.steps):
+                logger.log_samples(step, "rollout", sample_rows(rollout.prompts, rollout.completions, raw_scores, cfg.monitor.num_samples))
+            if eval_prompts and due(step, cfg.monitor.eval_every, ppo.steps):
+                eval_metrics, eval_rows = evaluate(models, generator, eval_prompts, reward_fn, sampling, rollout.response.shape[0])
+                metrics.update(eval_metrics)
+                logger.log_samples(step, "eval", eval_rows[: cfg.monitor.num_samples])
             state["step"] = step
             logger.log(step, metrics)
             history.append(metrics)
             monitor.check(step, metrics["rlhf/reward_mean"], kl_ref)
-            if step == ppo.steps or (run.save_every and step % run.save_every == 0):
+            if due(step, run.save_every, ppo.steps):
                 save_checkpoint(output_dir, step, models, optimizer, {"kl_coef": state["kl_coef"], "grad_scaler": precision.state_dict()}, run.keep_checkpoints)
     return history

@@ -1,0 +1,185 @@
+"""What a run shows and how it is steered over time: sample tables, eval prompts, the learning-rate
+schedule (with exact resume), W&B logging, and the vLLM generator's errors (issue 18)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from contextlib import nullcontext
+from dataclasses import replace
+
+import pytest
+import torch
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from fastppo.core import warmup_scheduled
+from fastppo.errors import FastPPOError
+from fastppo.rlhf.config import LRScheduleConfig, ModelConfig, MonitorConfig, PPOConfig, RunConfig, SamplingConfig, validate_ppo, validate_run
+from fastppo.rlhf.trainer import train
+from tests.rlhf.tiny import PROMPTS, early_letters, run_cli, tiny_config
+
+EVAL_PROMPTS = ["abc", "hello world", "ok"]
+
+
+def _jsonl(path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def _monitored(tiny_model, output_dir, steps=5, **monitor):
+    cfg = tiny_config(tiny_model, output_dir, steps=steps)
+    return replace(cfg, monitor=MonitorConfig(**monitor))
+
+
+def test_sample_tables_every_k_steps_and_at_the_end(tiny_model, tmp_path) -> None:
+    train(_monitored(tiny_model, tmp_path, steps=5, sample_every=2, num_samples=3), early_letters, PROMPTS)
+    rows = _jsonl(tmp_path / "samples.jsonl")
+    assert [r["global_step"] for r in rows] == [2, 2, 2, 4, 4, 4, 5, 5, 5]
+    assert all(set(r) == {"global_step", "table", "prompt", "completion", "reward"} and r["table"] == "rollout" for r in rows)
+    assert all(r["prompt"] in PROMPTS for r in rows)
+    # Each row's reward is the reward function's score of that very completion.
+    assert [r["reward"] for r in rows] == pytest.approx(early_letters([r["prompt"] for r in rows], [r["completion"] for r in rows]))
+    events = EventAccumulator(str(tmp_path), size_guidance={"tensors": 0}).Reload()
+    text = events.Tensors("samples/rollout/text_summary")
+    assert [e.step for e in text] == [2, 4, 5]
+    table = text[-1].tensor_proto.string_val[0].decode()
+    assert table.splitlines()[0] == "|prompt|completion|reward|" and len(table.splitlines()) == 2 + 3
+
+
+def test_eval_prompts_are_scored_greedily_at_the_right_steps(tiny_model, tmp_path) -> None:
+    history = train(_monitored(tiny_model, tmp_path, steps=5, eval_every=2, num_samples=len(EVAL_PROMPTS)), early_letters, PROMPTS, EVAL_PROMPTS)
+    logged = {r["global_step"]: r for r in _jsonl(tmp_path / "metrics.jsonl")}
+    assert [step for step, r in logged.items() if "eval/reward_mean" in r] == [2, 4, 5]
+    assert "eval/reward_mean" not in history[0]
+    tables = [r for r in _jsonl(tmp_path / "samples.jsonl") if r["table"] == "eval"]
+    for step in (2, 4, 5):
+        rows = [r for r in tables if r["global_step"] == step]
+        assert [r["prompt"] for r in rows] == EVAL_PROMPTS
+        assert logged[step]["eval/reward_mean"] == pytest.approx(sum(early_letters([], [r["completion"] for r in rows])) / len(rows))
+        assert {"eval/reward_std", "eval/response_length", "eval/eos_fraction"} <= set(logged[step])
+
+
+def test_eval_is_greedy_hence_reproducible(tiny_model, tmp_path) -> None:
+    # Same weights, two different sampling seeds: greedy completions must not depend on the RNG.
+    from fastppo.rlhf.evaluation import evaluate
+    from fastppo.rlhf.generation import HFGenerator
+    from fastppo.rlhf.models import load_models
+
+    models = load_models(ModelConfig(model=str(tiny_model)), critic=None)
+    generator = HFGenerator(models, SamplingConfig(max_new_tokens=8), nullcontext)
+    results = []
+    for seed in (0, 1):
+        torch.manual_seed(seed)
+        results.append(evaluate(models, generator, EVAL_PROMPTS, early_letters, SamplingConfig(max_new_tokens=8), batch_size=2))
+    assert results[0] == results[1]
+
+
+def test_lr_schedule_is_applied_and_logged(tiny_model, tmp_path) -> None:
+    cfg = replace(tiny_config(tiny_model, tmp_path, steps=5, learning_rate=1e-3), schedule=LRScheduleConfig("cosine", 2))
+    history = train(cfg, early_letters, PROMPTS)
+    assert [h["charts/learning_rate"] for h in history] == pytest.approx([warmup_scheduled("cosine", 1e-3, s, 5, 2) for s in range(1, 6)])
+    assert [h["charts/learning_rate"] for h in history] == pytest.approx([5e-4, 1e-3, 1e-3, 1e-3 * 0.5 * (1 + 0.5), 1e-3 * 0.5 * (1 - 0.5)])
+
+
+def test_resume_mid_schedule_continues_exactly(tiny_model, tmp_path) -> None:
+    """Stopped after step 2 of 4 (in the middle of a linear decay after warm-up), the resumed run
+    repeats the uninterrupted run's steps 3 and 4: same learning rates, same losses and rewards."""
+    deterministic = lambda h: {k: v for k, v in h.items() if not k.startswith(("time/", "perf/"))}  # noqa: E731
+    cfg = tiny_config(tiny_model, tmp_path / "full", steps=4, learning_rate=1e-3)
+    cfg = replace(cfg, schedule=LRScheduleConfig("linear", 1), run=replace(cfg.run, save_every=2))
+    full = train(cfg, early_letters, PROMPTS)
+    interrupted = tmp_path / "interrupted"
+    interrupted.mkdir()
+    shutil.copytree(tmp_path / "full" / "checkpoint-000002", interrupted / "checkpoint-000002")
+    (interrupted / "latest").write_text("checkpoint-000002")
+    resumed = train(replace(cfg, run=replace(cfg.run, output_dir=str(interrupted), resume=True)), early_letters, PROMPTS)
+    assert [h["charts/learning_rate"] for h in resumed] == pytest.approx([1e-3 * 2 / 3, 1e-3 / 3])
+    assert [deterministic(h) for h in resumed] == [pytest.approx(deterministic(h), rel=1e-5, abs=1e-6) for h in full[2:]]
+
+
+def test_dpo_follows_the_lr_schedule(tiny_model, tmp_path) -> None:
+    from fastppo.rlhf.config import DPOConfig, DPOTrainerConfig
+    from fastppo.rlhf.data import PreferencePair
+    from fastppo.rlhf.dpo import train_dpo
+
+    pairs = [PreferencePair("hello", "abc", "xyz")] * 4
+    cfg = DPOTrainerConfig(ModelConfig(model=str(tiny_model)), DPOConfig(batch_size=1, learning_rate=1e-3), RunConfig(output_dir=str(tmp_path), progress=False), LRScheduleConfig("linear", 1))
+    history = train_dpo(cfg, pairs)
+    assert [h["charts/learning_rate"] for h in history] == pytest.approx([1e-3, 1e-3, 1e-3 * 2 / 3, 1e-3 / 3])
+
+
+def test_wandb_offline_run_holds_the_metrics_and_samples(tiny_model, tmp_path, monkeypatch) -> None:
+    pytest.importorskip("wandb")
+    monkeypatch.setenv("WANDB_MODE", "offline")  # no network, no account: the run is written locally
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    cfg = _monitored(tiny_model, tmp_path / "my-run", steps=2, sample_every=1, num_samples=2)
+    history = train(replace(cfg, run=replace(cfg.run, report_to="wandb", wandb_project="fastppo-test")), early_letters, PROMPTS)
+    run_id = (tmp_path / "my-run" / "wandb-run-id").read_text()
+    [folder] = (tmp_path / "my-run" / "wandb").glob(f"offline-run-*-{run_id}")
+    records = (folder / f"run-{run_id}.wandb").read_bytes()
+    assert b"my-run" in records and b"fastppo-test" in records  # run name = output folder, project
+    for h in history:
+        assert json.dumps(h["rlhf/reward_mean"]).encode() in records
+    tables = sorted((folder / "files" / "media" / "table" / "samples").glob("rollout_*.table.json"))
+    assert len(tables) == 2
+    samples = [r for r in _jsonl(tmp_path / "my-run" / "samples.jsonl") if r["global_step"] == 2]
+    assert json.loads(tables[-1].read_text())["data"] == [[r["prompt"], r["completion"], r["reward"]] for r in samples]
+
+
+def test_wandb_missing_is_a_one_line_error(monkeypatch) -> None:
+    monkeypatch.setitem(sys.modules, "wandb", None)  # import wandb raises ImportError
+    with pytest.raises(FastPPOError, match=r"pip install 'fastppo\[wandb\]'"):
+        validate_run(RunConfig(report_to="wandb"), LRScheduleConfig())
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--lr-warmup-steps", "-1"], "--lr-warmup-steps must be 0 or positive"),
+        (["--lr-schedule", "step"], "invalid choice"),
+        (["--sample-every", "-2"], "--sample-every must be 0"),
+        (["--num-samples", "0"], "--num-samples must be positive"),
+        (["--eval-every", "0"], "--eval-every must be positive"),
+        (["--report-to", "mlflow"], "invalid choice"),
+        (["--vllm-gpu-memory", "1.5"], r"--vllm-gpu-memory must be in \(0, 1\]"),
+    ],
+)
+def test_bad_flags_are_one_line_errors(tiny_model, tmp_path, flags, message) -> None:
+    with pytest.raises(FastPPOError, match=message):
+        run_cli(["rlhf", "--model", str(tiny_model), "--reward", "tests.rlhf.tiny:early_letters", "--prompts", "p.jsonl", "--output-dir", str(tmp_path), *flags])
+
+
+def test_cli_eval_prompts_and_schedule(tiny_model, tmp_path) -> None:
+    prompts, eval_prompts = tmp_path / "p.jsonl", tmp_path / "eval.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in PROMPTS))
+    eval_prompts.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in EVAL_PROMPTS))
+    base = ["rlhf", "--model", str(tiny_model), "--reward", "tests.rlhf.tiny:early_letters", "--prompts", str(prompts), "--steps", "2",
+            "--prompts-per-step", "2", "--mini-batch-size", "2", "--ppo-epochs", "1", "--max-new-tokens", "4", "--no-progress"]
+    with pytest.raises(FastPPOError, match="--eval-prompts .*missing.jsonl.* does not exist"):
+        run_cli([*base, "--output-dir", str(tmp_path / "x"), "--eval-prompts", str(tmp_path / "missing.jsonl")])
+    assert run_cli([*base, "--output-dir", str(tmp_path / "run"), "--eval-prompts", str(eval_prompts), "--eval-every", "1",
+                    "--sample-every", "1", "--num-samples", "2", "--lr-schedule", "linear", "--lr-warmup-steps", "1", "--learning-rate", "0.01"]) == 0
+    logged = _jsonl(tmp_path / "run" / "metrics.jsonl")
+    assert [r["charts/learning_rate"] for r in logged] == pytest.approx([0.01, 0.01])
+    assert all("eval/reward_mean" in r for r in logged)
+    assert [(r["global_step"], r["table"]) for r in _jsonl(tmp_path / "run" / "samples.jsonl")] == [(1, "rollout")] * 2 + [(1, "eval")] * 2 + [(2, "rollout")] * 2 + [(2, "eval")] * 2
+
+
+def test_vllm_generator_needs_a_gpu(tiny_model) -> None:
+    with pytest.raises(FastPPOError, match="--generator vllm needs a CUDA GPU"):
+        validate_ppo(ModelConfig(model=str(tiny_model), device="cpu"), SamplingConfig(generator="vllm"), PPOConfig())
+
+
+def test_vllm_generator_needs_vllm(tiny_model, monkeypatch) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # as on a GPU machine: device auto -> cuda
+    monkeypatch.setitem(sys.modules, "vllm", None)  # import vllm raises ImportError
+    with pytest.raises(FastPPOError, match=r"needs vLLM, which is not installed: pip install 'fastppo\[vllm\]'"):
+        validate_ppo(ModelConfig(model=str(tiny_model)), SamplingConfig(generator="vllm"), PPOConfig())
+    with pytest.raises(FastPPOError, match="does not support --lora"):
+        validate_ppo(ModelConfig(model=str(tiny_model), lora=True), SamplingConfig(generator="vllm"), PPOConfig())
+
+
+def test_vllm_error_comes_before_any_loading(tiny_model, tmp_path) -> None:
+    # The CLI checks the flags before reading prompts or loading the reward: the missing prompts file is never reached.
+    with pytest.raises(FastPPOError, match="--generator vllm needs a CUDA GPU"):
+        run_cli(["rlhf", "--model", str(tiny_model), "--reward", "x:y", "--prompts", str(tmp_path / "none.jsonl"), "--generator", "vllm", "--device", "cpu"])
