@@ -104,7 +104,7 @@ def run_rlhf(args: argparse.Namespace) -> int:
     validate_run(cfg.run, cfg.schedule, cfg.monitor)
     data = config_from_args(DataConfig, args)
     prompts = read_prompts(args.prompts, data=data, tokenizer=_chat_tokenizer(data, cfg.model.model))
-    eval_prompts = read_prompts(args.eval_prompts, "--eval-prompts") if args.eval_prompts else None
+    eval_prompts = read_prompts(args.eval_prompts, "--eval-prompts", data, _chat_tokenizer(data, cfg.model.model)) if args.eval_prompts else None
     reward_fn = load_reward(args.reward, resolve_device(cfg.model.device))
     history = train(cfg, reward_fn, prompts, eval_prompts)
     if history:
