@@ -79,9 +79,14 @@ class RolloutBuffer:
         tensors = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "initial_state"} | extra
         return {k: v.flatten(0, 1) for k, v in tensors.items() if v is not None}
 
-    def batch(self, **extra: Tensor) -> dict[str, Tensor]:
+    def batch(self, seeds: int | None = None, **extra: Tensor) -> dict[str, Tensor]:
         """What ``ppo_update`` takes: the flattened rows, or for a recurrent policy the [T, N, ...]
-        fields and ``initial_state``, so that minibatches can take whole env sequences."""
+        fields and ``initial_state``, so that minibatches can take whole env sequences, or for a
+        stack of ``seeds`` (fastppo.seed_stack) each seed's rows ``[seeds, T * N_seed, ...]``, in the
+        order its single run flattens them (row t * N_seed + n)."""
+        if seeds is not None:
+            tensors = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "initial_state"} | extra
+            return {k: v.unflatten(1, (seeds, -1)).transpose(0, 1).flatten(1, 2) for k, v in tensors.items() if v is not None}
         if self.initial_state is None:
             return self.flatten(**extra)
         tensors = {f.name: getattr(self, f.name) for f in fields(self)} | extra

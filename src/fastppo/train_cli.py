@@ -59,9 +59,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--seeds",
         metavar="SPEC",
         default=None,
-        help="train one run per seed (1-10, 1,3,5, 1-4,8) into RUN_DIR/seed_<n>, --workers at a time; 'fastppo report RUN_DIR' summarises them",
+        help="train one run per seed (1-10, 1,3,5, 1-4,8) into RUN_DIR/seed_<n>: on tensor envs all in this process as one batched computation, "
+        "else (or with --workers) --workers processes at a time; 'fastppo report RUN_DIR' summarises them",
     )
-    parser.add_argument("--workers", metavar="K", type=int, default=None, help="with --seeds: runs trained at once, each in its own process (default: the number of CPU cores)")
+    parser.add_argument(
+        "--workers", metavar="K", type=int, default=None, help="with --seeds: runs trained at once, each in its own process (default: the number of CPU cores; tensor envs: none, one stacked process)"
+    )
     add_hyperparameter_flags(parser)
     parser.set_defaults(func=run)
 
@@ -111,6 +114,8 @@ def run_seeds(args: argparse.Namespace, overrides: dict[str, str]) -> int:
     seeds = parse_seeds(args.seeds)
     config = make_config(args.env_id, args.preset, overrides)
     parent = Path(args.run_dir) if args.run_dir else default_run_dir(config, seed=args.seeds.replace(",", "_"))
+    if config.env.backend == "tensor" and args.workers is None:
+        return run_seed_stack(config, seeds, parent)
     workers = args.workers if args.workers is not None else min(len(seeds), os.cpu_count() or 1)
     print(f"fastppo: {config.env.env_id}: {len(seeds)} seeds, {workers} at a time, into {parent}/seed_<n>")
     results = train_seeds(config, seeds, parent, workers)
@@ -118,6 +123,21 @@ def run_seeds(args: argparse.Namespace, overrides: dict[str, str]) -> int:
     if finals:
         print(f"fastppo: mean of the seeds' final returns {np.mean(finals):.1f} (min {min(finals):.1f}, max {max(finals):.1f}); statistics: fastppo report {parent}")
     return 1 if any(r.error for r in results) else 0
+
+
+def run_seed_stack(config: Config, seeds: list[int], parent: Path) -> int:
+    """``--seeds`` on tensor envs: every seed in this process, as one stack (fastppo.seed_stack)."""
+    from fastppo.trainer import train_seed_stack
+
+    print(f"fastppo: {config.env.env_id}: {len(seeds)} seeds as one batched run, into {parent}/seed_<n>")
+    agents = train_seed_stack(config, seeds, parent)
+    finals = [float(np.mean(agent.episode_returns[-20:])) for agent in agents if agent.episode_returns]
+    for seed, agent in zip(seeds, agents):
+        shown = f"{np.mean(agent.episode_returns[-20:]):.1f} mean return over the last 20 episodes" if agent.episode_returns else "no episode finished"
+        print(f"fastppo: seed {seed}: {shown} ({agent.run_dir})")
+    if finals:
+        print(f"fastppo: mean of the seeds' final returns {np.mean(finals):.1f} (min {min(finals):.1f}, max {max(finals):.1f}); statistics: fastppo report {parent}")
+    return 0
 
 
 def time_split(history: list[dict[str, float]]) -> str:

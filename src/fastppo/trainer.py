@@ -9,13 +9,14 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 import yaml
+from torch import Tensor
 
 from fastppo.agent import Agent, build_agent
 from fastppo.checkpoint import Checkpoint, list_checkpoints, load_checkpoint, restore_train_state, rewind_metrics, save_checkpoint
@@ -32,6 +33,7 @@ from fastppo.logger import RunLogger
 from fastppo.outputs import output_dir
 from fastppo.profiling import SectionTimer
 from fastppo.rollout import EnvCursor, ObservationNormalizer, PolicyStep, RolloutBuffer, collect_rollout
+from fastppo.seed_stack import SeedLoggers, check_seed_stack, episodes_by_seed, per_seed, save_seed_agent, seed_columns, stacked_agent
 from fastppo.update import MinibatchStep, UpdateCoefficients, make_optimizer, ppo_update, set_learning_rate
 
 RESUMABLE_OVERRIDES = ("ppo.total_timesteps", "run.checkpoint_every", "run.keep_checkpoints", "run.progress", "run.tensorboard", "run.torch_threads")
@@ -77,7 +79,8 @@ def resolve_device(name: str) -> torch.device:
 
 def check_finite(metrics: dict[str, float], agent: Agent, optimizer: torch.optim.Optimizer, iteration: int, global_step: int) -> None:
     """Stop with the culprit's name instead of training on NaNs (and before checkpointing them)."""
-    bad = [name for name in ("loss", "pg_loss", "v_loss", "entropy", "grad_norm") if not math.isfinite(metrics[name])]
+    # A stack of seeds has one value per seed (a list): any non-finite one stops them all.
+    bad = [name for name in ("loss", "pg_loss", "v_loss", "entropy", "grad_norm") if not all(map(math.isfinite, np.atleast_1d(metrics[name])))]
     # One check on the optimizer's flat parameter (every weight is a view of it: update.flatten_parameters);
     # the per-layer names only once something is wrong.
     if not all(bool(torch.isfinite(p).all()) for group in optimizer.param_groups for p in group["params"]):
@@ -228,31 +231,51 @@ def train(
         return train_rank(config, run_dir, checkpoint, on_iteration, device, world)
 
 
+def train_seed_stack(config: Config, seeds: list[int], run_dir: Path) -> list[Agent]:
+    """Train one agent per seed of ``seeds`` in this process, as one batched computation
+    (``fastppo.seed_stack``), each seed's run into ``run_dir/seed_<n>``; the agents in seed order."""
+    config.validate()
+    check_seed_stack(config)
+    return train_rank(config, run_dir, None, None, resolve_device(config.run.device), None, seeds)
+
+
 def train_rank(
-    config: Config, run_dir: Path | None, checkpoint: Checkpoint | None, on_iteration: Callable[[int, dict[str, float]], None] | None, device: torch.device, world: World | None
-) -> Agent:
-    """``train`` on ``device``, as one rank of ``world`` (None: the only process)."""
+    config: Config,
+    run_dir: Path | None,
+    checkpoint: Checkpoint | None,
+    on_iteration: Callable[[int, dict[str, float]], None] | None,
+    device: torch.device,
+    world: World | None,
+    seeds: list[int] | None = None,
+) -> Any:
+    """``train`` on ``device``, as one rank of ``world`` (None: the only process); with ``seeds``,
+    as a stack of those seeds (``train_seed_stack``)."""
     world_size = 1 if world is None else world.size
     out_dir = run_dir if world is None or world.main else None  # where this process writes
-    if out_dir is not None:
-        output_dir(out_dir, "the run directory")  # before a single step is spent
-    if checkpoint is None and out_dir is not None and list_checkpoints(out_dir):
-        raise FastPPOError(f"{out_dir} already holds a run with checkpoints: continue it with 'fastppo train --resume {out_dir}' or pick another --run-dir")
+    seed_dirs = None if seeds is None else [run_dir / f"seed_{s}" for s in seeds]
+    for directory in seed_dirs or [out_dir]:
+        if directory is not None:
+            output_dir(directory, "the run directory")  # before a single step is spent
+        if checkpoint is None and directory is not None and list_checkpoints(directory):
+            raise FastPPOError(f"{directory} already holds a run with checkpoints: continue it with 'fastppo train --resume {directory}' or pick another --run-dir")
     cfg = config.ppo
     num_iterations, steps_per_iteration = planned_iterations(config, world_size), config.batch_size * world_size
     # Each rank its own envs and random streams; a resumed rank restarts them (the checkpoint holds rank 0's).
     seed = config.run.seed if world is None else world.seed(config.run.seed, config.env.num_envs, checkpoint.iteration if checkpoint else 0)
-    seed_everything(seed, config.run.torch_deterministic)
+    seed_everything(seed if seeds is None else seeds[0], config.run.torch_deterministic)
     torch.set_num_threads(config.run.torch_threads)
     if config.run.cudagraphs:
         check_cudagraphs(device)
-    envs = make_vec_env(config.env, device, video_dir=out_dir / "videos" if out_dir else None, multi_agent=config.multi_agent)
-    first = envs.reset(seed=seed)
-    agent = build_agent(config, envs.single_observation_space, envs.single_action_space, device, envs.layout)
+    envs = make_vec_env(config.env, device, video_dir=out_dir / "videos" if out_dir and seeds is None else None, multi_agent=config.multi_agent, seed_blocks=len(seeds or [seed]))
+    first = envs.reset(seed=seed if seeds is None else seeds)
+    if seeds is None:
+        agent = build_agent(config, envs.single_observation_space, envs.single_action_space, device, envs.layout)
+    else:
+        agent = stacked_agent(config, envs.single_observation_space, envs.single_action_space, device, seeds)
     agent.run_dir = run_dir
     agent.action_masks = first.action_mask is not None
     normalize_obs = ObservationNormalizer(agent.obs_rms, config.env.clip_obs)
-    reward_scaler = RewardScaler(envs.num_envs, cfg.gamma, config.env.clip_reward, device) if config.env.normalize_reward else None
+    reward_scaler = RewardScaler(envs.num_envs, cfg.gamma, config.env.clip_reward, device, groups=seeds and len(seeds)) if config.env.normalize_reward else None
     statistics = None
     if world is not None:  # the same start on every rank: rank 0's weights, and statistics merged each iteration
         world.broadcast_module(agent.policy)
@@ -269,7 +292,13 @@ def train_rank(
     )
     mask_dim = None if first.action_mask is None else first.action_mask.shape[-1]
     buf = RolloutBuffer.allocate(cfg.num_steps, envs, device, mask_dim, agent.policy.state_size)
-    logger = open_logger(config, out_dir, checkpoint, quiet=world is not None and not world.main)
+    if seeds is None:
+        logger = open_logger(config, out_dir, checkpoint, quiet=world is not None and not world.main)
+    else:  # one run folder per seed, one progress bar for them all
+        logger = SeedLoggers(
+            [open_logger(replace(config, run=replace(config.run, seed=s, progress=False)), d, None) for s, d in zip(seeds, seed_dirs)],
+            RunLogger(None, config.ppo.total_timesteps, False, config.run.progress),
+        )
     if checkpoint is not None:
         exact = restore_train_state(state, envs, checkpoint, normalize_obs, fresh_seed=None if world is None else seed)
         if statistics is not None:
@@ -285,6 +314,7 @@ def train_rank(
                 "episodes; weights, optimizer, statistics, counters and RNGs are restored exactly"
             )
     monitor, timer = HealthMonitor(), SectionTimer()
+    seeds_returns: list[list[float]] = [[] for _ in seeds or []]  # a stack's finished episodes, per seed
     if isinstance(envs, HostCopies):
         envs.timer = timer  # numpy-backed envs time their host<->device copies ("copy")
     # Opt-in speed layers (--compile, --cudagraphs); eager by default.
@@ -315,26 +345,37 @@ def train_rank(
                     buf.rewards, buf.values, shift_values(buf.values, last_value), buf.terminated, buf.truncated, cfg.gamma, cfg.gae_lambda
                 )
                 with timer.section("update"):
-                    losses = ppo_update(agent.policy, state.optimizer, buf.batch(advantages=advantages, returns=returns), cfg, coefs, update_step)
+                    batch = buf.batch(seeds=seeds and len(seeds), advantages=advantages, returns=returns)
+                    losses = ppo_update(agent.policy, state.optimizer, batch, cfg, coefs, update_step)
                 state.global_step += steps_per_iteration
                 check_finite(losses, agent, state.optimizer, state.iteration, state.global_step)
                 if cfg.objective == "kl":
                     state.kl_beta = adaptive_kl_beta(state.kl_beta, losses["kl_after_update"], cfg.kl_target)
 
-                metrics = iteration_metrics(losses, episodes, timer.pop(), state, coefs, buf, returns, time.perf_counter() - start, steps_per_iteration)
+                seconds, elapsed = timer.pop(), time.perf_counter() - start
+                if seeds is None:
+                    metrics = iteration_metrics(losses, episodes, seconds, state, coefs, buf.values, returns, buf.valid, elapsed, steps_per_iteration)
+                    for warning in monitor.check(metrics, progress):
+                        logger.message(f"[yellow]warning:[/] {warning}")
+                else:
+                    by_seed = episodes_by_seed(episodes, seeds, config.env.num_envs)
+                    for seed_returns, seed_episodes in zip(seeds_returns, by_seed):
+                        seed_returns += seed_episodes.returns
+                    metrics = [
+                        iteration_metrics(seed_losses, seed_episodes, seconds, state, coefs, *columns, elapsed, steps_per_iteration)
+                        for seed_losses, seed_episodes, columns in zip(per_seed(losses, len(seeds)), by_seed, seed_columns((buf.values, returns, buf.valid), len(seeds)))
+                    ]
                 logger.log(state.global_step, metrics)
                 if on_iteration is not None:
                     on_iteration(state.global_step, metrics)
-                for warning in monitor.check(metrics, progress):
-                    logger.message(f"[yellow]warning:[/] {warning}")
 
                 stop.agree()
                 every, last = config.run.checkpoint_every, state.iteration == num_iterations
-                if out_dir is not None and (stop.requested or last or (every and state.iteration % every == 0)):
+                if out_dir is not None and seeds is None and (stop.requested or last or (every and state.iteration % every == 0)):
                     saved = save_checkpoint(out_dir, state, envs, config.run.keep_checkpoints)
             # A signal during the last iteration stopped nothing: the run is finished, not interrupted.
             if stop.requested and state.iteration < num_iterations:
-                if out_dir is not None and (saved is None or not saved.name.endswith(f"{state.iteration:06d}")):
+                if out_dir is not None and seeds is None and (saved is None or not saved.name.endswith(f"{state.iteration:06d}")):
                     saved = save_checkpoint(out_dir, state, envs, config.run.keep_checkpoints)
                 agent.interrupted_by = signal.Signals(stop.signal)
     except FastPPOError as exc:
@@ -350,6 +391,8 @@ def train_rank(
             file=sys.stderr,
             flush=True,
         )
+    if seeds is not None:
+        return [save_seed_agent(agent, i, d, seed_logger.history, r) for i, (d, seed_logger, r) in enumerate(zip(seed_dirs, logger.loggers, seeds_returns))]
     agent.history = logger.history
     if out_dir is not None:
         agent.save(out_dir)
@@ -372,8 +415,11 @@ def open_logger(config: Config, run_dir: Path | None, checkpoint: Checkpoint | N
     return logger
 
 
-def iteration_metrics(losses, episodes, seconds, state: TrainState, coefs: UpdateCoefficients, buf: RolloutBuffer, returns, elapsed: float, batch_size: int) -> dict[str, float]:
-    """The logged scalars of one iteration, under CleanRL's names."""
+def iteration_metrics(
+    losses, episodes, seconds, state: TrainState, coefs: UpdateCoefficients, values: Tensor, returns: Tensor, valid: Tensor, elapsed: float, batch_size: int
+) -> dict[str, float]:
+    """The logged scalars of one iteration, under CleanRL's names (``values``, ``returns`` and
+    ``valid``: the rollout's, for the explained variance)."""
     metrics = {
         "charts/learning_rate": float(state.optimizer.param_groups[0]["lr"]),
         "charts/clip_coef": coefs.clip_coef,
@@ -390,7 +436,7 @@ def iteration_metrics(losses, episodes, seconds, state: TrainState, coefs: Updat
         "losses/ratio_std": losses["ratio_std"],
         "losses/grad_norm": losses["grad_norm"],
         "losses/epochs": losses["epochs"],
-        "losses/explained_variance": explained_variance(buf.values, returns, buf.valid),
+        "losses/explained_variance": explained_variance(values, returns, valid),
         **{f"time/{name}": value for name, value in seconds.items()},
     }
     if state.agent.config.ppo.objective == "kl":

@@ -8,7 +8,7 @@ and ``cudagraphs`` captures the whole step, optimizer included, in one CUDA grap
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -21,6 +21,7 @@ from fastppo.cuda_graphs import capture_graph, check_cudagraphs, on_side_stream
 from fastppo.errors import FastPPOError
 from fastppo.optim import FusedAdam, fused_adam_available
 from fastppo.policies import ActorCritic
+from fastppo.seed_stack import SeedMinibatches, StackedActorCritic
 
 if TYPE_CHECKING:
     from fastppo.distributed import World
@@ -110,8 +111,11 @@ def minibatch_loss(
     torchrun ``advantage_moments`` normalise the advantages over every rank's part of the minibatch."""
     mask = mb.get("valid")  # None once ppo_update has dropped the reset rows
     newlogprob, entropy, newvalue = policy.evaluate(mb["obs"], mb["actions"], mb.get("action_masks"), mb.get("initial_state"), mask)
-    mb_advantages = normalize_advantages(mb["advantages"], mask, moments=advantage_moments) if cfg.norm_adv else mb["advantages"]
-    return ppo_loss(
+    # A stack of seeds' minibatch is [seeds, rows]: one loss per seed (their sum is minimised, so
+    # each seed's weights get its own loss's gradient), one advantage normalisation per seed.
+    dim = -1 if isinstance(policy, StackedActorCritic) else None
+    mb_advantages = normalize_advantages(mb["advantages"], mask, moments=advantage_moments, dim=dim) if cfg.norm_adv else mb["advantages"]
+    loss, metrics = ppo_loss(
         newlogprob,
         mb["logprobs"],
         mb_advantages,
@@ -126,7 +130,9 @@ def minibatch_loss(
         mask=mask,
         objective=cfg.objective,
         kl_beta=coefs.kl_beta,
+        dim=dim,
     )
+    return (loss if dim is None else loss.sum()), metrics
 
 
 class MinibatchStep:
@@ -158,6 +164,8 @@ class MinibatchStep:
         if len(params) != 1 or params[0].grad is None:
             raise FastPPOError("the PPO update needs the optimizer from fastppo.update.make_optimizer(policy, ...): one flat parameter with its gradient")
         self.flat_parameter = params[0]
+        # A stack of seeds' flat parameter is seed-major: one gradient-norm clip per seed.
+        self.seeds = policy.seeds if isinstance(policy, StackedActorCritic) else None
         self.loss_fn: Callable[..., tuple[Tensor, dict[str, Tensor]]] = minibatch_loss
         if compile:
             self.loss_fn = torch.compile(minibatch_loss, mode=COMPILE_MODE)
@@ -183,9 +191,10 @@ class MinibatchStep:
             self.world.mean_(grad.mul_(share.weight))
         # clip_grad_norm_'s formula on the one flat gradient, as 3 ops instead of its per-call
         # bookkeeping (a quarter of the optimizer's overhead on small MLPs).
-        grad_norm = torch.linalg.vector_norm(grad)
-        grad.mul_(torch.clamp(self.cfg.max_grad_norm / (grad_norm + 1e-6), max=1.0))
-        metrics["grad_norm"] = grad_norm
+        rows = grad.view(self.seeds or 1, -1)
+        grad_norm = torch.linalg.vector_norm(rows, dim=-1)
+        rows.mul_(torch.clamp(self.cfg.max_grad_norm / (grad_norm + 1e-6), max=1.0).unsqueeze(-1))
+        metrics["grad_norm"] = grad_norm if self.seeds else grad_norm[0]
         self.optimizer.step()
         return metrics
 
@@ -241,7 +250,8 @@ def ppo_update(
     world = step.world
     batch = {k: batch[k] for k in MINIBATCH_KEYS if k in batch}
     sequences = "initial_state" in batch
-    if not step.cudagraphs and not sequences and world is None:
+    seeds = SeedMinibatches(batch, policy.noise, cfg.num_minibatches) if isinstance(policy, StackedActorCritic) else None
+    if not step.cudagraphs and not sequences and world is None and seeds is None:
         # Drop the NEXT_STEP reset rows once (one host sync per update): every minibatch is then
         # all valid and the loss takes plain means, ~10% cheaper than masked ones on small MLPs.
         # CUDA graphs need fixed shapes, and under torchrun every rank must run as many
@@ -257,18 +267,9 @@ def ppo_update(
     epochs_run = 0
     for _ in range(cfg.update_epochs):
         epochs_run += 1
-        if cfg.num_minibatches > 1:
-            # One gather per field per epoch, then contiguous slices: not one gather per minibatch.
-            perm = torch.randperm(batch_size, device=batch["obs"].device)
-            shuffled = {k: v[:, perm] if sequences and k != "initial_state" else v[perm] for k, v in batch.items()}
-        else:
-            shuffled = batch  # one full-batch minibatch: its mean loss does not depend on the order
-        shares = None if world is None else rank_shares(world, shuffled, bounds, sequences)
-        for i, (start, end) in enumerate(zip(bounds[:-1], bounds[1:])):
-            if start == end:
-                continue
-            share = None if shares is None else shares[i]
-            metrics = step(minibatch(shuffled, start, end, sequences), coefs, share)
+        share = None
+        for mb, share in seeds.epoch() if seeds is not None else row_minibatches(batch, bounds, sequences, cfg.num_minibatches > 1, world):
+            metrics = step(mb, coefs, share)
             # All metrics in one stacked tensor: one add per minibatch, one host sync per update.
             names = names or list(metrics)
             values = torch.stack([metrics[name] for name in names])
@@ -302,6 +303,23 @@ def rank_shares(world: World, shuffled: dict[str, Tensor], bounds: list[int], se
     total = world.sum_(local.clone())
     weights = (local[:, 0] * world.size / total[:, 0].clamp_min(1)).float()
     return [RankShare(weight, everyone) for weight, everyone in zip(weights, total)]
+
+
+def row_minibatches(
+    batch: dict[str, Tensor], bounds: list[int], sequences: bool, shuffle: bool, world: World | None
+) -> Iterator[tuple[dict[str, Tensor], RankShare | None]]:
+    """One epoch's minibatches (rows, or env sequences) between ``bounds``, shuffled first when
+    ``shuffle`` (one full-batch minibatch's mean loss does not depend on the order), each with this
+    rank's ``RankShare`` under torchrun."""
+    if shuffle:
+        # One gather per field per epoch, then contiguous slices: not one gather per minibatch.
+        batch_size = bounds[-1]
+        perm = torch.randperm(batch_size, device=batch["obs"].device)
+        batch = {k: v[:, perm] if sequences and k != "initial_state" else v[perm] for k, v in batch.items()}
+    shares = None if world is None else rank_shares(world, batch, bounds, sequences)
+    for i, (start, end) in enumerate(zip(bounds[:-1], bounds[1:])):
+        if start < end:
+            yield minibatch(batch, start, end, sequences), None if shares is None else shares[i]
 
 
 def minibatch(batch: dict[str, Tensor], start: int, end: int, sequences: bool) -> dict[str, Tensor]:

@@ -17,11 +17,17 @@ class RunningMeanStd:
     Python float, and keeps the float32 ``mean`` and ``1/std`` that ``normalize`` needs ready.
     """
 
-    def __init__(self, shape: tuple[int, ...] = (), device: torch.device | str = "cpu", epsilon: float = 1e-4, norm_epsilon: float = 1e-8):
+    def __init__(
+        self, shape: tuple[int, ...] = (), device: torch.device | str = "cpu", epsilon: float = 1e-4, norm_epsilon: float = 1e-8, groups: int | None = None
+    ):
+        """``groups``: one statistic per group of rows (a stack of seeds, fastppo.seed_stack): a
+        batch's rows are ``groups`` equal blocks, block g feeding statistic g only."""
+        self.groups = groups
+        full = shape if groups is None else (groups, *shape)
         # float64: the count grows to millions and float32 merges would drift.
-        self.mean = torch.zeros(shape, dtype=torch.float64, device=device)
-        self.var = torch.ones(shape, dtype=torch.float64, device=device)
-        self.count = float(epsilon)
+        self.mean = torch.zeros(full, dtype=torch.float64, device=device)
+        self.var = torch.ones(full, dtype=torch.float64, device=device)
+        self.count = float(epsilon) if groups is None else torch.full((groups,), float(epsilon), dtype=torch.float64, device=device)
         self.norm_epsilon = norm_epsilon
         self._refresh()
 
@@ -32,7 +38,7 @@ class RunningMeanStd:
     def _extra_columns(self, x: Tensor) -> int:
         """How many trailing columns of ``x`` lie past the statistics (0 for a matching shape):
         rows may end in columns kept raw (the agent-id one-hots of fastppo.layout.ObservationLayout)."""
-        return x.shape[-1] - self.mean.shape[-1] if self.mean.dim() == 1 and x.dim() == 2 else 0
+        return x.shape[-1] - self.mean.shape[-1] if self.mean.dim() - (self.groups is not None) == 1 and x.dim() == 2 else 0
 
     def update(self, batch: Tensor, mask: Tensor | None = None) -> None:
         """Fold a [B, *shape] batch into the statistics; with a bool ``mask`` [B], only its true
@@ -61,16 +67,24 @@ class RunningMeanStd:
         # __rdiv__, reciprocal then multiply, a bit off: a resumed run would drift from its one-go twin.
         count = torch.as_tensor(self.count, dtype=torch.float64, device=x.device)
         weights = torch.ones(x.shape[0], dtype=torch.float64, device=x.device) if mask is None else mask.to(torch.float64)
-        weights = weights.reshape(-1, *([1] * (x.dim() - 1)))
-        n = weights.sum()
-        batch_mean = (x * weights).sum(0) / n.clamp(min=1.0)
-        batch_var = ((x - batch_mean).square() * weights).sum(0) / n.clamp(min=1.0)
+        if self.groups is not None:  # [groups, rows, ...], each group's statistics over its rows
+            x, weights = x.unflatten(0, (self.groups, -1)), weights.unflatten(0, (self.groups, -1))
+            count = count.reshape(self.groups, *([1] * (x.dim() - 2)))
+        axis = 0 if self.groups is None else 1
+        weights = weights.reshape(*weights.shape, *([1] * (x.dim() - weights.dim())))
+        n = weights.sum(axis) if self.groups is not None else weights.sum()
+        batch_mean = (x * weights).sum(axis) / n.clamp(min=1.0)
+        batch_var = ((x - batch_mean.unsqueeze(axis)).square() * weights).sum(axis) / n.clamp(min=1.0)
         delta = batch_mean - self.mean
         total = count + n
         self.var.mul_(count / total).add_(batch_var * (n / total)).add_(delta.square() * (count * n / total**2))
         self.mean.add_(delta * (n / total))
-        self.count = total
+        self.count = total if self.groups is None else total.reshape(self.groups)
         self._refresh()
+
+    def per_row(self, stat: Tensor, rows: int) -> Tensor:
+        """A grouped statistic ``[groups, ...]`` repeated for ``rows`` rows of equal blocks (as is otherwise)."""
+        return stat if self.groups is None else stat.repeat_interleave(rows // self.groups, dim=0)
 
     def normalize(self, x: Tensor, clip: float) -> Tensor:
         """(x - mean) / sqrt(var + eps), clipped to [-clip, clip], in float32; columns past the
@@ -78,7 +92,7 @@ class RunningMeanStd:
         extra = self._extra_columns(x)
         if extra:
             return torch.cat([self.normalize(x[:, :-extra], clip), x[:, -extra:].float()], dim=1)
-        return ((x.float() - self.mean32) * self.inv_std32).clamp(-clip, clip)
+        return ((x.float() - self.per_row(self.mean32, len(x))) * self.per_row(self.inv_std32, len(x))).clamp(-clip, clip)
 
     def snapshot(self) -> tuple[Tensor, Tensor, Tensor]:
         """(count, mean, var), copied: a base for ``moments_since``."""
@@ -115,7 +129,7 @@ class RunningMeanStd:
     def load_state_dict(self, state: dict[str, Tensor]) -> None:
         self.mean = state["mean"].to(self.mean).clone()
         self.var = state["var"].to(self.var).clone()
-        self.count = float(state["count"])
+        self.count = float(state["count"]) if self.groups is None else state["count"].to(self.mean).clone()
         self._refresh()
 
 
@@ -123,10 +137,11 @@ class RewardScaler:
     """Divides rewards by the running std of the discounted return (Engstrom et al. 2020,
     "Implementation Matters"), as gymnasium's NormalizeReward does, then clips them."""
 
-    def __init__(self, num_envs: int, gamma: float, clip: float, device: torch.device | str = "cpu", epsilon: float = 1e-8):
+    def __init__(self, num_envs: int, gamma: float, clip: float, device: torch.device | str = "cpu", epsilon: float = 1e-8, groups: int | None = None):
+        """``groups``: one return statistic per equal block of envs (a stack of seeds)."""
         self.gamma = gamma
         self.clip = clip
-        self.return_rms = RunningMeanStd((), device, norm_epsilon=epsilon)
+        self.return_rms = RunningMeanStd((), device, norm_epsilon=epsilon, groups=groups)
         self.discounted_return = torch.zeros(num_envs, dtype=torch.float64, device=device)
 
     def __call__(self, rewards: Tensor, done: Tensor, update: bool = True, valid: Tensor | None = None) -> Tensor:
@@ -139,7 +154,7 @@ class RewardScaler:
             self.discounted_return.mul_(self.gamma).add_(rewards)
             self.return_rms.update(self.discounted_return, valid)
             self.discounted_return.masked_fill_(done, 0.0)
-        return (rewards * self.return_rms.inv_std32).clamp(-self.clip, self.clip)
+        return (rewards * self.return_rms.per_row(self.return_rms.inv_std32, len(rewards))).clamp(-self.clip, self.clip)
 
     def state_dict(self) -> dict[str, Tensor]:
         return {**{f"return_rms.{k}": v for k, v in self.return_rms.state_dict().items()}, "discounted_return": self.discounted_return}

@@ -96,12 +96,16 @@ def policy_spaces(config: Config) -> tuple[gym.Space, gym.Space, ObservationLayo
     return *env_spaces(config.env.env_id, config.env.backend, config.env.frame_stack), ObservationLayout()
 
 
-def make_vec_env(cfg: EnvConfig, device: torch.device, video_dir: Path | None = None, multi_agent: MultiAgentConfig | None = None) -> VecEnv:
+def make_vec_env(cfg: EnvConfig, device: torch.device, video_dir: Path | None = None, multi_agent: MultiAgentConfig | None = None, seed_blocks: int = 1) -> VecEnv:
     """A VecEnv for ``cfg`` on ``device``; seeding happens at the first ``reset``. A PettingZoo
-    env (``pz:<module>``) makes ``num_envs`` copies of agent rows as ``multi_agent`` says."""
+    env (``pz:<module>``) makes ``num_envs`` copies of agent rows as ``multi_agent`` says.
+    ``seed_blocks`` > 1 (tensor envs only): that many blocks of ``num_envs`` envs, each with its
+    own random stream, for a stack of seeds (fastppo.seed_stack)."""
     # Here, not in Config.validate, which checks values without looking envs up.
     if cfg.frame_stack != EnvConfig.frame_stack and not is_atari(cfg.env_id):
         raise FastPPOError(f"--env.frame-stack {cfg.frame_stack} applies to Atari ids only, and {cfg.env_id} is not one: leave it at {EnvConfig.frame_stack}")
+    if seed_blocks != 1 and (cfg.backend != "tensor" or is_pettingzoo(cfg.env_id)):
+        raise FastPPOError(f"seeds train as one stack on tensor envs only, not on the {cfg.backend} backend: add --workers K to train them as processes")
     if is_pettingzoo(cfg.env_id):
         from fastppo.envs.pettingzoo_vec import make_pettingzoo_env
 
@@ -109,7 +113,7 @@ def make_vec_env(cfg: EnvConfig, device: torch.device, video_dir: Path | None = 
     if cfg.backend == "tensor":
         from fastppo.envs.tensor import make_tensor_env
 
-        return make_tensor_env(cfg.env_id, cfg.num_envs, device=device)
+        return make_tensor_env(cfg.env_id, cfg.num_envs * seed_blocks, device=device, seed_blocks=seed_blocks)
     if cfg.backend == "envpool":
         from fastppo.envs.envpool_vec import make_envpool_env
 

@@ -43,6 +43,8 @@ class Episodes(NamedTuple):
     returns: list[float]
     lengths: list[int]
     by_agent: dict[str, list[float]] | None = None
+    rows: list[int] | None = None
+    """The env row each episode ran in (tensor envs: a stack of seeds splits them by seed)."""
 
 
 class VecEnv(Protocol):

@@ -33,12 +33,30 @@ def _mask_logits(logits: Tensor, action_mask: Tensor | None) -> Tensor:
     return logits.masked_fill(~action_mask, torch.finfo(logits.dtype).min)
 
 
-def _categorical_sample(logits: Tensor) -> Tensor:
+class Noise:
+    """Where the heads' random draws come from: torch's global generator here (a run of one seed);
+    one generator per seed for a stack of seeds (``fastppo.seed_stack.SeedNoise``), so that each
+    seed draws what it would draw alone."""
+
+    def exponential(self, like: Tensor) -> Tensor:
+        return torch.empty_like(like).exponential_()
+
+    def normal(self, like: Tensor) -> Tensor:
+        return torch.randn_like(like)
+
+    def uniform(self, like: Tensor) -> Tensor:
+        return torch.rand_like(like)
+
+
+GLOBAL_NOISE = Noise()
+
+
+def _categorical_sample(logits: Tensor, noise: Noise = GLOBAL_NOISE) -> Tensor:
     # Gumbel-max, argmax(logits + G) with G = -log(E), E ~ Exp(1): the same law as
     # Categorical.sample() without normalising; an exponential draw instead of
     # -log(-log(uniform)) saves 2 ops per rollout step. The clamp keeps a draw of exactly 0
     # from giving G = +inf, which would beat even a masked logit.
-    return (logits - torch.empty_like(logits).exponential_().clamp_(min=1e-20).log_()).argmax(dim=-1)
+    return (logits - noise.exponential(logits).clamp_(min=1e-20).log_()).argmax(dim=-1)
 
 
 class ActionHead(nn.Module):
@@ -48,8 +66,9 @@ class ActionHead(nn.Module):
         return self.linear(features)
 
     @abstractmethod
-    def sample(self, params: Tensor, action_mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
-        """(action, logprob of that action): the rollout's hot path, so no entropy."""
+    def sample(self, params: Tensor, action_mask: Tensor | None = None, noise: Noise = GLOBAL_NOISE) -> tuple[Tensor, Tensor]:
+        """(action, logprob of that action): the rollout's hot path, so no entropy. ``params`` may
+        carry leading batch dims (a stack of seeds: ``[seeds, rows, ...]``)."""
 
     @abstractmethod
     def logprob_entropy(self, params: Tensor, action: Tensor, action_mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
@@ -84,10 +103,10 @@ class CategoricalHead(IndexHead):
         super().__init__(start)
         self.linear = layer_init(nn.Linear(in_features, n), gain=0.01)
 
-    def sample(self, params, action_mask=None):
+    def sample(self, params, action_mask=None, noise=GLOBAL_NOISE):
         # One log_softmax serves the draw and the logprob, no entropy.
         logp_all = torch.log_softmax(_mask_logits(params, action_mask), dim=-1)
-        action = _categorical_sample(logp_all)
+        action = _categorical_sample(logp_all, noise)
         return action, logp_all.gather(-1, action.unsqueeze(-1)).squeeze(-1)
 
     def logprob_entropy(self, params, action, action_mask=None):
@@ -108,8 +127,8 @@ class MultiCategoricalHead(IndexHead):
     def _split(self, params: Tensor, action_mask: Tensor | None) -> tuple[Tensor, ...]:
         return torch.split(_mask_logits(params, action_mask), self.nvec, dim=-1)
 
-    def sample(self, params, action_mask=None):
-        action = torch.stack([_categorical_sample(lg) for lg in self._split(params, action_mask)], dim=-1)
+    def sample(self, params, action_mask=None, noise=GLOBAL_NOISE):
+        action = torch.stack([_categorical_sample(lg, noise) for lg in self._split(params, action_mask)], dim=-1)
         return action, self.logprob_entropy(params, action, action_mask)[0]
 
     def logprob_entropy(self, params, action, action_mask=None):
@@ -127,8 +146,8 @@ class BernoulliHead(ActionHead):
         super().__init__()
         self.linear = layer_init(nn.Linear(in_features, n), gain=0.01)
 
-    def sample(self, params, action_mask=None):
-        action = (torch.rand_like(params) < torch.sigmoid(params)).to(params.dtype)
+    def sample(self, params, action_mask=None, noise=GLOBAL_NOISE):
+        action = (noise.uniform(params) < torch.sigmoid(params)).to(params.dtype)
         return action, self.logprob_entropy(params, action)[0]
 
     def logprob_entropy(self, params, action, action_mask=None):
@@ -151,11 +170,11 @@ class GaussianHead(ActionHead):
         self.linear = layer_init(nn.Linear(in_features, dim), gain=0.01)
         self.log_std = nn.Parameter(torch.full((dim,), float(init_log_std)))
 
-    def sample(self, params, action_mask=None):
-        # The log-density of mean + std * noise needs only the noise.
-        noise = torch.randn_like(params)
-        action = torch.addcmul(params, self.log_std.exp(), noise)
-        logprob = (-0.5 * noise.square() - self.log_std).sum(-1) - 0.5 * math.log(2 * math.pi) * params.shape[-1]
+    def sample(self, params, action_mask=None, noise=GLOBAL_NOISE):
+        # The log-density of mean + std * eps needs only eps.
+        eps = noise.normal(params)
+        action = torch.addcmul(params, self.log_std.exp(), eps)
+        logprob = (-0.5 * eps.square() - self.log_std).sum(-1) - 0.5 * math.log(2 * math.pi) * params.shape[-1]
         return action, logprob
 
     def logprob_entropy(self, params, action, action_mask=None):

@@ -67,15 +67,19 @@ def make_tensor_env(
     device: torch.device | str = "cpu",
     seed: int | None = None,
     dtype: torch.dtype = torch.float32,
+    seed_blocks: int = 1,
 ) -> TensorEnv:
     """``num_envs`` copies of ``env_id`` (see :func:`tensor_env_class`) as one :class:`TensorEnv` on ``device``.
 
     ``dtype=torch.float64`` is for checking against gymnasium; training wants float32.
+    ``seed_blocks``: the envs form that many equal blocks, each with its own random stream (a
+    stack of seeds, fastppo.seed_stack).
     """
     env_class = tensor_env_class(env_id)
     if num_envs < 1:
         raise FastPPOError(f"num_envs must be at least 1, got {num_envs}")
-    return env_class(num_envs, device=device, dtype=dtype, seed=seed)
+    blocks = {"seed_blocks": seed_blocks} if seed_blocks != 1 else {}  # a user's env need not take it
+    return env_class(num_envs, device=device, dtype=dtype, seed=seed, **blocks)
 
 
 __all__ = ["TENSOR_ENVS", "Acrobot", "CartPole", "CartPoleNoVelocity", "MountainCar", "Pendulum", "TensorEnv", "make_tensor_env", "tensor_env_class", "user_tensor_env"]

@@ -23,6 +23,7 @@ data-dependent subset (indexing by a mask would need its size on the host).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 
 import gymnasium as gym
 import torch
@@ -59,19 +60,22 @@ class TensorEnv(ABC):
         num_envs: int,
         device: torch.device | str = "cpu",
         dtype: torch.dtype = torch.float32,
-        seed: int | None = None,
+        seed: int | Sequence[int] | None = None,
         max_episode_steps: int | None = None,
+        seed_blocks: int = 1,
     ) -> None:
         self.num_envs = num_envs
         self.device = torch.device(device)
         self.dtype = dtype
         if max_episode_steps is not None:
             self.max_episode_steps = max_episode_steps
-        self.generator = torch.Generator(device=self.device)
-        if seed is None:
-            self.generator.seed()  # nondeterministic, like an unseeded gymnasium env
-        else:
-            self.generator.manual_seed(seed)
+        if seed_blocks < 1 or num_envs % seed_blocks:
+            raise FastPPOError(f"{num_envs} envs do not split into {seed_blocks} equal seed blocks")
+        # One generator per block of rows (a stack of seeds, fastppo.seed_stack: each seed's envs
+        # draw what its single run's envs draw); ``generator`` is the first, the only one usually.
+        self.generators = [torch.Generator(device=self.device) for _ in range(seed_blocks)]
+        self.generator = self.generators[0]
+        self._seed(seed)
         self.state = self._reset_state()
         self._check("_reset_state()", "state", self.state, (num_envs, None))
         self._check("_observe(state)", "observation", self._observe(self.state), (num_envs, *self.single_observation_space.shape))
@@ -83,8 +87,18 @@ class TensorEnv(ABC):
         # Per step, [num_envs] episode returns so far and [num_envs] lengths of the episodes that
         # ended there (0 for those still running).
         self._pending: list[tuple[Tensor, Tensor]] = []
-        # (returns, lengths) blocks holding only finished episodes.
-        self._finished: list[tuple[Tensor, Tensor]] = []
+        # (returns, lengths, env rows) blocks holding only finished episodes.
+        self._finished: list[tuple[Tensor, Tensor, Tensor]] = []
+
+    def _seed(self, seed: int | Sequence[int] | None) -> None:
+        seeds = [seed] * len(self.generators) if seed is None or isinstance(seed, int) else list(seed)
+        if len(seeds) != len(self.generators):
+            raise FastPPOError(f"{len(seeds)} seeds for {len(self.generators)} seed blocks of envs")
+        for generator, value in zip(self.generators, seeds):
+            if value is None:
+                generator.seed()  # nondeterministic, like an unseeded gymnasium env
+            else:
+                generator.manual_seed(value)
 
     # --- what a subclass implements -------------------------------------------------------
 
@@ -105,13 +119,14 @@ class TensorEnv(ABC):
 
     # --- the VecEnv interface --------------------------------------------------------------
 
-    def reset(self, seed: int | None = None) -> StepResult:
-        """Start a new episode in every env; with ``seed``, reseed the generator first.
+    def reset(self, seed: int | Sequence[int] | None = None) -> StepResult:
+        """Start a new episode in every env; with ``seed``, reseed the generator first (one seed
+        per seed block, see ``seed_blocks``).
 
         Unfinished episodes are dropped from the statistics; finished ones stay until popped.
         """
         if seed is not None:
-            self.generator.manual_seed(seed)
+            self._seed(seed)
         self.state = self._reset_state()
         self._elapsed.zero_()
         self._episode_return.zero_()
@@ -152,9 +167,9 @@ class TensorEnv(ABC):
         self._compact_pending()
         if not self._finished:
             return Episodes(returns=[], lengths=[])
-        returns, lengths = (torch.cat(column).cpu().tolist() for column in zip(*self._finished))
+        returns, lengths, rows = (torch.cat(column).cpu().tolist() for column in zip(*self._finished))
         self._finished.clear()
-        return Episodes(returns=returns, lengths=lengths)
+        return Episodes(returns=returns, lengths=lengths, rows=rows)
 
     def close(self) -> None:
         """Nothing to release: the envs are tensors."""
@@ -179,7 +194,8 @@ class TensorEnv(ABC):
             return
         returns, lengths = (torch.cat(column) for column in zip(*self._pending))
         ended = lengths > 0
-        self._finished.append((returns[ended], lengths[ended]))
+        rows = torch.arange(self.num_envs, device=self.device).repeat(len(self._pending))
+        self._finished.append((returns[ended], lengths[ended], rows[ended]))
         self._pending.clear()
 
     def _check(self, method: str, name: str, value: object, shape: tuple[int | None, ...], dtype: torch.dtype | None = None) -> None:
@@ -197,8 +213,12 @@ class TensorEnv(ABC):
 
     def _uniform(self, low: float, high: float, columns: int = 1) -> Tensor:
         """``[num_envs, columns]`` draws from U[low, high) (torch's ``uniform_``: ``low + (high - low) * U``,
-        the formula of ``numpy.random.Generator.uniform``, which gymnasium resets with)."""
-        return torch.empty(self.num_envs, columns, dtype=self.dtype, device=self.device).uniform_(low, high, generator=self.generator)
+        the formula of ``numpy.random.Generator.uniform``, which gymnasium resets with); each seed
+        block's rows from its own generator."""
+        out = torch.empty(self.num_envs, columns, dtype=self.dtype, device=self.device)
+        for block, generator in zip(out.view(len(self.generators), -1, columns), self.generators):
+            block.uniform_(low, high, generator=generator)
+        return out
 
     def _tensor(self, values: float | list[float]) -> Tensor:
         """A constant as a tensor of the env's dtype on its device (for ``_dynamics``)."""

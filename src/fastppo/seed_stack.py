@@ -1,0 +1,301 @@
+"""Many seeds of one config trained in one process as one batched computation (PureJaxRL's idea,
+in PyTorch): ``fastppo train CartPole-v1 --backend tensor --seeds 1-64``.
+
+The seeds enter the ordinary trainer as data. Their envs are rows of one tensor env, seed-major
+(seed s owns rows ``s*N .. s*N+N-1``), each seed's block drawing its resets from its own
+generator; their policies are one ``StackedActorCritic`` whose weights are one ``[seeds, P]``
+parameter, each MLP layer a batched matmul over the seeds; the update shuffles each seed's rows
+with that seed's generator and reduces the loss along the seed axis (``core`` functions'
+``dim=-1``), so the gradient of seed s is the gradient its single run would take, the gradient
+clip is per seed and Adam, being elementwise, is per seed too. Observation and reward statistics
+are per seed (``RunningMeanStd(groups=seeds)``).
+
+What a seed draws, and in which order, is what its single run draws: the initial weights come from
+``torch.manual_seed(seed)`` as in a single run, after which each seed's generator takes over the
+role of torch's global one (action sampling, minibatch permutations), and its envs' generator is
+seeded as the single run's. A stacked seed therefore follows its single run exactly but for
+float rounding: a batched matmul sums in another order than the single run's fused forward, and
+after many updates a last-bit difference can flip a sampled action, from where the two runs are
+different samples of the same distribution (tests/test_seed_stack.py compares a short budget).
+
+Each seed is saved as an ordinary run in ``RUN_DIR/seed_<n>`` (metrics.jsonl, TensorBoard, the
+final agent), which ``fastppo eval``, ``plot``, ``report`` and ``fastppo.load`` read as any run.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from fastppo.agent import Agent
+from fastppo.config import Config
+from fastppo.core.normalize import RunningMeanStd
+from fastppo.envs.vector import Episodes
+from fastppo.errors import FastPPOError
+from fastppo.logger import RunLogger
+from fastppo.policies import ActorCritic
+from fastppo.policies.activations import ACTIVATIONS
+from fastppo.policies.distributions import GaussianHead, Noise
+from fastppo.policies.mlp_autograd import mlp_layers
+
+
+class SeedNoise(Noise):
+    """The heads' draws for a ``[seeds, ...]`` tensor, block s from seed s's generator (the
+    draws seed s's single run makes from torch's global generator), and each seed's permutations."""
+
+    def __init__(self, generators: list[torch.Generator]):
+        self.generators = generators
+
+    def exponential(self, like: Tensor) -> Tensor:
+        out = torch.empty_like(like)
+        for block, generator in zip(out, self.generators):
+            block.exponential_(generator=generator)
+        return out
+
+    def normal(self, like: Tensor) -> Tensor:
+        out = torch.empty_like(like)
+        for block, generator in zip(out, self.generators):
+            block.normal_(generator=generator)
+        return out
+
+    def uniform(self, like: Tensor) -> Tensor:
+        out = torch.empty_like(like)
+        for block, generator in zip(out, self.generators):
+            block.uniform_(generator=generator)
+        return out
+
+    def randperm(self, n: int, seed_index: int, device: torch.device) -> Tensor:
+        return torch.randperm(n, generator=self.generators[seed_index], device=device)
+
+
+def seed_policy(config: Config, seed: int, observation_space: gym.Space, action_space: gym.Space, device: torch.device) -> tuple[ActorCritic, torch.Generator]:
+    """The policy a single run of ``seed`` starts with, and a generator standing where torch's
+    global one stands in that run once the policy is built."""
+    torch.manual_seed(seed)
+    policy = ActorCritic(observation_space, action_space, config.policy).to(device)
+    generator = torch.Generator(device=device)
+    if device.type == "cpu":
+        generator.set_state(torch.get_rng_state())  # after the initialisation's draws
+    else:
+        generator.manual_seed(seed)  # a single run's device generator: seeded, nothing drawn yet
+    return policy, generator
+
+
+class StackedActorCritic(nn.Module):
+    """S MLP actor-critics (separate actor and critic trunks) as one module of batched matmuls.
+
+    Takes rows seed-major, flat (``[S * n, ...]``, the rollout's env rows) or stacked
+    (``[S, n, ...]``, the update's minibatches), and returns per-row outputs of the same layout.
+    All weights are views of one ``[S, P]`` parameter, seed s's row holding its policy's
+    parameters in ``ActorCritic.parameters()`` order (so ``unstack`` can rebuild it).
+    """
+
+    recurrent = False
+    state_size = 0
+
+    def __init__(self, policies: list[ActorCritic], generators: list[torch.Generator]):
+        super().__init__()
+        base = policies[0]
+        actor, critic = mlp_layers(base.actor_encoder), mlp_layers(base.critic_encoder)
+        if base.recurrent or base.shared_trunk or actor is None or critic is None or actor[1] != critic[1]:
+            raise FastPPOError("--seeds on one process stacks MLP policies with separate actor and critic trunks: drop --policy.memory/--policy.shared-trunk, or add --workers K")
+        self.seeds = len(policies)
+        self._activation = ACTIVATIONS[actor[1]]() if actor[1] else None
+        offsets, offset = {}, 0
+        for name, p in base.named_parameters():
+            offsets[name] = (offset, p.shape)
+            offset += p.numel()
+        self._offsets = offsets
+        names = {id(p): name for name, p in base.named_parameters()}
+        self._actor = [(names[id(m.weight)], names[id(m.bias)]) for m in [*actor[0], base.action_head.linear]]
+        self._critic = [(names[id(m.weight)], names[id(m.bias)]) for m in [*critic[0], base.value_head]]
+        self.flat = nn.Parameter(torch.stack([torch.cat([p.detach().reshape(-1) for p in policy.parameters()]) for policy in policies]))
+        # The head's math (sampling, log-probs) on [S, n, ...] parameters; its weights live in
+        # ``flat``. A plain attribute: the stack's only parameter is ``flat``.
+        head = copy.deepcopy(base.action_head)
+        head.linear = None
+        if isinstance(head, GaussianHead):
+            del head.log_std  # bound to this seed stack's view at each use (_head)
+        object.__setattr__(self, "action_head", head)
+        object.__setattr__(self, "_template", base)
+        self.noise = SeedNoise(generators)
+
+    def _view(self, name: str) -> Tensor:
+        start, shape = self._offsets[name]
+        return self.flat[:, start : start + math.prod(shape)].view(self.seeds, *shape)
+
+    def _head(self):
+        if isinstance(self.action_head, GaussianHead):
+            self.action_head.log_std = self._view("action_head.log_std").unsqueeze(1)  # [S, 1, A]: broadcasts over rows
+        return self.action_head
+
+    def _mlp(self, x: Tensor, layers: list[tuple[str, str]]) -> Tensor:
+        for depth, (weight, bias) in enumerate(layers):
+            x = torch.baddbmm(self._view(bias).unsqueeze(1), x, self._view(weight).transpose(1, 2))
+            if depth < len(layers) - 1:
+                x = self._activation(x)
+        return x
+
+    def forward(self, obs: Tensor) -> tuple[Tensor, Tensor]:
+        """(distribution parameters [S, n, ...], value [S, n]) for stacked ``obs`` [S, n, ...]."""
+        x = obs.flatten(2).float()
+        return self._mlp(x, self._actor), self._mlp(x, self._critic).squeeze(-1)
+
+    def act(self, obs: Tensor, action_mask: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        """The rollout step on flat rows: (action, logprob, value) per row."""
+        stacked = obs.view(self.seeds, -1, *obs.shape[1:])
+        params, value = self(stacked)
+        mask = None if action_mask is None else action_mask.view(self.seeds, -1, *action_mask.shape[1:])
+        action, logprob = self._head().sample(params, mask, self.noise)
+        return action.flatten(0, 1), logprob.flatten(0, 1), value.flatten(0, 1)
+
+    def get_value(self, obs: Tensor, state: Tensor | None = None) -> Tensor:
+        x = obs.view(self.seeds, -1, *obs.shape[1:]).flatten(2).float()
+        return self._mlp(x, self._critic).squeeze(-1).flatten(0, 1)
+
+    def evaluate(
+        self, obs: Tensor, action: Tensor, action_mask: Tensor | None = None, state: Tensor | None = None, keep: Tensor | None = None
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """The update's forward on stacked minibatch rows ``[S, n, ...]``: (logprob, entropy, value), each ``[S, n]``."""
+        params, value = self(obs)
+        logprob, entropy = self._head().logprob_entropy(params, action, action_mask)
+        return logprob, entropy, value
+
+    def initial_state(self, batch_size: int) -> None:
+        return None
+
+    @torch.no_grad()
+    def unstack(self, index: int) -> ActorCritic:
+        """Seed ``index``'s policy as an ordinary ``ActorCritic`` (a copy of its current weights)."""
+        policy = copy.deepcopy(self._template)
+        for name, p in policy.named_parameters():
+            p.copy_(self._view(name)[index])
+        return policy
+
+
+class SeedMinibatches:
+    """The update's minibatches for a stack of seeds, from each seed's rows ``[S, R, ...]``
+    (``RolloutBuffer.batch(seeds=S)``).
+
+    Each seed does what its single run's update does: keep its valid rows (its reset rows out),
+    shuffle them with its own generator (not at all for one minibatch), and cut them into
+    minibatches whose sizes differ by at most one. Seeds have different numbers of reset rows, so
+    minibatch i of each seed is padded to the longest and ``valid`` marks the real rows; the
+    loss's per-seed masked means are then each seed's plain means.
+    """
+
+    def __init__(self, batch: dict[str, Tensor], noise: SeedNoise, num_minibatches: int):
+        self.batch, self.noise, self.num_minibatches = batch, noise, num_minibatches
+        valid = batch["valid"]
+        self.seeds = valid.shape[0]
+        self.rows = [row.nonzero().squeeze(1) for row in valid]  # each seed's valid rows, in order (one host sync per seed and update)
+
+    def epoch(self) -> Iterator[tuple[dict[str, Tensor], None]]:
+        device = self.batch["valid"].device
+        orders = [rows if self.num_minibatches == 1 else rows[self.noise.randperm(len(rows), s, device)] for s, rows in enumerate(self.rows)]
+        bounds = torch.tensor([[len(order) * i // self.num_minibatches for i in range(self.num_minibatches + 1)] for order in orders], device=device)
+        sizes = bounds[:, 1:] - bounds[:, :-1]
+        length = int(sizes.max())
+        padded = nn.utils.rnn.pad_sequence(orders, batch_first=True)  # [S, most valid rows]
+        steps = torch.arange(length, device=device)
+        seed_index = torch.arange(self.seeds, device=device).unsqueeze(1)
+        for i in range(self.num_minibatches):
+            positions = bounds[:, i : i + 1] + steps  # [S, length]
+            real = steps < sizes[:, i : i + 1]
+            index = padded.gather(1, positions.clamp(max=padded.shape[1] - 1))
+            mb = {k: v[seed_index, index] for k, v in self.batch.items() if k != "valid"}
+            mb["valid"] = real
+            yield mb, None
+
+
+# --- the trainer's side: build, split and save a stack -------------------------------------------
+
+
+def check_seed_stack(config: Config) -> None:
+    """What a stack of seeds cannot do yet, as one-line errors (each has the --workers way out)."""
+    refused = {
+        "--backend tensor (the seeds' envs are rows of one tensor env)": config.env.backend != "tensor",
+        "no --target-kl (each seed would stop its epochs at another point)": config.ppo.target_kl is not None,
+        "no --objective kl (each seed would adapt its own beta)": config.ppo.objective != "clip",
+        "no --compile/--cudagraphs": config.run.compile or config.run.cudagraphs,
+    }
+    for need, broken in refused.items():
+        if broken:
+            raise FastPPOError(f"--seeds in one process needs {need}: change that, or add --workers K to train the seeds as separate processes")
+
+
+def stacked_agent(config: Config, observation_space: gym.Space, action_space: gym.Space, device: torch.device, seeds: list[int]) -> Agent:
+    """An Agent whose policy is the stack of each seed's single-run initial policy, with per-seed
+    observation statistics."""
+    policies, generators = zip(*(seed_policy(config, seed, observation_space, action_space, device) for seed in seeds))
+    shape = observation_space.shape
+    obs_rms = RunningMeanStd(shape, device, groups=len(seeds)) if config.env.normalize_obs else None
+    return Agent(policy=StackedActorCritic(list(policies), list(generators)), config=config, obs_shape=tuple(shape), obs_rms=obs_rms)
+
+
+def per_seed(losses: dict[str, list[float] | float], seeds: int) -> list[dict[str, float]]:
+    """``ppo_update``'s per-seed lists as one dict per seed (shared scalars repeated)."""
+    return [{name: value[i] if isinstance(value, list) else value for name, value in losses.items()} for i in range(seeds)]
+
+
+def seed_columns(tensors: tuple[Tensor, ...], seeds: int) -> list[tuple[Tensor, ...]]:
+    """Each seed's env columns of ``[T, seeds * N]`` tensors."""
+    return list(zip(*(t.chunk(seeds, dim=1) for t in tensors)))
+
+
+def episodes_by_seed(episodes: Episodes, seeds: list[int], envs_per_seed: int) -> list[Episodes]:
+    """The finished episodes of each seed (by the env row they ran in)."""
+    split: list[Episodes] = [Episodes([], []) for _ in seeds]
+    for ret, length, row in zip(episodes.returns, episodes.lengths, episodes.rows or []):
+        part = split[row // envs_per_seed]
+        part.returns.append(ret)
+        part.lengths.append(length)
+    return split
+
+
+def save_seed_agent(stack: Agent, index: int, directory: Path, history: list[dict[str, float]], episode_returns: list[float]) -> Agent:
+    """Seed ``index`` of a trained stack as an ordinary Agent (its policy, its observation
+    statistics), saved into ``directory``: fastppo eval/plot/load read it as any run."""
+    obs_rms = None
+    if stack.obs_rms is not None:
+        obs_rms = RunningMeanStd(stack.obs_shape, stack.device)
+        obs_rms.load_state_dict({"mean": stack.obs_rms.mean[index], "var": stack.obs_rms.var[index], "count": stack.obs_rms.count[index]})
+    seed = int(directory.name.removeprefix("seed_"))
+    config = replace(stack.config, run=replace(stack.config.run, seed=seed))
+    agent = Agent(policy=stack.policy.unstack(index), config=config, obs_shape=stack.obs_shape, obs_rms=obs_rms, history=history, run_dir=directory)
+    agent.episode_returns = episode_returns
+    agent.action_masks = stack.action_masks
+    agent.save(directory)
+    return agent
+
+
+class SeedLoggers:
+    """The trainer's logger for a stack: each seed's metrics to its own run folder's logger, and
+    one progress bar (its own logger without a folder) fed with the means over the seeds."""
+
+    def __init__(self, loggers: list[RunLogger], progress: RunLogger):
+        self.loggers, self.progress = loggers, progress
+        self.history = progress.history
+
+    def log(self, step: int, metrics: list[dict[str, float]]) -> None:
+        for logger, seed_metrics in zip(self.loggers, metrics):
+            logger.log(step, seed_metrics)
+        names = set.intersection(*(set(m) for m in metrics))
+        means = {name: float(np.mean([m[name] for m in metrics])) for name in names}
+        means["charts/SPS"] = means["charts/SPS"] * len(metrics)  # the stack's steps per second, all seeds
+        self.progress.log(step, means)
+
+    def message(self, text: str) -> None:
+        self.progress.message(text)
+
+    def close(self) -> None:
+        for logger in (*self.loggers, self.progress):
+            logger.close()
