@@ -7,7 +7,8 @@ import json
 import shutil
 import sys
 from contextlib import nullcontext
-from dataclasses import replace
+from dataclasses import fields, replace
+from pathlib import Path
 
 import pytest
 import torch
@@ -183,3 +184,10 @@ def test_vllm_error_comes_before_any_loading(tiny_model, tmp_path) -> None:
     # The CLI checks the flags before reading prompts or loading the reward: the missing prompts file is never reached.
     with pytest.raises(FastPPOError, match="--generator vllm needs a CUDA GPU"):
         run_cli(["rlhf", "--model", str(tiny_model), "--reward", "x:y", "--prompts", str(tmp_path / "none.jsonl"), "--generator", "vllm", "--device", "cpu"])
+
+
+def test_readme_documents_every_new_flag() -> None:
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    flags = ["--eval-prompts", "--report-to", "--wandb-project", "--generator", "--vllm-gpu-memory"]
+    flags += [f"--{f.name.replace('_', '-')}" for cls in (LRScheduleConfig, MonitorConfig) for f in fields(cls)]
+    assert [flag for flag in flags if f"`{flag}" not in readme] == []
