@@ -36,6 +36,8 @@ def _argument_type(hint) -> dict:
     base = optional_args[0] if optional_args else hint
     if get_origin(base) is Literal:
         return {"choices": get_args(base), "type": str}
+    if get_origin(base) is tuple:  # repeatable, and each value a comma-separated list
+        return {"action": "extend", "type": lambda text: [item for item in text.split(",") if item], "metavar": "A,B"}
     return {"type": base, "metavar": base.__name__.upper()}
 
 
@@ -54,12 +56,14 @@ def add_config_arguments(parser: argparse.ArgumentParser, cls: type, defaults: o
         if f.name in required:
             kwargs.update(required=True, help=help_text)
         else:
-            kwargs.update(default=default, help=f"{help_text} (default: {default})")
+            # extend appends to a copy of a list default; a tuple one has no append
+            kwargs.update(default=list(default) if isinstance(default, tuple) else default, help=f"{help_text} (default: {default})")
         group.add_argument(flag, dest=f.name, **kwargs)
 
 
 def config_from_args(cls: type, args: argparse.Namespace):
-    return cls(**{f.name: getattr(args, f.name) for f in fields(cls)})
+    values = {f.name: getattr(args, f.name) for f in fields(cls)}
+    return cls(**{name: tuple(value) if isinstance(value, list) else value for name, value in values.items()})
 
 
 def _require_rlhf_extra() -> None:

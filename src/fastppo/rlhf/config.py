@@ -57,6 +57,11 @@ class SamplingConfig:
     top_k: int = _f(0, "sample among the k most likely tokens (0: all); log-probs are still scored under the full distribution (warns)")
     top_p: float = _f(1.0, "nucleus sampling mass (1.0: off); log-probs are still scored under the full distribution (warns)")
     missing_eos_penalty: float | None = _f(None, "subtracted from the score of completions that never emit EOS")
+    stop: tuple[str, ...] = _f(
+        (),
+        "stop strings (repeat the flag or separate them by commas): a completion also ends at the token that completes one, "
+        "as at EOS, and its text is cut before it; a special token such as <|im_end|> stops as a token id",
+    )
     generator: GeneratorKind = _f("hf", "hf: transformers' generate on the policy; vllm: a vLLM engine (GPU, fastppo[vllm]) given the weights after every update")
     vllm_gpu_memory: float = _f(0.3, "vllm: share of the GPU's memory the engine reserves (weights and KV cache); the rest is the trainer's")
 

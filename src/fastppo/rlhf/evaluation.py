@@ -9,7 +9,7 @@ from fastppo.rlhf.config import SamplingConfig
 from fastppo.rlhf.generation import Generator
 from fastppo.rlhf.models import Models
 from fastppo.rlhf.rewards import RewardFn, compute_scores
-from fastppo.rlhf.tokens import decode_completions, encode_prompts, mask_after_eos
+from fastppo.rlhf.tokens import Stops, decode_completions, encode_prompts
 
 
 def sample_rows(prompts: list[str], completions: list[str], rewards: Tensor, limit: int) -> list[dict[str, str | float]]:
@@ -23,14 +23,15 @@ def evaluate(models: Models, generator: Generator, prompts: list[str], reward_fn
     ``eval/`` metrics and one sample row per prompt."""
     tokenizer = models.tokenizer
     device = next(models.policy.parameters()).device
+    stops = Stops.of(tokenizer, sampling.stop)
     completions, lengths, eos = [], [], []
     for start in range(0, len(prompts), batch_size):
         query, query_mask = encode_prompts(tokenizer, prompts[start : start + batch_size], sampling.max_prompt_length, device)
         response = generator.generate(query, query_mask, greedy=True)
-        mask = mask_after_eos(response, tokenizer.eos_token_id)
-        completions += decode_completions(tokenizer, response, mask)
+        mask, stopped = stops.mask(tokenizer, response)
+        completions += decode_completions(tokenizer, response, mask, stops)
         lengths.append(mask.sum(dim=1))
-        eos.append((response == tokenizer.eos_token_id).any(dim=1))  # padding, if any, only follows an EOS
+        eos.append(stopped)
     scores = compute_scores(reward_fn, prompts, completions, device)
     metrics = {
         "eval/reward_mean": float(scores.mean()),

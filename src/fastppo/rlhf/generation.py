@@ -20,6 +20,7 @@ from transformers import AutoConfig, GenerationConfig
 from fastppo.errors import FastPPOError
 from fastppo.rlhf.config import ModelConfig, SamplingConfig
 from fastppo.rlhf.models import Models, resolve_device
+from fastppo.rlhf.tokens import Stops
 
 Autocast = Callable[[], AbstractContextManager]
 
@@ -44,12 +45,16 @@ class HFGenerator:
     def generate(self, query: Tensor, query_mask: Tensor, greedy: bool = False) -> Tensor:
         tokenizer, policy, sampling = self.models.tokenizer, self.models.policy, self.sampling
         decoding = {"do_sample": False} if greedy else {"do_sample": True, "temperature": sampling.temperature, "top_k": sampling.top_k, "top_p": sampling.top_p}
-        generation = GenerationConfig(**decoding, max_new_tokens=sampling.max_new_tokens, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+        # Stopping a row early only saves work: the rollout cuts every response at its stop (Stops.mask).
+        stops = Stops.of(tokenizer, sampling.stop)
+        generation = GenerationConfig(
+            **decoding, max_new_tokens=sampling.max_new_tokens, eos_token_id=list(stops.token_ids), stop_strings=list(stops.strings) or None, pad_token_id=tokenizer.pad_token_id,
+        )
         # Eval mode keeps the KV cache, which gradient checkpointing turns off in train mode; dropout is
         # off, so both modes sample the same distribution.
         policy.eval()
         with torch.no_grad(), self.autocast():
-            sequences = policy.generate(input_ids=query, attention_mask=query_mask, generation_config=generation)
+            sequences = policy.generate(input_ids=query, attention_mask=query_mask, generation_config=generation, tokenizer=tokenizer)
         policy.train()
         return sequences[:, query.shape[1] :]
 
@@ -102,7 +107,7 @@ class VLLMGenerator:
             top_k=sampling.top_k or -1,  # vLLM's "off" is -1 in older releases (0 also accepted in newer ones)
             top_p=sampling.top_p,
             max_tokens=sampling.max_new_tokens,
-            stop_token_ids=[tokenizer.eos_token_id],
+            stop_token_ids=list(Stops.of(tokenizer, sampling.stop).token_ids),  # stop strings are cut by the rollout
             detokenize=False,  # the rollout decodes the ids itself
         )
         prompts = [TokensPrompt(prompt_token_ids=row[mask.bool()].tolist()) for row, mask in zip(query, query_mask)]

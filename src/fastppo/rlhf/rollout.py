@@ -12,7 +12,7 @@ from torch import Tensor
 from fastppo.rlhf.config import SamplingConfig
 from fastppo.rlhf.generation import Generator, HFGenerator
 from fastppo.rlhf.models import Models, reference_model
-from fastppo.rlhf.tokens import TokenOutputs, decode_completions, encode_prompts, forward_tokens, mask_after_eos
+from fastppo.rlhf.tokens import Stops, TokenOutputs, decode_completions, encode_prompts, forward_tokens
 
 Autocast = Callable[[], AbstractContextManager]
 
@@ -30,7 +30,7 @@ class Rollout:
     logprobs: Tensor  # [B, R] log-probs under the policy that sampled them
     ref_logprobs: Tensor  # [B, R] log-probs under the frozen reference
     values: Tensor | None  # [B, R] critic values, None for critic-free estimators
-    has_eos: Tensor  # [B] bool: the completion ended with EOS rather than at max_new_tokens
+    has_eos: Tensor  # [B] bool: the completion ended with EOS or a stop string rather than at max_new_tokens
 
 
 def score_tokens(model, critic, query: Tensor, query_mask: Tensor, response: Tensor, response_mask: Tensor, temperature: float, micro_batch_size: int) -> TokenOutputs:
@@ -58,7 +58,8 @@ def collect_rollout(
     query = query.repeat_interleave(num_generations, dim=0)
     query_mask = query_mask.repeat_interleave(num_generations, dim=0)
     response = (generator or HFGenerator(models, sampling, autocast)).generate(query, query_mask)
-    response_mask = mask_after_eos(response, tokenizer.eos_token_id)
+    stops = Stops.of(tokenizer, sampling.stop)
+    response_mask, stopped = stops.mask(tokenizer, response)
     response = response.masked_fill(~response_mask, tokenizer.pad_token_id)
     with autocast():
         new = score_tokens(policy, models.critic, query, query_mask, response, response_mask, sampling.temperature, micro_batch_size)
@@ -71,7 +72,7 @@ def collect_rollout(
 
     return Rollout(
         prompts=[p for p in prompts for _ in range(num_generations)],
-        completions=decode_completions(tokenizer, response, response_mask),
+        completions=decode_completions(tokenizer, response, response_mask, stops),
         query=query,
         query_mask=query_mask,
         response=response,
@@ -79,5 +80,5 @@ def collect_rollout(
         logprobs=valid(new.logprobs),
         ref_logprobs=valid(ref.logprobs),
         values=valid(new.values),
-        has_eos=(response == tokenizer.eos_token_id).any(dim=1),
+        has_eos=stopped,
     )

@@ -3,11 +3,13 @@
 A batch is ``[query | response]``: the prompt left-padded (so every prompt ends at column P, where
 generation starts) and the response right-padded. ``response_mask`` marks a response's real tokens,
 up to and including its first EOS; padding and anything after EOS are masked out of every loss and
-statistic. Position ids are explicit so left padding does not shift the positions of real tokens.
+statistic; ``--stop`` strings end a response like EOS (:class:`Stops`). Position ids are explicit
+so left padding does not shift the positions of real tokens.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -42,16 +44,67 @@ def positions(attention_mask: Tensor) -> Tensor:
     return (attention_mask.cumsum(dim=1) - 1).clamp_min(0)
 
 
-def mask_after_eos(response: Tensor, eos_token_id: int) -> Tensor:
-    """[B, R] bool: true up to and including the first EOS, false after it. Position-based, so the
-    mask is right even if a tokenizer pads with its EOS token."""
-    is_eos = response == eos_token_id
+def mask_after_eos(response: Tensor, eos_token_id: int | Sequence[int]) -> Tensor:
+    """[B, R] bool: true up to and including the first EOS (any of the ids given), false after it.
+    Position-based, so the mask is right even if a tokenizer pads with its EOS token."""
+    is_eos = torch.isin(response, torch.as_tensor(eos_token_id, device=response.device))
     return (is_eos.cumsum(dim=1) - is_eos.long()) == 0
 
 
-def decode_completions(tokenizer: PreTrainedTokenizerBase, response: Tensor, response_mask: Tensor) -> list[str]:
-    """The text of each completion: its valid tokens, without EOS or other special tokens."""
-    return [tokenizer.decode(row[mask].tolist(), skip_special_tokens=True) for row, mask in zip(response, response_mask)]
+@dataclass(frozen=True)
+class Stops:
+    """Where a completion ends: at the first of ``token_ids`` (EOS, and stop strings that are special
+    tokens, e.g. ``<|im_end|>``, which decoding drops from the text), or at the token that completes
+    one of ``strings`` in the decoded text. Either way that token is the response's last real one,
+    as EOS is: it gets the score, and its log-prob trains the policy to stop there."""
+
+    token_ids: tuple[int, ...]
+    strings: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, tokenizer: PreTrainedTokenizerBase, stop: Sequence[str] = ()) -> Stops:
+        special = {token.content: i for i, token in tokenizer.added_tokens_decoder.items() if token.special}
+        ids = [tokenizer.eos_token_id] + [special[s] for s in stop if s in special]
+        return cls(tuple(dict.fromkeys(ids)), tuple(s for s in stop if s not in special))
+
+    def mask(self, tokenizer: PreTrainedTokenizerBase, response: Tensor) -> tuple[Tensor, Tensor]:
+        """``(mask, stopped)``: [B, R] true up to and including each row's stop token, and [B] whether
+        the row stopped (rather than running into max_new_tokens)."""
+        is_stop = torch.isin(response, torch.as_tensor(self.token_ids, device=response.device))
+        if self.strings:
+            ends = (~is_stop).long().cumprod(dim=1).sum(dim=1).tolist()  # tokens before the first stop token
+            for row, end in enumerate(ends):
+                last = self._completing_token(tokenizer, response[row, :end].tolist())
+                if last is not None:
+                    is_stop[row, last] = True
+        return (is_stop.cumsum(dim=1) - is_stop.long()) == 0, is_stop.any(dim=1)
+
+    def _completing_token(self, tokenizer: PreTrainedTokenizerBase, ids: list[int]) -> int | None:
+        """Index of the token whose decoding first contains a stop string, by bisection on prefixes:
+        a token's text depends on its neighbours (byte-level BPE, sentencepiece spaces), so the
+        prefixes are decoded as a whole rather than token by token."""
+
+        def stops(n: int) -> bool:
+            text = tokenizer.decode(ids[:n], skip_special_tokens=True)
+            return any(s in text for s in self.strings)
+
+        if not stops(len(ids)):
+            return None
+        low, high = 1, len(ids)  # the shortest stopping prefix has `high` tokens
+        while low < high:
+            middle = (low + high) // 2
+            low, high = (low, middle) if stops(middle) else (middle + 1, high)
+        return high - 1
+
+    def cut(self, text: str) -> str:
+        """The completion's text without its stop string (and whatever its last token added after it)."""
+        return text[: min((i for i in (text.find(s) for s in self.strings) if i >= 0), default=len(text))]
+
+
+def decode_completions(tokenizer: PreTrainedTokenizerBase, response: Tensor, response_mask: Tensor, stops: Stops | None = None) -> list[str]:
+    """The text of each completion: its valid tokens, without EOS, other special tokens or stop strings."""
+    texts = [tokenizer.decode(row[mask].tolist(), skip_special_tokens=True) for row, mask in zip(response, response_mask)]
+    return [stops.cut(text) for text in texts] if stops is not None else texts
 
 
 @dataclass
