@@ -21,11 +21,14 @@ from fastppo.rlhf.config import (
     MonitorConfig,
     PPOConfig,
     PreferenceDataConfig,
+    RewardModelConfig,
+    RewardModelTrainerConfig,
     RLHFConfig,
     RunConfig,
     SamplingConfig,
     validate_dpo,
     validate_ppo,
+    validate_reward_model,
     validate_run,
 )
 
@@ -139,8 +142,27 @@ def run_dpo(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_reward_model(args: argparse.Namespace) -> int:
+    _require_rlhf_extra()
+    from fastppo.rlhf.data import read_preferences
+    from fastppo.rlhf.reward_model import train_reward_model
+
+    cfg = RewardModelTrainerConfig(
+        model=config_from_args(ModelConfig, args), reward_model=config_from_args(RewardModelConfig, args), run=config_from_args(RunConfig, args),
+        schedule=config_from_args(LRScheduleConfig, args),
+    )
+    validate_reward_model(cfg.model, cfg.reward_model)
+    validate_run(cfg.run, cfg.schedule)
+    data = config_from_args(PreferenceDataConfig, args)
+    history = train_reward_model(cfg, read_preferences(args.data, data, _chat_tokenizer(data, cfg.model.model)))
+    first, last = history[0], history[-1]
+    accuracy = f"held-out accuracy {first['reward_model/eval_accuracy']:.3f} -> {last['reward_model/eval_accuracy']:.3f}, " if "reward_model/eval_accuracy" in last else ""
+    print(f"{accuracy}reward model in {cfg.run.output_dir} (use it with fastppo rlhf --reward {cfg.run.output_dir})")
+    return 0
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add ``rlhf`` and ``dpo`` to the ``fastppo`` command line."""
+    """Add ``rlhf``, ``dpo`` and ``reward-model`` to the ``fastppo`` command line."""
     rlhf = subparsers.add_parser("rlhf", help="fine-tune a causal LM from a reward with PPO, GRPO or RLOO", description=RLHFConfig.__doc__)
     rlhf.add_argument("--reward", required=True, help="reward-model folder (sequence classification) or module:function returning one float per completion")
     rlhf.add_argument("--prompts", required=True, help="prompts: a .jsonl/.json/.parquet/.csv file, a folder of them or one written by save_to_disk, or a hub dataset")
@@ -162,3 +184,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_config_arguments(dpo, LRScheduleConfig)
     add_config_arguments(dpo, RunConfig, defaults=DPOTrainerConfig.__dataclass_fields__["run"].default_factory())
     dpo.set_defaults(func=run_dpo)
+
+    reward_model = subparsers.add_parser(
+        "reward-model", help="train a reward model (sequence classifier) on preference pairs for fastppo rlhf --reward", description=RewardModelTrainerConfig.__doc__,
+    )
+    reward_model.add_argument("--data", required=True, help="preference pairs: a .jsonl/.json/.parquet/.csv file, a folder of them or one written by save_to_disk, or a hub dataset")
+    add_config_arguments(reward_model, PreferenceDataConfig)
+    add_config_arguments(reward_model, ModelConfig, required=("model",))
+    add_config_arguments(reward_model, RewardModelConfig)
+    add_config_arguments(reward_model, LRScheduleConfig)
+    add_config_arguments(reward_model, RunConfig, defaults=RewardModelTrainerConfig.__dataclass_fields__["run"].default_factory())
+    reward_model.set_defaults(func=run_reward_model)

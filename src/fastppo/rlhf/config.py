@@ -164,6 +164,20 @@ class DPOConfig:
     precompute_ref_logps: bool = _f(True, "score every pair under the frozen reference once before training rather than at every step (same values)")
 
 
+
+@dataclass
+class RewardModelConfig:
+    """Reward-model training: a sequence classifier's score fitted to preference pairs with the Bradley-Terry loss."""
+
+    epochs: int = _f(1, "passes over the training pairs")
+    batch_size: int = _f(8, "pairs per optimizer step")
+    gradient_accumulation_steps: int = _f(1, "micro-batches per optimizer step")
+    learning_rate: float = _f(1e-5, "AdamW learning rate")
+    max_grad_norm: float = _f(1.0, "gradient norm clip")
+    max_length: int = _f(512, "tokens of prompt + completion kept (the last ones); saved as the tokenizer's limit, which --reward then applies too")
+    eval_split: float = _f(0.1, "share of the pairs held out to measure accuracy (0: none)")
+    eval_every: int = _f(50, "evaluate on the held-out pairs every this many steps (and before the first and after the last)")
+
 @dataclass
 class DataConfig:
     """Which split and column of the prompts are read, and how (--prompts: a .jsonl/.json/.parquet/.csv file, a folder, or a hub dataset)."""
@@ -179,6 +193,20 @@ class PreferenceDataConfig(DataConfig):
 
     chosen_column: str = _f("chosen", "column of the preferred completions: text, or assistant messages with --chat-template")
     rejected_column: str = _f("rejected", "column of the dispreferred completions")
+
+
+def validate_reward_model(model: ModelConfig, reward_model: RewardModelConfig) -> None:
+    if not model.model:
+        raise FastPPOError("no model given: pass --model PATH (a causal LM, encoder or reward-model folder, or a hub id)")
+    for name in ("epochs", "batch_size", "gradient_accumulation_steps", "learning_rate", "max_length", "eval_every"):
+        _positive(name, getattr(reward_model, name))
+    if reward_model.batch_size % reward_model.gradient_accumulation_steps:
+        raise FastPPOError(f"--gradient-accumulation-steps {reward_model.gradient_accumulation_steps} must divide --batch-size {reward_model.batch_size}")
+    if not 0.0 <= reward_model.eval_split < 1.0:
+        raise FastPPOError(f"--eval-split must be in [0, 1), got {reward_model.eval_split}")
+    if model.lora or model.gradient_checkpointing:
+        raise FastPPOError("fastppo reward-model trains every weight without activation checkpointing: drop --lora and --gradient-checkpointing")
+    check_model_path(model.model, "--model")
 
 
 def looks_like_path(path: str) -> bool:
@@ -288,4 +316,14 @@ class DPOTrainerConfig:
     model: ModelConfig
     dpo: DPOConfig = field(default_factory=DPOConfig)
     run: RunConfig = field(default_factory=lambda: RunConfig(output_dir="runs/dpo"))
+    schedule: LRScheduleConfig = field(default_factory=LRScheduleConfig)
+
+
+@dataclass
+class RewardModelTrainerConfig:
+    """Everything ``fastppo reward-model`` needs besides the preference data."""
+
+    model: ModelConfig
+    reward_model: RewardModelConfig = field(default_factory=RewardModelConfig)
+    run: RunConfig = field(default_factory=lambda: RunConfig(output_dir="runs/reward-model"))
     schedule: LRScheduleConfig = field(default_factory=LRScheduleConfig)

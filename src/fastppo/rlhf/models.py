@@ -227,15 +227,21 @@ def reference_model(models: Models) -> Iterator[PreTrainedModel]:
             yield models.policy
 
 
-def load_reward_model(path: str, device: torch.device) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+def load_reward_model(path: str, device: torch.device, trainable: bool = False) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """A frozen AutoModelForSequenceClassification whose first logit is the score, with its tokenizer
     as it was saved: the special tokens and padding side the model was trained with (an encoder
-    such as BERT has no EOS and pads on the right). Only a missing pad token is added."""
+    such as BERT has no EOS and pads on the right). Only a missing pad token is added.
+
+    ``trainable``: a model to train (``fastppo reward-model``), from a reward model or from any
+    causal LM or encoder checkpoint, whose new score head then has one output."""
     tokenizer = _load(AutoTokenizer, path)
     if tokenizer.pad_token_id is None:
         _add_pad_token(tokenizer, path, "to batch texts with")
-    model = _load(AutoModelForSequenceClassification, path, config=_config_without_dropout(path))
-    return _frozen(_prepared(model, tokenizer, device)), tokenizer
+    config = _config_without_dropout(path)
+    if trainable:
+        config.num_labels = 1  # a causal LM's config has the default 2
+    model = _prepared(_load(AutoModelForSequenceClassification, path, config=config), tokenizer, device)
+    return (model.train() if trainable else _frozen(model)), tokenizer
 
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}

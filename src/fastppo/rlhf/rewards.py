@@ -45,15 +45,19 @@ def _reward_model_fn(path: str, device: torch.device, batch_size: int) -> Reward
     @torch.no_grad()
     def reward(prompts: list[str], completions: list[str]) -> list[float]:
         texts = [p + c for p, c in zip(prompts, completions)]
-        scores = []
-        for i in range(0, len(texts), batch_size):
-            enc = tokenizer(texts[i : i + batch_size], padding=True, truncation=True, return_tensors="pt").to(device)
-            if tokenizer.padding_side == "left":  # right padding leaves positions as they are; not every encoder takes position_ids
-                enc["position_ids"] = positions(enc["attention_mask"])
-            scores.append(model(**enc).logits[:, 0].float())
-        return torch.cat(scores).tolist()
+        return torch.cat([score_texts(model, tokenizer, texts[i : i + batch_size], device) for i in range(0, len(texts), batch_size)]).tolist()
 
     return reward
+
+
+def score_texts(model, tokenizer, texts: list[str], device: torch.device) -> Tensor:
+    """[N] first logit of a sequence classifier for each text (prompt + completion), encoded with
+    the model's own tokenizer, padding side and length limit: how ``fastppo reward-model`` trains
+    a reward model and how ``--reward`` scores with it."""
+    enc = tokenizer(texts, padding=True, truncation=True, return_tensors="pt").to(device)
+    if tokenizer.padding_side == "left":  # right padding leaves positions as they are; not every encoder takes position_ids
+        enc["position_ids"] = positions(enc["attention_mask"])
+    return model(**enc).logits[:, 0].float()
 
 
 def compute_scores(reward_fn: RewardFn, prompts: list[str], completions: list[str], device: torch.device) -> Tensor:
