@@ -384,7 +384,7 @@ def train_rank(
     finally:
         logger.close()
         envs.close()
-    if agent.interrupted_by is not None and out_dir is not None:  # plain print, after the progress bar is gone: one unwrapped line to copy
+    if agent.interrupted_by is not None and out_dir is not None and seeds is None:  # plain print, after the progress bar is gone: one unwrapped line to copy
         print(
             f"fastppo: {agent.interrupted_by.name}: stopped after iteration {state.iteration}, checkpoint saved in {saved}\n"
             f"fastppo: resume with: {'fastppo' if world is None else 'the same torchrun launch, -m fastppo'} train --resume {run_dir}",
