@@ -116,8 +116,9 @@ class VLLMGenerator:
         return pad_sequence(rows, batch_first=True, padding_value=tokenizer.pad_token_id).to(query.device)
 
     def sync_weights(self) -> None:
+        grown = len(self.models.tokenizer)  # rows of the embeddings and LM head after load_models' pad token
         weights = [
-            (name, tensor[: self.vocab_size] if tensor.shape[0] > self.vocab_size and tensor.shape[0] == len(self.models.tokenizer) else tensor)
+            (name, tensor[: self.vocab_size] if grown > self.vocab_size and tensor.shape[0] == grown else tensor)
             for name, tensor in self.models.policy.state_dict().items()
         ]
         self.llm.apply_model(lambda model: model.load_weights(weights))

@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 from fastppo.rlhf.config import SamplingConfig
-from fastppo.rlhf.generation import Generator, HFGenerator
+from fastppo.rlhf.generation import Autocast, Generator, HFGenerator
 from fastppo.rlhf.models import Models, reference_model
 from fastppo.rlhf.tokens import Stops, TokenOutputs, decode_completions, encode_prompts, forward_tokens
-
-Autocast = Callable[[], AbstractContextManager]
 
 
 @dataclass
