@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -69,6 +69,15 @@ def defer_to_rank_zero() -> str:
         return ""
     time.sleep(RANK_ZERO_GRACE_S)
     return f"rank {rank}: "
+
+
+def check_world_size(run_dir: object, trained_on: int) -> None:
+    """A run trained by ``trained_on`` ranks resumes only with as many: each rank's batch is part of
+    every update, so another count would be another run."""
+    world_size = launched_world_size()
+    if world_size != trained_on:
+        how = "without torchrun" if trained_on == 1 else f"with torchrun, {trained_on} processes in all (--nnodes x --nproc-per-node)"
+        raise FastPPOError(f"{run_dir} was trained by {trained_on} rank{'s' * (trained_on > 1)}, this launch has {world_size}: resume it {how}")
 
 
 def rank_device(device: torch.device) -> torch.device:
@@ -122,14 +131,29 @@ class World:
 
     def broadcast_module(self, module: nn.Module) -> None:
         """Give every rank rank 0's weights and buffers (in place: views of the flat parameter stay views)."""
-        for tensor in module.state_dict().values():
+        self.broadcast_(module.state_dict().values())
+
+    def broadcast_(self, tensors: Iterable[Tensor]) -> None:
+        """Give every rank rank 0's values of ``tensors``, in place."""
+        for tensor in tensors:
             dist.broadcast(tensor, src=0)
+
+    def gather(self, tensor: Tensor) -> Tensor:
+        """Every rank's ``tensor`` (the same shape on each) concatenated along dim 0, rank 0's first, on every rank."""
+        parts = [torch.empty_like(tensor) for _ in range(self.size)]
+        dist.all_gather(parts, tensor.contiguous())
+        return torch.cat(parts)
+
+    def gather_objects(self, value: object) -> list[object]:
+        """Every rank's picklable ``value``, by rank, on every rank."""
+        parts: list[object] = [None] * self.size
+        dist.all_gather_object(parts, value)
+        return parts
 
     def gather_episodes(self, episodes: Episodes) -> Episodes:
         """Every rank's finished episodes, rank 0's first, on every rank (for the log and the
         checkpoint's recent returns)."""
-        parts: list[Episodes] = [episodes] * self.size
-        dist.all_gather_object(parts, episodes)
+        parts: list[Episodes] = self.gather_objects(episodes)
         by_agent: dict[str, list[float]] = {}
         for part in parts:
             for name, returns in (part.by_agent or {}).items():

@@ -24,7 +24,7 @@ from fastppo.config import Config, apply_overrides, resolve_key
 from fastppo.core import RewardScaler, adaptive_kl_beta, compute_gae, explained_variance, schedule_progress, scheduled, shift_values
 from fastppo.cuda_graphs import check_cudagraphs
 from fastppo.diagnostics import HealthMonitor
-from fastppo.distributed import SyncedStatistics, World, joined, launched_world_size, rank_device
+from fastppo.distributed import SyncedStatistics, World, check_world_size, joined, launched_world_size, rank_device
 from fastppo.envs import make_vec_env
 from fastppo.envs.vector import HostCopies
 from fastppo.errors import FastPPOError
@@ -177,10 +177,8 @@ def resume_config(run_dir: str | Path, overrides: dict[str, Any] | None = None, 
     config = checkpoint.config
     if env_id is not None and absolute_spec(env_id) != config.env.env_id:  # a file env is saved with its absolute path
         raise FastPPOError(f"{run_dir} trains {config.env.env_id}, not {env_id}: drop ENV_ID when resuming")
-    world_size, trained_on = launched_world_size(), checkpoint.meta.get("world_size", 1)
-    if world_size != trained_on:  # each rank's batch is part of the update: another count is another run
-        how = "without torchrun" if trained_on == 1 else f"with torchrun, {trained_on} processes in all (--nnodes x --nproc-per-node)"
-        raise FastPPOError(f"{run_dir} was trained by {trained_on} rank{'s' * (trained_on > 1)}, this launch has {world_size}: resume it {how}")
+    check_world_size(run_dir, checkpoint.meta.get("world_size", 1))
+    world_size = launched_world_size()
     planned = planned_iterations(config, world_size)  # the horizon the schedules have followed so far
     for key, value in (overrides or {}).items():
         full = resolve_key(config, key)

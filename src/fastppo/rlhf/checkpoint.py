@@ -18,8 +18,10 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
+from fastppo.distributed import check_world_size
 from fastppo.errors import FastPPOError
 from fastppo.rlhf.models import Models, save_models
+from fastppo.rlhf.parallel import Ranks
 
 LATEST = "latest"
 STATE_FILE = "trainer_state.json"
@@ -27,44 +29,58 @@ OPTIMIZER_FILE = "optimizer.safetensors"
 RNG_FILE = "rng.safetensors"
 
 
-def _optimizer_tensors(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], list[dict[str, Any]]]:
-    state = optimizer.state_dict()
+def _optimizer_tensors(state: dict[str, Any]) -> tuple[dict[str, torch.Tensor], list[dict[str, Any]]]:
     tensors = {f"{index}.{key}": torch.as_tensor(value).contiguous() for index, slots in state["state"].items() for key, value in slots.items()}
     return tensors, state["param_groups"]
 
 
-def _load_optimizer(optimizer: torch.optim.Optimizer, tensors: dict[str, torch.Tensor], param_groups: list[dict[str, Any]]) -> None:
+def _load_optimizer(optimizer: torch.optim.Optimizer, tensors: dict[str, torch.Tensor], param_groups: list[dict[str, Any]], models: Models, ranks: Ranks) -> None:
     state: dict[int, dict[str, torch.Tensor]] = {}
     for name, value in tensors.items():
         index, key = name.split(".", 1)
         state.setdefault(int(index), {})[key] = value
-    optimizer.load_state_dict({"state": state, "param_groups": param_groups})
+    ranks.load_optimizer_state(models, optimizer, {"state": state, "param_groups": param_groups})
 
 
-def _rng_tensors() -> dict[str, torch.Tensor]:
+def _rng_tensors(ranks: Ranks) -> dict[str, torch.Tensor]:
+    """This process's RNG states; under torchrun every rank's, prefixed ``rank{r}.``, so that each
+    rank resumes its own sampling stream."""
     tensors = {"torch": torch.get_rng_state()}
     if torch.cuda.is_available():
         tensors.update({f"cuda.{i}": s for i, s in enumerate(torch.cuda.get_rng_state_all())})
-    return tensors
+    if ranks.size == 1:
+        return tensors
+    return {f"rank{rank}.{key}": value for rank, part in enumerate(ranks.gather_objects(tensors)) for key, value in part.items()}
 
 
-def _restore_rng(tensors: dict[str, torch.Tensor]) -> None:
+def _restore_rng(tensors: dict[str, torch.Tensor], ranks: Ranks) -> None:
+    if ranks.size > 1:
+        prefix = f"rank{ranks.rank}."
+        tensors = {key.removeprefix(prefix): value for key, value in tensors.items() if key.startswith(prefix)}
     torch.set_rng_state(tensors["torch"])
     cuda = [tensors[f"cuda.{i}"] for i in range(len(tensors) - 1)]
     if cuda and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(cuda)
 
 
-def save_checkpoint(output_dir: Path, step: int, models: Models, optimizer: torch.optim.Optimizer, state: dict[str, Any], keep: int) -> Path:
-    """Write ``checkpoint-{step}`` atomically, point ``latest`` at it, delete all but the newest ``keep``."""
+def save_checkpoint(output_dir: Path, step: int, models: Models, optimizer: torch.optim.Optimizer, state: dict[str, Any], keep: int, ranks: Ranks = Ranks()) -> Path | None:
+    """Write ``checkpoint-{step}`` atomically, point ``latest`` at it, delete all but the newest ``keep``.
+
+    Under torchrun every rank calls it (the RNG states, and with FSDP the weights and optimizer
+    state, are gathered), and rank 0 alone writes; the others return None."""
+    weights = {"policy": ranks.full_state(models.policy), "critic": ranks.full_state(models.critic) if models.critic is not None else None}
+    optimizer_state = ranks.full_optimizer_state(models, optimizer)
+    rng = _rng_tensors(ranks)
+    if not ranks.main:
+        return None
     output_dir.mkdir(parents=True, exist_ok=True)
     final = output_dir / f"checkpoint-{step:06d}"
     tmp = Path(tempfile.mkdtemp(prefix=".checkpoint-tmp-", dir=output_dir))
-    save_models(models, tmp)
-    tensors, param_groups = _optimizer_tensors(optimizer)
+    save_models(models, tmp, weights)
+    tensors, param_groups = _optimizer_tensors(optimizer_state)
     save_file(tensors, tmp / OPTIMIZER_FILE)
-    save_file(_rng_tensors(), tmp / RNG_FILE)
-    (tmp / STATE_FILE).write_text(json.dumps({**state, "step": step, "param_groups": param_groups}, indent=2))
+    save_file(rng, tmp / RNG_FILE)
+    (tmp / STATE_FILE).write_text(json.dumps({**state, "step": step, "world_size": ranks.size, "param_groups": param_groups}, indent=2))
     if final.exists():  # re-saving the same step after a resume
         shutil.rmtree(final)
     os.replace(tmp, final)
@@ -83,12 +99,14 @@ def latest_checkpoint(output_dir: Path) -> Path | None:
     folder = output_dir / pointer.read_text().strip()
     if not (folder / STATE_FILE).is_file():
         raise FastPPOError(f"checkpoint {folder} named by {pointer} is missing or incomplete: delete {pointer} to start over")
+    check_world_size(output_dir, json.loads((folder / STATE_FILE).read_text()).get("world_size", 1))
     return folder
 
 
-def load_training_state(folder: Path, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
-    """Restore optimizer and RNG states in place; return the counters saved with them."""
+def load_training_state(folder: Path, optimizer: torch.optim.Optimizer, models: Models, ranks: Ranks = Ranks()) -> dict[str, Any]:
+    """Restore optimizer and RNG states in place (this rank's); return the counters saved with them."""
     state = json.loads((folder / STATE_FILE).read_text())
-    _load_optimizer(optimizer, load_file(folder / OPTIMIZER_FILE), state.pop("param_groups"))
-    _restore_rng(load_file(folder / RNG_FILE))
+    state.pop("world_size", None)
+    _load_optimizer(optimizer, load_file(folder / OPTIMIZER_FILE), state.pop("param_groups"), models, ranks)
+    _restore_rng(load_file(folder / RNG_FILE), ranks)
     return state

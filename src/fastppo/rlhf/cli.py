@@ -94,6 +94,7 @@ def _chat_tokenizer(data: DataConfig, model: str):
 
 def run_rlhf(args: argparse.Namespace) -> int:
     _require_rlhf_extra()
+    from fastppo.distributed import launched_rank, rank_device
     from fastppo.rlhf.data import read_prompts
     from fastppo.rlhf.models import resolve_device
     from fastppo.rlhf.rewards import load_reward
@@ -112,9 +113,9 @@ def run_rlhf(args: argparse.Namespace) -> int:
     data = config_from_args(DataConfig, args)
     prompts = read_prompts(args.prompts, data=data, tokenizer=_chat_tokenizer(data, cfg.model.model))
     eval_prompts = read_prompts(args.eval_prompts, "--eval-prompts", data, _chat_tokenizer(data, cfg.model.model)) if args.eval_prompts else None
-    reward_fn = load_reward(args.reward, resolve_device(cfg.model.device))
+    reward_fn = load_reward(args.reward, rank_device(resolve_device(cfg.model.device)))
     history = train(cfg, reward_fn, prompts, eval_prompts)
-    if history:
+    if history and launched_rank() == 0:
         first, last = history[0], history[-1]
         print(
             f"reward {first['rlhf/reward_mean']:.3f} -> {last['rlhf/reward_mean']:.3f}, "
@@ -125,6 +126,7 @@ def run_rlhf(args: argparse.Namespace) -> int:
 
 def run_dpo(args: argparse.Namespace) -> int:
     _require_rlhf_extra()
+    from fastppo.distributed import launched_rank
     from fastppo.rlhf.data import read_preferences
     from fastppo.rlhf.dpo import train_dpo
 
@@ -136,7 +138,7 @@ def run_dpo(args: argparse.Namespace) -> int:
     data = config_from_args(PreferenceDataConfig, args)
     pairs = read_preferences(args.data, data, _chat_tokenizer(data, cfg.model.model))
     history = train_dpo(cfg, pairs)
-    if history:
+    if history and launched_rank() == 0:
         first, last = history[0], history[-1]
         print(f"DPO loss {first['dpo/loss']:.3f} -> {last['dpo/loss']:.3f}, margin {first['dpo/margin']:.3f} -> {last['dpo/margin']:.3f}; outputs in {cfg.run.output_dir}")
     return 0

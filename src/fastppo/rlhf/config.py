@@ -45,6 +45,11 @@ class ModelConfig:
         "fp16 adds loss scaling; auto: bf16 on GPU, fp32 on CPU",
     )
     gradient_checkpointing: bool = _f(False, "recompute each layer's activations in the backward pass: less memory, about a third more compute")
+    fsdp: bool = _f(
+        False,
+        "under torchrun: shard the policy, reference and critic over the processes (FSDP FULL_SHARD) instead of a whole copy on each, "
+        "for a model that does not fit one device",
+    )
 
 
 @dataclass
@@ -266,6 +271,7 @@ def validate_ppo(model: ModelConfig, sampling: SamplingConfig, ppo: PPOConfig) -
     check_model_path(model.model, "--model")  # before any loading, as the flags above
     if ppo.critic_model is not None:
         check_model_path(ppo.critic_model, "--critic-model")
+    _validate_parallel(model, sampling.generator)
 
 
 def validate_run(run: RunConfig, schedule: LRScheduleConfig, monitor: MonitorConfig | None = None) -> None:
@@ -295,6 +301,14 @@ def validate_dpo(model: ModelConfig, dpo: DPOConfig) -> None:
     if dpo.loss != "cdpo" and dpo.label_smoothing:
         raise FastPPOError(f"--label-smoothing is conservative DPO's: pass --loss cdpo (got --loss {dpo.loss})")
     check_model_path(model.model, "--model")
+    _validate_parallel(model, "hf")
+
+
+def _validate_parallel(model: ModelConfig, generator: str) -> None:
+    from fastppo.distributed import launched_world_size  # imports torch: not at config import time
+    from fastppo.rlhf.parallel import validate_parallel
+
+    validate_parallel(model, launched_world_size(), generator)
 
 
 @dataclass

@@ -16,12 +16,14 @@ from torch import Tensor
 
 from fastppo.core import warmup_scheduled
 from fastppo.core.preference import dpo_loss
+from fastppo.distributed import joined, rank_device
 from fastppo.errors import FastPPOError
 from fastppo.logger import RunLogger
 from fastppo.rlhf.checkpoint import latest_checkpoint, load_training_state, save_checkpoint
 from fastppo.rlhf.config import DPOConfig, DPOTrainerConfig, validate_dpo, validate_run
 from fastppo.rlhf.data import PreferencePair, batch_indices
-from fastppo.rlhf.models import Models, Precision, load_models, reference_model
+from fastppo.rlhf.models import Models, Precision, load_models, reference_model, resolve_device
+from fastppo.rlhf.parallel import Ranks
 from fastppo.rlhf.tokens import encode_completions, encode_prompts, forward_tokens
 from fastppo.update import set_learning_rate
 
@@ -69,7 +71,15 @@ def dpo_step_loss(models: Models, pairs: list[PreferencePair], dpo: DPOConfig, a
 
 
 def train_dpo(cfg: DPOTrainerConfig, pairs: list[PreferencePair]) -> list[dict[str, float]]:
-    """Fine-tune ``cfg.model.model`` on preference pairs; returns the metrics of every optimizer step."""
+    """Fine-tune ``cfg.model.model`` on preference pairs; returns the metrics of every optimizer step.
+
+    Under torchrun, one rank of a data-parallel run (:mod:`fastppo.rlhf.parallel`): ``--batch-size``
+    is per rank, and a step trains on every rank's pairs."""
+    with joined(rank_device(resolve_device(cfg.model.device))) as world:
+        return _train_dpo(cfg, pairs, Ranks(world, cfg.model.fsdp))
+
+
+def _train_dpo(cfg: DPOTrainerConfig, pairs: list[PreferencePair], ranks: Ranks) -> list[dict[str, float]]:
     model_cfg, dpo, run = cfg.model, cfg.dpo, cfg.run
     validate_dpo(model_cfg, dpo)
     validate_run(run, cfg.schedule)
@@ -78,25 +88,27 @@ def train_dpo(cfg: DPOTrainerConfig, pairs: list[PreferencePair]) -> list[dict[s
     output_dir = Path(run.output_dir)
     resume_from = latest_checkpoint(output_dir) if run.resume else None
     torch.manual_seed(run.seed)
-    models = load_models(model_cfg, critic=None, resume_from=resume_from)
+    models = load_models(ranks.load_config(model_cfg), critic=None, resume_from=resume_from)
+    ranks.prepare(models)
     precision = Precision(model_cfg.dtype, next(models.policy.parameters()).device)
     params = models.trainable_parameters()
     optimizer = torch.optim.AdamW(params, lr=dpo.learning_rate)
-    state = load_training_state(resume_from, optimizer) if resume_from else {"step": 0}
+    state = load_training_state(resume_from, optimizer, models, ranks) if resume_from else {"step": 0}
     precision.load_state_dict(state.pop("grad_scaler", {}))
-    total_steps = math.ceil(dpo.epochs * len(pairs) / dpo.batch_size)
+    total_steps = math.ceil(dpo.epochs * len(pairs) / (ranks.size * dpo.batch_size))
     micro_batch_size = dpo.batch_size // dpo.gradient_accumulation_steps
     ref_logps = reference_logps(models, pairs, dpo, micro_batch_size, precision.autocast) if dpo.precompute_ref_logps else None
     history = []
     purge_step = state["step"] + 1 if state["step"] else None  # a resumed run continues its curves
     summary = (("loss", "dpo/loss", ".4f"), ("margin", "dpo/margin", ".3f"))
     with RunLogger(
-        output_dir, total_steps, tensorboard=True, progress=run.progress, config=asdict(cfg), purge_step=purge_step, summary=summary, wandb_project=run.wandb_project_or_none,
+        output_dir if ranks.main else None, total_steps, tensorboard=True, progress=run.progress and ranks.main, config=asdict(cfg), purge_step=purge_step, summary=summary,
+        wandb_project=run.wandb_project_or_none if ranks.main else None,
     ) as logger:
         for step in range(state["step"] + 1, total_steps + 1):
             learning_rate = warmup_scheduled(cfg.schedule.lr_schedule, dpo.learning_rate, step, total_steps, cfg.schedule.lr_warmup_steps)
             set_learning_rate(optimizer, learning_rate)
-            indices = batch_indices(len(pairs), dpo.batch_size, step, run.seed)
+            indices = ranks.share(batch_indices(len(pairs), ranks.size * dpo.batch_size, step, run.seed))
             totals: dict[str, Tensor] = {}
             for start in range(0, len(indices), micro_batch_size):
                 micro = indices[start : start + micro_batch_size]
@@ -104,10 +116,11 @@ def train_dpo(cfg: DPOTrainerConfig, pairs: list[PreferencePair]) -> list[dict[s
                 precision.backward(loss / dpo.gradient_accumulation_steps)
                 for key, value in metrics.items():
                     totals[key] = totals.get(key, 0.0) + value / dpo.gradient_accumulation_steps
+            ranks.average_gradients(params)
             grad_norm = precision.step(optimizer, params, dpo.max_grad_norm)
-            logged = {f"dpo/{key}": float(value) for key, value in totals.items()} | {"losses/grad_norm": float(grad_norm), "charts/learning_rate": learning_rate}
+            logged = {f"dpo/{key}": float(value) for key, value in ranks.mean_metrics(totals).items()} | {"losses/grad_norm": float(grad_norm), "charts/learning_rate": learning_rate}
             logger.log(step, logged)
             history.append(logged)
             if step == total_steps or (run.save_every and step % run.save_every == 0):
-                save_checkpoint(output_dir, step, models, optimizer, {"grad_scaler": precision.state_dict()}, run.keep_checkpoints)
+                save_checkpoint(output_dir, step, models, optimizer, {"grad_scaler": precision.state_dict()}, run.keep_checkpoints, ranks)
     return history

@@ -206,15 +206,18 @@ def _load_critic(kind: str | None, init_from: str, policy: PreTrainedModel, toke
     return critic.to(device).train()
 
 
-def save_models(models: Models, folder: Path) -> None:
+def save_models(models: Models, folder: Path, full_states: dict[str, dict[str, Tensor] | None] | None = None) -> None:
     """Policy (adapters only with LoRA) and tokenizer via save_pretrained, so ``folder/policy`` is a
-    loadable model; the critic's trunk likewise and its head as safetensors."""
-    models.policy.save_pretrained(folder / POLICY_DIR)
+    loadable model; the critic's trunk likewise and its head as safetensors. ``full_states``: the
+    "policy" and "critic" state dicts to write instead of the modules' own (FSDP's gathered shards)."""
+    policy_state, critic_state = (full_states or {}).get("policy"), (full_states or {}).get("critic")
+    models.policy.save_pretrained(folder / POLICY_DIR, state_dict=policy_state)
     models.tokenizer.save_pretrained(folder / POLICY_DIR)
     if models.critic is not None:
+        critic_state = critic_state or models.critic.state_dict()
         if models.critic.trunk is not None:
-            models.critic.trunk.save_pretrained(folder / CRITIC_DIR)
-        save_file({k: v.contiguous() for k, v in models.critic.head.state_dict().items()}, folder / VALUE_HEAD_FILE)
+            models.critic.trunk.save_pretrained(folder / CRITIC_DIR, state_dict={k.removeprefix("trunk."): v for k, v in critic_state.items() if k.startswith("trunk.")})
+        save_file({k.removeprefix("head."): v.contiguous() for k, v in critic_state.items() if k.startswith("head.")}, folder / VALUE_HEAD_FILE)
 
 
 @contextmanager

@@ -135,9 +135,10 @@ def sequence_advantages(estimator: str, scores: Tensor, kl: Tensor, kl_coef: flo
     return adv.unsqueeze(1) * mask
 
 
-def whiten_advantages(advantages: Tensor, mask: Tensor) -> Tensor:
-    """Mean 0 and std 1 over valid tokens only; masked tokens stay 0."""
-    return normalize_advantages(advantages, mask) * mask
+def whiten_advantages(advantages: Tensor, mask: Tensor, moments: Tensor | None = None) -> Tensor:
+    """Mean 0 and std 1 over valid tokens only; masked tokens stay 0. ``moments``: the (count, sum,
+    sum of squares) of the valid tokens of every rank, when this rank holds part of the batch."""
+    return normalize_advantages(advantages, mask, moments=moments) * mask
 
 
 def sequence_kl(kl: Tensor) -> float:

@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 
 from fastppo.core import explained_variance, masked_mean, policy_loss, ppo_loss, proportional_kl_beta, reference_kl_penalty, warmup_scheduled
+from fastppo.distributed import joined, rank_device
 from fastppo.errors import FastPPOError
 from fastppo.logger import RunLogger
 from fastppo.rlhf.checkpoint import latest_checkpoint, load_training_state, save_checkpoint
@@ -23,7 +24,8 @@ from fastppo.rlhf.data import batch_indices
 from fastppo.rlhf.evaluation import evaluate, sample_rows
 from fastppo.rlhf.generation import make_generator
 from fastppo.rlhf.health import HealthMonitor
-from fastppo.rlhf.models import Models, Precision, load_models
+from fastppo.rlhf.models import Models, Precision, load_models, resolve_device
+from fastppo.rlhf.parallel import Ranks
 from fastppo.rlhf.rewards import (
     RewardFn,
     compute_scores,
@@ -42,9 +44,9 @@ from fastppo.update import set_learning_rate
 LOSS_METRIC_NAMES = {"pg_loss": "losses/policy_loss", "v_loss": "losses/value_loss"}
 
 
-def compute_advantages(rollout: Rollout, scores: Tensor, kl_coef: float, ppo: PPOConfig) -> tuple[Tensor, Tensor | None, Tensor]:
+def compute_advantages(rollout: Rollout, scores: Tensor, kl_coef: float, ppo: PPOConfig, ranks: Ranks = Ranks()) -> tuple[Tensor, Tensor | None, Tensor]:
     """Advantages [B, R] (and returns for the critic) from scores and, unless it goes in the loss, the
-    KL penalty; also the per-token KL."""
+    KL penalty; also the per-token KL. Whitened over every rank's tokens."""
     mask = rollout.response_mask
     reward_kl_coef = 0.0 if ppo.kl_in_loss else kl_coef
     rewards, kl = token_rewards(scores, rollout.logprobs, rollout.ref_logprobs, mask, reward_kl_coef, ppo.kl_estimator)
@@ -55,18 +57,19 @@ def compute_advantages(rollout: Rollout, scores: Tensor, kl_coef: float, ppo: PP
     # GRPO's group normalisation already standardises; whitening over tokens would reweight by length.
     whiten = ppo.whiten_advantages if ppo.whiten_advantages is not None else ppo.estimator != "grpo"
     if whiten:
-        advantages = whiten_advantages(advantages, mask)
+        advantages = whiten_advantages(advantages, mask, ranks.advantage_moments(advantages, mask))
     return advantages, returns, kl
 
 
 def ppo_update(
     models: Models, optimizer: torch.optim.Optimizer, rollout: Rollout, advantages: Tensor, returns: Tensor | None,
-    ppo: PPOConfig, kl_coef: float, temperature: float, precision: Precision,
+    ppo: PPOConfig, kl_coef: float, temperature: float, precision: Precision, ranks: Ranks = Ranks(),
 ) -> dict[str, float]:
     """PPO epochs over shuffled minibatches of completions, each accumulated over micro-batches,
     with the KL to the reference in the loss when ``ppo.kl_in_loss``; stops early after an epoch
     whose mean approx_kl exceeds ``ppo.target_kl``. Returns the mean of the loss metrics over all
-    micro-batches and the number of epochs run."""
+    micro-batches and the number of epochs run. Under torchrun minibatch i of the step is every
+    rank's minibatch i: the gradients and the early-stop KL are averaged over the ranks."""
     batch_size = rollout.response.shape[0]
     micro_batch_size = ppo.mini_batch_size // ppo.gradient_accumulation_steps
     params = models.trainable_parameters()
@@ -99,11 +102,13 @@ def ppo_update(
                 for key, value in metrics.items():
                     totals[key] = totals.get(key, 0.0) + value
                 count += 1
+            ranks.average_gradients(params)
             grad_norms.append(precision.step(optimizer, params, ppo.max_grad_norm))
         # The epoch's mean KL, not its last micro-batch's: a few completions' KL is mostly noise.
-        if ppo.target_kl is not None and (totals["approx_kl"] - kl_before).item() / (count - count_before) > ppo.target_kl:
+        if ppo.target_kl is not None and ranks.mean_metrics({"kl": (totals["approx_kl"] - kl_before) / (count - count_before)})["kl"].item() > ppo.target_kl:
             break
-    logged = {LOSS_METRIC_NAMES.get(key, f"losses/{key}"): float(value) / count for key, value in totals.items()}
+    means = ranks.mean_metrics({key: value / count for key, value in totals.items()})
+    logged = {LOSS_METRIC_NAMES.get(key, f"losses/{key}"): float(value) for key, value in means.items()}
     logged["losses/grad_norm"] = float(torch.stack(grad_norms).mean())
     logged["losses/epochs"] = float(epochs)
     return logged
@@ -118,7 +123,15 @@ def due(step: int, every: int, last_step: int) -> bool:
 def train(cfg: RLHFConfig, reward_fn: RewardFn, prompts: list[str], eval_prompts: list[str] | None = None) -> list[dict[str, float]]:
     """Fine-tune ``cfg.model.model`` with PPO (or GRPO/RLOO) to maximise ``reward_fn``; returns the
     metrics of every step, also written to ``output_dir/metrics.jsonl`` and TensorBoard. With
-    ``eval_prompts``, their greedy completions are scored every ``cfg.monitor.eval_every`` steps."""
+    ``eval_prompts``, their greedy completions are scored every ``cfg.monitor.eval_every`` steps.
+
+    Under torchrun, one rank of a data-parallel run (:mod:`fastppo.rlhf.parallel`): every flag is
+    per rank, and a step trains on every rank's prompts."""
+    with joined(rank_device(resolve_device(cfg.model.device))) as world:
+        return _train(cfg, reward_fn, prompts, eval_prompts, Ranks(world, cfg.model.fsdp))
+
+
+def _train(cfg: RLHFConfig, reward_fn: RewardFn, prompts: list[str], eval_prompts: list[str] | None, ranks: Ranks) -> list[dict[str, float]]:
     model_cfg, sampling, ppo, run = cfg.model, cfg.sampling, cfg.ppo, cfg.run
     validate_ppo(model_cfg, sampling, ppo)
     validate_run(run, cfg.schedule, cfg.monitor)
@@ -127,11 +140,13 @@ def train(cfg: RLHFConfig, reward_fn: RewardFn, prompts: list[str], eval_prompts
     output_dir = Path(run.output_dir)
     resume_from = latest_checkpoint(output_dir) if run.resume else None
     torch.manual_seed(run.seed)
-    models = load_models(model_cfg, ppo.critic if ppo.estimator == "gae" else None, ppo.critic_model, resume_from)
+    models = load_models(ranks.load_config(model_cfg), ppo.critic if ppo.estimator == "gae" else None, ppo.critic_model, resume_from)
+    ranks.prepare(models)
+    ranks.reseed(run.seed)
     device = next(models.policy.parameters()).device
     precision = Precision(model_cfg.dtype, device)
     optimizer = torch.optim.AdamW(models.trainable_parameters(), lr=ppo.learning_rate)
-    state = load_training_state(resume_from, optimizer) if resume_from else {"step": 0, "kl_coef": ppo.kl_coef}
+    state = load_training_state(resume_from, optimizer, models, ranks) if resume_from else {"step": 0, "kl_coef": ppo.kl_coef}
     precision.load_state_dict(state.pop("grad_scaler", {}))
     generator = make_generator(models, model_cfg, sampling, run.seed, precision.autocast)
     micro_batch_size = ppo.mini_batch_size // ppo.gradient_accumulation_steps
@@ -140,35 +155,39 @@ def train(cfg: RLHFConfig, reward_fn: RewardFn, prompts: list[str], eval_prompts
     purge_step = state["step"] + 1 if state["step"] else None  # a resumed run continues its curves
     summary = (("reward", "rlhf/reward_mean", ".3f"), ("kl", "rlhf/kl_ref", ".3f"))
     with RunLogger(
-        output_dir, ppo.steps, tensorboard=True, progress=run.progress, config=asdict(cfg), purge_step=purge_step, summary=summary, wandb_project=run.wandb_project_or_none,
+        output_dir if ranks.main else None, ppo.steps, tensorboard=True, progress=run.progress and ranks.main, config=asdict(cfg), purge_step=purge_step, summary=summary,
+        wandb_project=run.wandb_project_or_none if ranks.main else None,
     ) as logger:
         for step in range(state["step"] + 1, ppo.steps + 1):
             t_start = time.perf_counter()
             learning_rate = warmup_scheduled(cfg.schedule.lr_schedule, ppo.learning_rate, step, ppo.steps, cfg.schedule.lr_warmup_steps)
             set_learning_rate(optimizer, learning_rate)
-            step_prompts = [prompts[i] for i in batch_indices(len(prompts), ppo.prompts_per_step, step, run.seed)]
+            step_prompts = [prompts[i] for i in ranks.share(batch_indices(len(prompts), ranks.size * ppo.prompts_per_step, step, run.seed))]
             rollout = collect_rollout(models, step_prompts, ppo.num_generations, sampling, micro_batch_size, precision.autocast, generator)
             raw_scores = compute_scores(reward_fn, rollout.prompts, rollout.completions, device)
-            scores = shape_scores(raw_scores, rollout.has_eos, sampling.missing_eos_penalty, ppo.reward_clip, ppo.whiten_rewards)
-            advantages, returns, kl = compute_advantages(rollout, scores, state["kl_coef"], ppo)
+            # Every rank's scores: the step's statistics (whitening, the log) are over all of them.
+            all_scores, all_eos = ranks.gather(raw_scores), ranks.gather(rollout.has_eos.float()).bool()
+            scores = ranks.own(shape_scores(all_scores, all_eos, sampling.missing_eos_penalty, ppo.reward_clip, ppo.whiten_rewards))
+            advantages, returns, kl = compute_advantages(rollout, scores, state["kl_coef"], ppo, ranks)
             t_rollout = time.perf_counter()
-            losses = ppo_update(models, optimizer, rollout, advantages, returns, ppo, state["kl_coef"], sampling.temperature, precision)
+            losses = ppo_update(models, optimizer, rollout, advantages, returns, ppo, state["kl_coef"], sampling.temperature, precision, ranks)
             generator.sync_weights()
             t_update = time.perf_counter()
 
-            kl_ref = sequence_kl(kl)
-            response_tokens = int(rollout.response_mask.sum())
+            kl_ref = sequence_kl(ranks.gather(kl.sum(dim=1, keepdim=True)))  # summed per completion first: the ranks' R differ
+            response_tokens, query_tokens = ranks.sum(torch.stack([rollout.response_mask.sum(), rollout.query_mask.sum()])).tolist()
+            completions = all_scores.numel()
             metrics = {
-                "rlhf/reward_mean": float(raw_scores.mean()),
-                "rlhf/reward_std": float(raw_scores.std()) if raw_scores.numel() > 1 else 0.0,
+                "rlhf/reward_mean": float(all_scores.mean()),
+                "rlhf/reward_std": float(all_scores.std()) if completions > 1 else 0.0,
                 "rlhf/kl_ref": kl_ref,
                 "rlhf/kl_coef": state["kl_coef"],
-                "rlhf/response_length": response_tokens / rollout.response.shape[0],
-                "rlhf/eos_fraction": float(rollout.has_eos.float().mean()),
+                "rlhf/response_length": response_tokens / completions,
+                "rlhf/eos_fraction": float(all_eos.float().mean()),
                 "charts/learning_rate": learning_rate,
                 **losses,
                 "perf/tokens_generated_per_s": response_tokens / (t_rollout - t_start),
-                "perf/tokens_trained_per_s": (rollout.query_mask.sum().item() + response_tokens) * ppo.ppo_epochs / (t_update - t_rollout),
+                "perf/tokens_trained_per_s": (query_tokens + response_tokens) * ppo.ppo_epochs / (t_update - t_rollout),
                 "time/rollout_s": t_rollout - t_start,
                 "time/update_s": t_update - t_rollout,
             }
@@ -177,7 +196,7 @@ def train(cfg: RLHFConfig, reward_fn: RewardFn, prompts: list[str], eval_prompts
             if returns is not None:
                 metrics["losses/explained_variance"] = explained_variance(rollout.values, returns, rollout.response_mask)
             if ppo.kl_target is not None:
-                state["kl_coef"] = proportional_kl_beta(state["kl_coef"], kl_ref, ppo.kl_target, rollout.response.shape[0], ppo.kl_horizon)
+                state["kl_coef"] = proportional_kl_beta(state["kl_coef"], kl_ref, ppo.kl_target, completions, ppo.kl_horizon)
             if due(step, cfg.monitor.sample_every, ppo.steps):
                 logger.log_samples(step, "rollout", sample_rows(rollout.prompts, rollout.completions, raw_scores, cfg.monitor.num_samples))
             if eval_prompts and due(step, cfg.monitor.eval_every, ppo.steps):
@@ -187,7 +206,8 @@ def train(cfg: RLHFConfig, reward_fn: RewardFn, prompts: list[str], eval_prompts
             state["step"] = step
             logger.log(step, metrics)
             history.append(metrics)
-            monitor.check(step, metrics["rlhf/reward_mean"], kl_ref)
+            if ranks.main:
+                monitor.check(step, metrics["rlhf/reward_mean"], kl_ref)
             if due(step, run.save_every, ppo.steps):
-                save_checkpoint(output_dir, step, models, optimizer, {"kl_coef": state["kl_coef"], "grad_scaler": precision.state_dict()}, run.keep_checkpoints)
+                save_checkpoint(output_dir, step, models, optimizer, {"kl_coef": state["kl_coef"], "grad_scaler": precision.state_dict()}, run.keep_checkpoints, ranks)
     return history
