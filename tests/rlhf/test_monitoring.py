@@ -9,6 +9,7 @@ import sys
 from contextlib import nullcontext
 from dataclasses import fields, replace
 from pathlib import Path
+from types import ModuleType, SimpleNamespace
 
 import pytest
 import torch
@@ -191,3 +192,69 @@ def test_readme_documents_every_new_flag() -> None:
     flags = ["--eval-prompts", "--report-to", "--wandb-project", "--generator", "--vllm-gpu-memory"]
     flags += [f"--{f.name.replace('_', '-')}" for cls in (LRScheduleConfig, MonitorConfig) for f in fields(cls)]
     assert [flag for flag in flags if f"`{flag}" not in readme] == []
+
+
+class _FakeLLM:
+    """A stand-in for vllm.LLM with the calls VLLMGenerator makes: it records the engine's
+    settings and the weights it is given, and "generates" each prompt's own ids followed by EOS."""
+
+    def __init__(self, **settings):
+        self.settings, self.loaded, self.requests = settings, {}, []
+
+    def apply_model(self, func):
+        return [func(self)]  # one worker, whose model is this object
+
+    def load_weights(self, weights):
+        self.loaded = {name: tensor.clone() for name, tensor in weights}
+
+    def reset_prefix_cache(self):
+        pass
+
+    def generate(self, prompts, params, use_tqdm):
+        self.requests.append((prompts, params))
+        eos = params.stop_token_ids[0]
+        outputs = [(p["prompt_token_ids"] + [eos])[: params.max_tokens] for p in prompts]
+        return [SimpleNamespace(outputs=[SimpleNamespace(token_ids=ids)]) for ids in outputs]
+
+
+def test_vllm_generator_against_a_stand_in_engine(tmp_path, monkeypatch) -> None:
+    """The glue of --generator vllm without vLLM: prompts handed over without their left padding,
+    completions padded back into a tensor, greedy = temperature 0, and the policy's current weights
+    loaded into the engine at start and after a change, trimmed to the checkpoint's vocabulary."""
+    from fastppo.rlhf.generation import VLLMGenerator
+    from fastppo.rlhf.models import load_models
+    from tests.rlhf.tiny import build_model_folder
+
+    vllm, inputs = ModuleType("vllm"), ModuleType("vllm.inputs")
+    vllm.LLM, vllm.SamplingParams, inputs.TokensPrompt = _FakeLLM, SimpleNamespace, dict
+    monkeypatch.setitem(sys.modules, "vllm", vllm)
+    monkeypatch.setitem(sys.modules, "vllm.inputs", inputs)
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    folder = build_model_folder(tmp_path / "no-pad", with_pad=False)  # load_models adds a pad token: one row more than the checkpoint
+    with pytest.warns(UserWarning, match="no pad token distinct from EOS"):
+        models = load_models(ModelConfig(model=str(folder)), critic=None)
+    sampling = SamplingConfig(max_new_tokens=4, max_prompt_length=16)
+    generator = VLLMGenerator(models, ModelConfig(model=str(folder)), sampling, seed=3)
+    llm = generator.llm
+    assert llm.settings == {"model": str(folder), "dtype": "auto", "seed": 3, "gpu_memory_utilization": 0.3, "max_model_len": 20}
+    embeddings = models.policy.get_input_embeddings().weight
+    checkpoint_rows = embeddings.shape[0] - 1
+    assert llm.loaded["transformer.wte.weight"].shape[0] == checkpoint_rows
+    assert torch.equal(llm.loaded["transformer.wte.weight"], embeddings[:checkpoint_rows])
+    assert llm.loaded.keys() == models.policy.state_dict().keys()
+
+    tokenizer = models.tokenizer
+    query, query_mask = tokenizer(["ab", "hello"], padding=True, return_tensors="pt").values()
+    response = generator.generate(query, query_mask, greedy=True)
+    prompts, params = llm.requests[-1]
+    assert [p["prompt_token_ids"] for p in prompts] == [tokenizer("ab")["input_ids"], tokenizer("hello")["input_ids"]]
+    assert params.temperature == 0.0 and params.max_tokens == 4 and params.stop_token_ids == [tokenizer.eos_token_id]
+    eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
+    assert response.tolist() == [tokenizer("ab")["input_ids"] + [eos, pad], tokenizer("hell")["input_ids"]]
+    generator.generate(query, query_mask)
+    assert llm.requests[-1][1].temperature == sampling.temperature
+
+    with torch.no_grad():
+        models.policy.transformer.h[0].mlp.c_fc.weight.add_(1.0)
+    generator.sync_weights()
+    assert torch.equal(llm.loaded["transformer.h.0.mlp.c_fc.weight"], models.policy.transformer.h[0].mlp.c_fc.weight)

@@ -73,8 +73,9 @@ class VLLMGenerator:
     Written against vLLM 0.11 (V1 engine): ``LLM.apply_model`` (vLLM >= 0.8.3) runs a function on the
     engine's model, whose ``load_weights`` takes (name, tensor) pairs named as in the transformers
     checkpoint, as TRL's colocate mode does (through ``llm_engine.model_executor.driver_worker.
-    model_runner.model`` on the older V0 engine). UNTESTED: fastppo's test machines have no GPU, and
-    vLLM is never installed by the test suite; only the errors of ``require_vllm`` are tested.
+    model_runner.model`` on the older V0 engine). NOT RUN AGAINST vLLM: fastppo's test machines have
+    no GPU and never install vLLM; tests/rlhf/test_monitoring.py checks the calls made and the tensors
+    handed over against a stand-in module, and the errors of ``require_vllm``.
     """
 
     def __init__(self, models: Models, model_cfg: ModelConfig, sampling: SamplingConfig, seed: int):
