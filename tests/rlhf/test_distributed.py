@@ -4,8 +4,8 @@
   the weights of 1 process updating on the joined rollout (the same minibatches: each rank's half
   of the single process's), with DDP-style gradient averaging and with FSDP; both ranks agree;
 - DPO likewise: 2 ranks x 2 pairs per step == 1 process with 4 pairs in 2 micro-batches;
-- `torchrun -m fastppo dpo` runs, writes one checkpoint from rank 0, and a 1-process resume of it
-  is a one-line error.
+- `torchrun -m fastppo dpo` runs, writes one checkpoint from rank 0, resumes (with --fsdp), and a
+  1-process resume of it is a one-line error.
 """
 
 from __future__ import annotations
@@ -178,7 +178,7 @@ def test_dpo_on_two_ranks_equals_one_process_on_both_ranks_pairs(tiny_model: Pat
             assert mine[name] == pytest.approx(theirs[name], rel=1e-4, abs=1e-6), name
 
 
-def test_torchrun_dpo_writes_one_checkpoint_and_refuses_a_one_process_resume(tiny_model: Path, tmp_path: Path):
+def test_torchrun_dpo_writes_one_checkpoint_resumes_and_refuses_a_one_process_resume(tiny_model: Path, tmp_path: Path):
     data = tmp_path / "pairs.jsonl"
     data.write_text("".join(json.dumps({"prompt": p.prompt, "chosen": p.chosen, "rejected": p.rejected}) + "\n" for p in PAIRS))
     out = tmp_path / "run"
@@ -187,6 +187,12 @@ def test_torchrun_dpo_writes_one_checkpoint_and_refuses_a_one_process_resume(tin
     assert done.stdout.count("DPO loss") == 1  # rank 0 speaks for the run
     assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-000002"]  # 8 pairs, 2 ranks x 2 a step
     assert [json.loads(line)["global_step"] for line in (out / "metrics.jsonl").read_text().splitlines()] == [1, 2]
+
+    # The same launch resumes (here sharded: the checkpoint holds whole tensors either way) for a second epoch.
+    resumed = torchrun("dpo", "--model", str(tiny_model), "--data", str(data), "--batch-size", "2", "--output-dir", str(out), "--no-progress", "--save-every", "0", "--epochs", "2", "--resume", "--fsdp")
+    assert resumed.returncode == 0, resumed.stderr
+    assert [json.loads(line)["global_step"] for line in (out / "metrics.jsonl").read_text().splitlines()] == [1, 2, 3, 4]
+    assert (out / "latest").read_text().strip() == "checkpoint-000004"
 
     command = [sys.executable, "-m", "fastppo", "dpo", "--model", str(tiny_model), "--data", str(data), "--output-dir", str(out), "--resume", "--no-progress"]
     alone = subprocess.run(command, capture_output=True, text=True, timeout=300)

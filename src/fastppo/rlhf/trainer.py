@@ -72,7 +72,9 @@ def ppo_update(
     rank's minibatch i: the gradients and the early-stop KL are averaged over the ranks."""
     batch_size = rollout.response.shape[0]
     micro_batch_size = ppo.mini_batch_size // ppo.gradient_accumulation_steps
-    params = models.trainable_parameters()
+    # The optimizer's own: with FSDP a model's parameters are swapped for unsharded ones between a
+    # forward and its reshard, and trainable_parameters() could list those.
+    params = [p for group in optimizer.param_groups for p in group["params"]]
     totals: dict[str, Tensor] = {}
     grad_norms: list[Tensor] = []
     count = epochs = 0
