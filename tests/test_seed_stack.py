@@ -92,3 +92,23 @@ def test_what_a_stack_cannot_do_is_a_one_line_error(tmp_path, capsys, flags, mes
     assert main(["train", "CartPole-v1", *TINY, *flags, "--seeds", "1-2", "--run-dir", str(tmp_path / "stack")]) != 0
     err = capsys.readouterr().err
     assert message in err and "--workers" in err and "Traceback" not in err
+
+
+def test_each_seed_checkpoints_as_its_single_run_and_resumes_alone(tmp_path):
+    """A stack writes each seed's checkpoint as its single run's (its generator as torch's RNG, its
+    env rows, Adam moments and statistics): resumed alone, a seed goes on as its single run does."""
+    # Constant schedules: the run goes on past its first budget. lr 1e-3, not the preset's 1e-2:
+    # Adam turns rounding-level gradient differences into weight differences that grow with the lr.
+    flags = [*TINY, "--normalize-obs", "--normalize-reward", "--lr-schedule", "constant", "--clip-schedule", "constant", "--learning-rate", "1e-3"]
+    assert main(["train", "CartPole-v1", *flags, "--seeds", "3,5", "--run-dir", str(tmp_path / "stack")]) == 0
+    assert main(["train", "CartPole-v1", *flags, "--seed", "5", "--run-dir", str(tmp_path / "single")]) == 0
+    for run in (tmp_path / "stack" / "seed_5", tmp_path / "single"):
+        assert main(["train", "--resume", str(run), "--total-timesteps", "2048"]) == 0
+    stacked, single = records(tmp_path / "stack" / "seed_5"), records(tmp_path / "single")
+    assert [r["global_step"] for r in stacked] == [r["global_step"] for r in single] and stacked[-1]["global_step"] == 2048
+    for a, b in zip(stacked, single):
+        assert a.get("charts/episodic_return", 0.0) == pytest.approx(b.get("charts/episodic_return", 0.0), rel=1e-5)
+        for name in COMPARED:
+            assert math.isclose(a[name], b[name], rel_tol=1e-3, abs_tol=1e-5), (name, a[name], b[name])
+    for p, q in zip(load(tmp_path / "stack" / "seed_5").policy.parameters(), load(tmp_path / "single").policy.parameters()):
+        assert torch.allclose(p, q, atol=1e-5)

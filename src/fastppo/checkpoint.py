@@ -381,8 +381,9 @@ def list_checkpoints(run_dir: Path) -> list[Path]:
     return sorted((p for p in root.iterdir() if p.is_dir() and _NAME.match(p.name)), key=lambda p: int(p.name))
 
 
-def save_checkpoint(run_dir: Path, state: TrainState, envs: VecEnv, keep: int) -> Path:
-    """Write the checkpoint of ``state`` (at an iteration boundary) atomically; keep the newest ``keep``."""
+def save_checkpoint(run_dir: Path, state: TrainState, envs: VecEnv, keep: int, rng: dict[str, torch.Tensor] | None = None) -> Path:
+    """Write the checkpoint of ``state`` (at an iteration boundary) atomically; keep the newest ``keep``.
+    ``rng`` replaces global RNG states (a seed of a stack saves its own generator as torch's)."""
     bad = [name for name, p in state.agent.policy.named_parameters() if not torch.isfinite(p).all()]
     if bad:
         raise FastPPOError(f"refusing to checkpoint non-finite parameters ({', '.join(bad)}); the previous checkpoint is kept")
@@ -397,7 +398,7 @@ def save_checkpoint(run_dir: Path, state: TrainState, envs: VecEnv, keep: int) -
     optim_tensors, param_groups = optimizer_to_tensors(state.optimizer)
     rng_tensors, rng_meta = rng_state(state.agent.device)
     env_tensors, env_meta = snapshot_envs(envs)
-    tensors = optim_tensors | rng_tensors | env_tensors
+    tensors = optim_tensors | rng_tensors | (rng or {}) | env_tensors
     if state.reward_scaler is not None:
         tensors |= {f"reward_scaler.{k}": v.detach().cpu() for k, v in state.reward_scaler.state_dict().items()}
     cursor = state.cursor

@@ -37,7 +37,7 @@ from torch import Tensor, nn
 
 from fastppo.agent import Agent
 from fastppo.config import Config
-from fastppo.core.normalize import RunningMeanStd
+from fastppo.core.normalize import RewardScaler, RunningMeanStd
 from fastppo.envs.vector import Episodes
 from fastppo.errors import FastPPOError
 from fastppo.logger import RunLogger
@@ -261,9 +261,9 @@ def episodes_by_seed(episodes: Episodes, seeds: list[int], envs_per_seed: int) -
     return split
 
 
-def save_seed_agent(stack: Agent, index: int, directory: Path, history: list[dict[str, float]], episode_returns: list[float]) -> Agent:
-    """Seed ``index`` of a trained stack as an ordinary Agent (its policy, its observation
-    statistics), saved into ``directory``: fastppo eval/plot/load read it as any run."""
+def seed_agent(stack: Agent, index: int, directory: Path, history: list[dict[str, float]], episode_returns: list[float]) -> Agent:
+    """Seed ``index`` of a stack as an ordinary Agent (a copy of its policy and observation
+    statistics), with its run folder ``directory``."""
     obs_rms = None
     if stack.obs_rms is not None:
         obs_rms = RunningMeanStd(stack.obs_shape, stack.device)
@@ -271,8 +271,14 @@ def save_seed_agent(stack: Agent, index: int, directory: Path, history: list[dic
     seed = int(directory.name.removeprefix("seed_"))
     config = replace(stack.config, run=replace(stack.config.run, seed=seed))
     agent = Agent(policy=stack.policy.unstack(index), config=config, obs_shape=stack.obs_shape, obs_rms=obs_rms, history=history, run_dir=directory)
-    agent.episode_returns = episode_returns
+    agent.episode_returns = list(episode_returns)
     agent.action_masks = stack.action_masks
+    return agent
+
+
+def save_seed_agent(stack: Agent, index: int, directory: Path, history: list[dict[str, float]], episode_returns: list[float]) -> Agent:
+    """``seed_agent``, saved into ``directory``: fastppo eval/plot/load read it as any run."""
+    agent = seed_agent(stack, index, directory, history, episode_returns)
     agent.save(directory)
     return agent
 
@@ -299,3 +305,48 @@ class SeedLoggers:
     def close(self) -> None:
         for logger in (*self.loggers, self.progress):
             logger.close()
+
+
+class _SeedOptimizer:
+    """Seed ``index``'s slice of a stack's Adam, as the state dict its single run's optimizer has
+    (the stack's flat parameter row holds the seed's parameters in the single run's order)."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer, index: int, seeds: int):
+        self.optimizer, self.index, self.seeds = optimizer, index, seeds
+
+    def state_dict(self) -> dict:
+        state = self.optimizer.state_dict()
+        rows = {
+            i: {slot: value if value.dim() == 0 else value.view(self.seeds, -1)[self.index].clone() for slot, value in slots.items()}
+            for i, slots in state["state"].items()
+        }
+        return {"state": rows, "param_groups": state["param_groups"]}
+
+
+def save_seed_checkpoints(state, envs, seed_dirs: list[Path], seeds_returns: list[list[float]], keep: int) -> Path:
+    """Checkpoint each seed of a stack into its run folder as the checkpoint of its single run
+    (weights, Adam moments, statistics, env rows and their generator, its generator as torch's
+    RNG): ``fastppo train --resume RUN_DIR/seed_<n>`` continues that seed alone, as its single run
+    would. Returns the last folder written."""
+    from fastppo.checkpoint import save_checkpoint
+    from fastppo.rollout import EnvCursor
+
+    stack: StackedActorCritic = state.agent.policy
+    saved = None
+    for index, (directory, returns) in enumerate(zip(seed_dirs, seeds_returns)):
+        agent = seed_agent(state.agent, index, directory, [], returns)
+        rows = slice(index * envs.num_envs // stack.seeds, (index + 1) * envs.num_envs // stack.seeds)
+        scaler = None
+        if state.reward_scaler is not None:
+            scaler = RewardScaler(rows.stop - rows.start, state.reward_scaler.gamma, state.reward_scaler.clip, agent.device)
+            rms = state.reward_scaler.return_rms
+            scaler.load_state_dict(
+                {"return_rms.mean": rms.mean[index], "return_rms.var": rms.var[index], "return_rms.count": rms.count[index], "discounted_return": state.reward_scaler.discounted_return[rows]}
+            )
+        cursor = state.cursor
+        seed_cursor = EnvCursor(cursor.obs[rows], None if cursor.action_mask is None else cursor.action_mask[rows], cursor.valid[rows])
+        seed_state = replace(state, agent=agent, optimizer=_SeedOptimizer(state.optimizer, index, stack.seeds), reward_scaler=scaler, cursor=seed_cursor)
+        generator = stack.noise.generators[index]
+        rng = {"rng.torch" if generator.device.type == "cpu" else f"rng.cuda.{generator.device.index or 0}": generator.get_state()}
+        saved = save_checkpoint(directory, seed_state, envs.seed_block(index), keep, rng)
+    return saved

@@ -33,7 +33,7 @@ from fastppo.logger import RunLogger
 from fastppo.outputs import output_dir
 from fastppo.profiling import SectionTimer
 from fastppo.rollout import EnvCursor, ObservationNormalizer, PolicyStep, RolloutBuffer, collect_rollout
-from fastppo.seed_stack import SeedLoggers, check_seed_stack, episodes_by_seed, per_seed, save_seed_agent, seed_columns, stacked_agent
+from fastppo.seed_stack import SeedLoggers, check_seed_stack, episodes_by_seed, per_seed, save_seed_agent, save_seed_checkpoints, seed_columns, stacked_agent
 from fastppo.update import MinibatchStep, UpdateCoefficients, make_optimizer, ppo_update, set_learning_rate
 
 RESUMABLE_OVERRIDES = ("ppo.total_timesteps", "run.checkpoint_every", "run.keep_checkpoints", "run.progress", "run.tensorboard", "run.torch_threads")
@@ -319,6 +319,12 @@ def train_rank(
     policy_step = PolicyStep(agent.policy, config.run.compile, config.run.cudagraphs)
     update_step = MinibatchStep(agent.policy, state.optimizer, cfg, config.run.compile, config.run.cudagraphs, world)
     saved: Path | None = None
+
+    def save(state: TrainState, envs: Any) -> Path:  # a stack: each seed's folder gets its single run's checkpoint
+        if seeds is None:
+            return save_checkpoint(out_dir, state, envs, config.run.keep_checkpoints)
+        return save_seed_checkpoints(state, envs, seed_dirs, seeds_returns, config.run.keep_checkpoints)
+
     try:
         with StopRequest(enabled=run_dir is not None, world=world) as stop:
             while state.iteration < num_iterations and not stop.requested:
@@ -369,12 +375,12 @@ def train_rank(
 
                 stop.agree()
                 every, last = config.run.checkpoint_every, state.iteration == num_iterations
-                if out_dir is not None and seeds is None and (stop.requested or last or (every and state.iteration % every == 0)):
-                    saved = save_checkpoint(out_dir, state, envs, config.run.keep_checkpoints)
+                if out_dir is not None and (stop.requested or last or (every and state.iteration % every == 0)):
+                    saved = save(state, envs)
             # A signal during the last iteration stopped nothing: the run is finished, not interrupted.
             if stop.requested and state.iteration < num_iterations:
-                if out_dir is not None and seeds is None and (saved is None or not saved.name.endswith(f"{state.iteration:06d}")):
-                    saved = save_checkpoint(out_dir, state, envs, config.run.keep_checkpoints)
+                if out_dir is not None and (saved is None or not saved.name.endswith(f"{state.iteration:06d}")):
+                    saved = save(state, envs)
                 agent.interrupted_by = signal.Signals(stop.signal)
     except FastPPOError as exc:
         good = list_checkpoints(run_dir) if run_dir is not None else []
@@ -382,7 +388,9 @@ def train_rank(
     finally:
         logger.close()
         envs.close()
-    if agent.interrupted_by is not None and out_dir is not None and seeds is None:  # plain print, after the progress bar is gone: one unwrapped line to copy
+    if agent.interrupted_by is not None and seeds is not None:
+        print(f"fastppo: {agent.interrupted_by.name}: stopped after iteration {state.iteration}; resume each seed alone: fastppo train --resume {run_dir}/seed_<n>", file=sys.stderr, flush=True)
+    elif agent.interrupted_by is not None and out_dir is not None:  # plain print, after the progress bar is gone: one unwrapped line to copy
         print(
             f"fastppo: {agent.interrupted_by.name}: stopped after iteration {state.iteration}, checkpoint saved in {saved}\n"
             f"fastppo: resume with: {'fastppo' if world is None else 'the same torchrun launch, -m fastppo'} train --resume {run_dir}",

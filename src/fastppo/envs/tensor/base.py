@@ -22,6 +22,7 @@ data-dependent subset (indexing by a mask would need its size on the host).
 
 from __future__ import annotations
 
+import copy
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
@@ -49,6 +50,10 @@ class TensorEnv(ABC):
     max_episode_steps: int
     layout: ObservationLayout = ObservationLayout()  # a row is all observation
     """Gymnasium's registered ``max_episode_steps`` (its ``TimeLimit``); the constructor may override it."""
+
+    per_env_state: tuple[str, ...] = ("state", "_elapsed", "_episode_return", "_needs_reset")
+    """The tensor attributes with one row per env (a subclass adds its own): what ``seed_block``
+    slices."""
 
     pending_steps_limit: int = 256
     """Steps of per-env episode records kept before they are compacted to finished episodes only;
@@ -99,6 +104,20 @@ class TensorEnv(ABC):
                 generator.seed()  # nondeterministic, like an unseeded gymnasium env
             else:
                 generator.manual_seed(value)
+
+    def seed_block(self, index: int) -> TensorEnv:
+        """Seed block ``index`` as an env of its own (a shallow copy holding that block's rows and
+        generator, at an iteration boundary): a stack of seeds checkpoints each seed as the single
+        run it stands for (fastppo.seed_stack)."""
+        block = copy.copy(self)
+        rows = self.num_envs // len(self.generators)
+        block.num_envs = rows
+        for name in self.per_env_state:
+            setattr(block, name, getattr(self, name)[index * rows : (index + 1) * rows])
+        block.generators = [self.generators[index]]
+        block.generator = self.generators[index]
+        block._pending, block._finished = [], []
+        return block
 
     # --- what a subclass implements -------------------------------------------------------
 
