@@ -21,11 +21,13 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 
+from fastppo.errors import FastPPOError
 from fastppo.rlhf import dpo as dpo_module
 from fastppo.rlhf import trainer as trainer_module
 from fastppo.rlhf.config import DPOConfig, DPOTrainerConfig, ModelConfig, RunConfig
 from fastppo.rlhf.data import PreferencePair, batch_indices
 from fastppo.rlhf.models import Precision, load_models
+from fastppo.rlhf.parallel import validate_parallel
 from fastppo.rlhf.rewards import compute_scores, shape_scores
 from fastppo.rlhf.rollout import Rollout, collect_rollout
 from tests.rlhf.tiny import PROMPTS, early_letters, tiny_config
@@ -203,5 +205,19 @@ def test_torchrun_dpo_writes_one_checkpoint_resumes_and_refuses_a_one_process_re
 
 
 def test_fsdp_in_one_process_is_a_one_line_error(tiny_model: Path, tmp_path: Path):
-    with pytest.raises(Exception, match=r"^--fsdp shards the model over the processes of a torchrun launch: run under torchrun --nproc-per-node N \(N >= 2\), or drop --fsdp$"):
+    with pytest.raises(FastPPOError, match=r"^--fsdp shards the model over the processes of a torchrun launch: run under torchrun --nproc-per-node N \(N >= 2\), or drop --fsdp$"):
         dpo_module.train_dpo(dpo_config(tiny_model, tmp_path, fsdp=True), PAIRS)
+
+
+@pytest.mark.parametrize(
+    ("flags", "world_size", "generator", "message"),
+    [
+        ({"fsdp": True, "lora": True}, 2, "hf", "--fsdp does not take --lora: LoRA already trains a small share of the weights; drop one of them"),
+        ({"fsdp": True, "dtype": "fp16"}, 2, "hf", "--fsdp does not take --dtype fp16 (its loss scaling is per process): use --dtype bf16 or fp32"),
+        ({}, 2, "vllm", "--generator vllm is not supported under torchrun: use --generator hf"),
+    ],
+)
+def test_what_torchrun_and_fsdp_cannot_do_is_a_one_line_error(flags: dict, world_size: int, generator: str, message: str):
+    with pytest.raises(FastPPOError) as error:
+        validate_parallel(ModelConfig(model="m", **flags), world_size, generator)
+    assert str(error.value) == message
