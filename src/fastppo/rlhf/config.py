@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Literal
 
 from fastppo.core.kl import KLEstimator
-from fastppo.core.schedules import ScheduleKind
 from fastppo.core.preference import PreferenceLoss
+from fastppo.core.schedules import ScheduleKind
 from fastppo.errors import FastPPOError
 
 AdvantageEstimator = Literal["gae", "grpo", "rloo"]
