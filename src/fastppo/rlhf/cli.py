@@ -178,22 +178,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_config_arguments(rlhf, RunConfig)
     rlhf.set_defaults(func=run_rlhf)
 
-    dpo = subparsers.add_parser("dpo", help="fine-tune a causal LM on preference pairs with DPO", description=DPOTrainerConfig.__doc__)
-    dpo.add_argument("--data", required=True, help="preference pairs: a .jsonl/.json/.parquet/.csv file, a folder of them or one written by save_to_disk, or a hub dataset")
-    add_config_arguments(dpo, PreferenceDataConfig)
-    add_config_arguments(dpo, ModelConfig, required=("model",))
-    add_config_arguments(dpo, DPOConfig)
-    add_config_arguments(dpo, LRScheduleConfig)
-    add_config_arguments(dpo, RunConfig, defaults=DPOTrainerConfig.__dataclass_fields__["run"].default_factory())
-    dpo.set_defaults(func=run_dpo)
-
-    reward_model = subparsers.add_parser(
-        "reward-model", help="train a reward model (sequence classifier) on preference pairs for fastppo rlhf --reward", description=RewardModelTrainerConfig.__doc__,
+    preference_command(subparsers, "dpo", "fine-tune a causal LM on preference pairs with DPO", DPOTrainerConfig, DPOConfig, run_dpo)
+    preference_command(
+        subparsers, "reward-model", "train a reward model (sequence classifier) on preference pairs for fastppo rlhf --reward", RewardModelTrainerConfig, RewardModelConfig, run_reward_model
     )
-    reward_model.add_argument("--data", required=True, help="preference pairs: a .jsonl/.json/.parquet/.csv file, a folder of them or one written by save_to_disk, or a hub dataset")
-    add_config_arguments(reward_model, PreferenceDataConfig)
-    add_config_arguments(reward_model, ModelConfig, required=("model",))
-    add_config_arguments(reward_model, RewardModelConfig)
-    add_config_arguments(reward_model, LRScheduleConfig)
-    add_config_arguments(reward_model, RunConfig, defaults=RewardModelTrainerConfig.__dataclass_fields__["run"].default_factory())
-    reward_model.set_defaults(func=run_reward_model)
+
+
+def preference_command(subparsers: argparse._SubParsersAction, name: str, help: str, trainer_config: type, method_config: type, func) -> None:
+    """A command that trains on preference pairs (dpo, reward-model): the data, model, method, lr
+    schedule and run flags, with the run defaults of ``trainer_config``."""
+    parser = subparsers.add_parser(name, help=help, description=trainer_config.__doc__)
+    parser.add_argument("--data", required=True, help="preference pairs: a .jsonl/.json/.parquet/.csv file, a folder of them or one written by save_to_disk, or a hub dataset")
+    add_config_arguments(parser, PreferenceDataConfig)
+    add_config_arguments(parser, ModelConfig, required=("model",))
+    add_config_arguments(parser, method_config)
+    add_config_arguments(parser, LRScheduleConfig)
+    add_config_arguments(parser, RunConfig, defaults=trainer_config.__dataclass_fields__["run"].default_factory())
+    parser.set_defaults(func=func)
