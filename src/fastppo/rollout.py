@@ -74,10 +74,14 @@ class RolloutBuffer:
             initial_state=torch.zeros((N, state_size), device=device) if state_size else None,
         )
 
+    def _fields(self, extra: dict[str, Tensor], initial_state: bool = False) -> dict[str, Tensor]:
+        """The buffer's tensors (``initial_state`` only if asked for) plus ``extra``, None ones left out."""
+        tensors = {f.name: getattr(self, f.name) for f in fields(self) if initial_state or f.name != "initial_state"} | extra
+        return {k: v for k, v in tensors.items() if v is not None}
+
     def flatten(self, **extra: Tensor) -> dict[str, Tensor]:
         """Every [T, N, ...] field (plus ``extra`` ones like advantages) as [T*N, ...] views."""
-        tensors = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "initial_state"} | extra
-        return {k: v.flatten(0, 1) for k, v in tensors.items() if v is not None}
+        return {k: v.flatten(0, 1) for k, v in self._fields(extra).items()}
 
     def batch(self, seeds: int | None = None, **extra: Tensor) -> dict[str, Tensor]:
         """What ``ppo_update`` takes: the flattened rows, or for a recurrent policy the [T, N, ...]
@@ -85,12 +89,10 @@ class RolloutBuffer:
         stack of ``seeds`` (fastppo.seed_stack) each seed's rows ``[seeds, T * N_seed, ...]``, in the
         order its single run flattens them (row t * N_seed + n)."""
         if seeds is not None:
-            tensors = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "initial_state"} | extra
-            return {k: v.unflatten(1, (seeds, -1)).transpose(0, 1).flatten(1, 2) for k, v in tensors.items() if v is not None}
+            return {k: v.unflatten(1, (seeds, -1)).transpose(0, 1).flatten(1, 2) for k, v in self._fields(extra).items()}
         if self.initial_state is None:
             return self.flatten(**extra)
-        tensors = {f.name: getattr(self, f.name) for f in fields(self)} | extra
-        return {k: v for k, v in tensors.items() if v is not None}
+        return self._fields(extra, initial_state=True)
 
 
 @dataclass

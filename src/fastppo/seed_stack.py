@@ -54,23 +54,21 @@ class SeedNoise(Noise):
     def __init__(self, generators: list[torch.Generator]):
         self.generators = generators
 
-    def exponential(self, like: Tensor) -> Tensor:
+    def _draw(self, like: Tensor, fill: str) -> Tensor:
+        """A tensor like ``like`` whose block s is filled in place by ``fill`` from generator s."""
         out = torch.empty_like(like)
         for block, generator in zip(out, self.generators):
-            block.exponential_(generator=generator)
+            getattr(block, fill)(generator=generator)
         return out
+
+    def exponential(self, like: Tensor) -> Tensor:
+        return self._draw(like, "exponential_")
 
     def normal(self, like: Tensor) -> Tensor:
-        out = torch.empty_like(like)
-        for block, generator in zip(out, self.generators):
-            block.normal_(generator=generator)
-        return out
+        return self._draw(like, "normal_")
 
     def uniform(self, like: Tensor) -> Tensor:
-        out = torch.empty_like(like)
-        for block, generator in zip(out, self.generators):
-            block.uniform_(generator=generator)
-        return out
+        return self._draw(like, "uniform_")
 
     def randperm(self, n: int, seed_index: int, device: torch.device) -> Tensor:
         return torch.randperm(n, generator=self.generators[seed_index], device=device)
@@ -193,26 +191,27 @@ class SeedMinibatches:
     """
 
     def __init__(self, batch: dict[str, Tensor], noise: SeedNoise, num_minibatches: int):
-        self.batch, self.noise, self.num_minibatches = batch, noise, num_minibatches
+        self.batch = {k: v for k, v in batch.items() if k != "valid"}
+        self.noise, self.num_minibatches = noise, num_minibatches
         valid = batch["valid"]
-        self.seeds = valid.shape[0]
-        self.rows = [row.nonzero().squeeze(1) for row in valid]  # each seed's valid rows, in order (one host sync per seed and update)
+        device = valid.device
+        counts = valid.sum(1).tolist()  # the update's one host sync
+        self.rows = valid.nonzero()[:, 1].split(counts)  # each seed's valid rows, in order
+        # Each seed's minibatch bounds (its valid rows cut as its single run cuts them), the same every epoch.
+        self.bounds = torch.tensor([[count * i // num_minibatches for i in range(num_minibatches + 1)] for count in counts], device=device)
+        self.sizes = self.bounds[:, 1:] - self.bounds[:, :-1]
+        self.steps = torch.arange(int(self.sizes.max()), device=device)
+        self.seed_index = torch.arange(len(counts), device=device).unsqueeze(1)
 
     def epoch(self) -> Iterator[tuple[dict[str, Tensor], None]]:
-        device = self.batch["valid"].device
-        orders = [rows if self.num_minibatches == 1 else rows[self.noise.randperm(len(rows), s, device)] for s, rows in enumerate(self.rows)]
-        bounds = torch.tensor([[len(order) * i // self.num_minibatches for i in range(self.num_minibatches + 1)] for order in orders], device=device)
-        sizes = bounds[:, 1:] - bounds[:, :-1]
-        length = int(sizes.max())
+        shuffle = self.num_minibatches > 1  # one minibatch: no permutation drawn, as in a single run
+        orders = [rows[self.noise.randperm(len(rows), s, rows.device)] if shuffle else rows for s, rows in enumerate(self.rows)]
         padded = nn.utils.rnn.pad_sequence(orders, batch_first=True)  # [S, most valid rows]
-        steps = torch.arange(length, device=device)
-        seed_index = torch.arange(self.seeds, device=device).unsqueeze(1)
         for i in range(self.num_minibatches):
-            positions = bounds[:, i : i + 1] + steps  # [S, length]
-            real = steps < sizes[:, i : i + 1]
-            index = padded.gather(1, positions.clamp(max=padded.shape[1] - 1))
-            mb = {k: v[seed_index, index] for k, v in self.batch.items() if k != "valid"}
-            mb["valid"] = real
+            positions = (self.bounds[:, i : i + 1] + self.steps).clamp(max=padded.shape[1] - 1)  # [S, longest minibatch]
+            index = padded.gather(1, positions)
+            mb = {k: v[self.seed_index, index] for k, v in self.batch.items()}
+            mb["valid"] = self.steps < self.sizes[:, i : i + 1]
             yield mb, None
 
 

@@ -111,9 +111,9 @@ def minibatch_loss(
     torchrun ``advantage_moments`` normalise the advantages over every rank's part of the minibatch."""
     mask = mb.get("valid")  # None once ppo_update has dropped the reset rows
     newlogprob, entropy, newvalue = policy.evaluate(mb["obs"], mb["actions"], mb.get("action_masks"), mb.get("initial_state"), mask)
-    # A stack of seeds' minibatch is [seeds, rows]: one loss per seed (their sum is minimised, so
-    # each seed's weights get its own loss's gradient), one advantage normalisation per seed.
-    dim = -1 if isinstance(policy, StackedActorCritic) else None
+    # A stack of seeds' minibatch is [seeds, rows] (fastppo.seed_stack): one loss per seed (their sum
+    # is minimised, so each seed's weights get its own loss's gradient), one advantage normalisation per seed.
+    dim = -1 if mb["advantages"].dim() == 2 else None
     mb_advantages = normalize_advantages(mb["advantages"], mask, moments=advantage_moments, dim=dim) if cfg.norm_adv else mb["advantages"]
     loss, metrics = ppo_loss(
         newlogprob,
