@@ -89,7 +89,7 @@ def test_seed_blocks_draw_as_single_envs():
     ],
 )
 def test_what_a_stack_cannot_do_is_a_one_line_error(tmp_path, capsys, flags, message):
-    assert main(["train", "CartPole-v1", *TINY, *flags, "--seeds", "1-2", "--run-dir", str(tmp_path / "stack")]) != 0
+    assert main(["train", "CartPole-v1", *TINY, *flags, "--seeds", "1-2", "--run-dir", str(tmp_path / "stack")]) == 2
     err = capsys.readouterr().err
     assert message in err and "--workers" in err and "Traceback" not in err
 
@@ -112,3 +112,32 @@ def test_each_seed_checkpoints_as_its_single_run_and_resumes_alone(tmp_path):
             assert math.isclose(a[name], b[name], rel_tol=1e-3, abs_tol=1e-5), (name, a[name], b[name])
     for p, q in zip(load(tmp_path / "stack" / "seed_5").policy.parameters(), load(tmp_path / "single").policy.parameters()):
         assert torch.allclose(p, q, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--workers", "2"], "add --seeds"),
+        (["--seeds", "1-2", "--workers", "0"], "--workers must be >= 1"),
+        (["--seeds", "1-2", "--backend", "sync", "--workers", "0"], "--workers must be >= 1"),
+    ],
+)
+def test_bad_seed_flags_are_one_line_errors(tmp_path, capsys, flags, message):
+    assert main(["train", "CartPole-v1", "--no-progress", "--run-dir", str(tmp_path / "runs"), *flags]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1 and not (tmp_path / "runs").exists()
+
+
+def test_resume_with_seeds_is_a_one_line_error(tmp_path, capsys):
+    assert main(["train", "CartPole-v1", *TINY, "--run-dir", str(tmp_path / "run")]) == 0
+    capsys.readouterr()
+    assert main(["train", "--resume", str(tmp_path / "run"), "--seeds", "1-2"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "resume each seed's folder alone" in err and len(err.splitlines()) == 1
+
+
+def test_each_seed_of_a_stack_gets_its_own_health_warnings(tmp_path, capsys):
+    assert main(["train", "CartPole-v1", *TINY, "--learning-rate", "0.5", "--seeds", "1-2", "--run-dir", str(tmp_path / "stack")]) == 0
+    err = capsys.readouterr().err
+    for seed in (1, 2):
+        assert f"warning: seed {seed}: clip_fraction" in err

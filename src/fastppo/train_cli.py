@@ -76,7 +76,11 @@ def run(args: argparse.Namespace) -> int:
     main = launched_rank() == 0  # under torchrun, rank 0 speaks for the run
     overrides = {key.removeprefix("hp:"): value for key, value in vars(args).items() if key.startswith("hp:")}
     checkpoint = None
+    if args.workers is not None and args.seeds is None:
+        raise FastPPOError("--workers K runs the seeds of --seeds in parallel: add --seeds (e.g. --seeds 1-10) or drop --workers")
     if args.resume is not None:
+        if args.seeds is not None:
+            raise FastPPOError("--resume continues one run: resume each seed's folder alone (fastppo train --resume RUN_DIR/seed_<n>), without --seeds")
         if args.preset is not None or args.run_dir is not None:
             raise FastPPOError("--resume RUN_DIR takes the preset and the run directory from the run: drop --preset/--run-dir")
         config, checkpoint = resume_config(args.resume, overrides, args.env_id)

@@ -311,7 +311,9 @@ def train_rank(
                 f"[yellow]note:[/] {config.env.env_id} ({config.env.backend} backend) cannot be snapshot: its envs restart fresh "
                 "episodes; weights, optimizer, statistics, counters and RNGs are restored exactly"
             )
-    monitor, timer = HealthMonitor(), SectionTimer()
+    timer = SectionTimer()
+    monitor_labels = [""] if seeds is None else [f"seed {s}: " for s in seeds]
+    monitors = [HealthMonitor() for _ in monitor_labels]  # one per seed of a stack: each run's own warnings
     seeds_returns: list[list[float]] = [[] for _ in seeds or []]  # a stack's finished episodes, per seed
     if isinstance(envs, HostCopies):
         envs.timer = timer  # numpy-backed envs time their host<->device copies ("copy")
@@ -359,8 +361,6 @@ def train_rank(
                 seconds, elapsed = timer.pop(), time.perf_counter() - start
                 if seeds is None:
                     metrics = iteration_metrics(losses, episodes, seconds, state, coefs, buf.values, returns, buf.valid, elapsed, steps_per_iteration)
-                    for warning in monitor.check(metrics, progress):
-                        logger.message(f"[yellow]warning:[/] {warning}")
                 else:
                     by_seed = episodes_by_seed(episodes, seeds, config.env.num_envs)
                     for seed_returns, seed_episodes in zip(seeds_returns, by_seed):
@@ -370,6 +370,9 @@ def train_rank(
                         for seed_losses, seed_episodes, columns in zip(per_seed(losses, len(seeds)), by_seed, seed_columns((buf.values, returns, buf.valid), len(seeds)))
                     ]
                 logger.log(state.global_step, metrics)
+                for label, monitor, run_metrics in zip(monitor_labels, monitors, [metrics] if seeds is None else metrics):
+                    for warning in monitor.check(run_metrics, progress):
+                        logger.message(f"[yellow]warning:[/] {label}{warning}")
                 if on_iteration is not None:
                     on_iteration(state.global_step, metrics)
 
