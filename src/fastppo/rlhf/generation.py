@@ -7,6 +7,7 @@ forward pass (``collect_rollout``), so PPO's old log-probs never depend on the g
 
 from __future__ import annotations
 
+import importlib
 import os
 from collections.abc import Callable
 from contextlib import AbstractContextManager
@@ -133,7 +134,7 @@ def require_vllm(model: ModelConfig) -> None:
     if resolve_device(model.device).type != "cuda":
         raise FastPPOError("--generator vllm needs a CUDA GPU and this run is on the CPU: use --generator hf")
     try:
-        import vllm  # noqa: F401
+        importlib.import_module("vllm")  # imported, not just found: a broken install fails here too
     except ImportError as exc:
         raise FastPPOError("--generator vllm needs vLLM, which is not installed: pip install 'fastppo[vllm]' (on a GPU machine; it brings its own CUDA build of torch)") from exc
 
