@@ -33,8 +33,7 @@ import numpy as np
 import yaml
 
 from fastppo.errors import FastPPOError
-from fastppo.outputs import output_dir, writing
-from fastppo.plot import RETURN, Run, config_label, curves_on_grid, differing_keys, group_runs, read_run
+from fastppo.plot import RETURN, Run, config_label, differing_keys, group_runs, read_run
 
 ONLY_CONFIG = "only config"
 """The name of a group that is its env's only one."""
