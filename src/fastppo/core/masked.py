@@ -16,26 +16,20 @@ def masked_mean(x: Tensor, mask: Tensor | None = None, dim: int | None = None) -
     """Mean of ``x`` over entries where ``mask`` is true (plain mean when ``mask`` is None), over
     everything or along ``dim``."""
     if mask is None:
-        return x.mean() if dim is None else x.mean(dim)
+        return x.mean(dim)
     # where, not x * mask: an inf in a masked entry (e.g. exp of a padding token's log-ratio)
     # would otherwise turn the mean into NaN.
     mask = mask.bool()
-    if dim is None:
-        return torch.where(mask, x, 0.0).sum() / mask.sum().clamp_min(1)
     return torch.where(mask, x, 0.0).sum(dim) / mask.sum(dim).clamp_min(1)
 
 
 def masked_var(x: Tensor, mask: Tensor | None = None, dim: int | None = None) -> Tensor:
     """Unbiased variance of ``x`` over the valid entries (like ``Tensor.var``), over everything or along ``dim``."""
     if mask is None:
-        return x.var() if dim is None else x.var(dim)
-    if dim is None:
-        mask = mask.bool()
-        n = mask.sum()
-        mean = masked_mean(x, mask)
-        return torch.where(mask, (x - mean) ** 2, 0.0).sum() / (n - 1).clamp_min(1)
+        return x.var(dim)
     mask = mask.bool()
-    mean = masked_mean(x, mask, dim).unsqueeze(dim)
+    mean = masked_mean(x, mask, dim)
+    mean = mean if dim is None else mean.unsqueeze(dim)
     return torch.where(mask, (x - mean) ** 2, 0.0).sum(dim) / (mask.sum(dim) - 1).clamp_min(1)
 
 

@@ -82,9 +82,12 @@ class RunningMeanStd:
         self.count = total if self.groups is None else total.reshape(self.groups)
         self._refresh()
 
-    def per_row(self, stat: Tensor, rows: int) -> Tensor:
-        """A grouped statistic ``[groups, ...]`` repeated for ``rows`` rows of equal blocks (as is otherwise)."""
-        return stat if self.groups is None else stat.repeat_interleave(rows // self.groups, dim=0)
+    def by_group(self, x: Tensor, apply) -> Tensor:
+        """``apply(rows, mean32, inv_std32)`` on ``x``'s rows; grouped statistics broadcast over the
+        rows of their block (viewed ``[groups, rows, ...]``, no per-row copy of the statistics)."""
+        if self.groups is None:
+            return apply(x, self.mean32, self.inv_std32)
+        return apply(x.unflatten(0, (self.groups, -1)), self.mean32.unsqueeze(1), self.inv_std32.unsqueeze(1)).flatten(0, 1)
 
     def normalize(self, x: Tensor, clip: float) -> Tensor:
         """(x - mean) / sqrt(var + eps), clipped to [-clip, clip], in float32; columns past the
@@ -92,7 +95,7 @@ class RunningMeanStd:
         extra = self._extra_columns(x)
         if extra:
             return torch.cat([self.normalize(x[:, :-extra], clip), x[:, -extra:].float()], dim=1)
-        return ((x.float() - self.per_row(self.mean32, len(x))) * self.per_row(self.inv_std32, len(x))).clamp(-clip, clip)
+        return self.by_group(x.float(), lambda rows, mean, inv_std: ((rows - mean) * inv_std).clamp(-clip, clip))
 
     def snapshot(self) -> tuple[Tensor, Tensor, Tensor]:
         """(count, mean, var), copied: a base for ``moments_since``."""
@@ -154,7 +157,7 @@ class RewardScaler:
             self.discounted_return.mul_(self.gamma).add_(rewards)
             self.return_rms.update(self.discounted_return, valid)
             self.discounted_return.masked_fill_(done, 0.0)
-        return (rewards * self.return_rms.per_row(self.return_rms.inv_std32, len(rewards))).clamp(-self.clip, self.clip)
+        return self.return_rms.by_group(rewards, lambda rows, mean, inv_std: (rows * inv_std).clamp(-self.clip, self.clip))
 
     def state_dict(self) -> dict[str, Tensor]:
         return {**{f"return_rms.{k}": v for k, v in self.return_rms.state_dict().items()}, "discounted_return": self.discounted_return}
