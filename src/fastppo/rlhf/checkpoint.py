@@ -63,6 +63,12 @@ def _restore_rng(tensors: dict[str, torch.Tensor], ranks: Ranks) -> None:
         torch.cuda.set_rng_state_all(cuda)
 
 
+def due(step: int, every: int, last_step: int) -> bool:
+    """Whether a periodic action (checkpoint, samples, eval) runs at ``step``: every ``every`` steps
+    (0: never) and at the last step."""
+    return step == last_step or (every > 0 and step % every == 0)
+
+
 def save_checkpoint(output_dir: Path, step: int, models: Models, optimizer: torch.optim.Optimizer, state: dict[str, Any], keep: int, ranks: Ranks = Ranks()) -> Path | None:
     """Write ``checkpoint-{step}`` atomically, point ``latest`` at it, delete all but the newest ``keep``.
 

@@ -19,7 +19,7 @@ from fastppo.core.preference import dpo_loss
 from fastppo.distributed import joined, rank_device
 from fastppo.errors import FastPPOError
 from fastppo.logger import RunLogger
-from fastppo.rlhf.checkpoint import latest_checkpoint, load_training_state, save_checkpoint
+from fastppo.rlhf.checkpoint import due, latest_checkpoint, load_training_state, save_checkpoint
 from fastppo.rlhf.config import DPOConfig, DPOTrainerConfig, validate_dpo, validate_run
 from fastppo.rlhf.data import PreferencePair, batch_indices
 from fastppo.rlhf.models import Models, Precision, load_models, reference_model, resolve_device
@@ -121,6 +121,6 @@ def _train_dpo(cfg: DPOTrainerConfig, pairs: list[PreferencePair], ranks: Ranks)
             logged = {f"dpo/{key}": float(value) for key, value in ranks.mean_metrics(totals).items()} | {"losses/grad_norm": float(grad_norm), "charts/learning_rate": learning_rate}
             logger.log(step, logged)
             history.append(logged)
-            if step == total_steps or (run.save_every and step % run.save_every == 0):
+            if due(step, run.save_every, total_steps):
                 save_checkpoint(output_dir, step, models, optimizer, {"grad_scaler": precision.state_dict()}, run.keep_checkpoints, ranks)
     return history

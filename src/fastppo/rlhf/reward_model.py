@@ -20,7 +20,7 @@ from fastppo.core import warmup_scheduled
 from fastppo.core.preference import bradley_terry_loss
 from fastppo.errors import FastPPOError
 from fastppo.logger import RunLogger
-from fastppo.rlhf.checkpoint import latest_checkpoint, load_training_state, save_checkpoint
+from fastppo.rlhf.checkpoint import due, latest_checkpoint, load_training_state, save_checkpoint
 from fastppo.rlhf.config import RewardModelTrainerConfig, validate_reward_model, validate_run
 from fastppo.rlhf.data import PreferencePair, batch_indices
 from fastppo.rlhf.models import POLICY_DIR, Models, Precision, load_reward_model, resolve_device
@@ -103,11 +103,11 @@ def train_reward_model(cfg: RewardModelTrainerConfig, pairs: list[PreferencePair
                     totals[key] = totals.get(key, 0.0) + value / rm.gradient_accumulation_steps
             grad_norm = precision.step(optimizer, params, rm.max_grad_norm)
             logged = {f"reward_model/{key}": float(value) for key, value in totals.items()} | {"losses/grad_norm": float(grad_norm), "charts/learning_rate": learning_rate}
-            if eval_pairs and (step % rm.eval_every == 0 or step == total_steps):
+            if eval_pairs and due(step, rm.eval_every, total_steps):
                 logged |= evaluate(model, tokenizer, eval_pairs, micro_batch_size, device, precision.autocast)
             logger.log(step, logged)
             history.append(logged)
-            if step == total_steps or (run.save_every and step % run.save_every == 0):
+            if due(step, run.save_every, total_steps):
                 save_checkpoint(output_dir, step, models, optimizer, {"grad_scaler": precision.state_dict()}, run.keep_checkpoints)
     model.save_pretrained(output_dir)
     tokenizer.save_pretrained(output_dir)

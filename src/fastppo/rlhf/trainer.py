@@ -18,7 +18,7 @@ from fastppo.core import explained_variance, masked_mean, policy_loss, ppo_loss,
 from fastppo.distributed import joined, rank_device
 from fastppo.errors import FastPPOError
 from fastppo.logger import RunLogger
-from fastppo.rlhf.checkpoint import latest_checkpoint, load_training_state, save_checkpoint
+from fastppo.rlhf.checkpoint import due, latest_checkpoint, load_training_state, save_checkpoint
 from fastppo.rlhf.config import PPOConfig, RLHFConfig, validate_ppo, validate_run
 from fastppo.rlhf.data import batch_indices
 from fastppo.rlhf.evaluation import evaluate, sample_rows
@@ -114,12 +114,6 @@ def ppo_update(
     logged["losses/grad_norm"] = float(torch.stack(grad_norms).mean())
     logged["losses/epochs"] = float(epochs)
     return logged
-
-
-def due(step: int, every: int, last_step: int) -> bool:
-    """Whether a periodic action (checkpoint, samples, eval) runs at ``step``: every ``every`` steps
-    (0: never) and at the last step."""
-    return step == last_step or (every > 0 and step % every == 0)
 
 
 def train(cfg: RLHFConfig, reward_fn: RewardFn, prompts: list[str], eval_prompts: list[str] | None = None) -> list[dict[str, float]]:
