@@ -192,6 +192,7 @@ def test_an_exception_from_on_iteration_ends_the_run_with_its_envs_closed(tmp_pa
         (["--trials", "2", "--workers", "0"], None, "--workers must be >= 1"),
         (["--trials", "2", "--seed", "3"], None, "drop --seed"),
         (["--trials", "2", "--seeds", "2-1"], None, "runs backwards"),
+        (["--trials", "2", "--sampler-seed", "-1"], None, "--sampler-seed must be in [0, 4294967295]"),
         (["--trials", "0"], None, "no study 'CartPole-v1'"),
         (["--trials", "2", "--storage", "nosuchdb://x"], None, "cannot open --storage nosuchdb://x"),
         (["--trials", "2", "--space", "missing.yaml"], None, "cannot read --space missing.yaml"),

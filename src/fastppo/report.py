@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from fastppo.config import check_seed
 from fastppo.errors import FastPPOError
 from fastppo.plot import RETURN, Run, config_label, differing_keys, group_runs, read_run
 
@@ -158,6 +159,7 @@ def collect(run_dirs: list[str | Path], metric: str = RETURN, final_window: floa
         raise FastPPOError(f"--final-window {final_window} is not a fraction of the run: pick a value in (0, 1], e.g. 0.1")
     if reps < 1:
         raise FastPPOError(f"--reps {reps}: the bootstrap needs at least 1 resample (2000 is usual)")
+    check_seed(seed, "--bootstrap-seed")  # numpy's global seed, else a traceback from the bootstrap
     groups = group_runs([read_run(path) for path in find_runs(run_dirs)])
     stats = []
     for env_id in sorted({group[0].env_id for group in groups}):

@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     except ImportError:
         raise FastPPOError("fastppo sweep needs the 'sweep' extra (optuna is missing): pip install 'fastppo[sweep]'") from None
     from fastppo.api import make_config
-    from fastppo.config import resolve_key
+    from fastppo.config import check_seed, resolve_key
     from fastppo.outputs import output_dir
     from fastppo.seeds import parse_seeds
     from fastppo.sweep import Sweep, best_table, open_study, run_workers, write_best_preset
@@ -55,6 +55,7 @@ def run(args: argparse.Namespace) -> int:
     for flag, value, least in (("--trials", args.trials, 0), ("--workers", args.workers, 1), ("--heartbeat", args.heartbeat, 1)):
         if value is not None and value < least:
             raise FastPPOError(f"{flag} must be >= {least}, got {value}")
+    check_seed(args.sampler_seed, "--sampler-seed")  # numpy's SeedSequence in each worker, else a traceback there
     seeds = parse_seeds(args.seeds)
     base = make_config(args.env_id, args.preset, overrides)
     fixed = {resolve_key(base, key) for key in overrides}
