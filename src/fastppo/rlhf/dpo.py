@@ -37,12 +37,18 @@ def completion_logps(model, query: Tensor, query_mask: Tensor, response: Tensor,
     return total / response_mask.sum(dim=1) if average else total
 
 
-def _pair_logps(model, models: Models, pairs: list[PreferencePair], dpo: DPOConfig) -> Tensor:
-    """[2B] completion log-probs of the chosen then the rejected completions, scored in one batch."""
+def _encode_pairs(models: Models, pairs: list[PreferencePair], dpo: DPOConfig) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """(query, query_mask, response, response_mask) of 2B rows: each prompt with its chosen
+    completion, then with its rejected one, on the policy's device."""
     device = next(models.policy.parameters()).device
     query, query_mask = encode_prompts(models.tokenizer, [p.prompt for p in pairs] * 2, dpo.max_prompt_length, device)
     response, response_mask = encode_completions(models.tokenizer, [p.chosen for p in pairs] + [p.rejected for p in pairs], dpo.max_completion_length, device)
-    return completion_logps(model, query, query_mask, response, response_mask, average=dpo.loss == "ipo")
+    return query, query_mask, response, response_mask
+
+
+def _pair_logps(model, tokens: tuple[Tensor, Tensor, Tensor, Tensor], dpo: DPOConfig) -> Tensor:
+    """[2B] completion log-probs of the chosen then the rejected completions (``_encode_pairs``), scored in one batch."""
+    return completion_logps(model, *tokens, average=dpo.loss == "ipo")
 
 
 @torch.no_grad()
@@ -54,7 +60,7 @@ def reference_logps(models: Models, pairs: list[PreferencePair], dpo: DPOConfig,
     with autocast(), reference_model(models) as reference:
         for start in range(0, len(pairs), micro_batch_size):
             batch = pairs[start : start + micro_batch_size]
-            rows.append(_pair_logps(reference, models, batch, dpo).view(2, len(batch)).T)
+            rows.append(_pair_logps(reference, _encode_pairs(models, batch, dpo), dpo).view(2, len(batch)).T)
     return torch.cat(rows)
 
 
@@ -62,11 +68,12 @@ def dpo_step_loss(models: Models, pairs: list[PreferencePair], dpo: DPOConfig, a
     """DPO loss of a micro-batch; ``ref_logps`` [B, 2] are the pairs' precomputed reference
     log-probs, else the reference scores them here."""
     n = len(pairs)
+    tokens = _encode_pairs(models, pairs, dpo)  # once for the policy and the reference
     with autocast():
-        logps = _pair_logps(models.policy, models, pairs, dpo)
+        logps = _pair_logps(models.policy, tokens, dpo)
         if ref_logps is None:
             with torch.no_grad(), reference_model(models) as reference:
-                ref_logps = _pair_logps(reference, models, pairs, dpo).view(2, n).T
+                ref_logps = _pair_logps(reference, tokens, dpo).view(2, n).T
     return dpo_loss(logps[:n], logps[n:], ref_logps[:, 0], ref_logps[:, 1], dpo.beta, dpo.loss, dpo.label_smoothing)
 
 
