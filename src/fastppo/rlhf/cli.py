@@ -111,8 +111,9 @@ def run_rlhf(args: argparse.Namespace) -> int:
     validate_ppo(cfg.model, cfg.sampling, cfg.ppo)  # before any loading: bad flags fail in milliseconds
     validate_run(cfg.run, cfg.schedule, cfg.monitor)
     data = config_from_args(DataConfig, args)
-    prompts = read_prompts(args.prompts, data=data, tokenizer=_chat_tokenizer(data, cfg.model.model))
-    eval_prompts = read_prompts(args.eval_prompts, "--eval-prompts", data, _chat_tokenizer(data, cfg.model.model)) if args.eval_prompts else None
+    tokenizer = _chat_tokenizer(data, cfg.model.model)
+    prompts = read_prompts(args.prompts, data=data, tokenizer=tokenizer)
+    eval_prompts = read_prompts(args.eval_prompts, "--eval-prompts", data, tokenizer) if args.eval_prompts else None
     reward_fn = load_reward(args.reward, rank_device(resolve_device(cfg.model.device)))
     history = train(cfg, reward_fn, prompts, eval_prompts)
     if history and launched_rank() == 0:
