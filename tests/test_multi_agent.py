@@ -181,9 +181,11 @@ def test_bad_multi_agent_input_is_one_line_and_exit_2(argv, message, capsys):
     assert message in err and len(err.strip().splitlines()) == 1
 
 
-def test_an_unknown_module_is_one_line(capsys):
-    assert main(["train", "pz:mpe2.no_such_env_v0"]) == 2
-    assert "cannot import the PettingZoo module" in capsys.readouterr().err
+@pytest.mark.parametrize(("env_id", "message"), [("pz:mpe2.no_such_env_v0", "cannot import the PettingZoo module"), ("pz:", "pz: names no module"), ("pz:.relative", "names no module")])
+def test_an_unknown_module_is_one_line(env_id, message, capsys):
+    assert main(["train", env_id]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
 
 
 GROUPED = {"env_kwargs": json.dumps({"agents": ["adversary_0", "agent_0", "agent_1"]}), "multi_agent.policies": "group"}

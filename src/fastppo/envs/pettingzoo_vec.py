@@ -45,6 +45,8 @@ def is_pettingzoo(env_id: str) -> bool:
 def make_parallel_env(env_id: str, env_kwargs: dict[str, Any], render_mode: str | None = None) -> Any:
     """``<module>.parallel_env(**env_kwargs)`` for ``pz:<module>``, or a one-line FastPPOError."""
     module_name = env_id.removeprefix(PREFIX)
+    if not module_name or module_name.startswith("."):  # else importlib's ValueError/TypeError
+        raise FastPPOError(f"{env_id} names no module: write pz:<package.module>, e.g. pz:mpe2.simple_spread_v3")
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
