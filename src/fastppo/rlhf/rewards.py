@@ -81,7 +81,7 @@ def shape_scores(scores: Tensor, has_eos: Tensor, missing_eos_penalty: float | N
     if clip is not None:
         scores = scores.clamp(-clip, clip)
     if whiten and scores.numel() > 1:
-        scores = (scores - scores.mean()) / (scores.std() + 1e-8)
+        scores = normalize_advantages(scores)
     return scores
 
 
@@ -116,8 +116,7 @@ def gae_advantages(rewards: Tensor, values: Tensor, mask: Tensor, gamma: float, 
 def grpo_advantages(returns: Tensor, group_size: int, eps: float = 1e-4) -> Tensor:
     """GRPO (Shao et al. 2024, DeepSeekMath): (R_i - mean_group) / (std_group + eps), with the
     unbiased std over the ``group_size`` samples of a prompt (consecutive rows). [B] -> [B]."""
-    groups = returns.view(-1, group_size)
-    return ((groups - groups.mean(dim=1, keepdim=True)) / (groups.std(dim=1, keepdim=True) + eps)).flatten()
+    return normalize_advantages(returns.view(-1, group_size), eps=eps, dim=1).flatten()
 
 
 def rloo_advantages(returns: Tensor, group_size: int) -> Tensor:
