@@ -77,9 +77,8 @@ class TensorEnv(ABC):
         if seed_blocks < 1 or num_envs % seed_blocks:
             raise FastPPOError(f"{num_envs} envs do not split into {seed_blocks} equal seed blocks")
         # One generator per block of rows (a stack of seeds, fastppo.seed_stack: each seed's envs
-        # draw what its single run's envs draw); ``generator`` is the first, the only one usually.
+        # draw what its single run's envs draw); usually just one, ``generator``.
         self.generators = [torch.Generator(device=self.device) for _ in range(seed_blocks)]
-        self.generator = self.generators[0]
         self._seed(seed)
         self.state = self._reset_state()
         self._check("_reset_state()", "state", self.state, (num_envs, None))
@@ -94,6 +93,11 @@ class TensorEnv(ABC):
         self._pending: list[tuple[Tensor, Tensor]] = []
         # (returns, lengths, env rows) blocks holding only finished episodes.
         self._finished: list[tuple[Tensor, Tensor, Tensor]] = []
+
+    @property
+    def generator(self) -> torch.Generator:
+        """The first seed block's generator: the envs' one generator but in a stack of seeds."""
+        return self.generators[0]
 
     def _seed(self, seed: int | Sequence[int] | None) -> None:
         seeds = [seed] * len(self.generators) if seed is None or isinstance(seed, int) else list(seed)
@@ -115,7 +119,6 @@ class TensorEnv(ABC):
         for name in self.per_env_state:
             setattr(block, name, getattr(self, name)[index * rows : (index + 1) * rows])
         block.generators = [self.generators[index]]
-        block.generator = self.generators[index]
         block._pending, block._finished = [], []
         return block
 
