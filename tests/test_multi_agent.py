@@ -188,6 +188,20 @@ def test_an_unknown_module_is_one_line(env_id, message, capsys):
     assert message in err and len(err.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--env-kwargs", '{"max_cycles": 25}'], "--env-kwargs applies to PettingZoo envs (pz:<module>) only"),
+        (["--multi-agent.algorithm", "mappo"], "--multi-agent.* flags apply to PettingZoo envs (pz:<module>) only"),
+        (["--multi-agent.pad"], "--multi-agent.* flags apply to PettingZoo envs (pz:<module>) only"),
+    ],
+)
+def test_multi_agent_flags_on_a_gymnasium_env_are_one_line_errors_not_ignored(argv, message, capsys):
+    assert main(["train", "CartPole-v1", "--total-timesteps", "1024", *argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+
+
 GROUPED = {"env_kwargs": json.dumps({"agents": ["adversary_0", "agent_0", "agent_1"]}), "multi_agent.policies": "group"}
 
 

@@ -49,7 +49,7 @@ class EnvConfig:
     frame_stack: int = 4
     """Atari only: how many of the latest 84x84 frames one observation stacks (1 when --policy.memory remembers instead, as CleanRL's ppo_atari_lstm.py)."""
     env_kwargs: dict[str, Any] = field(default_factory=dict)
-    """Keyword arguments for the env's constructor, as JSON: '{"max_cycles": 25}' (gymnasium.make's kwargs, or a PettingZoo module's parallel_env(**kwargs))."""
+    """PettingZoo envs (pz:<module>) only: keyword arguments for the module's parallel_env(**kwargs), as JSON: '{"max_cycles": 25}'."""
 
 
 @dataclass
@@ -263,7 +263,11 @@ class Config:
     def _validate_multi_agent(self) -> None:
         from fastppo.envs.pettingzoo_vec import is_pettingzoo  # lazy: fastppo.envs imports this module
 
-        if not is_pettingzoo(self.env.env_id):
+        if not is_pettingzoo(self.env.env_id):  # else they would be ignored without a word
+            if self.env.env_kwargs:
+                raise FastPPOError(f"--env-kwargs applies to PettingZoo envs (pz:<module>) only, and {self.env.env_id} is not one: drop it")
+            if self.multi_agent != MultiAgentConfig():
+                raise FastPPOError(f"--multi-agent.* flags apply to PettingZoo envs (pz:<module>) only, and {self.env.env_id} is not one: drop them")
             return
         if self.env.backend != "sync":
             raise FastPPOError(f"PettingZoo envs run in the trainer's process: use --backend sync, not {self.env.backend}")
