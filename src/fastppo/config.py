@@ -263,11 +263,7 @@ class Config:
     def _validate_multi_agent(self) -> None:
         from fastppo.envs.pettingzoo_vec import is_pettingzoo  # lazy: fastppo.envs imports this module
 
-        if not is_pettingzoo(self.env.env_id):  # else they would be ignored without a word
-            if self.env.env_kwargs:
-                raise FastPPOError(f"--env-kwargs applies to PettingZoo envs (pz:<module>) only, and {self.env.env_id} is not one: drop it")
-            if self.multi_agent != MultiAgentConfig():
-                raise FastPPOError(f"--multi-agent.* flags apply to PettingZoo envs (pz:<module>) only, and {self.env.env_id} is not one: drop them")
+        if not is_pettingzoo(self.env.env_id):
             return
         if self.env.backend != "sync":
             raise FastPPOError(f"PettingZoo envs run in the trainer's process: use --backend sync, not {self.env.backend}")

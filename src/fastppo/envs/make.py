@@ -104,6 +104,11 @@ def make_vec_env(cfg: EnvConfig, device: torch.device, video_dir: Path | None = 
     # Here, not in Config.validate, which checks values without looking envs up.
     if cfg.frame_stack != EnvConfig.frame_stack and not is_atari(cfg.env_id):
         raise FastPPOError(f"--env.frame-stack {cfg.frame_stack} applies to Atari ids only, and {cfg.env_id} is not one: leave it at {EnvConfig.frame_stack}")
+    if not is_pettingzoo(cfg.env_id):  # else they would be ignored without a word
+        if cfg.env_kwargs:
+            raise FastPPOError(f"--env-kwargs applies to PettingZoo envs (pz:<module>) only, and {cfg.env_id} is not one: drop it")
+        if multi_agent not in (None, MultiAgentConfig()):
+            raise FastPPOError(f"--multi-agent.* flags apply to PettingZoo envs (pz:<module>) only, and {cfg.env_id} is not one: drop them")
     if seed_blocks != 1 and (cfg.backend != "tensor" or is_pettingzoo(cfg.env_id)):
         raise FastPPOError(f"seeds train as one stack on tensor envs only, not on the {cfg.backend} backend: add --workers K to train them as processes")
     if is_pettingzoo(cfg.env_id):
