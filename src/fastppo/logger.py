@@ -206,8 +206,14 @@ def _start_wandb(project: str, run_dir: Path | None, config: dict[str, Any] | No
     """A W&B run named after ``run_dir``; its id is kept there so a resumed run continues the same W&B run."""
     wandb = import_wandb()
     if run_dir is None:
-        return wandb.init(project=project, config=config)
-    id_file = run_dir / WANDB_ID_FILE
-    if not id_file.is_file():
-        id_file.write_text(uuid.uuid4().hex[:12])
-    return wandb.init(project=project, name=run_dir.resolve().name, id=id_file.read_text().strip(), resume="allow", dir=str(run_dir), config=config)
+        kwargs = {}
+    else:
+        id_file = run_dir / WANDB_ID_FILE
+        if not id_file.is_file():
+            id_file.write_text(uuid.uuid4().hex[:12])
+        kwargs = {"name": run_dir.resolve().name, "id": id_file.read_text().strip(), "resume": "allow", "dir": str(run_dir)}
+    try:
+        return wandb.init(project=project, config=config, **kwargs)
+    except wandb.errors.Error as exc:  # no API key, refused login, unreachable server...
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise FastPPOError(f"--report-to wandb: W&B could not start the run ({reason}): run 'wandb login', or set WANDB_MODE=offline to log locally and wandb sync later") from exc

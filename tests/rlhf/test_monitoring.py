@@ -134,6 +134,19 @@ def test_wandb_missing_is_a_one_line_error(monkeypatch) -> None:
         validate_run(RunConfig(report_to="wandb"), LRScheduleConfig())
 
 
+def test_wandb_refusing_to_start_is_a_one_line_error(tmp_path, monkeypatch) -> None:
+    """No API key (wandb.init's UsageError) or any other W&B error: a FastPPOError, not a traceback."""
+    wandb = pytest.importorskip("wandb")
+    from fastppo.logger import RunLogger
+
+    def refuse(**kwargs):
+        raise wandb.errors.UsageError("No API key configured. Use `wandb login` to log in.")
+
+    monkeypatch.setattr(wandb, "init", refuse)
+    with pytest.raises(FastPPOError, match=r"--report-to wandb: W&B could not start the run \(No API key configured.*wandb login.*WANDB_MODE=offline"):
+        RunLogger(tmp_path, 1, tensorboard=False, progress=False, wandb_project="p")
+
+
 @pytest.mark.parametrize(
     "flags, message",
     [
