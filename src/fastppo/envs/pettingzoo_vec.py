@@ -144,6 +144,7 @@ class AgentSpaces:
             # on simple_spread): the same values come from the observations the step returned.
             self.state_from_observations = self.env_state and state_is_observations(env) and self.state_size == sum(sizes)
         self.ids = len(self.agents) if cfg.agent_ids else 0
+        self._one_hot = np.eye(self.ids, dtype=np.float32)  # every copy's id columns, built once
         groups: tuple[int, ...] = ()
         if cfg.policies == "group":  # adversary_0, adversary_1 | agent_0: groups by name, in order of appearance
             names = [re.sub(r"_\d+$", "", agent) for agent in self.agents]
@@ -151,10 +152,10 @@ class AgentSpaces:
         self.layout = ObservationLayout(critic_only=self.state_size, raw=self.ids, groups=groups)
         self.observation_space = gym.spaces.Box(-np.inf, np.inf, (self.state_size + self.obs_size + self.ids,), np.float32)
 
-    def rows(self, env: Any, observations: dict[str, Any], infos: dict[str, Any]) -> tuple[np.ndarray, np.ndarray | None]:
-        """(rows [n, width], masks [n, actions] or None) of one copy; absent agents' rows are zeros."""
+    def rows(self, env: Any, observations: dict[str, Any], infos: dict[str, Any], rows: np.ndarray) -> np.ndarray | None:
+        """Fills ``rows`` [n, width] (zeros: an absent agent's row stays so) with one copy's rows;
+        returns its masks [n, actions] or None."""
         n = len(self.agents)
-        rows = np.zeros((n, self.observation_space.shape[0]), dtype=np.float32)
         masks = None if self.padding_mask is None else self.padding_mask.copy()
         own = slice(self.state_size, self.state_size + self.obs_size)
         flats = []
@@ -173,8 +174,8 @@ class AgentSpaces:
         elif self.state_size:
             rows[:, : self.state_size] = np.asarray(env.state(), dtype=np.float32).ravel() if self.env_state else rows[:, own].ravel()
         if self.ids:
-            rows[:, -self.ids :] = np.eye(n, dtype=np.float32)
-        return rows, masks
+            rows[:, -self.ids :] = self._one_hot
+        return masks
 
 
 class PettingZooVecEnv(HostCopies):
@@ -199,25 +200,30 @@ class PettingZooVecEnv(HostCopies):
         self._episodes: list[tuple[float, int, np.ndarray]] = []
         self._masked: bool | None = None
 
-    def _rows(self, env: Any, observations: dict, infos: dict) -> tuple[np.ndarray, np.ndarray | None]:
-        rows, masks = self.spaces.rows(env, observations, infos)
+    def _new_rows(self) -> np.ndarray:
+        """A step's observation rows [copies, agents, width], zeros: fresh each step, since the
+        device tensor may share its memory (numpy_to_device on CPU)."""
+        return np.zeros((len(self.envs), len(self.agents), self.single_observation_space.shape[0]), dtype=np.float32)
+
+    def _rows(self, env: Any, observations: dict, infos: dict, rows: np.ndarray) -> np.ndarray | None:
+        masks = self.spaces.rows(env, observations, infos, rows)
         if self._masked is None:
             self._masked = masks is not None
         elif (masks is not None) != self._masked:
             raise FastPPOError("the PettingZoo env published action masks at some steps and not at others: publish one for every agent at every step")
-        return rows, masks
+        return masks
 
     def reset(self, seed: int | None = None) -> StepResult:
-        parts = [self._reset_copy(c, None if seed is None else seed + c) for c in range(len(self.envs))]
-        rows, masks = zip(*parts)
-        return self.first_step(np.concatenate(rows), self._join(masks), live=np.ones(self.num_envs, dtype=bool))
+        rows = self._new_rows()
+        masks = tuple(self._reset_copy(c, None if seed is None else seed + c, rows[c]) for c in range(len(self.envs)))
+        return self.first_step(rows.reshape(self.num_envs, -1), self._join(masks), live=np.ones(self.num_envs, dtype=bool))
 
-    def _reset_copy(self, c: int, seed: int | None) -> tuple[np.ndarray, np.ndarray | None]:
+    def _reset_copy(self, c: int, seed: int | None, rows: np.ndarray) -> np.ndarray | None:
         observations, infos = self.envs[c].reset(seed=seed)
         self._finished[c] = False
         self._returns[c] = 0.0
         self._lengths[c] = 0
-        return self._rows(self.envs[c], observations, infos)
+        return self._rows(self.envs[c], observations, infos, rows)
 
     def _join(self, masks: tuple[np.ndarray | None, ...]) -> np.ndarray | None:
         return None if masks[0] is None else np.concatenate(masks)
@@ -226,18 +232,18 @@ class PettingZooVecEnv(HostCopies):
         n = len(self.agents)
         host = self.to_host(actions)
         host = host.reshape(len(self.envs), n, *host.shape[1:])
-        all_rows, all_masks = [], []
+        rows, all_masks = self._new_rows(), []
         reward = np.zeros((len(self.envs), n), dtype=np.float32)
         terminated = np.zeros((len(self.envs), n), dtype=bool)
         truncated = np.zeros((len(self.envs), n), dtype=bool)
         live = np.ones((len(self.envs), n), dtype=bool)
         for c, env in enumerate(self.envs):
             if self._finished[c]:  # the reset row: actions ignored, first observations, reward 0
-                rows, masks = self._reset_copy(c, None)
+                masks = self._reset_copy(c, None, rows[c])
             else:
                 acting = set(env.agents)
                 observations, rewards, terms, truncs, infos = env.step({a: host[c, i] for i, a in enumerate(self.agents) if a in acting})
-                rows, masks = self._rows(env, observations, infos)
+                masks = self._rows(env, observations, infos, rows[c])
                 for i, agent in enumerate(self.agents):
                     if agent not in acting:  # dead for a while: not a decision, no flags
                         live[c, i] = False
@@ -251,9 +257,8 @@ class PettingZooVecEnv(HostCopies):
                 if not env.agents:
                     self._episodes.append((float(self._returns[c].sum()), int(self._lengths[c]), self._returns[c].copy()))
                     self._finished[c] = True
-            all_rows.append(rows)
             all_masks.append(masks)
-        return self.to_device(np.concatenate(all_rows), reward.ravel(), terminated.ravel(), truncated.ravel(), self._join(tuple(all_masks)), live.ravel())
+        return self.to_device(rows.reshape(self.num_envs, -1), reward.ravel(), terminated.ravel(), truncated.ravel(), self._join(tuple(all_masks)), live.ravel())
 
     def pop_episodes(self) -> Episodes:
         """Team returns (the sum of the agents' returns) and lengths, and each agent's returns."""
