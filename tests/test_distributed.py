@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -272,3 +273,37 @@ def test_world_size_without_the_rest_of_a_torchrun_launch_is_a_one_line_error(mo
     monkeypatch.setenv("WORLD_SIZE", "2")
     with pytest.raises(FastPPOError, match="WORLD_SIZE=2 is set but not RANK, MASTER_ADDR, MASTER_PORT: launch with torchrun, or unset WORLD_SIZE"):
         fastppo.train("CartPole-v1", num_envs=2, num_steps=32, total_timesteps=64, progress=False, tensorboard=False)
+
+
+@pytest.mark.parametrize(
+    ("environ", "argv", "message"),
+    [
+        ({"WORLD_SIZE": "two"}, [], "WORLD_SIZE='two' in the environment is not an integer: torchrun sets it"),
+        ({"WORLD_SIZE": "2", "RANK": "zero"}, [], "RANK='zero' in the environment is not an integer"),
+        ({"WORLD_SIZE": "2"}, ["--seeds", "1-2"], "--seeds trains its seeds in worker processes of its own: launch it without torchrun"),
+    ],
+)
+def test_bad_torchrun_launch_input_is_one_line_and_exit_2(environ, argv, message, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
+    from fastppo.cli import main
+
+    for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    assert main(["train", "CartPole-v1", "--num-envs", "2", "--num-steps", "32", "--total-timesteps", "64", "--no-progress", "--no-tensorboard", *argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.parametrize(
+    ("device", "local_rank", "gpus", "message"),
+    [("cuda:1", "0", 2, "every rank takes the GPU of its local rank, give --device cuda"), ("cuda", "1", 1, "local rank 1 has no GPU of its own (1 on this machine)")],
+)
+def test_a_rank_without_its_own_gpu_is_a_one_line_error(device, local_rank, gpus, message, monkeypatch: pytest.MonkeyPatch):
+    from fastppo.distributed import rank_device
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_RANK", local_rank)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
+    with pytest.raises(FastPPOError, match=re.escape(message)):
+        rank_device(torch.device(device))

@@ -64,7 +64,10 @@ def defer_to_rank_zero() -> str:
     first rank to exit makes torchrun stop the others: a rank other than 0 waits, so that rank 0
     says it once and its exit stops this rank. If that does not come, the error was this rank's
     alone (its envs' NaN) and it speaks, naming itself."""
-    rank = launched_rank()
+    try:
+        rank = launched_rank()
+    except FastPPOError:  # the error being reported is the bad RANK itself: say it at once
+        return ""
     if rank == 0:
         return ""
     time.sleep(RANK_ZERO_GRACE_S)
