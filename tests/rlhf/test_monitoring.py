@@ -147,23 +147,6 @@ def test_wandb_refusing_to_start_is_a_one_line_error(tmp_path, monkeypatch) -> N
         RunLogger(tmp_path, 1, tensorboard=False, progress=False, wandb_project="p")
 
 
-@pytest.mark.parametrize(
-    "flags, message",
-    [
-        (["--lr-warmup-steps", "-1"], "--lr-warmup-steps must be 0 or positive"),
-        (["--lr-schedule", "step"], "invalid choice"),
-        (["--sample-every", "-2"], "--sample-every must be 0"),
-        (["--num-samples", "0"], "--num-samples must be positive"),
-        (["--eval-every", "0"], "--eval-every must be positive"),
-        (["--report-to", "mlflow"], "invalid choice"),
-        (["--vllm-gpu-memory", "1.5"], r"--vllm-gpu-memory must be in \(0, 1\]"),
-    ],
-)
-def test_bad_flags_are_one_line_errors(tiny_model, tmp_path, flags, message) -> None:
-    with pytest.raises(FastPPOError, match=message):
-        run_cli(["rlhf", "--model", str(tiny_model), "--reward", "tests.rlhf.tiny:early_letters", "--prompts", "p.jsonl", "--output-dir", str(tmp_path), *flags])
-
-
 def test_cli_eval_prompts_and_schedule(tiny_model, tmp_path) -> None:
     prompts, eval_prompts = tmp_path / "p.jsonl", tmp_path / "eval.jsonl"
     prompts.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in PROMPTS))

@@ -50,6 +50,18 @@ def run_cli(argv: list[str]) -> int:
     return args.func(args)
 
 
+def cli_error(argv: list[str], capsys) -> str:
+    """``fastppo ARGV`` through the real entry point, failing as a user error must: exit code 2 and
+    one line on stderr, no traceback. Returns that line."""
+    from fastppo.cli import main
+
+    capsys.readouterr()
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    return err
+
+
 def parse_cli(argv: list[str]):
     from fastppo.cli import OneLineErrorParser
     from fastppo.rlhf.cli import register

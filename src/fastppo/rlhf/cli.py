@@ -109,7 +109,7 @@ def run_rlhf(args: argparse.Namespace) -> int:
         monitor=config_from_args(MonitorConfig, args),
     )
     validate_ppo(cfg.model, cfg.sampling, cfg.ppo)  # before any loading: bad flags fail in milliseconds
-    validate_run(cfg.run, cfg.schedule, cfg.monitor)
+    validate_run(cfg.run, cfg.schedule, cfg.monitor, cfg.ppo.steps)
     data = config_from_args(DataConfig, args)
     tokenizer = _chat_tokenizer(data, cfg.model.model)
     prompts = read_prompts(args.prompts, data=data, tokenizer=tokenizer)

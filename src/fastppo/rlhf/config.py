@@ -6,6 +6,7 @@ Each field's ``help`` metadata is its documentation and the text of its CLI flag
 
 from __future__ import annotations
 
+import math
 import os
 import warnings
 from dataclasses import dataclass, field
@@ -203,7 +204,7 @@ class PreferenceDataConfig(DataConfig):
 def validate_reward_model(model: ModelConfig, reward_model: RewardModelConfig) -> None:
     if not model.model:
         raise FastPPOError("no model given: pass --model PATH (a causal LM, encoder or reward-model folder, or a hub id)")
-    for name in ("epochs", "batch_size", "gradient_accumulation_steps", "learning_rate", "max_length", "eval_every"):
+    for name in ("epochs", "batch_size", "gradient_accumulation_steps", "learning_rate", "max_grad_norm", "max_length", "eval_every"):
         _positive(name, getattr(reward_model, name))
     if reward_model.batch_size % reward_model.gradient_accumulation_steps:
         raise FastPPOError(f"--gradient-accumulation-steps {reward_model.gradient_accumulation_steps} must divide --batch-size {reward_model.batch_size}")
@@ -211,6 +212,10 @@ def validate_reward_model(model: ModelConfig, reward_model: RewardModelConfig) -
         raise FastPPOError(f"--eval-split must be in [0, 1), got {reward_model.eval_split}")
     if model.lora or model.gradient_checkpointing:
         raise FastPPOError("fastppo reward-model trains every weight without activation checkpointing: drop --lora and --gradient-checkpointing")
+    from fastppo.distributed import launched_world_size  # imports torch: not at config import time
+
+    if model.fsdp or launched_world_size() > 1:
+        raise FastPPOError("fastppo reward-model trains in one process: drop --fsdp and run it without torchrun")
     check_model_path(model.model, "--model")
 
 
@@ -227,7 +232,7 @@ def check_model_path(path: str, what: str) -> None:
 
 
 def _positive(name: str, value: float) -> None:
-    if value <= 0:
+    if not 0 < value < math.inf:  # NaN too
         raise FastPPOError(f"--{name.replace('_', '-')} must be positive, got {value}")
 
 
@@ -235,8 +240,18 @@ def validate_ppo(model: ModelConfig, sampling: SamplingConfig, ppo: PPOConfig) -
     """Check the RLHF settings together; derived sizes must divide evenly."""
     if not model.model:
         raise FastPPOError("no policy model given: pass --model PATH (a local folder or a hub id)")
-    for name in ("steps", "prompts_per_step", "num_generations", "mini_batch_size", "gradient_accumulation_steps", "ppo_epochs", "learning_rate"):
+    for name in ("steps", "prompts_per_step", "num_generations", "mini_batch_size", "gradient_accumulation_steps", "ppo_epochs", "learning_rate",
+                 "clip_coef", "max_grad_norm", "kl_horizon"):
         _positive(name, getattr(ppo, name))
+    for name in ("target_kl", "kl_target", "reward_clip"):
+        if getattr(ppo, name) is not None:
+            _positive(name, getattr(ppo, name))
+    for name in ("vf_coef", "ent_coef", "kl_coef"):
+        if not 0 <= getattr(ppo, name) < math.inf:
+            raise FastPPOError(f"--{name.replace('_', '-')} must be 0 or positive, got {getattr(ppo, name)}")
+    for name in ("gamma", "gae_lambda"):
+        if not 0 <= getattr(ppo, name) <= 1:
+            raise FastPPOError(f"--{name.replace('_', '-')} must be in [0, 1], got {getattr(ppo, name)}")
     for name in ("max_prompt_length", "max_new_tokens", "temperature"):
         _positive(name, getattr(sampling, name))
     batch = ppo.prompts_per_step * ppo.num_generations
@@ -260,8 +275,6 @@ def validate_ppo(model: ModelConfig, sampling: SamplingConfig, ppo: PPOConfig) -
             "leave both off (--top-k 0 --top-p 1) to train on the distribution you sample from",
             stacklevel=2,
         )
-    if ppo.kl_target is not None:
-        _positive("kl_target", ppo.kl_target)
     if not 0.0 < sampling.vllm_gpu_memory <= 1.0:
         raise FastPPOError(f"--vllm-gpu-memory must be in (0, 1], got {sampling.vllm_gpu_memory}")
     if sampling.generator == "vllm":
@@ -274,10 +287,20 @@ def validate_ppo(model: ModelConfig, sampling: SamplingConfig, ppo: PPOConfig) -
     _validate_parallel(model, sampling.generator)
 
 
-def validate_run(run: RunConfig, schedule: LRScheduleConfig, monitor: MonitorConfig | None = None) -> None:
-    """Check what a PPO or DPO run logs and its learning-rate schedule (``monitor``: PPO only)."""
+def validate_run(run: RunConfig, schedule: LRScheduleConfig, monitor: MonitorConfig | None = None, total_steps: int | None = None) -> None:
+    """Check what a PPO, DPO or reward-model run logs and saves, and its learning-rate schedule over
+    ``total_steps`` optimizer steps when known (``monitor``: PPO only)."""
     if schedule.lr_warmup_steps < 0:
         raise FastPPOError(f"--lr-warmup-steps must be 0 or positive, got {schedule.lr_warmup_steps}")
+    if total_steps is not None and schedule.lr_warmup_steps > total_steps:
+        raise FastPPOError(
+            f"--lr-warmup-steps {schedule.lr_warmup_steps} is more than the run's {total_steps} optimizer steps: "
+            "the learning rate would never reach --learning-rate; warm up over fewer steps"
+        )
+    if run.save_every < 0:
+        raise FastPPOError(f"--save-every must be 0 (at the end only) or positive, got {run.save_every}")
+    if run.keep_checkpoints < 1:
+        raise FastPPOError(f"--keep-checkpoints must be 1 or more, got {run.keep_checkpoints}")
     if monitor is not None:
         if monitor.sample_every < 0:
             raise FastPPOError(f"--sample-every must be 0 (last step only) or positive, got {monitor.sample_every}")
@@ -292,7 +315,7 @@ def validate_run(run: RunConfig, schedule: LRScheduleConfig, monitor: MonitorCon
 def validate_dpo(model: ModelConfig, dpo: DPOConfig) -> None:
     if not model.model:
         raise FastPPOError("no policy model given: pass --model PATH (a local folder or a hub id)")
-    for name in ("beta", "epochs", "batch_size", "gradient_accumulation_steps", "learning_rate"):
+    for name in ("beta", "epochs", "batch_size", "gradient_accumulation_steps", "learning_rate", "max_grad_norm", "max_prompt_length", "max_completion_length"):
         _positive(name, getattr(dpo, name))
     if dpo.batch_size % dpo.gradient_accumulation_steps:
         raise FastPPOError(f"--gradient-accumulation-steps {dpo.gradient_accumulation_steps} must divide --batch-size {dpo.batch_size}")

@@ -89,9 +89,10 @@ def train_dpo(cfg: DPOTrainerConfig, pairs: list[PreferencePair]) -> list[dict[s
 def _train_dpo(cfg: DPOTrainerConfig, pairs: list[PreferencePair], ranks: Ranks) -> list[dict[str, float]]:
     model_cfg, dpo, run = cfg.model, cfg.dpo, cfg.run
     validate_dpo(model_cfg, dpo)
-    validate_run(run, cfg.schedule)
     if not pairs:
         raise FastPPOError("no preference pairs to train on: give at least one (prompt, chosen, rejected)")
+    total_steps = math.ceil(dpo.epochs * len(pairs) / (ranks.size * dpo.batch_size))
+    validate_run(run, cfg.schedule, total_steps=total_steps)
     output_dir = Path(run.output_dir)
     resume_from = latest_checkpoint(output_dir) if run.resume else None
     torch.manual_seed(run.seed)
@@ -102,7 +103,6 @@ def _train_dpo(cfg: DPOTrainerConfig, pairs: list[PreferencePair], ranks: Ranks)
     optimizer = torch.optim.AdamW(params, lr=dpo.learning_rate)
     state = load_training_state(resume_from, optimizer, models, ranks) if resume_from else {"step": 0}
     precision.load_state_dict(state.pop("grad_scaler", {}))
-    total_steps = math.ceil(dpo.epochs * len(pairs) / (ranks.size * dpo.batch_size))
     micro_batch_size = dpo.batch_size // dpo.gradient_accumulation_steps
     ref_logps = reference_logps(models, pairs, dpo, micro_batch_size, precision.autocast) if dpo.precompute_ref_logps else None
     history = []

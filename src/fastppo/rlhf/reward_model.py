@@ -61,10 +61,11 @@ def train_reward_model(cfg: RewardModelTrainerConfig, pairs: list[PreferencePair
     tokenizer) in ``cfg.run.output_dir``; returns the metrics logged at every step."""
     model_cfg, rm, run = cfg.model, cfg.reward_model, cfg.run
     validate_reward_model(model_cfg, rm)
-    validate_run(run, cfg.schedule)
     train_pairs, eval_pairs = split_pairs(pairs, rm.eval_split, run.seed)
     if not train_pairs:
         raise FastPPOError(f"no preference pairs to train on ({len(pairs)} given, {len(eval_pairs)} held out): give more pairs or a smaller --eval-split")
+    total_steps = math.ceil(rm.epochs * len(train_pairs) / rm.batch_size)
+    validate_run(run, cfg.schedule, total_steps=total_steps)
     output_dir = Path(run.output_dir)
     resume_from = latest_checkpoint(output_dir) if run.resume else None
     torch.manual_seed(run.seed)
@@ -79,7 +80,6 @@ def train_reward_model(cfg: RewardModelTrainerConfig, pairs: list[PreferencePair
     optimizer = torch.optim.AdamW(params, lr=rm.learning_rate)
     state = load_training_state(resume_from, optimizer, models) if resume_from else {"step": 0}
     precision.load_state_dict(state.pop("grad_scaler", {}))
-    total_steps = math.ceil(rm.epochs * len(train_pairs) / rm.batch_size)
     micro_batch_size = rm.batch_size // rm.gradient_accumulation_steps
     history: list[dict[str, float]] = []
     purge_step = state["step"] + 1 if state["step"] else None  # a resumed run continues its curves

@@ -130,7 +130,7 @@ def train(cfg: RLHFConfig, reward_fn: RewardFn, prompts: list[str], eval_prompts
 def _train(cfg: RLHFConfig, reward_fn: RewardFn, prompts: list[str], eval_prompts: list[str] | None, ranks: Ranks) -> list[dict[str, float]]:
     model_cfg, sampling, ppo, run = cfg.model, cfg.sampling, cfg.ppo, cfg.run
     validate_ppo(model_cfg, sampling, ppo)
-    validate_run(run, cfg.schedule, cfg.monitor)
+    validate_run(run, cfg.schedule, cfg.monitor, ppo.steps)
     if not prompts:
         raise FastPPOError("no prompts to train on: give at least one prompt")
     output_dir = Path(run.output_dir)
