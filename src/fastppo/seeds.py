@@ -35,11 +35,35 @@ def parse_seeds(spec: str) -> list[int]:
     return seeds
 
 
+RECENT_EPISODES = 20
+
+
 class SeedResult(NamedTuple):
     seed: int
     run_dir: Path
-    final_return: float | None  # mean of the last 20 episodes; None when none finished
-    error: str | None
+    final_return: float | None  # mean of the last RECENT_EPISODES episodes; None when none finished
+    error: str | None = None
+
+    @classmethod
+    def of(cls, seed: int, run_dir: Path, episode_returns: list[float]) -> SeedResult:
+        recent = episode_returns[-RECENT_EPISODES:]
+        return cls(seed, run_dir, sum(recent) / len(recent) if recent else None)
+
+    def __str__(self) -> str:
+        if self.error:
+            shown = "failed: " + self.error
+        elif self.final_return is None:
+            shown = "no episode finished"
+        else:
+            shown = f"{self.final_return:.1f} mean return over the last {RECENT_EPISODES} episodes"
+        return f"fastppo: seed {self.seed}: {shown} ({self.run_dir})"
+
+
+def print_summary(results: list[SeedResult], parent: Path) -> None:
+    """The seeds' final returns in one line, and where ``fastppo report`` reads them."""
+    finals = [r.final_return for r in results if r.final_return is not None]
+    if finals:
+        print(f"fastppo: mean of the seeds' final returns {sum(finals) / len(finals):.1f} (min {min(finals):.1f}, max {max(finals):.1f}); statistics: fastppo report {parent}")
 
 
 def _train_one(config: Config, run_dir: Path) -> SeedResult:
@@ -49,8 +73,7 @@ def _train_one(config: Config, run_dir: Path) -> SeedResult:
         agent = train(config, run_dir)
     except FastPPOError as exc:
         return SeedResult(config.run.seed, run_dir, None, str(exc))
-    returns = agent.episode_returns[-20:]
-    return SeedResult(config.run.seed, run_dir, sum(returns) / len(returns) if returns else None, None)
+    return SeedResult.of(config.run.seed, run_dir, agent.episode_returns)
 
 
 def train_seeds(config: Config, seeds: list[int], parent: Path, workers: int) -> list[SeedResult]:
@@ -69,7 +92,6 @@ def train_seeds(config: Config, seeds: list[int], parent: Path, workers: int) ->
         futures = [pool.submit(_train_one, run_config, run_dir) for run_config, run_dir in runs]
         for future in as_completed(futures):
             result = future.result()
-            shown = "failed: " + result.error if result.error else f"{result.final_return:.1f} mean return over the last 20 episodes" if result.final_return is not None else "no episode finished"
-            print(f"fastppo: seed {result.seed}: {shown} ({result.run_dir})", flush=True)
+            print(result, flush=True)
             results.append(result)
     return sorted(results, key=lambda r: seeds.index(r.seed))

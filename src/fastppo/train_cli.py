@@ -109,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
 def run_seeds(args: argparse.Namespace, overrides: dict[str, str]) -> int:
     """``--seeds``: one run per seed in worker processes (fastppo.seeds); exit 1 if any failed."""
     from fastppo.distributed import launched_world_size
-    from fastppo.seeds import parse_seeds, train_seeds
+    from fastppo.seeds import parse_seeds, print_summary, train_seeds
 
     if launched_world_size() > 1:
         raise FastPPOError("--seeds trains its seeds in worker processes of its own: launch it without torchrun")
@@ -123,24 +123,20 @@ def run_seeds(args: argparse.Namespace, overrides: dict[str, str]) -> int:
     workers = args.workers if args.workers is not None else min(len(seeds), os.cpu_count() or 1)
     print(f"fastppo: {config.env.env_id}: {len(seeds)} seeds, {workers} at a time, into {parent}/seed_<n>")
     results = train_seeds(config, seeds, parent, workers)
-    finals = [r.final_return for r in results if r.final_return is not None]
-    if finals:
-        print(f"fastppo: mean of the seeds' final returns {np.mean(finals):.1f} (min {min(finals):.1f}, max {max(finals):.1f}); statistics: fastppo report {parent}")
+    print_summary(results, parent)
     return 1 if any(r.error for r in results) else 0
 
 
 def run_seed_stack(config: Config, seeds: list[int], parent: Path) -> int:
     """``--seeds`` on tensor envs: every seed in this process, as one stack (fastppo.seed_stack)."""
+    from fastppo.seeds import SeedResult, print_summary
     from fastppo.trainer import train_seed_stack
 
     print(f"fastppo: {config.env.env_id}: {len(seeds)} seeds as one batched run, into {parent}/seed_<n>")
-    agents = train_seed_stack(config, seeds, parent)
-    finals = [float(np.mean(agent.episode_returns[-20:])) for agent in agents if agent.episode_returns]
-    for seed, agent in zip(seeds, agents):
-        shown = f"{np.mean(agent.episode_returns[-20:]):.1f} mean return over the last 20 episodes" if agent.episode_returns else "no episode finished"
-        print(f"fastppo: seed {seed}: {shown} ({agent.run_dir})")
-    if finals:
-        print(f"fastppo: mean of the seeds' final returns {np.mean(finals):.1f} (min {min(finals):.1f}, max {max(finals):.1f}); statistics: fastppo report {parent}")
+    results = [SeedResult.of(seed, agent.run_dir, agent.episode_returns) for seed, agent in zip(seeds, train_seed_stack(config, seeds, parent))]
+    for result in results:
+        print(result)
+    print_summary(results, parent)
     return 0
 
 
