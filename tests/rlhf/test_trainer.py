@@ -109,3 +109,16 @@ def test_target_kl_stops_on_the_mean_kl_of_the_epoch(monkeypatch) -> None:
     assert calls[3] != [0]
     assert len(calls) == 4 and metrics["losses/epochs"] == 1.0, f"stopped after {len(calls) / 4} epochs"
     assert metrics["losses/approx_kl"] == pytest.approx((2.0 + torch.tensor(-2.0).exp().item() - 1.0) / 4)
+
+
+def test_tokens_trained_per_s_counts_the_epochs_run(tiny_model, tmp_path) -> None:
+    """With target_kl stopping the update after its first epoch, the tokens trained are those of one
+    pass over the rollout, not ppo_epochs passes."""
+    from fastppo.rlhf.data import batch_indices
+
+    cfg = tiny_config(tiny_model, tmp_path, steps=1, ppo_epochs=3, mini_batch_size=2, learning_rate=1e-2, target_kl=1e-12)
+    [h] = train(cfg, early_letters, PROMPTS)
+    assert h["losses/epochs"] == 1.0
+    prompt_tokens = cfg.ppo.num_generations * sum(len(PROMPTS[i]) for i in batch_indices(len(PROMPTS), cfg.ppo.prompts_per_step, 1, cfg.run.seed))  # one token a character
+    response_tokens = h["rlhf/response_length"] * cfg.ppo.prompts_per_step * cfg.ppo.num_generations
+    assert h["perf/tokens_trained_per_s"] * h["time/update_s"] == pytest.approx(prompt_tokens + response_tokens)

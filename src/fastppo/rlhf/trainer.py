@@ -183,7 +183,7 @@ def _train(cfg: RLHFConfig, reward_fn: RewardFn, prompts: list[str], eval_prompt
                 "charts/learning_rate": learning_rate,
                 **losses,
                 "perf/tokens_generated_per_s": response_tokens / (t_rollout - t_start),
-                "perf/tokens_trained_per_s": (query_tokens + response_tokens) * ppo.ppo_epochs / (t_update - t_rollout),
+                "perf/tokens_trained_per_s": (query_tokens + response_tokens) * losses["losses/epochs"] / (t_update - t_rollout),  # epochs run: target_kl may stop early
                 "time/rollout_s": t_rollout - t_start,
                 "time/update_s": t_update - t_rollout,
             }
