@@ -241,12 +241,13 @@ def stacked_agent(config: Config, observation_space: gym.Space, action_space: gy
 
 
 def per_seed(losses: dict[str, list[float] | float], seeds: int) -> list[dict[str, float]]:
-    """``ppo_update``'s per-seed lists as one dict per seed (shared scalars repeated)."""
+    """``ppo_update``'s per-seed lists as one dict per seed (shared scalars repeated; a single run's
+    plain dict is ``seeds=1``)."""
     return [{name: value[i] if isinstance(value, list) else value for name, value in losses.items()} for i in range(seeds)]
 
 
 def seed_columns(tensors: tuple[Tensor, ...], seeds: int) -> list[tuple[Tensor, ...]]:
-    """Each seed's env columns of ``[T, seeds * N]`` tensors."""
+    """Each seed's env columns of ``[T, seeds * N]`` tensors (a single run: ``seeds=1``, the tensors themselves)."""
     return list(zip(*(t.chunk(seeds, dim=1) for t in tensors)))
 
 

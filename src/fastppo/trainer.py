@@ -312,6 +312,7 @@ def train_rank(
                 "episodes; weights, optimizer, statistics, counters and RNGs are restored exactly"
             )
     timer = SectionTimer()
+    runs = 1 if seeds is None else len(seeds)
     monitor_labels = [""] if seeds is None else [f"seed {s}: " for s in seeds]
     monitors = [HealthMonitor() for _ in monitor_labels]  # one per seed of a stack: each run's own warnings
     seeds_returns: list[list[float]] = [[] for _ in seeds or []]  # a stack's finished episodes, per seed
@@ -351,7 +352,7 @@ def train_rank(
                     buf.rewards, buf.values, shift_values(buf.values, last_value), buf.terminated, buf.truncated, cfg.gamma, cfg.gae_lambda
                 )
                 with timer.section("update"):
-                    batch = buf.batch(seeds=seeds and len(seeds), advantages=advantages, returns=returns)
+                    batch = buf.batch(seeds=seeds and runs, advantages=advantages, returns=returns)
                     losses = ppo_update(agent.policy, state.optimizer, batch, cfg, coefs, update_step)
                 state.global_step += steps_per_iteration
                 check_finite(losses, agent, state.optimizer, state.iteration, state.global_step)
@@ -359,18 +360,17 @@ def train_rank(
                     state.kl_beta = adaptive_kl_beta(state.kl_beta, losses["kl_after_update"], cfg.kl_target)
 
                 seconds, elapsed = timer.pop(), time.perf_counter() - start
-                if seeds is None:
-                    metrics = iteration_metrics(losses, episodes, seconds, state, coefs, buf.values, returns, buf.valid, elapsed, steps_per_iteration)
-                else:
-                    by_seed = episodes_by_seed(episodes, seeds, config.env.num_envs)
-                    for seed_returns, seed_episodes in zip(seeds_returns, by_seed):
-                        seed_returns += seed_episodes.returns
-                    metrics = [
-                        iteration_metrics(seed_losses, seed_episodes, seconds, state, coefs, *columns, elapsed, steps_per_iteration)
-                        for seed_losses, seed_episodes, columns in zip(per_seed(losses, len(seeds)), by_seed, seed_columns((buf.values, returns, buf.valid), len(seeds)))
-                    ]
+                # One metrics dict per run: the run itself, or each seed of a stack (its columns, its episodes).
+                runs_episodes = [episodes] if seeds is None else episodes_by_seed(episodes, seeds, config.env.num_envs)
+                runs_metrics = [
+                    iteration_metrics(run_losses, run_episodes, seconds, state, coefs, *columns, elapsed, steps_per_iteration)
+                    for run_losses, run_episodes, columns in zip(per_seed(losses, runs), runs_episodes, seed_columns((buf.values, returns, buf.valid), runs))
+                ]
+                for seed_returns, run_episodes in zip(seeds_returns, runs_episodes):  # a stack's seeds only
+                    seed_returns += run_episodes.returns
+                metrics = runs_metrics[0] if seeds is None else runs_metrics
                 logger.log(state.global_step, metrics)
-                for label, monitor, run_metrics in zip(monitor_labels, monitors, [metrics] if seeds is None else metrics):
+                for label, monitor, run_metrics in zip(monitor_labels, monitors, runs_metrics):
                     for warning in monitor.check(run_metrics, progress):
                         logger.message(f"[yellow]warning:[/] {label}{warning}")
                 if on_iteration is not None:
