@@ -323,6 +323,44 @@ class _SeedOptimizer:
         return {"state": rows, "param_groups": state["param_groups"]}
 
 
+def restore_seed_stack(state, envs, checkpoints: list) -> list[list[float]]:
+    """Put each seed's checkpoint (as ``save_seed_checkpoints`` wrote it: its single run's) back into
+    its row of the stack: weights, Adam moments, statistics, env rows and their generator, its
+    generator, counters. The inverse of ``save_seed_checkpoints``, so that ``fastppo train --resume
+    RUN_DIR`` continues the whole stack as it would have gone on. Returns each seed's recent
+    episode returns (a checkpoint keeps the last 100, as a single run's does)."""
+    from fastppo.checkpoint import optimizer_from_tensors
+    from fastppo.rollout import EnvCursor
+
+    stack: StackedActorCritic = state.agent.policy
+    first, device = checkpoints[0], state.agent.device
+
+    def stacked(key: str) -> Tensor:  # one tensor of every seed's checkpoint, seed-major: [S, ...]
+        return torch.stack([c.tensors[key] for c in checkpoints]).to(device)
+
+    with torch.no_grad():
+        stack.flat.copy_(torch.stack([torch.cat([p.reshape(-1) for p in c.agent.policy.parameters()]) for c in checkpoints]))
+    if state.agent.obs_rms is not None:
+        parts = [c.agent.obs_rms.state_dict() for c in checkpoints]
+        state.agent.obs_rms.load_state_dict({k: torch.stack([torch.as_tensor(p[k]) for p in parts]) for k in ("mean", "var", "count")})
+    flat = state.optimizer.param_groups[0]["params"][0]
+    # Adam's step counter is one scalar (the seeds step together); the moments are per seed.
+    moments = {k: v if v.dim() == 0 else stacked(k).view_as(flat) for k, v in first.tensors.items() if k.startswith("optim.")}
+    optimizer_from_tensors(state.optimizer, moments, first.param_groups)
+    if state.reward_scaler is not None:
+        scaler = {k.removeprefix("reward_scaler."): stacked(k) for k in first.tensors if k.startswith("reward_scaler.")}
+        scaler["discounted_return"] = scaler["discounted_return"].flatten()
+        state.reward_scaler.load_state_dict(scaler)
+    for index, checkpoint in enumerate(checkpoints):
+        envs.load_seed_block(index, {k.removeprefix("env."): v for k, v in checkpoint.tensors.items() if k.startswith("env.")})
+        generator = stack.noise.generators[index]
+        generator.set_state(checkpoint.tensors["rng.torch" if generator.device.type == "cpu" else f"rng.cuda.{generator.device.index or 0}"])
+    mask = stacked("cursor.action_mask").flatten(0, 1) if "cursor.action_mask" in first.tensors else None
+    state.cursor = EnvCursor(stacked("cursor.obs").flatten(0, 1), mask, stacked("cursor.valid").flatten())
+    state.iteration, state.global_step, state.kl_beta, state.schedule_anchor = first.iteration, first.global_step, first.kl_beta, first.schedule_anchor
+    return [list(c.meta.get("episode_returns", [])) for c in checkpoints]
+
+
 def save_seed_checkpoints(state, envs, seed_dirs: list[Path], seeds_returns: list[list[float]], keep: int) -> Path:
     """Checkpoint each seed of a stack into its run folder as the checkpoint of its single run
     (weights, Adam moments, statistics, env rows and their generator, its generator as torch's

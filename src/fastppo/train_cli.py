@@ -71,7 +71,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from fastppo.distributed import launched_rank
-    from fastppo.trainer import resume_config, train
+    from fastppo.trainer import resume_config, seed_folders, train
 
     main = launched_rank() == 0  # under torchrun, rank 0 speaks for the run
     overrides = {key.removeprefix("hp:"): value for key, value in vars(args).items() if key.startswith("hp:")}
@@ -80,9 +80,11 @@ def run(args: argparse.Namespace) -> int:
         raise FastPPOError("--workers K runs the seeds of --seeds in parallel: add --seeds (e.g. --seeds 1-10) or drop --workers")
     if args.resume is not None:
         if args.seeds is not None:
-            raise FastPPOError("--resume continues one run: resume each seed's folder alone (fastppo train --resume RUN_DIR/seed_<n>), without --seeds")
+            raise FastPPOError("--resume RUN_DIR continues the seeds it holds: drop --seeds")
         if args.preset is not None or args.run_dir is not None:
             raise FastPPOError("--resume RUN_DIR takes the preset and the run directory from the run: drop --preset/--run-dir")
+        if seed_folders(args.resume):
+            return resume_seed_stack(Path(args.resume), overrides, args.env_id)
         config, checkpoint = resume_config(args.resume, overrides, args.env_id)
         run_dir = Path(args.resume)
         if main:
@@ -127,17 +129,30 @@ def run_seeds(args: argparse.Namespace, overrides: dict[str, str]) -> int:
     return 1 if any(r.error for r in results) else 0
 
 
-def run_seed_stack(config: Config, seeds: list[int], parent: Path) -> int:
-    """``--seeds`` on tensor envs: every seed in this process, as one stack (fastppo.seed_stack)."""
+def resume_seed_stack(parent: Path, overrides: dict[str, str], env_id: str | None) -> int:
+    """``--resume`` on a ``--seeds`` folder of tensor envs: the whole stack goes on in this process."""
+    from fastppo.trainer import resume_seed_stack_config
+
+    config, seeds, checkpoints = resume_seed_stack_config(parent, overrides, env_id)
+    print(f"fastppo: resuming the {len(seeds)} seeds of {parent} from step {checkpoints[0].global_step}")
+    return run_seed_stack(config, seeds, parent, checkpoints)
+
+
+def run_seed_stack(config: Config, seeds: list[int], parent: Path, checkpoints: list | None = None) -> int:
+    """``--seeds`` on tensor envs: every seed in this process, as one stack (fastppo.seed_stack);
+    with ``checkpoints``, a stopped stack resumed. Exits as ``run`` does (128 + signal when stopped)."""
     from fastppo.seeds import SeedResult, print_summary
     from fastppo.trainer import train_seed_stack
 
-    print(f"fastppo: {config.env.env_id}: {len(seeds)} seeds as one batched run, into {parent}/seed_<n>")
-    results = [SeedResult.of(seed, agent.run_dir, agent.episode_returns) for seed, agent in zip(seeds, train_seed_stack(config, seeds, parent))]
+    if checkpoints is None:
+        print(f"fastppo: {config.env.env_id}: {len(seeds)} seeds as one batched run, into {parent}/seed_<n>")
+    agents = train_seed_stack(config, seeds, parent, checkpoints)
+    results = [SeedResult.of(seed, agent.run_dir, agent.episode_returns) for seed, agent in zip(seeds, agents)]
     for result in results:
         print(result)
     print_summary(results, parent)
-    return 0
+    stopped = agents[0].interrupted_by
+    return 0 if stopped is None else 128 + stopped
 
 
 def time_split(history: list[dict[str, float]]) -> str:

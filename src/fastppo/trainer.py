@@ -19,7 +19,7 @@ import yaml
 from torch import Tensor
 
 from fastppo.agent import Agent, build_agent
-from fastppo.checkpoint import Checkpoint, list_checkpoints, load_checkpoint, restore_train_state, rewind_metrics, save_checkpoint
+from fastppo.checkpoint import Checkpoint, checkpoint_root, list_checkpoints, load_checkpoint, restore_train_state, rewind_metrics, save_checkpoint
 from fastppo.config import Config, apply_overrides, resolve_key
 from fastppo.core import RewardScaler, adaptive_kl_beta, compute_gae, explained_variance, schedule_progress, scheduled, shift_values
 from fastppo.cuda_graphs import check_cudagraphs
@@ -33,7 +33,17 @@ from fastppo.logger import RunLogger
 from fastppo.outputs import output_dir
 from fastppo.profiling import SectionTimer
 from fastppo.rollout import EnvCursor, ObservationNormalizer, PolicyStep, RolloutBuffer, collect_rollout
-from fastppo.seed_stack import SeedLoggers, check_seed_stack, episodes_by_seed, per_seed, save_seed_agent, save_seed_checkpoints, seed_columns, stacked_agent
+from fastppo.seed_stack import (
+    SeedLoggers,
+    check_seed_stack,
+    episodes_by_seed,
+    per_seed,
+    restore_seed_stack,
+    save_seed_agent,
+    save_seed_checkpoints,
+    seed_columns,
+    stacked_agent,
+)
 from fastppo.update import MinibatchStep, UpdateCoefficients, make_optimizer, ppo_update, set_learning_rate
 
 RESUMABLE_OVERRIDES = ("ppo.total_timesteps", "run.checkpoint_every", "run.keep_checkpoints", "run.progress", "run.tensorboard", "run.torch_threads")
@@ -208,6 +218,36 @@ def resume_config(run_dir: str | Path, overrides: dict[str, Any] | None = None, 
     return config, checkpoint
 
 
+def seed_folders(run_dir: str | Path) -> list[Path]:
+    """The seed folders (``seed_<n>``, in seed order) with checkpoints of a ``--seeds`` run's folder
+    that holds none itself; empty for an ordinary run."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir() or list_checkpoints(run_dir):
+        return []
+    found = [d for d in run_dir.glob("seed_*") if d.name.removeprefix("seed_").isdigit() and list_checkpoints(d)]
+    return sorted(found, key=lambda d: int(d.name.removeprefix("seed_")))
+
+
+def resume_seed_stack_config(run_dir: str | Path, overrides: dict[str, Any] | None = None, env_id: str | None = None) -> tuple[Config, list[int], list[Checkpoint]]:
+    """A stack of seeds to resume as one (``fastppo train --resume RUN_DIR`` on a ``--seeds`` folder):
+    the config, the seeds and each seed's checkpoint as ``resume_config`` gives it, all at the newest
+    iteration every seed reached (a kill during a save can leave some seeds one checkpoint ahead)."""
+    folders = seed_folders(run_dir)
+    iteration = min(int(list_checkpoints(d)[-1].name) for d in folders)
+    resumed = []
+    for folder in folders:
+        at = checkpoint_root(folder) / f"{iteration:06d}"
+        if not at.is_dir():
+            raise FastPPOError(f"{folder} has no checkpoint of iteration {iteration}, where the other seeds stand: resume the seeds alone (fastppo train --resume {folder})")
+        resumed.append(resume_config(folder if list_checkpoints(folder)[-1] == at else at, overrides, env_id))
+    config, first = resumed[0]
+    for other, _ in resumed[1:]:
+        if replace(other, run=replace(other.run, seed=config.run.seed)) != config:
+            raise FastPPOError(f"the seeds in {run_dir} were trained with different configs: resume each alone (fastppo train --resume {run_dir}/seed_<n>)")
+    check_seed_stack(config)
+    return config, [c.config.run.seed for _, c in resumed], [c for _, c in resumed]
+
+
 def train(
     config: Config, run_dir: Path | None = None, checkpoint: Checkpoint | None = None, on_iteration: Callable[[int, dict[str, float]], None] | None = None
 ) -> Agent:
@@ -229,25 +269,26 @@ def train(
         return train_rank(config, run_dir, checkpoint, on_iteration, device, world)
 
 
-def train_seed_stack(config: Config, seeds: list[int], run_dir: Path) -> list[Agent]:
+def train_seed_stack(config: Config, seeds: list[int], run_dir: Path, checkpoints: list[Checkpoint] | None = None) -> list[Agent]:
     """Train one agent per seed of ``seeds`` in this process, as one batched computation
-    (``fastppo.seed_stack``), each seed's run into ``run_dir/seed_<n>``; the agents in seed order."""
+    (``fastppo.seed_stack``), each seed's run into ``run_dir/seed_<n>``; the agents in seed order.
+    With ``checkpoints`` (``resume_seed_stack_config``), the stack continues where it stopped."""
     config.validate()
     check_seed_stack(config)
-    return train_rank(config, run_dir, None, None, resolve_device(config.run.device), None, seeds)
+    return train_rank(config, run_dir, checkpoints, None, resolve_device(config.run.device), None, seeds)
 
 
 def train_rank(
     config: Config,
     run_dir: Path | None,
-    checkpoint: Checkpoint | None,
+    checkpoint: Checkpoint | list[Checkpoint] | None,
     on_iteration: Callable[[int, dict[str, float]], None] | None,
     device: torch.device,
     world: World | None,
     seeds: list[int] | None = None,
 ) -> Any:
     """``train`` on ``device``, as one rank of ``world`` (None: the only process); with ``seeds``,
-    as a stack of those seeds (``train_seed_stack``)."""
+    as a stack of those seeds (``train_seed_stack``; ``checkpoint`` is then one per seed)."""
     world_size = 1 if world is None else world.size
     out_dir = run_dir if world is None or world.main else None  # where this process writes
     seed_dirs = None if seeds is None else [run_dir / f"seed_{s}" for s in seeds]
@@ -294,10 +335,13 @@ def train_rank(
         logger = open_logger(config, out_dir, checkpoint, quiet=world is not None and not world.main)
     else:  # one run folder per seed, one progress bar for them all
         logger = SeedLoggers(
-            [open_logger(replace(config, run=replace(config.run, seed=s, progress=False)), d, None) for s, d in zip(seeds, seed_dirs)],
+            [open_logger(replace(config, run=replace(config.run, seed=s, progress=False)), d, c) for s, d, c in zip(seeds, seed_dirs, checkpoint or [None] * len(seeds))],
             RunLogger(None, config.ppo.total_timesteps, False, config.run.progress),
         )
-    if checkpoint is not None:
+    seeds_returns: list[list[float]] = [[] for _ in seeds or []]  # a stack's finished episodes, per seed
+    if checkpoint is not None and seeds is not None:
+        seeds_returns = restore_seed_stack(state, envs, checkpoint)
+    elif checkpoint is not None:
         exact = restore_train_state(state, envs, checkpoint, normalize_obs, fresh_seed=None if world is None else seed)
         if statistics is not None:
             statistics.rebase()  # the checkpoint's, on every rank
@@ -315,7 +359,6 @@ def train_rank(
     runs = 1 if seeds is None else len(seeds)
     monitor_labels = [""] if seeds is None else [f"seed {s}: " for s in seeds]
     monitors = [HealthMonitor() for _ in monitor_labels]  # one per seed of a stack: each run's own warnings
-    seeds_returns: list[list[float]] = [[] for _ in seeds or []]  # a stack's finished episodes, per seed
     if isinstance(envs, HostCopies):
         envs.timer = timer  # numpy-backed envs time their host<->device copies ("copy")
     # Opt-in speed layers (--compile, --cudagraphs); eager by default.
@@ -392,7 +435,12 @@ def train_rank(
         logger.close()
         envs.close()
     if agent.interrupted_by is not None and seeds is not None:
-        print(f"fastppo: {agent.interrupted_by.name}: stopped after iteration {state.iteration}; resume each seed alone: fastppo train --resume {run_dir}/seed_<n>", file=sys.stderr, flush=True)
+        print(
+            f"fastppo: {agent.interrupted_by.name}: stopped after iteration {state.iteration}, each seed checkpointed in {run_dir}/seed_<n>\n"
+            f"fastppo: resume the stack with: fastppo train --resume {run_dir} (or one seed alone: --resume {run_dir}/seed_<n>)",
+            file=sys.stderr,
+            flush=True,
+        )
     elif agent.interrupted_by is not None and out_dir is not None:  # plain print, after the progress bar is gone: one unwrapped line to copy
         print(
             f"fastppo: {agent.interrupted_by.name}: stopped after iteration {state.iteration}, checkpoint saved in {saved}\n"
@@ -401,7 +449,10 @@ def train_rank(
             flush=True,
         )
     if seeds is not None:
-        return [save_seed_agent(agent, i, d, seed_logger.history, r) for i, (d, seed_logger, r) in enumerate(zip(seed_dirs, logger.loggers, seeds_returns))]
+        seed_agents = [save_seed_agent(agent, i, d, seed_logger.history, r) for i, (d, seed_logger, r) in enumerate(zip(seed_dirs, logger.loggers, seeds_returns))]
+        for seed_agent in seed_agents:
+            seed_agent.interrupted_by = agent.interrupted_by
+        return seed_agents
     agent.history = logger.history
     if out_dir is not None:
         agent.save(out_dir)

@@ -122,6 +122,14 @@ class TensorEnv(ABC):
         block._pending, block._finished = [], []
         return block
 
+    def load_seed_block(self, index: int, tensors: dict[str, Tensor]) -> None:
+        """The inverse of ``seed_block``: write a block's saved rows (its per-env tensors by name)
+        and its generator's state (``generator``) back into block ``index``."""
+        rows = self.num_envs // len(self.generators)
+        for name in self.per_env_state:
+            getattr(self, name)[index * rows : (index + 1) * rows] = tensors[name].to(self.device)
+        self.generators[index].set_state(tensors["generator"])
+
     # --- what a subclass implements -------------------------------------------------------
 
     @abstractmethod
