@@ -1,0 +1,137 @@
+"""A published-style table: 7 envs x 10 seeds at CleanRL's step budgets, IQM + 95% CI, next to
+CleanRL's published means.
+
+Each env trains fastppo's preset for that env through the CLI users run, ``--seeds`` into one folder
+per env under ``--out``; ``fastppo report`` then scores every run (mean episodic return over the
+last 10% of its steps), and this script prints its IQM / CI table beside CleanRL's figures.
+
+The table is long to fill on 2 CPU cores (~5 min per MuJoCo run), so it is built to be spread over
+several sessions: tensor envs train all their seeds at once in one stacked process (minutes); every
+other run is its own process, ``--workers`` at a time. Started again, the script skips finished
+runs and resumes stopped ones from their last checkpoint (``fastppo train --resume``; a stack of
+seeds as one). ``--envs`` picks a subset.
+
+    python published_table.py --out runs/published_table --workers 2
+    python published_table.py --envs HalfCheetah-v4 --out runs/published_table   # later: the rest
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import shutil
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import NamedTuple
+
+import yaml
+from common import footer, header
+
+SEEDS = range(1, 11)
+
+
+class Row(NamedTuple):
+    env: str
+    budget: int
+    backend: str  # tensor: all seeds in one stacked process
+    cleanrl: str  # CleanRL's published mean ± std (3 seeds), or why there is none
+
+
+# CleanRL's budgets are its scripts' defaults: ppo.py 500k steps (discrete), ppo_continuous_action.py
+# 1M. Figures: docs.cleanrl.dev PPO page, ppo.py table (CartPole-v1, Acrobot-v1) and
+# ppo_continuous_action.py's MuJoCo v4 table.
+TABLE = [
+    Row("CartPole-v1", 500_000, "tensor", "490.04 ± 6.12"),
+    Row("Acrobot-v1", 500_000, "tensor", "-86.36 ± 1.32"),
+    Row("LunarLander-v3", 500_000, "gymnasium", "not published"),
+    Row("Pendulum-v1", 1_000_000, "tensor", "not published"),
+    Row("HalfCheetah-v4", 1_000_000, "gymnasium", "1442.64 ± 46.03"),
+    Row("Hopper-v4", 1_000_000, "gymnasium", "2382.86 ± 271.74"),
+    Row("Walker2d-v4", 1_000_000, "gymnasium", "2287.95 ± 571.78"),
+]
+
+
+def finished(run_dir: Path, budget: int) -> bool:
+    """Whether the run logged its last iteration (a stopped run also leaves its latest agent behind)."""
+    metrics = run_dir / "metrics.jsonl"
+    if not metrics.exists() or not metrics.read_text().strip():
+        return False
+    config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    batch = config["env"]["num_envs"] * config["ppo"]["num_steps"]
+    return json.loads(metrics.read_text().splitlines()[-1])["global_step"] >= budget // batch * batch
+
+
+def fastppo(*args: str) -> float:
+    """Run the fastppo CLI in a fresh process; its wall seconds. A failure stops the script."""
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "fastppo", *args], check=True, stdout=subprocess.DEVNULL)
+    return time.perf_counter() - start
+
+
+def train_stacked(row: Row, parent: Path) -> dict[str, float]:
+    if all(finished(parent / f"seed_{s}", row.budget) for s in SEEDS):
+        return {}
+    if any((parent / f"seed_{s}" / "checkpoints").exists() for s in SEEDS):  # a stopped stack goes on as one
+        seconds = fastppo("train", "--resume", str(parent), "--no-progress")
+    else:
+        shutil.rmtree(parent, ignore_errors=True)
+        seconds = fastppo("train", row.env, "--backend", "tensor", "--seeds", f"{SEEDS[0]}-{SEEDS[-1]}", "--total-timesteps", str(row.budget), "--run-dir", str(parent), "--no-progress")
+    print(f"{row.env}: {len(SEEDS)} seeds stacked in one process: {seconds:.0f} s", flush=True)
+    return {"stack": seconds}
+
+
+def train_one(row: Row, run_dir: Path) -> tuple[str, float] | None:
+    if finished(run_dir, row.budget):
+        return None
+    if (run_dir / "checkpoints" / "latest").exists():
+        seconds = fastppo("train", "--resume", str(run_dir), "--no-progress")
+    else:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        seconds = fastppo("train", row.env, "--seed", run_dir.name.removeprefix("seed_"), "--total-timesteps", str(row.budget), "--run-dir", str(run_dir), "--no-progress")
+    print(f"{row.env} {run_dir.name}: {seconds:.0f} s", flush=True)
+    return run_dir.name, seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=Path("runs/published_table"))
+    parser.add_argument("--envs", nargs="+", default=[row.env for row in TABLE], choices=[row.env for row in TABLE])
+    parser.add_argument("--workers", type=int, default=2, help="single runs trained at once (default: 2)")
+    args = parser.parse_args()
+    header(f"published-style table: {', '.join(args.envs)}, seeds {SEEDS[0]}-{SEEDS[-1]}")
+    timings_file = args.out / "timings.json"
+    args.out.mkdir(parents=True, exist_ok=True)
+    timings = json.loads(timings_file.read_text()) if timings_file.exists() else {}
+    rows = [row for row in TABLE if row.env in args.envs]
+    for row in rows:
+        if row.backend == "tensor":
+            timings.setdefault(row.env, {}).update(train_stacked(row, args.out / row.env))
+            timings_file.write_text(json.dumps(timings, indent=1))
+    singles = [(row, args.out / row.env / f"seed_{s}") for row in rows if row.backend != "tensor" for s in SEEDS]
+    with ThreadPoolExecutor(args.workers) as pool:
+        for row, done in zip([r for r, _ in singles], pool.map(lambda job: train_one(*job), singles)):
+            if done:
+                timings.setdefault(row.env, {})[done[0]] = done[1]
+                timings_file.write_text(json.dumps(timings, indent=1))
+    complete = [row for row in TABLE if all(finished(args.out / row.env / f"seed_{s}", row.budget) for s in SEEDS)]
+    fastppo("report", *(str(args.out / row.env) for row in complete), "--out", str(args.out / "report"))
+    scores = {line["env"]: line for line in csv.DictReader(open(args.out / "report" / "report.csv"))}
+    print("\n| env | steps | seeds | IQM [95% CI] | mean | median | CleanRL (mean ± std, 3 seeds) | wall |")
+    print("|---|--:|--:|---|--:|--:|---|---|")
+    for row in TABLE:
+        score = scores.get(row.env)
+        if row not in complete or score is None:
+            print(f"| {row.env} | {row.budget:,} | - | not run yet | | | {row.cleanrl} | |")
+            continue
+        spent = timings.get(row.env, {})
+        wall = f"{spent['stack']:.0f} s, 10 seeds stacked" if "stack" in spent else f"{sum(spent.values()) / max(len(spent), 1):.0f} s per seed"
+        print(f"| {row.env} | {row.budget:,} | {len(score['seeds'].split())} | {float(score['iqm']):.1f} [{float(score['iqm_low']):.1f}, {float(score['iqm_high']):.1f}] | {float(score['mean']):.1f} | {float(score['median']):.1f} | {row.cleanrl} | {wall} |")
+    footer()
+
+
+if __name__ == "__main__":
+    main()
