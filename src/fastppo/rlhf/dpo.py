@@ -14,18 +14,16 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from fastppo.core import warmup_scheduled
 from fastppo.core.preference import dpo_loss
 from fastppo.distributed import joined, rank_device
 from fastppo.errors import FastPPOError
-from fastppo.logger import RunLogger
-from fastppo.rlhf.checkpoint import due, latest_checkpoint, load_training_state, save_checkpoint
+from fastppo.rlhf.checkpoint import latest_checkpoint, load_training_state
 from fastppo.rlhf.config import DPOConfig, DPOTrainerConfig, validate_dpo, validate_run
-from fastppo.rlhf.data import PreferencePair, batch_indices
+from fastppo.rlhf.data import PreferencePair
 from fastppo.rlhf.models import Models, Precision, load_models, reference_model, resolve_device
+from fastppo.rlhf.pair_training import PairSteps, train_on_pairs
 from fastppo.rlhf.parallel import Ranks
 from fastppo.rlhf.tokens import encode_completions, encode_prompts, forward_tokens
-from fastppo.update import set_learning_rate
 
 
 def completion_logps(model, query: Tensor, query_mask: Tensor, response: Tensor, response_mask: Tensor, average: bool = False) -> Tensor:
@@ -105,29 +103,10 @@ def _train_dpo(cfg: DPOTrainerConfig, pairs: list[PreferencePair], ranks: Ranks)
     precision.load_state_dict(state.pop("grad_scaler", {}))
     micro_batch_size = dpo.batch_size // dpo.gradient_accumulation_steps
     ref_logps = reference_logps(models, pairs, dpo, micro_batch_size, precision.autocast) if dpo.precompute_ref_logps else None
-    history = []
-    purge_step = state["step"] + 1 if state["step"] else None  # a resumed run continues its curves
+
+    def micro_loss(indices: list[int]) -> tuple[Tensor, dict[str, Tensor]]:
+        return dpo_step_loss(models, [pairs[i] for i in indices], dpo, precision.autocast, None if ref_logps is None else ref_logps[indices])
+
+    steps = PairSteps(run, cfg.schedule, dpo.learning_rate, dpo.batch_size, dpo.gradient_accumulation_steps, dpo.max_grad_norm, "dpo")
     summary = (("loss", "dpo/loss", ".4f"), ("margin", "dpo/margin", ".3f"))
-    with RunLogger(
-        output_dir if ranks.main else None, total_steps, tensorboard=True, progress=run.progress and ranks.main, config=asdict(cfg), purge_step=purge_step, summary=summary,
-        wandb_project=run.wandb_project_or_none if ranks.main else None,
-    ) as logger:
-        for step in range(state["step"] + 1, total_steps + 1):
-            learning_rate = warmup_scheduled(cfg.schedule.lr_schedule, dpo.learning_rate, step, total_steps, cfg.schedule.lr_warmup_steps)
-            set_learning_rate(optimizer, learning_rate)
-            indices = ranks.share(batch_indices(len(pairs), ranks.size * dpo.batch_size, step, run.seed))
-            totals: dict[str, Tensor] = {}
-            for start in range(0, len(indices), micro_batch_size):
-                micro = indices[start : start + micro_batch_size]
-                loss, metrics = dpo_step_loss(models, [pairs[i] for i in micro], dpo, precision.autocast, None if ref_logps is None else ref_logps[micro])
-                precision.backward(loss / dpo.gradient_accumulation_steps)
-                for key, value in metrics.items():
-                    totals[key] = totals.get(key, 0.0) + value / dpo.gradient_accumulation_steps
-            ranks.average_gradients(params)
-            grad_norm = precision.step(optimizer, params, dpo.max_grad_norm)
-            logged = {f"dpo/{key}": float(value) for key, value in ranks.mean_metrics(totals).items()} | {"losses/grad_norm": float(grad_norm), "charts/learning_rate": learning_rate}
-            logger.log(step, logged)
-            history.append(logged)
-            if due(step, run.save_every, total_steps):
-                save_checkpoint(output_dir, step, models, optimizer, {"grad_scaler": precision.state_dict()}, run.keep_checkpoints, ranks)
-    return history
+    return train_on_pairs(steps, len(pairs), micro_loss, models, optimizer, precision, ranks, state["step"] + 1, total_steps, asdict(cfg), summary)

@@ -16,16 +16,15 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from fastppo.core import warmup_scheduled
 from fastppo.core.preference import bradley_terry_loss
 from fastppo.errors import FastPPOError
-from fastppo.logger import RunLogger
-from fastppo.rlhf.checkpoint import due, latest_checkpoint, load_training_state, save_checkpoint
+from fastppo.rlhf.checkpoint import latest_checkpoint, load_training_state
 from fastppo.rlhf.config import RewardModelTrainerConfig, validate_reward_model, validate_run
-from fastppo.rlhf.data import PreferencePair, batch_indices
+from fastppo.rlhf.data import PreferencePair
 from fastppo.rlhf.models import POLICY_DIR, Models, Precision, load_reward_model, resolve_device
+from fastppo.rlhf.pair_training import PairSteps, train_on_pairs
+from fastppo.rlhf.parallel import Ranks
 from fastppo.rlhf.rewards import score_texts
-from fastppo.update import set_learning_rate
 
 
 def split_pairs(pairs: list[PreferencePair], eval_split: float, seed: int) -> tuple[list[PreferencePair], list[PreferencePair]]:
@@ -81,34 +80,19 @@ def train_reward_model(cfg: RewardModelTrainerConfig, pairs: list[PreferencePair
     state = load_training_state(resume_from, optimizer, models) if resume_from else {"step": 0}
     precision.load_state_dict(state.pop("grad_scaler", {}))
     micro_batch_size = rm.batch_size // rm.gradient_accumulation_steps
-    history: list[dict[str, float]] = []
-    purge_step = state["step"] + 1 if state["step"] else None  # a resumed run continues its curves
+
+    def micro_loss(indices: list[int]) -> tuple[Tensor, dict[str, Tensor]]:
+        with precision.autocast():
+            return pair_loss(model, tokenizer, [train_pairs[i] for i in indices], device)
+
+    def held_out() -> dict[str, float]:
+        return evaluate(model, tokenizer, eval_pairs, micro_batch_size, device, precision.autocast)
+
+    steps = PairSteps(run, cfg.schedule, rm.learning_rate, rm.batch_size, rm.gradient_accumulation_steps, rm.max_grad_norm, "reward_model")
     summary = (("loss", "reward_model/loss", ".4f"), ("eval acc", "reward_model/eval_accuracy", ".3f"))
-    with RunLogger(
-        output_dir, total_steps, tensorboard=True, progress=run.progress, config=asdict(cfg), purge_step=purge_step, summary=summary, wandb_project=run.wandb_project_or_none,
-    ) as logger:
-        if eval_pairs and not state["step"]:  # the untrained model's accuracy, as step 0
-            history.append(evaluate(model, tokenizer, eval_pairs, micro_batch_size, device, precision.autocast))
-            logger.log(0, history[-1])
-        for step in range(state["step"] + 1, total_steps + 1):
-            learning_rate = warmup_scheduled(cfg.schedule.lr_schedule, rm.learning_rate, step, total_steps, cfg.schedule.lr_warmup_steps)
-            set_learning_rate(optimizer, learning_rate)
-            batch = [train_pairs[i] for i in batch_indices(len(train_pairs), rm.batch_size, step, run.seed)]
-            totals: dict[str, Tensor] = {}
-            for start in range(0, len(batch), micro_batch_size):
-                with precision.autocast():
-                    loss, metrics = pair_loss(model, tokenizer, batch[start : start + micro_batch_size], device)
-                precision.backward(loss / rm.gradient_accumulation_steps)
-                for key, value in metrics.items():
-                    totals[key] = totals.get(key, 0.0) + value / rm.gradient_accumulation_steps
-            grad_norm = precision.step(optimizer, params, rm.max_grad_norm)
-            logged = {f"reward_model/{key}": float(value) for key, value in totals.items()} | {"losses/grad_norm": float(grad_norm), "charts/learning_rate": learning_rate}
-            if eval_pairs and due(step, rm.eval_every, total_steps):
-                logged |= evaluate(model, tokenizer, eval_pairs, micro_batch_size, device, precision.autocast)
-            logger.log(step, logged)
-            history.append(logged)
-            if due(step, run.save_every, total_steps):
-                save_checkpoint(output_dir, step, models, optimizer, {"grad_scaler": precision.state_dict()}, run.keep_checkpoints)
+    history = train_on_pairs(
+        steps, len(train_pairs), micro_loss, models, optimizer, precision, Ranks(), state["step"] + 1, total_steps, asdict(cfg), summary, held_out if eval_pairs else None, rm.eval_every
+    )
     model.save_pretrained(output_dir)
     tokenizer.save_pretrained(output_dir)
     return history
