@@ -10,7 +10,7 @@ import torch
 
 from fastppo.errors import FastPPOError
 from fastppo.rlhf.rewards import load_reward
-from tests.rlhf.tiny import run_cli
+from tests.rlhf.tiny import build_encoder_folder, run_cli
 
 WORDS = ["hi", "the cat", "ok", "yo", "good day", "sun", "a dog", "rain", "tea", "moon"]
 
@@ -51,6 +51,23 @@ def test_reward_model_learns_held_out_preferences_and_serves_as_reward(tiny_mode
     assert run_cli(["rlhf", "--model", str(tiny_model), "--reward", str(output), "--prompts", str(prompts_file), "--steps", "1", "--prompts-per-step", "2",
                     "--num-generations", "2", "--mini-batch-size", "4", "--ppo-epochs", "1", "--max-new-tokens", "6", "--estimator", "rloo",
                     "--output-dir", str(tmp_path / "ppo"), "--no-progress"]) == 0  # fmt: skip
+
+
+def test_an_encoder_reward_model_trains_and_serves_as_reward(tmp_path) -> None:
+    """A BERT-style classifier (no EOS, right padding) trains as a causal LM's score head does."""
+    rows = separable_pairs()
+    data = tmp_path / "pairs.jsonl"
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    output = tmp_path / "rm"
+    argv = ["reward-model", "--model", str(build_encoder_folder(tmp_path / "bert")), "--data", str(data), "--output-dir", str(output),
+            "--eval-split", "0.25", "--epochs", "4", "--batch-size", "8", "--learning-rate", "3e-3", "--max-length", "48", "--no-progress"]  # fmt: skip
+    assert run_cli(argv) == 0
+    logged = [json.loads(line) for line in (output / "metrics.jsonl").read_text().splitlines()]
+    assert logged[0]["reward_model/eval_accuracy"] <= 0.7 and logged[-1]["reward_model/eval_accuracy"] == 1.0
+    reward = load_reward(str(output), torch.device("cpu"))
+    prompts = [row["prompt"] for row in rows]
+    chosen, rejected = reward(prompts, [row["chosen"] for row in rows]), reward(prompts, [row["rejected"] for row in rows])
+    assert all(c > r for c, r in zip(chosen, rejected))
 
 
 def test_reward_model_resumes_where_it_stopped(tiny_model, tmp_path) -> None:

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from transformers import AutoTokenizer
 
 from fastppo.rlhf.rewards import load_reward
-from tests.rlhf.tiny import CHARS, build_tokenizer
+from tests.rlhf.tiny import build_encoder_folder, build_tokenizer
 
 # Different lengths, so that batching pads all but the longest.
 PROMPTS = ["ab", "hello there", "x", "the cat sat on the"]
@@ -47,17 +48,7 @@ def test_decoder_reward_model_scores_a_text_the_same_batched_or_alone(tmp_path, 
 
 def test_encoder_reward_model_scores_with_its_own_tokenizer(tmp_path) -> None:
     """A BERT-style classifier: no EOS token, [CLS] ... [SEP] added by its tokenizer, right padding."""
-    from tokenizers import Tokenizer, models, pre_tokenizers, processors
-    from transformers import BertConfig, BertForSequenceClassification, PreTrainedTokenizerFast
-
-    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]"]
-    backend = Tokenizer(models.WordLevel({t: i for i, t in enumerate(specials + list(CHARS))}, unk_token="[UNK]"))
-    backend.pre_tokenizer = pre_tokenizers.Split("", "isolated")
-    backend.post_processor = processors.TemplateProcessing(single="[CLS] $A [SEP]", special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="[PAD]", unk_token="[UNK]", cls_token="[CLS]", sep_token="[SEP]")
+    folder = build_encoder_folder(tmp_path / "rm")
+    tokenizer = AutoTokenizer.from_pretrained(folder)
     assert tokenizer.eos_token_id is None and tokenizer.padding_side == "right"
-    torch.manual_seed(0)
-    config = BertConfig(vocab_size=len(tokenizer), hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32, num_labels=1)
-    BertForSequenceClassification(config).save_pretrained(tmp_path / "rm")
-    tokenizer.save_pretrained(tmp_path / "rm")
-    _assert_batch_independent(load_reward(str(tmp_path / "rm"), torch.device("cpu"), batch_size=len(PROMPTS)))
+    _assert_batch_independent(load_reward(str(folder), torch.device("cpu"), batch_size=len(PROMPTS)))

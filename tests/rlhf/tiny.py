@@ -38,6 +38,25 @@ def build_model_folder(folder: Path, with_pad: bool = True, seed: int = 0) -> Pa
     return folder
 
 
+def build_encoder_folder(folder: Path, seed: int = 0) -> Path:
+    """A 1-layer BERT-style sequence classifier with one output and its character tokenizer: no EOS
+    token, [CLS] ... [SEP] added by the tokenizer, right padding."""
+    import torch
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+    from transformers import BertConfig, BertForSequenceClassification, PreTrainedTokenizerFast
+
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]"]
+    backend = Tokenizer(models.WordLevel({t: i for i, t in enumerate(specials + list(CHARS))}, unk_token="[UNK]"))
+    backend.pre_tokenizer = pre_tokenizers.Split("", "isolated")
+    backend.post_processor = processors.TemplateProcessing(single="[CLS] $A [SEP]", special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="[PAD]", unk_token="[UNK]", cls_token="[CLS]", sep_token="[SEP]")
+    torch.manual_seed(seed)
+    config = BertConfig(vocab_size=len(tokenizer), hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32, num_labels=1)
+    BertForSequenceClassification(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
 def early_letters(prompts: list[str], completions: list[str]) -> list[float]:
     """Synthetic reward: the share of the completion's characters among 'abcde' (0 when empty).
     A random tiny model scores about 0.15, so the signal is dense enough to learn in seconds."""
