@@ -3,8 +3,10 @@ MAPPO critics, one shared policy, and every trainer feature on top (tests/fake_p
 
 from __future__ import annotations
 
+import importlib
 import json
 
+import gymnasium
 import mpe2.all_modules
 import numpy as np
 import pytest
@@ -339,12 +341,14 @@ def test_mappo_builds_an_mpe_state_from_the_observations_and_it_equals_the_envs_
     assert envs.pop_episodes().returns  # episodes ended on the way
 
 
-def test_the_state_shortcut_is_kept_to_mpe_envs_as_their_modules_build_them():
-    from fastppo.envs.pettingzoo_vec import make_parallel_env, state_is_observations
+def test_the_mpe_shortcuts_are_kept_to_mpe_envs_as_their_modules_build_them():
+    from fastppo.envs.mpe import simple_env, state_is_observations
+    from fastppo.envs.pettingzoo_vec import make_parallel_env
 
-    assert not state_is_observations(make_parallel_env(RELAY, {}))
+    assert simple_env(make_parallel_env(RELAY, {})) is None and not state_is_observations(make_parallel_env(RELAY, {}))
     mpe = pytest.importorskip("mpe2.simple_spread_v3")
     assert state_is_observations(mpe.parallel_env())
+    assert simple_env(mpe.parallel_env()) is not None and simple_env(mpe.parallel_env(continuous_actions=True)) is not None
     from pettingzoo.utils.conversions import aec_to_parallel
     from pettingzoo.utils.wrappers import BaseWrapper
 
@@ -352,4 +356,72 @@ def test_the_state_shortcut_is_kept_to_mpe_envs_as_their_modules_build_them():
         def observe(self, agent):
             return 2 * super().observe(agent)
 
-    assert not state_is_observations(aec_to_parallel(Scaled(mpe.env())))
+    assert simple_env(aec_to_parallel(Scaled(mpe.env()))) is None and not state_is_observations(aec_to_parallel(Scaled(mpe.env())))
+    assert make_vec_env(fastppo.make_config("pz:mpe2.simple_spread_v3").env, torch.device("cpu"))._direct == [True] * 8
+    assert make_vec_env(relay_config().env, torch.device("cpu"))._direct == [False] * 2
+
+
+def aec_state(env):
+    """What a parallel step leaves in an mpe2 env for the next: the AEC bookkeeping of its
+    SimpleEnv, the order wrapper's flags and the parallel wrapper's agents."""
+    inner = env.unwrapped
+    names = ("agents", "agent_selection", "_skip_agent_selection", "rewards", "_cumulative_rewards", "terminations", "truncations", "infos", "steps", "current_actions")
+    state = {name: getattr(inner, name, None) for name in names} | {"selector": vars(inner._agent_selector), "parallel": env.agents}
+    return repr(state | {"order": (env.aec_env._has_reset, env.aec_env._has_updated)})
+
+
+@pytest.mark.parametrize(
+    "module, env_kwargs",
+    [(name.removeprefix("mpe/"), {}) for name in sorted(mpe2.all_modules.mpe_environments)]
+    + [("simple_spread_v3", {"continuous_actions": True}), ("simple_speaker_listener_v4", {"continuous_actions": True}), ("simple_spread_v3", {"terminal": True})],
+    ids=lambda value: "-".join(value) or "discrete" if isinstance(value, dict) else value,
+)
+def test_the_direct_mpe_step_equals_pettingzoos_parallel_step(module, env_kwargs):
+    """Step by step over three episodes (seeded and unseeded resets, the 25-step truncation;
+    continuous actions out of bounds, clipped; a world that ends early): the same observations,
+    rewards (types and signs of zero included), flags, infos and env state as ``env.step``."""
+    from fastppo.envs.mpe import parallel_step
+
+    kwargs = dict(env_kwargs)
+    terminal = kwargs.pop("terminal", False)
+    direct, generic = (importlib.import_module(f"mpe2.{module}").parallel_env(**kwargs) for _ in range(2))
+    if terminal:  # ends at step 9 of each episode, before the time limit
+        for env in (direct, generic):
+            env.unwrapped.scenario.is_terminal = lambda world, inner=env.unwrapped: inner.steps == 9
+    rng = np.random.default_rng(0)
+    ended = []
+    for episode, seed in enumerate([5, None, 6]):
+        results = [env.reset(seed=seed) for env in (direct, generic)]
+        while generic.agents:
+            assert direct.agents == generic.agents
+            actions = {agent: sample(rng, generic.action_space(agent)) for agent in generic.agents}
+            results = [parallel_step(direct, actions), generic.step(actions)]
+            (observations, *rest), (expected, *expected_rest) = results
+            assert observations.keys() == expected.keys()
+            for agent, observation in observations.items():
+                assert observation.dtype == expected[agent].dtype and np.array_equal(observation, expected[agent])
+            assert repr([dict(r) for r in rest]) == repr([dict(r) for r in expected_rest])
+            assert aec_state(direct) == aec_state(generic)
+        ended.append(generic.unwrapped.steps)
+    assert ended == ([9] * 3 if terminal else [25] * 3)
+
+
+def sample(rng, space):
+    """A random action: any of a Discrete space's, or one of a Box's up to half its width out of bounds."""
+    if isinstance(space, gymnasium.spaces.Discrete):
+        return rng.integers(space.n)
+    return rng.uniform(space.low - 0.5, space.high + 0.5).astype(space.dtype)
+
+
+def test_training_on_mpe_is_bit_identical_with_the_direct_step(tmp_path, monkeypatch):
+    """Same seed, with and without fastppo.envs.mpe.parallel_step: the same metrics and weights."""
+    import fastppo.envs.mpe
+
+    overrides = {"seed": 3, "total_timesteps": 1600, "progress": False, "tensorboard": False, "multi_agent.algorithm": "ippo"}
+    direct = fastppo.train("pz:mpe2.simple_spread_v3", run_dir=tmp_path / "direct", **overrides)
+    monkeypatch.setattr(fastppo.envs.mpe, "parallel_step", lambda env, actions: env.step(actions))
+    generic = fastppo.train("pz:mpe2.simple_spread_v3", run_dir=tmp_path / "generic", **overrides)
+    for name, value in direct.policy.state_dict().items():
+        assert torch.equal(value, generic.policy.state_dict()[name]), name
+    untimed = lambda path: [{k: v for k, v in json.loads(line).items() if "time" not in k and "SPS" not in k} for line in open(path / "metrics.jsonl")]
+    assert untimed(tmp_path / "direct") == untimed(tmp_path / "generic")

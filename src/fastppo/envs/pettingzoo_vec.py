@@ -9,7 +9,8 @@ A row's observation is ``[global state | the agent's observation | agent-id one-
 (``fastppo.layout.ObservationLayout``); the global state is there for MAPPO only: the env's
 ``state()``, or all agents' observations concatenated when it has none. An mpe2 env's
 ``state()`` *is* its agents' observations concatenated; for those the rows build it from the
-observations the step returned rather than have the env compute them all again.
+observations the step returned rather than have the env compute them all again, and their step
+skips PettingZoo's per-agent AEC round trip (``fastppo.envs.mpe``, the same values).
 
 The rows follow the single-agent NEXT_STEP rule (fastppo.envs.vector) and add one more kind of
 non-decision row: an agent that finished while its team plays on (a *dead* agent) gets a zero
@@ -30,6 +31,7 @@ import numpy as np
 import torch
 
 from fastppo.config import EnvConfig, MultiAgentConfig
+from fastppo.envs import mpe
 from fastppo.envs.vector import Episodes, HostCopies, StepResult
 from fastppo.errors import FastPPOError
 from fastppo.layout import ObservationLayout
@@ -78,25 +80,6 @@ def _flatten(space: gym.Space, obs: Any) -> tuple[np.ndarray, np.ndarray | None]
     return np.asarray(gym.spaces.flatten(space, obs), dtype=np.float32), mask
 
 
-def state_is_observations(env: Any) -> bool:
-    """Whether ``env.state()`` is, by construction, its agents' observations concatenated in
-    ``possible_agents`` order: an mpe2 env as its module builds it (the parallel conversion over
-    PettingZoo's checking wrappers over mpe2's ``SimpleEnv``, whose ``state()`` calls the same
-    ``scenario.observation`` as ``observe()`` for every agent), with neither method overridden."""
-    try:
-        from mpe2._mpe_utils.simple_env import SimpleEnv
-        from pettingzoo.utils.conversions import aec_to_parallel_wrapper
-        from pettingzoo.utils.wrappers import AssertOutOfBoundsWrapper, OrderEnforcingWrapper
-    except ImportError:
-        return False
-    if type(env) is not aec_to_parallel_wrapper:
-        return False
-    inner = env.aec_env
-    while type(inner) in (OrderEnforcingWrapper, AssertOutOfBoundsWrapper):
-        inner = inner.env
-    return isinstance(inner, SimpleEnv) and type(inner).state is SimpleEnv.state and type(inner).observe is SimpleEnv.observe
-
-
 class AgentSpaces:
     """The agents' spaces as one batch row sees them, checked once from a built env."""
 
@@ -142,7 +125,7 @@ class AgentSpaces:
             self.state_size = int(np.prod(state_space.shape)) if self.env_state else self.obs_size * len(self.agents)
             # MPE's state() computes every agent's observation again (a fifth of MAPPO's env time
             # on simple_spread): the same values come from the observations the step returned.
-            self.state_from_observations = self.env_state and state_is_observations(env) and self.state_size == sum(sizes)
+            self.state_from_observations = self.env_state and mpe.state_is_observations(env) and self.state_size == sum(sizes)
         self.ids = len(self.agents) if cfg.agent_ids else 0
         self._one_hot = np.eye(self.ids, dtype=np.float32)  # every copy's id columns, built once
         groups: tuple[int, ...] = ()
@@ -199,6 +182,8 @@ class PettingZooVecEnv(HostCopies):
         self._lengths = np.zeros(len(self.envs), dtype=int)
         self._episodes: list[tuple[float, int, np.ndarray]] = []
         self._masked: bool | None = None
+        # mpe2 envs step without PettingZoo's per-agent AEC round trip (fastppo.envs.mpe: same values)
+        self._direct = [mpe.simple_env(env) is not None for env in self.envs]
 
     def _new_rows(self) -> np.ndarray:
         """A step's observation rows [copies, agents, width], zeros: fresh each step, since the
@@ -242,7 +227,8 @@ class PettingZooVecEnv(HostCopies):
                 masks = self._reset_copy(c, None, rows[c])
             else:
                 acting = set(env.agents)
-                observations, rewards, terms, truncs, infos = env.step({a: host[c, i] for i, a in enumerate(self.agents) if a in acting})
+                actions = {a: host[c, i] for i, a in enumerate(self.agents) if a in acting}
+                observations, rewards, terms, truncs, infos = mpe.parallel_step(env, actions) if self._direct[c] else env.step(actions)
                 masks = self._rows(env, observations, infos, rows[c])
                 for i, agent in enumerate(self.agents):
                     if agent not in acting:  # dead for a while: not a decision, no flags
