@@ -73,6 +73,8 @@ def _flat_size(space: gym.Space) -> int:
 
 def _flatten(space: gym.Space, obs: Any) -> tuple[np.ndarray, np.ndarray | None]:
     """(flat observation, the action mask it carries or None) of one agent."""
+    if type(space) is gym.spaces.Box and space.dtype == np.float32:  # flat already: no dispatch, no copies
+        return np.ravel(obs), None
     mask = None
     if isinstance(space, gym.spaces.Dict) and "observation" in space.spaces:
         mask = None if ACTION_MASK_KEY not in obs else np.asarray(obs[ACTION_MASK_KEY], dtype=bool)
@@ -127,7 +129,6 @@ class AgentSpaces:
             # on simple_spread): the same values come from the observations the step returned.
             self.state_from_observations = self.env_state and mpe.state_is_observations(env) and self.state_size == sum(sizes)
         self.ids = len(self.agents) if cfg.agent_ids else 0
-        self._one_hot = np.eye(self.ids, dtype=np.float32)  # every copy's id columns, built once
         groups: tuple[int, ...] = ()
         if cfg.policies == "group":  # adversary_0, adversary_1 | agent_0: groups by name, in order of appearance
             names = [re.sub(r"_\d+$", "", agent) for agent in self.agents]
@@ -135,9 +136,16 @@ class AgentSpaces:
         self.layout = ObservationLayout(critic_only=self.state_size, raw=self.ids, groups=groups)
         self.observation_space = gym.spaces.Box(-np.inf, np.inf, (self.state_size + self.obs_size + self.ids,), np.float32)
 
+    def blank_rows(self, copies: int) -> np.ndarray:
+        """[copies, n, width] rows before any observation: zeros and every agent's id one-hot."""
+        rows = np.zeros((copies, len(self.agents), self.observation_space.shape[0]), dtype=np.float32)
+        if self.ids:
+            rows[:, :, -self.ids :] = np.eye(self.ids, dtype=np.float32)
+        return rows
+
     def rows(self, env: Any, observations: dict[str, Any], infos: dict[str, Any], rows: np.ndarray) -> np.ndarray | None:
-        """Fills ``rows`` [n, width] (zeros: an absent agent's row stays so) with one copy's rows;
-        returns its masks [n, actions] or None."""
+        """Fills ``rows`` [n, width] (blank, see ``blank_rows``: an absent agent's row stays so)
+        with one copy's observations and state; returns its masks [n, actions] or None."""
         n = len(self.agents)
         masks = None if self.padding_mask is None else self.padding_mask.copy()
         own = slice(self.state_size, self.state_size + self.obs_size)
@@ -156,8 +164,6 @@ class AgentSpaces:
             rows[:, : self.state_size] = np.concatenate(flats)
         elif self.state_size:
             rows[:, : self.state_size] = np.asarray(env.state(), dtype=np.float32).ravel() if self.env_state else rows[:, own].ravel()
-        if self.ids:
-            rows[:, -self.ids :] = self._one_hot
         return masks
 
 
@@ -184,11 +190,12 @@ class PettingZooVecEnv(HostCopies):
         self._masked: bool | None = None
         # mpe2 envs step without PettingZoo's per-agent AEC round trip (fastppo.envs.mpe: same values)
         self._direct = [mpe.simple_env(env) is not None for env in self.envs]
+        self._blank = self.spaces.blank_rows(len(self.envs))
 
     def _new_rows(self) -> np.ndarray:
-        """A step's observation rows [copies, agents, width], zeros: fresh each step, since the
+        """A step's observation rows [copies, agents, width], blank: fresh each step, since the
         device tensor may share its memory (numpy_to_device on CPU)."""
-        return np.zeros((len(self.envs), len(self.agents), self.single_observation_space.shape[0]), dtype=np.float32)
+        return self._blank.copy()
 
     def _rows(self, env: Any, observations: dict, infos: dict, rows: np.ndarray) -> np.ndarray | None:
         masks = self.spaces.rows(env, observations, infos, rows)
