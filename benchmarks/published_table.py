@@ -113,7 +113,12 @@ def main() -> None:
             timings_file.write_text(json.dumps(timings, indent=1))
     singles = [(row, args.out / row.env / f"seed_{s}") for row in rows if row.backend != "tensor" for s in SEEDS]
     with ThreadPoolExecutor(args.workers) as pool:
-        for row, done in zip([r for r, _ in singles], pool.map(lambda job: train_one(*job), singles)):
+        for row, job in zip([r for r, _ in singles], [pool.submit(train_one, *single) for single in singles]):
+            try:
+                done = job.result()
+            except subprocess.CalledProcessError as exc:  # a run failed or was stopped (Ctrl-C): start no other
+                pool.shutdown(cancel_futures=True)
+                sys.exit(f"{row.env}: {' '.join(exc.cmd[2:])} exited with {exc.returncode}; run the script again to go on")
             if done:
                 timings.setdefault(row.env, {})[done[0]] = done[1]
                 timings_file.write_text(json.dumps(timings, indent=1))
