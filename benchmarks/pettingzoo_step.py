@@ -1,0 +1,96 @@
+"""Env steps per CPU second of PettingZoo MPE copies with random actions, no policy: PettingZoo's
+own ``parallel_env.step`` vs fastppo's direct MPE step (``fastppo.envs.mpe.parallel_step``), on
+bare copies (observations concatenated) and through ``PettingZooVecEnv`` (torch rows in and out,
+the trainer's path). The variants take turns in one process, round after round, so that the load
+of a shared machine touches them alike; CPU time rather than wall time for the same reason.
+
+    python benchmarks/pettingzoo_step.py                                  # both tasks, 8 copies, IPPO rows
+    python benchmarks/pettingzoo_step.py --tasks simple_spread_v3 --algorithm mappo --rounds 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import time
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+import fastppo
+from common import footer, header
+from fastppo.envs import make_vec_env, mpe
+
+
+def bare_copies(task: str, copies: int, step: Callable, seed: int) -> Callable[[int], None]:
+    """``steps`` steps of ``copies`` bare parallel envs with ``step(env, actions)``, resetting finished copies."""
+    envs = [importlib.import_module(f"mpe2.{task}").parallel_env(max_cycles=25) for _ in range(copies)]
+    for c, env in enumerate(envs):
+        env.reset(seed=seed + c)
+    agents = envs[0].possible_agents
+    counts = np.asarray([envs[0].action_space(agent).n for agent in agents])
+    rng = np.random.default_rng(seed)
+
+    def run(steps: int) -> None:
+        for _ in range(steps):
+            for env, actions in zip(envs, rng.integers(counts, size=(copies, len(agents)))):
+                if not env.agents:
+                    env.reset()
+                observations = step(env, dict(zip(agents, actions)))[0]
+                np.concatenate(list(observations.values()))
+
+    return run
+
+
+def vec_env(task: str, copies: int, direct: bool, algorithm: str, seed: int) -> Callable[[int], None]:
+    """``steps`` steps of fastppo's PettingZooVecEnv, its direct MPE step on or off."""
+    overrides = {"num_envs": copies, "multi_agent.algorithm": algorithm, "multi_agent.pad": True}
+    config = fastppo.make_config(f"pz:mpe2.{task}", "simple_spread_v3", overrides)
+    envs = make_vec_env(config.env, torch.device("cpu"), multi_agent=config.multi_agent)
+    envs._direct = [direct] * copies  # off: every copy through PettingZoo's own step, as before the direct step
+    envs.reset(seed=seed)
+    allowed = torch.ones(len(envs.agents), envs.single_action_space.n) if envs.spaces.padding_mask is None else torch.as_tensor(envs.spaces.padding_mask, dtype=torch.float32)
+    generator = torch.Generator().manual_seed(seed)
+
+    def run(steps: int) -> None:
+        for _ in range(steps):
+            envs.step(torch.multinomial(allowed.repeat(copies, 1), 1, generator=generator).squeeze(1))
+
+    return run
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tasks", nargs="+", default=["simple_spread_v3", "simple_speaker_listener_v4"])
+    parser.add_argument("--copies", type=int, default=8)
+    parser.add_argument("--steps", type=int, default=500, help="steps of all copies per variant per round")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--algorithm", choices=["ippo", "mappo"], default="ippo")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    header(f"PettingZoo MPE env steps per CPU second: {', '.join(args.tasks)}; {args.copies} copies, {args.algorithm} rows")
+    print("| task | variant | env steps per CPU s | vs PettingZoo's step |\n|---|---|---:|---:|")
+    for task in args.tasks:
+        variants = {
+            "bare copies, PettingZoo's step": bare_copies(task, args.copies, lambda env, actions: env.step(actions), 0),
+            "bare copies, direct MPE step": bare_copies(task, args.copies, mpe.parallel_step, 0),
+            "PettingZooVecEnv, PettingZoo's step": vec_env(task, args.copies, False, args.algorithm, 0),
+            "PettingZooVecEnv, direct MPE step": vec_env(task, args.copies, True, args.algorithm, 0),
+        }
+        cpu = dict.fromkeys(variants, 0.0)
+        for _ in range(args.rounds):
+            for name, run in variants.items():
+                start = time.process_time()
+                run(args.steps)
+                cpu[name] += time.process_time() - start
+        sps = {name: args.rounds * args.steps * args.copies / seconds for name, seconds in cpu.items()}
+        for name, value in sps.items():
+            base = sps["bare copies, PettingZoo's step" if name.startswith("bare") else "PettingZooVecEnv, PettingZoo's step"]
+            print(f"| {task} | {name} | {value:,.0f} | {value / base:.2f}x |", flush=True)
+    print(f"\n{args.copies} copies, max_cycles 25, random actions, {args.rounds} rounds x {args.steps} steps per variant, {args.algorithm} rows")
+    footer()
+
+
+if __name__ == "__main__":
+    main()
