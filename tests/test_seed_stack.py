@@ -151,6 +151,15 @@ def test_a_stack_whose_seeds_differ_is_not_resumed_as_one(tmp_path, capsys):
     assert "different configs" in err and len(err.splitlines()) == 1
 
 
+def test_resuming_the_folder_of_seeds_trained_as_processes_says_to_resume_each(tmp_path, capsys):
+    parent = tmp_path / "seeds"
+    assert main(["train", "CartPole-v1", "--backend", "sync", "--num-envs", "2", "--num-steps", "32", "--total-timesteps", "128", "--no-progress", "--seeds", "1-2", "--workers", "1", "--run-dir", str(parent)]) == 0
+    capsys.readouterr()
+    assert main(["train", "--resume", str(parent)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "resume each alone" in err and f"{parent}/seed_<n>" in err and len(err.splitlines()) == 1
+
+
 @pytest.mark.parametrize(
     ("flags", "message"),
     [

@@ -233,6 +233,9 @@ def resume_seed_stack_config(run_dir: str | Path, overrides: dict[str, Any] | No
     the config, the seeds and each seed's checkpoint as ``resume_config`` gives it, all at the newest
     iteration every seed reached (a kill during a save can leave some seeds one checkpoint ahead)."""
     folders = seed_folders(run_dir)
+    backend = load_checkpoint(folders[0]).config.env.backend
+    if backend != "tensor":  # trained as separate processes (--workers): each is an ordinary run
+        raise FastPPOError(f"{run_dir} holds seeds trained one process each ({backend} envs): resume each alone, fastppo train --resume {run_dir}/seed_<n>")
     iteration = min(int(list_checkpoints(d)[-1].name) for d in folders)
     resumed = []
     for folder in folders:
