@@ -6,6 +6,7 @@ import json
 import re
 
 import pytest
+import torch
 
 from fastppo.errors import FastPPOError
 from tests.rlhf.tiny import cli_error, parse_cli, run_cli
@@ -27,8 +28,13 @@ def test_rlhf_command_trains_and_resumes(tiny_model, tmp_path, capsys) -> None:
 def test_dpo_command(tiny_model, tmp_path) -> None:
     data = tmp_path / "pairs.jsonl"
     data.write_text(json.dumps({"prompt": "hi", "chosen": "aa", "rejected": "zz"}) + "\n")
-    assert run_cli(["dpo", "--model", str(tiny_model), "--data", str(data), "--batch-size", "1", "--output-dir", str(tmp_path / "dpo"), "--no-progress",
-                    "--dtype", "bf16", "--gradient-checkpointing"]) == 0
+    threads = torch.get_num_threads()
+    try:
+        assert run_cli(["dpo", "--model", str(tiny_model), "--data", str(data), "--batch-size", "1", "--output-dir", str(tmp_path / "dpo"), "--no-progress",
+                        "--dtype", "bf16", "--gradient-checkpointing", "--torch-threads", "1"]) == 0  # fmt: skip
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(threads)
     assert (tmp_path / "dpo" / "metrics.jsonl").is_file()
 
 
@@ -109,6 +115,8 @@ BAD_INPUTS = [
     ("rlhf", ["--fsdp"], "--fsdp shards the model over the processes of a torchrun launch"),
     ("rlhf", ["--save-every", "-1"], "--save-every must be 0"),
     ("rlhf", ["--keep-checkpoints", "0"], "--keep-checkpoints must be 1 or more"),
+    ("rlhf", ["--torch-threads", "-1"], "--torch-threads must be 0"),
+    ("dpo", ["--torch-threads", "-1"], "--torch-threads must be 0"),
     ("rlhf", ["--gamma", "1.5"], r"--gamma must be in \[0, 1\]"),
     ("rlhf", ["--clip-coef", "0"], "--clip-coef must be positive"),
     ("rlhf", ["--max-grad-norm", "-1"], "--max-grad-norm must be positive"),

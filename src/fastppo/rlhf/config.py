@@ -124,6 +124,7 @@ class RunConfig:
     keep_checkpoints: int = _f(2, "checkpoints kept on disk (older ones are deleted)")
     resume: bool = _f(False, "continue from the latest checkpoint in output_dir")
     progress: bool = _f(True, "show a live progress bar")
+    torch_threads: int = _f(0, "CPU threads torch computes with (0: torch's default, one per core); 1 keeps a run fast when other jobs share the cores")
     report_to: ReportTo = _f("none", "also log to Weights & Biases (wandb; WANDB_MODE=offline writes the run locally for a later wandb sync)")
     wandb_project: str = _f("fastppo", "W&B project; the run is named after output_dir and a resumed run continues it")
 
@@ -301,6 +302,8 @@ def validate_run(run: RunConfig, schedule: LRScheduleConfig, monitor: MonitorCon
         raise FastPPOError(f"--save-every must be 0 (at the end only) or positive, got {run.save_every}")
     if run.keep_checkpoints < 1:
         raise FastPPOError(f"--keep-checkpoints must be 1 or more, got {run.keep_checkpoints}")
+    if run.torch_threads < 0:
+        raise FastPPOError(f"--torch-threads must be 0 (torch's default) or positive, got {run.torch_threads}")
     if monitor is not None:
         if monitor.sample_every < 0:
             raise FastPPOError(f"--sample-every must be 0 (last step only) or positive, got {monitor.sample_every}")

@@ -20,7 +20,7 @@ from fastppo.errors import FastPPOError
 from fastppo.rlhf.checkpoint import latest_checkpoint, load_training_state
 from fastppo.rlhf.config import DPOConfig, DPOTrainerConfig, validate_dpo, validate_run
 from fastppo.rlhf.data import PreferencePair
-from fastppo.rlhf.models import Models, Precision, load_models, reference_model, resolve_device
+from fastppo.rlhf.models import Models, Precision, load_models, reference_model, resolve_device, start_run
 from fastppo.rlhf.pair_training import PairSteps, train_on_pairs
 from fastppo.rlhf.parallel import Ranks
 from fastppo.rlhf.tokens import encode_completions, encode_prompts, forward_tokens
@@ -93,7 +93,7 @@ def _train_dpo(cfg: DPOTrainerConfig, pairs: list[PreferencePair], ranks: Ranks)
     validate_run(run, cfg.schedule, total_steps=total_steps)
     output_dir = Path(run.output_dir)
     resume_from = latest_checkpoint(output_dir) if run.resume else None
-    torch.manual_seed(run.seed)
+    start_run(run)
     models = load_models(ranks.load_config(model_cfg), critic=None, resume_from=resume_from)
     ranks.prepare(models)
     precision = Precision(model_cfg.dtype, next(models.policy.parameters()).device)

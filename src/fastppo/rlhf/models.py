@@ -26,7 +26,7 @@ from transformers import (
 )
 
 from fastppo.errors import FastPPOError
-from fastppo.rlhf.config import ModelConfig, check_model_path
+from fastppo.rlhf.config import ModelConfig, RunConfig, check_model_path
 
 PAD_TOKEN = "<|pad|>"
 POLICY_DIR = "policy"
@@ -228,6 +228,13 @@ def reference_model(models: Models) -> Iterator[PreTrainedModel]:
     else:
         with models.policy.disable_adapter():
             yield models.policy
+
+
+def start_run(run: RunConfig) -> None:
+    """Seed torch (initialisation, sampling) and set its CPU threads as the run asks."""
+    torch.manual_seed(run.seed)
+    if run.torch_threads:
+        torch.set_num_threads(run.torch_threads)
 
 
 def load_reward_model(path: str, device: torch.device, trainable: bool = False) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:

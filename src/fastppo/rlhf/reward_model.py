@@ -21,7 +21,7 @@ from fastppo.errors import FastPPOError
 from fastppo.rlhf.checkpoint import latest_checkpoint, load_training_state
 from fastppo.rlhf.config import RewardModelTrainerConfig, validate_reward_model, validate_run
 from fastppo.rlhf.data import PreferencePair
-from fastppo.rlhf.models import POLICY_DIR, Models, Precision, load_reward_model, resolve_device
+from fastppo.rlhf.models import POLICY_DIR, Models, Precision, load_reward_model, resolve_device, start_run
 from fastppo.rlhf.pair_training import PairSteps, train_on_pairs
 from fastppo.rlhf.parallel import Ranks
 from fastppo.rlhf.rewards import score_texts
@@ -67,7 +67,7 @@ def train_reward_model(cfg: RewardModelTrainerConfig, pairs: list[PreferencePair
     validate_run(run, cfg.schedule, total_steps=total_steps)
     output_dir = Path(run.output_dir)
     resume_from = latest_checkpoint(output_dir) if run.resume else None
-    torch.manual_seed(run.seed)
+    start_run(run)
     device = resolve_device(model_cfg.device)
     model, tokenizer = load_reward_model(str(resume_from / POLICY_DIR) if resume_from else model_cfg.model, device, trainable=True)
     # Keep the end of long texts, where the completions differ; saved with the tokenizer, so

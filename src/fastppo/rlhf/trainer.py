@@ -24,7 +24,7 @@ from fastppo.rlhf.data import batch_indices
 from fastppo.rlhf.evaluation import evaluate, sample_rows
 from fastppo.rlhf.generation import make_generator
 from fastppo.rlhf.health import HealthMonitor
-from fastppo.rlhf.models import Models, Precision, load_models, resolve_device
+from fastppo.rlhf.models import Models, Precision, load_models, resolve_device, start_run
 from fastppo.rlhf.parallel import Ranks
 from fastppo.rlhf.rewards import (
     RewardFn,
@@ -135,7 +135,7 @@ def _train(cfg: RLHFConfig, reward_fn: RewardFn, prompts: list[str], eval_prompt
         raise FastPPOError("no prompts to train on: give at least one prompt")
     output_dir = Path(run.output_dir)
     resume_from = latest_checkpoint(output_dir) if run.resume else None
-    torch.manual_seed(run.seed)
+    start_run(run)
     models = load_models(ranks.load_config(model_cfg), ppo.critic if ppo.estimator == "gae" else None, ppo.critic_model, resume_from)
     ranks.prepare(models)
     ranks.reseed(run.seed)
