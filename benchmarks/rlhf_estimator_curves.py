@@ -15,8 +15,8 @@ Every run is `python -m fastppo rlhf` in a fresh process with the same flags for
 estimators (SHARED_FLAGS, plus the task's --max-new-tokens), only --estimator and --seed change;
 the library's per-estimator defaults stay as they are (KL in the loss and no advantage whitening
 for grpo, KL in the reward and whitened advantages for gae and rloo). Each run gets one torch
-thread (OMP_NUM_THREADS=1): `fastppo rlhf` has no thread setting, and torch's default of one
-thread per core ran 20-60x slower per step when other jobs shared the two cores.
+thread (--torch-threads 1): torch's default of one thread per core ran 20-60x slower per step
+when other jobs shared the two cores (the metrics are the same bit for bit).
 
 Per task the script prints a Markdown table (reward at the start: mean of steps 1-3; at the end:
 mean of the last 5 steps; KL to the reference, summed per completion, mean of the last 5 steps;
@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -51,7 +50,7 @@ from examples.rlhf_tiny import build  # noqa: E402
 
 ESTIMATORS = {"PPO (gae, value head)": "gae", "GRPO": "grpo", "RLOO": "rloo"}
 SHARED_FLAGS = ["--num-generations", "4", "--prompts-per-step", "16", "--mini-batch-size", "16", "--learning-rate", "3e-3",
-                "--kl-warn", "30", "--save-every", "0", "--device", "cpu", "--no-progress"]  # fmt: skip
+                "--kl-warn", "30", "--save-every", "0", "--device", "cpu", "--torch-threads", "1", "--no-progress"]  # fmt: skip
 MAX_NEW_TOKENS = {"tiny": 6, "sentiment": 16}
 REWARD, KL = "rlhf/reward_mean", "rlhf/kl_ref"
 START_STEPS, END_STEPS = 3, 5
@@ -104,7 +103,7 @@ def run_once(task: Task, estimator: str, seed: int, steps: int, run_dir: Path) -
                *SHARED_FLAGS, "--output-dir", str(run_dir)]  # fmt: skip
     start = time.perf_counter()
     with (run_dir / "log.txt").open("w") as log:
-        subprocess.run(command, check=True, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"})
+        subprocess.run(command, check=True, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
     wall = time.perf_counter() - start
     wall_file.write_text(f"{wall:.1f}")
     return read_metrics(run_dir), wall
