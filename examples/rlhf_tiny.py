@@ -27,7 +27,8 @@ LETTERS = "abcdefghijklmnopqrstuvwxyz "
 PROMPTS = ["banana", "deed", "kiwi", "moon", "puppy", "fluff", "jazz", "tweet", "gig", "yoyo", "civic", "sass", "hush", "xerox", "shh", "brr"]
 SCORED_CHARS = 6
 # GRPO: four answers per prompt, each judged against the others for the same word. A critic
-# (--estimator gae) has to learn a per-word baseline first and learns nothing here in 200 steps.
+# (--estimator gae) has to learn a per-word baseline first: over 3 seeds it reached a reward of 0.7
+# at step 115 where GRPO did at step 28 (benchmarks/rlhf_estimator_curves.py).
 TRAIN_FLAGS = ("--estimator grpo --num-generations 4 --steps 30 --prompts-per-step 16 --mini-batch-size 16 "
                "--max-new-tokens 6 --learning-rate 3e-3 --kl-warn 30")
 
