@@ -117,6 +117,7 @@ BAD_INPUTS = [
     ("rlhf", ["--keep-checkpoints", "0"], "--keep-checkpoints must be 1 or more"),
     ("rlhf", ["--torch-threads", "-1"], "--torch-threads must be 0"),
     ("dpo", ["--torch-threads", "-1"], "--torch-threads must be 0"),
+    ("reward-model", ["--torch-threads", "-1"], "--torch-threads must be 0"),
     ("rlhf", ["--gamma", "1.5"], r"--gamma must be in \[0, 1\]"),
     ("rlhf", ["--clip-coef", "0"], "--clip-coef must be positive"),
     ("rlhf", ["--max-grad-norm", "-1"], "--max-grad-norm must be positive"),

@@ -17,7 +17,7 @@ from torch import Tensor
 from fastppo.core.preference import dpo_loss
 from fastppo.distributed import joined, rank_device
 from fastppo.errors import FastPPOError
-from fastppo.rlhf.checkpoint import latest_checkpoint, load_training_state
+from fastppo.rlhf.checkpoint import latest_checkpoint
 from fastppo.rlhf.config import DPOConfig, DPOTrainerConfig, validate_dpo, validate_run
 from fastppo.rlhf.data import PreferencePair
 from fastppo.rlhf.models import Models, Precision, load_models, reference_model, resolve_device, start_run
@@ -97,16 +97,11 @@ def _train_dpo(cfg: DPOTrainerConfig, pairs: list[PreferencePair], ranks: Ranks)
     models = load_models(ranks.load_config(model_cfg), critic=None, resume_from=resume_from)
     ranks.prepare(models)
     precision = Precision(model_cfg.dtype, next(models.policy.parameters()).device)
-    params = models.trainable_parameters()
-    optimizer = torch.optim.AdamW(params, lr=dpo.learning_rate)
-    state = load_training_state(resume_from, optimizer, models, ranks) if resume_from else {"step": 0}
-    precision.load_state_dict(state.pop("grad_scaler", {}))
-    micro_batch_size = dpo.batch_size // dpo.gradient_accumulation_steps
-    ref_logps = reference_logps(models, pairs, dpo, micro_batch_size, precision.autocast) if dpo.precompute_ref_logps else None
+    steps = PairSteps(run, cfg.schedule, dpo.learning_rate, dpo.batch_size, dpo.gradient_accumulation_steps, dpo.max_grad_norm, "dpo")
+    ref_logps = reference_logps(models, pairs, dpo, steps.micro_batch_size, precision.autocast) if dpo.precompute_ref_logps else None
 
     def micro_loss(indices: list[int]) -> tuple[Tensor, dict[str, Tensor]]:
         return dpo_step_loss(models, [pairs[i] for i in indices], dpo, precision.autocast, None if ref_logps is None else ref_logps[indices])
 
-    steps = PairSteps(run, cfg.schedule, dpo.learning_rate, dpo.batch_size, dpo.gradient_accumulation_steps, dpo.max_grad_norm, "dpo")
     summary = (("loss", "dpo/loss", ".4f"), ("margin", "dpo/margin", ".3f"))
-    return train_on_pairs(steps, len(pairs), micro_loss, models, optimizer, precision, ranks, state["step"] + 1, total_steps, asdict(cfg), summary)
+    return train_on_pairs(steps, len(pairs), micro_loss, models, precision, ranks, resume_from, total_steps, asdict(cfg), summary)

@@ -17,7 +17,7 @@ from torch import Tensor
 
 from fastppo.core import warmup_scheduled
 from fastppo.logger import RunLogger
-from fastppo.rlhf.checkpoint import due, save_checkpoint
+from fastppo.rlhf.checkpoint import due, load_training_state, save_checkpoint
 from fastppo.rlhf.config import LRScheduleConfig, RunConfig
 from fastppo.rlhf.data import batch_indices
 from fastppo.rlhf.models import Models, Precision
@@ -39,27 +39,35 @@ class PairSteps:
     prefix: str
     """The loss metrics' namespace (``dpo/loss``, ``reward_model/accuracy``)."""
 
+    @property
+    def micro_batch_size(self) -> int:
+        return self.batch_size // self.gradient_accumulation_steps
+
 
 def train_on_pairs(
     steps: PairSteps,
     num_pairs: int,
     micro_loss: Callable[[list[int]], tuple[Tensor, dict[str, Tensor]]],
     models: Models,
-    optimizer: torch.optim.Optimizer,
     precision: Precision,
     ranks: Ranks,
-    first_step: int,
+    resume_from: Path | None,
     total_steps: int,
     logger_config: dict[str, Any],
     summary: tuple[tuple[str, str, str], ...],
     evaluate: Callable[[], dict[str, float]] | None = None,
     evaluate_every: int = 0,
 ) -> list[dict[str, float]]:
-    """Run steps ``first_step .. total_steps`` over ``num_pairs`` pairs; ``micro_loss(indices)`` is
-    the (loss, metrics) of a micro-batch of pair indices. With ``evaluate``, its metrics are logged
-    at step 0 of a fresh run and every ``evaluate_every`` steps. Returns every logged step's metrics."""
+    """Train ``models``' trainable parameters with AdamW for steps 1 .. ``total_steps`` over
+    ``num_pairs`` pairs, or from where the checkpoint ``resume_from`` stopped (optimizer, loss
+    scaler and RNG states restored); ``micro_loss(indices)`` is the (loss, metrics) of a micro-batch
+    of pair indices. With ``evaluate``, its metrics are logged at step 0 of a fresh run and every
+    ``evaluate_every`` steps. Returns every logged step's metrics."""
     run, params = steps.run, models.trainable_parameters()
-    micro_batch_size = steps.batch_size // steps.gradient_accumulation_steps
+    optimizer = torch.optim.AdamW(params, lr=steps.learning_rate)
+    state = load_training_state(resume_from, optimizer, models, ranks) if resume_from else {"step": 0}
+    precision.load_state_dict(state.pop("grad_scaler", {}))
+    first_step, micro_batch_size = state["step"] + 1, steps.micro_batch_size
     history: list[dict[str, float]] = []
     output_dir = Path(run.output_dir)
     with RunLogger(

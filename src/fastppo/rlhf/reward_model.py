@@ -18,7 +18,7 @@ from torch import Tensor
 
 from fastppo.core.preference import bradley_terry_loss
 from fastppo.errors import FastPPOError
-from fastppo.rlhf.checkpoint import latest_checkpoint, load_training_state
+from fastppo.rlhf.checkpoint import latest_checkpoint
 from fastppo.rlhf.config import RewardModelTrainerConfig, validate_reward_model, validate_run
 from fastppo.rlhf.data import PreferencePair
 from fastppo.rlhf.models import POLICY_DIR, Models, Precision, load_reward_model, resolve_device, start_run
@@ -75,23 +75,18 @@ def train_reward_model(cfg: RewardModelTrainerConfig, pairs: list[PreferencePair
     tokenizer.truncation_side, tokenizer.model_max_length = "left", rm.max_length
     models = Models(tokenizer, model, reference=None, critic=None)  # the container the checkpoints save
     precision = Precision(model_cfg.dtype, device)
-    params = models.trainable_parameters()
-    optimizer = torch.optim.AdamW(params, lr=rm.learning_rate)
-    state = load_training_state(resume_from, optimizer, models) if resume_from else {"step": 0}
-    precision.load_state_dict(state.pop("grad_scaler", {}))
-    micro_batch_size = rm.batch_size // rm.gradient_accumulation_steps
+    steps = PairSteps(run, cfg.schedule, rm.learning_rate, rm.batch_size, rm.gradient_accumulation_steps, rm.max_grad_norm, "reward_model")
 
     def micro_loss(indices: list[int]) -> tuple[Tensor, dict[str, Tensor]]:
         with precision.autocast():
             return pair_loss(model, tokenizer, [train_pairs[i] for i in indices], device)
 
     def held_out() -> dict[str, float]:
-        return evaluate(model, tokenizer, eval_pairs, micro_batch_size, device, precision.autocast)
+        return evaluate(model, tokenizer, eval_pairs, steps.micro_batch_size, device, precision.autocast)
 
-    steps = PairSteps(run, cfg.schedule, rm.learning_rate, rm.batch_size, rm.gradient_accumulation_steps, rm.max_grad_norm, "reward_model")
     summary = (("loss", "reward_model/loss", ".4f"), ("eval acc", "reward_model/eval_accuracy", ".3f"))
     history = train_on_pairs(
-        steps, len(train_pairs), micro_loss, models, optimizer, precision, Ranks(), state["step"] + 1, total_steps, asdict(cfg), summary, held_out if eval_pairs else None, rm.eval_every
+        steps, len(train_pairs), micro_loss, models, precision, Ranks(), resume_from, total_steps, asdict(cfg), summary, held_out if eval_pairs else None, rm.eval_every
     )
     model.save_pretrained(output_dir)
     tokenizer.save_pretrained(output_dir)
