@@ -13,6 +13,7 @@ import torch
 
 from fastppo import load
 from fastppo.cli import main
+from fastppo.errors import FastPPOError
 from fastppo.envs.tensor import make_tensor_env
 
 TINY = ["--backend", "tensor", "--num-envs", "4", "--num-steps", "64", "--total-timesteps", "1024", "--no-tensorboard", "--no-progress"]
@@ -138,6 +139,21 @@ def test_a_stopped_stack_resumes_as_one_exactly(tmp_path, capsys):
         assert learning(stopped / f"seed_{seed}") == learning(whole / f"seed_{seed}")
         for p, q in zip(load(stopped / f"seed_{seed}").policy.parameters(), load(whole / f"seed_{seed}").policy.parameters()):
             assert torch.equal(p, q)
+
+
+def test_a_stack_stopped_by_an_error_points_to_its_seeds_checkpoints(tmp_path, capsys, monkeypatch):
+    import fastppo.trainer
+
+    def diverge_at_iteration_3(metrics, agent, optimizer, iteration, global_step):
+        if iteration == 3:
+            raise FastPPOError(f"training stopped at iteration {iteration}: loss became NaN/Inf")
+
+    monkeypatch.setattr(fastppo.trainer, "check_finite", diverge_at_iteration_3)
+    parent = tmp_path / "stack"
+    assert main(["train", "CartPole-v1", *TINY, "--checkpoint-every", "1", "--seeds", "1-2", "--run-dir", str(parent)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "iteration 3" in err and f"{parent}/seed_<n>/checkpoints/000002" in err and f"--resume {parent})" in err
+    assert all((parent / f"seed_{s}" / "checkpoints" / "000002").is_dir() for s in (1, 2))
 
 
 def test_a_stack_whose_seeds_differ_is_not_resumed_as_one(tmp_path, capsys):

@@ -323,6 +323,11 @@ class _SeedOptimizer:
         return {"state": rows, "param_groups": state["param_groups"]}
 
 
+def _rng_key(generator: torch.Generator) -> str:
+    """The checkpoint key of the global RNG a seed's generator stands for in its single run."""
+    return "rng.torch" if generator.device.type == "cpu" else f"rng.cuda.{generator.device.index or 0}"
+
+
 def restore_seed_stack(state, envs, checkpoints: list) -> list[list[float]]:
     """Put each seed's checkpoint (as ``save_seed_checkpoints`` wrote it: its single run's) back into
     its row of the stack: weights, Adam moments, statistics, env rows and their generator, its
@@ -354,7 +359,7 @@ def restore_seed_stack(state, envs, checkpoints: list) -> list[list[float]]:
     for index, checkpoint in enumerate(checkpoints):
         envs.load_seed_block(index, {k.removeprefix("env."): v for k, v in checkpoint.tensors.items() if k.startswith("env.")})
         generator = stack.noise.generators[index]
-        generator.set_state(checkpoint.tensors["rng.torch" if generator.device.type == "cpu" else f"rng.cuda.{generator.device.index or 0}"])
+        generator.set_state(checkpoint.tensors[_rng_key(generator)])
     mask = stacked("cursor.action_mask").flatten(0, 1) if "cursor.action_mask" in first.tensors else None
     state.cursor = EnvCursor(stacked("cursor.obs").flatten(0, 1), mask, stacked("cursor.valid").flatten())
     state.iteration, state.global_step, state.kl_beta, state.schedule_anchor = first.iteration, first.global_step, first.kl_beta, first.schedule_anchor
@@ -385,6 +390,5 @@ def save_seed_checkpoints(state, envs, seed_dirs: list[Path], seeds_returns: lis
         seed_cursor = EnvCursor(cursor.obs[rows], None if cursor.action_mask is None else cursor.action_mask[rows], cursor.valid[rows])
         seed_state = replace(state, agent=agent, optimizer=_SeedOptimizer(state.optimizer, index, stack.seeds), reward_scaler=scaler, cursor=seed_cursor)
         generator = stack.noise.generators[index]
-        rng = {"rng.torch" if generator.device.type == "cpu" else f"rng.cuda.{generator.device.index or 0}": generator.get_state()}
-        saved = save_checkpoint(directory, seed_state, envs.seed_block(index), keep, rng)
+        saved = save_checkpoint(directory, seed_state, envs.seed_block(index), keep, {_rng_key(generator): generator.get_state()})
     return saved

@@ -247,7 +247,6 @@ def resume_seed_stack_config(run_dir: str | Path, overrides: dict[str, Any] | No
     for other, _ in resumed[1:]:
         if replace(other, run=replace(other.run, seed=config.run.seed)) != config:
             raise FastPPOError(f"the seeds in {run_dir} were trained with different configs: resume each alone (fastppo train --resume {run_dir}/seed_<n>)")
-    check_seed_stack(config)
     return config, [c.config.run.seed for _, c in resumed], [c for _, c in resumed]
 
 
@@ -432,8 +431,9 @@ def train_rank(
                     saved = save(state, envs)
                 agent.interrupted_by = signal.Signals(stop.signal)
     except FastPPOError as exc:
-        good = list_checkpoints(run_dir) if run_dir is not None else []
-        raise FastPPOError(f"{exc}; the last good checkpoint is kept: {good[-1]}" if good else str(exc)) from None
+        good = list_checkpoints((seed_dirs or [run_dir])[0]) if run_dir is not None else []  # a stack: its seeds stand together
+        kept = good and (good[-1] if seeds is None else f"each seed's, {run_dir}/seed_<n>/checkpoints/{good[-1].name} (fastppo train --resume {run_dir})")
+        raise FastPPOError(f"{exc}; the last good checkpoint is kept: {kept}" if kept else str(exc)) from None
     finally:
         logger.close()
         envs.close()
