@@ -19,7 +19,9 @@ interleaved so that changes in the machine's load touch them all alike):
   [observation | one-hot id], plain PyTorch and CleanRL's loop.
 - ``fastppo IPPO`` and ``fastppo MAPPO``: ``fastppo.train`` with the ``simple_spread_v3`` preset
   (speaker-listener: the same hyperparameters plus ``--multi-agent.pad``); MAPPO's critic also
-  reads the env's ``state()``.
+  reads the env's ``state()``. The ``async`` rows step the env copies in worker processes (one per
+  CPU, ``--env.backend async``): the same runs (bit-identical weights and returns), the env time
+  shared among the cores.
 
 All learners share the preset's hyperparameters (8 copies x 100 steps, 10 epochs of 2
 minibatches, lr 7e-4 constant, gamma 0.99, lambda 0.95, clip 0.2 with value clipping, entropy
@@ -33,7 +35,8 @@ in the last ``--final-window`` of its steps, by iteration (800 steps here) for t
 Per row: the mean over seeds with a 95% stratified-bootstrap CI (fastppo.report's rliable
 estimate). SPS: env steps of the copies per second from building the envs to the end of
 training (imports and interpreter start-up not included; ``cold s`` is the whole process), and
-per CPU second of that process, which a shared machine's load disturbs less than wall time.
+per CPU second of that process and its env workers, which a shared machine's load disturbs less
+than wall time.
 Ratios are against the reference of the same task.
 """
 
@@ -43,6 +46,7 @@ import argparse
 import importlib
 import json
 import math
+import resource
 import subprocess
 import sys
 import time
@@ -59,7 +63,8 @@ TASKS: dict[str, dict] = {
 }
 ENV_KWARGS = {"max_cycles": 25, "continuous_actions": False}
 PRESET = "simple_spread_v3"
-ROWS = ("random", "reference IPPO", "fastppo IPPO", "fastppo MAPPO")
+ROWS = ("random", "reference IPPO", "fastppo IPPO", "fastppo MAPPO", "fastppo IPPO async", "fastppo MAPPO async")
+LEARNERS = tuple(row for row in ROWS if row.startswith("fastppo"))
 SHARED = ("num_envs", "num_steps", "num_minibatches", "update_epochs", "learning_rate", "gamma", "gae_lambda", "clip_coef", "ent_coef", "vf_coef", "max_grad_norm")
 """Hyperparameters the reference takes from the fastppo preset by the same names."""
 
@@ -106,16 +111,22 @@ def child_random(task: str, seed: int, steps: int, num_envs: int) -> dict:
     return {"steps": global_step, "wall_s": wall, "cpu_s": cpu, "episodes": episodes}
 
 
-def child_fastppo(task: str, seed: int, steps: int, algorithm: str) -> dict:
+def children_cpu_s() -> float:
+    """CPU seconds of this process's finished child processes (the async rows' env workers)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def child_fastppo(task: str, seed: int, steps: int, algorithm: str, backend: str) -> dict:
     """fastppo.train with the preset; episodes as [end step of their iteration, team return]."""
     import fastppo
 
-    overrides = {"total_timesteps": steps, "seed": seed, "progress": False, "tensorboard": False, "multi_agent.algorithm": algorithm}
+    overrides = {"total_timesteps": steps, "seed": seed, "progress": False, "tensorboard": False, "multi_agent.algorithm": algorithm, "backend": backend}
     if TASKS[task]["pad"]:
         overrides["multi_agent.pad"] = True
-    start, cpu = time.perf_counter(), time.process_time()
+    start, cpu = time.perf_counter(), time.process_time() + children_cpu_s()
     agent = fastppo.train(f"pz:{TASKS[task]['module']}", preset=PRESET, env_kwargs=ENV_KWARGS, **overrides)
-    wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+    wall, cpu = time.perf_counter() - start, time.process_time() + children_cpu_s() - cpu  # the workers have been joined
     episodes, seen = [], 0
     for row in agent.history:
         count = int(row["charts/episodes"])
@@ -144,8 +155,8 @@ def run_row(row: str, task: str, seed: int, steps: int, hp: dict, final_window: 
         random_steps = max(hp["num_envs"] * ENV_KWARGS["max_cycles"], int(round(steps * final_window)))  # one episode per copy at least
         return run_child([__file__, "--child", "random", *common, "--total-timesteps", str(random_steps)])
     if row.startswith("fastppo"):
-        algorithm = row.split()[-1].lower()
-        return run_child([__file__, "--child", f"fastppo-{algorithm}", *common, "--total-timesteps", str(steps)])
+        child = "-".join(row.lower().split())  # fastppo-ippo, fastppo-mappo-async, ...
+        return run_child([__file__, "--child", child, *common, "--total-timesteps", str(steps)])
     argv = ["reference_ippo.py", "--quiet", "--env-id", TASKS[task]["module"], "--env-kwargs", json.dumps(ENV_KWARGS), "--seed", str(seed)]
     argv += ["--total-timesteps", str(steps), "--torch-threads", str(hp["torch_threads"])]
     argv += [arg for name in SHARED for arg in (f"--{name.replace('_', '-')}", str(hp[name]))]
@@ -189,7 +200,7 @@ def summarise(results: dict, tasks: list[str], final_window: float) -> str:
             per_seed = " / ".join(f"{s:.1f}" for s in scores)
             vs = f"{est.point - ref_mean:+.1f} | {sps / ref_sps:.2f}x | {cpu / ref_cpu:.2f}x" if row != "reference IPPO" else "— | — | —"
             lines.append(f"| {row} | {est} | {per_seed} | {sps:.0f} | {cpu:.0f} | {cold:.0f} | {vs} |")
-        for row in ("fastppo IPPO", "fastppo MAPPO"):
+        for row in LEARNERS:
             for r in results[task].get(row, []):
                 total = sum(r["sections"].values())
                 r["share"] = {k: round(v / total, 3) for k, v in r["sections"].items()}
@@ -207,7 +218,7 @@ def main() -> None:
     parser.add_argument("--total-timesteps", type=int, default=None, help="env steps per learning run (default: the preset's)")
     parser.add_argument("--final-window", type=float, default=0.1, help="fraction of the steps a run is scored on")
     parser.add_argument("--out", default="runs/multi_agent.json", help="where every run's result, episodes included, is written (JSON)")
-    parser.add_argument("--child", choices=("random", "fastppo-ippo", "fastppo-mappo"), help=argparse.SUPPRESS)
+    parser.add_argument("--child", choices=("random", *("-".join(row.lower().split()) for row in LEARNERS)), help=argparse.SUPPRESS)
     parser.add_argument("--task", choices=list(TASKS), help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -216,7 +227,8 @@ def main() -> None:
         print("RESULT " + json.dumps(child_random(args.task, args.seed, args.total_timesteps, preset_values()["num_envs"])))
         return
     if args.child:
-        print("RESULT " + json.dumps(child_fastppo(args.task, args.seed, args.total_timesteps, args.child.split("-")[1])))
+        _, algorithm, *backend = args.child.split("-")
+        print("RESULT " + json.dumps(child_fastppo(args.task, args.seed, args.total_timesteps, algorithm, backend[0] if backend else "sync")))
         return
 
     hp = preset_values()

@@ -171,7 +171,7 @@ def test_a_recurrent_shared_policy_trains_and_evaluates():
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--backend", "async"], "use --backend sync"),
+        (["--backend", "tensor"], "PettingZoo envs step on the sync backend (the trainer's process) or async"),
         (["--env-kwargs", "{die_at: 3}"], "expects a JSON object"),
         (["--env-kwargs", '{"bogus": 1}'], "does not take --env-kwargs"),
         (["--multi-agent.algorithm", "mappo", "--policy.shared-trunk"], "drop --policy.shared-trunk"),

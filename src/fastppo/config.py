@@ -35,7 +35,7 @@ class EnvConfig:
     num_envs: int = 4
     """Parallel environments."""
     backend: Literal["sync", "async", "tensor", "envpool"] = "sync"
-    """Vector env: gymnasium sync (one process), async (one process per env), batched torch tensor envs, or EnvPool."""
+    """Vector env: gymnasium sync (one process), async (one process per env; PettingZoo envs: one per CPU, the copies split among them), batched torch tensor envs, or EnvPool."""
     normalize_obs: bool = False
     """Normalise observations by one running mean/std shared by all envs (frozen at evaluation)."""
     clip_obs: float = 10.0
@@ -265,8 +265,8 @@ class Config:
 
         if not is_pettingzoo(self.env.env_id):
             return
-        if self.env.backend != "sync":
-            raise FastPPOError(f"PettingZoo envs run in the trainer's process: use --backend sync, not {self.env.backend}")
+        if self.env.backend not in ("sync", "async"):
+            raise FastPPOError(f"PettingZoo envs step on the sync backend (the trainer's process) or async (worker processes), not {self.env.backend}")
         if self.env.capture_video:
             raise FastPPOError("--capture-video does not record PettingZoo envs: record the trained run with 'fastppo record RUN_DIR'")
         if self.multi_agent.policies == "group" and not self.multi_agent.agent_ids:

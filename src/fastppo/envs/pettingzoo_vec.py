@@ -21,6 +21,7 @@ finished resets on its next step (a reset row for every agent, as a gymnasium en
 
 from __future__ import annotations
 
+import functools
 import importlib
 import re
 from collections.abc import Callable
@@ -32,12 +33,13 @@ import torch
 
 from fastppo.config import EnvConfig, MultiAgentConfig
 from fastppo.envs import mpe
-from fastppo.envs.vector import Episodes, HostCopies, StepResult
+from fastppo.envs.vector import Episodes, HostCopies, StepResult, VecEnv
 from fastppo.errors import FastPPOError
 from fastppo.layout import ObservationLayout
 
 PREFIX = "pz:"
 ACTION_MASK_KEY = "action_mask"
+MASKS_SOMETIMES = "the PettingZoo env published action masks at some steps and not at others: publish one for every agent at every step"
 
 
 def is_pettingzoo(env_id: str) -> bool:
@@ -80,6 +82,19 @@ def _flatten(space: gym.Space, obs: Any) -> tuple[np.ndarray, np.ndarray | None]
         mask = None if ACTION_MASK_KEY not in obs else np.asarray(obs[ACTION_MASK_KEY], dtype=bool)
         space, obs = space["observation"], obs["observation"]
     return np.asarray(gym.spaces.flatten(space, obs), dtype=np.float32), mask
+
+
+HostStep = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray | None, np.ndarray]
+"""One step of copies on the host: observation rows, reward, terminated, truncated, masks, live."""
+
+FinishedEpisode = tuple[float, int, np.ndarray]
+"""(team return, length, each agent's return) of an episode, in the order the episodes ended."""
+
+
+def team_episodes(episodes: list[FinishedEpisode], agents: list[str]) -> Episodes:
+    """Team returns (the sum of the agents' returns) and lengths, and each agent's returns."""
+    by_agent = {agent: [float(e[2][i]) for e in episodes] for i, agent in enumerate(agents)}
+    return Episodes([e[0] for e in episodes], [e[1] for e in episodes], by_agent)
 
 
 class AgentSpaces:
@@ -186,7 +201,7 @@ class PettingZooVecEnv(HostCopies):
         self._finished = np.zeros(len(self.envs), dtype=bool)  # copies that reset on their next step
         self._returns = np.zeros((len(self.envs), n))
         self._lengths = np.zeros(len(self.envs), dtype=int)
-        self._episodes: list[tuple[float, int, np.ndarray]] = []
+        self._episodes: list[FinishedEpisode] = []
         self._masked: bool | None = None
         # mpe2 envs step without PettingZoo's per-agent AEC round trip (fastppo.envs.mpe: same values)
         self._direct = [mpe.simple_env(env) is not None for env in self.envs]
@@ -202,13 +217,18 @@ class PettingZooVecEnv(HostCopies):
         if self._masked is None:
             self._masked = masks is not None
         elif (masks is not None) != self._masked:
-            raise FastPPOError("the PettingZoo env published action masks at some steps and not at others: publish one for every agent at every step")
+            raise FastPPOError(MASKS_SOMETIMES)
         return masks
 
     def reset(self, seed: int | None = None) -> StepResult:
+        rows, masks = self.reset_host(seed)
+        return self.first_step(rows, masks, live=np.ones(self.num_envs, dtype=bool))
+
+    def reset_host(self, seed: int | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+        """``reset``'s (observation rows, action masks) as numpy; copy ``c`` is seeded ``seed + c``."""
         rows = self._new_rows()
         masks = tuple(self._reset_copy(c, None if seed is None else seed + c, rows[c]) for c in range(len(self.envs)))
-        return self.first_step(rows.reshape(self.num_envs, -1), self._join(masks), live=np.ones(self.num_envs, dtype=bool))
+        return rows.reshape(self.num_envs, -1), self._join(masks)
 
     def _reset_copy(self, c: int, seed: int | None, rows: np.ndarray) -> np.ndarray | None:
         observations, infos = self.envs[c].reset(seed=seed)
@@ -221,8 +241,11 @@ class PettingZooVecEnv(HostCopies):
         return None if masks[0] is None else np.concatenate(masks)
 
     def step(self, actions: torch.Tensor) -> StepResult:
+        return self.to_device(*self.step_host(self.to_host(actions)))
+
+    def step_host(self, host: np.ndarray) -> HostStep:
+        """``step`` on numpy: actions [rows, ...] in, (rows, reward, terminated, truncated, masks, live) out."""
         n = len(self.agents)
-        host = self.to_host(actions)
         host = host.reshape(len(self.envs), n, *host.shape[1:])
         rows, all_masks = self._new_rows(), []
         reward = np.zeros((len(self.envs), n), dtype=np.float32)
@@ -251,14 +274,16 @@ class PettingZooVecEnv(HostCopies):
                     self._episodes.append((float(self._returns[c].sum()), int(self._lengths[c]), self._returns[c].copy()))
                     self._finished[c] = True
             all_masks.append(masks)
-        return self.to_device(rows.reshape(self.num_envs, -1), reward.ravel(), terminated.ravel(), truncated.ravel(), self._join(tuple(all_masks)), live.ravel())
+        return rows.reshape(self.num_envs, -1), reward.ravel(), terminated.ravel(), truncated.ravel(), self._join(tuple(all_masks)), live.ravel()
 
-    def pop_episodes(self) -> Episodes:
-        """Team returns (the sum of the agents' returns) and lengths, and each agent's returns."""
+    def pop_finished(self) -> list[FinishedEpisode]:
+        """The episodes that ended since the last call, in the order they ended."""
         episodes = self._episodes
         self._episodes = []
-        by_agent = {agent: [float(e[2][i]) for e in episodes] for i, agent in enumerate(self.agents)}
-        return Episodes([e[0] for e in episodes], [e[1] for e in episodes], by_agent)
+        return episodes
+
+    def pop_episodes(self) -> Episodes:
+        return team_episodes(self.pop_finished(), self.agents)
 
     def render(self) -> Any:
         return self.envs[0].render()
@@ -268,8 +293,14 @@ class PettingZooVecEnv(HostCopies):
             env.close()
 
 
-def make_pettingzoo_env(cfg: EnvConfig, multi_agent: MultiAgentConfig, device: torch.device, render_mode: str | None = None) -> PettingZooVecEnv:
-    env_fns = [lambda: make_parallel_env(cfg.env_id, cfg.env_kwargs, render_mode) for _ in range(cfg.num_envs)]
+def make_pettingzoo_env(cfg: EnvConfig, multi_agent: MultiAgentConfig, device: torch.device, render_mode: str | None = None) -> VecEnv:
+    """``cfg.num_envs`` copies as agent rows: in this process (``sync``) or in worker processes
+    (``async``, fastppo.envs.pettingzoo_workers)."""
+    env_fns = [functools.partial(make_parallel_env, cfg.env_id, cfg.env_kwargs, render_mode) for _ in range(cfg.num_envs)]
+    if cfg.backend == "async":
+        from fastppo.envs.pettingzoo_workers import PettingZooWorkers, available_cpus
+
+        return PettingZooWorkers(env_fns, multi_agent, device, workers=available_cpus())
     return PettingZooVecEnv(env_fns, multi_agent, device)
 
 
