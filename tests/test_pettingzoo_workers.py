@@ -29,27 +29,27 @@ PADDED = {"actions": [3, 2, 3], "obs_sizes": [2, 3, 2], "die_at": 3, "length": 6
 """Relay with a dead agent, unequal spaces (padding: action masks) and episodes that end mid-rollout."""
 
 
-def env_pair(monkeypatch, copies: int, workers: int, env_id: str = RELAY, env_kwargs: dict | None = None, **multi_agent) -> tuple:
-    """The same copies on the sync backend and on ``workers`` worker processes."""
-    monkeypatch.setattr(workers_module, "available_cpus", lambda: workers)
+def env_pair(monkeypatch, copies: int, cpus: int, env_id: str = RELAY, env_kwargs: dict | None = None, **multi_agent) -> tuple:
+    """The same copies on the sync backend and split into ``cpus`` blocks (all but the first in worker processes)."""
+    monkeypatch.setattr(workers_module, "available_cpus", lambda: cpus)
     cfg = EnvConfig(env_id=env_id, num_envs=copies, env_kwargs=env_kwargs or {})
     ma = MultiAgentConfig(**multi_agent)
     sync = make_pettingzoo_env(cfg, ma, CPU)
     split = make_pettingzoo_env(dataclasses.replace(cfg, backend="async"), ma, CPU)
-    assert isinstance(split, PettingZooWorkers) and len(split._processes) == min(workers, copies)
+    assert isinstance(split, PettingZooWorkers) and len(split._processes) == min(cpus, copies) - 1
     return sync, split
 
 
-@pytest.mark.parametrize("workers", [1, 2, 5])
+@pytest.mark.parametrize("cpus", [1, 2, 5])
 @pytest.mark.parametrize(
     ("env_id", "env_kwargs", "multi_agent"),
     [(RELAY, PADDED, {"pad": True, "algorithm": "mappo"}), ("pz:mpe2.simple_spread_v3", {"max_cycles": 5}, {"algorithm": "mappo"})],
     ids=["relay-padded", "simple-spread"],
 )
-def test_worker_rows_equal_the_sync_rows_step_by_step(monkeypatch, workers, env_id, env_kwargs, multi_agent):
+def test_worker_rows_equal_the_sync_rows_step_by_step(monkeypatch, cpus, env_id, env_kwargs, multi_agent):
     """Every field of every step (masks, live, flags), and the episodes in the order they ended,
-    with the copies split in blocks of any size (5 workers for 5 copies: one each)."""
-    sync, split = env_pair(monkeypatch, 5, workers, env_id, env_kwargs, **multi_agent)
+    with the copies split in blocks of any size (5 CPUs for 5 copies: one each)."""
+    sync, split = env_pair(monkeypatch, 5, cpus, env_id, env_kwargs, **multi_agent)
     try:
         rng = np.random.default_rng(0)
         pairs = [(sync.reset(seed=7), split.reset(seed=7))]
@@ -69,7 +69,7 @@ def test_worker_rows_equal_the_sync_rows_step_by_step(monkeypatch, workers, env_
 
 
 def test_an_async_run_equals_the_sync_run(tmp_path, monkeypatch):
-    """Same seed, sync vs async with the copies in two blocks: the same weights, metrics and episodes."""
+    """Same seed, sync vs async with the copies in two blocks (one in a worker): the same weights, metrics and episodes."""
     monkeypatch.setattr(workers_module, "available_cpus", lambda: 2)
     overrides = TINY | {"num_envs": 3, "env_kwargs": json.dumps(PADDED), "multi_agent.pad": True, "multi_agent.algorithm": "mappo"}
     runs = {backend: train(fastppo.make_config(RELAY, "cleanrl-discrete", overrides | {"backend": backend}), tmp_path / backend) for backend in ("sync", "async")}
@@ -94,9 +94,9 @@ def test_an_async_run_resumes_from_its_checkpoint_with_fresh_episodes(tmp_path, 
 
 
 def test_an_env_that_fails_to_build_in_a_worker_raises_its_one_line_error():
-    factories = [functools.partial(make_parallel_env, RELAY, {"bogus": 1})] * 2
+    good, bad = (functools.partial(make_parallel_env, RELAY, kwargs) for kwargs in ({}, {"bogus": 1}))
     with pytest.raises(FastPPOError, match="does not take --env-kwargs") as raised:
-        PettingZooWorkers(factories, MultiAgentConfig(), CPU, workers=2)
+        PettingZooWorkers([good, bad], MultiAgentConfig(), CPU, cpus=2)  # the second copy, in the worker, fails
     assert "\n" not in str(raised.value)
 
 
@@ -107,7 +107,7 @@ def test_an_env_error_in_a_worker_is_raised_with_the_workers_traceback(monkeypat
         split.reset(seed=0)
         with pytest.raises(RuntimeError, match=r"(?s)a PettingZoo env worker failed.*AssertionError"):
             split.step(torch.tensor([0, 1, 2, 0, 1, 7]))  # 7: no such action in the second copy
-        split.step(torch.tensor([0, 1, 2, 0, 1, 2]))  # both workers still answer
+        split.step(torch.tensor([0, 1, 2, 0, 1, 2]))  # the worker still answers
     finally:
         split.close()
 
@@ -116,8 +116,8 @@ def test_a_killed_worker_is_a_clear_error_and_close_still_works(monkeypatch):
     sync, split = env_pair(monkeypatch, 2, 2)
     sync.close()
     split.reset(seed=0)
-    os.kill(split._processes[1].pid, signal.SIGKILL)
-    split._processes[1].join()
+    os.kill(split._processes[0].pid, signal.SIGKILL)
+    split._processes[0].join()
     with pytest.raises(FastPPOError, match="worker process died"):
         split.step(torch.tensor([0, 1, 2, 0, 1, 2]))
     split.close()
@@ -126,7 +126,7 @@ def test_a_killed_worker_is_a_clear_error_and_close_still_works(monkeypatch):
 
 def test_workers_ignore_ctrl_c_and_close_leaves_none_running(monkeypatch):
     """Ctrl-C reaches every process of the group; the trainer decides to stop, then closes them."""
-    sync, split = env_pair(monkeypatch, 4, 2)
+    sync, split = env_pair(monkeypatch, 4, 3)
     sync.close()
     processes = list(split._processes)
     split.reset(seed=0)

@@ -300,7 +300,7 @@ def make_pettingzoo_env(cfg: EnvConfig, multi_agent: MultiAgentConfig, device: t
     if cfg.backend == "async":
         from fastppo.envs.pettingzoo_workers import PettingZooWorkers, available_cpus
 
-        return PettingZooWorkers(env_fns, multi_agent, device, workers=available_cpus())
+        return PettingZooWorkers(env_fns, multi_agent, device, cpus=available_cpus())
     return PettingZooVecEnv(env_fns, multi_agent, device)
 
 

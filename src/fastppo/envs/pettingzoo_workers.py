@@ -2,10 +2,11 @@
 
 PettingZoo envs are Python all the way down (MPE's physics is numpy on 2-vectors), so on
 simple_spread the env is ~70% of a sync run's time and no amount of trainer speed gets past it.
-Here the copies are split into one contiguous block per worker process (as many as the CPUs this
-process may run on, at most one per copy); each worker holds an ordinary ``PettingZooVecEnv``
-over its block and the trainer's step sends every worker its actions, then gathers the rows in
-copy order. Copy ``c`` is seeded ``seed + c`` and finished episodes are merged in the order the
+Here the copies are split into one contiguous block per CPU this process may run on (at most one
+per copy). The trainer's process steps the first block itself, since it would otherwise sit idle
+waiting, and each other block lives in a worker process as an ordinary ``PettingZooVecEnv``: a
+step sends every worker its actions, steps the first block, then gathers the rows in copy
+order. Copy ``c`` is seeded ``seed + c`` and finished episodes are merged in the order the
 sync backend records them, so a run on ``async`` equals the same run on ``sync`` (rows, rewards,
 flags, masks, episodes, hence weights), only the env time is divided among the workers.
 
@@ -73,28 +74,31 @@ def _serve(conn: Connection, env_fns: list[Callable[[], Any]], cfg: MultiAgentCo
 
 
 class PettingZooWorkers(HostCopies):
-    """``len(env_fns)`` PettingZoo copies as ``PettingZooVecEnv``'s rows, stepped in ``workers``
-    processes (see the module docstring)."""
+    """``len(env_fns)`` PettingZoo copies as ``PettingZooVecEnv``'s rows, split into ``cpus``
+    blocks: the first stepped in this process, each other one in a worker process (see the
+    module docstring)."""
 
-    def __init__(self, env_fns: list[Callable[[], Any]], cfg: MultiAgentConfig, device: torch.device, workers: int):
-        blocks = [block.tolist() for block in np.array_split(np.arange(len(env_fns)), max(1, min(workers, len(env_fns))))]
+    def __init__(self, env_fns: list[Callable[[], Any]], cfg: MultiAgentConfig, device: torch.device, cpus: int):
+        blocks = [block.tolist() for block in np.array_split(np.arange(len(env_fns)), max(1, min(cpus, len(env_fns))))]
         self._offsets = [block[0] for block in blocks]
         self._pipes: list[Connection] = []
         self._processes: list[multiprocessing.process.BaseProcess] = []
         context = multiprocessing.get_context()  # the platform's default, as gymnasium's AsyncVectorEnv
+        self._local: PettingZooVecEnv | None = None
         try:
-            for block in blocks:
+            for block in blocks[1:]:
                 ours, theirs = context.Pipe()
                 process = context.Process(target=_serve, args=(theirs, [env_fns[c] for c in block], cfg), daemon=True, name="fastppo-pettingzoo")
                 process.start()
                 theirs.close()
                 self._pipes.append(ours)
                 self._processes.append(process)
-            spaces = self._ask([None] * len(self._pipes))  # each worker sends its spaces once built
+            self._local = PettingZooVecEnv([env_fns[c] for c in blocks[0]], cfg, torch.device("cpu"))
+            self._ask([None] * len(self._pipes), lambda: None)  # each worker reports once its copies are built
         except BaseException:
             self.close()
             raise
-        self.spaces = spaces[0]
+        self.spaces = self._local.spaces
         self.agents = self.spaces.agents
         self.num_envs = len(env_fns) * len(self.agents)
         self.single_observation_space = self.spaces.observation_space
@@ -116,10 +120,10 @@ class PettingZooWorkers(HostCopies):
             raise FastPPOError(message)
         raise RuntimeError(f"a PettingZoo env worker failed:\n{trace}")
 
-    def _ask(self, messages: list[tuple[str, Any] | None]) -> list[Any]:
-        """Sends each worker its message (None: nothing, only the answer) and returns their
-        answers; every worker that got its message answers before an error is raised, so no
-        answer is left behind in a pipe."""
+    def _ask(self, messages: list[tuple[str, Any] | None], local: Callable[[], Any]) -> list[Any]:
+        """Sends each worker its message (None: nothing, only the answer), runs ``local`` (the
+        first block's share) meanwhile, and returns the answers, ``local``'s first. Every worker
+        that got its message answers before an error is raised: no answer is left in a pipe."""
         sent = []
         for pipe, message in zip(self._pipes, messages):
             try:
@@ -130,11 +134,15 @@ class PettingZooWorkers(HostCopies):
                 sent.append(False)
         answers: list[Any] = []
         errors: list[Exception] = []
+        try:
+            answers.append(local())
+        except Exception as exc:
+            errors.append(exc)
         for pipe, ok in zip(self._pipes, sent):
             try:
-                answers.append(self._receive(pipe) if ok else None)
                 if not ok:
                     raise FastPPOError(DIED)
+                answers.append(self._receive(pipe))
             except (FastPPOError, RuntimeError) as exc:
                 errors.append(exc)
         if errors:
@@ -142,13 +150,14 @@ class PettingZooWorkers(HostCopies):
         return answers
 
     def reset(self, seed: int | None = None) -> StepResult:
-        rows, masks = zip(*self._ask([("reset", None if seed is None else seed + offset) for offset in self._offsets]))
+        seeds = [None if seed is None else seed + offset for offset in self._offsets]
+        rows, masks = zip(*self._ask([("reset", s) for s in seeds[1:]], lambda: self._local.reset_host(seeds[0])))
         return self.first_step(np.concatenate(rows), _join(masks), live=np.ones(self.num_envs, dtype=bool))
 
     def step(self, actions: torch.Tensor) -> StepResult:
         host = self.to_host(actions)
-        bounds = np.cumsum([0, *self._block_rows])
-        steps, episodes = zip(*self._ask([("step", host[start:end]) for start, end in zip(bounds[:-1], bounds[1:])]))
+        blocks = np.split(host, np.cumsum(self._block_rows)[:-1])
+        steps, episodes = zip(*self._ask([("step", block) for block in blocks[1:]], lambda: (self._local.step_host(blocks[0]), self._local.pop_finished())))
         # the sync backend records a step's episodes in copy order, and the blocks are in copy order
         self._episodes.extend(episode for block in episodes for episode in block)
         rows, reward, terminated, truncated, masks, live = zip(*steps)
@@ -172,6 +181,9 @@ class PettingZooWorkers(HostCopies):
         for pipe in self._pipes:
             pipe.close()
         self._pipes, self._processes = [], []
+        if self._local is not None:
+            self._local.close()
+            self._local = None
 
 
 def _join(masks: tuple[np.ndarray | None, ...]) -> np.ndarray | None:
