@@ -45,6 +45,17 @@ def test_critic_free_estimators_raise_the_reward(tiny_model, tmp_path, estimator
     assert max(h["rlhf/kl_ref"] for h in history) < max_kl
 
 
+def test_every_estimator_samples_the_same_first_rollout_at_the_same_seed(tiny_model, tmp_path) -> None:
+    """Building a critic draws no sample from the policy's stream: GAE (either critic), GRPO and
+    RLOO runs of one seed start from the same responses, so their curves differ by the estimator only."""
+    first = {}
+    for estimator, critic in [("gae", "shared"), ("gae", "separate"), ("grpo", "shared"), ("rloo", "shared")]:
+        cfg = tiny_config(tiny_model, tmp_path / f"{estimator}-{critic}", steps=1, estimator=estimator, critic=critic)
+        row = train(cfg, early_letters, PROMPTS)[0]
+        first[estimator, critic] = (row["rlhf/reward_mean"], row["rlhf/response_length"], row["rlhf/reward_std"])
+    assert len(set(first.values())) == 1, first
+
+
 @pytest.mark.parametrize("estimator,critic", [("gae", "separate"), ("grpo", "shared"), ("rloo", "shared")])
 def test_every_estimator_runs_and_logs(tiny_model, tmp_path, estimator, critic) -> None:
     cfg = tiny_config(tiny_model, tmp_path, estimator=estimator, critic=critic, gradient_accumulation_steps=2, kl_target=1.0)

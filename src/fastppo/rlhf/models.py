@@ -195,12 +195,15 @@ def load_models(cfg: ModelConfig, critic: str | None, critic_model: str | None =
 def _load_critic(kind: str | None, init_from: str, policy: PreTrainedModel, tokenizer, device: torch.device, resume_from: Path | None) -> Critic | None:
     if kind is None:
         return None
-    if kind == "shared":
-        critic = Critic(policy.config.hidden_size)
-    else:
-        source = str(resume_from / CRITIC_DIR) if resume_from else init_from
-        trunk = _load(AutoModel, source, config=_config_without_dropout(source))
-        critic = Critic(trunk.config.hidden_size, _prepared(trunk, tokenizer, device))
+    # Initialised from a copy of torch's RNG: building the critic leaves the sampling stream as it
+    # was, so a GAE run samples the same first rollout as a GRPO or RLOO run of the same seed.
+    with torch.random.fork_rng(devices=[]):
+        if kind == "shared":
+            critic = Critic(policy.config.hidden_size)
+        else:
+            source = str(resume_from / CRITIC_DIR) if resume_from else init_from
+            trunk = _load(AutoModel, source, config=_config_without_dropout(source))
+            critic = Critic(trunk.config.hidden_size, _prepared(trunk, tokenizer, device))
     if resume_from is not None:
         critic.head.load_state_dict(load_file(resume_from / VALUE_HEAD_FILE))
     return critic.to(device).train()
