@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import shutil
@@ -12,12 +13,20 @@ import pytest
 import torch
 
 from fastppo import load
+from fastppo.checkpoint import load_checkpoint
 from fastppo.cli import main
 from fastppo.errors import FastPPOError
 from fastppo.envs.tensor import make_tensor_env
+from fastppo.optim import FusedAdam
+from fastppo.seed_stack import SeedAdam
 
 TINY = ["--backend", "tensor", "--num-envs", "4", "--num-steps", "64", "--total-timesteps", "1024", "--no-tensorboard", "--no-progress"]
 COMPARED = ("losses/policy_loss", "losses/value_loss", "losses/entropy", "losses/approx_kl", "losses/clipfrac", "losses/grad_norm", "losses/explained_variance")
+# Small enough that seeds 3 and 5 stop their epochs at different points (3 after 1 epoch of its
+# first update, 5 after 2) and adapt their betas apart (their first updates halve 5's, double 3's).
+TARGET_KL = ["--target-kl", "0.003"]
+KL_OBJECTIVE = ["--objective", "kl", "--kl-target", "0.003"]
+PER_SEED_STOPS = [*TARGET_KL, *KL_OBJECTIVE]
 
 
 def records(run_dir: Path) -> list[dict]:
@@ -82,11 +91,79 @@ def test_seed_blocks_draw_as_single_envs():
         assert torch.equal(obs, last[2 * block : 2 * block + 2])
 
 
+def learning(run_dir: Path) -> list[dict]:
+    """A run's metrics but its clock readings."""
+    return [{k: v for k, v in r.items() if k not in ("time", "charts/SPS") and not k.startswith("time/")} for r in records(run_dir)]
+
+
+@pytest.mark.parametrize(("flags", "per_seed"), [(TARGET_KL, "losses/epochs"), (KL_OBJECTIVE, "losses/kl_beta")])
+def test_each_stacked_seed_stops_its_epochs_and_adapts_its_beta_as_its_single_run(tmp_path, flags, per_seed):
+    """--target-kl: a seed whose KL passed the target sits out the other seeds' remaining steps (no
+    Adam step or step count, no permutation drawn, its means over the steps it took); --objective
+    kl: each seed adapts its own beta. Every metric as its single run's (up to float summation
+    order, as above), epochs and betas exactly, and the weights."""
+    assert main(["train", "CartPole-v1", *TINY, *flags, "--seeds", "3,5", "--run-dir", str(tmp_path / "stack")]) == 0
+    values = {}
+    for seed in (3, 5):
+        assert main(["train", "CartPole-v1", *TINY, *flags, "--seed", str(seed), "--run-dir", str(tmp_path / f"single_{seed}")]) == 0
+        stacked, single = learning(tmp_path / "stack" / f"seed_{seed}"), learning(tmp_path / f"single_{seed}")
+        assert len(stacked) == len(single) == 4
+        for a, b in zip(stacked, single):
+            assert a.keys() == b.keys() and a[per_seed] == b[per_seed]
+            for name in a:
+                assert math.isclose(a[name], b[name], rel_tol=1e-3, abs_tol=1e-5), (seed, name, a[name], b[name])
+        for p, q in zip(load(tmp_path / "stack" / f"seed_{seed}").policy.parameters(), load(tmp_path / f"single_{seed}").policy.parameters()):
+            assert torch.allclose(p, q, atol=1e-5)
+        values[seed] = [r[per_seed] for r in stacked]
+    assert values[3] != values[5]  # the seeds did stop (adapt) apart in the stack
+    if per_seed == "losses/epochs":
+        assert min(values[3] + values[5]) < 4  # and before the 4 epochs ran out
+
+
+def test_seed_adam_steps_each_seed_as_its_single_runs_adam_and_leaves_out_the_stopped():
+    """A stack's Adam: seed s's row steps as its single run's FusedAdam, bit for bit (as a tensor of
+    its own: the fused kernel's rounding depends on an element's position), with its own step
+    count; a seed left out of a step keeps its weights, moments and count; a loaded state steps on."""
+    torch.manual_seed(0)
+    seeds, size = 3, 1001
+    flat = torch.nn.Parameter(torch.randn(seeds * size))
+    flat.grad = torch.zeros_like(flat)
+    singles = [torch.nn.Parameter(row.detach().clone()) for row in flat.view(seeds, -1)]
+    stack_opt, single_opts = SeedAdam([flat], seeds, lr=1e-2, eps=1e-5), [FusedAdam([p], lr=1e-2, eps=1e-5) for p in singles]
+    grads = torch.randn(6, seeds, size)
+    actives = [None, [True, False, True], [False, False, True], None, [True, True, False], None]
+
+    def stack_steps(start: int, stop: int) -> None:
+        for grad, active in zip(grads[start:stop], actives[start:stop]):
+            flat.grad.copy_(grad.view(-1))
+            stack_opt.step(active)
+
+    for s, (p, opt) in enumerate(zip(singles, single_opts)):
+        for grad, active in zip(grads, actives):
+            if active is None or active[s]:
+                p.grad = grad[s].clone()
+                opt.step()
+    stack_steps(0, 3)
+    saved, weights = copy.deepcopy(stack_opt.state_dict()), flat.detach().clone()
+    stack_steps(3, 6)
+    stack_opt.load_state_dict(saved)  # back to after 3 steps: the next steps must step the loaded state
+    with torch.no_grad():
+        flat.copy_(weights)
+    stack_steps(3, 6)
+    state = stack_opt.state_dict()["state"][0]
+    assert state["step"].tolist() == [5, 4, 5]
+    for s, opt in enumerate(single_opts):
+        single = opt.state_dict()["state"][0]
+        assert torch.equal(flat.view(seeds, -1)[s], singles[s]) and torch.equal(state["step"][s], single["step"])
+        for slot in ("exp_avg", "exp_avg_sq"):
+            assert torch.equal(state[slot].view(seeds, -1)[s], single[slot])
+
+
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
-        (["--target-kl", "0.01"], "no --target-kl"),
-        (["--objective", "kl"], "no --objective kl"),
+        (["--compile"], "no --compile/--cudagraphs"),
+        (["--device", "mps"], "--device cpu, cuda or auto"),
         (["--policy.memory", "lstm"], "MLP policies"),
     ],
 )
@@ -96,12 +173,14 @@ def test_what_a_stack_cannot_do_is_a_one_line_error(tmp_path, capsys, flags, mes
     assert message in err and "--workers" in err and "Traceback" not in err
 
 
-def test_each_seed_checkpoints_as_its_single_run_and_resumes_alone(tmp_path):
+@pytest.mark.parametrize("extra", [[], PER_SEED_STOPS])
+def test_each_seed_checkpoints_as_its_single_run_and_resumes_alone(tmp_path, extra):
     """A stack writes each seed's checkpoint as its single run's (its generator as torch's RNG, its
-    env rows, Adam moments and statistics): resumed alone, a seed goes on as its single run does."""
+    env rows, Adam moments and step count, statistics, kl_beta): resumed alone, a seed goes on as
+    its single run does."""
     # Constant schedules: the run goes on past its first budget. lr 1e-3, not the preset's 1e-2:
     # Adam turns rounding-level gradient differences into weight differences that grow with the lr.
-    flags = [*TINY, "--normalize-obs", "--normalize-reward", "--lr-schedule", "constant", "--clip-schedule", "constant", "--learning-rate", "1e-3"]
+    flags = [*TINY, *extra, "--normalize-obs", "--normalize-reward", "--lr-schedule", "constant", "--clip-schedule", "constant", "--learning-rate", "1e-3"]
     assert main(["train", "CartPole-v1", *flags, "--seeds", "3,5", "--run-dir", str(tmp_path / "stack")]) == 0
     assert main(["train", "CartPole-v1", *flags, "--seed", "5", "--run-dir", str(tmp_path / "single")]) == 0
     for run in (tmp_path / "stack" / "seed_5", tmp_path / "single"):
@@ -116,18 +195,18 @@ def test_each_seed_checkpoints_as_its_single_run_and_resumes_alone(tmp_path):
         assert torch.allclose(p, q, atol=1e-5)
 
 
-def learning(run_dir: Path) -> list[dict]:
-    """A run's metrics but its clock readings."""
-    return [{k: v for k, v in r.items() if k not in ("time", "charts/SPS") and not k.startswith("time/")} for r in records(run_dir)]
-
-
-def test_a_stopped_stack_resumes_as_one_exactly(tmp_path, capsys):
+@pytest.mark.parametrize(("env_id", "extra"), [("Pendulum-v1", ["--normalize-obs", "--normalize-reward"]), ("CartPole-v1", PER_SEED_STOPS)])
+def test_a_stopped_stack_resumes_as_one_exactly(tmp_path, capsys, env_id, extra):
     """``fastppo train --resume RUN_DIR`` on a stack's folder continues every seed in one process,
     bit for bit as the uninterrupted stack, also when a kill during a save left one seed a
-    checkpoint ahead (the stack resumes where all seeds stand)."""
-    flags = [*TINY, "--normalize-obs", "--normalize-reward", "--checkpoint-every", "1", "--keep-checkpoints", "10"]
+    checkpoint ahead (the stack resumes where all seeds stand), and with each seed's own beta and
+    Adam step count (--objective kl, --target-kl)."""
+    flags = [*TINY, *extra, "--checkpoint-every", "1", "--keep-checkpoints", "10"]
     whole, stopped = tmp_path / "whole", tmp_path / "stopped"
-    assert main(["train", "Pendulum-v1", *flags, "--seeds", "3,5", "--run-dir", str(whole)]) == 0
+    assert main(["train", env_id, *flags, "--seeds", "3,5", "--run-dir", str(whole)]) == 0
+    if extra == PER_SEED_STOPS:  # where the stack resumes (iteration 2), the seeds' betas and step counts differ
+        kept = [load_checkpoint(whole / f"seed_{seed}" / "checkpoints" / "000002") for seed in (3, 5)]
+        assert kept[0].kl_beta != kept[1].kl_beta and not torch.equal(kept[0].tensors["optim.0.step"], kept[1].tensors["optim.0.step"])
     shutil.copytree(whole, stopped)
     for seed, gone in ((3, ("000003", "000004")), (5, ("000004",))):  # seed 5 "saved" iteration 3, seed 3 did not
         for name in gone:

@@ -32,6 +32,30 @@ def fused_adam_available(device: torch.device) -> bool:
     return device.type in DEVICES and hasattr(torch, "_fused_adam_")
 
 
+def adam_step(group: dict[str, Any], params: list[Tensor], grads: list[Tensor], exp_avgs: list[Tensor], exp_avg_sqs: list[Tensor], steps: list[Tensor]) -> None:
+    """One Adam step of each tensor of ``params`` with ``group``'s settings, as torch.optim.Adam's
+    fused path makes it: count the steps, then one fused kernel."""
+    beta1, beta2 = group["betas"]
+    torch._foreach_add_(steps, 1)
+    torch._fused_adam_(
+        params,
+        grads,
+        exp_avgs,
+        exp_avg_sqs,
+        [],
+        steps,
+        amsgrad=False,
+        lr=group["lr"],
+        beta1=beta1,
+        beta2=beta2,
+        weight_decay=group["weight_decay"],
+        eps=group["eps"],
+        maximize=False,
+        grad_scale=None,
+        found_inf=None,
+    )
+
+
 class FusedAdam:
     """Adam (Kingma & Ba 2015) as ``torch.optim.Adam(params, lr, betas, eps, fused=True)``.
 
@@ -62,28 +86,9 @@ class FusedAdam:
                 by_kind: dict[tuple[torch.device, torch.dtype], list[Tensor]] = defaultdict(list)
                 for p in params:
                     by_kind[(p.device, p.dtype)].append(p)
-                beta1, beta2 = group["betas"]
                 for same in by_kind.values():
                     states = [self._state(p) for p in same]
-                    steps = [s["step"] for s in states]
-                    torch._foreach_add_(steps, 1)
-                    torch._fused_adam_(
-                        same,
-                        [p.grad for p in same],
-                        [s["exp_avg"] for s in states],
-                        [s["exp_avg_sq"] for s in states],
-                        [],
-                        steps,
-                        amsgrad=False,
-                        lr=group["lr"],
-                        beta1=beta1,
-                        beta2=beta2,
-                        weight_decay=group["weight_decay"],
-                        eps=group["eps"],
-                        maximize=False,
-                        grad_scale=None,
-                        found_inf=None,
-                    )
+                    adam_step(group, same, [p.grad for p in same], [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states], [s["step"] for s in states])
 
     def _state(self, p: Tensor) -> dict[str, Tensor]:
         state = self.state[p]

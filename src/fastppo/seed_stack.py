@@ -41,6 +41,7 @@ from fastppo.core.normalize import RewardScaler, RunningMeanStd
 from fastppo.envs.vector import Episodes
 from fastppo.errors import FastPPOError
 from fastppo.logger import RunLogger
+from fastppo.optim import DEVICES, FusedAdam, adam_step
 from fastppo.policies import ActorCritic
 from fastppo.policies.activations import ACTIVATIONS
 from fastppo.policies.distributions import GaussianHead, Noise
@@ -203,28 +204,41 @@ class SeedMinibatches:
         self.steps = torch.arange(int(self.sizes.max()), device=device)
         self.seed_index = torch.arange(len(counts), device=device).unsqueeze(1)
 
-    def epoch(self) -> Iterator[tuple[dict[str, Tensor], None]]:
+    def epoch(self, active: list[bool] | None = None) -> Iterator[tuple[dict[str, Tensor], None]]:
+        """One epoch's minibatches; a seed not ``active`` (its epochs stopped: ``update.ppo_update``)
+        draws no permutation, as its single run, which has left the loop, draws none."""
         shuffle = self.num_minibatches > 1  # one minibatch: no permutation drawn, as in a single run
-        orders = [rows[self.noise.randperm(len(rows), s, rows.device)] if shuffle else rows for s, rows in enumerate(self.rows)]
+        orders = [
+            rows[self.noise.randperm(len(rows), s, rows.device)] if shuffle and (active is None or active[s]) else rows for s, rows in enumerate(self.rows)
+        ]
+        return ((mb, None) for mb in self._cut(orders))
+
+    def in_order(self) -> Iterator[dict[str, Tensor]]:
+        """The minibatches of each seed's valid rows in rollout order (``update.kl_after_update``)."""
+        return self._cut(self.rows)
+
+    def _cut(self, orders: list[Tensor]) -> Iterator[dict[str, Tensor]]:
         padded = nn.utils.rnn.pad_sequence(orders, batch_first=True)  # [S, most valid rows]
         for i in range(self.num_minibatches):
             positions = (self.bounds[:, i : i + 1] + self.steps).clamp(max=padded.shape[1] - 1)  # [S, longest minibatch]
             index = padded.gather(1, positions)
             mb = {k: v[self.seed_index, index] for k, v in self.batch.items()}
             mb["valid"] = self.steps < self.sizes[:, i : i + 1]
-            yield mb, None
+            yield mb
 
 
 # --- the trainer's side: build, split and save a stack -------------------------------------------
 
 
 def check_seed_stack(config: Config) -> None:
-    """What a stack of seeds cannot do yet, as one-line errors (each has the --workers way out)."""
+    """What a stack of seeds cannot do, as one-line errors (each has the --workers way out; the
+    policy's own limits are ``StackedActorCritic``'s). ``--target-kl`` and ``--objective kl`` work:
+    each seed stops its epochs where its single run would (``update.ppo_update``, ``SeedAdam``) and
+    adapts its own beta (the trainer's ``kl_beta``, one per seed, in each seed's checkpoints)."""
     refused = {
         "--backend tensor (the seeds' envs are rows of one tensor env)": config.env.backend != "tensor",
-        "no --target-kl (each seed would stop its epochs at another point)": config.ppo.target_kl is not None,
-        "no --objective kl (each seed would adapt its own beta)": config.ppo.objective != "clip",
         "no --compile/--cudagraphs": config.run.compile or config.run.cudagraphs,
+        f"--device {', '.join(DEVICES)} or auto (each seed's Adam is torch's fused kernel)": config.run.device.split(":")[0] not in (*DEVICES, "auto"),
     }
     for need, broken in refused.items():
         if broken:
@@ -240,10 +254,10 @@ def stacked_agent(config: Config, observation_space: gym.Space, action_space: gy
     return Agent(policy=StackedActorCritic(list(policies), list(generators)), config=config, obs_shape=tuple(shape), obs_rms=obs_rms)
 
 
-def per_seed(losses: dict[str, list[float] | float], seeds: int) -> list[dict[str, float]]:
-    """``ppo_update``'s per-seed lists as one dict per seed (shared scalars repeated; a single run's
-    plain dict is ``seeds=1``)."""
-    return [{name: value[i] if isinstance(value, list) else value for name, value in losses.items()} for i in range(seeds)]
+def per_seed(values: dict[str, list[float] | float], seeds: int) -> list[dict[str, float]]:
+    """Per-seed lists (``ppo_update``'s losses, a stack's ``kl_beta``) as one dict per seed (shared
+    scalars repeated; a single run's plain dict is ``seeds=1``)."""
+    return [{name: value[i] if isinstance(value, list) else value for name, value in values.items()} for i in range(seeds)]
 
 
 def seed_columns(tensors: tuple[Tensor, ...], seeds: int) -> list[tuple[Tensor, ...]]:
@@ -307,17 +321,58 @@ class SeedLoggers:
             logger.close()
 
 
-class _SeedOptimizer:
-    """Seed ``index``'s slice of a stack's Adam, as the state dict its single run's optimizer has
-    (the stack's flat parameter row holds the seed's parameters in the single run's order)."""
+class SeedAdam(FusedAdam):
+    """A stack's Adam: ``FusedAdam`` over the stack's one flat parameter (``[seeds * P]``,
+    seed-major), each seed's row an Adam of its own, stepped as its single run's FusedAdam steps its
+    flat parameter: as a tensor of its own (the fused kernel's rounding of an element depends on its
+    position in its tensor) with a step count of its own (``state["step"]`` is ``[seeds]``), so that
+    ``step(active)`` can leave out the seeds whose epochs ``--target-kl`` has stopped: their weights,
+    moments and bias correction stay as they are."""
 
-    def __init__(self, optimizer: torch.optim.Optimizer, index: int, seeds: int):
-        self.optimizer, self.index, self.seeds = optimizer, index, seeds
+    def __init__(self, params: list[Tensor], seeds: int, lr: float, eps: float):
+        super().__init__(params, lr=lr, eps=eps)
+        self.seeds = seeds
+        self._rows: list[tuple[Tensor, ...]] | None = None
+
+    def step(self, active: list[bool] | None = None) -> None:
+        """One Adam step of every seed, or of the seeds ``active`` marks."""
+        with torch.no_grad():
+            rows = self._rows or self._split()
+            taken = rows if active is None else [row for row, going in zip(rows, active) if going]
+            adam_step(self.param_groups[0], *map(list, zip(*taken)))
+
+    def _split(self) -> list[tuple[Tensor, ...]]:
+        """Each seed's (weights, gradient, moments, step count): views of the stacked tensors, made
+        once (per state: ``load_state_dict`` replaces it)."""
+        (p,) = self.param_groups[0]["params"]
+        state = self._state(p)
+        rows = (t.view(self.seeds, -1).unbind() for t in (p, p.grad, state["exp_avg"], state["exp_avg_sq"]))
+        self._rows = list(zip(*rows, state["step"].unbind()))
+        return self._rows
+
+    def _state(self, p: Tensor) -> dict[str, Tensor]:
+        fresh = not self.state[p]
+        state = super()._state(p)
+        if fresh:
+            state["step"] = torch.zeros(self.seeds, dtype=torch.float32, device=p.device)
+        return state
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        super().load_state_dict(state_dict)
+        self._rows = None
+
+
+class _SeedOptimizer:
+    """Seed ``index``'s row of a stack's ``SeedAdam``, as the state dict its single run's optimizer
+    has (the stack's flat parameter row holds the seed's parameters in the single run's order)."""
+
+    def __init__(self, optimizer: SeedAdam, index: int):
+        self.optimizer, self.index = optimizer, index
 
     def state_dict(self) -> dict:
-        state = self.optimizer.state_dict()
+        state, seeds = self.optimizer.state_dict(), self.optimizer.seeds
         rows = {
-            i: {slot: value if value.dim() == 0 else value.view(self.seeds, -1)[self.index].clone() for slot, value in slots.items()}
+            i: {slot: (value[self.index] if slot == "step" else value.view(seeds, -1)[self.index]).clone() for slot, value in slots.items()}
             for i, slots in state["state"].items()
         }
         return {"state": rows, "param_groups": state["param_groups"]}
@@ -330,8 +385,8 @@ def _rng_key(generator: torch.Generator) -> str:
 
 def restore_seed_stack(state, envs, checkpoints: list) -> list[list[float]]:
     """Put each seed's checkpoint (as ``save_seed_checkpoints`` wrote it: its single run's) back into
-    its row of the stack: weights, Adam moments, statistics, env rows and their generator, its
-    generator, counters. The inverse of ``save_seed_checkpoints``, so that ``fastppo train --resume
+    its row of the stack: weights, Adam moments and step count, statistics, env rows and their
+    generator, its generator, counters, kl_beta. The inverse of ``save_seed_checkpoints``, so that ``fastppo train --resume
     RUN_DIR`` continues the whole stack as it would have gone on. Returns each seed's recent
     episode returns (a checkpoint keeps the last 100, as a single run's does)."""
     from fastppo.checkpoint import optimizer_from_tensors
@@ -348,10 +403,9 @@ def restore_seed_stack(state, envs, checkpoints: list) -> list[list[float]]:
     if state.agent.obs_rms is not None:
         parts = [c.agent.obs_rms.state_dict() for c in checkpoints]
         state.agent.obs_rms.load_state_dict({k: torch.stack([torch.as_tensor(p[k]) for p in parts]) for k in ("mean", "var", "count")})
-    flat = state.optimizer.param_groups[0]["params"][0]
-    # Adam's step counter is one scalar (the seeds step together); the moments are per seed.
-    moments = {k: v if v.dim() == 0 else stacked(k).view_as(flat) for k, v in first.tensors.items() if k.startswith("optim.")}
-    optimizer_from_tensors(state.optimizer, moments, first.param_groups)
+    # SeedAdam's state: each seed's moments a row of the flat ones, its step count an entry of [seeds].
+    adam = {k: stacked(k).flatten() for k in first.tensors if k.startswith("optim.")}
+    optimizer_from_tensors(state.optimizer, adam, first.param_groups)
     if state.reward_scaler is not None:
         scaler = {k.removeprefix("reward_scaler."): stacked(k) for k in first.tensors if k.startswith("reward_scaler.")}
         scaler["discounted_return"] = scaler["discounted_return"].flatten()
@@ -362,15 +416,16 @@ def restore_seed_stack(state, envs, checkpoints: list) -> list[list[float]]:
         generator.set_state(checkpoint.tensors[_rng_key(generator)])
     mask = stacked("cursor.action_mask").flatten(0, 1) if "cursor.action_mask" in first.tensors else None
     state.cursor = EnvCursor(stacked("cursor.obs").flatten(0, 1), mask, stacked("cursor.valid").flatten())
-    state.iteration, state.global_step, state.kl_beta, state.schedule_anchor = first.iteration, first.global_step, first.kl_beta, first.schedule_anchor
+    state.iteration, state.global_step, state.schedule_anchor = first.iteration, first.global_step, first.schedule_anchor
+    state.kl_beta = [c.kl_beta for c in checkpoints]
     return [list(c.meta.get("episode_returns", [])) for c in checkpoints]
 
 
 def save_seed_checkpoints(state, envs, seed_dirs: list[Path], seeds_returns: list[list[float]], keep: int) -> Path:
     """Checkpoint each seed of a stack into its run folder as the checkpoint of its single run
-    (weights, Adam moments, statistics, env rows and their generator, its generator as torch's
-    RNG): ``fastppo train --resume RUN_DIR/seed_<n>`` continues that seed alone, as its single run
-    would. Returns the last folder written."""
+    (weights, Adam moments and step count, statistics, env rows and their generator, its generator
+    as torch's RNG, its kl_beta): ``fastppo train --resume RUN_DIR/seed_<n>`` continues
+    that seed alone, as its single run would. Returns the last folder written."""
     from fastppo.checkpoint import save_checkpoint
     from fastppo.rollout import EnvCursor
 
@@ -388,7 +443,8 @@ def save_seed_checkpoints(state, envs, seed_dirs: list[Path], seeds_returns: lis
             )
         cursor = state.cursor
         seed_cursor = EnvCursor(cursor.obs[rows], None if cursor.action_mask is None else cursor.action_mask[rows], cursor.valid[rows])
-        seed_state = replace(state, agent=agent, optimizer=_SeedOptimizer(state.optimizer, index, stack.seeds), reward_scaler=scaler, cursor=seed_cursor)
+        seed_optimizer = _SeedOptimizer(state.optimizer, index)
+        seed_state = replace(state, agent=agent, optimizer=seed_optimizer, reward_scaler=scaler, cursor=seed_cursor, kl_beta=state.kl_beta[index])
         generator = stack.noise.generators[index]
         saved = save_checkpoint(directory, seed_state, envs.seed_block(index), keep, {_rng_key(generator): generator.get_state()})
     return saved

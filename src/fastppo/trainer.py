@@ -9,7 +9,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +60,8 @@ class TrainState:
     cursor: EnvCursor
     iteration: int = 0
     global_step: int = 0
-    kl_beta: float = 1.0
+    kl_beta: float | list[float] = 1.0
+    """PPO-KL's adaptive penalty coefficient; a stack of seeds: each seed's."""
     schedule_anchor: tuple[int, float] = (0, 0.0)
     """Where the lr/clip/entropy schedules' line starts (core.schedule_progress); moved by a resume
     that changes total_timesteps."""
@@ -328,7 +329,7 @@ def train_rank(
         cursor=EnvCursor(
             normalize_obs(first.obs, update=True), first.action_mask, torch.ones(envs.num_envs, dtype=torch.bool, device=device), agent.policy.initial_state(envs.num_envs)
         ),
-        kl_beta=cfg.kl_beta,
+        kl_beta=cfg.kl_beta if seeds is None else [cfg.kl_beta] * len(seeds),
         world_size=world_size,
     )
     mask_dim = None if first.action_mask is None else first.action_mask.shape[-1]
@@ -401,15 +402,18 @@ def train_rank(
                     losses = ppo_update(agent.policy, state.optimizer, batch, cfg, coefs, update_step)
                 state.global_step += steps_per_iteration
                 check_finite(losses, agent, state.optimizer, state.iteration, state.global_step)
+                # One losses dict and coefficients per run: the run itself, or each seed of a stack (its own beta).
+                runs_losses, runs_coefs = per_seed(losses, runs), [UpdateCoefficients(**c) for c in per_seed(asdict(coefs), runs)]
                 if cfg.objective == "kl":
-                    state.kl_beta = adaptive_kl_beta(state.kl_beta, losses["kl_after_update"], cfg.kl_target)
+                    betas = [adaptive_kl_beta(c.kl_beta, run_losses["kl_after_update"], cfg.kl_target) for c, run_losses in zip(runs_coefs, runs_losses)]
+                    state.kl_beta = betas[0] if seeds is None else betas
 
                 seconds, elapsed = timer.pop(), time.perf_counter() - start
                 # One metrics dict per run: the run itself, or each seed of a stack (its columns, its episodes).
                 runs_episodes = [episodes] if seeds is None else episodes_by_seed(episodes, seeds, config.env.num_envs)
                 runs_metrics = [
-                    iteration_metrics(run_losses, run_episodes, seconds, state, coefs, *columns, elapsed, steps_per_iteration)
-                    for run_losses, run_episodes, columns in zip(per_seed(losses, runs), runs_episodes, seed_columns((buf.values, returns, buf.valid), runs))
+                    iteration_metrics(run_losses, run_episodes, seconds, state, run_coefs, *columns, elapsed, steps_per_iteration)
+                    for run_losses, run_coefs, run_episodes, columns in zip(runs_losses, runs_coefs, runs_episodes, seed_columns((buf.values, returns, buf.valid), runs))
                 ]
                 for seed_returns, run_episodes in zip(seeds_returns, runs_episodes):  # a stack's seeds only
                     seed_returns += run_episodes.returns

@@ -8,8 +8,8 @@ and ``cudagraphs`` captures the whole step, optimizer included, in one CUDA grap
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, NamedTuple
 
 import torch
@@ -21,7 +21,7 @@ from fastppo.cuda_graphs import capture_graph, check_cudagraphs, on_side_stream
 from fastppo.errors import FastPPOError
 from fastppo.optim import FusedAdam, fused_adam_available
 from fastppo.policies import ActorCritic
-from fastppo.seed_stack import SeedMinibatches, StackedActorCritic
+from fastppo.seed_stack import SeedAdam, SeedMinibatches, StackedActorCritic
 
 if TYPE_CHECKING:
     from fastppo.distributed import World
@@ -42,7 +42,8 @@ class UpdateCoefficients:
 
     clip_coef: float
     ent_coef: float
-    kl_beta: float
+    kl_beta: float | list[float] | Tensor
+    """A stack of seeds: each seed's (a list, which ``ppo_update`` puts on the device as ``[seeds]``)."""
 
 
 def flatten_parameters(module: nn.Module) -> nn.Parameter:
@@ -79,8 +80,10 @@ def make_optimizer(policy: nn.Module, lr: float, eps: float, device: torch.devic
     use costs a fresh process). With ``cudagraphs`` the step counter lives on the GPU
     (``capturable``) so that a captured step can be replayed: ``torch.optim.Adam`` does that. (A
     tensor lr would avoid recapturing when the lr schedule moves, but would not survive the JSON
-    checkpoint of the param groups.)
+    checkpoint of the param groups.) A stack of seeds gets one Adam per seed (``SeedAdam``).
     """
+    if isinstance(policy, StackedActorCritic):
+        return SeedAdam([flatten_parameters(policy)], policy.seeds, lr=lr, eps=eps)
     capturable = cudagraphs and device.type == "cuda"
     if not capturable and fused_adam_available(device):
         return FusedAdam([flatten_parameters(policy)], lr=lr, eps=eps)
@@ -180,7 +183,7 @@ class MinibatchStep:
         self._static_in: dict[str, Tensor] = {}
         self._static_out: dict[str, Tensor] = {}
 
-    def _eager(self, mb: dict[str, Tensor], coefs: UpdateCoefficients, share: RankShare | None = None) -> dict[str, Tensor]:
+    def _eager(self, mb: dict[str, Tensor], coefs: UpdateCoefficients, share: RankShare | None = None, active: list[bool] | None = None) -> dict[str, Tensor]:
         loss, metrics = self.loss_fn(self.policy, mb, self.cfg, coefs, None if share is None else share.advantage_moments)
         grad = self.flat_parameter.grad
         grad.zero_()  # in place, never None: see flatten_parameters
@@ -195,13 +198,17 @@ class MinibatchStep:
         grad_norm = torch.linalg.vector_norm(rows, dim=-1)
         rows.mul_(torch.clamp(self.cfg.max_grad_norm / (grad_norm + 1e-6), max=1.0).unsqueeze(-1))
         metrics["grad_norm"] = grad_norm if self.seeds else grad_norm[0]
-        self.optimizer.step()
+        if active is None:
+            self.optimizer.step()
+        else:  # a stack's seeds that have stopped sit the step out (SeedAdam)
+            self.optimizer.step(active)
         return metrics
 
-    def __call__(self, mb: dict[str, Tensor], coefs: UpdateCoefficients, share: RankShare | None = None) -> dict[str, Tensor]:
-        """One step; ``share``: under torchrun, this rank's part of the minibatch (``rank_shares``)."""
+    def __call__(self, mb: dict[str, Tensor], coefs: UpdateCoefficients, share: RankShare | None = None, active: list[bool] | None = None) -> dict[str, Tensor]:
+        """One step; ``share``: under torchrun, this rank's part of the minibatch (``rank_shares``);
+        ``active``: of a stack of seeds, those that take it (None: all)."""
         if not self.cudagraphs:
-            return self._eager(mb, coefs, share)
+            return self._eager(mb, coefs, share, active)
         self._steps += 1
         lrs = tuple(group["lr"] for group in self.optimizer.param_groups)
         key = (lrs, coefs.clip_coef, coefs.ent_coef, coefs.kl_beta, tuple((k, v.shape) for k, v in mb.items()))
@@ -232,6 +239,11 @@ def ppo_update(
     mean of each loss metric over the minibatches that ran, plus ``epochs`` (fewer than asked when
     target_kl stopped early).
 
+    A stack of seeds (``StackedActorCritic``) returns a list per metric, one value per seed, and
+    each seed stops where its single run would: once target_kl has stopped a seed, it sits out the
+    remaining steps (no Adam step, no count of its own: ``SeedAdam``) and its means are over the
+    steps it took, while the others go on.
+
     ``step`` is the minibatch step to use (compiled / CUDA-graph one from the trainer); eager by default.
 
     A recurrent policy's batch (``RolloutBuffer.batch``) holds [T, N, ...] fields and the
@@ -261,31 +273,42 @@ def ppo_update(
     batch_size = batch["initial_state"].shape[0] if sequences else batch["obs"].shape[0]  # envs or rows
     # Minibatch sizes differ by at most one when the valid rows do not divide evenly.
     bounds = [batch_size * i // cfg.num_minibatches for i in range(cfg.num_minibatches + 1)]
+    if isinstance(coefs.kl_beta, list):  # a stack's betas, on the device once per update
+        coefs = replace(coefs, kl_beta=torch.tensor(coefs.kl_beta, device=batch["obs"].device))
+    runs = 1 if seeds is None else policy.seeds
+    going = [True] * runs  # the runs (a stack's seeds) target_kl has not stopped yet
+    minibatches, epochs = [0] * runs, [0] * runs  # each run's steps and epochs
     sums: Tensor | None = None
     names: list[str] = []
-    minibatches = 0
-    epochs_run = 0
     for _ in range(cfg.update_epochs):
-        epochs_run += 1
+        active = None if all(going) else going
+        stopped = None if active is None else ~torch.tensor(going, device=batch["obs"].device)
         share = None
-        for mb, share in seeds.epoch() if seeds is not None else row_minibatches(batch, bounds, sequences, cfg.num_minibatches > 1, world):
-            metrics = step(mb, coefs, share)
+        epoch_steps = 0
+        for mb, share in seeds.epoch(active) if seeds is not None else row_minibatches(batch, bounds, sequences, cfg.num_minibatches > 1, world):
+            metrics = step(mb, coefs, share, active)
             # All metrics in one stacked tensor: one add per minibatch, one host sync per update.
             names = names or list(metrics)
             values = torch.stack([metrics[name] for name in names])
+            if stopped is not None:  # a stopped seed's metrics of a step it did not take
+                values = values.masked_fill(stopped, 0.0)
             sums = values.clone() if sums is None else sums + values
-            minibatches += 1
+            epoch_steps += 1
+        minibatches = [n + epoch_steps * g for n, g in zip(minibatches, going)]
+        epochs = [n + g for n, g in zip(epochs, going)]
         # One host sync per epoch, for the early stop only (CleanRL checks the last minibatch).
         if cfg.target_kl is not None:
             approx_kl = metrics["approx_kl"] if world is None else world.mean_(metrics["approx_kl"] * share.weight)
-            if approx_kl.item() > cfg.target_kl:
+            going = [g and kl <= cfg.target_kl for g, kl in zip(going, approx_kl.view(-1).tolist())]
+            if not any(going):
                 break
     if world is not None:
         world.mean_(sums)
-    means = dict(zip(names, (sums / minibatches).tolist()))
-    means["epochs"] = float(epochs_run)
+    means = dict(zip(names, (sums / torch.tensor(minibatches, device=sums.device)).tolist()))
+    means["epochs"] = float(epochs[0]) if seeds is None else [float(n) for n in epochs]
     if cfg.objective == "kl":
-        means["kl_after_update"] = kl_after_update(policy, batch, bounds, sequences, world)
+        in_order = seeds.in_order() if seeds is not None else (minibatch(batch, start, end, sequences) for start, end in zip(bounds[:-1], bounds[1:]))
+        means["kl_after_update"] = kl_after_update(policy, in_order, world)
     return means
 
 
@@ -331,21 +354,20 @@ def minibatch(batch: dict[str, Tensor], start: int, end: int, sequences: bool) -
 
 
 @torch.no_grad()
-def kl_after_update(policy: ActorCritic, batch: dict[str, Tensor], bounds: list[int], sequences: bool = False, world: World | None = None) -> float:
+def kl_after_update(policy: ActorCritic, minibatches: Iterable[dict[str, Tensor]], world: World | None = None) -> float | list[float]:
     """KL(old || new) over the whole batch once the epochs are done: the mean k3 estimate
     (``core.kl_estimate``) of the rollout's actions under the updated policy, one forward per
-    minibatch slice. The adaptive-KL rule (Schulman et al. 2017, sec. 4) adapts beta from this
-    KL; the per-minibatch ``approx_kl`` is measured before each step and runs several times lower.
-    Under torchrun, over every rank's batch: each rank then adapts beta alike."""
-    total = torch.zeros((), device=batch["obs"].device)
-    count = torch.zeros((), device=batch["obs"].device)
-    for start, end in zip(bounds[:-1], bounds[1:]):
-        mb = minibatch(batch, start, end, sequences)
+    minibatch of the batch in order. The adaptive-KL rule (Schulman et al. 2017, sec. 4) adapts
+    beta from this KL; the per-minibatch ``approx_kl`` is measured before each step and runs
+    several times lower. Under torchrun, over every rank's batch: each rank then adapts beta
+    alike. A stack of seeds' minibatches (``[seeds, rows]``) give one KL per seed."""
+    total = count = torch.zeros((), device=next(policy.parameters()).device)
+    for mb in minibatches:
         newlogprob = policy.evaluate(mb["obs"], mb["actions"], mb.get("action_masks"), mb.get("initial_state"), mb.get("valid"))[0]
         kl = kl_estimate(mb["logprobs"], newlogprob, "k3")
-        valid = mb.get("valid")  # only the CUDA-graph and sequence paths keep reset rows in the batch
-        total += kl.sum() if valid is None else kl[valid].sum()
-        count += kl.numel() if valid is None else valid.sum()
+        valid = mb.get("valid")  # only the CUDA-graph, sequence and stack paths keep reset rows in the batch
+        total = total + (kl if valid is None else torch.where(valid, kl, 0.0)).sum(-1)
+        count = count + (kl.shape[-1] if valid is None else valid.sum(-1))
     if world is not None:
         total, count = world.sum_(torch.stack([total, count]))
-    return float(total / count)
+    return (total / count).tolist()
