@@ -39,3 +39,16 @@ def test_the_console_command_flushes_runs_atexit_handlers_and_keeps_every_file(t
     assert list(run_dir.glob("events.out.tfevents.*"))
     bad = subprocess.run([sys.executable, "-m", "fastppo.cli", "train", "CartPole-v1", "--num-envs", "x"], capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.startswith("fastppo: error:")
+
+
+def test_the_console_command_exits_with_an_idle_thread_pool_alive():
+    """A command may leave an idle ``ThreadPoolExecutor`` behind (``torch.compile`` keeps one for
+    its kernels): its workers stop at the interpreter's thread shutdown, which ``cli.console``
+    must run (joining them directly hung ``fastppo train --compile`` after its work was done)."""
+    code = (
+        "import sys\nfrom concurrent.futures import ThreadPoolExecutor\n"
+        "pool = ThreadPoolExecutor(2)\npool.submit(print, 'pool ran').result()\n"
+        "sys.argv = ['fastppo', 'train', 'CartPole-v1', '--num-envs', '0']\nfrom fastppo.cli import console\nconsole()\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "pool ran" in proc.stdout and proc.stderr.startswith("fastppo: error:")

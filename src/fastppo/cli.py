@@ -65,14 +65,15 @@ def console() -> None:
     Python's own shutdown frees every module and object one by one, and with torch loaded that
     takes ~0.4-0.8 s on 2 cores after the command's work is done (benchmarks/README.md, "Cold
     start"). Every command closes its files, env workers and TensorBoard writer before returning,
-    so once non-daemon threads are joined, the ``atexit`` handlers run and the streams flushed
-    (as the interpreter would), the process ends with ``os._exit``. An exception other than a
-    FastPPOError takes the normal path (traceback, exit code 1).
+    so once the interpreter's own thread shutdown has run, the ``atexit`` handlers run and the
+    streams flushed (as the interpreter would), the process ends with ``os._exit``. An exception
+    other than a FastPPOError takes the normal path (traceback, exit code 1).
     """
     code = main()
-    for thread in threading.enumerate():  # in the interpreter's order: threads, atexit, streams
-        if thread is not threading.main_thread() and not thread.daemon:
-            thread.join()
+    # In the interpreter's order: threads, atexit, streams. threading._shutdown first runs the
+    # threads' exit hooks, which tell idle thread pools (torch.compile's) to stop, then joins the
+    # non-daemon threads: joining those pools' workers directly would wait forever.
+    threading._shutdown()
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:
