@@ -9,6 +9,7 @@ mistakes in seconds.
 from __future__ import annotations
 
 import functools
+import json
 import shutil
 
 import pytest
@@ -65,3 +66,16 @@ def test_inductor_compiled_run_matches_eager_on_first_update(device, backend):
     torch._dynamo.reset()
     # Inductor fuses and reorders float32 reductions: equal to rounding, not bit for bit.
     assert compiled == pytest.approx(eager, rel=1e-3, abs=1e-5)
+
+
+def test_compile_flag_on_a_stack_of_seeds(eager_backend, tmp_path):
+    """A stack of seeds (--seeds on tensor envs) compiles its rollout forward and its loss: the
+    first update of each seed as the eager stack's."""
+    from fastppo.cli import main
+
+    flags = ["--preset", "cleanrl-discrete", "--backend", "tensor", "--seeds", "3,5", "--num-envs", "2", "--num-steps", "64", "--total-timesteps", "256", "--no-tensorboard", "--no-progress"]
+    for name, extra in (("eager", []), ("compiled", ["--compile"])):
+        assert main(["train", "CartPole-v1", *flags, *extra, "--run-dir", str(tmp_path / name)]) == 0
+    for seed in (3, 5):
+        eager, compiled = ({k: json.loads((tmp_path / name / f"seed_{seed}" / "metrics.jsonl").read_text().splitlines()[0])[k] for k in LOSSES} for name in ("eager", "compiled"))
+        assert compiled == pytest.approx(eager, rel=1e-5, abs=1e-6)

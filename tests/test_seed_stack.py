@@ -162,7 +162,7 @@ def test_seed_adam_steps_each_seed_as_its_single_runs_adam_and_leaves_out_the_st
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
-        (["--compile"], "no --compile/--cudagraphs"),
+        (["--cudagraphs"], "no --cudagraphs"),
         (["--device", "mps"], "--device cpu, cuda or auto"),
         (["--policy.memory", "lstm"], "MLP policies"),
     ],

@@ -240,7 +240,7 @@ def check_seed_stack(config: Config) -> None:
     adapts its own beta (the trainer's ``kl_beta``, one per seed, in each seed's checkpoints)."""
     refused = {
         "--backend tensor (the seeds' envs are rows of one tensor env)": config.env.backend != "tensor",
-        "no --compile/--cudagraphs": config.run.compile or config.run.cudagraphs,
+        "no --cudagraphs": config.run.cudagraphs,
         f"--device {', '.join(DEVICES)} or auto (each seed's Adam is torch's fused kernel)": config.run.device.split(":")[0] not in (*DEVICES, "auto"),
     }
     for need, broken in refused.items():
