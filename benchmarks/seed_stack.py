@@ -3,6 +3,7 @@ after the other vs N SB3 rl-zoo runs, CartPole-v1, wall time until every seed is
 
     python benchmarks/seed_stack.py                      # 64 seeds; ~10 min on 2 cores
     python benchmarks/seed_stack.py --seeds 8 --sb3-seeds 2 --single-seeds 8   # ~2 min
+    python benchmarks/seed_stack.py --compile            # and a second stack, compiled
 
 Every run is a fresh ``python`` process timed from its launch, start-up included, as a user meets
 it. A seed is solved when the mean of its last 20 episode returns reaches 475. The stacked run
@@ -30,7 +31,7 @@ from sb3_compare import cold_solve
 ZOO_BUDGET = 200_000
 
 
-def stack_child(seeds: int) -> None:
+def stack_child(seeds: int, compile: bool) -> None:
     """Inside the fresh process: train seeds 1..N as one stack until all are solved; print each
     seed's solve time (epoch seconds) and steps as JSON."""
     from pathlib import Path
@@ -39,7 +40,7 @@ def stack_child(seeds: int) -> None:
     import fastppo.trainer as trainer
     from fastppo.api import make_config
 
-    config = make_config("CartPole-v1", None, {"backend": "tensor", "checkpoint_every": 0, "progress": False, "tensorboard": False, "total_timesteps": 500_000})
+    config = make_config("CartPole-v1", None, {"backend": "tensor", "checkpoint_every": 0, "progress": False, "tensorboard": False, "total_timesteps": 500_000, "compile": compile})
     per_seed = config.env.num_envs
     last20 = [deque(maxlen=20) for _ in range(seeds)]
     solved: list[float | None] = [None] * seeds
@@ -77,10 +78,11 @@ def stack_child(seeds: int) -> None:
     print(json.dumps({"solved": solved, "steps": steps[0]}))
 
 
-def stacked(seeds: int) -> tuple[float, list[float | None], int]:
+def stacked(seeds: int, compile: bool = False) -> tuple[float, list[float | None], int]:
     """(seconds from launch until every seed is solved, each seed's, steps per seed) of one stacked process."""
     launch = time.time()
-    out = subprocess.run([sys.executable, __file__, "--stack-child", str(seeds)], capture_output=True, text=True, check=True).stdout
+    command = [sys.executable, __file__, "--stack-child", str(seeds), *(["--compile"] if compile else [])]
+    out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
     child = json.loads(out.strip().splitlines()[-1])
     times = [None if s is None else s - launch for s in child["solved"]]
     return time.time() - launch, times, child["steps"]
@@ -97,17 +99,22 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=64, help="seeds in the stack (N)")
     parser.add_argument("--single-seeds", type=int, default=None, help="single fastppo runs to time (default N; fewer are scaled to N)")
     parser.add_argument("--sb3-seeds", type=int, default=8, help="SB3 runs to time (scaled to N)")
+    parser.add_argument("--compile", action="store_true", help="also time the stack with --compile (a second stacked row)")
     parser.add_argument("--stack-child", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.stack_child:
-        stack_child(args.stack_child)
+        stack_child(args.stack_child, args.compile)
         return
     n = args.seeds
     header(f"{n} CartPole-v1 seeds: wall time until all are solved (fresh processes, start-up included)")
-    stack_s, stack_times, stack_steps = stacked(n)
-    unsolved = sum(t is None for t in stack_times)
-    print(f"fastppo stacked, 1 process: {stack_s:.1f} s ({stack_steps} steps per seed; {unsolved} unsolved); first seed solved at {min(t for t in stack_times if t):.1f} s")
-    rows = [("fastppo stacked (1 process)", stack_s, n, unsolved)]
+    rows = []
+    for compile in (False, True) if args.compile else (False,):
+        name = "fastppo stacked (1 process" + (", --compile)" if compile else ")")
+        seconds, times, steps = stacked(n, compile)
+        unsolved = sum(t is None for t in times)
+        print(f"{name}: {seconds:.1f} s ({steps} steps per seed; {unsolved} unsolved); first seed solved at {min(t for t in times if t):.1f} s", flush=True)
+        rows.append((name, seconds, n, unsolved))
+    stack_s = rows[0][1]
     for library, count in (("fastppo tensor", args.single_seeds or n), ("SB3 rl-zoo", args.sb3_seeds)):
         total, failed, times = sequential(library, count)
         scaled = total * n / count
