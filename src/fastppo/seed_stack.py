@@ -127,7 +127,7 @@ class StackedActorCritic(nn.Module):
         """Each parameter of the seeds' policies as a ``[S, *shape]`` view of ``flat``, from one
         split: its backward writes the gradient of ``flat`` in one concatenation, where a slice per
         parameter would each backpropagate a zero-filled ``[S, P]`` gradient, summed one by one
-        (a quarter of a 64-seed CartPole update)."""
+        (64-seed CartPole update on one core: 0.68-0.72 -> 0.64-0.65 s per iteration)."""
         parts = self.flat.split([math.prod(shape) for shape in self._shapes.values()], dim=1)
         return {name: part.view(self.seeds, *shape) for (name, shape), part in zip(self._shapes.items(), parts)}
 
@@ -177,9 +177,9 @@ class StackedActorCritic(nn.Module):
     @torch.no_grad()
     def unstack(self, index: int) -> ActorCritic:
         """Seed ``index``'s policy as an ordinary ``ActorCritic`` (a copy of its current weights)."""
-        policy = copy.deepcopy(self._template)
+        policy, views = copy.deepcopy(self._template), self._views()
         for name, p in policy.named_parameters():
-            p.copy_(self._views()[name][index])
+            p.copy_(views[name][index])
         return policy
 
 
