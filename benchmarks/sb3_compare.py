@@ -97,17 +97,18 @@ def cold_child(library: str, seed: int, zoo_budget: int) -> dict:
     # Both runners time from after their library's imports: place their clock on the epoch from
     # its end (now), so that the parent counts those imports too.
     run_start = time.time() - wall
-    return {"started": started, "solved": None if solved is None else run_start + solved, "steps": steps}
+    return {"started": started, "solved": None if solved is None else run_start + solved, "steps": steps, "ended": time.time()}
 
 
-def cold_solve(library: str, seed: int, zoo_budget: int) -> tuple[float | None, float, int]:
+def cold_solve(library: str, seed: int, zoo_budget: int) -> tuple[float | None, float, int, float]:
     """(seconds from launching a fresh python to solved or None, seconds until python, numpy
-    and torch were up, steps) for one library and seed."""
+    and torch were up, steps, seconds until the run ended: solved or out of budget) for one
+    library and seed."""
     command = [sys.executable, __file__, "--cold-child", library, "--seeds", str(seed), "--zoo-budget", str(zoo_budget)]
     launch = time.time()
     out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
     child = json.loads(out.strip().splitlines()[-1])
-    return (None if child["solved"] is None else child["solved"] - launch), child["started"] - launch, child["steps"]
+    return (None if child["solved"] is None else child["solved"] - launch), child["started"] - launch, child["steps"], child["ended"] - launch
 
 
 def main() -> None:
@@ -172,7 +173,7 @@ def main() -> None:
         for seed in seeds:
             cells = []
             for library in COLD_LIBRARIES:
-                solved, started, steps = cold_solve(library, seed, args.zoo_budget)
+                solved, started, steps, _ = cold_solve(library, seed, args.zoo_budget)
                 cold[library].append(math.inf if solved is None else solved)
                 result = f"{solved:6.2f} s" if solved is not None else "not solved"
                 cells.append(f"{library} {result} ({steps} steps; python+torch up at {started:.2f} s)")

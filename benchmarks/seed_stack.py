@@ -3,15 +3,24 @@ after the other vs N SB3 rl-zoo runs, CartPole-v1, wall time until every seed is
 
     python benchmarks/seed_stack.py                      # 64 seeds; ~10 min on 2 cores
     python benchmarks/seed_stack.py --seeds 8 --sb3-seeds 2 --single-seeds 8   # ~2 min
-    python benchmarks/seed_stack.py --compile            # and a second stack, compiled
+    python benchmarks/seed_stack.py --compile --threads 1 2   # a stack row per (compile, threads)
+    python benchmarks/seed_stack.py --rows width         # seconds per seed-step vs stack width
 
-Every run is a fresh ``python`` process timed from its launch, start-up included, as a user meets
-it. A seed is solved when the mean of its last 20 episode returns reaches 475. The stacked run
-trains fastppo's ``CartPole-v1`` preset on tensor envs for all seeds at once and ends when the
-last seed is solved; each single run (the same preset, one seed) and each SB3 run (rl-zoo's
-CartPole hyperparameters, 8 sync envs) ends when its seed is solved, and the N runs' times add up.
-With ``--sb3-seeds K < N`` (or ``--single-seeds``), K seeds are run and their mean time is
-scaled to N, and the table says so.
+Rows ``solve``: every run is a fresh ``python`` process timed from its launch, start-up included,
+as a user meets it. A seed is solved when the mean of its last 20 episode returns reaches 475.
+The stack and the single runs train the same config, fastppo's ``CartPole-v1`` preset on tensor
+envs with its own budget (a stacked seed is its single run); the stack ends when its last seed is
+solved or the budget is spent, each single run and each SB3 run (rl-zoo's CartPole
+hyperparameters, 8 sync envs) when its seed is solved or its budget is spent, and the N runs'
+times add up, a run out of budget with its whole time (the table counts them). With
+``--sb3-seeds K < N`` (or ``--single-seeds``), K seeds are run and their mean time is scaled to
+N, and the table says so.
+
+Rows ``width``: where the stack's gain comes from. Each cell is a fresh process training a short
+budget (``--width-steps`` per seed) as one single run or as a stack of S seeds, timed from the
+trainer's call (start-up left out): seconds per seed-step, for fastppo's preset (32 envs x 32
+steps, minibatches of 512 rows) and for CleanRL's ``ppo.py`` settings (4 envs x 128 steps,
+minibatches of 128), with 1 and 2 torch threads.
 """
 
 from __future__ import annotations
@@ -29,18 +38,20 @@ from common import SOLVED_RETURN, footer, header
 from sb3_compare import cold_solve
 
 ZOO_BUDGET = 200_000
+WIDTH_PRESETS = {"CartPole-v1": None, "cleanrl-discrete": "cleanrl-discrete"}  # row label: preset
 
 
-def stack_child(seeds: int, compile: bool) -> None:
-    """Inside the fresh process: train seeds 1..N as one stack until all are solved; print each
-    seed's solve time (epoch seconds) and steps as JSON."""
+def stack_child(seeds: int, compile: bool, threads: int) -> None:
+    """Inside the fresh process: train seeds 1..N as one stack until all are solved or the budget
+    is spent; print each seed's solve time (epoch seconds, None if unsolved), the steps per seed
+    and the end time as JSON."""
     from pathlib import Path
     from tempfile import mkdtemp
 
     import fastppo.trainer as trainer
     from fastppo.api import make_config
 
-    config = make_config("CartPole-v1", None, {"backend": "tensor", "checkpoint_every": 0, "progress": False, "tensorboard": False, "total_timesteps": 500_000, "compile": compile})
+    config = make_config("CartPole-v1", None, {"backend": "tensor", "checkpoint_every": 0, "progress": False, "tensorboard": False, "compile": compile, "torch_threads": threads})
     per_seed = config.env.num_envs
     last20 = [deque(maxlen=20) for _ in range(seeds)]
     solved: list[float | None] = [None] * seeds
@@ -75,54 +86,109 @@ def stack_child(seeds: int, compile: bool) -> None:
         trainer.train_seed_stack(config, list(range(1, seeds + 1)), Path(mkdtemp()))
     except AllSolved:
         pass
-    print(json.dumps({"solved": solved, "steps": steps[0]}))
+    print(json.dumps({"solved": solved, "steps": steps[0], "ended": time.time()}))
 
 
-def stacked(seeds: int, compile: bool = False) -> tuple[float, list[float | None], int]:
-    """(seconds from launch until every seed is solved, each seed's, steps per seed) of one stacked process."""
+def stacked(seeds: int, compile: bool, threads: int) -> tuple[float, list[float | None], int]:
+    """(seconds from launch until every seed is solved or the budget is spent, each seed's solve
+    seconds, steps per seed) of one stacked process."""
     launch = time.time()
-    command = [sys.executable, __file__, "--stack-child", str(seeds), *(["--compile"] if compile else [])]
+    command = [sys.executable, __file__, "--stack-child", str(seeds), "--threads", str(threads), *(["--compile"] if compile else [])]
     out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
     child = json.loads(out.strip().splitlines()[-1])
     times = [None if s is None else s - launch for s in child["solved"]]
-    return time.time() - launch, times, child["steps"]
+    return child["ended"] - launch, times, child["steps"]
 
 
 def sequential(library: str, seeds: int) -> tuple[float, int, list[float | None]]:
-    """(sum of the runs' seconds to solve, unsolved runs, each run's seconds) for seeds 1..``seeds``, one fresh process each."""
-    times = [cold_solve(library, seed, ZOO_BUDGET)[0] for seed in range(1, seeds + 1)]
-    return sum(t for t in times if t is not None), sum(t is None for t in times), times
+    """(sum of the runs' seconds until solved or out of budget, unsolved runs, each run's solve
+    seconds) for seeds 1..``seeds``, one fresh process each."""
+    runs = [cold_solve(library, seed, ZOO_BUDGET) for seed in range(1, seeds + 1)]
+    times = [run[0] for run in runs]
+    return sum(ended if solved is None else solved for solved, _, _, ended in runs), sum(t is None for t in times), times
+
+
+def width_child(preset: str, seeds: int, threads: int, steps: int) -> None:
+    """Inside the fresh process: train ``steps`` per seed as one single run (``seeds`` 1) or a
+    stack; print the seconds from the trainer's call to its end."""
+    from pathlib import Path
+    from tempfile import mkdtemp
+
+    import fastppo.trainer as trainer
+    from fastppo.api import make_config
+
+    overrides = {"backend": "tensor", "checkpoint_every": 0, "progress": False, "tensorboard": False, "total_timesteps": steps, "torch_threads": threads}
+    config = make_config("CartPole-v1", WIDTH_PRESETS[preset], overrides)
+    start = time.perf_counter()
+    if seeds == 1:
+        trainer.train(config)
+    else:
+        trainer.train_seed_stack(config, list(range(1, seeds + 1)), Path(mkdtemp()))
+    print(json.dumps({"seconds": time.perf_counter() - start}))
+
+
+def width_rows(widths: list[int], threads: list[int], steps: int) -> None:
+    print(f"\n## seconds per seed-step, {steps} steps per seed, start-up left out (lower is better)")
+    print("| settings | torch threads | " + " | ".join("single run" if w == 1 else f"stack of {w}" for w in widths) + " | single / widest stack |")
+    print("|---|--:|" + "--:|" * len(widths) + "--:|")
+    for preset in WIDTH_PRESETS:
+        for n in threads:
+            cells = []
+            for width in widths:
+                command = [sys.executable, __file__, "--width-child", preset, str(width), str(n), str(steps)]
+                out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+                cells.append(json.loads(out.strip().splitlines()[-1])["seconds"] / (width * steps))
+            print(f"| {preset} | {n} | " + " | ".join(f"{c * 1e6:.2f} us" for c in cells) + f" | {cells[0] / cells[-1]:.2f}x |", flush=True)
+
+
+def solve_rows(n: int, compile: bool, threads: list[int], single_seeds: int | None, sb3_seeds: int) -> None:
+    print(f"\n## {n} CartPole-v1 seeds: wall time until all are solved (fresh processes, start-up included)")
+    stacks, rows = [], []
+    for compiled in (False, True) if compile else (False,):
+        for n_threads in threads:
+            name = "fastppo stacked (1 process" + (", --compile" if compiled else "") + f", {n_threads} thread{'s' if n_threads > 1 else ''})"
+            seconds, times, steps = stacked(n, compiled, n_threads)
+            unsolved = sum(t is None for t in times)
+            print(f"{name}: {seconds:.1f} s ({steps} steps per seed; {unsolved} unsolved); first seed solved at {min(t for t in times if t):.1f} s", flush=True)
+            stacks.append((name, seconds))
+            rows.append((name, seconds, n, unsolved))
+    for library, count in (("fastppo tensor", single_seeds or n), ("SB3 rl-zoo", sb3_seeds)):
+        total, failed, times = sequential(library, count)
+        scaled = total * n / count
+        print(f"{library}, {count} sequential runs: {total:.1f} s ({failed} out of budget) -> {scaled:.1f} s for {n}", flush=True)
+        scaling = "" if count == n else f" ({count} run{'s' if count > 1 else ''}, x{n / count:g})"
+        rows.append((f"{library} sequential{scaling}", scaled, count, failed))
+    print(f"\n| runs of {n} seeds | seconds to all solved or out of budget | seeds timed | unsolved | " + " | ".join(f"vs {name}" for name, _ in stacks) + " |")
+    print("|---|--:|--:|--:|" + "--:|" * len(stacks))
+    for name, seconds, count, failed in rows:
+        print(f"| {name} | {seconds:.1f} | {count} | {failed} | " + " | ".join(f"{seconds / stack_s:.2f}x" for _, stack_s in stacks) + " |")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rows", nargs="+", choices=("solve", "width"), default=["solve"], help="which measurements to run (default: solve)")
     parser.add_argument("--seeds", type=int, default=64, help="seeds in the stack (N)")
     parser.add_argument("--single-seeds", type=int, default=None, help="single fastppo runs to time (default N; fewer are scaled to N)")
     parser.add_argument("--sb3-seeds", type=int, default=8, help="SB3 runs to time (scaled to N)")
-    parser.add_argument("--compile", action="store_true", help="also time the stack with --compile (a second stacked row)")
+    parser.add_argument("--compile", action="store_true", help="also time the stack with --compile")
+    parser.add_argument("--threads", type=int, nargs="+", default=[1], help="torch threads of the stack (a row each; default 1, fastppo's default)")
+    parser.add_argument("--widths", type=int, nargs="+", default=[1, 8, 64], help="width rows: seeds per process (1: a single run)")
+    parser.add_argument("--width-steps", type=int, default=32_768, help="width rows: steps per seed")
     parser.add_argument("--stack-child", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--width-child", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.stack_child:
-        stack_child(args.stack_child, args.compile)
+        stack_child(args.stack_child, args.compile, args.threads[0])
         return
-    n = args.seeds
-    header(f"{n} CartPole-v1 seeds: wall time until all are solved (fresh processes, start-up included)")
-    rows = []
-    for compile in (False, True) if args.compile else (False,):
-        name = "fastppo stacked (1 process" + (", --compile)" if compile else ")")
-        seconds, times, steps = stacked(n, compile)
-        unsolved = sum(t is None for t in times)
-        print(f"{name}: {seconds:.1f} s ({steps} steps per seed; {unsolved} unsolved); first seed solved at {min(t for t in times if t):.1f} s", flush=True)
-        rows.append((name, seconds, n, unsolved))
-    stack_s = rows[0][1]
-    for library, count in (("fastppo tensor", args.single_seeds or n), ("SB3 rl-zoo", args.sb3_seeds)):
-        total, failed, times = sequential(library, count)
-        scaled = total * n / count
-        print(f"{library}, {count} sequential runs: {total:.1f} s (mean {total / max(count - failed, 1):.2f} s per solved seed; {failed} unsolved) -> {scaled:.1f} s for {n}")
-        rows.append((f"{library} sequential{'' if count == n else f' ({count} run, x{n / count:g})'}", scaled, count, failed))
-    print(f"\n| runs of {n} seeds | seconds to all solved | seeds timed | unsolved | vs stacked |\n|---|--:|--:|--:|--:|")
-    for name, seconds, count, failed in rows:
-        print(f"| {name} | {seconds:.1f} | {count} | {failed} | {seconds / stack_s:.1f}x |")
+    if args.width_child:
+        preset, seeds, threads, steps = args.width_child
+        width_child(preset, int(seeds), int(threads), int(steps))
+        return
+    header("fastppo: many CartPole-v1 seeds in one process")
+    if "width" in args.rows:
+        width_rows(args.widths, args.threads, args.width_steps)
+    if "solve" in args.rows:
+        solve_rows(args.seeds, args.compile, args.threads, args.single_seeds, args.sb3_seeds)
     footer()
 
 
