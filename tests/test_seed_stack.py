@@ -39,6 +39,8 @@ def records(run_dir: Path) -> list[dict]:
         ("CartPole-v1", []),
         # Gaussian head, per-seed observation and reward statistics, minibatches of unequal size.
         ("Pendulum-v1", ["--normalize-obs", "--normalize-reward", "--num-minibatches", "8"]),
+        # One trunk under both heads.
+        ("CartPole-v1", ["--policy.shared-trunk"]),
     ],
 )
 def test_each_stacked_seed_trains_as_its_single_run(tmp_path, env_id, extra):

@@ -89,7 +89,8 @@ def seed_policy(config: Config, seed: int, observation_space: gym.Space, action_
 
 
 class StackedActorCritic(nn.Module):
-    """S MLP actor-critics (separate actor and critic trunks) as one module of batched matmuls.
+    """S MLP actor-critics (separate actor and critic trunks, or one shared trunk under both heads)
+    as one module of batched matmuls.
 
     Takes rows seed-major, flat (``[S * n, ...]``, the rollout's env rows) or stacked
     (``[S, n, ...]``, the update's minibatches), and returns per-row outputs of the same layout.
@@ -104,14 +105,20 @@ class StackedActorCritic(nn.Module):
         super().__init__()
         base = policies[0]
         actor, critic = mlp_layers(base.actor_encoder), mlp_layers(base.critic_encoder)
-        if base.recurrent or base.shared_trunk or actor is None or critic is None or actor[1] != critic[1]:
-            raise FastPPOError("--seeds on one process stacks MLP policies with separate actor and critic trunks: drop --policy.memory/--policy.shared-trunk, or add --workers K")
+        if base.recurrent or actor is None or critic is None or actor[1] != critic[1]:
+            raise FastPPOError("--seeds on one process stacks MLP policies without memory: drop --policy.memory, or add --workers K")
         self.seeds = len(policies)
         self._activation = ACTIVATIONS[actor[1]]() if actor[1] else None
         self._shapes = {name: p.shape for name, p in base.named_parameters()}
         names = {id(p): name for name, p in base.named_parameters()}
-        self._actor = [(names[id(m.weight)], names[id(m.bias)]) for m in [*actor[0], base.action_head.linear]]
-        self._critic = [(names[id(m.weight)], names[id(m.bias)]) for m in [*critic[0], base.value_head]]
+
+        def layers(modules: list[nn.Linear]) -> list[tuple[str, str]]:
+            return [(names[id(m.weight)], names[id(m.bias)]) for m in modules]
+
+        # A shared trunk runs once and feeds both heads; separate trunks are part of each head's MLP.
+        self._trunk = layers(actor[0]) if base.shared_trunk else []
+        self._actor = layers([*([] if base.shared_trunk else actor[0]), base.action_head.linear])
+        self._critic = layers([*([] if base.shared_trunk else critic[0]), base.value_head])
         self.flat = nn.Parameter(torch.stack([torch.cat([p.detach().reshape(-1) for p in policy.parameters()]) for policy in policies]))
         # The head's math (sampling, log-probs) on [S, n, ...] parameters; its weights live in
         # ``flat``. A plain attribute: the stack's only parameter is ``flat``.
@@ -136,17 +143,21 @@ class StackedActorCritic(nn.Module):
             self.action_head.log_std = views["action_head.log_std"].unsqueeze(1)  # [S, 1, A]: broadcasts over rows
         return self.action_head
 
-    def _mlp(self, x: Tensor, layers: list[tuple[str, str]], views: dict[str, Tensor]) -> Tensor:
+    def _mlp(self, x: Tensor, layers: list[tuple[str, str]], views: dict[str, Tensor], activate_last: bool = False) -> Tensor:
         for depth, (weight, bias) in enumerate(layers):
             x = torch.baddbmm(views[bias].unsqueeze(1), x, views[weight].transpose(1, 2))
-            if depth < len(layers) - 1:
+            if activate_last or depth < len(layers) - 1:
                 x = self._activation(x)
         return x
+
+    def _features(self, obs: Tensor, views: dict[str, Tensor]) -> Tensor:
+        """The heads' input for stacked ``obs``: the observation, or the shared trunk's output."""
+        return self._mlp(obs.flatten(2).float(), self._trunk, views, activate_last=True)
 
     def forward(self, obs: Tensor, views: dict[str, Tensor] | None = None) -> tuple[Tensor, Tensor]:
         """(distribution parameters [S, n, ...], value [S, n]) for stacked ``obs`` [S, n, ...]."""
         views = self._views() if views is None else views
-        x = obs.flatten(2).float()
+        x = self._features(obs, views)
         return self._mlp(x, self._actor, views), self._mlp(x, self._critic, views).squeeze(-1)
 
     def act(self, obs: Tensor, action_mask: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
@@ -159,8 +170,9 @@ class StackedActorCritic(nn.Module):
         return action.flatten(0, 1), logprob.flatten(0, 1), value.flatten(0, 1)
 
     def get_value(self, obs: Tensor, state: Tensor | None = None) -> Tensor:
-        x = obs.view(self.seeds, -1, *obs.shape[1:]).flatten(2).float()
-        return self._mlp(x, self._critic, self._views()).squeeze(-1).flatten(0, 1)
+        views = self._views()
+        x = self._features(obs.view(self.seeds, -1, *obs.shape[1:]), views)
+        return self._mlp(x, self._critic, views).squeeze(-1).flatten(0, 1)
 
     def evaluate(
         self, obs: Tensor, action: Tensor, action_mask: Tensor | None = None, state: Tensor | None = None, keep: Tensor | None = None
