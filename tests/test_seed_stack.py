@@ -41,6 +41,10 @@ def records(run_dir: Path) -> list[dict]:
         ("Pendulum-v1", ["--normalize-obs", "--normalize-reward", "--num-minibatches", "8"]),
         # One trunk under both heads.
         ("CartPole-v1", ["--policy.shared-trunk"]),
+        # Recurrent: each seed's env sequences, shuffled by env, re-run from their stored states
+        # with the resets the rollout saw; an LSTM per head, or one GRU under a shared trunk.
+        ("CartPoleNoVelocity-v1", ["--policy.memory", "lstm", "--num-minibatches", "2"]),
+        ("CartPoleNoVelocity-v1", ["--policy.memory", "gru", "--policy.shared-trunk", "--num-minibatches", "2"]),
     ],
 )
 def test_each_stacked_seed_trains_as_its_single_run(tmp_path, env_id, extra):
@@ -166,7 +170,6 @@ def test_seed_adam_steps_each_seed_as_its_single_runs_adam_and_leaves_out_the_st
     [
         (["--cudagraphs"], "no --cudagraphs"),
         (["--device", "mps"], "--device cpu, cuda or auto"),
-        (["--policy.memory", "lstm"], "MLP policies"),
     ],
 )
 def test_what_a_stack_cannot_do_is_a_one_line_error(tmp_path, capsys, flags, message):
@@ -197,7 +200,10 @@ def test_each_seed_checkpoints_as_its_single_run_and_resumes_alone(tmp_path, ext
         assert torch.allclose(p, q, atol=1e-5)
 
 
-@pytest.mark.parametrize(("env_id", "extra"), [("Pendulum-v1", ["--normalize-obs", "--normalize-reward"]), ("CartPole-v1", PER_SEED_STOPS)])
+@pytest.mark.parametrize(
+    ("env_id", "extra"),
+    [("Pendulum-v1", ["--normalize-obs", "--normalize-reward"]), ("CartPole-v1", PER_SEED_STOPS), ("CartPoleNoVelocity-v1", ["--policy.memory", "lstm"])],
+)
 def test_a_stopped_stack_resumes_as_one_exactly(tmp_path, capsys, env_id, extra):
     """``fastppo train --resume RUN_DIR`` on a stack's folder continues every seed in one process,
     bit for bit as the uninterrupted stack, also when a kill during a save left one seed a

@@ -4,8 +4,8 @@ in PyTorch): ``fastppo train CartPole-v1 --backend tensor --seeds 1-64``.
 The seeds enter the ordinary trainer as data. Their envs are rows of one tensor env, seed-major
 (seed s owns rows ``s*N .. s*N+N-1``), each seed's block drawing its resets from its own
 generator; their policies are one ``StackedActorCritic`` whose weights are one ``[seeds, P]``
-parameter, each MLP layer a batched matmul over the seeds; the update shuffles each seed's rows
-with that seed's generator and reduces the loss along the seed axis (``core`` functions'
+parameter, each MLP layer (and LSTM/GRU cell) a batched matmul over the seeds; the update shuffles
+each seed's rows (a recurrent stack: its env sequences) with that seed's generator and reduces the loss along the seed axis (``core`` functions'
 ``dim=-1``), so the gradient of seed s is the gradient its single run would take, the gradient
 clip is per seed and Adam, being elementwise, is per seed too. Observation and reward statistics
 are per seed (``RunningMeanStd(groups=seeds)``).
@@ -89,24 +89,26 @@ def seed_policy(config: Config, seed: int, observation_space: gym.Space, action_
 
 
 class StackedActorCritic(nn.Module):
-    """S MLP actor-critics (separate actor and critic trunks, or one shared trunk under both heads)
-    as one module of batched matmuls.
+    """S actor-critics as one module of batched matmuls: MLP encoders (one per head, or one trunk
+    shared by both), an optional LSTM/GRU core after them, and the heads.
 
     Takes rows seed-major, flat (``[S * n, ...]``, the rollout's env rows) or stacked
     (``[S, n, ...]``, the update's minibatches), and returns per-row outputs of the same layout.
     All weights are views of one ``[S, P]`` parameter, seed s's row holding its policy's
     parameters in ``ActorCritic.parameters()`` order (so ``unstack`` can rebuild it).
-    """
 
-    recurrent = False
-    state_size = 0
+    A recurrent stack's cores are ``torch.nn.LSTM``/``GRU`` cells written as batched matmuls (one
+    weight per seed; nn.LSTM takes one), stepped over the time steps of a minibatch's sequences
+    with the state zeroed after each row that is no real transition: the rule the single run's
+    ``memory.Segments`` applies by cutting the rows into episodes.
+    """
 
     def __init__(self, policies: list[ActorCritic], generators: list[torch.Generator]):
         super().__init__()
         base = policies[0]
         actor, critic = mlp_layers(base.actor_encoder), mlp_layers(base.critic_encoder)
-        if base.recurrent or actor is None or critic is None or actor[1] != critic[1]:
-            raise FastPPOError("--seeds on one process stacks MLP policies without memory: drop --policy.memory, or add --workers K")
+        if actor is None or critic is None or actor[1] != critic[1]:
+            raise FastPPOError("--seeds on one process stacks MLP policies: drop --policy.encoder cnn, or add --workers K")
         self.seeds = len(policies)
         self._activation = ACTIVATIONS[actor[1]]() if actor[1] else None
         self._shapes = {name: p.shape for name, p in base.named_parameters()}
@@ -115,10 +117,18 @@ class StackedActorCritic(nn.Module):
         def layers(modules: list[nn.Linear]) -> list[tuple[str, str]]:
             return [(names[id(m.weight)], names[id(m.bias)]) for m in modules]
 
-        # A shared trunk runs once and feeds both heads; separate trunks are part of each head's MLP.
-        self._trunk = layers(actor[0]) if base.shared_trunk else []
-        self._actor = layers([*([] if base.shared_trunk else actor[0]), base.action_head.linear])
-        self._critic = layers([*([] if base.shared_trunk else critic[0]), base.value_head])
+        # A shared trunk (and its core) runs once and feeds both heads.
+        shared = base.shared_trunk
+        self._trunk = layers(actor[0]) if shared else []
+        self._encoders = ([], []) if shared else (layers(actor[0]), layers(critic[0]))
+        self._heads = (layers([base.action_head.linear]), layers([base.value_head]))
+        self.recurrent, self.state_size = base.recurrent, base.state_size
+        self._cores: tuple[tuple[str, str, str, str], ...] = ()
+        if base.recurrent:
+            cores = (base.actor_memory,) if shared else (base.actor_memory, base.critic_memory)
+            rnn = ("weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0")
+            self._cores = tuple(tuple(names[id(getattr(core.rnn, w))] for w in rnn) for core in cores)
+            self._kind, self._hidden = base.actor_memory.kind, base.actor_memory.hidden_size
         self.flat = nn.Parameter(torch.stack([torch.cat([p.detach().reshape(-1) for p in policy.parameters()]) for policy in policies]))
         # The head's math (sampling, log-probs) on [S, n, ...] parameters; its weights live in
         # ``flat``. A plain attribute: the stack's only parameter is ``flat``.
@@ -143,48 +153,100 @@ class StackedActorCritic(nn.Module):
             self.action_head.log_std = views["action_head.log_std"].unsqueeze(1)  # [S, 1, A]: broadcasts over rows
         return self.action_head
 
-    def _mlp(self, x: Tensor, layers: list[tuple[str, str]], views: dict[str, Tensor], activate_last: bool = False) -> Tensor:
+    def _mlp(self, x: Tensor, layers: list[tuple[str, str]], views: dict[str, Tensor], activate_last: bool) -> Tensor:
         for depth, (weight, bias) in enumerate(layers):
             x = torch.baddbmm(views[bias].unsqueeze(1), x, views[weight].transpose(1, 2))
             if activate_last or depth < len(layers) - 1:
                 x = self._activation(x)
         return x
 
-    def _features(self, obs: Tensor, views: dict[str, Tensor]) -> Tensor:
-        """The heads' input for stacked ``obs``: the observation, or the shared trunk's output."""
-        return self._mlp(obs.flatten(2).float(), self._trunk, views, activate_last=True)
+    def _features(self, obs: Tensor, views: dict[str, Tensor]) -> tuple[Tensor, ...]:
+        """What the cores (or, without memory, the heads) read for stacked ``obs``: one tensor
+        with a shared trunk, else the actor's and the critic's."""
+        x = self._mlp(obs.flatten(2).float(), self._trunk, views, activate_last=True)
+        if self._trunk:
+            return (x,)
+        return tuple(self._mlp(x, encoder, views, activate_last=True) for encoder in self._encoders)
+
+    def _cell(self, gi: Tensor, h: Tensor, core: tuple[str, str, str, str], views: dict[str, Tensor]) -> Tensor:
+        """One step of nn.LSTM/nn.GRU's cell (its gate order and formulas) for every seed:
+        ``gi`` [S, B, gates] the input's part, ``h`` [S, B, state] the state (LSTM: h, c)."""
+        gh = torch.baddbmm(views[core[3]].unsqueeze(1), h[..., : self._hidden], views[core[1]].transpose(1, 2))
+        if self._kind == "lstm":
+            i, f, g, o = (gi + gh).chunk(4, dim=-1)
+            c = torch.sigmoid(f) * h[..., self._hidden :] + torch.sigmoid(i) * torch.tanh(g)
+            return torch.cat([torch.sigmoid(o) * torch.tanh(c), c], dim=-1)
+        r_i, z_i, n_i = gi.chunk(3, dim=-1)
+        r_h, z_h, n_h = gh.chunk(3, dim=-1)
+        z = torch.sigmoid(z_i + z_h)
+        n = torch.tanh(n_i + torch.sigmoid(r_i + r_h) * n_h)
+        return n + z * (h - n)
+
+    def _recurrent(self, obs: Tensor, state: Tensor, keep: Tensor | None, views: dict[str, Tensor]) -> tuple[tuple[Tensor, ...], Tensor]:
+        """The cores' outputs ``[S, T * B, hidden]`` (one per core) for stacked rows ``obs`` that are
+        T steps of B sequences in time-major order, from ``state`` [S, B, state_size], and the final
+        state. With ``keep`` [S, T * B] the state is zeroed after each row it marks false."""
+        batch = state.shape[1]
+        width = self.state_size // len(self._cores)
+        outputs, finals = [], []
+        for x, core, h in zip(self._features(obs, views), self._cores, state.split(width, dim=-1)):
+            gi = torch.baddbmm(views[core[2]].unsqueeze(1), x, views[core[0]].transpose(1, 2))  # every step's input part at once
+            steps = []
+            for t, gi_t in enumerate(gi.split(batch, dim=1)):
+                h = self._cell(gi_t, h, core, views)
+                steps.append(h[..., : self._hidden])
+                if keep is not None:
+                    h = h * keep[:, t * batch : (t + 1) * batch].unsqueeze(-1).to(h.dtype)
+            outputs.append(torch.cat(steps, dim=1))
+            finals.append(h)
+        return tuple(outputs), torch.cat(finals, dim=-1)
+
+    def _outputs(self, obs: Tensor, views: dict[str, Tensor], state: Tensor | None = None, keep: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor | None]:
+        """(distribution parameters [S, n, ...], value [S, n], final state or None)."""
+        features, final = (self._features(obs, views), None) if state is None else self._recurrent(obs, state, keep, views)
+        actor, critic = features[0], features[-1]
+        params = self._mlp(actor, self._heads[0], views, activate_last=False)
+        return params, self._mlp(critic, self._heads[1], views, activate_last=False).squeeze(-1), final
 
     def forward(self, obs: Tensor, views: dict[str, Tensor] | None = None) -> tuple[Tensor, Tensor]:
         """(distribution parameters [S, n, ...], value [S, n]) for stacked ``obs`` [S, n, ...]."""
-        views = self._views() if views is None else views
-        x = self._features(obs, views)
-        return self._mlp(x, self._actor, views), self._mlp(x, self._critic, views).squeeze(-1)
+        return self._outputs(obs, self._views() if views is None else views)[:2]
+
+    def _stacked(self, rows: Tensor | None) -> Tensor | None:
+        return None if rows is None else rows.view(self.seeds, -1, *rows.shape[1:])
 
     def act(self, obs: Tensor, action_mask: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
         """The rollout step on flat rows: (action, logprob, value) per row."""
-        stacked = obs.view(self.seeds, -1, *obs.shape[1:])
+        return self.step(obs, None, action_mask)[:3]
+
+    def step(self, obs: Tensor, state: Tensor | None, action_mask: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
+        """The rollout step on flat rows (and, recurrent, their states): (action, logprob, value, next state) per row."""
         views = self._views()
-        params, value = self(stacked, views)
-        mask = None if action_mask is None else action_mask.view(self.seeds, -1, *action_mask.shape[1:])
-        action, logprob = self._head(views).sample(params, mask, self.noise)
-        return action.flatten(0, 1), logprob.flatten(0, 1), value.flatten(0, 1)
+        params, value, state = self._outputs(self._stacked(obs), views, self._stacked(state))
+        action, logprob = self._head(views).sample(params, self._stacked(action_mask), self.noise)
+        return action.flatten(0, 1), logprob.flatten(0, 1), value.flatten(0, 1), None if state is None else state.flatten(0, 1)
 
     def get_value(self, obs: Tensor, state: Tensor | None = None) -> Tensor:
         views = self._views()
-        x = self._features(obs.view(self.seeds, -1, *obs.shape[1:]), views)
-        return self._mlp(x, self._critic, views).squeeze(-1).flatten(0, 1)
+        if state is not None:
+            return self._outputs(self._stacked(obs), views, self._stacked(state))[1].flatten(0, 1)
+        critic = self._features(self._stacked(obs), views)[-1]
+        return self._mlp(critic, self._heads[1], views, activate_last=False).squeeze(-1).flatten(0, 1)
 
     def evaluate(
         self, obs: Tensor, action: Tensor, action_mask: Tensor | None = None, state: Tensor | None = None, keep: Tensor | None = None
     ) -> tuple[Tensor, Tensor, Tensor]:
-        """The update's forward on stacked minibatch rows ``[S, n, ...]``: (logprob, entropy, value), each ``[S, n]``."""
+        """The update's forward on stacked minibatch rows ``[S, n, ...]`` (recurrent: time-major
+        sequences from ``state`` [S, B, state_size], reset after the rows ``keep`` marks false):
+        (logprob, entropy, value), each ``[S, n]``."""
         views = self._views()
-        params, value = self(obs, views)
+        params, value, _ = self._outputs(obs, views, state, keep)
         logprob, entropy = self._head(views).logprob_entropy(params, action, action_mask)
         return logprob, entropy, value
 
-    def initial_state(self, batch_size: int) -> None:
-        return None
+    def initial_state(self, batch_size: int) -> Tensor | None:
+        """Zeros for ``batch_size`` flat rows (None without memory)."""
+        return torch.zeros(batch_size, self.state_size, device=self.flat.device) if self.recurrent else None
 
     @torch.no_grad()
     def unstack(self, index: int) -> ActorCritic:
@@ -197,27 +259,35 @@ class StackedActorCritic(nn.Module):
 
 class SeedMinibatches:
     """The update's minibatches for a stack of seeds, from each seed's rows ``[S, R, ...]``
-    (``RolloutBuffer.batch(seeds=S)``).
+    (``RolloutBuffer.batch(seeds=S)``), or a recurrent stack's env sequences ``[S, T, N, ...]``.
 
     Each seed does what its single run's update does: keep its valid rows (its reset rows out),
     shuffle them with its own generator (not at all for one minibatch), and cut them into
     minibatches whose sizes differ by at most one. Seeds have different numbers of reset rows, so
     minibatch i of each seed is padded to the longest and ``valid`` marks the real rows; the
-    loss's per-seed masked means are then each seed's plain means.
+    loss's per-seed masked means are then each seed's plain means. Sequences are cut by env, all T
+    rows of each (time-major), reset rows kept and masked, as in a single run: every seed has N
+    envs, so no padding.
     """
 
     def __init__(self, batch: dict[str, Tensor], noise: SeedNoise, num_minibatches: int):
-        self.batch = {k: v for k, v in batch.items() if k != "valid"}
         self.noise, self.num_minibatches = noise, num_minibatches
+        self.sequences = "initial_state" in batch
         valid = batch["valid"]
         device = valid.device
+        self.seed_index = torch.arange(valid.shape[0], device=device).unsqueeze(1)
+        if self.sequences:
+            self.batch = batch
+            self.envs = valid.shape[2]
+            self.rows = [torch.arange(self.envs, device=device)] * valid.shape[0]  # each seed's envs, in order
+            return
+        self.batch = {k: v for k, v in batch.items() if k != "valid"}
         counts = valid.sum(1).tolist()  # the update's one host sync
         self.rows = valid.nonzero()[:, 1].split(counts)  # each seed's valid rows, in order
         # Each seed's minibatch bounds (its valid rows cut as its single run cuts them), the same every epoch.
         self.bounds = torch.tensor([[count * i // num_minibatches for i in range(num_minibatches + 1)] for count in counts], device=device)
         self.sizes = self.bounds[:, 1:] - self.bounds[:, :-1]
         self.steps = torch.arange(int(self.sizes.max()), device=device)
-        self.seed_index = torch.arange(len(counts), device=device).unsqueeze(1)
 
     def epoch(self, active: list[bool] | None = None) -> Iterator[tuple[dict[str, Tensor], None]]:
         """One epoch's minibatches; a seed not ``active`` (its epochs stopped: ``update.ppo_update``)
@@ -229,10 +299,13 @@ class SeedMinibatches:
         return ((mb, None) for mb in self._cut(orders))
 
     def in_order(self) -> Iterator[dict[str, Tensor]]:
-        """The minibatches of each seed's valid rows in rollout order (``update.kl_after_update``)."""
+        """The minibatches of each seed's valid rows (or envs) in rollout order (``update.kl_after_update``)."""
         return self._cut(self.rows)
 
     def _cut(self, orders: list[Tensor]) -> Iterator[dict[str, Tensor]]:
+        if self.sequences:
+            yield from self._cut_envs(torch.stack(orders))
+            return
         padded = nn.utils.rnn.pad_sequence(orders, batch_first=True)  # [S, most valid rows]
         for i in range(self.num_minibatches):
             positions = (self.bounds[:, i : i + 1] + self.steps).clamp(max=padded.shape[1] - 1)  # [S, longest minibatch]
@@ -240,6 +313,16 @@ class SeedMinibatches:
             mb = {k: v[self.seed_index, index] for k, v in self.batch.items()}
             mb["valid"] = self.steps < self.sizes[:, i : i + 1]
             yield mb
+
+    def _cut_envs(self, orders: Tensor) -> Iterator[dict[str, Tensor]]:
+        """Minibatches of the envs ``orders`` [S, N] lists: each seed's sequences flattened
+        time-major (row t * B + b, as ``update.minibatch`` does for a single run)."""
+        bounds = [self.envs * i // self.num_minibatches for i in range(self.num_minibatches + 1)]
+        for start, end in zip(bounds[:-1], bounds[1:]):
+            if start < end:
+                index = orders[:, start:end]  # [S, B]
+                # v[seeds, :, envs] puts the indexed dims first: [S, B, T, ...] -> [S, T * B, ...]
+                yield {k: v[self.seed_index, index] if k == "initial_state" else v[self.seed_index, :, index].transpose(1, 2).flatten(1, 2) for k, v in self.batch.items()}
 
 
 # --- the trainer's side: build, split and save a stack -------------------------------------------
@@ -401,7 +484,7 @@ def _rng_key(generator: torch.Generator) -> str:
 def restore_seed_stack(state, envs, checkpoints: list) -> list[list[float]]:
     """Put each seed's checkpoint (as ``save_seed_checkpoints`` wrote it: its single run's) back into
     its row of the stack: weights, Adam moments and step count, statistics, env rows and their
-    generator, its generator, counters, kl_beta. The inverse of ``save_seed_checkpoints``, so that ``fastppo train --resume
+    generator, a recurrent policy's live states, its generator, counters, kl_beta. The inverse of ``save_seed_checkpoints``, so that ``fastppo train --resume
     RUN_DIR`` continues the whole stack as it would have gone on. Returns each seed's recent
     episode returns (a checkpoint keeps the last 100, as a single run's does)."""
     from fastppo.checkpoint import optimizer_from_tensors
@@ -429,8 +512,8 @@ def restore_seed_stack(state, envs, checkpoints: list) -> list[list[float]]:
         envs.load_seed_block(index, {k.removeprefix("env."): v for k, v in checkpoint.tensors.items() if k.startswith("env.")})
         generator = stack.noise.generators[index]
         generator.set_state(checkpoint.tensors[_rng_key(generator)])
-    mask = stacked("cursor.action_mask").flatten(0, 1) if "cursor.action_mask" in first.tensors else None
-    state.cursor = EnvCursor(stacked("cursor.obs").flatten(0, 1), mask, stacked("cursor.valid").flatten())
+    mask, memory = (stacked(key).flatten(0, 1) if key in first.tensors else None for key in ("cursor.action_mask", "cursor.state"))
+    state.cursor = EnvCursor(stacked("cursor.obs").flatten(0, 1), mask, stacked("cursor.valid").flatten(), memory)
     state.iteration, state.global_step, state.schedule_anchor = first.iteration, first.global_step, first.schedule_anchor
     state.kl_beta = [c.kl_beta for c in checkpoints]
     return [list(c.meta.get("episode_returns", [])) for c in checkpoints]
@@ -457,7 +540,7 @@ def save_seed_checkpoints(state, envs, seed_dirs: list[Path], seeds_returns: lis
                 {"return_rms.mean": rms.mean[index], "return_rms.var": rms.var[index], "return_rms.count": rms.count[index], "discounted_return": state.reward_scaler.discounted_return[rows]}
             )
         cursor = state.cursor
-        seed_cursor = EnvCursor(cursor.obs[rows], None if cursor.action_mask is None else cursor.action_mask[rows], cursor.valid[rows])
+        seed_cursor = EnvCursor(*(None if t is None else t[rows] for t in (cursor.obs, cursor.action_mask, cursor.valid, cursor.state)))
         seed_optimizer = _SeedOptimizer(state.optimizer, index)
         seed_state = replace(state, agent=agent, optimizer=seed_optimizer, reward_scaler=scaler, cursor=seed_cursor, kl_beta=state.kl_beta[index])
         generator = stack.noise.generators[index]
