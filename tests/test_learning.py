@@ -31,7 +31,7 @@ def test_lunarlander_preset_reaches_200_within_1m_steps():
 @pytest.mark.parametrize("backend", ["sync", "tensor"])
 def test_cartpole_no_velocity_preset_solves_with_memory(backend):
     """The recurrent preset on CartPole seeing only [x, theta]: some 20 episodes in a row average
-    475 (a memoryless MLP stays near 45: benchmarks/README.md). 20-40 s per backend on 2 cores."""
+    475 (a memoryless MLP stays near 45: benchmarks/README.md). ~15 s per backend on 2 cores."""
     agent = fastppo.train("CartPoleNoVelocity-v1", seed=1, backend=backend, progress=False, tensorboard=False, checkpoint_every=0)
     returns = np.asarray(agent.episode_returns)
     assert agent.config.policy.memory != "none"
