@@ -5,10 +5,10 @@ The seeds enter the ordinary trainer as data. Their envs are rows of one tensor 
 (seed s owns rows ``s*N .. s*N+N-1``), each seed's block drawing its resets from its own
 generator; their policies are one ``StackedActorCritic`` whose weights are one ``[seeds, P]``
 parameter, each MLP layer (and LSTM/GRU cell) a batched matmul over the seeds; the update shuffles
-each seed's rows (a recurrent stack: its env sequences) with that seed's generator and reduces the loss along the seed axis (``core`` functions'
-``dim=-1``), so the gradient of seed s is the gradient its single run would take, the gradient
-clip is per seed and Adam, being elementwise, is per seed too. Observation and reward statistics
-are per seed (``RunningMeanStd(groups=seeds)``).
+each seed's rows (a recurrent stack: its env sequences) with that seed's generator and reduces the
+loss along the seed axis (``core`` functions' ``dim=-1``), so the gradient of seed s is the
+gradient its single run would take, the gradient clip is per seed and Adam, being elementwise, is
+per seed too. Observation and reward statistics are per seed (``RunningMeanStd(groups=seeds)``).
 
 What a seed draws, and in which order, is what its single run draws: the initial weights come from
 ``torch.manual_seed(seed)`` as in a single run, after which each seed's generator takes over the
@@ -207,10 +207,6 @@ class StackedActorCritic(nn.Module):
         actor, critic = features[0], features[-1]
         params = self._mlp(actor, self._heads[0], views, activate_last=False)
         return params, self._mlp(critic, self._heads[1], views, activate_last=False).squeeze(-1), final
-
-    def forward(self, obs: Tensor, views: dict[str, Tensor] | None = None) -> tuple[Tensor, Tensor]:
-        """(distribution parameters [S, n, ...], value [S, n]) for stacked ``obs`` [S, n, ...]."""
-        return self._outputs(obs, self._views() if views is None else views)[:2]
 
     def _stacked(self, rows: Tensor | None) -> Tensor | None:
         return None if rows is None else rows.view(self.seeds, -1, *rows.shape[1:])
