@@ -74,7 +74,7 @@ def preset_values() -> dict:
     from fastppo.config import Config, apply_overrides, load_preset
 
     config = apply_overrides(Config(), load_preset(PRESET))
-    return {**vars(config.env), **vars(config.ppo), "torch_threads": config.run.torch_threads}
+    return {**vars(config.env), **vars(config.ppo), "torch_threads": config.intra_op_threads(stacked=False)}
 
 
 def result_line(output: str) -> dict:

@@ -20,7 +20,8 @@ Rows ``width``: where the stack's gain comes from. Each cell is a fresh process 
 budget (``--width-steps`` per seed) as one single run or as a stack of S seeds, timed from the
 trainer's call (start-up left out): seconds per seed-step, for fastppo's preset (32 envs x 32
 steps, minibatches of 512 rows) and for CleanRL's ``ppo.py`` settings (4 envs x 128 steps,
-minibatches of 128), with 1 and 2 torch threads.
+minibatches of 128), with the torch threads ``--threads`` lists (0: fastppo's default, one per
+CPU for a stack and 1 for a single run).
 """
 
 from __future__ import annotations
@@ -129,16 +130,16 @@ def width_child(preset: str, seeds: int, threads: int, steps: int) -> None:
 
 def width_rows(widths: list[int], threads: list[int], steps: int) -> None:
     print(f"\n## seconds per seed-step, {steps} steps per seed, start-up left out (lower is better)")
-    print("| settings | torch threads | " + " | ".join("single run" if w == 1 else f"stack of {w}" for w in widths) + " | single / widest stack |")
+    print("| settings | torch threads | " + " | ".join("single run" if w == 1 else f"stack of {w}" for w in widths) + f" | {widths[0]} / {widths[-1]} seeds |")
     print("|---|--:|" + "--:|" * len(widths) + "--:|")
     for preset in WIDTH_PRESETS:
-        for n in threads:
+        for n in threads:  # 0: fastppo's default
             cells = []
             for width in widths:
                 command = [sys.executable, __file__, "--width-child", preset, str(width), str(n), str(steps)]
                 out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
                 cells.append(json.loads(out.strip().splitlines()[-1])["seconds"] / (width * steps))
-            print(f"| {preset} | {n} | " + " | ".join(f"{c * 1e6:.2f} us" for c in cells) + f" | {cells[0] / cells[-1]:.2f}x |", flush=True)
+            print(f"| {preset} | {'one per CPU' if n == 0 else n} | " + " | ".join(f"{c * 1e6:.2f} us" for c in cells) + f" | {cells[0] / cells[-1]:.2f}x |", flush=True)
 
 
 def solve_rows(n: int, compile: bool, threads: list[int], single_seeds: int | None, sb3_seeds: int) -> None:
@@ -146,7 +147,8 @@ def solve_rows(n: int, compile: bool, threads: list[int], single_seeds: int | No
     stacks, rows = [], []
     for compiled in (False, True) if compile else (False,):
         for n_threads in threads:
-            name = "fastppo stacked (1 process" + (", --compile" if compiled else "") + f", {n_threads} thread{'s' if n_threads > 1 else ''})"
+            threads_label = "threads: one per CPU" if n_threads == 0 else f"{n_threads} thread{'s' if n_threads > 1 else ''}"
+            name = "fastppo stacked (1 process" + (", --compile" if compiled else "") + f", {threads_label})"
             seconds, times, steps = stacked(n, compiled, n_threads)
             unsolved = sum(t is None for t in times)
             print(f"{name}: {seconds:.1f} s ({steps} steps per seed; {unsolved} unsolved); first seed solved at {min(t for t in times if t):.1f} s", flush=True)
@@ -171,7 +173,7 @@ def main() -> None:
     parser.add_argument("--single-seeds", type=int, default=None, help="single fastppo runs to time (default N; fewer are scaled to N)")
     parser.add_argument("--sb3-seeds", type=int, default=8, help="SB3 runs to time (scaled to N)")
     parser.add_argument("--compile", action="store_true", help="also time the stack with --compile")
-    parser.add_argument("--threads", type=int, nargs="+", default=[1], help="torch threads of the stack (a row each; default 1, fastppo's default)")
+    parser.add_argument("--threads", type=int, nargs="+", default=[0], help="torch threads (a row each; default 0: fastppo's own choice, one per CPU for a stack, 1 for a single run)")
     parser.add_argument("--widths", type=int, nargs="+", default=[1, 8, 64], help="width rows: seeds per process (1: a single run)")
     parser.add_argument("--width-steps", type=int, default=32_768, help="width rows: steps per seed")
     parser.add_argument("--stack-child", type=int, help=argparse.SUPPRESS)

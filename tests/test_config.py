@@ -57,3 +57,16 @@ def test_infinite_clips_and_extreme_seeds_stay_valid():
     # clip_coef inf is the unclipped surrogate, clip_obs/clip_reward inf no clipping; seeds use numpy's whole range.
     for overrides in ({"clip_coef": "inf", "clip_schedule": "constant"}, {"clip_obs": "inf", "clip_reward": "inf"}, {"seed": 0}, {"seed": 2**32 - 1}):
         apply_overrides(Config(), overrides).validate()
+
+
+def test_torch_threads_default_to_one_for_a_run_and_every_cpu_for_a_stack(monkeypatch):
+    import fastppo.config as config_module
+
+    monkeypatch.setattr(config_module, "available_cpus", lambda: 6)
+    automatic = Config()
+    assert automatic.run.torch_threads == 0
+    assert automatic.intra_op_threads(stacked=False) == 1 and automatic.intra_op_threads(stacked=True) == 6
+    chosen = apply_overrides(Config(), {"torch_threads": 3})
+    assert chosen.intra_op_threads(stacked=False) == 3 and chosen.intra_op_threads(stacked=True) == 3
+    with pytest.raises(FastPPOError, match="--run.torch-threads must be 0 \\(automatic\\) or a positive integer, got -1"):
+        apply_overrides(Config(), {"torch_threads": -1}).validate()

@@ -11,6 +11,7 @@ import ast
 import dataclasses
 import json
 import math
+import os
 import types
 import typing
 from dataclasses import dataclass, field
@@ -24,6 +25,11 @@ from fastppo.errors import FastPPOError
 PRESET_DIR = Path(__file__).parent / "presets"
 MAX_SEED = 2**32 - 1
 """numpy and gymnasium take seeds in [0, 2**32 - 1]."""
+
+
+def available_cpus() -> int:
+    """CPUs this process may run on (its affinity mask where the platform has one)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 @dataclass
@@ -146,8 +152,8 @@ class RunConfig:
     """Folder that receives run directories."""
     device: str = "cpu"
     """Torch device: cpu, cuda, cuda:1, or auto."""
-    torch_threads: int = 1
-    """Intra-op threads. 1 is fastest for small MLPs on a few cores (see benchmarks/README.md)."""
+    torch_threads: int = 0
+    """Intra-op threads; 0: 1 for one run (fastest for small MLPs on a few cores), every CPU for a stack of seeds (--seeds in one process: its batched matmuls share them; see benchmarks/README.md)."""
     torch_deterministic: bool = True
     """Use deterministic torch algorithms (cudnn)."""
     compile: bool = False
@@ -184,6 +190,10 @@ class Config:
     def num_iterations(self) -> int:
         return self.ppo.total_timesteps // self.batch_size
 
+    def intra_op_threads(self, stacked: bool) -> int:
+        """--run.torch-threads, or for 0 its automatic value: 1 for one run, every CPU for a stack of seeds."""
+        return self.run.torch_threads or (available_cpus() if stacked else 1)
+
     def validate(self) -> Config:
         """Check every value once; raise FastPPOError with the fix."""
         positive_ints = {
@@ -193,11 +203,12 @@ class Config:
             "ppo.num_minibatches": self.ppo.num_minibatches,
             "ppo.update_epochs": self.ppo.update_epochs,
             "ppo.total_timesteps": self.ppo.total_timesteps,
-            "run.torch_threads": self.run.torch_threads,
         }
         for name, value in positive_ints.items():
             if value <= 0:
                 raise FastPPOError(f"--{name.replace('_', '-')} must be a positive integer, got {value}")
+        if self.run.torch_threads < 0:
+            raise FastPPOError(f"--run.torch-threads must be 0 (automatic) or a positive integer, got {self.run.torch_threads}")
         positive_floats = {
             "ppo.learning_rate": self.ppo.learning_rate,
             "ppo.clip_coef": self.ppo.clip_coef,

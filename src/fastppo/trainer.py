@@ -305,7 +305,7 @@ def train_rank(
     # Each rank its own envs and random streams; a resumed rank restarts them (the checkpoint holds rank 0's).
     seed = config.run.seed if world is None else world.seed(config.run.seed, config.env.num_envs, checkpoint.iteration if checkpoint else 0)
     seed_everything(seed if seeds is None else seeds[0], config.run.torch_deterministic)
-    torch.set_num_threads(config.run.torch_threads)
+    torch.set_num_threads(config.intra_op_threads(stacked=seeds is not None))
     if config.run.cudagraphs:
         check_cudagraphs(device)
     envs = make_vec_env(config.env, device, video_dir=out_dir / "videos" if out_dir and seeds is None else None, multi_agent=config.multi_agent, seed_blocks=len(seeds or [seed]))

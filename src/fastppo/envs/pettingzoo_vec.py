@@ -31,7 +31,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from fastppo.config import EnvConfig, MultiAgentConfig
+from fastppo.config import EnvConfig, MultiAgentConfig, available_cpus
 from fastppo.envs import mpe
 from fastppo.envs.vector import Episodes, HostCopies, StepResult, VecEnv
 from fastppo.errors import FastPPOError
@@ -298,7 +298,7 @@ def make_pettingzoo_env(cfg: EnvConfig, multi_agent: MultiAgentConfig, device: t
     (``async``, fastppo.envs.pettingzoo_workers)."""
     env_fns = [functools.partial(make_parallel_env, cfg.env_id, cfg.env_kwargs, render_mode) for _ in range(cfg.num_envs)]
     if cfg.backend == "async":
-        from fastppo.envs.pettingzoo_workers import PettingZooWorkers, available_cpus
+        from fastppo.envs.pettingzoo_workers import PettingZooWorkers
 
         return PettingZooWorkers(env_fns, multi_agent, device, cpus=available_cpus())
     return PettingZooVecEnv(env_fns, multi_agent, device)

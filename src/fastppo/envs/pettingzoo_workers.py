@@ -19,7 +19,6 @@ gymnasium's async envs): a resumed run restarts fresh episodes (fastppo.checkpoi
 from __future__ import annotations
 
 import multiprocessing
-import os
 import signal
 import traceback
 from collections.abc import Callable
@@ -35,11 +34,6 @@ from fastppo.envs.vector import Episodes, HostCopies, StepResult
 from fastppo.errors import FastPPOError
 
 DIED = "a PettingZoo env worker process died (out of memory, or killed): run again, or use --env.backend sync"
-
-
-def available_cpus() -> int:
-    """CPUs this process may run on (its affinity mask where the platform has one)."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def _serve(conn: Connection, env_fns: list[Callable[[], Any]], cfg: MultiAgentConfig) -> None:
