@@ -68,7 +68,9 @@ def test_four_trials_on_two_workers_write_a_preset_that_trains(tmp_path, capfd):
 @pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")  # retried_trial_number
 def test_a_killed_sweep_continues_and_retries_the_killed_trials(tmp_path):
     sweep = tmp_path / "sweep"
-    command = [*CONSOLE, "sweep", "CartPole-v1", "--trials", "4", "--workers", "2", "--seeds", "1", "--heartbeat", "2", *TINY, "--run-dir", str(sweep)]
+    # Trials of seconds (TINY's 512 steps take milliseconds: all 4 could end between two polls, 1 run in 3 did).
+    longer = [*TINY, "--total-timesteps", "32768"]
+    command = [*CONSOLE, "sweep", "CartPole-v1", "--trials", "4", "--workers", "2", "--seeds", "1", "--heartbeat", "2", *longer, "--run-dir", str(sweep)]
     # Its own session, so that SIGKILL takes the command and its workers at once, as a crash would.
     with open(tmp_path / "first.log", "w") as log:
         process = subprocess.Popen(command, start_new_session=True, stdout=log, stderr=subprocess.STDOUT)
@@ -79,7 +81,7 @@ def test_a_killed_sweep_continues_and_retries_the_killed_trials(tmp_path):
         if {TrialState.COMPLETE, TrialState.RUNNING} <= states:
             os.killpg(process.pid, signal.SIGKILL)
             break
-        time.sleep(0.5)
+        time.sleep(0.1)
     process.wait()
     killed = {t.number for t in study_trials(sweep) if t.state == TrialState.RUNNING}  # left running by the kill
     assert killed, f"the sweep ended before a kill caught a trial running: {(tmp_path / 'first.log').read_text()}"
