@@ -188,6 +188,8 @@ class StackedActorCritic(nn.Module):
         state. With ``keep`` [S, T * B] the state is zeroed after each row it marks false."""
         batch = state.shape[1]
         width = self.state_size // len(self._cores)
+        # The resets as one float tensor per time step, made once for every core: [S, B, 1] each.
+        keeps = None if keep is None else keep.to(state.dtype).unsqueeze(-1).split(batch, dim=1)
         outputs, finals = [], []
         for x, core, h in zip(self._features(obs, views), self._cores, state.split(width, dim=-1)):
             gi = torch.baddbmm(views[core[2]].unsqueeze(1), x, views[core[0]].transpose(1, 2))  # every step's input part at once
@@ -195,8 +197,8 @@ class StackedActorCritic(nn.Module):
             for t, gi_t in enumerate(gi.split(batch, dim=1)):
                 h = self._cell(gi_t, h, core, views)
                 steps.append(h[..., : self._hidden])
-                if keep is not None:
-                    h = h * keep[:, t * batch : (t + 1) * batch].unsqueeze(-1).to(h.dtype)
+                if keeps is not None:
+                    h = h * keeps[t]
             outputs.append(torch.cat(steps, dim=1))
             finals.append(h)
         return tuple(outputs), torch.cat(finals, dim=-1)
