@@ -1,8 +1,9 @@
 """Env steps per CPU second of PettingZoo MPE copies with random actions, no policy: PettingZoo's
 own ``parallel_env.step`` vs fastppo's direct MPE step (``fastppo.envs.mpe.parallel_step``), on
 bare copies (observations concatenated) and through ``PettingZooVecEnv`` (torch rows in and out,
-the trainer's path), and the same rows on ``--backend async`` (the copies split among this
-process and worker processes, one per CPU). The variants take turns in one process, round after
+the trainer's path), there also with simple_spread's copies stepped all at once
+(``fastppo.envs.mpe.step_spread``, fastppo's default for that task), and the same rows on
+``--backend async`` (the copies split among this process and worker processes, one per CPU). The variants take turns in one process, round after
 round, so that the load of a shared machine touches them alike; CPU time (the workers' included)
 is the steadier measure of work, wall time the one that async can improve.
 
@@ -46,17 +47,21 @@ def bare_copies(task: str, copies: int, step: Callable, seed: int) -> Callable[[
     return run
 
 
-def vec_env(task: str, copies: int, direct: bool, algorithm: str, seed: int, backend: str = "sync") -> Callable[[int], None]:
-    """``steps`` steps of fastppo's agent rows, the direct MPE step on or off (sync only). The
-    async copies are built afresh and closed by every call, so that their workers have ended
-    (and their CPU time is counted) when it returns."""
+STEPS = ("PettingZoo's step", "direct MPE step", "direct, copies at once")
+
+
+def vec_env(task: str, copies: int, step: str, algorithm: str, seed: int, backend: str = "sync") -> Callable[[int], None]:
+    """``steps`` steps of fastppo's agent rows with one of ``STEPS`` (sync; async takes fastppo's
+    default, the last). The async copies are built afresh and closed by every call, so that their
+    workers have ended (and their CPU time is counted) when it returns."""
     overrides = {"num_envs": copies, "multi_agent.algorithm": algorithm, "multi_agent.pad": True, "backend": backend}
     config = fastppo.make_config(f"pz:mpe2.{task}", "simple_spread_v3", overrides)
 
     def build():
         envs = make_vec_env(config.env, torch.device("cpu"), multi_agent=config.multi_agent)
         if backend == "sync":
-            envs._direct = [direct] * copies  # off: every copy through PettingZoo's own step, as before the direct step
+            envs._direct = [step != STEPS[0]] * copies  # off: every copy through PettingZoo's own step
+            envs._spread = envs._spread if step == STEPS[2] else None
         envs.reset(seed=seed)
         return envs
 
@@ -97,9 +102,8 @@ def main() -> None:
         variants = {
             "bare copies, PettingZoo's step": bare_copies(task, args.copies, lambda env, actions: env.step(actions), 0),
             "bare copies, direct MPE step": bare_copies(task, args.copies, mpe.parallel_step, 0),
-            "PettingZooVecEnv, PettingZoo's step": vec_env(task, args.copies, False, args.algorithm, 0),
-            "PettingZooVecEnv, direct MPE step": vec_env(task, args.copies, True, args.algorithm, 0),
-            "PettingZooWorkers (--backend async), direct MPE step": vec_env(task, args.copies, True, args.algorithm, 0, "async"),
+            **{f"PettingZooVecEnv, {step}": vec_env(task, args.copies, step, args.algorithm, 0) for step in STEPS if task == "simple_spread_v3" or step != STEPS[2]},
+            "PettingZooWorkers (--backend async), fastppo's default step": vec_env(task, args.copies, STEPS[2], args.algorithm, 0, "async"),
         }
         cpu, wall = dict.fromkeys(variants, 0.0), dict.fromkeys(variants, 0.0)
         for _ in range(args.rounds):

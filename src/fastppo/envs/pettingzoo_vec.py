@@ -181,6 +181,13 @@ class AgentSpaces:
             rows[:, : self.state_size] = np.asarray(env.state(), dtype=np.float32).ravel() if self.env_state else rows[:, own].ravel()
         return masks
 
+    def rows_of_arrays(self, observations: np.ndarray, rows: np.ndarray) -> None:
+        """``rows`` for copies whose agents all observe flat float32 arrays of the same size
+        ``observations`` [copies, agents, size] and whose state, if any, is those concatenated."""
+        rows[..., self.state_size : self.state_size + observations.shape[2]] = observations
+        if self.state_size:
+            rows[..., : self.state_size] = observations.reshape(len(observations), 1, -1)
+
 
 class PettingZooVecEnv(HostCopies):
     """``len(env_fns)`` copies of a PettingZoo ParallelEnv as ``copies * agents`` rows (see the module docstring)."""
@@ -205,6 +212,10 @@ class PettingZooVecEnv(HostCopies):
         self._masked: bool | None = None
         # mpe2 envs step without PettingZoo's per-agent AEC round trip (fastppo.envs.mpe: same values)
         self._direct = [mpe.simple_env(env) is not None for env in self.envs]
+        # simple_spread's copies step all at once (mpe.step_spread: same values) when rows can take them
+        spread = [mpe.spread_env(env) for env in self.envs]
+        rows_ok = self.spaces.padding_mask is None and (not self.spaces.env_state or self.spaces.state_from_observations)
+        self._spread = spread if rows_ok and all(inner is not None for inner in spread) else None
         self._blank = self.spaces.blank_rows(len(self.envs))
 
     def _new_rows(self) -> np.ndarray:
@@ -252,7 +263,19 @@ class PettingZooVecEnv(HostCopies):
         terminated = np.zeros((len(self.envs), n), dtype=bool)
         truncated = np.zeros((len(self.envs), n), dtype=bool)
         live = np.ones((len(self.envs), n), dtype=bool)
+        batched = self._batched_copies(host)
+        if batched.size:
+            observations, rewards = mpe.step_spread([self._spread[c] for c in batched], host[batched])
+            block = self._blank[batched]
+            self.spaces.rows_of_arrays(observations, block)
+            rows[batched], reward[batched] = block, rewards
+            self._returns[batched] += reward[batched]
+            self._lengths[batched] += 1
+        stepped = set(batched.tolist())
         for c, env in enumerate(self.envs):
+            if c in stepped:
+                all_masks.append(None)
+                continue
             if self._finished[c]:  # the reset row: actions ignored, first observations, reward 0
                 masks = self._reset_copy(c, None, rows[c])
             else:
@@ -275,6 +298,17 @@ class PettingZooVecEnv(HostCopies):
                     self._finished[c] = True
             all_masks.append(masks)
         return rows.reshape(self.num_envs, -1), reward.ravel(), terminated.ravel(), truncated.ravel(), self._join(tuple(all_masks)), live.ravel()
+
+    def _batched_copies(self, host: np.ndarray) -> np.ndarray:
+        """The copies ``mpe.step_spread`` steps now: simple_spread copies whose agents all play
+        valid actions at a step that does not end their episode (that one, the resets and bad
+        actions take mpe2's own step)."""
+        if self._spread is None or host.dtype.kind not in "iu":
+            return np.empty(0, dtype=int)
+        valid = ((host >= 0) & (host < len(mpe.MOVES))).all(axis=1)
+        return np.flatnonzero(
+            [valid[c] and not self._finished[c] and inner.steps + 1 < inner.max_cycles and len(inner.agents) == len(self.agents) for c, inner in enumerate(self._spread)]
+        )
 
     def pop_finished(self) -> list[FinishedEpisode]:
         """The episodes that ended since the last call, in the order they ended."""
