@@ -10,7 +10,8 @@ A row's observation is ``[global state | the agent's observation | agent-id one-
 ``state()``, or all agents' observations concatenated when it has none. An mpe2 env's
 ``state()`` *is* its agents' observations concatenated; for those the rows build it from the
 observations the step returned rather than have the env compute them all again, and their step
-skips PettingZoo's per-agent AEC round trip (``fastppo.envs.mpe``, the same values).
+skips PettingZoo's per-agent AEC round trip; simple_spread's copies step all at once
+(``fastppo.envs.mpe``, the same values).
 
 The rows follow the single-agent NEXT_STEP rule (fastppo.envs.vector) and add one more kind of
 non-decision row: an agent that finished while its team plays on (a *dead* agent) gets a zero
