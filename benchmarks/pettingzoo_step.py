@@ -1,8 +1,8 @@
 """Env steps per CPU second of PettingZoo MPE copies with random actions, no policy: PettingZoo's
 own ``parallel_env.step`` vs fastppo's direct MPE step (``fastppo.envs.mpe.parallel_step``), on
 bare copies (observations concatenated) and through ``PettingZooVecEnv`` (torch rows in and out,
-the trainer's path), there also with simple_spread's copies stepped all at once
-(``fastppo.envs.mpe.step_spread``, fastppo's default for that task), and the same rows on
+the trainer's path), there also with the copies stepped all at once
+(``fastppo.envs.mpe.step_copies``, fastppo's default for both tasks), and the same rows on
 ``--backend async`` (the copies split among this process and worker processes, one per CPU). The variants take turns in one process, round after
 round, so that the load of a shared machine touches them alike; CPU time (the workers' included)
 is the steadier measure of work, wall time the one that async can improve.
@@ -61,7 +61,7 @@ def vec_env(task: str, copies: int, step: str, algorithm: str, seed: int, backen
         envs = make_vec_env(config.env, torch.device("cpu"), multi_agent=config.multi_agent)
         if backend == "sync":
             envs._direct = [step != STEPS[0]] * copies  # off: every copy through PettingZoo's own step
-            envs._spread = envs._spread if step == STEPS[2] else None
+            envs._batched = envs._batched if step == STEPS[2] else None
         envs.reset(seed=seed)
         return envs
 
@@ -102,7 +102,7 @@ def main() -> None:
         variants = {
             "bare copies, PettingZoo's step": bare_copies(task, args.copies, lambda env, actions: env.step(actions), 0),
             "bare copies, direct MPE step": bare_copies(task, args.copies, mpe.parallel_step, 0),
-            **{f"PettingZooVecEnv, {step}": vec_env(task, args.copies, step, args.algorithm, 0) for step in STEPS if task == "simple_spread_v3" or step != STEPS[2]},
+            **{f"PettingZooVecEnv, {step}": vec_env(task, args.copies, step, args.algorithm, 0) for step in STEPS},
             "PettingZooWorkers (--backend async), fastppo's default step": vec_env(task, args.copies, STEPS[2], args.algorithm, 0, "async"),
         }
         cpu, wall = dict.fromkeys(variants, 0.0), dict.fromkeys(variants, 0.0)

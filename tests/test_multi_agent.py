@@ -407,9 +407,11 @@ def test_the_direct_mpe_step_equals_pettingzoos_parallel_step(module, env_kwargs
 
 
 def world_state(env):
-    """Every entity's position and velocity (exact bytes) and the AEC state of one mpe2 copy."""
-    entities = env.unwrapped.world.agents + env.unwrapped.world.landmarks
-    return [(e.state.p_pos.tobytes(), e.state.p_vel.tobytes()) for e in entities], aec_state(env)
+    """Every entity's position and velocity, every agent's message (exact bytes) and the AEC
+    state of one mpe2 copy."""
+    world = env.unwrapped.world
+    messages = [a.state.c.tobytes() for a in world.agents]
+    return [(e.state.p_pos.tobytes(), e.state.p_vel.tobytes()) for e in world.agents + world.landmarks], messages, aec_state(env)
 
 
 def touching(env):
@@ -420,47 +422,58 @@ def touching(env):
 
 @pytest.mark.parametrize("algorithm", ["ippo", "mappo"])
 @pytest.mark.parametrize(
-    "env_kwargs",
-    [{"max_cycles": 25}, {"N": 4, "local_ratio": 0.25, "max_cycles": 9}, {"curriculum": True, "max_cycles": 9}],
-    ids=["default", "N4-local0.25", "curriculum-stage0"],
+    "task, env_kwargs",
+    [
+        ("simple_spread_v3", {"max_cycles": 25}),
+        ("simple_spread_v3", {"N": 4, "local_ratio": 0.25, "max_cycles": 9}),
+        ("simple_spread_v3", {"curriculum": True, "max_cycles": 9}),
+        ("simple_speaker_listener_v4", {"max_cycles": 9}),
+    ],
+    ids=["spread", "spread-N4-local0.25", "spread-curriculum-stage0", "speaker-listener"],
 )
-def test_simple_spread_copies_stepped_at_once_equal_their_own_steps(env_kwargs, algorithm):
-    """fastppo.envs.mpe.step_spread against each copy's own mpe2 step, through the agent rows,
-    over several episodes of 6 copies (random actions: agents collide now and then): the same rows,
-    rewards, flags, live rows and episodes at every step, and the same positions, velocities and
+def test_mpe_copies_stepped_at_once_equal_their_own_steps(task, env_kwargs, algorithm):
+    """fastppo.envs.mpe.step_copies against each copy's own mpe2 step, through the agent rows,
+    over several episodes of 6 copies (random actions: spread's agents collide now and then; the
+    speaker's 3 actions padded to the listener's 5): the same rows, rewards, flags, live rows,
+    action masks and episodes at every step, and the same positions, velocities, messages and
     AEC bookkeeping left in every copy."""
-    overrides = {"num_envs": 6, "env_kwargs": json.dumps(env_kwargs), "multi_agent.algorithm": algorithm}
-    config = fastppo.make_config("pz:mpe2.simple_spread_v3", None, overrides)
+    overrides = {"num_envs": 6, "env_kwargs": json.dumps(env_kwargs), "multi_agent.algorithm": algorithm, "multi_agent.pad": True}
+    config = fastppo.make_config(f"pz:mpe2.{task}", None, overrides)
     batched, own = (make_vec_env(config.env, torch.device("cpu"), multi_agent=config.multi_agent) for _ in range(2))
-    assert batched._spread is not None
-    own._spread = None
+    assert batched._batched is not None
+    own._batched = None
+    allowed = torch.ones(len(own.agents), own.single_action_space.n) if own.spaces.padding_mask is None else torch.as_tensor(own.spaces.padding_mask, dtype=torch.float32)
     generator = torch.Generator().manual_seed(0)
     collisions, stepped = 0, 0
     for env in (batched, own):
         env.reset(seed=4)
     for _ in range(3 * (env_kwargs["max_cycles"] + 1)):
-        action = torch.randint(0, batched.single_action_space.n, (batched.num_envs,), generator=generator)
+        action = torch.multinomial(allowed.repeat(6, 1), 1, generator=generator).squeeze(1)
         stepped += len(batched._batched_copies(action.numpy().reshape(6, -1)))
         for x, y in zip(batched.step(action), own.step(action)):
             assert (x is None and y is None) or torch.equal(x, y)
         for x, y in zip(batched.envs, own.envs):
             assert world_state(x) == world_state(y)
         collisions += sum(touching(env) for env in own.envs)
-    assert stepped >= 6 * 3 * (env_kwargs["max_cycles"] - 2) and collisions > 0
+    assert stepped >= 6 * 3 * (env_kwargs["max_cycles"] - 2)
+    assert collisions > 0 or task != "simple_spread_v3"
     assert batched.pop_episodes() == own.pop_episodes()
 
 
-def test_simple_spread_steps_at_once_only_as_its_module_builds_it_with_discrete_actions_and_full_view():
-    from fastppo.envs.mpe import spread_env
+def test_mpe_copies_step_at_once_only_as_their_modules_build_them_with_discrete_actions():
+    from fastppo.envs.mpe import batched_env
 
     spread = pytest.importorskip("mpe2.simple_spread_v3")
-    assert spread_env(spread.parallel_env()) is not None
+    speaker_listener = importlib.import_module("mpe2.simple_speaker_listener_v4")
+    assert batched_env(spread.parallel_env()) is not None and batched_env(speaker_listener.parallel_env()) is not None
     for kwargs in ({"continuous_actions": True}, {"terminate_on_success": True}, {"num_agent_neighbors": 1}, {"benchmark_data": True}):
-        assert spread_env(spread.parallel_env(**kwargs)) is None, kwargs
-    assert spread_env(importlib.import_module("mpe2.simple_speaker_listener_v4").parallel_env()) is None
+        assert batched_env(spread.parallel_env(**kwargs)) is None, kwargs
+    assert batched_env(speaker_listener.parallel_env(continuous_actions=True)) is None
+    assert batched_env(importlib.import_module("mpe2.simple_tag_v3").parallel_env()) is None
     noisy = spread.parallel_env()
     noisy.unwrapped.world.agents[0].u_noise = 0.1
-    assert spread_env(noisy) is None
+    assert batched_env(noisy) is None
+    assert make_vec_env(relay_config().env, torch.device("cpu"))._batched is None
 
 
 def sample(rng, space):
@@ -471,14 +484,14 @@ def sample(rng, space):
 
 
 def test_training_on_mpe_is_bit_identical_with_the_direct_step(tmp_path, monkeypatch):
-    """Same seed, with and without fastppo.envs.mpe's shortcuts (parallel_step, step_spread):
+    """Same seed, with and without fastppo.envs.mpe's shortcuts (parallel_step, step_copies):
     the same metrics and weights."""
     import fastppo.envs.mpe
 
     overrides = {"seed": 3, "total_timesteps": 1600, "progress": False, "tensorboard": False, "multi_agent.algorithm": "ippo"}
     direct = fastppo.train("pz:mpe2.simple_spread_v3", run_dir=tmp_path / "direct", **overrides)
     monkeypatch.setattr(fastppo.envs.mpe, "parallel_step", lambda env, actions: env.step(actions))
-    monkeypatch.setattr(fastppo.envs.mpe, "spread_env", lambda env: None)
+    monkeypatch.setattr(fastppo.envs.mpe, "batched_env", lambda env: None)
     generic = fastppo.train("pz:mpe2.simple_spread_v3", run_dir=tmp_path / "generic", **overrides)
     for name, value in direct.policy.state_dict().items():
         assert torch.equal(value, generic.policy.state_dict()[name]), name

@@ -9,7 +9,7 @@ steps the agents one at a time through both wrappers, whose every attribute read
 throw it away: half of simple_spread's step time. ``SimpleEnv.observe`` and ``state`` call the
 scenario's ``observation`` (pure in every mpe2 scenario), so neither shortcut changes a value.
 
-simple_spread (the MPE task most papers report) goes further: ``step_spread`` computes the world
+On simple_spread and simple_speaker_listener ``step_copies`` goes further: it computes the world
 step, rewards and observations of all copies at once with numpy, the same operations in the same
 order as mpe2's per-entity Python (so the same float64 values, bit for bit), for every step that
 does not end an episode; the last step of an episode and the resets still run mpe2's own code.
@@ -74,84 +74,174 @@ def parallel_step(env: Any, actions: dict[str, Any]) -> Step:
     return observations, rewards, terminations, truncations, infos
 
 
+
 MOVES = np.array([[0.0, 0.0], [-1.0, 0.0], [1.0, 0.0], [0.0, -1.0], [0.0, 1.0]])
-"""``action.u`` of each discrete MPE action (no-op, left, right, down, up) before
+"""``action.u`` of each discrete MPE move (no-op, left, right, down, up) before
 ``SimpleEnv._set_action`` scales it by the agent's sensitivity."""
 SENSITIVITY = 5.0  # SimpleEnv._set_action's for agents without their own ``accel``
 
 
-def spread_env(env: Any) -> Any | None:
-    """The mpe2 ``SimpleEnv`` inside ``env`` when ``step_spread`` may step it: mpe2's own
-    simple_spread with discrete actions, full observations, no early end, no benchmark data, and
-    its world as the scenario builds it (silent movable agents that collide, without motor noise,
-    own acceleration or speed limit; landmarks that neither move nor collide); None otherwise."""
+class Copies:
+    """The world state of several copies after a step's physics, with a leading copies axis:
+    ``pos`` [copies, entities, 2] (agents, then landmarks), ``vel`` [copies, agents, 2] and the
+    agents' messages ``comm`` [copies, agents, dim_c]."""
+
+    def __init__(self, inners: list[Any], pos: np.ndarray, vel: np.ndarray, comm: np.ndarray):
+        self.inners, self.pos, self.vel, self.comm = inners, pos, vel, comm
+        self.n = vel.shape[1]
+        self.agents, self.landmarks = pos[:, : self.n], pos[:, self.n :]
+
+
+def distances(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """mpe2's ``np.sqrt(np.sum(np.square(a - b)))`` over the last axis (2 values: one order)."""
+    return np.sqrt(np.sum(np.square(a - b), axis=-1))
+
+
+class Spread:
+    """simple_spread's rewards and observations (``mpe2.simple_spread.simple_spread.Scenario``)."""
+
+    @staticmethod
+    def accepts(inner: Any) -> bool:
+        scenario = inner.scenario
+        return scenario.num_agent_neighbors is None and scenario.num_landmark_neighbors is None and not scenario.terminate_on_success
+
+    @staticmethod
+    def global_reward(world: Copies) -> np.ndarray:
+        """Minus the sum over landmarks of the closest agent's distance."""
+        team = np.zeros(len(world.inners))
+        for lm in range(world.landmarks.shape[1]):
+            team = team - distances(world.agents, world.landmarks[:, lm, None]).min(axis=1)
+        return team
+
+    @staticmethod
+    def rewards(world: Copies) -> np.ndarray:
+        """Minus each agent's collisions with the others (none in curriculum stage 0)."""
+        scenario, agents = world.inners[0].scenario, world.inners[0].world.agents
+        if scenario.curriculum and not scenario.CURRICULUM_STAGES[scenario.curriculum_stage]["collision_penalty"]:
+            return np.zeros((len(world.inners), world.n))
+        sizes = np.array([a.size for a in agents])
+        touching = distances(world.agents[:, :, None], world.agents[:, None, :]) < sizes[:, None] + sizes[None, :]
+        return 0.0 - (touching & ~np.eye(world.n, dtype=bool)).sum(axis=2)
+
+    @staticmethod
+    def observations(world: Copies) -> list[np.ndarray]:
+        """[own velocity, own position, landmarks - own, other agents - own, their messages]."""
+        n, copies = world.n, len(world.inners)
+        others = ~np.eye(n, dtype=bool)
+        landmarks = (world.landmarks[:, None] - world.agents[:, :, None]).reshape(copies, n, -1)
+        agents = (world.agents[:, None] - world.agents[:, :, None])[:, others].reshape(copies, n, -1)
+        comms = np.broadcast_to(world.comm[:, None], (copies, n, *world.comm.shape[1:]))[:, others].reshape(copies, n, -1)
+        return list(np.concatenate([world.vel, world.agents, landmarks, agents, comms], axis=2).transpose(1, 0, 2))
+
+
+class SpeakerListener:
+    """simple_speaker_listener's rewards and observations: agent 0 speaks, agent 1 listens and moves."""
+
+    @staticmethod
+    def accepts(inner: Any) -> bool:
+        speaker, listener = inner.world.agents
+        return not speaker.movable and not speaker.silent and listener.movable and listener.silent
+
+    @staticmethod
+    def goals(world: Copies) -> list[Any]:
+        return [inner.world.agents[0].goal_b for inner in world.inners]
+
+    @classmethod
+    def rewards(cls, world: Copies) -> np.ndarray:
+        """Both: minus the listener's squared distance to the goal landmark."""
+        goal = [inner.world.landmarks.index(landmark) for inner, landmark in zip(world.inners, cls.goals(world))]
+        dist2 = np.sum(np.square(world.agents[:, 1] - world.landmarks[np.arange(len(goal)), goal]), axis=-1)
+        return np.repeat(-dist2[:, None], 2, axis=1)
+
+    @classmethod
+    def observations(cls, world: Copies) -> list[np.ndarray]:
+        """The speaker: its goal's colour; the listener: [velocity, landmarks - own, speaker's message]."""
+        colours = np.array([landmark.color for landmark in cls.goals(world)], dtype=np.float64)
+        landmarks = (world.landmarks - world.agents[:, 1, None]).reshape(len(world.inners), -1)
+        return [colours, np.concatenate([world.vel[:, 1], landmarks, world.comm[:, 0]], axis=1)]
+
+
+def scenario_steps(inner: Any) -> type | None:
+    """``Spread`` or ``SpeakerListener`` for the scenario of an mpe2 ``SimpleEnv``, else None."""
+    import mpe2.simple_speaker_listener.simple_speaker_listener as speaker_listener
+    import mpe2.simple_spread.simple_spread as spread
+
+    for module, steps in ((spread, Spread), (speaker_listener, SpeakerListener)):
+        if type(inner) is module.raw_env and type(inner.scenario) is module.Scenario and type(inner.world) is module.ExtendedWorld:
+            return steps if steps.accepts(inner) else None
+    return None
+
+
+def batched_env(env: Any) -> Any | None:
+    """The mpe2 ``SimpleEnv`` inside ``env`` when ``step_copies`` may step it: simple_spread
+    (full observations, no early end) or simple_speaker_listener as their modules build them, with
+    discrete actions and no benchmark data, in a world whose physics ``step_copies`` mirrors
+    (agents without scripts, noise or speed limit; landmarks that neither move nor collide);
+    None otherwise."""
     inner = simple_env(env)
-    try:
-        from mpe2.simple_spread.simple_spread import ExtendedWorld, Scenario, raw_env
-    except ImportError:
+    if inner is None or inner.continuous_actions or inner.benchmark_data or scenario_steps(inner) is None:
         return None
-    if type(inner) is not raw_env or type(inner.scenario) is not Scenario or type(inner.world) is not ExtendedWorld:
-        return None
-    scenario, world = inner.scenario, inner.world
-    settings = not inner.continuous_actions and not inner.benchmark_data and inner.local_ratio is not None and not scenario.terminate_on_success
-    full_view = scenario.num_agent_neighbors is None and scenario.num_landmark_neighbors is None
-    agents = all(a.movable and a.collide and a.silent and not a.u_noise and a.accel is None and a.max_speed is None and a.action_callback is None for a in world.agents)
-    landmarks = all(not lm.movable and not lm.collide for lm in world.landmarks)
-    return inner if settings and full_view and agents and landmarks else None
+    agents = all(a.action_callback is None and not a.u_noise and not a.c_noise and a.max_speed is None for a in inner.world.agents)
+    return inner if agents and all(not lm.movable and not lm.collide for lm in inner.world.landmarks) else None
 
 
-def step_spread(inners: list[Any], actions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """One step of simple_spread copies (``spread_env``'s, every agent playing, none at its last
-    step) with discrete ``actions`` [copies, agents]: their observations [copies, agents, size]
-    (float32) and rewards [copies, agents] (float64), the values ``parallel_step`` returns, and
-    each copy left in the state its own step leaves (positions, velocities, AEC bookkeeping).
+def step_copies(inners: list[Any], actions: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
+    """One step of copies of one task (``batched_env``'s, built alike, every agent playing a valid
+    discrete action, none at its last step) with ``actions`` [copies, agents]: each agent's
+    observations [copies, size] (float32) and the rewards [copies, agents] (float64), the values
+    ``parallel_step`` returns, and each copy left in the state its own step leaves (positions,
+    velocities, messages, AEC bookkeeping).
 
-    Each line mirrors mpe2 (``SimpleEnv._execute_world_step``, ``World.step``,
-    ``Scenario.reward``/``global_reward``/``observation``) with a leading copies axis; sums over
-    entities keep mpe2's order, since float addition is not associative."""
-    world = inners[0].world
-    n = len(world.agents)
+    Each line mirrors mpe2 (``SimpleEnv._execute_world_step``/``_set_action``, ``World.step``,
+    the scenario's rewards and observations) with a leading copies axis; sums over entities keep
+    mpe2's order, since float addition is not associative."""
+    world, copies = inners[0].world, len(inners)
+    agents, n = world.agents, len(world.agents)
     pos = np.array([[e.state.p_pos for e in inner.world.agents + inner.world.landmarks] for inner in inners])
     vel = np.array([[a.state.p_vel for a in inner.world.agents] for inner in inners])
-    agents, landmarks = pos[:, :n], pos[:, n:]
-    # apply_action_force, then apply_environment_force over the pairs a < b (only agents collide)
-    force = MOVES[actions] * SENSITIVITY
+    # _set_action and apply_action_force: a movable agent's action % 5 moves it, the rest is its message
+    force, comm = np.zeros((copies, n, world.dim_p)), np.zeros((copies, n, world.dim_c))
+    for i, agent in enumerate(agents):
+        action = actions[:, i]
+        if agent.movable:
+            force[:, i] = MOVES[action % len(MOVES)] * (SENSITIVITY if agent.accel is None else agent.accel)
+            action = action // len(MOVES)
+        if not agent.silent:
+            comm[np.arange(copies), i, action] = 1.0
+    # apply_environment_force over the pairs a < b that collide (agents only: landmarks do not)
     k = world.contact_margin
     for a in range(n):
         for b in range(a + 1, n):
-            delta = agents[:, a] - agents[:, b]
+            if not (agents[a].collide and agents[b].collide):
+                continue
+            delta = pos[:, a] - pos[:, b]
             dist = np.sqrt(np.sum(np.square(delta), axis=-1))[:, None]
-            penetration = np.logaddexp(0, -(dist - (world.agents[a].size + world.agents[b].size)) / k) * k
+            penetration = np.logaddexp(0, -(dist - (agents[a].size + agents[b].size)) / k) * k
             pushed = world.contact_force * delta / dist * penetration
-            force[:, a] = pushed + force[:, a]
-            force[:, b] = -pushed + force[:, b]
+            if agents[a].movable:
+                force[:, a] = pushed + force[:, a]
+            if agents[b].movable:
+                force[:, b] = -pushed + force[:, b]
     # integrate_state
-    mass = np.array([a.mass for a in world.agents])[:, None]
-    agents = agents + vel * world.dt
-    vel = vel * (1 - world.damping) + (force / mass) * world.dt
-    # rewards: the team's (every landmark's closest agent) mixed with each agent's collisions
-    team = np.zeros(len(inners))
-    for lm in range(landmarks.shape[1]):
-        team = team - np.sqrt(np.sum(np.square(agents - landmarks[:, lm, None]), axis=-1)).min(axis=1)
-    scenario = inners[0].scenario
-    penalised = not scenario.curriculum or scenario.CURRICULUM_STAGES[scenario.curriculum_stage]["collision_penalty"]
-    sizes = np.array([a.size for a in world.agents])
-    apart = np.sqrt(np.sum(np.square(agents[:, :, None] - agents[:, None, :]), axis=-1))
-    collisions = ((apart < sizes[:, None] + sizes[None, :]) & ~np.eye(n, dtype=bool)).sum(axis=2)
-    own = 0.0 - collisions if penalised else np.zeros((len(inners), n))
+    moving = [i for i, agent in enumerate(agents) if agent.movable]
+    mass = np.array([agents[i].mass for i in moving])[:, None]
+    pos[:, moving] = pos[:, moving] + vel[:, moving] * world.dt
+    vel[:, moving] = vel[:, moving] * (1 - world.damping) + (force[:, moving] / mass) * world.dt
+    state = Copies(inners, pos, vel, comm)
+    steps = scenario_steps(inners[0])
+    rewards = steps.rewards(state)
     ratio = inners[0].local_ratio
-    rewards = team[:, None] * (1 - ratio) + own * ratio
-    # observation: [own velocity, own position, landmarks - own, other agents - own, their (silent) comms]
-    others = ~np.eye(n, dtype=bool)
-    landmark_offsets = landmarks[:, None] - agents[:, :, None]
-    agent_offsets = (agents[:, None] - agents[:, :, None])[:, others].reshape(len(inners), n, n - 1, 2)
-    comms = np.zeros((len(inners), n, (n - 1) * world.dim_c))
-    observations = np.concatenate([vel, agents, landmark_offsets.reshape(len(inners), n, -1), agent_offsets.reshape(len(inners), n, -1), comms], axis=2)
+    if ratio is not None:
+        rewards = steps.global_reward(state)[:, None] * (1 - ratio) + rewards * ratio
+    observations = [o.astype(np.float32) for o in steps.observations(state)]
+    speaking = [i for i, agent in enumerate(agents) if not agent.silent]
     for c, inner in enumerate(inners):
-        for i, agent in enumerate(inner.world.agents):
-            agent.state.p_pos, agent.state.p_vel = agents[c, i], vel[c, i]
+        for i in moving:
+            inner.world.agents[i].state.p_pos, inner.world.agents[i].state.p_vel = pos[c, i], vel[c, i]
+        for i in speaking:
+            inner.world.agents[i].state.c = comm[c, i]
         inner.current_actions = list(actions[c])
         inner.rewards = dict(zip(inner.rewards, rewards[c].tolist()))
         inner._cumulative_rewards = dict(inner.rewards)
         inner.steps += 1
-    return observations.astype(np.float32), rewards
+    return observations, rewards

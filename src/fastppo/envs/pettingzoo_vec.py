@@ -10,8 +10,8 @@ A row's observation is ``[global state | the agent's observation | agent-id one-
 ``state()``, or all agents' observations concatenated when it has none. An mpe2 env's
 ``state()`` *is* its agents' observations concatenated; for those the rows build it from the
 observations the step returned rather than have the env compute them all again, and their step
-skips PettingZoo's per-agent AEC round trip; simple_spread's copies step all at once
-(``fastppo.envs.mpe``, the same values).
+skips PettingZoo's per-agent AEC round trip; simple_spread's and simple_speaker_listener's
+copies step all at once (``fastppo.envs.mpe``, the same values).
 
 The rows follow the single-agent NEXT_STEP rule (fastppo.envs.vector) and add one more kind of
 non-decision row: an agent that finished while its team plays on (a *dead* agent) gets a zero
@@ -182,12 +182,14 @@ class AgentSpaces:
             rows[:, : self.state_size] = np.asarray(env.state(), dtype=np.float32).ravel() if self.env_state else rows[:, own].ravel()
         return masks
 
-    def rows_of_arrays(self, observations: np.ndarray, rows: np.ndarray) -> None:
-        """``rows`` for copies whose agents all observe flat float32 arrays of the same size
-        ``observations`` [copies, agents, size] and whose state, if any, is those concatenated."""
-        rows[..., self.state_size : self.state_size + observations.shape[2]] = observations
+    def rows_of_arrays(self, observations: list[np.ndarray], rows: np.ndarray) -> None:
+        """Fills blank ``rows`` [copies, agents, width] from each agent's flat float32
+        observations [copies, size], for copies whose state, if the rows hold one, is those
+        concatenated (``state_from_observations``)."""
+        for i, observation in enumerate(observations):
+            rows[:, i, self.state_size : self.state_size + observation.shape[1]] = observation
         if self.state_size:
-            rows[..., : self.state_size] = observations.reshape(len(observations), 1, -1)
+            rows[:, :, : self.state_size] = np.concatenate(observations, axis=1)[:, None]
 
 
 class PettingZooVecEnv(HostCopies):
@@ -213,10 +215,11 @@ class PettingZooVecEnv(HostCopies):
         self._masked: bool | None = None
         # mpe2 envs step without PettingZoo's per-agent AEC round trip (fastppo.envs.mpe: same values)
         self._direct = [mpe.simple_env(env) is not None for env in self.envs]
-        # simple_spread's copies step all at once (mpe.step_spread: same values) when rows can take them
-        spread = [mpe.spread_env(env) for env in self.envs]
-        rows_ok = self.spaces.padding_mask is None and (not self.spaces.env_state or self.spaces.state_from_observations)
-        self._spread = spread if rows_ok and all(inner is not None for inner in spread) else None
+        # simple_spread's and speaker-listener's copies step all at once (mpe.step_copies: same values)
+        batched = [mpe.batched_env(env) for env in self.envs]
+        rows_ok = not self.spaces.state_size or self.spaces.state_from_observations
+        self._batched = batched if rows_ok and all(inner is not None for inner in batched) else None
+        self._action_counts = np.array([int(self.envs[0].action_space(a).n) for a in self.agents]) if self._batched else None
         self._blank = self.spaces.blank_rows(len(self.envs))
 
     def _new_rows(self) -> np.ndarray:
@@ -266,7 +269,7 @@ class PettingZooVecEnv(HostCopies):
         live = np.ones((len(self.envs), n), dtype=bool)
         batched = self._batched_copies(host)
         if batched.size:
-            observations, rewards = mpe.step_spread([self._spread[c] for c in batched], host[batched])
+            observations, rewards = mpe.step_copies([self._batched[c] for c in batched], host[batched])
             block = self._blank[batched]
             self.spaces.rows_of_arrays(observations, block)
             rows[batched], reward[batched] = block, rewards
@@ -275,7 +278,7 @@ class PettingZooVecEnv(HostCopies):
         stepped = set(batched.tolist())
         for c, env in enumerate(self.envs):
             if c in stepped:
-                all_masks.append(None)
+                all_masks.append(self.spaces.padding_mask)
                 continue
             if self._finished[c]:  # the reset row: actions ignored, first observations, reward 0
                 masks = self._reset_copy(c, None, rows[c])
@@ -301,14 +304,14 @@ class PettingZooVecEnv(HostCopies):
         return rows.reshape(self.num_envs, -1), reward.ravel(), terminated.ravel(), truncated.ravel(), self._join(tuple(all_masks)), live.ravel()
 
     def _batched_copies(self, host: np.ndarray) -> np.ndarray:
-        """The copies ``mpe.step_spread`` steps now: simple_spread copies whose agents all play
-        valid actions at a step that does not end their episode (that one, the resets and bad
-        actions take mpe2's own step)."""
-        if self._spread is None or host.dtype.kind not in "iu":
+        """The copies ``mpe.step_copies`` steps now: those whose agents all play actions of
+        their own spaces at a step that does not end their episode (that one, the resets and
+        bad actions take mpe2's own step)."""
+        if self._batched is None or host.dtype.kind not in "iu":
             return np.empty(0, dtype=int)
-        valid = ((host >= 0) & (host < len(mpe.MOVES))).all(axis=1)
+        valid = ((host >= 0) & (host < self._action_counts)).all(axis=1)
         return np.flatnonzero(
-            [valid[c] and not self._finished[c] and inner.steps + 1 < inner.max_cycles and len(inner.agents) == len(self.agents) for c, inner in enumerate(self._spread)]
+            [valid[c] and not self._finished[c] and inner.steps + 1 < inner.max_cycles and len(inner.agents) == len(self.agents) for c, inner in enumerate(self._batched)]
         )
 
     def pop_finished(self) -> list[FinishedEpisode]:
