@@ -470,9 +470,10 @@ def test_mpe_copies_step_at_once_only_as_their_modules_build_them_with_discrete_
         assert batched_env(spread.parallel_env(**kwargs)) is None, kwargs
     assert batched_env(speaker_listener.parallel_env(continuous_actions=True)) is None
     assert batched_env(importlib.import_module("mpe2.simple_tag_v3").parallel_env()) is None
-    noisy = spread.parallel_env()
-    noisy.unwrapped.world.agents[0].u_noise = 0.1
-    assert batched_env(noisy) is None
+    for attribute, value in (("u_noise", 0.1), ("max_speed", 1.0), ("silent", False)):
+        changed = spread.parallel_env()
+        setattr(changed.unwrapped.world.agents[0], attribute, value)
+        assert batched_env(changed) is None, attribute
     assert make_vec_env(relay_config().env, torch.device("cpu"))._batched is None
 
 

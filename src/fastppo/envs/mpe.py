@@ -87,14 +87,14 @@ class Copies:
     agents' messages ``comm`` [copies, agents, dim_c]."""
 
     def __init__(self, inners: list[Any], pos: np.ndarray, vel: np.ndarray, comm: np.ndarray):
-        self.inners, self.pos, self.vel, self.comm = inners, pos, vel, comm
+        self.inners, self.vel, self.comm = inners, vel, comm
         self.n = vel.shape[1]
         self.agents, self.landmarks = pos[:, : self.n], pos[:, self.n :]
 
 
 def distances(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """mpe2's ``np.sqrt(np.sum(np.square(a - b)))`` over the last axis (2 values: one order)."""
-    return np.sqrt(np.sum(np.square(a - b), axis=-1))
+    return np.sqrt(np.square(a - b).sum(axis=-1))
 
 
 class Spread:
@@ -103,14 +103,16 @@ class Spread:
     @staticmethod
     def accepts(inner: Any) -> bool:
         scenario = inner.scenario
-        return scenario.num_agent_neighbors is None and scenario.num_landmark_neighbors is None and not scenario.terminate_on_success
+        silent = all(agent.silent for agent in inner.world.agents)
+        return silent and scenario.num_agent_neighbors is None and scenario.num_landmark_neighbors is None and not scenario.terminate_on_success
 
     @staticmethod
     def global_reward(world: Copies) -> np.ndarray:
-        """Minus the sum over landmarks of the closest agent's distance."""
+        """Minus the sum over landmarks of the closest agent's distance (summed in landmark order)."""
+        closest = distances(world.agents[:, :, None], world.landmarks[:, None]).min(axis=1)
         team = np.zeros(len(world.inners))
-        for lm in range(world.landmarks.shape[1]):
-            team = team - distances(world.agents, world.landmarks[:, lm, None]).min(axis=1)
+        for lm in range(closest.shape[1]):
+            team = team - closest[:, lm]
         return team
 
     @staticmethod
@@ -125,13 +127,13 @@ class Spread:
 
     @staticmethod
     def observations(world: Copies) -> list[np.ndarray]:
-        """[own velocity, own position, landmarks - own, other agents - own, their messages]."""
+        """[own velocity, own position, landmarks - own, other agents - own, their (silent) messages]."""
         n, copies = world.n, len(world.inners)
         others = ~np.eye(n, dtype=bool)
         landmarks = (world.landmarks[:, None] - world.agents[:, :, None]).reshape(copies, n, -1)
         agents = (world.agents[:, None] - world.agents[:, :, None])[:, others].reshape(copies, n, -1)
-        comms = np.broadcast_to(world.comm[:, None], (copies, n, *world.comm.shape[1:]))[:, others].reshape(copies, n, -1)
-        return list(np.concatenate([world.vel, world.agents, landmarks, agents, comms], axis=2).transpose(1, 0, 2))
+        comms = np.zeros((copies, n, (n - 1) * world.comm.shape[2]))  # the others' messages: silent agents
+        return list(np.concatenate([world.vel, world.agents, landmarks, agents, comms], axis=2).astype(np.float32).transpose(1, 0, 2))
 
 
 class SpeakerListener:
@@ -150,7 +152,7 @@ class SpeakerListener:
     def rewards(cls, world: Copies) -> np.ndarray:
         """Both: minus the listener's squared distance to the goal landmark."""
         goal = [inner.world.landmarks.index(landmark) for inner, landmark in zip(world.inners, cls.goals(world))]
-        dist2 = np.sum(np.square(world.agents[:, 1] - world.landmarks[np.arange(len(goal)), goal]), axis=-1)
+        dist2 = np.square(world.agents[:, 1] - world.landmarks[np.arange(len(goal)), goal]).sum(axis=-1)
         return np.repeat(-dist2[:, None], 2, axis=1)
 
     @classmethod
@@ -158,7 +160,7 @@ class SpeakerListener:
         """The speaker: its goal's colour; the listener: [velocity, landmarks - own, speaker's message]."""
         colours = np.array([landmark.color for landmark in cls.goals(world)], dtype=np.float64)
         landmarks = (world.landmarks - world.agents[:, 1, None]).reshape(len(world.inners), -1)
-        return [colours, np.concatenate([world.vel[:, 1], landmarks, world.comm[:, 0]], axis=1)]
+        return [colours.astype(np.float32), np.concatenate([world.vel[:, 1], landmarks, world.comm[:, 0]], axis=1).astype(np.float32)]
 
 
 def scenario_steps(inner: Any) -> type | None:
@@ -199,15 +201,16 @@ def step_copies(inners: list[Any], actions: np.ndarray) -> tuple[list[np.ndarray
     agents, n = world.agents, len(world.agents)
     pos = np.array([[e.state.p_pos for e in inner.world.agents + inner.world.landmarks] for inner in inners])
     vel = np.array([[a.state.p_vel for a in inner.world.agents] for inner in inners])
-    # _set_action and apply_action_force: a movable agent's action % 5 moves it, the rest is its message
-    force, comm = np.zeros((copies, n, world.dim_p)), np.zeros((copies, n, world.dim_c))
-    for i, agent in enumerate(agents):
-        action = actions[:, i]
-        if agent.movable:
-            force[:, i] = MOVES[action % len(MOVES)] * (SENSITIVITY if agent.accel is None else agent.accel)
-            action = action // len(MOVES)
-        if not agent.silent:
-            comm[np.arange(copies), i, action] = 1.0
+    # _set_action and apply_action_force: a movable agent's action % 5 moves it, the rest
+    # (action // 5; all of it for an agent that cannot move) is its message, if it speaks
+    movable = np.array([agent.movable for agent in agents])
+    sensitivity = np.array([SENSITIVITY if agent.accel is None else agent.accel for agent in agents])
+    force = MOVES[actions % len(MOVES)] * sensitivity[:, None]  # an immovable agent's row is never read
+    comm = np.zeros((copies, n, world.dim_c))
+    speaking = np.flatnonzero([not agent.silent for agent in agents])
+    if speaking.size:
+        message = np.where(movable, actions // len(MOVES), actions)
+        comm[np.arange(copies)[:, None], speaking, message[:, speaking]] = 1.0
     # apply_environment_force over the pairs a < b that collide (agents only: landmarks do not)
     k = world.contact_margin
     for a in range(n):
@@ -215,7 +218,7 @@ def step_copies(inners: list[Any], actions: np.ndarray) -> tuple[list[np.ndarray
             if not (agents[a].collide and agents[b].collide):
                 continue
             delta = pos[:, a] - pos[:, b]
-            dist = np.sqrt(np.sum(np.square(delta), axis=-1))[:, None]
+            dist = np.sqrt(np.square(delta).sum(axis=-1))[:, None]
             penetration = np.logaddexp(0, -(dist - (agents[a].size + agents[b].size)) / k) * k
             pushed = world.contact_force * delta / dist * penetration
             if agents[a].movable:
@@ -223,8 +226,8 @@ def step_copies(inners: list[Any], actions: np.ndarray) -> tuple[list[np.ndarray
             if agents[b].movable:
                 force[:, b] = -pushed + force[:, b]
     # integrate_state
-    moving = [i for i, agent in enumerate(agents) if agent.movable]
-    mass = np.array([agents[i].mass for i in moving])[:, None]
+    moving = slice(0, n) if movable.all() else np.flatnonzero(movable)  # a slice is a view: no copies
+    mass = np.array([agent.mass for agent in agents])[moving, None]
     pos[:, moving] = pos[:, moving] + vel[:, moving] * world.dt
     vel[:, moving] = vel[:, moving] * (1 - world.damping) + (force[:, moving] / mass) * world.dt
     state = Copies(inners, pos, vel, comm)
@@ -233,13 +236,13 @@ def step_copies(inners: list[Any], actions: np.ndarray) -> tuple[list[np.ndarray
     ratio = inners[0].local_ratio
     if ratio is not None:
         rewards = steps.global_reward(state)[:, None] * (1 - ratio) + rewards * ratio
-    observations = [o.astype(np.float32) for o in steps.observations(state)]
-    speaking = [i for i, agent in enumerate(agents) if not agent.silent]
+    observations = steps.observations(state)
     for c, inner in enumerate(inners):
-        for i in moving:
-            inner.world.agents[i].state.p_pos, inner.world.agents[i].state.p_vel = pos[c, i], vel[c, i]
-        for i in speaking:
-            inner.world.agents[i].state.c = comm[c, i]
+        for agent, p, v, message in zip(inner.world.agents, pos[c], vel[c], comm[c]):
+            if agent.movable:
+                agent.state.p_pos, agent.state.p_vel = p, v
+            if not agent.silent:
+                agent.state.c = message
         inner.current_actions = list(actions[c])
         inner.rewards = dict(zip(inner.rewards, rewards[c].tolist()))
         inner._cumulative_rewards = dict(inner.rewards)
