@@ -1,8 +1,8 @@
 """Multi-agent PPO on PettingZoo MPE: fastppo MAPPO and IPPO vs a random policy and vs a
 CleanRL-style IPPO (``reference_ippo.py``), same machine, same env-step budget, several seeds.
 
-    python multi_agent.py                                   # both tasks, seeds 1 2 3, 100k steps: 67 min on 2 shared cores
-    python multi_agent.py --tasks simple_spread_v3 --seeds 1 --total-timesteps 16000   # a quick check (~2-3 min)
+    python multi_agent.py                                   # both tasks, seeds 1 2 3, 100k steps: 10 min on 2 quiet cores
+    python multi_agent.py --tasks simple_spread_v3 --seeds 1 --total-timesteps 16000   # a quick check (~1 min)
 
 Tasks: ``simple_spread_v3`` (3 agents cover 3 landmarks; shared and collision rewards) and
 ``simple_speaker_listener_v4`` (a speaker that sees the goal's colour and only talks, a listener
