@@ -162,6 +162,20 @@ def test_train_eval_record_export_and_per_agent_logging(tmp_path, capsys):
     assert exported.tolist() == agent.act(rows, deterministic=True).tolist()
 
 
+def test_a_sisl_task_with_continuous_actions_trains_and_evaluates(tmp_path, capsys):
+    """multiwalker (3 walkers, Box actions, the team ends when one falls): the team and per-walker
+    returns are logged and the saved run evaluates."""
+    pytest.importorskip("pettingzoo.sisl")
+    run = tmp_path / "walkers"
+    argv = ["train", "pz:pettingzoo.sisl.multiwalker_v9", "--env-kwargs", '{"max_cycles": 60}', "--num-envs", "2", "--num-steps", "64", "--total-timesteps", "256"]
+    assert main([*argv, "--no-progress", "--no-tensorboard", "--run-dir", str(run)]) == 0
+    record = json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])
+    returns = [record[f"charts/agent_return/walker_{i}"] for i in range(3)]
+    assert record["charts/episodic_return"] == pytest.approx(sum(returns))
+    assert main(["eval", str(run), "--episodes", "2", "--seed", "0"]) == 0
+    assert "over 2 episodes" in capsys.readouterr().out
+
+
 def test_a_recurrent_shared_policy_trains_and_evaluates():
     config = relay_config(**{"policy.memory": "gru", "policy.memory_size": 8, "multi_agent.algorithm": "mappo"})
     agent = train(config)
