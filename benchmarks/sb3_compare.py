@@ -78,13 +78,13 @@ def zoo_cartpole() -> dict:
     return dict(ZOO_CARTPOLE, learning_rate=linear(1e-3), clip_range=linear(0.2))
 
 
-def fastppo_solve_config(seed: int, backend: str):
+def fastppo_solve_config(seed: int, backend: str, preset: str | None = None):
     from fastppo.api import make_config
 
-    return make_config("CartPole-v1", None, {"seed": seed, "checkpoint_every": 0, **({"backend": backend} if backend != "sync" else {})})
+    return make_config("CartPole-v1", preset, {"seed": seed, "checkpoint_every": 0, **({"backend": backend} if backend != "sync" else {})})
 
 
-def cold_child(library: str, seed: int, zoo_budget: int) -> dict:
+def cold_child(library: str, seed: int, zoo_budget: int, preset: str | None = None) -> dict:
     """Inside the fresh process: solve once; report wall-clock (epoch) times for the parent: when
     python, numpy and torch were up (this module imported), and when the run was solved."""
     started = time.time()
@@ -92,7 +92,7 @@ def cold_child(library: str, seed: int, zoo_budget: int) -> dict:
         torch.set_num_threads(1)  # as in the warm rows (fastppo's trainer sets its own default of 1)
         wall, steps, solved = sb3_run("CartPole-v1", 8, zoo_budget, solve=True, seed=seed, **zoo_cartpole())
     else:
-        run = run_fastppo(fastppo_solve_config(seed, library.split()[-1]), stop_when_solved=True)
+        run = run_fastppo(fastppo_solve_config(seed, library.split()[-1], preset), stop_when_solved=True)
         wall, steps, solved = run.wall_s, run.solved_steps or run.steps, run.solved_s
     # Both runners time from after their library's imports: place their clock on the epoch from
     # its end (now), so that the parent counts those imports too.
@@ -100,11 +100,11 @@ def cold_child(library: str, seed: int, zoo_budget: int) -> dict:
     return {"started": started, "solved": None if solved is None else run_start + solved, "steps": steps, "ended": time.time()}
 
 
-def cold_solve(library: str, seed: int, zoo_budget: int) -> tuple[float | None, float, int, float]:
+def cold_solve(library: str, seed: int, zoo_budget: int, preset: str | None = None) -> tuple[float | None, float, int, float]:
     """(seconds from launching a fresh python to solved or None, seconds until python, numpy
     and torch were up, steps, seconds until the run ended: solved or out of budget) for one
-    library and seed."""
-    command = [sys.executable, __file__, "--cold-child", library, "--seeds", str(seed), "--zoo-budget", str(zoo_budget)]
+    library and seed (fastppo: CartPole-v1's preset, or ``preset``)."""
+    command = [sys.executable, __file__, "--cold-child", library, "--seeds", str(seed), "--zoo-budget", str(zoo_budget), *(["--cold-preset", preset] if preset else [])]
     launch = time.time()
     out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
     child = json.loads(out.strip().splitlines()[-1])
@@ -123,9 +123,10 @@ def main() -> None:
     )
     parser.add_argument("--rows", nargs="+", choices=("sps", "solve", "cold"), default=["sps", "solve", "cold"], help="which measurements to run (default: all)")
     parser.add_argument("--cold-child", choices=COLD_LIBRARIES, help=argparse.SUPPRESS)  # one run in a fresh process (cold_solve)
+    parser.add_argument("--cold-preset", help=argparse.SUPPRESS)  # that run's fastppo preset
     args = parser.parse_args()
     if args.cold_child:
-        print(json.dumps(cold_child(args.cold_child, args.seeds[0], args.zoo_budget)), flush=True)
+        print(json.dumps(cold_child(args.cold_child, args.seeds[0], args.zoo_budget, args.cold_preset)), flush=True)
         return
     from fastppo.api import make_config
 

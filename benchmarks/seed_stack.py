@@ -5,11 +5,13 @@ after the other vs N SB3 rl-zoo runs, CartPole-v1, wall time until every seed is
     python benchmarks/seed_stack.py --seeds 8 --sb3-seeds 2 --single-seeds 8   # ~2 min
     python benchmarks/seed_stack.py --compile --threads 1 2   # a stack row per (compile, threads)
     python benchmarks/seed_stack.py --rows width         # seconds per seed-step vs stack width
+    python benchmarks/seed_stack.py --preset cleanrl-discrete --single-seeds 16   # CleanRL's ppo.py settings
 
 Rows ``solve``: every run is a fresh ``python`` process timed from its launch, start-up included,
 as a user meets it. A seed is solved when the mean of its last 20 episode returns reaches 475.
-The stack and the single runs train the same config, fastppo's ``CartPole-v1`` preset on tensor
-envs with its own budget (a stacked seed is its single run); the stack ends when its last seed is
+The stack and the single runs train the same config, fastppo's ``CartPole-v1`` preset (or
+``--preset``, e.g. ``cleanrl-discrete``: CleanRL's ppo.py settings) on tensor envs with its own
+budget (a stacked seed is its single run); the stack ends when its last seed is
 solved or the budget is spent, each single run and each SB3 run (rl-zoo's CartPole
 hyperparameters, 8 sync envs) when its seed is solved or its budget is spent, and the N runs'
 times add up, a run out of budget with its whole time (the table counts them). With
@@ -42,7 +44,7 @@ ZOO_BUDGET = 200_000
 WIDTH_PRESETS = {"CartPole-v1": None, "cleanrl-discrete": "cleanrl-discrete"}  # row label: preset
 
 
-def stack_child(seeds: int, compile: bool, threads: int) -> None:
+def stack_child(seeds: int, compile: bool, threads: int, preset: str | None) -> None:
     """Inside the fresh process: train seeds 1..N as one stack until all are solved or the budget
     is spent; print each seed's solve time (epoch seconds, None if unsolved), the steps per seed
     and the end time as JSON."""
@@ -52,7 +54,7 @@ def stack_child(seeds: int, compile: bool, threads: int) -> None:
     import fastppo.trainer as trainer
     from fastppo.api import make_config
 
-    config = make_config("CartPole-v1", None, {"backend": "tensor", "checkpoint_every": 0, "progress": False, "tensorboard": False, "compile": compile, "torch_threads": threads})
+    config = make_config("CartPole-v1", preset, {"backend": "tensor", "checkpoint_every": 0, "progress": False, "tensorboard": False, "compile": compile, "torch_threads": threads})
     per_seed = config.env.num_envs
     last20 = [deque(maxlen=20) for _ in range(seeds)]
     solved: list[float | None] = [None] * seeds
@@ -90,21 +92,21 @@ def stack_child(seeds: int, compile: bool, threads: int) -> None:
     print(json.dumps({"solved": solved, "steps": steps[0], "ended": time.time()}))
 
 
-def stacked(seeds: int, compile: bool, threads: int) -> tuple[float, list[float | None], int]:
+def stacked(seeds: int, compile: bool, threads: int, preset: str | None) -> tuple[float, list[float | None], int]:
     """(seconds from launch until every seed is solved or the budget is spent, each seed's solve
     seconds, steps per seed) of one stacked process."""
     launch = time.time()
-    command = [sys.executable, __file__, "--stack-child", str(seeds), "--threads", str(threads), *(["--compile"] if compile else [])]
+    command = [sys.executable, __file__, "--stack-child", str(seeds), "--threads", str(threads), *(["--compile"] if compile else []), *(["--preset", preset] if preset else [])]
     out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
     child = json.loads(out.strip().splitlines()[-1])
     times = [None if s is None else s - launch for s in child["solved"]]
     return child["ended"] - launch, times, child["steps"]
 
 
-def sequential(library: str, seeds: int) -> tuple[float, int, list[float | None]]:
+def sequential(library: str, seeds: int, preset: str | None) -> tuple[float, int, list[float | None]]:
     """(sum of the runs' seconds until solved or out of budget, unsolved runs, each run's solve
-    seconds) for seeds 1..``seeds``, one fresh process each."""
-    runs = [cold_solve(library, seed, ZOO_BUDGET) for seed in range(1, seeds + 1)]
+    seconds) for seeds 1..``seeds``, one fresh process each (fastppo's with ``preset``)."""
+    runs = [cold_solve(library, seed, ZOO_BUDGET, preset) for seed in range(1, seeds + 1)]
     times = [run[0] for run in runs]
     return sum(ended if solved is None else solved for solved, _, _, ended in runs), sum(t is None for t in times), times
 
@@ -142,20 +144,20 @@ def width_rows(widths: list[int], threads: list[int], steps: int) -> None:
             print(f"| {preset} | {'one per CPU' if n == 0 else n} | " + " | ".join(f"{c * 1e6:.2f} us" for c in cells) + f" | {cells[0] / cells[-1]:.2f}x |", flush=True)
 
 
-def solve_rows(n: int, compile: bool, threads: list[int], single_seeds: int | None, sb3_seeds: int) -> None:
-    print(f"\n## {n} CartPole-v1 seeds: wall time until all are solved (fresh processes, start-up included)")
+def solve_rows(n: int, compile: bool, threads: list[int], single_seeds: int | None, sb3_seeds: int, preset: str | None) -> None:
+    print(f"\n## {n} CartPole-v1 seeds, fastppo preset {preset or 'CartPole-v1'}: wall time until all are solved (fresh processes, start-up included)")
     stacks, rows = [], []
     for compiled in (False, True) if compile else (False,):
         for n_threads in threads:
             threads_label = "threads: one per CPU" if n_threads == 0 else f"{n_threads} thread{'s' if n_threads > 1 else ''}"
             name = "fastppo stacked (1 process" + (", --compile" if compiled else "") + f", {threads_label})"
-            seconds, times, steps = stacked(n, compiled, n_threads)
+            seconds, times, steps = stacked(n, compiled, n_threads, preset)
             unsolved = sum(t is None for t in times)
             print(f"{name}: {seconds:.1f} s ({steps} steps per seed; {unsolved} unsolved); first seed solved at {min(t for t in times if t):.1f} s", flush=True)
             stacks.append((name, seconds))
             rows.append((name, seconds, n, unsolved))
     for library, count in (("fastppo tensor", single_seeds or n), ("SB3 rl-zoo", sb3_seeds)):
-        total, failed, times = sequential(library, count)
+        total, failed, times = sequential(library, count, preset)
         scaled = total * n / count
         print(f"{library}, {count} sequential runs: {total:.1f} s ({failed} out of budget) -> {scaled:.1f} s for {n}", flush=True)
         scaling = "" if count == n else f" ({count} run{'s' if count > 1 else ''}, x{n / count:g})"
@@ -173,6 +175,7 @@ def main() -> None:
     parser.add_argument("--single-seeds", type=int, default=None, help="single fastppo runs to time (default N; fewer are scaled to N)")
     parser.add_argument("--sb3-seeds", type=int, default=8, help="SB3 runs to time (scaled to N)")
     parser.add_argument("--compile", action="store_true", help="also time the stack with --compile")
+    parser.add_argument("--preset", help="solve rows: fastppo's preset for the stack and the single runs (default: CartPole-v1's own)")
     parser.add_argument("--threads", type=int, nargs="+", default=[0], help="torch threads (a row each; default 0: fastppo's own choice, one per CPU for a stack, 1 for a single run)")
     parser.add_argument("--widths", type=int, nargs="+", default=[1, 8, 64], help="width rows: seeds per process (1: a single run)")
     parser.add_argument("--width-steps", type=int, default=32_768, help="width rows: steps per seed")
@@ -180,7 +183,7 @@ def main() -> None:
     parser.add_argument("--width-child", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.stack_child:
-        stack_child(args.stack_child, args.compile, args.threads[0])
+        stack_child(args.stack_child, args.compile, args.threads[0], args.preset)
         return
     if args.width_child:
         preset, seeds, threads, steps = args.width_child
@@ -190,7 +193,7 @@ def main() -> None:
     if "width" in args.rows:
         width_rows(args.widths, args.threads, args.width_steps)
     if "solve" in args.rows:
-        solve_rows(args.seeds, args.compile, args.threads, args.single_seeds, args.sb3_seeds)
+        solve_rows(args.seeds, args.compile, args.threads, args.single_seeds, args.sb3_seeds, args.preset)
     footer()
 
 
