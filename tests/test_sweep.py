@@ -3,6 +3,7 @@ trial becomes a preset that trains; the search space and its YAML override; the 
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import signal
 import subprocess
@@ -20,7 +21,7 @@ import fastppo.trainer
 from fastppo.api import make_config
 from fastppo.cli import main
 from fastppo.report import collect
-from fastppo.sweep import PRUNED_BECAUSE, PruningReport
+from fastppo.sweep import PRUNED_BECAUSE, PruningReport, open_storage
 from fastppo.sweep_space import DEFAULT_SPACE, load_space
 
 TINY = ["--num-envs", "2", "--num-steps", "64", "--total-timesteps", "512", "--no-tensorboard"]
@@ -30,6 +31,32 @@ FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 
 def study_trials(run_dir: Path) -> list[optuna.trial.FrozenTrial]:
     return optuna.load_study(study_name="CartPole-v1", storage=f"sqlite:///{run_dir.resolve()}/sweep.db").trials
+
+
+def ask_ten(url: str, out: multiprocessing.Queue) -> None:
+    """A worker process: the numbers of the next 10 trials it is handed."""
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    study = optuna.load_study(study_name="queue", storage=open_storage(url, 2))
+    out.put([study.ask().number for _ in range(10)])
+
+
+def test_workers_sharing_sqlite_are_each_handed_a_different_queued_trial(tmp_path):
+    """40 queued trials (as killed trials' retries are), 4 processes asking for 10 each at once:
+    40 different trials, all of the queued ones. On SQLite, which ignores SELECT ... FOR UPDATE,
+    optuna's own sessions handed the same trial to two workers (3 runs of 3 had duplicates)."""
+    url = f"sqlite:///{tmp_path}/sweep.db"
+    study = optuna.create_study(study_name="queue", storage=open_storage(url, 2))
+    for x in range(40):
+        study.enqueue_trial({"x": float(x)})
+    context = multiprocessing.get_context("spawn")
+    out = context.Queue()
+    workers = [context.Process(target=ask_ten, args=(url, out)) for _ in range(4)]
+    for worker in workers:
+        worker.start()
+    handed = [number for _ in workers for number in out.get(timeout=120)]
+    for worker in workers:
+        worker.join()
+    assert sorted(handed) == list(range(40))
 
 
 def test_four_trials_on_two_workers_write_a_preset_that_trains(tmp_path, capfd):

@@ -44,6 +44,7 @@ from typing import Any
 
 import numpy as np
 import optuna
+import sqlalchemy.event
 import sqlalchemy.exc
 import yaml
 from optuna.distributions import BaseDistribution, distribution_to_json
@@ -104,11 +105,35 @@ def open_storage(url: str, heartbeat: int) -> optuna.storages.RDBStorage:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ExperimentalWarning)  # heartbeats are 'experimental' since Optuna 2.9
-            return optuna.storages.RDBStorage(
+            storage = optuna.storages.RDBStorage(
                 url, engine_kwargs=engine, heartbeat_interval=heartbeat, grace_period=2 * heartbeat, heartbeat_stale_trial_callback=retry_stale_trial
             )
     except (sqlalchemy.exc.SQLAlchemyError, ImportError, ValueError) as exc:  # a bad URL, a missing driver, an unwritable file
         raise FastPPOError(f"cannot open --storage {url}: {str(exc).splitlines()[0]}") from None
+    if url.startswith("sqlite:"):
+        write_locked_transactions(storage.engine)
+    return storage
+
+
+def write_locked_transactions(engine: sqlalchemy.engine.Engine) -> None:
+    """Every transaction on this SQLite engine takes the database's write lock when it begins.
+
+    Optuna hands a queued trial (a killed trial's retry) to a worker by reading it WAITING and then
+    setting it RUNNING, with SELECT ... FOR UPDATE, which SQLite ignores; and Python's sqlite3
+    begins a transaction only at its first write. Two workers could then both read the trial
+    WAITING, both set it RUNNING, and both run it (the second's result refused: "Cannot tell a
+    COMPLETE trial"). Beginning with BEGIN IMMEDIATE makes the read and the write one locked step
+    (SQLAlchemy's recipe for pysqlite); other databases lock the row as asked."""
+
+    @sqlalchemy.event.listens_for(engine, "connect")
+    def own_transactions(dbapi_connection: Any, record: Any) -> None:
+        dbapi_connection.isolation_level = None  # sqlite3 issues no BEGIN of its own
+
+    @sqlalchemy.event.listens_for(engine, "begin")
+    def begin_locked(connection: Any) -> None:
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+    engine.dispose()  # connections opened while optuna made its tables get the two hooks when reopened
 
 
 def retry_stale_trial(study: optuna.Study, trial: FrozenTrial) -> None:
