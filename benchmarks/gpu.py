@@ -9,6 +9,10 @@
 2. HalfCheetah-v5 with CleanRL's ppo_continuous_action defaults (the cleanrl-continuous preset):
    SPS eager against --compile --cudagraphs, same machine, same run (target: >= 2.7x, LeanRL's ratio
    over CleanRL).
+3. Seeds at once: fastppo's CartPole-v1 preset on tensor envs as one single run and as a stack of
+   ``--seeds`` seeds (1 024 by default: ``fastppo train CartPole-v1 --backend tensor --seeds
+   1-1024``) on the device, a short budget per seed, seconds per seed-step from the trainer's call
+   (CUDA start-up included on both sides) and their ratio.
 
 SPS is the steady state: steps over the time from the end of the third rollout to the end of the
 run, so that torch.compile's compilation and the CUDA-graph captures (first iterations) are left
@@ -18,6 +22,9 @@ out; the wall time from the call, which includes them, is printed beside it.
 from __future__ import annotations
 
 import argparse
+import time
+from pathlib import Path
+from tempfile import mkdtemp
 
 import torch
 
@@ -42,11 +49,26 @@ def measure(label: str, env_id: str, preset: str | None, overrides: dict) -> flo
     return sps
 
 
+def seconds_per_seed_step(device: str, seeds: int, steps: int) -> tuple[float, float]:
+    """(single run, stack of ``seeds``) seconds per seed-step of ``steps`` steps per seed."""
+    from fastppo.trainer import train, train_seed_stack
+
+    overrides = {"backend": "tensor", "device": device, "checkpoint_every": 0, "progress": False, "tensorboard": False, "total_timesteps": steps}
+    config = make_config("CartPole-v1", None, overrides)
+    start = time.perf_counter()
+    train(config)
+    single = (time.perf_counter() - start) / steps
+    start = time.perf_counter()
+    train_seed_stack(config, list(range(1, seeds + 1)), Path(mkdtemp()))
+    return single, (time.perf_counter() - start) / (seeds * steps)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--quick", action="store_true", help="smaller budgets (checks the script)")
     parser.add_argument("--halfcheetah", default="HalfCheetah-v5")
+    parser.add_argument("--seeds", type=int, default=1024, help="the stack of seeds' width (8 with --quick)")
     args = parser.parse_args()
     graphs = args.device.startswith("cuda")  # CUDA graphs exist only there
     torch.optim.Adam([torch.nn.Parameter(torch.zeros(1))])  # one-off torch.optim import, out of the timings
@@ -67,6 +89,12 @@ def main() -> None:
     label = "--compile --cudagraphs" if graphs else "--compile"
     faster = measure(label, args.halfcheetah, "cleanrl-continuous", {**cheetah, **fast})
     print(f"{label} / eager: {faster / eager:.2f}x (target >= 2.7x on a GPU)")
+
+    seeds = 8 if args.quick else args.seeds
+    steps = 8192 if args.quick else 16_384
+    print(f"\n## seeds at once: CartPole-v1 preset on tensor envs, {steps} steps per seed, single run vs a stack of {seeds}")
+    single, stacked = seconds_per_seed_step(args.device, seeds, steps)
+    print(f"single run {single * 1e6:.2f} us per step; stack {stacked * 1e6:.3f} us per seed-step ({1 / stacked:.0f} seed-steps/s); single / stack {single / stacked:.1f}x", flush=True)
     footer()
 
 
