@@ -448,7 +448,8 @@ def touching(env):
 def test_mpe_copies_stepped_at_once_equal_their_own_steps(task, env_kwargs, algorithm):
     """fastppo.envs.mpe.step_copies against each copy's own mpe2 step, through the agent rows,
     over several episodes of 6 copies (random actions: spread's agents collide now and then; the
-    speaker's 3 actions padded to the listener's 5): the same rows, rewards, flags, live rows,
+    speaker's 3 actions padded to the listener's 5; one copy out of step with the others, so that
+    some steps batch 5 copies while the sixth ends or resets): the same rows, rewards, flags, live rows,
     action masks and episodes at every step, and the same positions, velocities, messages and
     AEC bookkeeping left in every copy."""
     overrides = {"num_envs": 6, "env_kwargs": json.dumps(env_kwargs), "multi_agent.algorithm": algorithm, "multi_agent.pad": True}
@@ -458,18 +459,20 @@ def test_mpe_copies_stepped_at_once_equal_their_own_steps(task, env_kwargs, algo
     own._batched = None
     allowed = torch.ones(len(own.agents), own.single_action_space.n) if own.spaces.padding_mask is None else torch.as_tensor(own.spaces.padding_mask, dtype=torch.float32)
     generator = torch.Generator().manual_seed(0)
-    collisions, stepped = 0, 0
+    collisions, stepped, mixed = 0, 0, False
     for env in (batched, own):
         env.reset(seed=4)
+        env.envs[0].unwrapped.steps = 3  # copy 0 ends its episodes 3 steps before the others: mixed steps
     for _ in range(3 * (env_kwargs["max_cycles"] + 1)):
         action = torch.multinomial(allowed.repeat(6, 1), 1, generator=generator).squeeze(1)
-        stepped += len(batched._batched_copies(action.numpy().reshape(6, -1)))
+        at_once = len(batched._batched_copies(action.numpy().reshape(6, -1)))
+        stepped, mixed = stepped + at_once, mixed or 0 < at_once < 6
         for x, y in zip(batched.step(action), own.step(action)):
             assert (x is None and y is None) or torch.equal(x, y)
         for x, y in zip(batched.envs, own.envs):
             assert world_state(x) == world_state(y)
         collisions += sum(touching(env) for env in own.envs)
-    assert stepped >= 6 * 3 * (env_kwargs["max_cycles"] - 2)
+    assert stepped >= 6 * 3 * (env_kwargs["max_cycles"] - 3) and mixed
     assert collisions > 0 or task != "simple_spread_v3"
     assert batched.pop_episodes() == own.pop_episodes()
 
