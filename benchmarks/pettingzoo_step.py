@@ -2,7 +2,7 @@
 own ``parallel_env.step`` vs fastppo's direct MPE step (``fastppo.envs.mpe.parallel_step``), on
 bare copies (observations concatenated) and through ``PettingZooVecEnv`` (torch rows in and out,
 the trainer's path), there also with the copies stepped all at once
-(``fastppo.envs.mpe.step_copies``, fastppo's default for both tasks), and the same rows on
+(``fastppo.envs.mpe.BatchedWorlds``, fastppo's default for both tasks), and the same rows on
 ``--backend async`` (the copies split among this process and worker processes, one per CPU). The variants take turns in one process, round after
 round, so that the load of a shared machine touches them alike; CPU time (the workers' included)
 is the steadier measure of work, wall time the one that async can improve.

@@ -446,7 +446,7 @@ def touching(env):
     ids=["spread", "spread-N4-local0.25", "spread-curriculum-stage0", "speaker-listener"],
 )
 def test_mpe_copies_stepped_at_once_equal_their_own_steps(task, env_kwargs, algorithm):
-    """fastppo.envs.mpe.step_copies against each copy's own mpe2 step, through the agent rows,
+    """fastppo.envs.mpe.BatchedWorlds against each copy's own mpe2 step, through the agent rows,
     over several episodes of 6 copies (random actions: spread's agents collide now and then; the
     speaker's 3 actions padded to the listener's 5; one copy out of step with the others, so that
     some steps batch 5 copies while the sixth ends or resets): the same rows, rewards, flags, live rows,
@@ -502,7 +502,7 @@ def sample(rng, space):
 
 
 def test_training_on_mpe_is_bit_identical_with_the_direct_step(tmp_path, monkeypatch):
-    """Same seed, with and without fastppo.envs.mpe's shortcuts (parallel_step, step_copies):
+    """Same seed, with and without fastppo.envs.mpe's shortcuts (parallel_step, BatchedWorlds):
     the same metrics and weights."""
     import fastppo.envs.mpe
 

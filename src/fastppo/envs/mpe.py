@@ -9,7 +9,7 @@ steps the agents one at a time through both wrappers, whose every attribute read
 throw it away: half of simple_spread's step time. ``SimpleEnv.observe`` and ``state`` call the
 scenario's ``observation`` (pure in every mpe2 scenario), so neither shortcut changes a value.
 
-On simple_spread and simple_speaker_listener ``step_copies`` goes further: it computes the world
+On simple_spread and simple_speaker_listener ``BatchedWorlds`` goes further: it computes the world
 step, rewards and observations of all copies at once with numpy, the same operations in the same
 order as mpe2's per-entity Python (so the same float64 values, bit for bit), for every step that
 does not end an episode; the last step of an episode and the resets still run mpe2's own code.
@@ -83,13 +83,12 @@ SENSITIVITY = 5.0  # SimpleEnv._set_action's for agents without their own ``acce
 
 class Copies:
     """The world state of several copies after a step's physics, with a leading copies axis:
-    ``pos`` [copies, entities, 2] (agents, then landmarks), ``vel`` [copies, agents, 2] and the
-    agents' messages ``comm`` [copies, agents, dim_c]."""
+    ``vel`` [copies, agents, 2], ``agents``' and ``landmarks``' positions [copies, ., 2] and the
+    agents' messages ``comm`` [copies, agents, dim_c]; ``worlds`` holds their tasks' constants."""
 
-    def __init__(self, inners: list[Any], pos: np.ndarray, vel: np.ndarray, comm: np.ndarray):
-        self.inners, self.vel, self.comm = inners, vel, comm
-        self.n = vel.shape[1]
-        self.agents, self.landmarks = pos[:, : self.n], pos[:, self.n :]
+    def __init__(self, worlds: BatchedWorlds, inners: list[Any], pos: np.ndarray, vel: np.ndarray, comm: np.ndarray):
+        self.worlds, self.inners, self.vel, self.comm = worlds, inners, vel, comm
+        self.agents, self.landmarks = pos[:, : worlds.n], pos[:, worlds.n :]
 
 
 def distances(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -117,19 +116,18 @@ class Spread:
 
     @staticmethod
     def rewards(world: Copies) -> np.ndarray:
-        """Minus each agent's collisions with the others (none in curriculum stage 0)."""
-        scenario, agents = world.inners[0].scenario, world.inners[0].world.agents
+        """Minus each agent's collisions with the others (none in curriculum stage 0, which the
+        scenario may leave during a run: read at every step)."""
+        scenario, worlds = world.inners[0].scenario, world.worlds
         if scenario.curriculum and not scenario.CURRICULUM_STAGES[scenario.curriculum_stage]["collision_penalty"]:
-            return np.zeros((len(world.inners), world.n))
-        sizes = np.array([a.size for a in agents])
-        touching = distances(world.agents[:, :, None], world.agents[:, None, :]) < sizes[:, None] + sizes[None, :]
-        return 0.0 - (touching & ~np.eye(world.n, dtype=bool)).sum(axis=2)
+            return np.zeros((len(world.inners), worlds.n))
+        touching = distances(world.agents[:, :, None], world.agents[:, None, :]) < worlds.reach
+        return 0.0 - (touching & worlds.others).sum(axis=2)
 
     @staticmethod
     def observations(world: Copies) -> list[np.ndarray]:
         """[own velocity, own position, landmarks - own, other agents - own, their (silent) messages]."""
-        n, copies = world.n, len(world.inners)
-        others = ~np.eye(n, dtype=bool)
+        n, copies, others = world.worlds.n, len(world.inners), world.worlds.others
         landmarks = (world.landmarks[:, None] - world.agents[:, :, None]).reshape(copies, n, -1)
         agents = (world.agents[:, None] - world.agents[:, :, None])[:, others].reshape(copies, n, -1)
         comms = np.zeros((copies, n, (n - 1) * world.comm.shape[2]))  # the others' messages: silent agents
@@ -175,9 +173,9 @@ def scenario_steps(inner: Any) -> type | None:
 
 
 def batched_env(env: Any) -> Any | None:
-    """The mpe2 ``SimpleEnv`` inside ``env`` when ``step_copies`` may step it: simple_spread
+    """The mpe2 ``SimpleEnv`` inside ``env`` when ``BatchedWorlds`` may step it: simple_spread
     (full observations, no early end) or simple_speaker_listener as their modules build them, with
-    discrete actions and no benchmark data, in a world whose physics ``step_copies`` mirrors
+    discrete actions and no benchmark data, in a world whose physics ``BatchedWorlds.step`` mirrors
     (agents without scripts, noise or speed limit; landmarks that neither move nor collide);
     None otherwise."""
     inner = simple_env(env)
@@ -187,64 +185,91 @@ def batched_env(env: Any) -> Any | None:
     return inner if agents and all(not lm.movable and not lm.collide for lm in inner.world.landmarks) else None
 
 
-def step_copies(inners: list[Any], actions: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
-    """One step of copies of one task (``batched_env``'s, built alike, every agent playing a valid
-    discrete action, none at its last step) with ``actions`` [copies, agents]: each agent's
-    observations [copies, size] (float32) and the rewards [copies, agents] (float64), the values
-    ``parallel_step`` returns, and each copy left in the state its own step leaves (positions,
-    velocities, messages, AEC bookkeeping).
+class BatchedWorlds:
+    """The copies of one MPE task (``batched_env``'s, built alike by one module and its kwargs)
+    that ``step`` advances together, with their world's constants read once."""
 
-    Each line mirrors mpe2 (``SimpleEnv._execute_world_step``/``_set_action``, ``World.step``,
-    the scenario's rewards and observations) with a leading copies axis; sums over entities keep
-    mpe2's order, since float addition is not associative."""
-    world, copies = inners[0].world, len(inners)
-    agents, n = world.agents, len(world.agents)
-    pos = np.array([[e.state.p_pos for e in inner.world.agents + inner.world.landmarks] for inner in inners])
-    vel = np.array([[a.state.p_vel for a in inner.world.agents] for inner in inners])
-    # _set_action and apply_action_force: a movable agent's action % 5 moves it, the rest
-    # (action // 5; all of it for an agent that cannot move) is its message, if it speaks
-    movable = np.array([agent.movable for agent in agents])
-    sensitivity = np.array([SENSITIVITY if agent.accel is None else agent.accel for agent in agents])
-    force = MOVES[actions % len(MOVES)] * sensitivity[:, None]  # an immovable agent's row is never read
-    comm = np.zeros((copies, n, world.dim_c))
-    speaking = np.flatnonzero([not agent.silent for agent in agents])
-    if speaking.size:
-        message = np.where(movable, actions // len(MOVES), actions)
-        comm[np.arange(copies)[:, None], speaking, message[:, speaking]] = 1.0
-    # apply_environment_force over the pairs a < b that collide (agents only: landmarks do not)
-    k = world.contact_margin
-    for a in range(n):
-        for b in range(a + 1, n):
-            if not (agents[a].collide and agents[b].collide):
-                continue
+    def __init__(self, inners: list[Any]):
+        self.inners = inners
+        self.scenario = scenario_steps(inners[0])
+        world = inners[0].world
+        agents = world.agents
+        self.n = len(agents)
+        self.action_counts = np.array([int(inners[0].action_space(agent.name).n) for agent in agents])
+        self.movable = np.array([agent.movable for agent in agents])
+        self.moving = slice(0, self.n) if self.movable.all() else np.flatnonzero(self.movable)  # a slice is a view: no copies
+        self.sensitivity = np.array([SENSITIVITY if agent.accel is None else agent.accel for agent in agents])[:, None]
+        self.speaking = np.flatnonzero([not agent.silent for agent in agents])
+        self.mass = np.array([agent.mass for agent in agents])[self.moving, None]
+        # apply_environment_force's colliding pairs a < b (only agents collide here), in its order
+        self.pairs = [(a, b, agents[a].size + agents[b].size) for a in range(self.n) for b in range(a + 1, self.n) if agents[a].collide and agents[b].collide]
+        sizes = np.array([agent.size for agent in agents])
+        self.reach = sizes[:, None] + sizes[None, :]  # is_collision's distance, pair by pair
+        self.others = ~np.eye(self.n, dtype=bool)
+        self.dim_c, self.dt, self.damping = world.dim_c, world.dt, world.damping
+        self.contact_force, self.contact_margin = world.contact_force, world.contact_margin
+        self.local_ratio = inners[0].local_ratio
+
+    @classmethod
+    def of(cls, envs: list[Any]) -> BatchedWorlds | None:
+        """The copies ``envs`` as one batch, or None unless ``batched_env`` takes every one."""
+        inners = [batched_env(env) for env in envs]
+        return cls(inners) if all(inner is not None for inner in inners) else None
+
+    def playable(self, actions: np.ndarray) -> np.ndarray:
+        """[copies] whether ``step`` may take each copy now: every agent playing an action of its
+        own space at a step that does not end the episode (that one, the resets and bad actions
+        take mpe2's own step)."""
+        valid = ((actions >= 0) & (actions < self.action_counts)).all(axis=1)
+        return valid & np.array([inner.steps + 1 < inner.max_cycles and len(inner.agents) == self.n for inner in self.inners])
+
+    def step(self, copies: np.ndarray, actions: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
+        """One step of the copies at indices ``copies`` (``playable``) with discrete ``actions``
+        [copies, agents]: each agent's observations [copies, size] (float32) and the rewards
+        [copies, agents] (float64), the values ``parallel_step`` returns, and each copy left in the
+        state its own step leaves (positions, velocities, messages, AEC bookkeeping).
+
+        Each line mirrors mpe2 (``SimpleEnv._execute_world_step``/``_set_action``, ``World.step``,
+        the scenario's rewards and observations) with a leading copies axis; sums over entities
+        keep mpe2's order, since float addition is not associative."""
+        inners, k = [self.inners[c] for c in copies], len(copies)
+        pos = np.array([[e.state.p_pos for e in inner.world.agents + inner.world.landmarks] for inner in inners])
+        vel = np.array([[a.state.p_vel for a in inner.world.agents] for inner in inners])
+        # _set_action and apply_action_force: a movable agent's action % 5 moves it, the rest
+        # (action // 5; all of it for an agent that cannot move) is its message, if it speaks
+        force = MOVES[actions % len(MOVES)] * self.sensitivity  # an immovable agent's row is never read
+        comm = np.zeros((k, self.n, self.dim_c))
+        if self.speaking.size:
+            message = np.where(self.movable, actions // len(MOVES), actions)
+            comm[np.arange(k)[:, None], self.speaking, message[:, self.speaking]] = 1.0
+        # apply_environment_force, pair by pair in mpe2's order
+        margin = self.contact_margin
+        for a, b, reach in self.pairs:
             delta = pos[:, a] - pos[:, b]
             dist = np.sqrt(np.square(delta).sum(axis=-1))[:, None]
-            penetration = np.logaddexp(0, -(dist - (agents[a].size + agents[b].size)) / k) * k
-            pushed = world.contact_force * delta / dist * penetration
-            if agents[a].movable:
+            penetration = np.logaddexp(0, -(dist - reach) / margin) * margin
+            pushed = self.contact_force * delta / dist * penetration
+            if self.movable[a]:
                 force[:, a] = pushed + force[:, a]
-            if agents[b].movable:
+            if self.movable[b]:
                 force[:, b] = -pushed + force[:, b]
-    # integrate_state
-    moving = slice(0, n) if movable.all() else np.flatnonzero(movable)  # a slice is a view: no copies
-    mass = np.array([agent.mass for agent in agents])[moving, None]
-    pos[:, moving] = pos[:, moving] + vel[:, moving] * world.dt
-    vel[:, moving] = vel[:, moving] * (1 - world.damping) + (force[:, moving] / mass) * world.dt
-    state = Copies(inners, pos, vel, comm)
-    steps = scenario_steps(inners[0])
-    rewards = steps.rewards(state)
-    ratio = inners[0].local_ratio
-    if ratio is not None:
-        rewards = steps.global_reward(state)[:, None] * (1 - ratio) + rewards * ratio
-    observations = steps.observations(state)
-    for c, inner in enumerate(inners):
-        for agent, p, v, message in zip(inner.world.agents, pos[c], vel[c], comm[c]):
-            if agent.movable:
-                agent.state.p_pos, agent.state.p_vel = p, v
-            if not agent.silent:
-                agent.state.c = message
-        inner.current_actions = list(actions[c])
-        inner.rewards = dict(zip(inner.rewards, rewards[c].tolist()))
-        inner._cumulative_rewards = dict(inner.rewards)
-        inner.steps += 1
-    return observations, rewards
+        # integrate_state
+        moving = self.moving
+        pos[:, moving] = pos[:, moving] + vel[:, moving] * self.dt
+        vel[:, moving] = vel[:, moving] * (1 - self.damping) + (force[:, moving] / self.mass) * self.dt
+        state = Copies(self, inners, pos, vel, comm)
+        rewards = self.scenario.rewards(state)
+        if self.local_ratio is not None:
+            rewards = self.scenario.global_reward(state)[:, None] * (1 - self.local_ratio) + rewards * self.local_ratio
+        observations = self.scenario.observations(state)
+        for c, inner in enumerate(inners):
+            for agent, p, v, message in zip(inner.world.agents, pos[c], vel[c], comm[c]):
+                if agent.movable:
+                    agent.state.p_pos, agent.state.p_vel = p, v
+                if not agent.silent:
+                    agent.state.c = message
+            inner.current_actions = list(actions[c])
+            inner.rewards = dict(zip(inner.rewards, rewards[c].tolist()))
+            inner._cumulative_rewards = dict(inner.rewards)
+            inner.steps += 1
+        return observations, rewards

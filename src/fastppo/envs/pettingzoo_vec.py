@@ -182,14 +182,14 @@ class AgentSpaces:
             rows[:, : self.state_size] = np.asarray(env.state(), dtype=np.float32).ravel() if self.env_state else rows[:, own].ravel()
         return masks
 
-    def rows_of_arrays(self, observations: list[np.ndarray], rows: np.ndarray) -> None:
-        """Fills blank ``rows`` [copies, agents, width] from each agent's flat float32
-        observations [copies, size], for copies whose state, if the rows hold one, is those
-        concatenated (``state_from_observations``)."""
+    def rows_of_arrays(self, observations: list[np.ndarray], rows: np.ndarray, copies: np.ndarray) -> None:
+        """Fills the blank ``rows`` [all copies, agents, width] of ``copies`` from each agent's
+        flat float32 observations [copies, size], for copies whose state, if the rows hold one, is
+        those concatenated (``state_from_observations``)."""
         for i, observation in enumerate(observations):
-            rows[:, i, self.state_size : self.state_size + observation.shape[1]] = observation
+            rows[copies, i, self.state_size : self.state_size + observation.shape[1]] = observation
         if self.state_size:
-            rows[:, :, : self.state_size] = np.concatenate(observations, axis=1)[:, None]
+            rows[copies, :, : self.state_size] = np.concatenate(observations, axis=1)[:, None]
 
 
 class PettingZooVecEnv(HostCopies):
@@ -215,11 +215,9 @@ class PettingZooVecEnv(HostCopies):
         self._masked: bool | None = None
         # mpe2 envs step without PettingZoo's per-agent AEC round trip (fastppo.envs.mpe: same values)
         self._direct = [mpe.simple_env(env) is not None for env in self.envs]
-        # simple_spread's and speaker-listener's copies step all at once (mpe.step_copies: same values)
-        batched = [mpe.batched_env(env) for env in self.envs]
+        # simple_spread's and speaker-listener's copies step all at once (mpe.BatchedWorlds: same values)
         rows_ok = not self.spaces.state_size or self.spaces.state_from_observations
-        self._batched = batched if rows_ok and all(inner is not None for inner in batched) else None
-        self._action_counts = np.array([int(self.envs[0].action_space(a).n) for a in self.agents]) if self._batched else None
+        self._batched = mpe.BatchedWorlds.of(self.envs) if rows_ok else None
         self._blank = self.spaces.blank_rows(len(self.envs))
 
     def _new_rows(self) -> np.ndarray:
@@ -269,10 +267,8 @@ class PettingZooVecEnv(HostCopies):
         live = np.ones((len(self.envs), n), dtype=bool)
         batched = self._batched_copies(host)
         if batched.size:
-            observations, rewards = mpe.step_copies([self._batched[c] for c in batched], host[batched])
-            block = self._blank[batched]
-            self.spaces.rows_of_arrays(observations, block)
-            rows[batched], reward[batched] = block, rewards
+            observations, reward[batched] = self._batched.step(batched, host[batched])
+            self.spaces.rows_of_arrays(observations, rows, batched)
             self._returns[batched] += reward[batched]
             self._lengths[batched] += 1
         stepped = set(batched.tolist())
@@ -304,15 +300,10 @@ class PettingZooVecEnv(HostCopies):
         return rows.reshape(self.num_envs, -1), reward.ravel(), terminated.ravel(), truncated.ravel(), self._join(tuple(all_masks)), live.ravel()
 
     def _batched_copies(self, host: np.ndarray) -> np.ndarray:
-        """The copies ``mpe.step_copies`` steps now: those whose agents all play actions of
-        their own spaces at a step that does not end their episode (that one, the resets and
-        bad actions take mpe2's own step)."""
+        """The copies ``mpe.BatchedWorlds`` steps now (``playable`` ones not about to reset)."""
         if self._batched is None or host.dtype.kind not in "iu":
             return np.empty(0, dtype=int)
-        valid = ((host >= 0) & (host < self._action_counts)).all(axis=1)
-        return np.flatnonzero(
-            [valid[c] and not self._finished[c] and inner.steps + 1 < inner.max_cycles and len(inner.agents) == len(self.agents) for c, inner in enumerate(self._batched)]
-        )
+        return np.flatnonzero(self._batched.playable(host) & ~self._finished)
 
     def pop_finished(self) -> list[FinishedEpisode]:
         """The episodes that ended since the last call, in the order they ended."""
