@@ -11,8 +11,8 @@
    over CleanRL).
 3. Seeds at once: fastppo's CartPole-v1 preset on tensor envs as one single run and as a stack of
    ``--seeds`` seeds (1 024 by default: ``fastppo train CartPole-v1 --backend tensor --seeds
-   1-1024``) on the device, a short budget per seed, seconds per seed-step from the trainer's call
-   (CUDA start-up included on both sides) and their ratio.
+   1-1024``) on the device, a short budget per seed: seed_stack.py's width rows (each a fresh
+   process; seconds per seed-step from the trainer's call) and their ratio.
 
 SPS is the steady state: steps over the time from the end of the third rollout to the end of the
 run, so that torch.compile's compilation and the CUDA-graph captures (first iterations) are left
@@ -22,13 +22,11 @@ out; the wall time from the call, which includes them, is printed beside it.
 from __future__ import annotations
 
 import argparse
-import time
-from pathlib import Path
-from tempfile import mkdtemp
 
 import torch
 
 from common import RunResult, footer, header, run_fastppo
+from seed_stack import width_rows
 from fastppo.api import make_config
 
 WARMUP_ROLLOUTS = 3
@@ -47,20 +45,6 @@ def measure(label: str, env_id: str, preset: str | None, overrides: dict) -> flo
     sps = steady_sps(run, config.batch_size)
     print(f"{label:44} {run.steps:9d} steps, wall {run.wall_s:7.1f} s, steady {sps:10.0f} SPS, last-20 return {run.last20:.1f}", flush=True)
     return sps
-
-
-def seconds_per_seed_step(device: str, seeds: int, steps: int) -> tuple[float, float]:
-    """(single run, stack of ``seeds``) seconds per seed-step of ``steps`` steps per seed."""
-    from fastppo.trainer import train, train_seed_stack
-
-    overrides = {"backend": "tensor", "device": device, "checkpoint_every": 0, "progress": False, "tensorboard": False, "total_timesteps": steps}
-    config = make_config("CartPole-v1", None, overrides)
-    start = time.perf_counter()
-    train(config)
-    single = (time.perf_counter() - start) / steps
-    start = time.perf_counter()
-    train_seed_stack(config, list(range(1, seeds + 1)), Path(mkdtemp()))
-    return single, (time.perf_counter() - start) / (seeds * steps)
 
 
 def main() -> None:
@@ -90,11 +74,7 @@ def main() -> None:
     faster = measure(label, args.halfcheetah, "cleanrl-continuous", {**cheetah, **fast})
     print(f"{label} / eager: {faster / eager:.2f}x (target >= 2.7x on a GPU)")
 
-    seeds = 8 if args.quick else args.seeds
-    steps = 8192 if args.quick else 16_384
-    print(f"\n## seeds at once: CartPole-v1 preset on tensor envs, {steps} steps per seed, single run vs a stack of {seeds}")
-    single, stacked = seconds_per_seed_step(args.device, seeds, steps)
-    print(f"single run {single * 1e6:.2f} us per step; stack {stacked * 1e6:.3f} us per seed-step ({1 / stacked:.0f} seed-steps/s); single / stack {single / stacked:.1f}x", flush=True)
+    width_rows([1, 8 if args.quick else args.seeds], [0], 8192 if args.quick else 16_384, args.device, ["CartPole-v1"])
     footer()
 
 

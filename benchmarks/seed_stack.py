@@ -111,7 +111,7 @@ def sequential(library: str, seeds: int, preset: str | None) -> tuple[float, int
     return sum(ended if solved is None else solved for solved, _, _, ended in runs), sum(t is None for t in times), times
 
 
-def width_child(preset: str, seeds: int, threads: int, steps: int) -> None:
+def width_child(preset: str, seeds: int, threads: int, steps: int, device: str) -> None:
     """Inside the fresh process: train ``steps`` per seed as one single run (``seeds`` 1) or a
     stack; print the seconds from the trainer's call to its end."""
     from pathlib import Path
@@ -120,7 +120,7 @@ def width_child(preset: str, seeds: int, threads: int, steps: int) -> None:
     import fastppo.trainer as trainer
     from fastppo.api import make_config
 
-    overrides = {"backend": "tensor", "checkpoint_every": 0, "progress": False, "tensorboard": False, "total_timesteps": steps, "torch_threads": threads}
+    overrides = {"backend": "tensor", "device": device, "checkpoint_every": 0, "progress": False, "tensorboard": False, "total_timesteps": steps, "torch_threads": threads}
     config = make_config("CartPole-v1", WIDTH_PRESETS[preset], overrides)
     start = time.perf_counter()
     if seeds == 1:
@@ -130,15 +130,15 @@ def width_child(preset: str, seeds: int, threads: int, steps: int) -> None:
     print(json.dumps({"seconds": time.perf_counter() - start}))
 
 
-def width_rows(widths: list[int], threads: list[int], steps: int) -> None:
-    print(f"\n## seconds per seed-step, {steps} steps per seed, start-up left out (lower is better)")
+def width_rows(widths: list[int], threads: list[int], steps: int, device: str = "cpu", presets: list[str] = list(WIDTH_PRESETS)) -> None:
+    print(f"\n## seconds per seed-step on {device}, {steps} steps per seed, start-up left out (lower is better)")
     print("| settings | torch threads | " + " | ".join("single run" if w == 1 else f"stack of {w}" for w in widths) + f" | {widths[0]} / {widths[-1]} seeds |")
     print("|---|--:|" + "--:|" * len(widths) + "--:|")
-    for preset in WIDTH_PRESETS:
+    for preset in presets:
         for n in threads:  # 0: fastppo's default
             cells = []
             for width in widths:
-                command = [sys.executable, __file__, "--width-child", preset, str(width), str(n), str(steps)]
+                command = [sys.executable, __file__, "--width-child", preset, str(width), str(n), str(steps), device]
                 out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
                 cells.append(json.loads(out.strip().splitlines()[-1])["seconds"] / (width * steps))
             print(f"| {preset} | {'one per CPU' if n == 0 else n} | " + " | ".join(f"{c * 1e6:.2f} us" for c in cells) + f" | {cells[0] / cells[-1]:.2f}x |", flush=True)
@@ -180,14 +180,14 @@ def main() -> None:
     parser.add_argument("--widths", type=int, nargs="+", default=[1, 8, 64], help="width rows: seeds per process (1: a single run)")
     parser.add_argument("--width-steps", type=int, default=32_768, help="width rows: steps per seed")
     parser.add_argument("--stack-child", type=int, help=argparse.SUPPRESS)
-    parser.add_argument("--width-child", nargs=4, help=argparse.SUPPRESS)
+    parser.add_argument("--width-child", nargs=5, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.stack_child:
         stack_child(args.stack_child, args.compile, args.threads[0], args.preset)
         return
     if args.width_child:
-        preset, seeds, threads, steps = args.width_child
-        width_child(preset, int(seeds), int(threads), int(steps))
+        preset, seeds, threads, steps, device = args.width_child
+        width_child(preset, int(seeds), int(threads), int(steps), device)
         return
     header("fastppo: many CartPole-v1 seeds in one process")
     if "width" in args.rows:
