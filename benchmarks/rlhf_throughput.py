@@ -122,6 +122,8 @@ def main() -> None:
     parser.add_argument("--vllm", action="store_true", help="also generate with --generator vllm's engine (a CUDA GPU and fastppo[vllm]) and print the ratio")
     parser.add_argument("--batch", type=int, default=len(PROMPTS), help="prompts per generate call in the generate columns (the prompts repeated)")
     args = parser.parse_args()
+    if args.batch < 1:
+        parser.error(f"--batch must be at least 1, got {args.batch}")
     from transformers.utils import logging as hf_logging
 
     from fastppo.errors import FastPPOError

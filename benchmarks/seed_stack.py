@@ -38,6 +38,8 @@ from collections import deque
 import numpy as np
 
 from common import SOLVED_RETURN, footer, header
+from fastppo.api import make_config
+from fastppo.errors import FastPPOError
 from sb3_compare import cold_solve
 
 ZOO_BUDGET = 200_000
@@ -52,7 +54,6 @@ def stack_child(seeds: int, compile: bool, threads: int, preset: str | None) -> 
     from tempfile import mkdtemp
 
     import fastppo.trainer as trainer
-    from fastppo.api import make_config
 
     config = make_config("CartPole-v1", preset, {"backend": "tensor", "checkpoint_every": 0, "progress": False, "tensorboard": False, "compile": compile, "torch_threads": threads})
     per_seed = config.env.num_envs
@@ -118,7 +119,6 @@ def width_child(preset: str, seeds: int, threads: int, steps: int, device: str) 
     from tempfile import mkdtemp
 
     import fastppo.trainer as trainer
-    from fastppo.api import make_config
 
     overrides = {"backend": "tensor", "device": device, "checkpoint_every": 0, "progress": False, "tensorboard": False, "total_timesteps": steps, "torch_threads": threads}
     config = make_config("CartPole-v1", WIDTH_PRESETS[preset], overrides)
@@ -189,6 +189,10 @@ def main() -> None:
         preset, seeds, threads, steps, device = args.width_child
         width_child(preset, int(seeds), int(threads), int(steps), device)
         return
+    try:
+        make_config("CartPole-v1", args.preset)  # a bad --preset: one line here, not a child's traceback
+    except FastPPOError as exc:
+        parser.error(str(exc))
     header("fastppo: many CartPole-v1 seeds in one process")
     if "width" in args.rows:
         width_rows(args.widths, args.threads, args.width_steps)

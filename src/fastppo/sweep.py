@@ -100,8 +100,9 @@ class Interrupted(Exception):
 
 def open_storage(url: str, heartbeat: int) -> optuna.storages.RDBStorage:
     """The study's database, with heartbeats that let a killed worker's trial be failed and retried."""
+    sqlite = url.startswith("sqlite:")
     # SQLite locks the whole file per write: wait for the other workers rather than fail at once.
-    engine = {"connect_args": {"timeout": 60}} if url.startswith("sqlite:") else None
+    engine = {"connect_args": {"timeout": 60}} if sqlite else None
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ExperimentalWarning)  # heartbeats are 'experimental' since Optuna 2.9
@@ -110,7 +111,7 @@ def open_storage(url: str, heartbeat: int) -> optuna.storages.RDBStorage:
             )
     except (sqlalchemy.exc.SQLAlchemyError, ImportError, ValueError) as exc:  # a bad URL, a missing driver, an unwritable file
         raise FastPPOError(f"cannot open --storage {url}: {str(exc).splitlines()[0]}") from None
-    if url.startswith("sqlite:"):
+    if sqlite:
         write_locked_transactions(storage.engine)
     return storage
 
