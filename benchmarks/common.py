@@ -81,6 +81,8 @@ class RunResult:
     last20: float = float("nan")
     rollout_ends: list[float] = field(default_factory=list)
     """Seconds from the call at which each rollout's episodes were collected."""
+    timings: list[dict[str, float]] = field(default_factory=list)
+    """Each logged iteration's ``time/*`` split (policy, env, copy, update seconds), without the prefix."""
 
     @property
     def sps(self) -> float:
@@ -125,7 +127,7 @@ def run_fastppo(config: Config, stop_when_solved: bool = False, threshold: float
 
     trainer.make_vec_env = watched
     try:
-        trainer.train(config)
+        trainer.train(config, on_iteration=lambda _, metrics: result.timings.append({k[5:]: v for k, v in metrics.items() if k.startswith("time/")}))
     except Solved:
         pass
     finally:

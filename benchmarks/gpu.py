@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 
+import numpy as np
 import torch
 
 from common import RunResult, footer, header, run_fastppo
@@ -44,6 +45,10 @@ def measure(label: str, env_id: str, preset: str | None, overrides: dict) -> flo
     run = run_fastppo(config)
     sps = steady_sps(run, config.batch_size)
     print(f"{label:44} {run.steps:9d} steps, wall {run.wall_s:7.1f} s, steady {sps:10.0f} SPS, last-20 return {run.last20:.1f}", flush=True)
+    steady = run.timings[WARMUP_ROLLOUTS:]
+    if steady:  # where an iteration's time goes, to tell a rollout-bound run from an update-bound one
+        split = ", ".join(f"{name} {np.mean([t[name] for t in steady]) * 1e3:.1f}" for name in steady[0])
+        print(f"{'':44} ms per iteration: {split}", flush=True)
     return sps
 
 
@@ -52,6 +57,7 @@ def main() -> None:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--quick", action="store_true", help="smaller budgets (checks the script)")
     parser.add_argument("--halfcheetah", default="HalfCheetah-v5")
+    parser.add_argument("--halfcheetah-steps", type=int, default=102_400, help="its budget per run (10 240 with --quick)")
     parser.add_argument("--seeds", type=int, default=1024, help="the stack of seeds' width (8 with --quick)")
     args = parser.parse_args()
     graphs = args.device.startswith("cuda")  # CUDA graphs exist only there
@@ -67,7 +73,7 @@ def main() -> None:
         print(f"--cudagraphs / eager: {graphed / eager:.2f}x; best {max(eager, graphed):.0f} SPS (target >= 1M)")
 
     print(f"\n## {args.halfcheetah}, CleanRL's ppo_continuous_action defaults (1 env x 2048, 10 epochs x 32 minibatches)")
-    cheetah = dict(device=args.device, total_timesteps=10_240 if args.quick else 102_400)
+    cheetah = dict(device=args.device, total_timesteps=10_240 if args.quick else args.halfcheetah_steps)
     eager = measure("eager", args.halfcheetah, "cleanrl-continuous", cheetah)
     fast = {"compile": True, "cudagraphs": graphs}
     label = "--compile --cudagraphs" if graphs else "--compile"

@@ -46,7 +46,7 @@ ZOO_BUDGET = 200_000
 WIDTH_PRESETS = {"CartPole-v1": None, "cleanrl-discrete": "cleanrl-discrete"}  # row label: preset
 
 
-def stack_child(seeds: int, compile: bool, threads: int, preset: str | None) -> None:
+def stack_child(seeds: int, compile: bool, threads: int, preset: str | None, device: str) -> None:
     """Inside the fresh process: train seeds 1..N as one stack until all are solved or the budget
     is spent; print each seed's solve time (epoch seconds, None if unsolved), the steps per seed
     and the end time as JSON."""
@@ -55,7 +55,7 @@ def stack_child(seeds: int, compile: bool, threads: int, preset: str | None) -> 
 
     import fastppo.trainer as trainer
 
-    config = make_config("CartPole-v1", preset, {"backend": "tensor", "checkpoint_every": 0, "progress": False, "tensorboard": False, "compile": compile, "torch_threads": threads})
+    config = make_config("CartPole-v1", preset, {"backend": "tensor", "device": device, "checkpoint_every": 0, "progress": False, "tensorboard": False, "compile": compile, "torch_threads": threads})
     per_seed = config.env.num_envs
     last20 = [deque(maxlen=20) for _ in range(seeds)]
     solved: list[float | None] = [None] * seeds
@@ -93,11 +93,11 @@ def stack_child(seeds: int, compile: bool, threads: int, preset: str | None) -> 
     print(json.dumps({"solved": solved, "steps": steps[0], "ended": time.time()}))
 
 
-def stacked(seeds: int, compile: bool, threads: int, preset: str | None) -> tuple[float, list[float | None], int]:
+def stacked(seeds: int, compile: bool, threads: int, preset: str | None, device: str) -> tuple[float, list[float | None], int]:
     """(seconds from launch until every seed is solved or the budget is spent, each seed's solve
     seconds, steps per seed) of one stacked process."""
     launch = time.time()
-    command = [sys.executable, __file__, "--stack-child", str(seeds), "--threads", str(threads), *(["--compile"] if compile else []), *(["--preset", preset] if preset else [])]
+    command = [sys.executable, __file__, "--stack-child", str(seeds), "--threads", str(threads), *(["--compile"] if compile else []), *(["--preset", preset] if preset else []), "--device", device]
     out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
     child = json.loads(out.strip().splitlines()[-1])
     times = [None if s is None else s - launch for s in child["solved"]]
@@ -144,19 +144,21 @@ def width_rows(widths: list[int], threads: list[int], steps: int, device: str = 
             print(f"| {preset} | {'one per CPU' if n == 0 else n} | " + " | ".join(f"{c * 1e6:.2f} us" for c in cells) + f" | {cells[0] / cells[-1]:.2f}x |", flush=True)
 
 
-def solve_rows(n: int, compile: bool, threads: list[int], single_seeds: int | None, sb3_seeds: int, preset: str | None) -> None:
-    print(f"\n## {n} CartPole-v1 seeds, fastppo preset {preset or 'CartPole-v1'}: wall time until all are solved (fresh processes, start-up included)")
+def solve_rows(n: int, compile: bool, threads: list[int], single_seeds: int | None, sb3_seeds: int, preset: str | None, device: str) -> None:
+    print(f"\n## {n} CartPole-v1 seeds, fastppo preset {preset or 'CartPole-v1'}, the stack on {device}: wall time until all are solved (fresh processes, start-up included)")
     stacks, rows = [], []
     for compiled in (False, True) if compile else (False,):
         for n_threads in threads:
             threads_label = "threads: one per CPU" if n_threads == 0 else f"{n_threads} thread{'s' if n_threads > 1 else ''}"
             name = "fastppo stacked (1 process" + (", --compile" if compiled else "") + f", {threads_label})"
-            seconds, times, steps = stacked(n, compiled, n_threads, preset)
+            seconds, times, steps = stacked(n, compiled, n_threads, preset, device)
             unsolved = sum(t is None for t in times)
             print(f"{name}: {seconds:.1f} s ({steps} steps per seed; {unsolved} unsolved); first seed solved at {min(t for t in times if t):.1f} s", flush=True)
             stacks.append((name, seconds))
             rows.append((name, seconds, n, unsolved))
     for library, count in (("fastppo tensor", single_seeds or n), ("SB3 rl-zoo", sb3_seeds)):
+        if count == 0:  # --sb3-seeds 0: SB3 left out (e.g. not installed)
+            continue
         total, failed, times = sequential(library, count, preset)
         scaled = total * n / count
         print(f"{library}, {count} sequential runs: {total:.1f} s ({failed} out of budget) -> {scaled:.1f} s for {n}", flush=True)
@@ -173,7 +175,8 @@ def main() -> None:
     parser.add_argument("--rows", nargs="+", choices=("solve", "width"), default=["solve"], help="which measurements to run (default: solve)")
     parser.add_argument("--seeds", type=int, default=64, help="seeds in the stack (N)")
     parser.add_argument("--single-seeds", type=int, default=None, help="single fastppo runs to time (default N; fewer are scaled to N)")
-    parser.add_argument("--sb3-seeds", type=int, default=8, help="SB3 runs to time (scaled to N)")
+    parser.add_argument("--sb3-seeds", type=int, default=8, help="SB3 runs to time (scaled to N; 0: none)")
+    parser.add_argument("--device", default="cpu", help="the stack's torch device (width rows: every row's; the solve rows' single runs stay on the CPU)")
     parser.add_argument("--compile", action="store_true", help="also time the stack with --compile")
     parser.add_argument("--preset", help="solve rows: fastppo's preset for the stack and the single runs (default: CartPole-v1's own)")
     parser.add_argument("--threads", type=int, nargs="+", default=[0], help="torch threads (a row each; default 0: fastppo's own choice, one per CPU for a stack, 1 for a single run)")
@@ -183,7 +186,7 @@ def main() -> None:
     parser.add_argument("--width-child", nargs=5, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.stack_child:
-        stack_child(args.stack_child, args.compile, args.threads[0], args.preset)
+        stack_child(args.stack_child, args.compile, args.threads[0], args.preset, args.device)
         return
     if args.width_child:
         preset, seeds, threads, steps, device = args.width_child
@@ -195,9 +198,9 @@ def main() -> None:
         parser.error(str(exc))
     header("fastppo: many CartPole-v1 seeds in one process")
     if "width" in args.rows:
-        width_rows(args.widths, args.threads, args.width_steps)
+        width_rows(args.widths, args.threads, args.width_steps, args.device)
     if "solve" in args.rows:
-        solve_rows(args.seeds, args.compile, args.threads, args.single_seeds, args.sb3_seeds, args.preset)
+        solve_rows(args.seeds, args.compile, args.threads, args.single_seeds, args.sb3_seeds, args.preset, args.device)
     footer()
 
 
