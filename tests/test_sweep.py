@@ -222,7 +222,8 @@ def test_an_exception_from_on_iteration_ends_the_run_with_its_envs_closed(tmp_pa
         (["--trials", "2", "--seed", "3"], None, "drop --seed"),
         (["--trials", "2", "--seeds", "2-1"], None, "runs backwards"),
         (["--trials", "2", "--sampler-seed", "-1"], None, "--sampler-seed must be in [0, 4294967295]"),
-        (["--trials", "0"], None, "no study 'CartPole-v1'"),
+        (["--trials", "0"], None, "no sweep in sweep (no sweep.db there)"),
+        (["--trials", "0", "--storage", "sqlite:///other.db"], None, "no study 'CartPole-v1' in sqlite:///other.db"),
         (["--trials", "2", "--storage", "nosuchdb://x"], None, "cannot open --storage nosuchdb://x"),
         (["--trials", "2", "--space", "missing.yaml"], None, "cannot read --space missing.yaml"),
         (["--trials", "2"], "ppo: {num_steps: {float: [16, 64]}}", "ppo.num_steps is an integer"),
@@ -243,6 +244,8 @@ def test_bad_sweep_input_is_one_line_and_exit_2(argv, space, message, tmp_path, 
     assert main(["sweep", "CartPole-v1", *argv, *TINY, "--run-dir", "sweep"]) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
+    if argv == ["--trials", "0"]:
+        assert not Path("sweep").exists()  # nothing made for a sweep that is not there
 
 
 def test_a_missing_sweep_extra_is_one_line(capsys, monkeypatch):
