@@ -111,11 +111,14 @@ def test_dpo_follows_the_lr_schedule(tiny_model, tmp_path) -> None:
 
 
 def test_wandb_offline_run_holds_the_metrics_and_samples(tiny_model, tmp_path, monkeypatch) -> None:
-    pytest.importorskip("wandb")
+    wandb = pytest.importorskip("wandb")
     monkeypatch.setenv("WANDB_MODE", "offline")  # no network, no account: the run is written locally
     monkeypatch.setenv("WANDB_SILENT", "true")
     cfg = _monitored(tiny_model, tmp_path / "my-run", steps=2, sample_every=1, num_samples=2)
     history = train(replace(cfg, run=replace(cfg.run, report_to="wandb", wandb_project="fastppo-test")), early_letters, PROMPTS)
+    # W&B's service process writes the run's log: finish() can return before it is on disk (CI once
+    # read only its 8-byte header). Ending the service, as a process exit does, flushes it.
+    wandb.teardown()
     run_id = (tmp_path / "my-run" / "wandb-run-id").read_text()
     [folder] = (tmp_path / "my-run" / "wandb").glob(f"offline-run-*-{run_id}")
     records = (folder / f"run-{run_id}.wandb").read_bytes()
