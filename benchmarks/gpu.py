@@ -8,7 +8,8 @@
    >= 1M SPS on a GPU).
 2. HalfCheetah-v5 with CleanRL's ppo_continuous_action defaults (the cleanrl-continuous preset):
    SPS eager against --compile --cudagraphs, same machine, same run (target: >= 2.7x, LeanRL's ratio
-   over CleanRL).
+   over CleanRL), and the same run eager on the machine's CPU (on an H200 the GPU lost to 2 CPU
+   cores here: 849 vs 1 743 SPS).
 3. Seeds at once: fastppo's CartPole-v1 preset on tensor envs as one single run and as a stack of
    ``--seeds`` seeds (1 024 by default: ``fastppo train CartPole-v1 --backend tensor --seeds
    1-1024``) on the device, a short budget per seed: seed_stack.py's width rows (each a fresh
@@ -79,6 +80,9 @@ def main() -> None:
     label = "--compile --cudagraphs" if graphs else "--compile"
     faster = measure(label, args.halfcheetah, "cleanrl-continuous", {**cheetah, **fast})
     print(f"{label} / eager: {faster / eager:.2f}x (target >= 2.7x on a GPU)")
+    if graphs:  # one env and small MLPs: is the GPU worth it at all? The same run on this machine's CPU
+        cpu = measure("eager on the CPU", args.halfcheetah, "cleanrl-continuous", {**cheetah, "device": "cpu"})
+        print(f"best on {args.device} / CPU eager: {max(eager, faster) / cpu:.2f}x")
 
     width_rows([1, 8 if args.quick else args.seeds], [0], 8192 if args.quick else 16_384, args.device, ["CartPole-v1"])
     footer()

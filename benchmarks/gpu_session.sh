@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# The GPU checks of a session lent a device machine, as one call of the device tool's `run`
+# (it starts bare, with torch, transformers and pytest but no gymnasium, MuJoCo or ALE, and no
+# package registry). First, here, download the wheels it lacks (CPython 3.12 there):
+#
+#   echo /.whl/ >> .git/info/exclude
+#   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+#     --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
+#     -d .whl gymnasium==1.4.0 farama-notifications==0.0.6 mujoco==3.3.7 glfw==2.11.0 pyopengl==3.1.10 ale-py==0.12.1
+#
+# then run `bash benchmarks/gpu_session.sh [STAGE...]` there with carry [".whl"] (14 MB; EnvPool's
+# wheel and assets, 115 MB, exceed what a call carries). Stages: tests gpu seeds atari rlhf (all by
+# default). 2026-11-26 on an H200 they took 95, 202 (before gpu.py's CPU row), 190, 38 and 29 s:
+# near one call's 10-minute limit, so split them over two calls on the warm machine if need be.
+# Each stage runs under its own timeout and writes its log to $OUT: one failure leaves the others.
+# Leave MUJOCO_GL unset: with =egl, `import mujoco` fails there (no libEGL in the image).
+set -o pipefail
+export PYTHONUNBUFFERED=1
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 9
+export PYTHONPATH=/tmp/site:$PWD/src:$PWD
+OUT=${OUT:-/tmp/gpu_session}
+mkdir -p "$OUT"
+
+STAGES=" ${*:-tests gpu seeds atari rlhf} "
+
+stage() {
+  local name=$1 limit=$2
+  shift 2
+  [[ $STAGES == *" $name "* ]] || return 0
+  echo "=== $name (limit ${limit}s) $(date +%T)"
+  local t0=$SECONDS
+  timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
+  echo "=== $name rc=$? in $((SECONDS - t0))s"
+  tail -n 40 "$OUT/$name.log"
+}
+
+nvidia-smi -L
+stage tests 150 python3 -m pytest -q -rs -p no:cacheprovider --timeout 100 tests/test_cuda_graphs.py tests/test_optim.py \
+  "tests/test_tensor_envs.py::test_cuda_steps_without_host_sync_and_matches_cpu" \
+  "tests/test_compile.py::test_inductor_compiled_run_matches_eager_on_first_update"
+cd benchmarks || exit 1
+stage gpu 300 python3 gpu.py --halfcheetah-steps 40960
+stage seeds 240 python3 seed_stack.py --seeds 1024 --device cuda --single-seeds 2 --sb3-seeds 0
+stage atari 90 python3 atari.py --games BreakoutNoFrameskip-v4 --backend async --device cuda --total-timesteps 65536
+stage rlhf 90 python3 rlhf_throughput.py --device cuda --steps 3
