@@ -79,3 +79,20 @@ def test_compile_flag_on_a_stack_of_seeds(eager_backend, tmp_path):
     for seed in (3, 5):
         eager, compiled = ({k: json.loads((tmp_path / name / f"seed_{seed}" / "metrics.jsonl").read_text().splitlines()[0])[k] for k in LOSSES} for name in ("eager", "compiled"))
         assert compiled == pytest.approx(eager, rel=1e-5, abs=1e-6)
+
+
+def test_compile_on_the_cpu_keeps_an_mlps_merged_rollout_forward_and_compiles_the_rest():
+    """On the CPU the merged eager forward beats the compiled one (benchmarks/README.md, --compile):
+    --compile leaves an MLP's rollout forward merged; a policy without one is compiled."""
+    import gymnasium as gym
+
+    from fastppo.config import PolicyConfig
+    from fastppo.policies import ActorCritic
+    from fastppo.policies.fused import FusedActorCritic
+    from fastppo.rollout import PolicyStep
+
+    obs, actions = gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2)
+    assert isinstance(PolicyStep(ActorCritic(obs, actions), compile=True).act, FusedActorCritic)
+    recurrent = ActorCritic(obs, actions, PolicyConfig(memory="gru", memory_size=8))  # no merged forward
+    assert not isinstance(PolicyStep(recurrent, compile=True).act, FusedActorCritic)
+    assert PolicyStep(recurrent, compile=False).act == recurrent.act

@@ -157,7 +157,7 @@ class RunConfig:
     torch_deterministic: bool = True
     """Use deterministic torch algorithms (cudnn)."""
     compile: bool = False
-    """torch.compile the rollout's policy forward and the update's loss (first iterations pay the compile time; see benchmarks/README.md)."""
+    """torch.compile the update's loss, and the rollout's policy forward except an MLP's on the CPU, whose merged eager forward is faster (first iterations pay the compile time; see benchmarks/README.md)."""
     cudagraphs: bool = False
     """Capture the update step and the rollout's policy forward in CUDA graphs (needs --device cuda)."""
     tensorboard: bool = True
