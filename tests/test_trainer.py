@@ -133,3 +133,25 @@ def test_reset_rows_are_masked_out():
     assert float(scaler.return_rms.count) == pytest.approx(int(buf.valid.sum()), abs=1e-3) and not buf.valid.all()
     assert len(envs.pop_episodes().returns) == int(done.sum())
     envs.close()
+
+
+def test_a_gpu_note_for_an_mlp_on_host_envs_and_none_where_a_gpu_pays():
+    import gymnasium as gym
+
+    from fastppo.config import EnvConfig
+    from fastppo.envs import make_vec_env
+    from fastppo.envs.tensor import make_tensor_env
+    from fastppo.policies import ActorCritic
+    from fastppo.trainer import gpu_note
+
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")  # device objects only: no GPU needed
+    host = make_vec_env(EnvConfig(env_id="CartPole-v1", num_envs=2, backend="sync"), cpu)
+    try:
+        mlp = ActorCritic(host.single_observation_space, host.single_action_space)
+        assert "--device cpu" in gpu_note(cuda, host, mlp) and "2 host envs" in gpu_note(cuda, host, mlp)
+        assert gpu_note(cpu, host, mlp) is None
+        cnn = ActorCritic(gym.spaces.Box(0, 255, (4, 84, 84), np.uint8), host.single_action_space)
+        assert gpu_note(cuda, host, cnn) is None
+    finally:
+        host.close()
+    assert gpu_note(cuda, make_tensor_env("CartPole-v1", 4), mlp) is None

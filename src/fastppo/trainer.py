@@ -31,6 +31,8 @@ from fastppo.errors import FastPPOError
 from fastppo.loading import absolute_spec
 from fastppo.logger import RunLogger
 from fastppo.outputs import output_dir
+from fastppo.policies import ActorCritic
+from fastppo.policies.mlp_autograd import mlp_layers
 from fastppo.profiling import SectionTimer
 from fastppo.rollout import EnvCursor, ObservationNormalizer, PolicyStep, RolloutBuffer, collect_rollout
 from fastppo.seed_stack import (
@@ -86,6 +88,18 @@ def resolve_device(name: str) -> torch.device:
     if device.type == "cuda" and not torch.cuda.is_available():
         raise FastPPOError("--device cuda asked for, but torch sees no CUDA GPU: use --device cpu")
     return device
+
+
+def gpu_note(device: torch.device, envs: Any, policy: torch.nn.Module) -> str | None:
+    """A hint when a GPU trains an MLP policy on envs that step on the host: every rollout step is
+    then a few tiny kernels and a round trip to the device, and the CPU is often faster (measured,
+    benchmarks/README.md "GPU figures"). Tensor envs, CNNs and stacks of seeds are what a GPU pays for."""
+    if device.type != "cuda" or not isinstance(envs, HostCopies) or not isinstance(policy, ActorCritic) or mlp_layers(policy.actor_encoder) is None:
+        return None
+    return (
+        f"[yellow]note:[/] an MLP policy on {envs.num_envs} host env{'s' if envs.num_envs > 1 else ''} may train faster with --device cpu "
+        "(HalfCheetah with CleanRL's defaults: 592 SPS on an H200, 1 743 on 2 CPU cores); a GPU pays for --backend tensor, CNN policies and --seeds"
+    )
 
 
 def check_finite(metrics: dict[str, float], agent: Agent, optimizer: torch.optim.Optimizer, iteration: int, global_step: int) -> None:
@@ -364,6 +378,9 @@ def train_rank(
     monitors = [HealthMonitor() for _ in monitor_labels]  # one per seed of a stack: each run's own warnings
     if isinstance(envs, HostCopies):
         envs.timer = timer  # numpy-backed envs time their host<->device copies ("copy")
+    note = gpu_note(device, envs, agent.policy)
+    if note is not None:
+        logger.message(note)
     # Opt-in speed layers (--compile, --cudagraphs); eager by default.
     policy_step = PolicyStep(agent.policy, config.run.compile, config.run.cudagraphs)
     update_step = MinibatchStep(agent.policy, state.optimizer, cfg, config.run.compile, config.run.cudagraphs, world)
