@@ -33,6 +33,18 @@ def study_trials(run_dir: Path) -> list[optuna.trial.FrozenTrial]:
     return optuna.load_study(study_name="CartPole-v1", storage=f"sqlite:///{run_dir.resolve()}/sweep.db").trials
 
 
+def run_sweep(command: list[str], timeout: float = 300) -> subprocess.CompletedProcess:
+    """``command`` (a sweep) to its end; past ``timeout``, its workers are killed with it (a plain
+    ``subprocess.run`` kills only the command and leaves them running after the test)."""
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True) as process:
+        try:
+            stdout, stderr = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            raise
+    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
+
+
 def ask_ten(url: str, out: multiprocessing.Queue) -> None:
     """A worker process: the numbers of the next 10 trials it is handed."""
     optuna.logging.set_verbosity(optuna.logging.ERROR)
@@ -113,7 +125,7 @@ def test_a_killed_sweep_continues_and_retries_the_killed_trials(tmp_path):
     killed = {t.number for t in study_trials(sweep) if t.state == TrialState.RUNNING}  # left running by the kill
     assert killed, f"the sweep ended before a kill caught a trial running: {(tmp_path / 'first.log').read_text()}"
 
-    rerun = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    rerun = run_sweep(command)
     assert rerun.returncode == 0, rerun.stderr
     trials = study_trials(sweep)
     story = f"killed {killed}; trials {[(t.number, t.state.name, t.system_attrs) for t in trials]}; rerun: {rerun.stdout}"
@@ -127,6 +139,23 @@ def test_a_killed_sweep_continues_and_retries_the_killed_trials(tmp_path):
     assert retried, story
     assert all(retries[n].params.items() >= next(t.params for t in trials if t.number == n).items() and not (sweep / f"trial_{n}").exists() for n in retried)
     assert (sweep / "best.yaml").exists()
+
+
+@pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")  # retried_trial_number
+def test_a_trial_its_worker_left_without_a_heartbeat_is_queued_again(tmp_path):
+    """A worker killed between creating its trial and recording the trial's first heartbeat leaves
+    it RUNNING with no heartbeat, which optuna's stale check passes over: a CI run's continued
+    sweep waited for such a trial for ever. ``study.ask()`` leaves a trial in that state."""
+    sweep = tmp_path / "sweep"
+    command = [*CONSOLE, "sweep", "CartPole-v1", "--workers", "1", "--seeds", "1", "--heartbeat", "1", *TINY, "--run-dir", str(sweep)]
+    assert run_sweep([*command, "--trials", "1"]).returncode == 0
+    orphan = optuna.load_study(study_name="CartPole-v1", storage=f"sqlite:///{sweep.resolve()}/sweep.db").ask().number
+    rerun = run_sweep([*command, "--trials", "2"], timeout=120)
+    assert rerun.returncode == 0, rerun.stderr
+    trials = study_trials(sweep)
+    assert [t.state for t in trials] == [TrialState.COMPLETE, TrialState.FAIL, TrialState.COMPLETE]
+    assert f"fastppo: trial {orphan}: its worker stopped (no heartbeat); queued again" in rerun.stdout
+    assert RetryHeartbeatStaleTrialCallback.retried_trial_number(trials[2]) == orphan
 
 
 def test_a_space_file_replaces_the_default(tmp_path):

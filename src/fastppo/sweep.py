@@ -44,6 +44,7 @@ from typing import Any
 
 import numpy as np
 import optuna
+import sqlalchemy
 import sqlalchemy.event
 import sqlalchemy.exc
 import yaml
@@ -146,6 +147,32 @@ def retry_stale_trial(study: optuna.Study, trial: FrozenTrial) -> None:
     print(f"fastppo: trial {trial.number}: its worker stopped (no heartbeat); {'queued again' if retried else f'given up after {MAX_RETRY} retries'}", flush=True)
 
 
+def fail_orphaned_trials(study: optuna.Study, storage: optuna.storages.RDBStorage, suspects: set[int]) -> set[int]:
+    """Fail and queue again the trials whose worker died before their first heartbeat.
+
+    Optuna's stale check (``fail_stale_trials``) looks only at trials that have a heartbeat: a
+    worker killed between creating its trial and recording the first one leaves that trial RUNNING
+    for ever, and the workers of a continued sweep wait for it. A live worker records the first
+    heartbeat milliseconds after creating its trial, so a trial found RUNNING without one at two
+    checks in a row (a wait apart) is an orphan: it is failed and queued again, as a stale one is.
+    Returns this check's heartbeat-less trials: the ``suspects`` of the next. ``storage`` is the
+    study's database (``open_storage``)."""
+    query = sqlalchemy.text(
+        "SELECT trials.trial_id FROM trials LEFT JOIN trial_heartbeats ON trial_heartbeats.trial_id = trials.trial_id "
+        "WHERE trials.study_id = :study AND trials.state = 'RUNNING' AND trial_heartbeats.trial_id IS NULL"
+    )
+    with storage.engine.connect() as connection:
+        found = {row[0] for row in connection.execute(query, {"study": study._study_id})}
+    for trial_id in sorted(found & suspects):
+        try:
+            failed = storage.set_trial_state_values(trial_id, state=TrialState.FAIL)
+        except optuna.exceptions.UpdateFinishedTrialError:  # another worker failed it first
+            continue
+        if failed:
+            retry_stale_trial(study, copy.deepcopy(storage.get_trial(trial_id)))
+    return found
+
+
 def settings(sweep: Sweep) -> dict[str, Any]:
     """What makes a study the same experiment, as stored with it."""
     config = {f"{s}.{k}": v for s, values in sweep.base.to_dict().items() for k, v in values.items() if f"{s}.{k}" not in NOT_HYPERPARAMETERS}
@@ -153,11 +180,11 @@ def settings(sweep: Sweep) -> dict[str, Any]:
     return json.loads(json.dumps(record))  # tuples become lists, as the database gives them back
 
 
-def open_study(sweep: Sweep, create: bool, sampler: optuna.samplers.BaseSampler | None = None) -> optuna.Study:
-    """The sweep's study: created (or continued) with ``create``, else loaded; its stored settings
-    must be this sweep's."""
+def open_study(sweep: Sweep, create: bool, sampler: optuna.samplers.BaseSampler | None = None, storage: optuna.storages.RDBStorage | None = None) -> optuna.Study:
+    """The sweep's study in ``storage`` (by default ``open_storage`` of the sweep's URL): created
+    (or continued) with ``create``, else loaded; its stored settings must be this sweep's."""
     optuna.logging.set_verbosity(optuna.logging.ERROR)  # fastppo prints one line per trial itself
-    storage = open_storage(sweep.storage, sweep.heartbeat)
+    storage = storage or open_storage(sweep.storage, sweep.heartbeat)
     pruner = optuna.pruners.MedianPruner(n_startup_trials=5, n_warmup_steps=sweep.base.ppo.total_timesteps // 3)
     try:
         if create:
@@ -209,13 +236,16 @@ def run_worker(sweep: Sweep, index: int, started: int) -> None:
     # Seeded per worker (else parallel workers draw the same start-up trials) and per re-run
     # (else a continued sweep redraws the first trials' values).
     seed = int(np.random.SeedSequence([sweep.sampler_seed, started, index]).generate_state(1)[0])
-    study = open_study(sweep, create=False, sampler=optuna.samplers.TPESampler(seed=seed))
+    storage = open_storage(sweep.storage, sweep.heartbeat)
+    study = open_study(sweep, create=False, sampler=optuna.samplers.TPESampler(seed=seed), storage=storage)
     objective = functools.partial(run_trial, sweep=sweep)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ExperimentalWarning)  # as fail_stale_trials is
+        suspects: set[int] = set()
         try:
             while True:
                 optuna.storages.fail_stale_trials(study)  # a killed worker's trials, also while this one waits
+                suspects = fail_orphaned_trials(study, storage, suspects)  # and those killed before their first heartbeat
                 states = Counter(t.state for t in study.get_trials(deepcopy=False))
                 finished = states[TrialState.COMPLETE] + states[TrialState.PRUNED]
                 if finished >= sweep.n_trials:
