@@ -68,3 +68,20 @@ def test_normaliser_is_frozen_at_evaluation(cheetah_run):
     env.close()
     for key, value in agent.obs_rms.state_dict().items():
         torch.testing.assert_close(value, before[key])
+
+
+def test_a_mujoco_gl_backend_that_cannot_load_is_a_one_line_error(tmp_path):
+    """MuJoCo loads MUJOCO_GL's renderer on import, rendering or not (MUJOCO_GL=egl on a machine
+    without libEGL failed so on the lent GPU machine). A fresh process: this one has mujoco loaded."""
+    import os
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-m", "fastppo", "train", "HalfCheetah-v5", "--total-timesteps", "2048", "--run-dir", str(tmp_path / "run")]
+    done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "MUJOCO_GL": "bogus"}, timeout=120)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "fastppo: error: env 'HalfCheetah-v5': MuJoCo could not load the MUJOCO_GL=bogus renderer (RuntimeError: invalid value for "
+        "environment variable MUJOCO_GL: bogus): unset MUJOCO_GL to train (it only matters for rendering), or install that backend's libraries"
+    ]
+    assert not (tmp_path / "run").exists()

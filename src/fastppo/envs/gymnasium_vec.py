@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import re
+import traceback
 from collections.abc import Callable
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -91,6 +94,16 @@ def gym_make(env_id: str, **kwargs) -> gym.Env:
         raise FastPPOError(f"env '{env_id}' needs an extra dependency: {exc}") from None
     except gym.error.Error as exc:
         raise FastPPOError(f"unknown env id '{env_id}': {exc} (see gymnasium.pprint_registry())") from None
+    except Exception as exc:
+        # MuJoCo loads the OpenGL backend MUJOCO_GL names when imported, rendering or not: a headless
+        # machine without it (no libEGL for egl, say) fails every MuJoCo env with a deep traceback.
+        backend = os.environ.get("MUJOCO_GL")
+        if backend and any("mujoco" in Path(frame.filename).parts for frame in traceback.extract_tb(exc.__traceback__)):
+            raise FastPPOError(
+                f"env '{env_id}': MuJoCo could not load the MUJOCO_GL={backend} renderer ({type(exc).__name__}: {exc}): "
+                "unset MUJOCO_GL to train (it only matters for rendering), or install that backend's libraries"
+            ) from None
+        raise
 
 
 def flatten_if_needed(env: gym.Env) -> gym.Env:
