@@ -44,9 +44,7 @@ from typing import Any
 
 import numpy as np
 import optuna
-import sqlalchemy
-import sqlalchemy.event
-import sqlalchemy.exc
+import sqlalchemy  # its event and exc modules come with it
 import yaml
 from optuna.distributions import BaseDistribution, distribution_to_json
 from optuna.exceptions import ExperimentalWarning

@@ -64,11 +64,12 @@ def run(args: argparse.Namespace) -> int:
         raise FastPPOError("the flags fix every field of the search space: nothing is left to tune (drop a flag or widen --space)")
     study_name = args.study_name or base.env.env_id.replace("/", "_").replace(":", "_")
     folder = Path(args.run_dir or Path(base.run.run_root) / f"sweep_{study_name}")
-    if not args.trials and args.storage is None and not (folder / "sweep.db").exists():
+    database = folder / "sweep.db"
+    if not args.trials and args.storage is None and not database.exists():
         # Checked before anything is made: a mistyped folder must not leave an empty database behind.
         raise FastPPOError(f"no sweep in {folder} (no sweep.db there): start one with --trials N (N > 0), or give its --run-dir")
-    folder = output_dir(folder, "--run-dir")
-    storage = args.storage or f"sqlite:///{(folder / 'sweep.db').resolve()}"
+    output_dir(folder, "--run-dir")
+    storage = args.storage or f"sqlite:///{database.resolve()}"
     sweep = Sweep(base, space, tuple(seeds), args.trials, folder, storage, study_name, args.heartbeat, args.sampler_seed)
     study = open_study(sweep, create=args.trials > 0)
     failed: list[int] = []

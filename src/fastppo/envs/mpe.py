@@ -202,9 +202,9 @@ class BatchedWorlds:
         self.speaking = np.flatnonzero([not agent.silent for agent in agents])
         self.mass = np.array([agent.mass for agent in agents])[self.moving, None]
         # apply_environment_force's colliding pairs a < b (only agents collide here), in its order
-        self.pairs = [(a, b, agents[a].size + agents[b].size) for a in range(self.n) for b in range(a + 1, self.n) if agents[a].collide and agents[b].collide]
+        self.pairs = [(a, b) for a in range(self.n) for b in range(a + 1, self.n) if agents[a].collide and agents[b].collide]
         sizes = np.array([agent.size for agent in agents])
-        self.reach = sizes[:, None] + sizes[None, :]  # is_collision's distance, pair by pair
+        self.reach = sizes[:, None] + sizes[None, :]  # the distance under which a pair touches (is_collision, contact forces)
         self.others = ~np.eye(self.n, dtype=bool)
         self.dim_c, self.dt, self.damping = world.dim_c, world.dt, world.damping
         self.contact_force, self.contact_margin = world.contact_force, world.contact_margin
@@ -244,10 +244,10 @@ class BatchedWorlds:
             comm[np.arange(k)[:, None], self.speaking, message[:, self.speaking]] = 1.0
         # apply_environment_force, pair by pair in mpe2's order
         margin = self.contact_margin
-        for a, b, reach in self.pairs:
+        for a, b in self.pairs:
             delta = pos[:, a] - pos[:, b]
             dist = np.sqrt(np.square(delta).sum(axis=-1))[:, None]
-            penetration = np.logaddexp(0, -(dist - reach) / margin) * margin
+            penetration = np.logaddexp(0, -(dist - self.reach[a, b]) / margin) * margin
             pushed = self.contact_force * delta / dist * penetration
             if self.movable[a]:
                 force[:, a] = pushed + force[:, a]
