@@ -11,6 +11,7 @@ fastppo's imports.
 
 from __future__ import annotations
 
+import argparse
 import os
 import platform
 import time
@@ -26,6 +27,36 @@ if TYPE_CHECKING:
 
 SOLVED_RETURN = 475.0
 """CartPole-v1 counts as solved when the mean of the last 20 episode returns reaches this."""
+
+
+def positive(text: str) -> int:
+    """argparse type: an integer >= 1 (argparse names the flag in its one-line error)."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def nonnegative(text: str) -> int:
+    """argparse type: an integer >= 0."""
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be at least 0, got {value}")
+    return value
+
+
+def check_device(parser: argparse.ArgumentParser, device: str) -> None:
+    """A --device this machine cannot train on (no CUDA GPU, a kind fastppo does not train on):
+    the parser's one-line error and exit 2, before any child process or model is started."""
+    from fastppo.errors import FastPPOError
+    from fastppo.trainer import resolve_device
+
+    try:
+        kind = resolve_device(device).type
+    except FastPPOError as exc:
+        parser.error(str(exc))
+    if kind not in ("cpu", "cuda"):
+        parser.error(f"--device {device}: give cpu, cuda or cuda:N")
 
 
 def machine() -> str:

@@ -27,7 +27,7 @@ import argparse
 import numpy as np
 import torch
 
-from common import RunResult, footer, header, run_fastppo
+from common import RunResult, check_device, footer, header, positive, run_fastppo
 from seed_stack import width_rows
 from fastppo.api import make_config
 
@@ -58,9 +58,10 @@ def main() -> None:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--quick", action="store_true", help="smaller budgets (checks the script)")
     parser.add_argument("--halfcheetah", default="HalfCheetah-v5")
-    parser.add_argument("--halfcheetah-steps", type=int, default=102_400, help="its budget per run (10 240 with --quick)")
-    parser.add_argument("--seeds", type=int, default=1024, help="the stack of seeds' width (8 with --quick)")
+    parser.add_argument("--halfcheetah-steps", type=positive, default=102_400, help="its budget per run (10 240 with --quick)")
+    parser.add_argument("--seeds", type=positive, default=1024, help="the stack of seeds' width (8 with --quick)")
     args = parser.parse_args()
+    check_device(parser, args.device)
     graphs = args.device.startswith("cuda")  # CUDA graphs exist only there
     torch.optim.Adam([torch.nn.Parameter(torch.zeros(1))])  # one-off torch.optim import, out of the timings
     header(f"fastppo on {args.device}" + (f" ({torch.cuda.get_device_name()})" if graphs else ""))

@@ -36,7 +36,7 @@ from pathlib import Path
 
 import torch
 
-from common import footer, header
+from common import check_device, footer, header, positive
 
 CHARS = "abcdefghijklmnopqrstuvwxyz "
 PROMPTS = ["the quick brown fox", "hello there", "a long time ago", "once upon a time", "good morning sir", "what is this", "banana bread", "jazz music"]
@@ -117,13 +117,14 @@ def training_figures(folder: Path, steps: int, device: str) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", choices=list(SHAPES), default=list(SHAPES))
-    parser.add_argument("--steps", type=int, default=4, help="PPO steps per model (the first is dropped)")
+    parser.add_argument("--steps", type=positive, default=4, help="PPO steps per model (the first is dropped)")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("--vllm", action="store_true", help="also generate with --generator vllm's engine (a CUDA GPU and fastppo[vllm]) and print the ratio")
-    parser.add_argument("--batch", type=int, default=len(PROMPTS), help="prompts per generate call in the generate columns (the prompts repeated)")
+    parser.add_argument("--batch", type=positive, default=len(PROMPTS), help="prompts per generate call in the generate columns (the prompts repeated)")
     args = parser.parse_args()
-    if args.batch < 1:
-        parser.error(f"--batch must be at least 1, got {args.batch}")
+    if args.steps < 2:
+        parser.error(f"--steps must be at least 2 (the first is dropped as warm-up), got {args.steps}")
+    check_device(parser, args.device)
     from transformers.utils import logging as hf_logging
 
     from fastppo.errors import FastPPOError

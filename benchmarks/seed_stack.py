@@ -37,7 +37,7 @@ from collections import deque
 
 import numpy as np
 
-from common import SOLVED_RETURN, footer, header
+from common import SOLVED_RETURN, check_device, footer, header, nonnegative, positive
 from fastppo.api import make_config
 from fastppo.errors import FastPPOError
 from sb3_compare import cold_solve
@@ -173,15 +173,15 @@ def solve_rows(n: int, compile: bool, threads: list[int], single_seeds: int | No
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", nargs="+", choices=("solve", "width"), default=["solve"], help="which measurements to run (default: solve)")
-    parser.add_argument("--seeds", type=int, default=64, help="seeds in the stack (N)")
-    parser.add_argument("--single-seeds", type=int, default=None, help="single fastppo runs to time (default N; fewer are scaled to N)")
-    parser.add_argument("--sb3-seeds", type=int, default=8, help="SB3 runs to time (scaled to N; 0: none)")
+    parser.add_argument("--seeds", type=positive, default=64, help="seeds in the stack (N)")
+    parser.add_argument("--single-seeds", type=positive, default=None, help="single fastppo runs to time (default N; fewer are scaled to N)")
+    parser.add_argument("--sb3-seeds", type=nonnegative, default=8, help="SB3 runs to time (scaled to N; 0: none)")
     parser.add_argument("--device", default="cpu", help="the stack's torch device (width rows: every row's; the solve rows' single runs stay on the CPU)")
     parser.add_argument("--compile", action="store_true", help="also time the stack with --compile")
     parser.add_argument("--preset", help="solve rows: fastppo's preset for the stack and the single runs (default: CartPole-v1's own)")
-    parser.add_argument("--threads", type=int, nargs="+", default=[0], help="torch threads (a row each; default 0: fastppo's own choice, one per CPU for a stack, 1 for a single run)")
-    parser.add_argument("--widths", type=int, nargs="+", default=[1, 8, 64], help="width rows: seeds per process (1: a single run)")
-    parser.add_argument("--width-steps", type=int, default=32_768, help="width rows: steps per seed")
+    parser.add_argument("--threads", type=nonnegative, nargs="+", default=[0], help="torch threads (a row each; default 0: fastppo's own choice, one per CPU for a stack, 1 for a single run)")
+    parser.add_argument("--widths", type=positive, nargs="+", default=[1, 8, 64], help="width rows: seeds per process (1: a single run)")
+    parser.add_argument("--width-steps", type=positive, default=32_768, help="width rows: steps per seed")
     parser.add_argument("--stack-child", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--width-child", nargs=5, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -196,6 +196,7 @@ def main() -> None:
         make_config("CartPole-v1", args.preset)  # a bad --preset: one line here, not a child's traceback
     except FastPPOError as exc:
         parser.error(str(exc))
+    check_device(parser, args.device)
     header("fastppo: many CartPole-v1 seeds in one process")
     if "width" in args.rows:
         width_rows(args.widths, args.threads, args.width_steps, args.device)

@@ -1,0 +1,42 @@
+"""The benchmark scripts' bad flags stop in one line with exit 2, before any child process, env or
+model is started (they used to fail deep inside, with a traceback or a child's)."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+NO_CUDA = "torch sees no CUDA GPU"
+
+
+@pytest.mark.parametrize(
+    ("script", "argv", "message"),
+    [
+        ("seed_stack", ["--seeds", "0"], "argument --seeds: must be at least 1, got 0"),
+        ("seed_stack", ["--sb3-seeds", "-1"], "argument --sb3-seeds: must be at least 0, got -1"),
+        ("seed_stack", ["--widths", "1", "x"], "argument --widths: invalid positive value: 'x'"),
+        ("seed_stack", ["--device", "mps"], "--device mps: give cpu, cuda or cuda:N"),
+        ("seed_stack", ["--device", "cuda"], NO_CUDA),
+        ("gpu", ["--device", "cpu", "--halfcheetah-steps", "0"], "argument --halfcheetah-steps: must be at least 1, got 0"),
+        ("gpu", ["--device", "cpu", "--seeds", "-3"], "argument --seeds: must be at least 1, got -3"),
+        ("gpu", [], NO_CUDA),  # its default device
+        ("rlhf_throughput", ["--batch", "0"], "argument --batch: must be at least 1, got 0"),
+        ("rlhf_throughput", ["--steps", "1"], "--steps must be at least 2"),
+        ("rlhf_throughput", ["--device", "cuda"], NO_CUDA),
+    ],
+)
+def test_a_bad_benchmark_flag_is_one_line_and_exit_2(script, argv, message, monkeypatch, capsys):
+    if message == NO_CUDA and torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA GPU")
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    monkeypatch.setattr(sys, "argv", [f"{script}.py", *argv])
+    with pytest.raises(SystemExit) as done:
+        importlib.import_module(script).main()
+    assert done.value.code == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert error.startswith(f"{script}.py: error: ") and message in error
