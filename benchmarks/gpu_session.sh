@@ -15,13 +15,17 @@
 # Each stage runs under its own timeout and writes its log to $OUT: one failure leaves the others.
 # Leave MUJOCO_GL unset: with =egl, `import mujoco` fails there (no libEGL in the image).
 set -o pipefail
+ALL="tests gpu seeds atari rlhf"
+for name in "$@"; do
+  [[ " $ALL " == *" $name "* ]] || { echo "gpu_session.sh: error: unknown stage '$name': pick from $ALL" >&2; exit 2; }
+done
+STAGES=" ${*:-$ALL} "
 export PYTHONUNBUFFERED=1
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 9
 export PYTHONPATH=/tmp/site:$PWD/src:$PWD
 OUT=${OUT:-/tmp/gpu_session}
 mkdir -p "$OUT"
 
-STAGES=" ${*:-tests gpu seeds atari rlhf} "
 
 stage() {
   local name=$1 limit=$2

@@ -40,3 +40,11 @@ def test_a_bad_benchmark_flag_is_one_line_and_exit_2(script, argv, message, monk
     assert done.value.code == 2
     error = capsys.readouterr().err.strip().splitlines()[-1]
     assert error.startswith(f"{script}.py: error: ") and message in error
+
+
+def test_an_unknown_gpu_session_stage_is_one_line_and_exit_2():
+    import subprocess
+
+    done = subprocess.run(["bash", str(BENCHMARKS / "gpu_session.sh"), "tests", "bogus"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == ["gpu_session.sh: error: unknown stage 'bogus': pick from tests gpu seeds atari rlhf"]
