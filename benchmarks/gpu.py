@@ -48,8 +48,11 @@ def measure(label: str, env_id: str, preset: str | None, overrides: dict) -> flo
     print(f"{label:44} {run.steps:9d} steps, wall {run.wall_s:7.1f} s, steady {sps:10.0f} SPS, last-20 return {run.last20:.1f}", flush=True)
     steady = run.timings[WARMUP_ROLLOUTS:]
     if steady:  # where an iteration's time goes, to tell a rollout-bound run from an update-bound one
-        split = ", ".join(f"{name} {np.mean([t[name] for t in steady]) * 1e3:.1f}" for name in steady[0])
-        print(f"{'':44} ms per iteration: {split}", flush=True)
+        split = {name: np.mean([t[name] for t in steady]) * 1e3 for name in steady[0]}
+        # "other": what no section times (the rollout's bookkeeping: statistics, buffer writes, the loop)
+        iteration = np.mean(np.diff(run.rollout_ends)[WARMUP_ROLLOUTS - 1 :]) * 1e3
+        shares = ", ".join(f"{name} {ms:.1f}" for name, ms in split.items())
+        print(f"{'':44} ms per iteration: {iteration:.1f} = {shares}, other {iteration - sum(split.values()):.1f}", flush=True)
     return sps
 
 

@@ -18,6 +18,7 @@ from fastppo.trainer import resume_config, train
 
 ITERATIONS = 6  # of 32 steps x 4 envs
 UNTIMED = ("time", "charts/SPS")
+NEEDS_CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 
 def config(env_id: str = "CartPole-v1", **overrides):
@@ -64,8 +65,14 @@ def assert_same_run(a: Path, b: Path) -> None:
         # Recurrent policies: the live states at the stop are part of the run.
         ("CartPole-v1", {"policy.memory": "lstm", "policy.memory_size": 16, "tensorboard": False}),
         ("CartPole-v1", {"backend": "tensor", "policy.memory": "gru", "policy.memory_size": 16, "policy.shared_trunk": True, "tensorboard": False}),
+        # A GPU policy beside host envs: the rollout and its statistics stay on the CPU (envs.make.rollout_device).
+        pytest.param("Pendulum-v1", {"device": "cuda", "normalize_obs": True, "normalize_reward": True, "tensorboard": False}, marks=NEEDS_CUDA),
+        pytest.param("CartPole-v1", {"device": "cuda", "policy.memory": "lstm", "policy.memory_size": 16, "tensorboard": False}, marks=NEEDS_CUDA),
     ],
-    ids=["cartpole", "cartpole-normalised-kl", "pendulum-normalised", "cartpole-tensor-backend", "cartpole-one-node-backward", "cartpole-lstm", "cartpole-tensor-gru"],
+    ids=[
+        "cartpole", "cartpole-normalised-kl", "pendulum-normalised", "cartpole-tensor-backend", "cartpole-one-node-backward", "cartpole-lstm", "cartpole-tensor-gru",
+        "pendulum-normalised-cuda-policy", "cartpole-lstm-cuda-policy",
+    ],
 )
 def test_stop_and_resume_equals_one_go(tmp_path, monkeypatch, env_id, overrides):
     train(config(env_id, **overrides), tmp_path / "one_go")

@@ -155,3 +155,39 @@ def test_a_gpu_note_for_an_mlp_on_host_envs_and_none_where_a_gpu_pays():
     finally:
         host.close()
     assert gpu_note(cuda, make_tensor_env("CartPole-v1", 4), mlp) is None
+
+
+def test_the_rollout_stays_on_the_cpu_for_host_envs_and_on_the_device_for_tensor_envs():
+    from fastppo.config import EnvConfig
+    from fastppo.envs.make import rollout_device
+
+    cuda = torch.device("cuda")  # a device object only: no GPU needed
+    for backend in ("sync", "async", "envpool"):
+        assert rollout_device(EnvConfig(env_id="CartPole-v1", backend=backend), cuda) == torch.device("cpu")
+    assert rollout_device(EnvConfig(env_id="pz:mpe2.simple_spread_v3", backend="tensor"), cuda) == torch.device("cpu")
+    assert rollout_device(EnvConfig(env_id="CartPole-v1", backend="tensor"), cuda) == cuda
+
+
+def test_packed_copy_hands_back_each_output_exactly_in_its_dtype_and_shape():
+    from fastppo.rollout import packed_copy
+
+    gen = torch.Generator().manual_seed(0)
+    outputs = (
+        torch.randint(0, 1 << 20, (5,), generator=gen),  # discrete actions
+        torch.randint(0, 7, (5, 3), generator=gen),  # multi-discrete ones
+        torch.randn(5, 6, generator=gen),  # Gaussian samples
+        torch.randn(5, generator=gen),  # logprobs
+        torch.randn(5, 16, generator=gen),  # a recurrent state
+    )
+    back = packed_copy(outputs, torch.device("cpu"))
+    for original, copied in zip(outputs, back):
+        assert copied.dtype == original.dtype and copied.shape == original.shape
+        assert torch.equal(copied, original)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_a_gpu_policy_on_host_envs_keeps_its_statistics_on_the_cpu_and_acts_from_numpy():
+    agent = fastppo.train("Pendulum-v1", seed=1, device="cuda", total_timesteps=2048, normalize_obs=True, normalize_reward=True, progress=False, tensorboard=False)
+    assert agent.device.type == "cuda" and agent.obs_rms.mean.device.type == "cpu"
+    obs = np.zeros((4, 3), dtype=np.float32)
+    assert agent.act(obs, deterministic=True).shape == (4, 1)

@@ -53,7 +53,9 @@ class Agent:
         """Observations as the policy saw them in training (statistics frozen)."""
         if self.obs_rms is None:
             return obs.float() if obs.dtype != torch.uint8 else obs
-        return self.obs_rms.normalize(obs.float(), self.config.env.clip_obs)
+        # The statistics may live on the CPU beside a GPU policy (host envs: envs.make.rollout_device).
+        stats_device = self.obs_rms.mean.device
+        return self.obs_rms.normalize(obs.to(stats_device).float(), self.config.env.clip_obs).to(obs.device)
 
     def act(self, obs: Any, deterministic: bool = False, action_mask: Any = None) -> np.ndarray:
         """Actions for one observation or a batch (numpy or tensor); same leading shape back.
@@ -131,13 +133,17 @@ class Agent:
         os.replace(tmp, directory / AGENT_FILE)
 
 
-def build_agent(config: Config, observation_space: gym.Space, action_space: gym.Space, device: torch.device, layout: ObservationLayout | None = None) -> Agent:
+def build_agent(
+    config: Config, observation_space: gym.Space, action_space: gym.Space, device: torch.device, layout: ObservationLayout | None = None, statistics_device: torch.device | None = None
+) -> Agent:
+    """A fresh agent, its policy on ``device`` and its observation statistics on
+    ``statistics_device`` (default: the same), where training's rollout keeps them."""
     layout = layout or ObservationLayout()
     policy_class = GroupedActorCritic if layout.groups else ActorCritic
     policy = policy_class(observation_space, action_space, config.policy, layout).to(device)
     shape = observation_space.shape
     # The trailing raw columns (agent ids) have no statistics: RunningMeanStd passes them through.
-    obs_rms = RunningMeanStd((shape[0] - layout.raw,) if layout.raw else shape, device) if config.env.normalize_obs else None
+    obs_rms = RunningMeanStd((shape[0] - layout.raw,) if layout.raw else shape, statistics_device or device) if config.env.normalize_obs else None
     return Agent(policy=policy, config=config, obs_shape=tuple(shape), obs_rms=obs_rms, layout=layout)
 
 

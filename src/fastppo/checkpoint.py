@@ -51,7 +51,7 @@ from safetensors.torch import load_file, save_file
 from fastppo.agent import AGENT_FILE, POLICY_FILE, Agent, load_agent
 from fastppo.config import Config
 from fastppo.errors import FastPPOError
-from fastppo.rollout import EnvCursor, ObservationNormalizer
+from fastppo.rollout import EnvCursor, ObservationNormalizer, fresh_state
 
 if TYPE_CHECKING:
     from fastppo.envs.vector import VecEnv
@@ -504,7 +504,7 @@ def restore_train_state(state: TrainState, envs: VecEnv, checkpoint: Checkpoint,
     With ``fresh_seed`` (a torchrun rank: the checkpoint's envs and RNG states are rank 0's) the
     envs restart fresh episodes from that seed and the RNGs are left as the caller seeded them."""
     agent, tensors, meta = state.agent, checkpoint.tensors, checkpoint.meta
-    device = agent.device
+    device = envs.device  # the rollout's (fastppo.envs.make.rollout_device)
     agent.policy.load_state_dict(checkpoint.agent.policy.state_dict())
     if agent.obs_rms is not None and checkpoint.agent.obs_rms is not None:
         agent.obs_rms.load_state_dict(checkpoint.agent.obs_rms.state_dict())
@@ -527,7 +527,7 @@ def restore_train_state(state: TrainState, envs: VecEnv, checkpoint: Checkpoint,
     else:  # fresh episodes start from fresh recurrent states
         first = envs.reset(seed=checkpoint.config.run.seed + checkpoint.iteration if fresh_seed is None else fresh_seed)
         valid = torch.ones(envs.num_envs, dtype=torch.bool, device=device)
-        state.cursor = EnvCursor(normalize_obs(first.obs, update=False), first.action_mask, valid, agent.policy.initial_state(envs.num_envs))
+        state.cursor = EnvCursor(normalize_obs(first.obs, update=False), first.action_mask, valid, fresh_state(agent.policy, envs.num_envs, device))
         if state.reward_scaler is not None:
             state.reward_scaler.discounted_return.zero_()
     if fresh_seed is None:

@@ -211,7 +211,8 @@ class SyncedStatistics:
         if not self.stats:
             return
         moments = [rms.moments_since(base) for rms, base in zip(self.stats, self._bases)]
-        summed = self.world.sum_(torch.cat(moments)).split([m.numel() for m in moments])
+        # NCCL sums on the GPU; the statistics may live on the CPU (host envs: envs.make.rollout_device).
+        summed = self.world.sum_(torch.cat(moments).to(self.world.device)).to(moments[0].device).split([m.numel() for m in moments])
         for rms, base, total in zip(self.stats, self._bases, summed):
             rms.fold_moments(base, total)
         self.rebase()

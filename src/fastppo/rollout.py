@@ -181,6 +181,22 @@ class PolicyStep:
         return outputs
 
 
+def fresh_state(policy: ActorCritic, num_envs: int, device: torch.device) -> Tensor | None:
+    """A recurrent policy's zero state for ``num_envs`` fresh episodes on the rollout's ``device``
+    (None without memory)."""
+    state = policy.initial_state(num_envs)
+    return None if state is None else state.to(device)
+
+
+def packed_copy(tensors: tuple[Tensor, ...], device: torch.device) -> list[Tensor]:
+    """``tensors`` (one row per env each) on ``device`` in one copy, so one host sync per step
+    instead of one per tensor: packed as float32 columns (integer actions are small, exact in
+    float32), then split and cast back."""
+    flat = [x.reshape(x.shape[0], -1) for x in tensors]
+    packed = torch.cat([x.float() for x in flat], 1).to(device)
+    return [part.to(x.dtype).view_as(x) for part, x in zip(packed.split([x.shape[1] for x in flat], 1), tensors)]
+
+
 def collect_rollout(
     policy: ActorCritic,
     envs: VecEnv,
@@ -194,10 +210,31 @@ def collect_rollout(
     """Fill ``buf`` with T steps from ``cursor``; return the new cursor and V(s_T) for GAE.
 
     ``act`` is the trainer's ``PolicyStep`` (kept across iterations: it holds compiled code and
-    CUDA graphs); by default an eager one.
+    CUDA graphs); by default an eager one. The buffer, the cursor and the statistics live on the
+    rollout's device (fastppo.envs.make.rollout_device); a policy elsewhere (a GPU beside host
+    envs) gets each step's inputs there and hands its outputs back, both timed as "copy".
     """
     act = act or PolicyStep(policy)
     act.refresh()
+    here, policy_device = buf.obs.device, next(policy.parameters()).device
+    hop = here != policy_device
+
+    def decide(cursor: EnvCursor, value_only: bool = False) -> tuple[Tensor, ...]:
+        obs, mask, state = cursor.obs, cursor.action_mask, cursor.state
+        if hop:
+            with timer.section("copy"):
+                obs, mask, state = (None if x is None else x.to(policy_device, non_blocking=True) for x in (obs, mask, state))
+        if value_only:
+            outputs = (policy.get_value(obs, state),)
+        elif state is None:
+            outputs = act(obs, mask)
+        else:  # recurrent: eager (config refuses --compile/--cudagraphs with memory)
+            outputs = policy.step(obs, state, mask)
+        if hop:
+            with timer.section("copy"):
+                outputs = packed_copy(outputs, here)
+        return outputs
+
     with torch.inference_mode():
         if buf.initial_state is not None:
             buf.initial_state.copy_(cursor.state)
@@ -207,10 +244,7 @@ def collect_rollout(
             if buf.action_masks is not None and cursor.action_mask is not None:
                 buf.action_masks[t] = cursor.action_mask
             with timer.section("policy"):
-                if cursor.state is None:
-                    action, logprob, value = act(cursor.obs, cursor.action_mask)
-                else:  # recurrent: eager (config refuses --compile/--cudagraphs with memory)
-                    action, logprob, value, state = policy.step(cursor.obs, cursor.state, cursor.action_mask)
+                action, logprob, value, *state = decide(cursor)
             buf.actions[t] = action
             buf.logprobs[t] = logprob
             buf.values[t] = value
@@ -221,10 +255,10 @@ def collect_rollout(
             buf.terminated[t] = step.terminated
             buf.truncated[t] = step.truncated
             # A reset row's successor is an episode's first observation: its state starts at zeros.
-            next_state = None if cursor.state is None else carry(state, cursor.valid)
+            next_state = None if cursor.state is None else carry(state[0], cursor.valid)
             # A dead agent's rows (multi-agent envs) are no decisions either, and no statistics.
             valid = ~done if step.live is None else ~done & step.live
             cursor = EnvCursor(normalize_obs(step.obs, update=True, mask=step.live), step.action_mask, valid, next_state)
         with timer.section("policy"):
-            last_value = policy.get_value(cursor.obs, cursor.state)
+            (last_value,) = decide(cursor, value_only=True)
     return cursor, last_value

@@ -27,6 +27,7 @@ from fastppo.cuda_graphs import check_cudagraphs
 from fastppo.diagnostics import HealthMonitor
 from fastppo.distributed import SyncedStatistics, World, check_world_size, joined, launched_world_size, rank_device
 from fastppo.envs import make_vec_env
+from fastppo.envs.make import rollout_device
 from fastppo.envs.vector import HostCopies
 from fastppo.errors import FastPPOError
 from fastppo.loading import absolute_spec
@@ -35,7 +36,7 @@ from fastppo.outputs import output_dir
 from fastppo.policies import ActorCritic
 from fastppo.policies.mlp_autograd import mlp_layers
 from fastppo.profiling import SectionTimer
-from fastppo.rollout import EnvCursor, ObservationNormalizer, PolicyStep, RolloutBuffer, collect_rollout
+from fastppo.rollout import EnvCursor, ObservationNormalizer, PolicyStep, RolloutBuffer, collect_rollout, fresh_state
 from fastppo.seed_stack import (
     SeedLoggers,
     check_seed_stack,
@@ -324,16 +325,17 @@ def train_rank(
     torch.set_num_threads(config.intra_op_threads(stacked=seeds is not None))
     if config.run.cudagraphs:
         check_cudagraphs(device)
-    envs = make_vec_env(config.env, device, video_dir=out_dir / "videos" if out_dir and seeds is None else None, multi_agent=config.multi_agent, seed_blocks=len(seeds or [seed]))
+    host = rollout_device(config.env, device)  # the rollout's device: the CPU for numpy envs
+    envs = make_vec_env(config.env, host, video_dir=out_dir / "videos" if out_dir and seeds is None else None, multi_agent=config.multi_agent, seed_blocks=len(seeds or [seed]))
     first = envs.reset(seed=seed if seeds is None else seeds)
     if seeds is None:
-        agent = build_agent(config, envs.single_observation_space, envs.single_action_space, device, envs.layout)
+        agent = build_agent(config, envs.single_observation_space, envs.single_action_space, device, envs.layout, statistics_device=host)
     else:
         agent = stacked_agent(config, envs.single_observation_space, envs.single_action_space, device, seeds)
     agent.run_dir = run_dir
     agent.action_masks = first.action_mask is not None
     normalize_obs = ObservationNormalizer(agent.obs_rms, config.env.clip_obs)
-    reward_scaler = RewardScaler(envs.num_envs, cfg.gamma, config.env.clip_reward, device, groups=seeds and len(seeds)) if config.env.normalize_reward else None
+    reward_scaler = RewardScaler(envs.num_envs, cfg.gamma, config.env.clip_reward, host, groups=seeds and len(seeds)) if config.env.normalize_reward else None
     statistics = None
     if world is not None:  # the same start on every rank: rank 0's weights, and statistics merged each iteration
         world.broadcast_module(agent.policy)
@@ -343,13 +345,13 @@ def train_rank(
         optimizer=make_optimizer(agent.policy, cfg.learning_rate, cfg.adam_eps, device, config.run.cudagraphs),
         reward_scaler=reward_scaler,
         cursor=EnvCursor(
-            normalize_obs(first.obs, update=True), first.action_mask, torch.ones(envs.num_envs, dtype=torch.bool, device=device), agent.policy.initial_state(envs.num_envs)
+            normalize_obs(first.obs, update=True), first.action_mask, torch.ones(envs.num_envs, dtype=torch.bool, device=host), fresh_state(agent.policy, envs.num_envs, host)
         ),
         kl_beta=cfg.kl_beta if seeds is None else [cfg.kl_beta] * len(seeds),
         world_size=world_size,
     )
     mask_dim = None if first.action_mask is None else first.action_mask.shape[-1]
-    buf = RolloutBuffer.allocate(cfg.num_steps, envs, device, mask_dim, agent.policy.state_size)
+    buf = RolloutBuffer.allocate(cfg.num_steps, envs, host, mask_dim, agent.policy.state_size)
     if seeds is None:
         logger = open_logger(config, out_dir, checkpoint, quiet=world is not None and not world.main)
     else:  # one run folder per seed, one progress bar for them all
@@ -417,7 +419,7 @@ def train_rank(
                     buf.rewards, buf.values, shift_values(buf.values, last_value), buf.terminated, buf.truncated, cfg.gamma, cfg.gae_lambda
                 )
                 with timer.section("update"):
-                    batch = buf.batch(seeds=seeds and runs, advantages=advantages, returns=returns)
+                    batch = {k: v.to(device, non_blocking=True) for k, v in buf.batch(seeds=seeds and runs, advantages=advantages, returns=returns).items()}
                     losses = ppo_update(agent.policy, state.optimizer, batch, cfg, coefs, update_step)
                 state.global_step += steps_per_iteration
                 check_finite(losses, agent, state.optimizer, state.iteration, state.global_step)

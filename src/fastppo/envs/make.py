@@ -96,6 +96,15 @@ def policy_spaces(config: Config) -> tuple[gym.Space, gym.Space, ObservationLayo
     return *env_spaces(config.env.env_id, config.env.backend, config.env.frame_stack), ObservationLayout()
 
 
+def rollout_device(cfg: EnvConfig, device: torch.device) -> torch.device:
+    """Where a run's rollout lives (env steps, running statistics, the rollout buffer): tensor
+    envs stay on the training device; numpy-backed ones (gymnasium, EnvPool, PettingZoo) hand
+    their steps over on the CPU, and their bookkeeping stays there. On a GPU each step then costs
+    one copy to the policy and one back, not ~50 tiny kernels (HalfCheetah on an H200: 62% of an
+    iteration was that bookkeeping, benchmarks/README.md); the update gets the rollout in one copy."""
+    return device if cfg.backend == "tensor" and not is_pettingzoo(cfg.env_id) else torch.device("cpu")
+
+
 def make_vec_env(cfg: EnvConfig, device: torch.device, video_dir: Path | None = None, multi_agent: MultiAgentConfig | None = None, seed_blocks: int = 1) -> VecEnv:
     """A VecEnv for ``cfg`` on ``device``; seeding happens at the first ``reset``. A PettingZoo
     env (``pz:<module>``) makes ``num_envs`` copies of agent rows as ``multi_agent`` says.
