@@ -166,6 +166,8 @@ def test_moments_of_several_processes_fold_into_the_statistics_of_all_their_batc
     for rank in range(3):
         rms = RunningMeanStd(shape=(3,))
         rms.load_state_dict(reference.state_dict())
+        if rank == 2:  # a tensor count, as a masked update on a GPU keeps it (on the CPU it stays a float)
+            rms.count = torch.as_tensor(rms.count, dtype=torch.float64)
         for _ in range(4):
             batch = torch.as_tensor(rng.normal(rank, 1.0 + rank, size=(16, 3)))
             mask = torch.as_tensor(rng.random(16) < 0.7) if rank == 2 else None
@@ -182,3 +184,16 @@ def test_moments_of_several_processes_fold_into_the_statistics_of_all_their_batc
         assert float(rms.count) == pytest.approx(reference.count, rel=1e-12)
         torch.testing.assert_close(rms.inv_std32, reference.inv_std32)
     assert isinstance(copies[0].count, float) and isinstance(copies[2].count, torch.Tensor)  # each keeps its update path
+
+
+def test_a_masked_update_on_the_cpu_is_an_update_with_the_kept_rows_and_keeps_a_float_count():
+    rng = np.random.default_rng(3)
+    masked, selected = RunningMeanStd(shape=(2,)), RunningMeanStd(shape=(2,))
+    for _ in range(5):
+        batch = torch.as_tensor(rng.normal(1.0, 3.0, size=(8, 2)))
+        mask = torch.as_tensor(rng.random(8) < 0.5)
+        masked.update(batch, mask)
+        selected.update(batch[mask])
+    masked.update(batch, torch.zeros(8, dtype=torch.bool))  # nothing kept: nothing changes
+    assert isinstance(masked.count, float) and masked.count == selected.count
+    assert torch.equal(masked.mean, selected.mean) and torch.equal(masked.var, selected.var)
