@@ -8,8 +8,8 @@
    >= 1M SPS on a GPU).
 2. HalfCheetah-v5 with CleanRL's ppo_continuous_action defaults (the cleanrl-continuous preset):
    SPS eager against --compile --cudagraphs, same machine, same run (target: >= 2.7x, LeanRL's ratio
-   over CleanRL), and the same run eager on the machine's CPU (on an H200 the GPU lost to 2 CPU
-   cores here: 849 vs 1 743 SPS).
+   over CleanRL), and the same run eager on the machine's CPU (on an H200, 1 668 SPS with
+   --compile --cudagraphs vs 1 703 on its CPU, since host envs keep the rollout on the CPU).
 3. Seeds at once: fastppo's CartPole-v1 preset on tensor envs as one single run and as a stack of
    ``--seeds`` seeds (1 024 by default: ``fastppo train CartPole-v1 --backend tensor --seeds
    1-1024``) on the device, a short budget per seed: seed_stack.py's width rows (each a fresh
