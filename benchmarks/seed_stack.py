@@ -11,10 +11,11 @@ Rows ``solve``: every run is a fresh ``python`` process timed from its launch, s
 as a user meets it. A seed is solved when the mean of its last 20 episode returns reaches 475.
 The stack and the single runs train the same config, fastppo's ``CartPole-v1`` preset (or
 ``--preset``, e.g. ``cleanrl-discrete``: CleanRL's ppo.py settings) on tensor envs with its own
-budget (a stacked seed is its single run); the stack ends when its last seed is
-solved or the budget is spent, each single run and each SB3 run (rl-zoo's CartPole
-hyperparameters, 8 sync envs) when its seed is solved or its budget is spent, and the N runs'
-times add up, a run out of budget with its whole time (the table counts them). With
+budget (a stacked seed is its single run). Each seed of the stack leaves it when solved
+(``--stop-return 475``: the stack then trains the others on, narrower) and the stack ends with its
+last seed or its budget; each single run and each SB3 run (rl-zoo's CartPole hyperparameters, 8
+sync envs) ends when its seed is solved or its budget is spent, and the N runs' times add up, a
+run out of budget with its whole time (the table counts them). With
 ``--sb3-seeds K < N`` (or ``--single-seeds``), K seeds are run and their mean time is scaled to
 N, and the table says so.
 
@@ -33,7 +34,6 @@ import json
 import subprocess
 import sys
 import time
-from collections import deque
 
 import numpy as np
 
@@ -47,50 +47,29 @@ WIDTH_PRESETS = {"CartPole-v1": None, "cleanrl-discrete": "cleanrl-discrete"}  #
 
 
 def stack_child(seeds: int, compile: bool, threads: int, preset: str | None, device: str) -> None:
-    """Inside the fresh process: train seeds 1..N as one stack until all are solved or the budget
-    is spent; print each seed's solve time (epoch seconds, None if unsolved), the steps per seed
-    and the end time as JSON."""
+    """Inside the fresh process: train seeds 1..N as one stack, each seed leaving it when solved
+    (``--stop-return 475``, the last 20 episodes, as a single run stops at its solve) or at the
+    budget's end; print each seed's solve time (epoch seconds, None if unsolved), the most steps
+    a seed trained and the end time as JSON."""
     from pathlib import Path
     from tempfile import mkdtemp
 
     import fastppo.trainer as trainer
 
-    config = make_config("CartPole-v1", preset, {"backend": "tensor", "device": device, "checkpoint_every": 0, "progress": False, "tensorboard": False, "compile": compile, "torch_threads": threads})
-    per_seed = config.env.num_envs
-    last20 = [deque(maxlen=20) for _ in range(seeds)]
+    overrides = {"backend": "tensor", "device": device, "checkpoint_every": 0, "progress": False, "tensorboard": False, "compile": compile, "torch_threads": threads}
+    config = make_config("CartPole-v1", preset, {**overrides, "stop_return": SOLVED_RETURN, "stop_window": 20})
     solved: list[float | None] = [None] * seeds
-    steps = [0]
+    save = trainer.save_seed_agent
 
-    class AllSolved(Exception):
-        pass
+    def timed_save(stack, index, directory, history, returns):  # a seed leaves the stack: solved, or the run ended
+        if len(returns) >= 20 and np.mean(returns[-20:]) >= SOLVED_RETURN:
+            solved[int(directory.name.removeprefix("seed_")) - 1] = time.time()
+        return save(stack, index, directory, history, returns)
 
-    original = trainer.make_vec_env
-
-    def watched(*args, **kwargs):
-        envs = original(*args, **kwargs)
-        pop = envs.pop_episodes
-
-        def pop_and_check():
-            episodes = pop()
-            steps[0] += config.batch_size
-            for ret, row in zip(episodes.returns, episodes.rows or []):
-                last20[row // per_seed].append(ret)
-            for i, window in enumerate(last20):
-                if solved[i] is None and len(window) == 20 and np.mean(window) >= SOLVED_RETURN:
-                    solved[i] = time.time()
-            if all(s is not None for s in solved):
-                raise AllSolved
-            return episodes
-
-        envs.pop_episodes = pop_and_check
-        return envs
-
-    trainer.make_vec_env = watched
-    try:
-        trainer.train_seed_stack(config, list(range(1, seeds + 1)), Path(mkdtemp()))
-    except AllSolved:
-        pass
-    print(json.dumps({"solved": solved, "steps": steps[0], "ended": time.time()}))
+    trainer.save_seed_agent = timed_save
+    agents = trainer.train_seed_stack(config, list(range(1, seeds + 1)), Path(mkdtemp()))
+    steps = max(agent.history[-1]["global_step"] for agent in agents)
+    print(json.dumps({"solved": solved, "steps": steps, "ended": time.time()}))
 
 
 def stacked(seeds: int, compile: bool, threads: int, preset: str | None, device: str) -> tuple[float, list[float | None], int]:

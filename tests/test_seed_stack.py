@@ -290,3 +290,63 @@ def test_each_seed_of_a_stack_gets_its_own_health_warnings(tmp_path, capsys):
     err = capsys.readouterr().err
     for seed in (1, 2):
         assert f"warning: seed {seed}: clip_fraction" in err
+
+
+STOPPING = [*TINY, "--total-timesteps", "4096", "--stop-return", "60", "--stop-window", "5", "--checkpoint-every", "1", "--keep-checkpoints", "20"]
+STOPS = {3: 1792, 1: 2304, 2: 3072}  # where seeds 1-3 of that config reach a mean of 60 over 5 episodes
+
+
+def test_a_stack_ends_each_seed_at_its_stop_return_and_trains_the_others_on(tmp_path, capsys):
+    """Seeds that reach --stop-return leave the stack as finished runs (final checkpoint and agent
+    at that step); the others go on as in the whole stack, equal but for float rounding (the
+    update pads minibatches to the longest seed's), bit for bit until the first seed leaves."""
+    assert main(["train", "CartPole-v1", *STOPPING, "--seeds", "1-3", "--run-dir", str(tmp_path / "stopping")]) == 0
+    out = "".join(capsys.readouterr())
+    assert main(["train", "CartPole-v1", *STOPPING, "--stop-return", "none", "--seeds", "1-3", "--run-dir", str(tmp_path / "whole")]) == 0
+    first = min(STOPS.values())
+    for seed, step in STOPS.items():
+        assert f"seed {seed}: mean return" in out and f"--run.stop-return 60 at step {step}: stopped" in out
+        stopping, whole = records(tmp_path / "stopping" / f"seed_{seed}"), records(tmp_path / "whole" / f"seed_{seed}")
+        assert stopping[-1]["global_step"] == step and whole[-1]["global_step"] == 4096
+        for a, b in zip(stopping, whole):
+            if a["global_step"] <= first:
+                assert {k: a[k] for k in COMPARED} == {k: b[k] for k in COMPARED}
+            for name in COMPARED:
+                assert math.isclose(a[name], b[name], rel_tol=1e-3, abs_tol=1e-5), (seed, name, a[name], b[name])
+        final = load_checkpoint(tmp_path / "stopping" / f"seed_{seed}")
+        assert final.global_step == step and sum(final.meta["episode_returns"][-5:]) / 5 >= 60
+        assert load(tmp_path / "stopping" / f"seed_{seed}").config.run.seed == seed
+    assert main(["train", "--resume", str(tmp_path / "stopping")]) == 2
+    assert "every seed in" in capsys.readouterr().err
+
+
+def test_a_stack_killed_after_a_seed_stopped_resumes_the_others_exactly(tmp_path, capsys):
+    whole, killed = tmp_path / "whole", tmp_path / "killed"
+    assert main(["train", "CartPole-v1", *STOPPING, "--seeds", "1-3", "--run-dir", str(whole)]) == 0
+    shutil.copytree(whole, killed)
+    for checkpoint in (killed / "seed_2" / "checkpoints").iterdir():  # killed after seed 1 stopped, before seed 2 did
+        if checkpoint.name.isdigit() and int(checkpoint.name) > STOPS[1] // 256:
+            shutil.rmtree(checkpoint)
+    (killed / "seed_2" / "checkpoints" / "latest").write_text(f"{STOPS[1] // 256:06d}\n")
+    capsys.readouterr()
+    assert main(["train", "--resume", str(killed)]) == 0
+    assert "resuming the 1 seed" in capsys.readouterr().out
+    assert learning(killed / "seed_2") == learning(whole / "seed_2")
+    for p, q in zip(load(killed / "seed_2").policy.parameters(), load(whole / "seed_2").policy.parameters()):
+        assert torch.equal(p, q)
+
+
+def test_a_single_run_ends_at_its_stop_return_and_a_resume_trains_no_further(tmp_path, capsys):
+    run = tmp_path / "run"
+    assert main(["train", "CartPole-v1", *STOPPING, "--seed", "3", "--run-dir", str(run)]) == 0
+    assert "--run.stop-return 60 at step 1792: stopped" in "".join(capsys.readouterr())
+    assert records(run)[-1]["global_step"] == 1792 and load_checkpoint(run).global_step == 1792
+    assert main(["train", "--resume", str(run)]) == 0
+    assert records(run)[-1]["global_step"] == 1792
+
+
+@pytest.mark.parametrize(("flags", "message"), [(["--stop-return", "nan"], "--run.stop-return must be a finite return"), (["--stop-window", "101"], "between 1 and 100")])
+def test_bad_stop_flags_are_one_line_errors(tmp_path, capsys, flags, message):
+    assert main(["train", "CartPole-v1", *flags, "--run-dir", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1

@@ -168,6 +168,10 @@ class RunConfig:
     """Save a checkpoint every this many iterations (0: only at the end); resume with 'fastppo train --resume RUN_DIR'."""
     keep_checkpoints: int = 3
     """How many of the newest checkpoints to keep in RUN_DIR/checkpoints."""
+    stop_return: float | None = None
+    """End training once the mean return of the last --run.stop-window finished episodes reaches this (e.g. 475 for CartPole-v1), with a final checkpoint as at the budget's end; a stack of seeds ends each seed at its own and trains the others on (none: the whole budget)."""
+    stop_window: int = 20
+    """How many of the latest finished training episodes --run.stop-return averages (at most 100: a checkpoint keeps the last 100)."""
 
 
 @dataclass
@@ -207,6 +211,10 @@ class Config:
         for name, value in positive_ints.items():
             if value <= 0:
                 raise FastPPOError(f"--{name.replace('_', '-')} must be a positive integer, got {value}")
+        if self.run.stop_return is not None and not math.isfinite(self.run.stop_return):
+            raise FastPPOError(f"--run.stop-return must be a finite return or none, got {self.run.stop_return}")
+        if not 1 <= self.run.stop_window <= 100:
+            raise FastPPOError(f"--run.stop-window must be between 1 and 100 (a checkpoint keeps the last 100 returns), got {self.run.stop_window}")
         if self.run.torch_threads < 0:
             raise FastPPOError(f"--run.torch-threads must be 0 (automatic) or a positive integer, got {self.run.torch_threads}")
         positive_floats = {

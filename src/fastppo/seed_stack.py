@@ -246,6 +246,13 @@ class StackedActorCritic(nn.Module):
         """Zeros for ``batch_size`` flat rows (None without memory)."""
         return torch.zeros(batch_size, self.state_size, device=self.flat.device) if self.recurrent else None
 
+    def keep(self, indices: list[int]) -> None:
+        """Keep only the seeds at ``indices`` (in that order): their rows of ``flat``, as a new
+        parameter (the optimizer follows with ``SeedAdam.keep``), and their generators."""
+        self.flat = nn.Parameter(self.flat.detach()[indices])
+        self.seeds = len(indices)
+        self.noise.generators = [self.noise.generators[i] for i in indices]
+
     @torch.no_grad()
     def unstack(self, index: int) -> ActorCritic:
         """Seed ``index``'s policy as an ordinary ``ActorCritic`` (a copy of its current weights)."""
@@ -457,6 +464,18 @@ class SeedAdam(FusedAdam):
         super().load_state_dict(state_dict)
         self._rows = None
 
+    def keep(self, indices: list[int], param: Tensor) -> None:
+        """Keep only the seeds at ``indices``: their rows of the moments and step counts, now for
+        ``param`` (the stack's new ``flat``, ``StackedActorCritic.keep``)."""
+        group = self.param_groups[0]
+        (old,) = group["params"]
+        state = self.state.pop(old, {})
+        group["params"] = [param]
+        if state:
+            self.state[param] = {slot: value[indices] if slot == "step" else value.view(self.seeds, -1)[indices].view_as(param) for slot, value in state.items()}
+        self.seeds = len(indices)
+        self._rows = None
+
 
 class _SeedOptimizer:
     """Seed ``index``'s row of a stack's ``SeedAdam``, as the state dict its single run's optimizer
@@ -517,17 +536,44 @@ def restore_seed_stack(state, envs, checkpoints: list) -> list[list[float]]:
     return [list(c.meta.get("episode_returns", [])) for c in checkpoints]
 
 
-def save_seed_checkpoints(state, envs, seed_dirs: list[Path], seeds_returns: list[list[float]], keep: int) -> Path:
-    """Checkpoint each seed of a stack into its run folder as the checkpoint of its single run
-    (weights, Adam moments and step count, statistics, env rows and their generator, its generator
-    as torch's RNG, its kl_beta): ``fastppo train --resume RUN_DIR/seed_<n>`` continues
-    that seed alone, as its single run would. Returns the last folder written."""
+def keep_seeds(state, envs, indices: list[int]) -> None:
+    """Shrink a stack in place to the seeds at ``indices`` (in that order), at an iteration
+    boundary: their weights, Adam state, generators, statistics, env rows, cursor rows and
+    kl_betas, so that each goes on as it would have in the whole stack (nothing of a seed depends on
+    the others) but for float rounding: the update's minibatches are padded to the longest seed's,
+    and a sum over another padded length can round another way, as between a stack and its single
+    runs (module docstring). The trainer rebuilds what holds the old parameter (its buffer and steps)."""
+    from fastppo.rollout import EnvCursor
+    from fastppo.update import flatten_parameters
+
+    stack: StackedActorCritic = state.agent.policy
+    per_seed = envs.num_envs // stack.seeds
+    device = state.cursor.obs.device
+    rows = (torch.tensor(indices, device=device).unsqueeze(1) * per_seed + torch.arange(per_seed, device=device)).flatten()
+    stack.keep(indices)
+    state.optimizer.keep(indices, flatten_parameters(stack))
+    for statistics in (state.agent.obs_rms, state.reward_scaler):
+        if statistics is not None:
+            statistics.keep_groups(indices)
+    envs.keep_seed_blocks(indices)
+    cursor = state.cursor
+    state.cursor = EnvCursor(*(None if t is None else t[rows] for t in (cursor.obs, cursor.action_mask, cursor.valid, cursor.state)))
+    state.kl_beta = [state.kl_beta[i] for i in indices]
+
+
+def save_seed_checkpoints(state, envs, seed_dirs: list[Path], seeds_returns: list[list[float]], keep: int, indices: list[int] | None = None) -> Path:
+    """Checkpoint each seed of a stack (or those at ``indices``) into its run folder as the
+    checkpoint of its single run (weights, Adam moments and step count, statistics, env rows and
+    their generator, its generator as torch's RNG, its kl_beta): ``fastppo train --resume
+    RUN_DIR/seed_<n>`` continues that seed alone, as its single run would. Returns the last folder
+    written."""
     from fastppo.checkpoint import save_checkpoint
     from fastppo.rollout import EnvCursor
 
     stack: StackedActorCritic = state.agent.policy
     saved = None
-    for index, (directory, returns) in enumerate(zip(seed_dirs, seeds_returns)):
+    for index in range(len(seed_dirs)) if indices is None else indices:
+        directory, returns = seed_dirs[index], seeds_returns[index]
         agent = seed_agent(state.agent, index, directory, [], returns)
         rows = slice(index * envs.num_envs // stack.seeds, (index + 1) * envs.num_envs // stack.seeds)
         scaler = None

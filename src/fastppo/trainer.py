@@ -21,7 +21,7 @@ from torch import Tensor
 from fastppo.agent import Agent, build_agent
 from fastppo.allocator import reuse_freed_memory
 from fastppo.checkpoint import Checkpoint, checkpoint_root, list_checkpoints, load_checkpoint, restore_train_state, rewind_metrics, save_checkpoint
-from fastppo.config import Config, apply_overrides, resolve_key
+from fastppo.config import Config, RunConfig, apply_overrides, resolve_key
 from fastppo.core import RewardScaler, adaptive_kl_beta, compute_gae, explained_variance, schedule_progress, scheduled, shift_values
 from fastppo.cuda_graphs import check_cudagraphs
 from fastppo.diagnostics import HealthMonitor
@@ -41,6 +41,7 @@ from fastppo.seed_stack import (
     SeedLoggers,
     check_seed_stack,
     episodes_by_seed,
+    keep_seeds,
     per_seed,
     restore_seed_stack,
     save_seed_agent,
@@ -50,7 +51,9 @@ from fastppo.seed_stack import (
 )
 from fastppo.update import MinibatchStep, UpdateCoefficients, make_optimizer, ppo_update, set_learning_rate
 
-RESUMABLE_OVERRIDES = ("ppo.total_timesteps", "run.checkpoint_every", "run.keep_checkpoints", "run.progress", "run.tensorboard", "run.torch_threads")
+RESUMABLE_OVERRIDES = (
+    "ppo.total_timesteps", "run.checkpoint_every", "run.keep_checkpoints", "run.progress", "run.tensorboard", "run.torch_threads", "run.stop_return", "run.stop_window"
+)
 """What may change on resume; anything else would make the resumed run a different experiment."""
 
 
@@ -186,6 +189,15 @@ class StopRequest:
             signal.signal(s, handler)
 
 
+def reached_stop_return(run: RunConfig, returns: list[float]) -> bool:
+    """Whether a run's finished episodes have reached --run.stop-return (never without one)."""
+    return run.stop_return is not None and len(returns) >= run.stop_window and float(np.mean(returns[-run.stop_window :])) >= run.stop_return
+
+
+def stop_return_note(run: RunConfig, returns: list[float], global_step: int) -> str:
+    return f"mean return {np.mean(returns[-run.stop_window :]):.1f} over the last {run.stop_window} episodes reached --run.stop-return {run.stop_return:g} at step {global_step}: stopped"
+
+
 def planned_iterations(config: Config, world_size: int) -> int:
     """Iterations of the run: --total-timesteps counts the steps of every rank's envs together."""
     iterations = config.num_iterations // world_size
@@ -250,11 +262,17 @@ def seed_folders(run_dir: str | Path) -> list[Path]:
 def resume_seed_stack_config(run_dir: str | Path, overrides: dict[str, Any] | None = None, env_id: str | None = None) -> tuple[Config, list[int], list[Checkpoint]]:
     """A stack of seeds to resume as one (``fastppo train --resume RUN_DIR`` on a ``--seeds`` folder):
     the config, the seeds and each seed's checkpoint as ``resume_config`` gives it, all at the newest
-    iteration every seed reached (a kill during a save can leave some seeds one checkpoint ahead)."""
+    iteration every seed reached (a kill during a save can leave some seeds one checkpoint ahead).
+    Seeds that reached --run.stop-return (theirs, or the one ``overrides`` give) left the stack
+    finished and stay out."""
     folders = seed_folders(run_dir)
     backend = load_checkpoint(folders[0]).config.env.backend
     if backend != "tensor":  # trained as separate processes (--workers): each is an ordinary run
         raise FastPPOError(f"{run_dir} holds seeds trained one process each ({backend} envs): resume each alone, fastppo train --resume {run_dir}/seed_<n>")
+    latest = [resume_config(folder, overrides, env_id) for folder in folders]
+    folders = [folder for folder, (config, checkpoint) in zip(folders, latest) if not reached_stop_return(config.run, checkpoint.meta.get("episode_returns", []))]
+    if not folders:
+        raise FastPPOError(f"every seed in {run_dir} has reached --run.stop-return: nothing is left to train (one seed trains on alone: fastppo train --resume {run_dir}/seed_<n> --stop-return none)")
     iteration = min(int(list_checkpoints(d)[-1].name) for d in folders)
     resumed = []
     for folder in folders:
@@ -391,6 +409,7 @@ def train_rank(
     policy_step = PolicyStep(agent.policy, config.run.compile, config.run.cudagraphs)
     update_step = MinibatchStep(agent.policy, state.optimizer, cfg, config.run.compile, config.run.cudagraphs, world)
     saved: Path | None = None
+    finished: list[Agent] = []  # a stack's seeds that reached --run.stop-return, saved as they left it
 
     def save(state: TrainState, envs: Any) -> Path:  # a stack: each seed's folder gets its single run's checkpoint
         if seeds is None:
@@ -399,7 +418,7 @@ def train_rank(
 
     try:
         with StopRequest(enabled=run_dir is not None, world=world) as stop:
-            while state.iteration < num_iterations and not stop.requested:
+            while state.iteration < num_iterations and not stop.requested and not (seeds is None and reached_stop_return(config.run, agent.episode_returns)):
                 state.iteration += 1
                 progress = schedule_progress(state.iteration, num_iterations, state.schedule_anchor)
                 start = time.perf_counter()
@@ -449,9 +468,32 @@ def train_rank(
                     on_iteration(state.global_step, metrics)
 
                 stop.agree()
-                every, last = config.run.checkpoint_every, state.iteration == num_iterations
-                if out_dir is not None and (stop.requested or last or (every and state.iteration % every == 0)):
+                solved = seeds is None and reached_stop_return(config.run, agent.episode_returns)
+                every, last = config.run.checkpoint_every, state.iteration == num_iterations or solved
+                saving = out_dir is not None and (stop.requested or last or (every and state.iteration % every == 0))
+                if saving:
                     saved = save(state, envs)
+                if solved:
+                    logger.message(stop_return_note(config.run, agent.episode_returns, state.global_step))
+                done = [] if seeds is None else [i for i, returns in enumerate(seeds_returns) if reached_stop_return(config.run, returns)]
+                if done:  # those seeds are finished runs: final checkpoint and agent, then the stack trains on without them
+                    if not saving:
+                        save_seed_checkpoints(state, envs, seed_dirs, seeds_returns, config.run.keep_checkpoints, done)
+                    for i in done:
+                        logger.message(f"seed {seeds[i]}: {stop_return_note(config.run, seeds_returns[i], state.global_step)}")
+                        finished.append(save_seed_agent(agent, i, seed_dirs[i], logger.loggers[i].history, seeds_returns[i]))
+                        logger.loggers[i].close()
+                    kept = [i for i in range(len(seeds)) if i not in done]
+                    seeds, seed_dirs, seeds_returns, monitors, monitor_labels, logger.loggers = (
+                        [items[i] for i in kept] for items in (seeds, seed_dirs, seeds_returns, monitors, monitor_labels, logger.loggers)
+                    )
+                    if not kept:
+                        break
+                    keep_seeds(state, envs, kept)
+                    runs = len(seeds)
+                    buf = RolloutBuffer.allocate(cfg.num_steps, envs, host, mask_dim, agent.policy.state_size)
+                    policy_step = PolicyStep(agent.policy, config.run.compile, config.run.cudagraphs)
+                    update_step = MinibatchStep(agent.policy, state.optimizer, cfg, config.run.compile, config.run.cudagraphs, world)
             # A signal during the last iteration stopped nothing: the run is finished, not interrupted.
             if stop.requested and state.iteration < num_iterations:
                 if out_dir is not None and (saved is None or not saved.name.endswith(f"{state.iteration:06d}")):
@@ -482,7 +524,7 @@ def train_rank(
         seed_agents = [save_seed_agent(agent, i, d, seed_logger.history, r) for i, (d, seed_logger, r) in enumerate(zip(seed_dirs, logger.loggers, seeds_returns))]
         for seed_agent in seed_agents:
             seed_agent.interrupted_by = agent.interrupted_by
-        return seed_agents
+        return sorted(finished + seed_agents, key=lambda a: a.config.run.seed)
     agent.history = logger.history
     if out_dir is not None:
         agent.save(out_dir)

@@ -132,6 +132,12 @@ class RunningMeanStd:
         self.count = count if isinstance(self.count, Tensor) else float(count)  # keep update()'s fast path
         self._refresh()
 
+    def keep_groups(self, indices: list[int]) -> None:
+        """Keep only the statistics of the groups at ``indices`` (a stack dropping seeds)."""
+        self.mean, self.var, self.count = self.mean[indices], self.var[indices], self.count[indices]
+        self.groups = len(indices)
+        self._refresh()
+
     def state_dict(self) -> dict[str, Tensor]:
         return {"mean": self.mean, "var": self.var, "count": torch.as_tensor(self.count, dtype=torch.float64)}
 
@@ -164,6 +170,12 @@ class RewardScaler:
             self.return_rms.update(self.discounted_return, valid)
             self.discounted_return.masked_fill_(done, 0.0)
         return self.return_rms.by_group(rewards, lambda rows, mean, inv_std: (rows * inv_std).clamp(-self.clip, self.clip))
+
+    def keep_groups(self, indices: list[int]) -> None:
+        """Keep only the groups at ``indices`` and their envs' returns (a stack dropping seeds)."""
+        envs = self.discounted_return.view(self.return_rms.groups, -1)[indices]
+        self.return_rms.keep_groups(indices)
+        self.discounted_return = envs.flatten()
 
     def state_dict(self) -> dict[str, Tensor]:
         return {**{f"return_rms.{k}": v for k, v in self.return_rms.state_dict().items()}, "discounted_return": self.discounted_return}
