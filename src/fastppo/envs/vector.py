@@ -67,14 +67,15 @@ class VecEnv(Protocol):
     def close(self) -> None: ...
 
 
+NUMPY_DTYPES = {torch.float32: np.float32, torch.bool: np.bool_, torch.uint8: np.uint8}
+
+
 def numpy_to_device(array: np.ndarray, dtype: torch.dtype, device: torch.device) -> Tensor:
     """A numpy env's array as a tensor of ``dtype`` on ``device``: zero-copy when it already is one
-    (the numpy vector envs hand out fresh arrays every step), ~1 us cheaper per field than
-    ``as_tensor().to()``."""
-    tensor = torch.from_numpy(np.asarray(array))
-    if tensor.dtype == dtype and tensor.device == device:
-        return tensor
-    return tensor.to(device, dtype, non_blocking=True)
+    (the numpy vector envs hand out fresh arrays every step). numpy casts (float64 observations
+    and rewards) ~3x cheaper than torch's ``.to`` on a few values (1.1 vs 2.9 us)."""
+    tensor = torch.from_numpy(np.asarray(array, dtype=NUMPY_DTYPES[dtype]))
+    return tensor if device.type == "cpu" else tensor.to(device, non_blocking=True)
 
 
 class HostCopies:
@@ -105,8 +106,12 @@ class HostCopies:
     def to_host(self, actions: Tensor) -> np.ndarray:
         with self.copying():
             action = actions.cpu().numpy()
-        # The policy's raw Gaussian sample stays in the buffer; only the env sees it clipped.
-        return action if self._action_clip is None else np.clip(action, *self._action_clip)
+        # The policy's raw Gaussian sample stays in the buffer; only the env sees it clipped
+        # (two ufuncs: np.clip's wrapper costs more than they do on a few values).
+        if self._action_clip is None:
+            return action
+        low, high = self._action_clip
+        return np.minimum(np.maximum(action, low), high)
 
     def first_step(self, obs: np.ndarray, action_mask: np.ndarray | None = None, live: np.ndarray | None = None) -> StepResult:
         """``reset``'s result: the first observations, reward 0, neither flag set."""
