@@ -296,15 +296,21 @@ STOPPING = [*TINY, "--total-timesteps", "4096", "--stop-return", "60", "--stop-w
 STOPS = {3: 1792, 1: 2304, 2: 3072}  # where seeds 1-3 of that config reach a mean of 60 over 5 episodes
 
 
-def test_a_stack_ends_each_seed_at_its_stop_return_and_trains_the_others_on(tmp_path, capsys):
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"))])
+def test_a_stack_ends_each_seed_at_its_stop_return_and_trains_the_others_on(tmp_path, capsys, device):
     """Seeds that reach --stop-return leave the stack as finished runs (final checkpoint and agent
     at that step); the others go on as in the whole stack, equal but for float rounding (the
     update pads minibatches to the longest seed's), bit for bit until the first seed leaves."""
-    assert main(["train", "CartPole-v1", *STOPPING, "--seeds", "1-3", "--run-dir", str(tmp_path / "stopping")]) == 0
+    flags = [*STOPPING, "--device", device]
+    assert main(["train", "CartPole-v1", *flags, "--seeds", "1-3", "--run-dir", str(tmp_path / "stopping")]) == 0
     out = "".join(capsys.readouterr())
-    assert main(["train", "CartPole-v1", *STOPPING, "--stop-return", "none", "--seeds", "1-3", "--run-dir", str(tmp_path / "whole")]) == 0
-    first = min(STOPS.values())
-    for seed, step in STOPS.items():
+    assert main(["train", "CartPole-v1", *flags, "--stop-return", "none", "--seeds", "1-3", "--run-dir", str(tmp_path / "whole")]) == 0
+    stops = {seed: records(tmp_path / "stopping" / f"seed_{seed}")[-1]["global_step"] for seed in STOPS}
+    if device == "cpu":  # a GPU's generators draw other streams
+        assert stops == STOPS
+    assert len(set(stops.values())) > 1 and max(stops.values()) < 4096  # they left one by one, before the budget
+    first = min(stops.values())
+    for seed, step in stops.items():
         assert f"seed {seed}: mean return" in out and f"--run.stop-return 60 at step {step}: stopped" in out
         stopping, whole = records(tmp_path / "stopping" / f"seed_{seed}"), records(tmp_path / "whole" / f"seed_{seed}")
         assert stopping[-1]["global_step"] == step and whole[-1]["global_step"] == 4096
