@@ -291,3 +291,30 @@ def test_a_bad_preset_file_is_one_line_and_exit_2(text, message, tmp_path, capsy
     assert main(["train", "CartPole-v1", "--preset", "missing.yaml", *TINY, "--run-dir", "run"]) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_stacks_pruning_report_is_the_mean_of_its_seeds_scores_so_far():
+    trial = FakeTrial(prune_after=10)
+    report = PruningReport(trial, total_timesteps=1000, stacked=True)
+    report(128, {3: {}, 5: {}})  # no episode yet in either seed
+    report(256, {3: {"charts/episodic_return": 10.0}, 5: {}})  # only seed 3 has a score
+    report(300, {3: {"charts/episodic_return": 20.0}, 5: {"charts/episodic_return": 40.0}})
+    report(350, {5: {"charts/episodic_return": 60.0}})  # seed 3 left the stack (--stop-return): its score stands
+    assert trial.reports == [(250, 10.0), (300, 30.0), (350, 40.0)]
+
+
+def test_a_trial_on_tensor_envs_trains_its_seeds_as_one_stack(tmp_path, monkeypatch):
+    from fastppo.sweep import Sweep, run_trial
+
+    stacks = []
+    train_seed_stack = fastppo.trainer.train_seed_stack
+    monkeypatch.setattr(fastppo.trainer, "train_seed_stack", lambda config, seeds, *a, **k: stacks.append(seeds) or train_seed_stack(config, seeds, *a, **k))
+    monkeypatch.setattr(fastppo.trainer, "train", lambda *a, **k: pytest.fail("a trial on tensor envs trained a single run"))
+    base = make_config("CartPole-v1", overrides={"backend": "tensor", "num_envs": 2, "num_steps": 64, "total_timesteps": 512, "tensorboard": False})
+    space = {"ppo.learning_rate": optuna.distributions.FloatDistribution(1e-3, 1e-2, log=True)}
+    sweep = Sweep(base, space, (1, 2), 1, tmp_path, "sqlite://", "s", 60, 0)
+    trial = optuna.create_study(direction="maximize").ask()
+    value = run_trial(trial, sweep)
+    assert stacks == [[1, 2]]
+    (stats,) = collect([tmp_path / f"trial_{trial.number}"], reps=10)
+    assert stats.seeds == [1, 2] and stats.estimates["mean"].point == pytest.approx(value)

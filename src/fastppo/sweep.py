@@ -5,8 +5,8 @@
   was started with (base config, space, seeds) are stored with it: the same command continues
   it, other settings are refused.
 - **Trials.** TPE draws the space's fields (fastppo.sweep_space) over the base config (defaults
-  <- preset <- flags); a trial trains one run per seed, one after another, into
-  RUN_DIR/trial_<n>/seed_<s>. Its value is the mean over seeds of each run's final score as
+  <- preset <- flags); a trial trains one run per seed, one after another (on tensor envs all
+  at once, as one stack: fastppo.seed_stack), into RUN_DIR/trial_<n>/seed_<s>. Its value is the mean over seeds of each run's final score as
   ``fastppo report`` computes it: the mean episodic return over the last 10% of the run's
   steps. A drawn combination the config refuses, a run that diverges (NaN) or finishes no
   episode ends the trial as pruned, the reason in its user attribute ``pruned_because``.
@@ -14,7 +14,8 @@
   the steps trained) at 20 evenly spaced points of the budget, the same steps whatever a trial's
   batch size, and Optuna's median pruner stops a trial below the median of earlier trials at
   that step (once 5 trials have completed, and not in the first third of the budget). The other
-  seeds run only for trials the first one got through, unpruned.
+  seeds run only for trials the first one got through, unpruned. A stack reports the mean of its
+  seeds' scores so far and is pruned whole.
 - **Workers.** K spawned processes share the study; each loops: the study holds N finished
   (complete or pruned) trials -> stop; else finished + running < N -> run a trial (a queued
   retry first); else wait (the last trials run elsewhere, and should one's process die its retry
@@ -258,7 +259,7 @@ def run_worker(sweep: Sweep, index: int, started: int) -> None:
 
 def run_trial(trial: optuna.Trial, sweep: Sweep) -> float:
     """One trial: the drawn config trained once per seed; the mean of the runs' final scores."""
-    from fastppo.trainer import train
+    from fastppo.trainer import train, train_seed_stack
 
     trials = trial.study.get_trials(deepcopy=False)
     # As the worker's count, plus a tie-break: of two trials started for the last slot, the later one yields.
@@ -268,17 +269,24 @@ def run_trial(trial: optuna.Trial, sweep: Sweep) -> float:
     for attempt in RetryHeartbeatStaleTrialCallback.retry_history(this):  # a killed attempt's partial runs
         shutil.rmtree(sweep.folder / f"trial_{attempt}", ignore_errors=True)
     folder = sweep.folder / f"trial_{trial.number}"
-    scores: list[float] = []
     try:
         config = apply_overrides(copy.deepcopy(sweep.base), suggest(trial, sweep.space)).validate()
-        for seed in sweep.seeds:
-            run = dataclasses.replace(config, run=dataclasses.replace(config.run, seed=seed, progress=False))
-            agent = train(run, folder / f"seed_{seed}", on_iteration=None if scores else PruningReport(trial, config.ppo.total_timesteps))
-            if agent.interrupted_by is not None:  # queued again, as a killed trial is; cut short, its runs would mislead fastppo report
-                trial.study.enqueue_trial(trial.params)
-                shutil.rmtree(folder, ignore_errors=True)
-                raise Interrupted
-            scores.append(final_score(read_run(folder / f"seed_{seed}"), RETURN, FINAL_WINDOW))
+        config.run.progress = False
+        total = config.ppo.total_timesteps
+        if config.env.backend == "tensor" and len(sweep.seeds) > 1:  # the seeds as one batched run, as `fastppo train --seeds` does
+            agents = train_seed_stack(config, list(sweep.seeds), folder, on_iteration=PruningReport(trial, total, stacked=True))
+        else:  # one after another, the first reporting for the pruner
+            agents = []
+            for seed in sweep.seeds:
+                run = dataclasses.replace(config, run=dataclasses.replace(config.run, seed=seed))
+                agents.append(train(run, folder / f"seed_{seed}", on_iteration=None if agents else PruningReport(trial, total)))
+                if agents[-1].interrupted_by is not None:
+                    break
+        if agents[-1].interrupted_by is not None:  # queued again, as a killed trial is; cut short, its runs would mislead fastppo report
+            trial.study.enqueue_trial(trial.params)
+            shutil.rmtree(folder, ignore_errors=True)
+            raise Interrupted
+        scores = [final_score(read_run(folder / f"seed_{seed}"), RETURN, FINAL_WINDOW) for seed in sweep.seeds]
     except FastPPOError as exc:  # a combination the config refuses, a run that diverged, no episode finished
         trial.set_user_attr(PRUNED_BECAUSE, str(exc))
         raise optuna.TrialPruned(str(exc)) from None
@@ -287,22 +295,25 @@ def run_trial(trial: optuna.Trial, sweep: Sweep) -> float:
 
 
 class PruningReport:
-    """``on_iteration`` hook of a trial's first run: its score so far (the final-window score over
-    the steps trained) reported at PRUNE_POINTS evenly spaced steps of the budget, and the trial
+    """``on_iteration`` hook of a trial's first run, or of its seeds trained as one stack
+    (``stacked``: the mean over the seeds): the score so far (the final-window score over the
+    steps trained) reported at PRUNE_POINTS evenly spaced steps of the budget, and the trial
     pruned when the pruner says so."""
 
-    def __init__(self, trial: optuna.Trial, total_timesteps: int):
-        self.trial, self.total = trial, total_timesteps
-        self.records: list[dict[str, Any]] = []
+    def __init__(self, trial: optuna.Trial, total_timesteps: int, stacked: bool = False):
+        self.trial, self.total, self.stacked = trial, total_timesteps, stacked
+        self.records: dict[int | None, list[dict[str, Any]]] = {}  # per seed of a stack (None: the one run)
         self.reported = 0
 
-    def __call__(self, global_step: int, metrics: dict[str, float]) -> None:
-        self.records.append({"global_step": global_step, RETURN: metrics.get(RETURN)})
+    def __call__(self, global_step: int, metrics: dict[str, float] | dict[int, dict[str, float]]) -> None:
+        for run, run_metrics in (metrics.items() if self.stacked else [(None, metrics)]):
+            self.records.setdefault(run, []).append({"global_step": global_step, RETURN: run_metrics.get(RETURN)})
         point = global_step * PRUNE_POINTS // self.total
-        if point <= self.reported or all(r[RETURN] is None for r in self.records):
+        scored = [records for records in self.records.values() if any(r[RETURN] is not None for r in records)]
+        if point <= self.reported or not scored:
             return
         self.reported = point
-        score = final_score(Run(Path(), {}, self.records), RETURN, FINAL_WINDOW)
+        score = float(np.mean([final_score(Run(Path(), {}, records), RETURN, FINAL_WINDOW) for records in scored]))
         self.trial.report(score, point * self.total // PRUNE_POINTS)
         if self.trial.should_prune():
             reason = f"score {score:.1f} at step {global_step} below the median of earlier trials"

@@ -308,13 +308,16 @@ def train(
         return train_rank(config, run_dir, checkpoint, on_iteration, device, world)
 
 
-def train_seed_stack(config: Config, seeds: list[int], run_dir: Path, checkpoints: list[Checkpoint] | None = None) -> list[Agent]:
+def train_seed_stack(
+    config: Config, seeds: list[int], run_dir: Path, checkpoints: list[Checkpoint] | None = None, on_iteration: Callable[[int, dict[int, dict[str, float]]], None] | None = None
+) -> list[Agent]:
     """Train one agent per seed of ``seeds`` in this process, as one batched computation
     (``fastppo.seed_stack``), each seed's run into ``run_dir/seed_<n>``; the agents in seed order.
-    With ``checkpoints`` (``resume_seed_stack_config``), the stack continues where it stopped."""
+    With ``checkpoints`` (``resume_seed_stack_config``), the stack continues where it stopped.
+    ``on_iteration(global_step, {seed: metrics})`` as ``train``'s, for the seeds still training."""
     config.validate()
     check_seed_stack(config)
-    return train_rank(config, run_dir, checkpoints, None, resolve_device(config.run.device), None, seeds)
+    return train_rank(config, run_dir, checkpoints, on_iteration, resolve_device(config.run.device), None, seeds)
 
 
 def train_rank(
@@ -464,8 +467,8 @@ def train_rank(
                 for label, monitor, run_metrics in zip(monitor_labels, monitors, runs_metrics):
                     for warning in monitor.check(run_metrics, progress):
                         logger.message(f"[yellow]warning:[/] {label}{warning}")
-                if on_iteration is not None:
-                    on_iteration(state.global_step, metrics)
+                if on_iteration is not None:  # a stack: {seed: its metrics}, for the seeds still training
+                    on_iteration(state.global_step, metrics if seeds is None else dict(zip(seeds, runs_metrics)))
 
                 stop.agree()
                 solved = seeds is None and reached_stop_return(config.run, agent.episode_returns)
