@@ -10,8 +10,9 @@
 #
 # then run `bash benchmarks/gpu_session.sh [STAGE...]` there with carry [".whl"] (14 MB; EnvPool's
 # wheel and assets, 115 MB, exceed what a call carries). Stages: tests gpu seeds atari rlhf (all by
-# default). 2026-11-26 on an H200 they took 95, 202 (before gpu.py's CPU row), 190, 38 and 29 s:
-# near one call's 10-minute limit, so split them over two calls on the warm machine if need be.
+# default). 2026-11-26 on an H200 they took 95, 202 (before gpu.py's CPU row), 190 (94 once the
+# stacked seeds left at their solve), 38 and 29 s: near one call's 10-minute limit, so split them
+# over two calls on the warm machine if need be.
 # Each stage runs under its own timeout and writes its log to $OUT: one failure leaves the others.
 # Leave MUJOCO_GL unset: with =egl, `import mujoco` fails there (no libEGL in the image).
 set -o pipefail
