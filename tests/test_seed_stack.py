@@ -356,3 +356,20 @@ def test_bad_stop_flags_are_one_line_errors(tmp_path, capsys, flags, message):
     assert main(["train", "CartPole-v1", *flags, "--run-dir", str(tmp_path / "run")]) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_signal_in_the_iteration_that_reaches_the_stop_return_leaves_a_finished_run(tmp_path, capsys, monkeypatch):
+    import signal
+
+    from fastppo.logger import RunLogger
+
+    log = RunLogger.log
+
+    def log_then_signal(self, step, metrics):
+        log(self, step, metrics)
+        if step == STOPS[3]:
+            signal.raise_signal(signal.SIGINT)
+
+    monkeypatch.setattr(RunLogger, "log", log_then_signal)
+    assert main(["train", "CartPole-v1", *STOPPING, "--seed", "3", "--run-dir", str(tmp_path / "run")]) == 0  # not 130
+    assert "stopped after iteration" not in capsys.readouterr().err

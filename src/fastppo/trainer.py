@@ -497,8 +497,10 @@ def train_rank(
                     buf = RolloutBuffer.allocate(cfg.num_steps, envs, host, mask_dim, agent.policy.state_size)
                     policy_step = PolicyStep(agent.policy, config.run.compile, config.run.cudagraphs)
                     update_step = MinibatchStep(agent.policy, state.optimizer, cfg, config.run.compile, config.run.cudagraphs, world)
-            # A signal during the last iteration stopped nothing: the run is finished, not interrupted.
-            if stop.requested and state.iteration < num_iterations:
+            # A signal during the last iteration stopped nothing: the run is finished, not interrupted
+            # (so is one that reached --stop-return: a single run, or every seed of a stack).
+            over = state.iteration >= num_iterations or (reached_stop_return(config.run, agent.episode_returns) if seeds is None else not seeds)
+            if stop.requested and not over:
                 if out_dir is not None and (saved is None or not saved.name.endswith(f"{state.iteration:06d}")):
                     saved = save(state, envs)
                 agent.interrupted_by = signal.Signals(stop.signal)
