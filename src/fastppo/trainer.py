@@ -543,7 +543,8 @@ def open_logger(config: Config, run_dir: Path | None, checkpoint: Checkpoint | N
     previous: list[dict[str, float]] = []
     if run_dir is not None:
         run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "config.yaml").write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
+        # libyaml's dumper where PyYAML has it: the same text, ~4x faster (a stack writes one per seed).
+        (run_dir / "config.yaml").write_text(yaml.dump(config.to_dict(), Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper), sort_keys=False))
         previous = rewind_metrics(run_dir, checkpoint.global_step if checkpoint else 0)
     purge_step = checkpoint.global_step + 1 if checkpoint else None
     logger = RunLogger(run_dir, config.ppo.total_timesteps, config.run.tensorboard, config.run.progress and not quiet, config.to_dict(), purge_step)
