@@ -87,6 +87,17 @@ def test_runs_are_grouped_by_config_and_a_folder_stands_for_its_runs(root):
     assert [s.config for s in collect([root / "lr-2"], reps=20)] == ["only config"]
 
 
+def test_the_steps_column_spans_runs_that_ended_apart():
+    def runs(*ends: int) -> list[Run]:
+        return [Run(Path(f"s{i}"), {"run.seed": i}, [{"global_step": end}]) for i, end in enumerate(ends)]
+
+    estimates = {name: Estimate(1.0, 0.5, 1.5) for name in ("IQM", "mean", "median")}
+    assert GroupStats("e", "c", runs(512, 512), np.zeros(2), estimates).step_range == "512"
+    stopped = GroupStats("e", "c", runs(14336, 26624, 20480), np.zeros(3), estimates)  # seeds ended at --stop-return
+    assert stopped.steps == 14336 and stopped.step_range == "14336-26624"
+    assert "| 3 | 14336-26624 |" in markdown_table([stopped], "") and ",14336-26624," in csv_table([stopped])
+
+
 def _stats(env: str, config: str, scores: list[float]) -> GroupStats:
     runs = [Run(Path(f"{env}-{seed}"), {"run.seed": seed}, [{"global_step": 1000}]) for seed in range(1, len(scores) + 1)]
     estimates = {"IQM": Estimate(1.0, 0.5, 1.5), "mean": Estimate(2.0, 1.25, 2.75), "median": Estimate(3.0, 2.0, 4.125)}

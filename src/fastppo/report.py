@@ -72,6 +72,12 @@ class GroupStats:
         """Steps of the shortest run (an interrupted run shows here)."""
         return int(min(run.records[-1]["global_step"] for run in self.runs))
 
+    @property
+    def step_range(self) -> str:
+        """The runs' steps, ``shortest-longest`` where they differ (seeds ended at --stop-return)."""
+        longest = int(max(run.records[-1]["global_step"] for run in self.runs))
+        return str(self.steps) if longest == self.steps else f"{self.steps}-{longest}"
+
 
 def require_stats() -> None:
     """FastPPOError, before any work, if the ``stats`` extra (rliable, matplotlib) is missing."""
@@ -175,7 +181,7 @@ def collect(run_dirs: list[str | Path], metric: str = RETURN, final_window: floa
 
 def markdown_table(stats: list[GroupStats], caption: str) -> str:
     rows = [
-        f"| {s.env_id} | {s.config} | {len(s.runs)} | {s.steps} | " + " | ".join(str(s.estimates[name]) for name in ESTIMATES) + " |"
+        f"| {s.env_id} | {s.config} | {len(s.runs)} | {s.step_range} | " + " | ".join(str(s.estimates[name]) for name in ESTIMATES) + " |"
         for s in stats
     ]
     header = "| env | config | seeds | steps | IQM [95% CI] | mean [95% CI] | median [95% CI] |\n|---|---|--:|--:|--:|--:|--:|"
@@ -189,7 +195,7 @@ def csv_table(stats: list[GroupStats]) -> str:
     writer.writerow(["env", "config", "seeds", "steps", *(f"{n.lower()}{part}" for n in ESTIMATES for part in ("", "_low", "_high"))])
     for s in stats:
         figures = [getattr(s.estimates[n], part) for n in ESTIMATES for part in ("point", "low", "high")]
-        writer.writerow([s.env_id, s.config, " ".join(map(str, s.seeds)), s.steps, *figures])
+        writer.writerow([s.env_id, s.config, " ".join(map(str, s.seeds)), s.step_range, *figures])
     return out.getvalue()
 
 
