@@ -351,7 +351,15 @@ def test_a_single_run_ends_at_its_stop_return_and_a_resume_trains_no_further(tmp
     assert records(run)[-1]["global_step"] == 1792
 
 
-@pytest.mark.parametrize(("flags", "message"), [(["--stop-return", "nan"], "--run.stop-return must be a finite return"), (["--stop-window", "101"], "between 1 and 100")])
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--stop-return", "nan"], "--run.stop-return must be a finite return"),
+        (["--stop-return", "inf"], "--run.stop-return must be a finite return"),
+        (["--stop-window", "0"], "between 1 and 100"),
+        (["--stop-window", "101"], "between 1 and 100"),
+    ],
+)
 def test_bad_stop_flags_are_one_line_errors(tmp_path, capsys, flags, message):
     assert main(["train", "CartPole-v1", *flags, "--run-dir", str(tmp_path / "run")]) == 2
     err = capsys.readouterr().err

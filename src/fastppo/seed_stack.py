@@ -550,9 +550,7 @@ def keep_seeds(state, envs, indices: list[int]) -> None:
     from fastppo.update import flatten_parameters
 
     stack: StackedActorCritic = state.agent.policy
-    per_seed = envs.num_envs // stack.seeds
-    device = state.cursor.obs.device
-    rows = (torch.tensor(indices, device=device).unsqueeze(1) * per_seed + torch.arange(per_seed, device=device)).flatten()
+    seeds = stack.seeds
     stack.keep(indices)
     state.optimizer.keep(indices, flatten_parameters(stack))
     for statistics in (state.agent.obs_rms, state.reward_scaler):
@@ -560,7 +558,8 @@ def keep_seeds(state, envs, indices: list[int]) -> None:
             statistics.keep_groups(indices)
     envs.keep_seed_blocks(indices)
     cursor = state.cursor
-    state.cursor = EnvCursor(*(None if t is None else t[rows] for t in (cursor.obs, cursor.action_mask, cursor.valid, cursor.state)))
+    # Each seed's rows are a block: viewed [seeds, rows per seed, ...], the kept blocks in order.
+    state.cursor = EnvCursor(*(None if t is None else t.unflatten(0, (seeds, -1))[indices].flatten(0, 1) for t in (cursor.obs, cursor.action_mask, cursor.valid, cursor.state)))
     state.kl_beta = [state.kl_beta[i] for i in indices]
 
 

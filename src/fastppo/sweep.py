@@ -6,9 +6,9 @@
   it, other settings are refused.
 - **Trials.** TPE draws the space's fields (fastppo.sweep_space) over the base config (defaults
   <- preset <- flags); a trial trains one run per seed, one after another (on tensor envs all
-  at once, as one stack: fastppo.seed_stack), into RUN_DIR/trial_<n>/seed_<s>. Its value is the mean over seeds of each run's final score as
-  ``fastppo report`` computes it: the mean episodic return over the last 10% of the run's
-  steps. A drawn combination the config refuses, a run that diverges (NaN) or finishes no
+  at once, as one stack: fastppo.seed_stack), into RUN_DIR/trial_<n>/seed_<s>. Its value is the
+  mean over seeds of each run's final score as ``fastppo report`` computes it: the mean episodic
+  return over the last 10% of the run's steps. A drawn combination the config refuses, a run that diverges (NaN) or finishes no
   episode ends the trial as pruned, the reason in its user attribute ``pruned_because``.
 - **Pruning.** The first seed's run reports its score so far (the same final-window score over
   the steps trained) at 20 evenly spaced points of the budget, the same steps whatever a trial's

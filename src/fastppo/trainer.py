@@ -348,17 +348,17 @@ def train_rank(
     torch.set_num_threads(config.intra_op_threads(stacked=seeds is not None))
     if config.run.cudagraphs:
         check_cudagraphs(device)
-    host = rollout_device(config.env, device)  # the rollout's device: the CPU for numpy envs
-    envs = make_vec_env(config.env, host, video_dir=out_dir / "videos" if out_dir and seeds is None else None, multi_agent=config.multi_agent, seed_blocks=len(seeds or [seed]))
+    collect_on = rollout_device(config.env, device)  # where the rollout lives: the CPU for numpy envs
+    envs = make_vec_env(config.env, collect_on, video_dir=out_dir / "videos" if out_dir and seeds is None else None, multi_agent=config.multi_agent, seed_blocks=len(seeds or [seed]))
     first = envs.reset(seed=seed if seeds is None else seeds)
     if seeds is None:
-        agent = build_agent(config, envs.single_observation_space, envs.single_action_space, device, envs.layout, statistics_device=host)
+        agent = build_agent(config, envs.single_observation_space, envs.single_action_space, device, envs.layout, statistics_device=collect_on)
     else:
         agent = stacked_agent(config, envs.single_observation_space, envs.single_action_space, device, seeds)
     agent.run_dir = run_dir
     agent.action_masks = first.action_mask is not None
     normalize_obs = ObservationNormalizer(agent.obs_rms, config.env.clip_obs)
-    reward_scaler = RewardScaler(envs.num_envs, cfg.gamma, config.env.clip_reward, host, groups=seeds and len(seeds)) if config.env.normalize_reward else None
+    reward_scaler = RewardScaler(envs.num_envs, cfg.gamma, config.env.clip_reward, collect_on, groups=seeds and len(seeds)) if config.env.normalize_reward else None
     statistics = None
     if world is not None:  # the same start on every rank: rank 0's weights, and statistics merged each iteration
         world.broadcast_module(agent.policy)
@@ -368,13 +368,13 @@ def train_rank(
         optimizer=make_optimizer(agent.policy, cfg.learning_rate, cfg.adam_eps, device, config.run.cudagraphs),
         reward_scaler=reward_scaler,
         cursor=EnvCursor(
-            normalize_obs(first.obs, update=True), first.action_mask, torch.ones(envs.num_envs, dtype=torch.bool, device=host), fresh_state(agent.policy, envs.num_envs, host)
+            normalize_obs(first.obs, update=True), first.action_mask, torch.ones(envs.num_envs, dtype=torch.bool, device=collect_on), fresh_state(agent.policy, envs.num_envs, collect_on)
         ),
         kl_beta=cfg.kl_beta if seeds is None else [cfg.kl_beta] * len(seeds),
         world_size=world_size,
     )
     mask_dim = None if first.action_mask is None else first.action_mask.shape[-1]
-    buf = RolloutBuffer.allocate(cfg.num_steps, envs, host, mask_dim, agent.policy.state_size)
+    buf = RolloutBuffer.allocate(cfg.num_steps, envs, collect_on, mask_dim, agent.policy.state_size)
     if seeds is None:
         logger = open_logger(config, out_dir, checkpoint, quiet=world is not None and not world.main)
     else:  # one run folder per seed, one progress bar for them all
@@ -414,6 +414,9 @@ def train_rank(
     saved: Path | None = None
     finished: list[Agent] = []  # a stack's seeds that reached --run.stop-return, saved as they left it
 
+    def solved() -> bool:  # a single run that reached --run.stop-return (a stack's seeds leave one by one)
+        return seeds is None and reached_stop_return(config.run, agent.episode_returns)
+
     def save(state: TrainState, envs: Any) -> Path:  # a stack: each seed's folder gets its single run's checkpoint
         if seeds is None:
             return save_checkpoint(out_dir, state, envs, config.run.keep_checkpoints)
@@ -421,7 +424,7 @@ def train_rank(
 
     try:
         with StopRequest(enabled=run_dir is not None, world=world) as stop:
-            while state.iteration < num_iterations and not stop.requested and not (seeds is None and reached_stop_return(config.run, agent.episode_returns)):
+            while state.iteration < num_iterations and not stop.requested and not solved():
                 state.iteration += 1
                 progress = schedule_progress(state.iteration, num_iterations, state.schedule_anchor)
                 start = time.perf_counter()
@@ -471,12 +474,11 @@ def train_rank(
                     on_iteration(state.global_step, metrics if seeds is None else dict(zip(seeds, runs_metrics)))
 
                 stop.agree()
-                solved = seeds is None and reached_stop_return(config.run, agent.episode_returns)
-                every, last = config.run.checkpoint_every, state.iteration == num_iterations or solved
+                every, last = config.run.checkpoint_every, state.iteration == num_iterations or solved()
                 saving = out_dir is not None and (stop.requested or last or (every and state.iteration % every == 0))
                 if saving:
                     saved = save(state, envs)
-                if solved:
+                if solved():
                     logger.message(stop_return_note(config.run, agent.episode_returns, state.global_step))
                 done = [] if seeds is None else [i for i, returns in enumerate(seeds_returns) if reached_stop_return(config.run, returns)]
                 if done:  # those seeds are finished runs: final checkpoint and agent, then the stack trains on without them
@@ -494,13 +496,12 @@ def train_rank(
                         break
                     keep_seeds(state, envs, kept)
                     runs = len(seeds)
-                    buf = RolloutBuffer.allocate(cfg.num_steps, envs, host, mask_dim, agent.policy.state_size)
+                    buf = RolloutBuffer.allocate(cfg.num_steps, envs, collect_on, mask_dim, agent.policy.state_size)
                     policy_step = PolicyStep(agent.policy, config.run.compile, config.run.cudagraphs)
                     update_step = MinibatchStep(agent.policy, state.optimizer, cfg, config.run.compile, config.run.cudagraphs, world)
             # A signal during the last iteration stopped nothing: the run is finished, not interrupted
             # (so is one that reached --stop-return: a single run, or every seed of a stack).
-            over = state.iteration >= num_iterations or (reached_stop_return(config.run, agent.episode_returns) if seeds is None else not seeds)
-            if stop.requested and not over:
+            if stop.requested and state.iteration < num_iterations and not solved() and seeds != []:
                 if out_dir is not None and (saved is None or not saved.name.endswith(f"{state.iteration:06d}")):
                     saved = save(state, envs)
                 agent.interrupted_by = signal.Signals(stop.signal)

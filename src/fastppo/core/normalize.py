@@ -173,9 +173,8 @@ class RewardScaler:
 
     def keep_groups(self, indices: list[int]) -> None:
         """Keep only the groups at ``indices`` and their envs' returns (a stack dropping seeds)."""
-        envs = self.discounted_return.view(self.return_rms.groups, -1)[indices]
+        self.discounted_return = self.discounted_return.unflatten(0, (self.return_rms.groups, -1))[indices].flatten()
         self.return_rms.keep_groups(indices)
-        self.discounted_return = envs.flatten()
 
     def state_dict(self) -> dict[str, Tensor]:
         return {**{f"return_rms.{k}": v for k, v in self.return_rms.state_dict().items()}, "discounted_return": self.discounted_return}

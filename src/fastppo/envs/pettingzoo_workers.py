@@ -4,9 +4,9 @@ PettingZoo envs are Python all the way down (MPE's physics is numpy on 2-vectors
 can be most of a sync run's time (simple_spread: ~70% before its copies were stepped at once,
 fastppo.envs.mpe; ~30% since) and no amount of trainer speed gets past it. Here the copies are
 split into one contiguous block per CPU this process may run on (at most one per copy). The
-trainer's process steps the first block itself, since it would otherwise sit idle waiting, and each other block lives in a worker process as an ordinary ``PettingZooVecEnv``: a
-step sends every worker its actions, steps the first block, then gathers the rows in copy
-order. Copy ``c`` is seeded ``seed + c`` and finished episodes are merged in the order the
+trainer's process steps the first block itself, since it would otherwise sit idle waiting, and
+each other block lives in a worker process as an ordinary ``PettingZooVecEnv``: a step sends
+every worker its actions, steps the first block, then gathers the rows in copy order. Copy ``c`` is seeded ``seed + c`` and finished episodes are merged in the order the
 sync backend records them, so a run on ``async`` equals the same run on ``sync`` (rows, rewards,
 flags, masks, episodes, hence weights), only the env time is divided among the workers.
 

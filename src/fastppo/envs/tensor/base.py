@@ -133,13 +133,12 @@ class TensorEnv(ABC):
     def keep_seed_blocks(self, indices: list[int]) -> None:
         """Keep only the seed blocks at ``indices`` (in that order), at an iteration boundary: a
         stack of seeds drops the seeds that are done (``--run.stop-return``)."""
-        rows = self.num_envs // len(self.generators)
-        kept = (torch.tensor(indices, device=self.device).unsqueeze(1) * rows + torch.arange(rows, device=self.device)).flatten()
         assert not self._pending and not self._finished, "between pop_episodes and the next step only: queued rows would be renumbered"
-        for name in self.per_env_state:
-            setattr(self, name, getattr(self, name)[kept])
+        blocks = len(self.generators)
+        for name in self.per_env_state:  # [blocks, rows per block, ...]: the kept blocks in order
+            setattr(self, name, getattr(self, name).unflatten(0, (blocks, -1))[indices].flatten(0, 1))
         self.generators = [self.generators[i] for i in indices]
-        self.num_envs = len(indices) * rows
+        self.num_envs = self.num_envs // blocks * len(indices)
 
     # --- what a subclass implements -------------------------------------------------------
 
