@@ -1,13 +1,15 @@
-"""Random search for CartPole-v1 hyperparameters that minimise wall time to solve.
+"""Random search for hyperparameters that minimise wall time to solve (CartPole-v1 by default).
 
     python tune_solve_time.py --backend tensor --trials 40 --out tensor.jsonl
     python tune_solve_time.py --backend sync --trials 40 --seeds 1 2 3
+    python tune_solve_time.py --env CartPoleNoVelocity-v1 --backend tensor --search memory --budget 200000
 
-Each trial draws one value per hyperparameter from SPACE, trains until the last 20 episodes
-average >= 475 (or the budget runs out) for every seed, and appends one JSON line: the
-hyperparameters, the median and worst seconds to solve (a failed seed counts as twice its
-wall time) and the median steps. The best trials are printed at the end; re-check a winner
-over more seeds with ``sb3_compare.py`` or ``learning.py`` before making it a preset.
+Each trial starts from the env's preset, draws one value per hyperparameter of the space,
+trains until the last 20 episodes average >= 475 (or the budget runs out) for every seed, and
+appends one JSON line: the hyperparameters, the median and worst seconds to solve (a failed
+seed counts as twice its wall time) and the median steps. The best trials are printed at the
+end; re-check a winner over more seeds with ``sb3_compare.py``, ``learning.py`` or
+``recurrent.py`` before making it a preset.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import torch
 from common import footer, header, run_fastppo
 from fastppo.api import make_config
 
-SPACE: dict[str, list] = {
+MLP_SPACE: dict[str, list] = {
     "num_envs": [8, 16, 32, 64, 128],
     "num_steps": [16, 32, 64],
     "update_epochs": [2, 4, 8, 10, 20],
@@ -35,12 +37,32 @@ SPACE: dict[str, list] = {
     "ent_coef": [0.0],
     "clip_vloss": [False],
 }
+"""The search space of CartPole-v1's MLP presets."""
+
+MEMORY_SPACE: dict[str, list] = {
+    "num_envs": [16, 32, 64, 128],
+    "num_steps": [8, 16, 32],
+    "update_epochs": [2, 3, 4, 6],
+    "num_minibatches": [1, 2, 4],
+    "learning_rate": [3e-3, 5e-3, 1e-2, 2e-2],
+    "lr_schedule": ["constant", "linear"],
+    "gamma": [0.98, 0.99],
+    "gae_lambda": [0.8, 0.9, 0.95],
+    "ent_coef": [0.0, 0.01, 0.02],
+    "max_grad_norm": [0.5, 1.0, 5.0],
+    "hidden_sizes": [[32], [64]],
+    "memory": ["lstm", "gru"],
+    "memory_size": [16, 32, 64],
+}
+"""The search space of a recurrent preset (CartPoleNoVelocity-v1's)."""
+
+SEARCHES = {"mlp": MLP_SPACE, "memory": MEMORY_SPACE}
 
 
-def trial(overrides: dict, backend: str, seeds: list[int], budget: int) -> dict:
+def trial(env_id: str, overrides: dict, backend: str, seeds: list[int], budget: int) -> dict:
     seconds, steps = [], []
     for seed in seeds:
-        config = make_config("CartPole-v1", None, {**overrides, "seed": seed, "backend": backend, "total_timesteps": budget, "checkpoint_every": 0})
+        config = make_config(env_id, None, {**overrides, "seed": seed, "backend": backend, "total_timesteps": budget, "checkpoint_every": 0})
         run = run_fastppo(config, stop_when_solved=True)
         seconds.append(run.solved_s if run.solved_s is not None else 2 * run.wall_s)
         if run.solved_steps is not None:
@@ -56,22 +78,24 @@ def trial(overrides: dict, backend: str, seeds: list[int], budget: int) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--env", default="CartPole-v1", help="an env whose episodes score up to 500 (solved at 475)")
     parser.add_argument("--backend", default="sync", choices=["sync", "tensor"])
     parser.add_argument("--trials", type=int, default=40)
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--budget", type=int, default=150_000, help="env steps per run before it counts as failed")
     parser.add_argument("--search-seed", type=int, default=0)
     parser.add_argument("--out", help="append one JSON line per trial to this file")
-    parser.add_argument("--space", type=json.loads, default={}, help='JSON object replacing some of SPACE\'s value lists, e.g. \'{"num_envs": [16, 32]}\'')
+    parser.add_argument("--search", default="mlp", choices=list(SEARCHES), help="the space to draw from: mlp (CartPole-v1's presets, MLP_SPACE) or memory (recurrent, MEMORY_SPACE)")
+    parser.add_argument("--space", type=json.loads, default={}, help='JSON object replacing some of the space\'s value lists, e.g. \'{"num_envs": [16, 32]}\'')
     args = parser.parse_args()
     torch.set_num_threads(1)
     torch.optim.Adam([torch.nn.Parameter(torch.zeros(1))])  # the one-off torch.optim import, out of the timings
-    header(f"time-to-solve search, CartPole-v1, {args.backend} backend")
+    header(f"time-to-solve search, {args.env}, {args.backend} backend")
     rng = random.Random(args.search_seed)
     results = []
     for _ in range(args.trials):
-        space = SPACE | args.space
-        result = trial({name: rng.choice(values) for name, values in space.items()}, args.backend, args.seeds, args.budget)
+        space = SEARCHES[args.search] | args.space
+        result = trial(args.env, {name: rng.choice(values) for name, values in space.items()}, args.backend, args.seeds, args.budget)
         results.append(result)
         print(json.dumps(result), flush=True)
         if args.out:
