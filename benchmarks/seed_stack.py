@@ -6,6 +6,7 @@ after the other vs N SB3 rl-zoo runs, CartPole-v1, wall time until every seed is
     python benchmarks/seed_stack.py --compile --threads 1 2   # a stack row per (compile, threads)
     python benchmarks/seed_stack.py --rows width         # seconds per seed-step vs stack width
     python benchmarks/seed_stack.py --preset cleanrl-discrete --single-seeds 16   # CleanRL's ppo.py settings
+    python benchmarks/seed_stack.py --rows matmul        # the stack's update against its matmuls alone
 
 Rows ``solve``: every run is a fresh ``python`` process timed from its launch, start-up included,
 as a user meets it. A seed is solved when the mean of its last 20 episode returns reaches 475.
@@ -25,6 +26,12 @@ trainer's call (start-up left out): seconds per seed-step, for fastppo's preset 
 steps, minibatches of 512 rows) and for CleanRL's ``ppo.py`` settings (4 envs x 128 steps,
 minibatches of 128), with the torch threads ``--threads`` lists (0: fastppo's default, one per
 CPU for a stack and 1 for a single run).
+
+Row ``matmul``: how far the stack's update is from the machine's arithmetic. One update of the N
+stacked seeds (the batch of its third rollout, timed over repeats, in-process) beside the batched
+matmuls of its linear layers alone, at the same shapes and counts (forward, weight gradient, and
+input gradient for all but the layers reading the observation), with their FLOP rate: what no
+cheaper bookkeeping can go below without fewer or cheaper FLOPs.
 """
 
 from __future__ import annotations
@@ -123,6 +130,58 @@ def width_rows(widths: list[int], threads: list[int], steps: int, device: str = 
             print(f"| {preset} | {'one per CPU' if n == 0 else n} | " + " | ".join(f"{c * 1e6:.2f} us" for c in cells) + f" | {cells[0] / cells[-1]:.2f}x |", flush=True)
 
 
+def matmul_rows(seeds: int, preset: str | None, device: str, repeats: int = 10) -> None:
+    from pathlib import Path
+    from tempfile import mkdtemp
+
+    import torch
+
+    import fastppo.trainer as trainer
+
+    config = make_config("CartPole-v1", preset, {"backend": "tensor", "device": device, "checkpoint_every": 0, "progress": False, "tensorboard": False})
+    config.ppo.total_timesteps = 3 * config.batch_size
+    captured = []
+    update = trainer.ppo_update
+    trainer.ppo_update = lambda *args, **kwargs: captured.append((args, kwargs)) or update(*args, **kwargs)
+    try:
+        trainer.train_seed_stack(config, list(range(1, seeds + 1)), Path(mkdtemp()))
+    finally:
+        trainer.ppo_update = update
+    args, kwargs = captured[-1]
+    policy, sync = args[0], (torch.cuda.synchronize if device.startswith("cuda") else lambda: None)
+
+    def timed(run) -> float:
+        run()
+        sync()
+        start = time.perf_counter()
+        for _ in range(repeats):
+            run()
+        sync()
+        return (time.perf_counter() - start) / repeats
+
+    update_s = timed(lambda: update(*args, **kwargs))
+    rows = config.batch_size // config.ppo.num_minibatches  # per seed and minibatch (a few reset rows less in the real one)
+    steps = config.ppo.update_epochs * config.ppo.num_minibatches
+    obs_features = policy._template.actor_encoder[1].in_features
+    shapes = [shape for name, shape in policy._shapes.items() if name.endswith("weight") and len(shape) == 2]  # [out, in] per linear layer
+    seconds = flops = 0.0
+    for out_features, in_features in shapes:
+        x = torch.randn(seeds, rows, in_features, device=device)
+        w = torch.randn(seeds, out_features, in_features, device=device)
+        b = torch.randn(seeds, 1, out_features, device=device)
+        g = torch.randn(seeds, rows, out_features, device=device)
+        products = [lambda: torch.baddbmm(b, x, w.transpose(1, 2)), lambda: torch.bmm(g.transpose(1, 2), x)]
+        if in_features != obs_features:  # the observation needs no gradient
+            products.append(lambda: torch.bmm(g, w))
+        seconds += steps * sum(timed(product) for product in products)
+        flops += steps * len(products) * 2 * seeds * rows * in_features * out_features
+    print(f"\n## one update of {seeds} stacked seeds ({config.ppo.update_epochs} epochs x {config.ppo.num_minibatches} minibatches of {rows} rows per seed, {torch.get_num_threads()} torch threads, {device})")
+    print("| | ms per update | share | GFLOP/s |")
+    print("|---|--:|--:|--:|")
+    print(f"| the update (forward, backward, clip, Adam) | {update_s * 1e3:.1f} | 100% | {flops / update_s / 1e9:.0f} |")
+    print(f"| its batched matmuls alone | {seconds * 1e3:.1f} | {seconds / update_s:.0%} | {flops / seconds / 1e9:.0f} |")
+
+
 def solve_rows(n: int, compile: bool, threads: list[int], single_seeds: int | None, sb3_seeds: int, preset: str | None, device: str) -> None:
     print(f"\n## {n} CartPole-v1 seeds, fastppo preset {preset or 'CartPole-v1'}, the stack on {device}: wall time until all are solved (fresh processes, start-up included)")
     stacks, rows = [], []
@@ -151,13 +210,13 @@ def solve_rows(n: int, compile: bool, threads: list[int], single_seeds: int | No
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rows", nargs="+", choices=("solve", "width"), default=["solve"], help="which measurements to run (default: solve)")
+    parser.add_argument("--rows", nargs="+", choices=("solve", "width", "matmul"), default=["solve"], help="which measurements to run (default: solve)")
     parser.add_argument("--seeds", type=positive, default=64, help="seeds in the stack (N)")
     parser.add_argument("--single-seeds", type=positive, default=None, help="single fastppo runs to time (default N; fewer are scaled to N)")
     parser.add_argument("--sb3-seeds", type=nonnegative, default=8, help="SB3 runs to time (scaled to N; 0: none)")
     parser.add_argument("--device", default="cpu", help="the stack's torch device (width rows: every row's; the solve rows' single runs stay on the CPU)")
     parser.add_argument("--compile", action="store_true", help="also time the stack with --compile")
-    parser.add_argument("--preset", help="solve rows: fastppo's preset for the stack and the single runs (default: CartPole-v1's own)")
+    parser.add_argument("--preset", help="solve and matmul rows: fastppo's preset for the stack and the single runs (default: CartPole-v1's own)")
     parser.add_argument("--threads", type=nonnegative, nargs="+", default=[0], help="torch threads (a row each; default 0: fastppo's own choice, one per CPU for a stack, 1 for a single run)")
     parser.add_argument("--widths", type=positive, nargs="+", default=[1, 8, 64], help="width rows: seeds per process (1: a single run)")
     parser.add_argument("--width-steps", type=positive, default=32_768, help="width rows: steps per seed")
@@ -179,6 +238,8 @@ def main() -> None:
     header("fastppo: many CartPole-v1 seeds in one process")
     if "width" in args.rows:
         width_rows(args.widths, args.threads, args.width_steps, args.device)
+    if "matmul" in args.rows:
+        matmul_rows(args.seeds, args.preset, args.device)
     if "solve" in args.rows:
         solve_rows(args.seeds, args.compile, args.threads, args.single_seeds, args.sb3_seeds, args.preset, args.device)
     footer()

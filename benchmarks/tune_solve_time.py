@@ -3,11 +3,14 @@
     python tune_solve_time.py --backend tensor --trials 40 --out tensor.jsonl
     python tune_solve_time.py --backend sync --trials 40 --seeds 1 2 3
     python tune_solve_time.py --env CartPoleNoVelocity-v1 --backend tensor --search memory --budget 200000
+    python tune_solve_time.py --env CartPoleNoVelocity-v1 --backend tensor --seeds 1 2 3 4 5 --budget 300000 \
+        --configs '[{}, {"num_envs": 128, "num_steps": 8}]'
 
 Each trial starts from the env's preset, draws one value per hyperparameter of the space,
 trains until the last 20 episodes average >= 475 (or the budget runs out) for every seed, and
 appends one JSON line: the hyperparameters, the median and worst seconds to solve (a failed
-seed counts as twice its wall time) and the median steps. The best trials are printed at the
+seed counts as twice its wall time), the median steps and each seed's figures. ``--configs``
+screens a given list of override sets instead of random draws (``{}``: the preset itself). The best trials are printed at the
 end; re-check a winner over more seeds with ``sb3_compare.py``, ``learning.py`` or
 ``recurrent.py`` before making it a preset.
 """
@@ -73,6 +76,8 @@ def trial(env_id: str, overrides: dict, backend: str, seeds: list[int], budget: 
         "worst_s": round(max(seconds), 3),
         "failed": len(seeds) - len(steps),
         "median_steps": statistics.median(steps) if steps else None,
+        "seconds": [round(s, 2) for s in seconds],
+        "steps": steps,
     }
 
 
@@ -87,15 +92,17 @@ def main() -> None:
     parser.add_argument("--out", help="append one JSON line per trial to this file")
     parser.add_argument("--search", default="mlp", choices=list(SEARCHES), help="the space to draw from: mlp (CartPole-v1's presets, MLP_SPACE) or memory (recurrent, MEMORY_SPACE)")
     parser.add_argument("--space", type=json.loads, default={}, help='JSON object replacing some of the space\'s value lists, e.g. \'{"num_envs": [16, 32]}\'')
+    parser.add_argument("--configs", type=json.loads, help='JSON list of override objects to screen instead of random draws, e.g. \'[{}, {"num_envs": 64}]\'')
     args = parser.parse_args()
     torch.set_num_threads(1)
     torch.optim.Adam([torch.nn.Parameter(torch.zeros(1))])  # the one-off torch.optim import, out of the timings
     header(f"time-to-solve search, {args.env}, {args.backend} backend")
     rng = random.Random(args.search_seed)
+    space = SEARCHES[args.search] | args.space
+    draws = args.configs if args.configs is not None else [{name: rng.choice(values) for name, values in space.items()} for _ in range(args.trials)]
     results = []
-    for _ in range(args.trials):
-        space = SEARCHES[args.search] | args.space
-        result = trial(args.env, {name: rng.choice(values) for name, values in space.items()}, args.backend, args.seeds, args.budget)
+    for overrides in draws:
+        result = trial(args.env, overrides, args.backend, args.seeds, args.budget)
         results.append(result)
         print(json.dumps(result), flush=True)
         if args.out:
