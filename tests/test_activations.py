@@ -1,11 +1,12 @@
-"""fastppo's Tanh equals torch.tanh, forward and backward, on both of its paths."""
+"""fastppo's Tanh equals torch.tanh, forward and backward, on both of its paths; the in-place
+activations equal the out-of-place ones to the bit."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from fastppo.policies.activations import SIGMOID_TANH_MIN_ELEMENTS, Tanh
+from fastppo.policies.activations import ACTIVATIONS, IN_PLACE_ACTIVATIONS, SIGMOID_TANH_MIN_ELEMENTS, Tanh
 
 
 @pytest.mark.parametrize("rows", [1, 3, SIGMOID_TANH_MIN_ELEMENTS // 64, 4 * SIGMOID_TANH_MIN_ELEMENTS // 64])
@@ -28,3 +29,23 @@ def test_tanh_without_grad_and_at_the_extremes():
         y = Tanh()(x)
     torch.testing.assert_close(y, torch.tanh(x), rtol=0, atol=3e-7)
     assert y[-2] == 1.0 and y[-1] == -1.0 and y.abs().max() <= 1.0
+
+
+@pytest.mark.parametrize("name", sorted(IN_PLACE_ACTIVATIONS))
+@pytest.mark.parametrize("rows", [3, 4 * SIGMOID_TANH_MIN_ELEMENTS // 64])
+def test_in_place_activation_equals_its_module_forward_and_backward(name, rows):
+    """Applied to a matmul's output as the stacked seeds and the one-node MLPs apply them: the
+    values and the gradients are the module's, exactly, and the output is the input's memory."""
+    g = torch.Generator().manual_seed(rows)
+    x, w = torch.randn(rows, 8, generator=g), (torch.randn(8, 64, generator=g) * 2).requires_grad_()
+    upstream = torch.randn(rows, 64, generator=g)
+    z = x @ w
+    y = IN_PLACE_ACTIVATIONS[name](z)
+    assert y.data_ptr() == z.data_ptr()
+    (grad,) = torch.autograd.grad(y, w, upstream)
+    w_ref = w.detach().clone().requires_grad_()
+    y_ref = ACTIVATIONS[name]()(x @ w_ref)
+    (grad_ref,) = torch.autograd.grad(y_ref, w_ref, upstream)
+    assert torch.equal(y, y_ref) and torch.equal(grad, grad_ref)
+    with torch.no_grad():
+        assert torch.equal(IN_PLACE_ACTIVATIONS[name](x @ w), y_ref)

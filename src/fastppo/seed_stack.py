@@ -43,7 +43,7 @@ from fastppo.errors import FastPPOError
 from fastppo.logger import RunLogger
 from fastppo.optim import DEVICES, FusedAdam, adam_step
 from fastppo.policies import ActorCritic
-from fastppo.policies.activations import ACTIVATIONS
+from fastppo.policies.activations import IN_PLACE_ACTIVATIONS
 from fastppo.policies.distributions import GaussianHead, Noise
 from fastppo.policies.mlp_autograd import mlp_layers
 
@@ -110,7 +110,8 @@ class StackedActorCritic(nn.Module):
         if actor is None or critic is None or actor[1] != critic[1]:
             raise FastPPOError("--seeds on one process stacks MLP policies: drop --policy.encoder cnn, or add --workers K")
         self.seeds = len(policies)
-        self._activation = ACTIVATIONS[actor[1]]() if actor[1] else None
+        # In place: each layer's activation overwrites its baddbmm output (IN_PLACE_ACTIVATIONS).
+        self._activate = IN_PLACE_ACTIVATIONS[actor[1]] if actor[1] else None
         self._shapes = {name: p.shape for name, p in base.named_parameters()}
         names = {id(p): name for name, p in base.named_parameters()}
 
@@ -157,7 +158,7 @@ class StackedActorCritic(nn.Module):
         for depth, (weight, bias) in enumerate(layers):
             x = torch.baddbmm(views[bias].unsqueeze(1), x, views[weight].transpose(1, 2))
             if activate_last or depth < len(layers) - 1:
-                x = self._activation(x)
+                x = self._activate(x)
         return x
 
     def _features(self, obs: Tensor, views: dict[str, Tensor]) -> tuple[Tensor, ...]:

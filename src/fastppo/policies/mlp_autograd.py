@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from fastppo.policies.activations import ACTIVATIONS, tanh
+from fastppo.policies.activations import ACTIVATIONS, IN_PLACE_ACTIVATIONS
 
 MIN_ROWS = 128
 """Below this many rows the Python cost of a custom node outweighs the autograd bookkeeping it
@@ -39,10 +39,6 @@ def mlp_layers(encoder: nn.Module) -> tuple[list[nn.Linear], str | None] | None:
     if len(linears) != len(activations) or not all(isinstance(m, nn.Linear) for m in linears) or len(kinds) > 1 or not kinds <= _ACTIVATION_NAMES.keys():
         return None
     return linears, (_ACTIVATION_NAMES[kinds.pop()] if kinds else None)
-
-
-def _activate(z: Tensor, activation: str) -> Tensor:
-    return tanh(z) if activation == "tanh" else z.relu_()
 
 
 def _activation_grad(grad: Tensor, output: Tensor, activation: str) -> Tensor:
@@ -70,7 +66,7 @@ class _MLPsFunction(torch.autograd.Function):
             offset += 2 * depth
             h = x
             for weight, bias in zip(weights[:-1], biases[:-1]):
-                h = _activate(torch.addmm(bias, h, weight.t()), activation)
+                h = IN_PLACE_ACTIVATIONS[activation](torch.addmm(bias, h, weight.t()))
                 saved.append(h)
             outputs.append(torch.addmm(biases[-1], h, weights[-1].t()))
             saved.extend(weights)
