@@ -63,6 +63,34 @@ def test_several_networks_on_one_input():
         torch.testing.assert_close(g, e, rtol=0, atol=1e-12)
 
 
+@pytest.mark.parametrize("activation", ["tanh", "relu"])
+def test_a_stack_of_seeds_equals_each_seeds_own_network(activation):
+    """[S, batch, in] rows with [S, out, in] weights and [S, out] biases (a seed stack's update):
+    seed s's outputs and gradients are its own network's, through autograd, two nets per node."""
+    torch.manual_seed(0)
+    seeds, batch = 3, 300
+    nets = [[reference_mlp(widths, activation) for widths in ([4, 64, 64, 2], [4, 64, 64, 1])] for _ in range(seeds)]
+
+    def stacked_leaf(n: int, i: int, name: str) -> torch.Tensor:  # layer i of net n, every seed's
+        return torch.stack([getattr(nets[s][n][1][i], name) for s in range(seeds)]).detach().requires_grad_()
+
+    stacked = [[(stacked_leaf(n, i, "weight"), stacked_leaf(n, i, "bias")) for i in range(3)] for n in range(2)]
+    leaves = [t for net in stacked for layer in net for t in layer]
+    x = torch.randn(seeds, batch, 4, dtype=torch.float64)
+    upstream = [torch.randn(seeds, batch, 2, dtype=torch.float64), torch.randn(seeds, batch, 1, dtype=torch.float64)]
+
+    got = mlps_one_node(x, stacked, activation)
+    got_grads = torch.autograd.grad(sum((g * u).sum() for g, u in zip(got, upstream)), leaves)
+    for s in range(seeds):
+        params = [p for net, _ in nets[s] for p in net.parameters()]
+        expected = [net(x[s]) for net, _ in nets[s]]
+        expected_grads = torch.autograd.grad(sum((e * u[s]).sum() for e, u in zip(expected, upstream)), params)
+        for g, e in zip(got, expected):
+            torch.testing.assert_close(g[s], e, rtol=0, atol=1e-12)
+        for g, e in zip(got_grads, expected_grads):
+            torch.testing.assert_close(g[s], e, rtol=0, atol=1e-12)
+
+
 def test_no_input_gradient_when_the_input_needs_none():
     net, linears = reference_mlp([4, 8, 2], "tanh")
     x = torch.randn(5, 4, dtype=torch.float64)

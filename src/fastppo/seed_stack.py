@@ -45,7 +45,7 @@ from fastppo.optim import DEVICES, FusedAdam, adam_step
 from fastppo.policies import ActorCritic
 from fastppo.policies.activations import IN_PLACE_ACTIVATIONS
 from fastppo.policies.distributions import GaussianHead, Noise
-from fastppo.policies.mlp_autograd import mlp_layers
+from fastppo.policies.mlp_autograd import mlp_layers, mlps_one_node
 
 
 class SeedNoise(Noise):
@@ -112,6 +112,7 @@ class StackedActorCritic(nn.Module):
         self.seeds = len(policies)
         # In place: each layer's activation overwrites its baddbmm output (IN_PLACE_ACTIVATIONS).
         self._activate = IN_PLACE_ACTIVATIONS[actor[1]] if actor[1] else None
+        self._activation_name = actor[1]
         self._shapes = {name: p.shape for name, p in base.named_parameters()}
         names = {id(p): name for name, p in base.named_parameters()}
 
@@ -124,6 +125,8 @@ class StackedActorCritic(nn.Module):
         self._encoders = ([], []) if shared else (layers(actor[0]), layers(critic[0]))
         self._heads = (layers([base.action_head.linear]), layers([base.value_head]))
         self.recurrent, self.state_size = base.recurrent, base.state_size
+        # Separate MLPs and their heads train as one autograd node on the CPU, as a single run's do.
+        self._one_node = not shared and not base.recurrent
         self._cores: tuple[tuple[str, str, str, str], ...] = ()
         if base.recurrent:
             cores = (base.actor_memory,) if shared else (base.actor_memory, base.critic_memory)
@@ -206,6 +209,13 @@ class StackedActorCritic(nn.Module):
 
     def _outputs(self, obs: Tensor, views: dict[str, Tensor], state: Tensor | None = None, keep: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor | None]:
         """(distribution parameters [S, n, ...], value [S, n], final state or None)."""
+        if state is None and self._one_node and obs.is_cpu and torch.is_grad_enabled() and not torch.compiler.is_compiling():
+            # The update's forward: mlp_autograd's one node, its backward written out (a stack's
+            # activations are 8 MB tensors: it writes the activation gradients in place and puts
+            # the heads' narrow side first in their weight gradients).
+            nets = [[(views[w], views[b]) for w, b in encoder + head] for encoder, head in zip(self._encoders, self._heads)]
+            params, value = mlps_one_node(obs.flatten(2).float(), nets, self._activation_name)
+            return params, value.squeeze(-1), None
         features, final = (self._features(obs, views), None) if state is None else self._recurrent(obs, state, keep, views)
         actor, critic = features[0], features[-1]
         params = self._mlp(actor, self._heads[0], views, activate_last=False)
