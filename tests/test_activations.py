@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fastppo.policies.activations import ACTIVATIONS, IN_PLACE_ACTIVATIONS, SIGMOID_TANH_MIN_ELEMENTS, Tanh
+from fastppo.policies.activations import ACTIVATIONS, IN_PLACE_ACTIVATIONS, SIGMOID_TANH_MIN_ELEMENTS, Tanh, tanh, tanh_of_sum_
 
 
 @pytest.mark.parametrize("rows", [1, 3, SIGMOID_TANH_MIN_ELEMENTS // 64, 4 * SIGMOID_TANH_MIN_ELEMENTS // 64])
@@ -49,3 +49,18 @@ def test_in_place_activation_equals_its_module_forward_and_backward(name, rows):
     assert torch.equal(y, y_ref) and torch.equal(grad, grad_ref)
     with torch.no_grad():
         assert torch.equal(IN_PLACE_ACTIVATIONS[name](x @ w), y_ref)
+
+
+@pytest.mark.parametrize("seeds", [None, 3])
+@pytest.mark.parametrize("rows", [3, 4 * SIGMOID_TANH_MIN_ELEMENTS // 64])
+def test_tanh_of_sum_equals_tanh_of_the_affine_map_to_the_bit(seeds, rows):
+    """A hidden layer as matmul then tanh_of_sum_ (the bias inside the activation's first pass)
+    is addmm (or a stack's baddbmm) then tanh, bit for bit, on both of tanh's paths."""
+    g = torch.Generator().manual_seed(rows)
+    lead = () if seeds is None else (seeds,)
+    x, w, b = torch.randn(*lead, rows, 8, generator=g), torch.randn(*lead, 64, 8, generator=g), torch.randn(*lead, 64, generator=g)
+    if seeds is None:
+        expected, got = tanh(torch.addmm(b, x, w.t())), tanh_of_sum_(x @ w.t(), b)
+    else:
+        expected, got = tanh(torch.baddbmm(b.unsqueeze(1), x, w.mT)), tanh_of_sum_(x @ w.mT, b.unsqueeze(1))
+    assert torch.equal(got, expected)

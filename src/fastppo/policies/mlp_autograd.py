@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from fastppo.policies.activations import ACTIVATIONS, IN_PLACE_ACTIVATIONS
+from fastppo.policies.activations import ACTIVATIONS, IN_PLACE_ACTIVATIONS, tanh_of_sum_
 
 MIN_ROWS = 128
 """Below this many rows the Python cost of a custom node outweighs the autograd bookkeeping it
@@ -49,6 +49,14 @@ def _affine(bias: Tensor, x: Tensor, weight: Tensor) -> Tensor:
     return torch.baddbmm(bias.unsqueeze(-2), x, weight.mT)
 
 
+def _hidden(bias: Tensor, x: Tensor, weight: Tensor, activation: str) -> Tensor:
+    """act(x W^T + b), a hidden layer's output in one fresh tensor; a tanh layer's bias goes in
+    with its activation (``activations.tanh_of_sum_``)."""
+    if activation == "tanh":
+        return tanh_of_sum_(torch.matmul(x, weight.mT), bias if x.dim() == 2 else bias.unsqueeze(-2))
+    return IN_PLACE_ACTIVATIONS[activation](_affine(bias, x, weight))
+
+
 def _activation_grad_(grad: Tensor, output: Tensor, activation: str) -> Tensor:
     """dL/dz from dL/dh and h = act(z), written over ``grad`` (a fresh product no one else holds):
     tanh' = 1 - h^2; relu' = [h > 0]."""
@@ -76,7 +84,7 @@ class _MLPsFunction(torch.autograd.Function):
             offset += 2 * depth
             h = x
             for weight, bias in zip(weights[:-1], biases[:-1]):
-                h = IN_PLACE_ACTIVATIONS[activation](_affine(bias, h, weight))
+                h = _hidden(bias, h, weight, activation)
                 saved.append(h)
             outputs.append(_affine(biases[-1], h, weights[-1]))
             saved.extend(weights)
