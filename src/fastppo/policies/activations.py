@@ -49,49 +49,37 @@ def tanh_of_sum_(z: Tensor, bias: Tensor) -> Tensor:
     return _from_sigmoid_(torch.sigmoid_(torch.add(bias + bias, z, alpha=2, out=z)))
 
 
-class _SigmoidTanhInPlace(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x: Tensor) -> Tensor:
-        ctx.mark_dirty(x)
-        y = _sigmoid_tanh_(x)
-        ctx.save_for_backward(y)
-        return y
-
-    @staticmethod
-    def backward(ctx, grad: Tensor) -> Tensor:
-        (y,) = ctx.saved_tensors
-        return torch.ops.aten.tanh_backward(grad, y)
-
-
-def tanh_(x: Tensor) -> Tensor:
-    """:func:`tanh` in ``x``'s own memory (see ``IN_PLACE_ACTIVATIONS``)."""
-    if not x.is_cpu or x.numel() < SIGMOID_TANH_MIN_ELEMENTS or torch.compiler.is_compiling() or torch.jit.is_tracing():
-        return torch.tanh_(x)
-    if torch.is_grad_enabled() and x.requires_grad:
-        return _SigmoidTanhInPlace.apply(x)
-    return _sigmoid_tanh_(x)
-
-
 class _SigmoidTanh(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x: Tensor) -> Tensor:
-        y = _sigmoid_tanh(x)
+    def forward(ctx, x: Tensor, in_place: bool) -> Tensor:
+        if in_place:
+            ctx.mark_dirty(x)
+        y = _sigmoid_tanh_(x) if in_place else _sigmoid_tanh(x)
         ctx.save_for_backward(y)
         return y
 
     @staticmethod
-    def backward(ctx, grad: Tensor) -> Tensor:
+    def backward(ctx, grad: Tensor) -> tuple[Tensor, None]:
         (y,) = ctx.saved_tensors
-        return torch.ops.aten.tanh_backward(grad, y)
+        return torch.ops.aten.tanh_backward(grad, y), None
+
+
+def _tanh(x: Tensor, in_place: bool) -> Tensor:
+    if not x.is_cpu or x.numel() < SIGMOID_TANH_MIN_ELEMENTS or torch.compiler.is_compiling() or torch.jit.is_tracing():
+        return torch.tanh_(x) if in_place else torch.tanh(x)
+    if torch.is_grad_enabled() and x.requires_grad:
+        return _SigmoidTanh.apply(x, in_place)
+    return _sigmoid_tanh_(x) if in_place else _sigmoid_tanh(x)  # no graph to record (rollout, evaluation)
 
 
 def tanh(x: Tensor) -> Tensor:
     """``torch.tanh(x)``, through the sigmoid identity where that is faster (see the module docstring)."""
-    if not x.is_cpu or x.numel() < SIGMOID_TANH_MIN_ELEMENTS or torch.compiler.is_compiling() or torch.jit.is_tracing():
-        return torch.tanh(x)
-    if torch.is_grad_enabled() and x.requires_grad:
-        return _SigmoidTanh.apply(x)
-    return _sigmoid_tanh(x)  # no graph to record (rollout, evaluation)
+    return _tanh(x, in_place=False)
+
+
+def tanh_(x: Tensor) -> Tensor:
+    """:func:`tanh` in ``x``'s own memory (see ``IN_PLACE_ACTIVATIONS``)."""
+    return _tanh(x, in_place=True)
 
 
 class Tanh(nn.Tanh):
