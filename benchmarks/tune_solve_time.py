@@ -26,6 +26,7 @@ import torch
 
 from common import footer, header, run_fastppo
 from fastppo.api import make_config
+from fastppo.errors import FastPPOError
 
 MLP_SPACE: dict[str, list] = {
     "num_envs": [8, 16, 32, 64, 128],
@@ -94,6 +95,12 @@ def main() -> None:
     parser.add_argument("--space", type=json.loads, default={}, help='JSON object replacing some of the space\'s value lists, e.g. \'{"num_envs": [16, 32]}\'')
     parser.add_argument("--configs", type=json.loads, help='JSON list of override objects to screen instead of random draws, e.g. \'[{}, {"num_envs": 64}]\'')
     args = parser.parse_args()
+    if args.configs is not None and not (isinstance(args.configs, list) and all(isinstance(c, dict) for c in args.configs)):
+        parser.error(f"--configs must be a JSON list of objects, got {json.dumps(args.configs)}")
+    try:
+        make_config(args.env)  # an unknown env: one line here, not a trial's traceback
+    except FastPPOError as exc:
+        parser.error(str(exc))
     torch.set_num_threads(1)
     torch.optim.Adam([torch.nn.Parameter(torch.zeros(1))])  # the one-off torch.optim import, out of the timings
     header(f"time-to-solve search, {args.env}, {args.backend} backend")

@@ -28,6 +28,11 @@ NO_CUDA = "torch sees no CUDA GPU"
         ("rlhf_throughput", ["--batch", "0"], "argument --batch: must be at least 1, got 0"),
         ("rlhf_throughput", ["--steps", "1"], "--steps must be at least 2"),
         ("rlhf_throughput", ["--device", "cuda"], NO_CUDA),
+        ("tune_solve_time", ["--configs", '{"num_envs": 8}'], '--configs must be a JSON list of objects, got {"num_envs": 8}'),
+        ("tune_solve_time", ["--configs", "[1]"], "--configs must be a JSON list of objects, got [1]"),
+        ("tune_solve_time", ["--configs", "[{"], "argument --configs: invalid loads value"),
+        ("tune_solve_time", ["--search", "cnn"], "argument --search: invalid choice: 'cnn'"),
+        ("tune_solve_time", ["--env", "NoSuchEnv-v9"], "NoSuchEnv-v9"),
     ],
 )
 def test_a_bad_benchmark_flag_is_one_line_and_exit_2(script, argv, message, monkeypatch, capsys):
