@@ -45,7 +45,7 @@ from fastppo.optim import DEVICES, FusedAdam, adam_step
 from fastppo.policies import ActorCritic
 from fastppo.policies.activations import IN_PLACE_ACTIVATIONS
 from fastppo.policies.distributions import GaussianHead, Noise
-from fastppo.policies.mlp_autograd import mlp_layers, mlps_one_node
+from fastppo.policies.mlp_autograd import mlp_layers, mlps_one_node, one_node_pays
 
 
 class SeedNoise(Noise):
@@ -110,9 +110,7 @@ class StackedActorCritic(nn.Module):
         if actor is None or critic is None or actor[1] != critic[1]:
             raise FastPPOError("--seeds on one process stacks MLP policies: drop --policy.encoder cnn, or add --workers K")
         self.seeds = len(policies)
-        # In place: each layer's activation overwrites its baddbmm output (IN_PLACE_ACTIVATIONS).
-        self._activate = IN_PLACE_ACTIVATIONS[actor[1]] if actor[1] else None
-        self._activation_name = actor[1]
+        self._activation = actor[1]  # a name; None without hidden layers
         self._shapes = {name: p.shape for name, p in base.named_parameters()}
         names = {id(p): name for name, p in base.named_parameters()}
 
@@ -161,7 +159,7 @@ class StackedActorCritic(nn.Module):
         for depth, (weight, bias) in enumerate(layers):
             x = torch.baddbmm(views[bias].unsqueeze(1), x, views[weight].transpose(1, 2))
             if activate_last or depth < len(layers) - 1:
-                x = self._activate(x)
+                x = IN_PLACE_ACTIVATIONS[self._activation](x)  # over its baddbmm output
         return x
 
     def _features(self, obs: Tensor, views: dict[str, Tensor]) -> tuple[Tensor, ...]:
@@ -209,12 +207,11 @@ class StackedActorCritic(nn.Module):
 
     def _outputs(self, obs: Tensor, views: dict[str, Tensor], state: Tensor | None = None, keep: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor | None]:
         """(distribution parameters [S, n, ...], value [S, n], final state or None)."""
-        if state is None and self._one_node and obs.is_cpu and torch.is_grad_enabled() and not torch.compiler.is_compiling():
-            # The update's forward: mlp_autograd's one node, its backward written out (a stack's
-            # activations are 8 MB tensors: it writes the activation gradients in place and puts
-            # the heads' narrow side first in their weight gradients).
+        if state is None and self._one_node and one_node_pays(obs.flatten(2)):
+            # The update's forward: mlp_autograd's one node, as a single run's (a stack's
+            # activations are 8 MB tensors: the node works over them in place).
             nets = [[(views[w], views[b]) for w, b in encoder + head] for encoder, head in zip(self._encoders, self._heads)]
-            params, value = mlps_one_node(obs.flatten(2).float(), nets, self._activation_name)
+            params, value = mlps_one_node(obs.flatten(2).float(), nets, self._activation)
             return params, value.squeeze(-1), None
         features, final = (self._features(obs, views), None) if state is None else self._recurrent(obs, state, keep, views)
         actor, critic = features[0], features[-1]

@@ -6,9 +6,10 @@ fastppo.envs.mpe; ~30% since) and no amount of trainer speed gets past it. Here 
 split into one contiguous block per CPU this process may run on (at most one per copy). The
 trainer's process steps the first block itself, since it would otherwise sit idle waiting, and
 each other block lives in a worker process as an ordinary ``PettingZooVecEnv``: a step sends
-every worker its actions, steps the first block, then gathers the rows in copy order. Copy ``c`` is seeded ``seed + c`` and finished episodes are merged in the order the
-sync backend records them, so a run on ``async`` equals the same run on ``sync`` (rows, rewards,
-flags, masks, episodes, hence weights), only the env time is divided among the workers.
+every worker its actions, steps the first block, then gathers the rows in copy order. Copy
+``c`` is seeded ``seed + c`` and finished episodes are merged in the order the sync backend
+records them, so a run on ``async`` equals the same run on ``sync`` (rows, rewards, flags,
+masks, episodes, hence weights), only the env time is divided among the workers.
 
 Workers ignore SIGINT: Ctrl-C reaches the whole process group, and the trainer, not the workers,
 decides when to stop (it checkpoints, then closes them). A worker whose trainer died sees its

@@ -14,7 +14,7 @@ from fastppo.layout import ObservationLayout
 from fastppo.policies.activations import ACTIVATIONS
 from fastppo.policies.distributions import layer_init, make_action_head
 from fastppo.policies.memory import RecurrentCore, Segments
-from fastppo.policies.mlp_autograd import MIN_ROWS, mlp_layers, mlps_one_node
+from fastppo.policies.mlp_autograd import mlp_layers, mlps_one_node, one_node_pays
 
 
 def mlp(in_features: int, hidden_sizes: tuple[int, ...], activation: str) -> nn.Sequential:
@@ -120,8 +120,7 @@ class ActorCritic(nn.Module):
 
     def forward(self, obs: Tensor) -> tuple[Tensor, Tensor]:
         """(distribution parameters, value) in one pass; the trunk runs once when shared."""
-        if self._mlps is not None and torch.is_grad_enabled() and obs.is_cpu and obs.shape[0] >= MIN_ROWS and not (torch.compiler.is_compiling() or torch.jit.is_tracing()):
-            # The CPU update's forward on large minibatches (GPUs and compiled code gain nothing from it).
+        if self._mlps is not None and one_node_pays(obs.flatten(1)):  # the CPU update's forward
             params, value = mlps_one_node(obs.flatten(1), *self._mlps)
             return params, value.squeeze(-1)
         actor_features = self.actor_encoder(self.actor_input(obs))
