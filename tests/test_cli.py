@@ -79,6 +79,29 @@ def test_an_unwritable_run_dir_fails_before_training(tmp_path, capsys, flag, pat
     assert "steps" not in out  # nothing trained
 
 
+@pytest.mark.parametrize(
+    "extra",
+    [[], ["--seeds", "1-2", "--backend", "tensor"], ["--seeds", "1-2", "--workers", "1"]],
+    ids=["single", "stack", "workers"],
+)
+def test_a_run_that_cannot_start_leaves_no_empty_folder(tmp_path, capsys, extra):
+    # The CNN encoder fails on CartPole's flat observations once the run folder is made: the
+    # folder, and the parents made for it, go again (``fastppo report runs/`` would stop at them).
+    run_dir = tmp_path / "runs" / "run"
+    code = main(["train", "CartPole-v1", "--run-dir", str(run_dir), "--policy.encoder", "cnn", *TINY, *extra])
+    assert code == (1 if "--workers" in extra else 2)  # --workers: each seed fails in its own process
+    captured = capsys.readouterr()
+    assert "the cnn encoder needs [channels, height, width] observations" in captured.err + captured.out
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_failed_start_keeps_an_existing_folder_and_its_files(tmp_path, capsys):
+    (tmp_path / "notes.txt").write_text("mine")
+    (tmp_path / "empty").mkdir()
+    assert main(["train", "CartPole-v1", "--run-dir", str(tmp_path), "--policy.encoder", "cnn", *TINY]) == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty", "notes.txt"]
+
+
 def test_bad_input_from_a_real_process_has_no_traceback():
     proc = subprocess.run([sys.executable, "-m", "fastppo.cli", "train", "CartPole-v1", "--clip-coef", "x"], capture_output=True, text=True)
     assert proc.returncode == 2

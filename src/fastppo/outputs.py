@@ -4,6 +4,7 @@ after minutes of training or rendering. Missing parent folders are created."""
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -38,6 +39,34 @@ def writing(path: str | Path, what: str) -> Iterator[None]:
         yield
     except OSError as exc:
         raise FastPPOError(f"cannot write {what} {path}: {_reason(exc, Path(path))}") from None
+
+
+def new_folders(*paths: Path | None) -> list[Path]:
+    """The folders among ``paths`` (None skipped) and their ancestors that do not exist yet, deepest first."""
+    fresh = {folder for path in paths if path is not None for folder in (Path(path), *Path(path).parents) if not folder.exists()}
+    return sorted(fresh, key=lambda folder: len(folder.parts), reverse=True)
+
+
+def remove_if_empty(folders: list[Path]) -> None:
+    """Remove each of ``folders`` that holds no file at any depth (a failed start's leftovers:
+    nothing in them can be lost)."""
+    for folder in folders:
+        if folder.is_dir() and not any(p.is_file() or p.is_symlink() for p in folder.rglob("*")):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+@contextmanager
+def removed_if_left_empty(*paths: Path | None) -> Iterator[None]:
+    """Run the block; if it raises, remove the folders of ``paths`` it made (their new parents
+    too) that are still empty. A run that cannot start (an env that does not build, a policy that
+    does not fit it) then leaves no empty run folder in runs/, where ``fastppo report runs/``
+    would stop at it."""
+    fresh = new_folders(*paths)
+    try:
+        yield
+    except BaseException:
+        remove_if_empty(fresh)
+        raise
 
 
 def _writable_folder(folder: Path, what: str, path: Path) -> None:

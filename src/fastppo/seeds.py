@@ -17,6 +17,7 @@ from typing import NamedTuple
 
 from fastppo.config import Config, check_seed
 from fastppo.errors import FastPPOError
+from fastppo.outputs import new_folders, remove_if_empty
 
 _RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
 
@@ -86,6 +87,7 @@ def train_seeds(config: Config, seeds: list[int], parent: Path, workers: int) ->
         run_config.validate()
         if run_dir.exists() and any(run_dir.iterdir()):
             raise FastPPOError(f"{run_dir} is not empty: pick another --run-dir for these seeds")
+    fresh = new_folders(parent)
     results = []
     # spawn, not fork: a forked child would inherit torch's thread pools and the parent's RNG state.
     with ProcessPoolExecutor(max_workers=min(workers, len(runs)), mp_context=multiprocessing.get_context("spawn")) as pool:
@@ -94,4 +96,5 @@ def train_seeds(config: Config, seeds: list[int], parent: Path, workers: int) ->
             result = future.result()
             print(result, flush=True)
             results.append(result)
+    remove_if_empty(fresh)  # every seed failed to start: no empty folder left (each seed's own went with it)
     return sorted(results, key=lambda r: seeds.index(r.seed))

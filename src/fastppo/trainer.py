@@ -32,7 +32,7 @@ from fastppo.envs.vector import HostCopies
 from fastppo.errors import FastPPOError
 from fastppo.loading import absolute_spec
 from fastppo.logger import RunLogger
-from fastppo.outputs import output_dir
+from fastppo.outputs import output_dir, removed_if_left_empty
 from fastppo.policies import ActorCritic
 from fastppo.policies.mlp_autograd import mlp_layers
 from fastppo.profiling import SectionTimer
@@ -304,7 +304,7 @@ def train(
     """
     config.validate()
     device = rank_device(resolve_device(config.run.device))
-    with joined(device) as world:
+    with joined(device) as world, removed_if_left_empty(run_dir):
         return train_rank(config, run_dir, checkpoint, on_iteration, device, world)
 
 
@@ -317,7 +317,8 @@ def train_seed_stack(
     ``on_iteration(global_step, {seed: metrics})`` as ``train``'s, for the seeds still training."""
     config.validate()
     check_seed_stack(config)
-    return train_rank(config, run_dir, checkpoints, on_iteration, resolve_device(config.run.device), None, seeds)
+    with removed_if_left_empty(run_dir):
+        return train_rank(config, run_dir, checkpoints, on_iteration, resolve_device(config.run.device), None, seeds)
 
 
 def train_rank(
