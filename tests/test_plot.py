@@ -41,11 +41,21 @@ def test_plot_of_one_run_defaults_into_it(runs):
     assert (runs[0] / "plot.png").stat().st_size > 10_000
 
 
-@pytest.mark.parametrize("setup, message", [("missing", "is not a run directory"), ("empty", "is not a fastppo run"), ("no_metrics", "holds no metrics")])
+@pytest.mark.parametrize(
+    "setup, message",
+    [
+        ("missing", "is not a run directory"),
+        ("empty", "is neither a run directory nor a folder of runs"),
+        ("no_config", "is not a fastppo run: agent.json is missing"),  # config.yaml, else the agent's copy
+        ("no_metrics", "holds no metrics"),
+    ],
+)
 def test_plot_errors_are_one_line(tmp_path, capsys, runs, setup, message):
     target = tmp_path / "x"
     if setup != "missing":
         target.mkdir()
+    if setup == "no_config":
+        (target / "metrics.jsonl").write_text((runs[0] / "metrics.jsonl").read_text())
     if setup == "no_metrics":
         (target / "config.yaml").write_text((runs[0] / "config.yaml").read_text())
         (target / "metrics.jsonl").write_text("")

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from fastppo import load
+from fastppo import evaluate, load
 from fastppo.checkpoint import load_checkpoint
 from fastppo.cli import main
 from fastppo.errors import FastPPOError
@@ -78,6 +78,19 @@ def test_seed_folders_are_ordinary_runs(tmp_path, capsys):
     for seed in (1, 2, 3):
         assert (parent / f"seed_{seed}" / "policy.safetensors").exists()
         assert main(["eval", str(parent / f"seed_{seed}"), "--episodes", "2"]) == 0
+    capsys.readouterr()
+    # The parent folder: eval plays each seed's agent, plot draws the seeds, load names a seed to give.
+    assert main(["eval", str(parent), "--episodes", "2", "--seed", "3", "--json"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [row["run_dir"] for row in rows] == [str(parent / f"seed_{seed}") for seed in (1, 2, 3)]
+    assert rows[0]["returns"] == evaluate(parent / "seed_1", episodes=2, seed=3).returns
+    assert main(["eval", str(parent), "--episodes", "2", "--seed", "3"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    means = [row["mean_return"] for row in rows]
+    assert lines[-1].startswith(f"fastppo: mean return over the 3 seeds {sum(means) / 3:.1f} (min {min(means):.1f}, max {max(means):.1f})")
+    assert main(["plot", str(parent), "--out", str(parent / "seeds.png")]) == 0 and (parent / "seeds.png").stat().st_size > 0
+    with pytest.raises(FastPPOError, match=f"{parent} holds the runs of 3 seeds .*give one of them, e.g. {parent / 'seed_1'}"):
+        load(parent)
     # Different seeds learn differently.
     finals = {json.dumps(records(parent / f"seed_{seed}")[-1]["losses/value_loss"]) for seed in (1, 2, 3)}
     assert len(finals) == 3

@@ -156,10 +156,13 @@ def load_agent(directory: str | Path, device: str | torch.device = "cpu") -> Age
     directory = Path(directory)
     if not directory.is_dir():
         raise FastPPOError(f"{directory} is not a directory: give a run directory (runs/...) or a checkpoint folder")
-    if not (directory / AGENT_FILE).exists() and (directory / "checkpoints").is_dir():
-        from fastppo.checkpoint import find_checkpoint
+    if not (directory / AGENT_FILE).exists():
+        from fastppo.checkpoint import find_checkpoint, seed_folders
 
-        directory = find_checkpoint(directory)
+        if (directory / "checkpoints").is_dir():
+            directory = find_checkpoint(directory)
+        elif seeds := seed_folders(directory):
+            raise FastPPOError(f"{directory} holds the runs of {len(seeds)} seeds (--seeds), one agent each: give one of them, e.g. {seeds[0]}")
     try:
         meta = json.loads((directory / AGENT_FILE).read_text())
         config = Config.from_dict(meta["config"])

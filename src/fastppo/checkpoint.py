@@ -381,6 +381,17 @@ def list_checkpoints(run_dir: Path) -> list[Path]:
     return sorted((p for p in root.iterdir() if p.is_dir() and _NAME.match(p.name)), key=lambda p: int(p.name))
 
 
+def seed_folders(run_dir: str | Path) -> list[Path]:
+    """The seed folders (``seed_<n>``, in seed order) with checkpoints of a ``--seeds`` run's folder
+    that holds none itself; empty for an ordinary run. Every seed run has one: the last is written
+    as it ends, whatever ``--checkpoint-every`` says."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir() or list_checkpoints(run_dir):
+        return []
+    found = [d for d in run_dir.glob("seed_*") if d.name.removeprefix("seed_").isdigit() and list_checkpoints(d)]
+    return sorted(found, key=lambda d: int(d.name.removeprefix("seed_")))
+
+
 def save_checkpoint(run_dir: Path, state: TrainState, envs: VecEnv, keep: int, rng: dict[str, torch.Tensor] | None = None) -> Path:
     """Write the checkpoint of ``state`` (at an iteration boundary) atomically; keep the newest ``keep``.
     ``rng`` replaces global RNG states (a seed of a stack saves its own generator as torch's)."""

@@ -81,6 +81,22 @@ def read_run(path: str | Path) -> Run:
     return Run(path, flat, records)
 
 
+def find_runs(paths: list[str | Path]) -> list[Path]:
+    """Each path as a run, or, for a folder that is not one, every run folder below it."""
+    if not paths:
+        raise FastPPOError("give at least one run directory (or a folder of runs)")
+    found: dict[Path, None] = {}  # ordered, and a run named twice (itself and by its parent) counts once
+    for path in map(Path, paths):
+        if path.is_dir() and not (path / "metrics.jsonl").exists() and not (path / "config.yaml").exists():
+            below = sorted(p.parent for p in path.rglob("metrics.jsonl"))
+            if not below:
+                raise FastPPOError(f"{path} is neither a run directory nor a folder of runs (no metrics.jsonl in or below it)")
+            found.update(dict.fromkeys(p.resolve() for p in below))
+        else:
+            found[path.resolve()] = None  # read_run names what is missing
+    return list(found)
+
+
 def experiment_key(run: Run) -> tuple:
     return tuple(sorted((k, json.dumps(v)) for k, v in run.config.items() if k not in NOT_HYPERPARAMETERS))
 
@@ -162,9 +178,7 @@ def plot_runs(run_dirs: list[str | Path], out: str | Path, smooth: int = 10) -> 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    if not run_dirs:
-        raise FastPPOError("give at least one run directory to plot")
-    groups = group_runs([read_run(p) for p in run_dirs])
+    groups = group_runs([read_run(p) for p in find_runs(run_dirs)])
     out = output_file(out, "the plot")  # after the runs (RUN_DIR/plot.png needs RUN_DIR), before drawing
     labels = _labels(groups)
     fig = plt.figure(figsize=(16, 9), layout="constrained")

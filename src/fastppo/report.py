@@ -34,7 +34,7 @@ import yaml
 
 from fastppo.config import check_seed
 from fastppo.errors import FastPPOError
-from fastppo.plot import RETURN, Run, config_label, differing_keys, group_runs, read_run
+from fastppo.plot import RETURN, Run, config_label, differing_keys, find_runs, group_runs, read_run
 
 ONLY_CONFIG = "only config"
 """The name of a group that is its env's only one."""
@@ -86,22 +86,6 @@ def require_stats() -> None:
         import rliable.library  # noqa: F401
     except ImportError as exc:
         raise FastPPOError(f"fastppo report needs the 'stats' extra ({exc.name} is missing): pip install 'fastppo[stats]'") from None
-
-
-def find_runs(paths: list[str | Path]) -> list[Path]:
-    """Each path as a run, or, for a folder that is not one, every run folder below it."""
-    if not paths:
-        raise FastPPOError("give at least one run directory (or a folder of runs) to report on")
-    found: dict[Path, None] = {}  # ordered, and a run named twice (itself and by its parent) counts once
-    for path in map(Path, paths):
-        if path.is_dir() and not (path / "metrics.jsonl").exists() and not (path / "config.yaml").exists():
-            below = sorted(p.parent for p in path.rglob("metrics.jsonl"))
-            if not below:
-                raise FastPPOError(f"{path} is neither a run directory nor a folder of runs (no metrics.jsonl in or below it)")
-            found.update(dict.fromkeys(p.resolve() for p in below))
-        else:
-            found[path.resolve()] = None  # read_run names what is missing
-    return list(found)
 
 
 def final_score(run: Run, metric: str, final_window: float) -> float:

@@ -16,12 +16,12 @@ def seed(text: str) -> int:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     ev = subparsers.add_parser("eval", help="evaluate a trained run: mean ± std return and length", allow_abbrev=False)
-    ev.add_argument("run_dir", metavar="RUN_DIR", help="run directory (or a checkpoint folder in it)")
+    ev.add_argument("run_dir", metavar="RUN_DIR", help="run directory (or a checkpoint folder in it); a --seeds folder: each seed's run")
     ev.add_argument("--episodes", type=int, default=10, help="episodes to play (default: 10)")
     ev.add_argument("--deterministic", action="store_true", help="take the most likely action instead of sampling")
     ev.add_argument("--seed", type=seed, default=None, help="seed the env and the policy's sampling (default: unseeded)")
     ev.add_argument("--env-id", default=None, help="evaluate on another env with the same spaces (default: the run's)")
-    ev.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    ev.add_argument("--json", action="store_true", help="print the result as one JSON object (a --seeds folder: one line per seed)")
     ev.set_defaults(func=run_eval)
 
     rec = subparsers.add_parser("record", help="render episodes of a trained run to an MP4", allow_abbrev=False)
@@ -33,7 +33,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     rec.set_defaults(func=run_record)
 
     plot = subparsers.add_parser("plot", help="plot learning curves and diagnostics of runs (seeds grouped)", allow_abbrev=False)
-    plot.add_argument("run_dirs", metavar="RUN_DIR", nargs="+", help="run directories; same env and config are drawn as seeds")
+    plot.add_argument("run_dirs", metavar="RUN_DIR", nargs="+", help="run directories, or folders of runs (a --seeds folder); same env and config are drawn as seeds")
     plot.add_argument("--out", default=None, help="output image (default: RUN_DIR/plot.png for one run, else plot.png)")
     plot.add_argument("--smooth", type=int, default=10, help="moving-average window in iterations (default: 10; 1 = raw)")
     plot.set_defaults(func=run_plot)
@@ -46,10 +46,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_eval(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from fastppo.checkpoint import seed_folders
     from fastppo.evaluation import evaluate
 
-    result = evaluate(args.run_dir, env_id=args.env_id, episodes=args.episodes, deterministic=args.deterministic, seed=args.seed)
-    print(json.dumps(result.to_dict()) if args.json else f"fastppo: {result}")
+    seeds = seed_folders(args.run_dir)  # a --seeds folder: each seed's run, with the same episodes and env seed
+    means = []
+    for run_dir in seeds or [Path(args.run_dir)]:
+        result = evaluate(run_dir, env_id=args.env_id, episodes=args.episodes, deterministic=args.deterministic, seed=args.seed)
+        means.append(result.mean_return)
+        if args.json:
+            print(json.dumps({**result.to_dict(), **({"run_dir": str(run_dir)} if seeds else {})}))
+        else:
+            print(f"fastppo: {result}" + (f" ({run_dir.name})" if seeds else ""))
+    if seeds and not args.json:
+        print(f"fastppo: mean return over the {len(seeds)} seeds {np.mean(means):.1f} (min {min(means):.1f}, max {max(means):.1f}); statistics: fastppo report {args.run_dir}")
     return 0
 
 

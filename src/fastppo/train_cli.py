@@ -71,7 +71,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from fastppo.distributed import launched_rank
-    from fastppo.trainer import resume_config, seed_folders, train
+    from fastppo.checkpoint import seed_folders
+    from fastppo.trainer import resume_config, train
 
     main = launched_rank() == 0  # under torchrun, rank 0 speaks for the run
     overrides = {key.removeprefix("hp:"): value for key, value in vars(args).items() if key.startswith("hp:")}

@@ -20,7 +20,7 @@ from torch import Tensor
 
 from fastppo.agent import Agent, build_agent
 from fastppo.allocator import reuse_freed_memory
-from fastppo.checkpoint import Checkpoint, checkpoint_root, list_checkpoints, load_checkpoint, restore_train_state, rewind_metrics, save_checkpoint
+from fastppo.checkpoint import Checkpoint, checkpoint_root, list_checkpoints, load_checkpoint, restore_train_state, rewind_metrics, save_checkpoint, seed_folders
 from fastppo.config import Config, RunConfig, apply_overrides, resolve_key
 from fastppo.core import RewardScaler, adaptive_kl_beta, compute_gae, explained_variance, schedule_progress, scheduled, shift_values
 from fastppo.cuda_graphs import check_cudagraphs
@@ -247,16 +247,6 @@ def resume_config(run_dir: str | Path, overrides: dict[str, Any] | None = None, 
     if num_iterations != planned:  # a new horizon: the schedules go on from where they stand to its end
         checkpoint.schedule_anchor = (checkpoint.iteration, schedule_progress(checkpoint.iteration + 1, planned, checkpoint.schedule_anchor))
     return config, checkpoint
-
-
-def seed_folders(run_dir: str | Path) -> list[Path]:
-    """The seed folders (``seed_<n>``, in seed order) with checkpoints of a ``--seeds`` run's folder
-    that holds none itself; empty for an ordinary run."""
-    run_dir = Path(run_dir)
-    if not run_dir.is_dir() or list_checkpoints(run_dir):
-        return []
-    found = [d for d in run_dir.glob("seed_*") if d.name.removeprefix("seed_").isdigit() and list_checkpoints(d)]
-    return sorted(found, key=lambda d: int(d.name.removeprefix("seed_")))
 
 
 def resume_seed_stack_config(run_dir: str | Path, overrides: dict[str, Any] | None = None, env_id: str | None = None) -> tuple[Config, list[int], list[Checkpoint]]:
