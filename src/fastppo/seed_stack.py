@@ -375,9 +375,10 @@ def per_seed(values: dict[str, list[float] | float], seeds: int) -> list[dict[st
     return [{name: value[i] if isinstance(value, list) else value for name, value in values.items()} for i in range(seeds)]
 
 
-def seed_columns(tensors: tuple[Tensor, ...], seeds: int) -> list[tuple[Tensor, ...]]:
-    """Each seed's env columns of ``[T, seeds * N]`` tensors (a single run: ``seeds=1``, the tensors themselves)."""
-    return list(zip(*(t.chunk(seeds, dim=1) for t in tensors)))
+def seed_rows(tensor: Tensor, seeds: int) -> Tensor:
+    """Each seed's env columns of a ``[T, seeds * N]`` tensor as one row, ``[seeds, T * N]``
+    (time-major within a row, as its single run flattens them)."""
+    return tensor.unflatten(1, (seeds, -1)).transpose(0, 1).flatten(1)
 
 
 def episodes_by_seed(episodes: Episodes, seeds: list[int], envs_per_seed: int) -> list[Episodes]:

@@ -16,7 +16,6 @@ from typing import Any
 import numpy as np
 import torch
 import yaml
-from torch import Tensor
 
 from fastppo.agent import Agent, build_agent
 from fastppo.allocator import reuse_freed_memory
@@ -46,7 +45,7 @@ from fastppo.seed_stack import (
     restore_seed_stack,
     save_seed_agent,
     save_seed_checkpoints,
-    seed_columns,
+    seed_rows,
     stacked_agent,
 )
 from fastppo.update import MinibatchStep, UpdateCoefficients, make_optimizer, ppo_update, set_learning_rate
@@ -450,9 +449,13 @@ def train_rank(
                 seconds, elapsed = timer.pop(), time.perf_counter() - start
                 # One metrics dict per run: the run itself, or each seed of a stack (its columns, its episodes).
                 runs_episodes = [episodes] if seeds is None else episodes_by_seed(episodes, seeds, config.env.num_envs)
+                if seeds is None:
+                    explained = [explained_variance(buf.values, returns, buf.valid)]
+                else:  # every seed's at once: [seeds, T * N] rows
+                    explained = explained_variance(*(seed_rows(t, runs) for t in (buf.values, returns, buf.valid)), dim=-1)
                 runs_metrics = [
-                    iteration_metrics(run_losses, run_episodes, seconds, state, run_coefs, *columns, elapsed, steps_per_iteration)
-                    for run_losses, run_coefs, run_episodes, columns in zip(runs_losses, runs_coefs, runs_episodes, seed_columns((buf.values, returns, buf.valid), runs))
+                    iteration_metrics(run_losses, run_episodes, seconds, state, run_coefs, run_explained, elapsed, steps_per_iteration)
+                    for run_losses, run_coefs, run_episodes, run_explained in zip(runs_losses, runs_coefs, runs_episodes, explained)
                 ]
                 for seed_returns, run_episodes in zip(seeds_returns, runs_episodes):  # a stack's seeds only
                     seed_returns += run_episodes.returns
@@ -546,10 +549,10 @@ def open_logger(config: Config, run_dir: Path | None, checkpoint: Checkpoint | N
 
 
 def iteration_metrics(
-    losses, episodes, seconds, state: TrainState, coefs: UpdateCoefficients, values: Tensor, returns: Tensor, valid: Tensor, elapsed: float, batch_size: int
+    losses, episodes, seconds, state: TrainState, coefs: UpdateCoefficients, explained: float, elapsed: float, batch_size: int
 ) -> dict[str, float]:
-    """The logged scalars of one iteration, under CleanRL's names (``values``, ``returns`` and
-    ``valid``: the rollout's, for the explained variance)."""
+    """The logged scalars of one iteration, under CleanRL's names (``explained``: the critic's
+    explained variance on the rollout)."""
     metrics = {
         "charts/learning_rate": float(state.optimizer.param_groups[0]["lr"]),
         "charts/clip_coef": coefs.clip_coef,
@@ -566,7 +569,7 @@ def iteration_metrics(
         "losses/ratio_std": losses["ratio_std"],
         "losses/grad_norm": losses["grad_norm"],
         "losses/epochs": losses["epochs"],
-        "losses/explained_variance": explained_variance(values, returns, valid),
+        "losses/explained_variance": explained,
         **{f"time/{name}": value for name, value in seconds.items()},
     }
     if state.agent.config.ppo.objective == "kl":

@@ -84,6 +84,17 @@ def test_explained_variance_masked_and_degenerate():
     assert math.isnan(explained_variance(torch.zeros(3), torch.ones(3)))
 
 
+def test_explained_variance_along_a_dim_is_each_slices_own():
+    # A stack of seeds: one value per row, each what the row alone gives (row 2: returns that do not vary).
+    returns = torch.tensor([[1.0, 2.0, 3.0, 4.0, 100.0], [1.0, 2.0, 3.0, 4.0, 5.0], [2.0, 2.0, 2.0, 2.0, 9.0]])
+    values = torch.tensor([[1.0, 3.0, 3.0, 5.0, 0.0], [5.0, 4.0, 3.0, 2.0, 1.0], [0.0, 1.0, 2.0, 3.0, 4.0]])
+    mask = torch.tensor([[True, True, True, True, False], [True] * 5, [True, True, True, True, False]])
+    along = explained_variance(values, returns, mask, dim=-1)
+    assert along[:2] == pytest.approx([0.8, 1.0 - 10.0 / 2.5])  # R - V of row 1: [-4, -2, 0, 2, 4], Var 10 against 2.5
+    assert math.isnan(along[2])
+    assert along[:2] == pytest.approx([explained_variance(v, r, m) for v, r, m in zip(values[:2], returns[:2], mask[:2])], abs=0)
+
+
 def test_non_finite_values_in_masked_entries_do_not_leak():
     x = torch.tensor([1.0, 3.0, float("inf"), float("nan")])
     mask = torch.tensor([True, True, False, False])

@@ -59,9 +59,10 @@ def mean_std(moments: Tensor) -> tuple[Tensor, Tensor]:
     return mean, ((squares - total * mean) / (count - 1).clamp_min(1)).clamp_min(0).sqrt()
 
 
-def explained_variance(values: Tensor, returns: Tensor, mask: Tensor | None = None) -> float:
-    """1 - Var[R - V] / Var[R]: 1 is a perfect critic, 0 no better than a constant, < 0 worse."""
-    var_returns = masked_var(returns, mask)
-    if var_returns.item() == 0.0:
-        return float("nan")
-    return float(1.0 - masked_var(returns - values, mask) / var_returns)
+def explained_variance(values: Tensor, returns: Tensor, mask: Tensor | None = None, dim: int | None = None) -> float | list[float]:
+    """1 - Var[R - V] / Var[R]: 1 is a perfect critic, 0 no better than a constant, < 0 worse;
+    NaN where the returns do not vary. Along ``dim``, one per slice (a stack's seeds), as a list:
+    one host sync for them all."""
+    var_returns = masked_var(returns, mask, dim)
+    explained = torch.where(var_returns == 0.0, float("nan"), 1.0 - masked_var(returns - values, mask, dim) / var_returns)
+    return float(explained) if dim is None else explained.tolist()
