@@ -6,7 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 from safetensors.torch import load_file
+
+import fastppo
 
 from fastppo.cli import main
 from fastppo.errors import FastPPOError
@@ -52,3 +55,33 @@ def test_bad_seeds_input_is_one_line_and_exit_2(argv, message, capsys, tmp_path)
     assert main(["train", "CartPole-v1", *TINY, *argv, "--run-dir", str(tmp_path / "r")]) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
+
+
+API_TINY = {"num_envs": 2, "num_steps": 64, "total_timesteps": 512, "tensorboard": False, "progress": False}
+
+
+@pytest.mark.parametrize("backend, workers", [("tensor", None), ("sync", 1)], ids=["stacked", "workers"])
+def test_train_seeds_api_returns_each_seeds_agent(tmp_path, backend, workers):
+    # fastppo.train_seeds runs what `fastppo train ENV --seeds` runs: the agents, in seed order, are
+    # those their run folders hold, each with its own history.
+    agents = fastppo.train_seeds("CartPole-v1", range(1, 3), run_dir=tmp_path / "s", workers=workers, backend=backend, **API_TINY)
+    assert [a.config.run.seed for a in agents] == [1, 2]
+    assert [a.run_dir for a in agents] == [tmp_path / "s" / "seed_1", tmp_path / "s" / "seed_2"]
+    for agent in agents:
+        saved = load_file(str(agent.run_dir / "policy.safetensors"))
+        assert all(torch.equal(v.detach().cpu(), saved[f"policy.{k}"]) for k, v in agent.policy.state_dict().items())
+        logged = [json.loads(line) for line in (agent.run_dir / "metrics.jsonl").read_text().splitlines()]
+        assert [r["global_step"] for r in agent.history] == [r["global_step"] for r in logged] == [128, 256, 384, 512]
+        assert [r["losses/value_loss"] for r in agent.history] == [r["losses/value_loss"] for r in logged]
+        assert agent.episode_returns and all(r > 0 for r in agent.episode_returns)
+    assert agents[0].history[-1]["losses/value_loss"] != agents[1].history[-1]["losses/value_loss"]
+
+
+def test_train_seeds_api_errors(tmp_path):
+    with pytest.raises(FastPPOError, match="train_seeds names the seeds: drop seed="):
+        fastppo.train_seeds("CartPole-v1", [1, 2], seed=3, **API_TINY)
+    with pytest.raises(FastPPOError, match="runs backwards"):
+        fastppo.train_seeds("CartPole-v1", "2-1", **API_TINY)
+    with pytest.raises(FastPPOError, match="2 of 2 seeds failed; seed 1: the cnn encoder needs"):
+        fastppo.train_seeds("CartPole-v1", [1, 2], run_dir=tmp_path / "bad", workers=2, encoder="cnn", **API_TINY)
+    assert not (tmp_path / "bad").exists()

@@ -1,9 +1,10 @@
-"""The Python API: ``fastppo.train``, ``resume``, ``load``, ``evaluate``, ``record``, ``export_onnx``
-and the config builder the CLI shares."""
+"""The Python API: ``fastppo.train``, ``train_seeds``, ``resume``, ``load``, ``evaluate``, ``record``,
+``export_onnx`` and the config builder the CLI shares."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +73,50 @@ def train(env_id: str | type, *, preset: str | None = None, run_dir: str | Path 
 
     config = make_config(env_id, preset, overrides)
     return run_training(config, Path(run_dir) if run_dir is not None else None)
+
+
+def train_seeds(
+    env_id: str | type, seeds: Iterable[int] | str, *, preset: str | None = None, run_dir: str | Path | None = None, workers: int | None = None, **overrides: Any
+) -> list[Agent]:
+    """Train one agent per seed of ``seeds`` (``range(1, 11)``, or ``"1-10"`` as ``--seeds`` takes
+    it) with the same config, as ``fastppo train ENV --seeds ...`` does, and return the agents in
+    seed order. On tensor envs without ``workers`` the seeds train in this process as one batched
+    computation (fastppo.seed_stack); otherwise ``workers`` processes at a time (default: one per
+    CPU core). Each seed's run goes to ``run_dir/seed_<n>`` (default
+    ``runs/<env>__<exp>__<seeds>__<time>``), which ``fastppo report``, ``eval`` and ``plot`` read.
+    A worker's agent is read back from its folder: its ``history`` from metrics.jsonl, its
+    ``episode_returns`` the last 100 its final checkpoint keeps. A seed that fails is a
+    FastPPOError naming it, once the others have finished."""
+    from fastppo.checkpoint import load_checkpoint
+    from fastppo.config import check_seed
+    from fastppo.errors import FastPPOError
+    from fastppo.plot import read_run
+    from fastppo.seeds import parse_seeds, seed_processes
+    from fastppo.seeds import train_seeds as train_in_processes
+    from fastppo.trainer import train_seed_stack
+
+    if any(key in ("seed", "run.seed") for key in overrides):
+        raise FastPPOError("train_seeds names the seeds: drop seed=")
+    seed_list = parse_seeds(seeds) if isinstance(seeds, str) else [check_seed(s, "seeds") for s in dict.fromkeys(seeds)]
+    if not seed_list:
+        raise FastPPOError("train_seeds needs at least one seed")
+    config = make_config(env_id, preset, overrides)
+    spec = seeds if isinstance(seeds, str) else f"{seed_list[0]}-{seed_list[-1]}"
+    parent = Path(run_dir) if run_dir is not None else default_run_dir(config, seed=spec.replace(",", "_"))
+    processes = seed_processes(config, workers, len(seed_list))
+    if processes is None:
+        return train_seed_stack(config, seed_list, parent)
+    results = train_in_processes(config, seed_list, parent, processes)
+    failed = [r for r in results if r.error]
+    if failed:
+        raise FastPPOError(f"{len(failed)} of {len(results)} seeds failed; seed {failed[0].seed}: {failed[0].error}")
+    agents = []
+    for result in results:
+        agent = load_agent(result.run_dir)
+        agent.history = read_run(result.run_dir).records
+        agent.episode_returns = list(load_checkpoint(result.run_dir).meta.get("episode_returns", []))
+        agents.append(agent)
+    return agents
 
 
 def resume(run_dir: str | Path, **overrides: Any) -> Agent:

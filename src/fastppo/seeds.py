@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import multiprocessing
+import os
 import re
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
@@ -75,6 +76,15 @@ def _train_one(config: Config, run_dir: Path) -> SeedResult:
     except FastPPOError as exc:
         return SeedResult(config.run.seed, run_dir, None, str(exc))
     return SeedResult.of(config.run.seed, run_dir, agent.episode_returns)
+
+
+def seed_processes(config: Config, workers: int | None, seeds: int) -> int | None:
+    """How ``--seeds`` trains ``seeds`` seeds: None for one stacked process (tensor envs without
+    ``--workers``: fastppo.seed_stack), else the number of worker processes (default: one per CPU
+    core, at most one per seed)."""
+    if config.env.backend == "tensor" and workers is None:
+        return None
+    return workers if workers is not None else min(seeds, os.cpu_count() or 1)
 
 
 def train_seeds(config: Config, seeds: list[int], parent: Path, workers: int) -> list[SeedResult]:

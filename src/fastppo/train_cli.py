@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
 from collections import Counter
 from pathlib import Path
 
@@ -112,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
 def run_seeds(args: argparse.Namespace, overrides: dict[str, str]) -> int:
     """``--seeds``: one run per seed in worker processes (fastppo.seeds); exit 1 if any failed."""
     from fastppo.distributed import launched_world_size
-    from fastppo.seeds import parse_seeds, print_summary, train_seeds
+    from fastppo.seeds import parse_seeds, print_summary, seed_processes, train_seeds
 
     if launched_world_size() > 1:
         raise FastPPOError("--seeds trains its seeds in worker processes of its own: launch it without torchrun")
@@ -121,9 +120,9 @@ def run_seeds(args: argparse.Namespace, overrides: dict[str, str]) -> int:
     seeds = parse_seeds(args.seeds)
     config = make_config(args.env_id, args.preset, overrides)
     parent = Path(args.run_dir) if args.run_dir else default_run_dir(config, seed=args.seeds.replace(",", "_"))
-    if config.env.backend == "tensor" and args.workers is None:
+    workers = seed_processes(config, args.workers, len(seeds))
+    if workers is None:
         return run_seed_stack(config, seeds, parent)
-    workers = args.workers if args.workers is not None else min(len(seeds), os.cpu_count() or 1)
     print(f"fastppo: {config.env.env_id}: {len(seeds)} seeds, {workers} at a time, into {parent}/seed_<n>")
     results = train_seeds(config, seeds, parent, workers)
     print_summary(results, parent)
