@@ -18,7 +18,9 @@ last seed or its budget; each single run and each SB3 run (rl-zoo's CartPole hyp
 sync envs) ends when its seed is solved or its budget is spent, and the N runs' times add up, a
 run out of budget with its whole time (the table counts them). With
 ``--sb3-seeds K < N`` (or ``--single-seeds``), K seeds are run and their mean time is scaled to
-N, and the table says so.
+N, and the table says so. The stack runs ``--stack-runs`` times (default 2: before the single runs
+and after them) and its row is the mean: this VM's speed drifts by up to a third within an hour,
+and the single runs take minutes.
 
 Rows ``width``: where the stack's gain comes from. Each cell is a fresh process training a short
 budget (``--width-steps`` per seed) as one single run or as a stack of S seeds, timed from the
@@ -90,10 +92,10 @@ def stacked(seeds: int, compile: bool, threads: int, preset: str | None, device:
     return child["ended"] - launch, times, child["steps"]
 
 
-def sequential(library: str, seeds: int, preset: str | None) -> tuple[float, int, list[float | None]]:
+def sequential(library: str, seeds: range, preset: str | None) -> tuple[float, int, list[float | None]]:
     """(sum of the runs' seconds until solved or out of budget, unsolved runs, each run's solve
-    seconds) for seeds 1..``seeds``, one fresh process each (fastppo's with ``preset``)."""
-    runs = [cold_solve(library, seed, ZOO_BUDGET, preset) for seed in range(1, seeds + 1)]
+    seconds) for ``seeds``, one fresh process each (fastppo's with ``preset``)."""
+    runs = [cold_solve(library, seed, ZOO_BUDGET, preset) for seed in seeds]
     times = [run[0] for run in runs]
     return sum(ended if solved is None else solved for solved, _, _, ended in runs), sum(t is None for t in times), times
 
@@ -182,30 +184,52 @@ def matmul_rows(seeds: int, preset: str | None, device: str, repeats: int = 10) 
     print(f"| its batched matmuls alone | {seconds * 1e3:.1f} | {seconds / update_s:.0%} | {flops / seconds / 1e9:.0f} |")
 
 
-def solve_rows(n: int, compile: bool, threads: list[int], single_seeds: int | None, sb3_seeds: int, preset: str | None, device: str) -> None:
+def solve_rows(n: int, compile: bool, threads: list[int], single_seeds: int | None, sb3_seeds: int, preset: str | None, device: str, stack_runs: int = 2) -> None:
+    """The stack(s) ``stack_runs`` times, spread over the sequential fastppo runs (2: once before
+    them and once after), so that a drift of the machine's speed during the minutes the single runs
+    take (this VM's varies by a third over an hour) weighs on both sides alike; a stack row is the
+    mean of its runs. SB3's runs come last."""
     print(f"\n## {n} CartPole-v1 seeds, fastppo preset {preset or 'CartPole-v1'}, the stack on {device}: wall time until all are solved (fresh processes, start-up included)")
-    stacks, rows = [], []
-    for compiled in (False, True) if compile else (False,):
-        for n_threads in threads:
-            threads_label = "threads: one per CPU" if n_threads == 0 else f"{n_threads} thread{'s' if n_threads > 1 else ''}"
-            name = "fastppo stacked (1 process" + (", --compile" if compiled else "") + f", {threads_label})"
+    configs = [(compiled, n_threads) for compiled in ((False, True) if compile else (False,)) for n_threads in threads]
+    stack_times: dict[tuple[bool, int], list[float]] = {c: [] for c in configs}
+    unsolved_stack: dict[tuple[bool, int], int] = {}
+
+    def stack_name(compiled: bool, n_threads: int) -> str:
+        threads_label = "threads: one per CPU" if n_threads == 0 else f"{n_threads} thread{'s' if n_threads > 1 else ''}"
+        return "fastppo stacked (1 process" + (", --compile" if compiled else "") + f", {threads_label})"
+
+    def run_stacks() -> None:
+        for compiled, n_threads in configs:
             seconds, times, steps = stacked(n, compiled, n_threads, preset, device)
-            unsolved = sum(t is None for t in times)
-            print(f"{name}: {seconds:.1f} s ({steps} steps per seed; {unsolved} unsolved); first seed solved at {min(t for t in times if t):.1f} s", flush=True)
-            stacks.append((name, seconds))
-            rows.append((name, seconds, n, unsolved))
-    for library, count in (("fastppo tensor", single_seeds or n), ("SB3 rl-zoo", sb3_seeds)):
-        if count == 0:  # --sb3-seeds 0: SB3 left out (e.g. not installed)
-            continue
-        total, failed, times = sequential(library, count, preset)
-        scaled = total * n / count
-        print(f"{library}, {count} sequential runs: {total:.1f} s ({failed} out of budget) -> {scaled:.1f} s for {n}", flush=True)
-        scaling = "" if count == n else f" ({count} run{'s' if count > 1 else ''}, x{n / count:g})"
-        rows.append((f"{library} sequential{scaling}", scaled, count, failed))
+            unsolved_stack[(compiled, n_threads)] = sum(t is None for t in times)
+            stack_times[(compiled, n_threads)].append(seconds)
+            first = min(t for t in times if t)
+            print(f"{stack_name(compiled, n_threads)}: {seconds:.1f} s ({steps} steps per seed; {unsolved_stack[(compiled, n_threads)]} unsolved); first seed solved at {first:.1f} s", flush=True)
+
+    count = single_seeds or n
+    bounds = [1 + count * i // max(stack_runs - 1, 1) for i in range(max(stack_runs - 1, 1) + 1)]  # the single runs' chunks between stacks
+    total = failed = 0
+    run_stacks()
+    for chunk, (first, end) in enumerate(zip(bounds[:-1], bounds[1:])):
+        chunk_total, chunk_failed, _ = sequential("fastppo tensor", range(first, end), preset)
+        total, failed = total + chunk_total, failed + chunk_failed
+        if chunk + 1 < stack_runs:
+            run_stacks()
+    stacks = [(stack_name(*c), float(np.mean(stack_times[c]))) for c in configs]
+    rows = [(f"{name} (mean of {len(stack_times[c])}: {', '.join(f'{t:.1f}' for t in stack_times[c])} s)", seconds, n, unsolved_stack[c]) for c, (name, seconds) in zip(configs, stacks)]
+    scaled = total * n / count
+    print(f"fastppo tensor, {count} sequential runs: {total:.1f} s ({failed} out of budget) -> {scaled:.1f} s for {n}", flush=True)
+    scaling = "" if count == n else f" ({count} run{'s' if count > 1 else ''}, x{n / count:g})"
+    rows.append((f"fastppo tensor sequential{scaling}", scaled, count, failed))
+    if sb3_seeds:  # --sb3-seeds 0: SB3 left out (e.g. not installed)
+        sb3_total, sb3_failed, _ = sequential("SB3 rl-zoo", range(1, sb3_seeds + 1), preset)
+        sb3_scaled = sb3_total * n / sb3_seeds
+        print(f"SB3 rl-zoo, {sb3_seeds} sequential runs: {sb3_total:.1f} s ({sb3_failed} out of budget) -> {sb3_scaled:.1f} s for {n}", flush=True)
+        rows.append((f"SB3 rl-zoo sequential{'' if sb3_seeds == n else f' ({sb3_seeds} runs, x{n / sb3_seeds:g})'}", sb3_scaled, sb3_seeds, sb3_failed))
     print(f"\n| runs of {n} seeds | seconds to all solved or out of budget | seeds timed | unsolved | " + " | ".join(f"vs {name}" for name, _ in stacks) + " |")
     print("|---|--:|--:|--:|" + "--:|" * len(stacks))
-    for name, seconds, count, failed in rows:
-        print(f"| {name} | {seconds:.1f} | {count} | {failed} | " + " | ".join(f"{seconds / stack_s:.2f}x" for _, stack_s in stacks) + " |")
+    for name, seconds, timed, unsolved in rows:
+        print(f"| {name} | {seconds:.1f} | {timed} | {unsolved} | " + " | ".join(f"{seconds / stack_s:.2f}x" for _, stack_s in stacks) + " |")
 
 
 def main() -> None:
@@ -218,6 +242,7 @@ def main() -> None:
     parser.add_argument("--compile", action="store_true", help="also time the stack with --compile")
     parser.add_argument("--preset", help="solve and matmul rows: fastppo's preset for the stack and the single runs (default: CartPole-v1's own)")
     parser.add_argument("--threads", type=nonnegative, nargs="+", default=[0], help="torch threads (a row each; default 0: fastppo's own choice, one per CPU for a stack, 1 for a single run)")
+    parser.add_argument("--stack-runs", type=positive, default=2, help="solve rows: times each stack runs, spread over the single runs (default 2: before and after them); its row is their mean")
     parser.add_argument("--widths", type=positive, nargs="+", default=[1, 8, 64], help="width rows: seeds per process (1: a single run)")
     parser.add_argument("--width-steps", type=positive, default=32_768, help="width rows: steps per seed")
     parser.add_argument("--stack-child", type=int, help=argparse.SUPPRESS)
@@ -241,7 +266,7 @@ def main() -> None:
     if "matmul" in args.rows:
         matmul_rows(args.seeds, args.preset, args.device)
     if "solve" in args.rows:
-        solve_rows(args.seeds, args.compile, args.threads, args.single_seeds, args.sb3_seeds, args.preset, args.device)
+        solve_rows(args.seeds, args.compile, args.threads, args.single_seeds, args.sb3_seeds, args.preset, args.device, args.stack_runs)
     footer()
 
 
