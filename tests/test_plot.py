@@ -48,6 +48,7 @@ def test_plot_of_one_run_defaults_into_it(runs):
         ("empty", "is neither a run directory nor a folder of runs"),
         ("no_config", "is not a fastppo run: agent.json is missing"),  # config.yaml, else the agent's copy
         ("no_metrics", "holds no metrics"),
+        ("smooth", "--smooth must be >= 1 (1: the raw curves), got -3"),
     ],
 )
 def test_plot_errors_are_one_line(tmp_path, capsys, runs, setup, message):
@@ -59,6 +60,8 @@ def test_plot_errors_are_one_line(tmp_path, capsys, runs, setup, message):
     if setup == "no_metrics":
         (target / "config.yaml").write_text((runs[0] / "config.yaml").read_text())
         (target / "metrics.jsonl").write_text("")
-    assert main(["plot", str(target)]) == 2
+    if setup == "smooth":
+        target = runs[0]
+    assert main(["plot", str(target), *(["--smooth", "-3"] if setup == "smooth" else [])]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and message in err, err

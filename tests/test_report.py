@@ -151,6 +151,7 @@ def test_report_cli_writes_the_tables_and_figures(root, tmp_path, capsys):
         ("no_runs", "is neither a run directory nor a folder of runs"),
         ("no_episodes", "logged no charts/episodic_return"),
         ("window", "--final-window 1.5 is not a fraction"),
+        ("smooth", "--smooth must be >= 1 (1: the raw curves), got 0"),
         ("bootstrap_seed", "--bootstrap-seed must be in [0, 4294967295]"),
         ("references", "has no reference scores for CartPole-v1"),
         ("no_extra", "needs the 'stats' extra"),
@@ -169,6 +170,8 @@ def test_bad_input_is_one_line(root, tmp_path, capsys, monkeypatch, case, messag
         (target / "metrics.jsonl").write_text('{"global_step": 256, "charts/SPS": 1000.0}\n')
     elif case == "window":
         extra = ["--final-window", "1.5"]
+    elif case == "smooth":
+        extra = ["--smooth", "0"]
     elif case == "bootstrap_seed":
         extra = ["--bootstrap-seed", "-1"]
     elif case == "references":

@@ -97,7 +97,7 @@ def train_seeds(
 
     if any(key in ("seed", "run.seed") for key in overrides):
         raise FastPPOError("train_seeds names the seeds: drop seed=")
-    seed_list = parse_seeds(seeds) if isinstance(seeds, str) else [check_seed(s, "seeds") for s in dict.fromkeys(seeds)]
+    seed_list = parse_seeds(seeds) if isinstance(seeds, str) else [check_seed(int(s), "seeds") for s in dict.fromkeys(seeds)]
     if not seed_list:
         raise FastPPOError("train_seeds needs at least one seed")
     config = make_config(env_id, preset, overrides)

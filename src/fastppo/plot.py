@@ -131,6 +131,13 @@ def _labels(groups: list[list[Run]]) -> list[str]:
     return labels
 
 
+def check_smooth(window: int) -> int:
+    """``--smooth``, or a FastPPOError before any run is read."""
+    if window < 1:
+        raise FastPPOError(f"--smooth must be >= 1 (1: the raw curves), got {window}")
+    return window
+
+
 def _smooth(values: np.ndarray, window: int) -> np.ndarray:
     if window <= 1 or len(values) < 2:
         return values
@@ -178,6 +185,7 @@ def plot_runs(run_dirs: list[str | Path], out: str | Path, smooth: int = 10) -> 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    check_smooth(smooth)
     groups = group_runs([read_run(p) for p in find_runs(run_dirs)])
     out = output_file(out, "the plot")  # after the runs (RUN_DIR/plot.png needs RUN_DIR), before drawing
     labels = _labels(groups)

@@ -28,10 +28,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from fastppo.outputs import output_dir, writing
+    from fastppo.plot import check_smooth
     from fastppo.report import collect, csv_table, markdown_table, normalized_profiles, read_references, require_stats
     from fastppo.report_figures import plot_curves, plot_profile
 
     require_stats()
+    check_smooth(args.smooth)
     stats = collect(args.run_dirs, args.metric, args.final_window, args.reps, args.bootstrap_seed)
     references = read_references(args.normalize, sorted({s.env_id for s in stats})) if args.normalize else None
     out = output_dir(args.out, "--out")
