@@ -19,6 +19,7 @@ TINY = ["--total-timesteps", "256", "--num-envs", "2", "--num-steps", "64", "--n
     "argv, message",
     [
         (["train", "NoSuchEnv-v0"], "unknown env id 'NoSuchEnv-v0'"),
+        (["train", "numpy-v0"], "unknown env id 'numpy-v0': Environment `numpy` doesn't exist. (see gymnasium.pprint_registry())"),
         (["train", "CartPole-v1", "--preset", "nope"], "unknown preset 'nope': available presets are"),
         (["train", "CartPole-v1", "--no-such-flag", "3"], "unrecognized arguments: --no-such-flag 3"),
         (["train", "CartPole-v1", "--learning-rate", "fast"], "--ppo.learning-rate expects a number, got 'fast'"),
@@ -59,6 +60,19 @@ def test_bad_input_is_one_line_and_exit_2(argv, message, capsys):
     assert err.startswith("fastppo: error: ")
     assert message in err
     assert err.count("\n") == 1
+
+
+def test_an_id_a_package_registers_on_import_gets_the_module_form(monkeypatch, capsys):
+    # As in a fresh process: popgym not imported yet, its ids not registered.
+    import gymnasium as gym
+
+    env_id = "popgym-RepeatPreviousEasy-v0"
+    for registered in [i for i in gym.registry if i.startswith("popgym-")]:
+        monkeypatch.delitem(gym.registry, registered)
+    for name in [m for m in sys.modules if m == "popgym" or m.startswith("popgym.")]:
+        monkeypatch.delitem(sys.modules, name)
+    assert main(["train", env_id, *TINY]) == 2
+    assert f"(popgym registers it when imported: give 'popgym:{env_id}')" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

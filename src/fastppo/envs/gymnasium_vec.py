@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import traceback
@@ -80,6 +81,21 @@ def resolve_env_id(env_id: str) -> str:
     return env_id
 
 
+def _registering_module_hint(env_id: str) -> str:
+    """Where to look for an unknown id: a package whose ids start with its name (popgym's
+    'popgym-RepeatPreviousEasy-v0') registers them when imported, which 'module:id' does; the
+    package is imported here to see that it does register this id."""
+    package = re.split(r"[-/]", env_id, maxsplit=1)[0]
+    if ":" not in env_id and package.isidentifier() and importlib.util.find_spec(package) is not None:
+        try:
+            importlib.import_module(package)
+        except Exception:  # noqa: BLE001 - a package that fails to import gives no hint, the id stays unknown
+            pass
+        if env_id in gym.registry:
+            return f"{package} registers it when imported: give '{package}:{env_id}'"
+    return "see gymnasium.pprint_registry()"
+
+
 def gym_make(env_id: str, **kwargs) -> gym.Env:
     """``gym.make`` of ``env_id`` (resolved by :func:`resolve_env_id`), or a one-line FastPPOError
     saying why the id does not work."""
@@ -93,7 +109,7 @@ def gym_make(env_id: str, **kwargs) -> gym.Env:
     except gym.error.DependencyNotInstalled as exc:
         raise FastPPOError(f"env '{env_id}' needs an extra dependency: {exc}") from None
     except gym.error.Error as exc:
-        raise FastPPOError(f"unknown env id '{env_id}': {exc} (see gymnasium.pprint_registry())") from None
+        raise FastPPOError(f"unknown env id '{env_id}': {exc} ({_registering_module_hint(env_id)})") from None
     except Exception as exc:
         # MuJoCo loads the OpenGL backend MUJOCO_GL names when imported, rendering or not: a headless
         # machine without it (no libEGL for egl, say) fails every MuJoCo env with a deep traceback.
