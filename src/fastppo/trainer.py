@@ -293,7 +293,8 @@ def train(
     """
     config.validate()
     device = rank_device(resolve_device(config.run.device))
-    with joined(device) as world, removed_if_left_empty(run_dir):
+    # Only the process that writes the run folder may take it away again (torchrun: rank 0).
+    with joined(device) as world, removed_if_left_empty(run_dir if world is None or world.main else None):
         return train_rank(config, run_dir, checkpoint, on_iteration, device, world)
 
 
