@@ -75,6 +75,15 @@ def test_an_id_a_package_registers_on_import_gets_the_module_form(monkeypatch, c
     assert f"(popgym registers it when imported: give 'popgym:{env_id}')" in capsys.readouterr().err
 
 
+def test_an_unknown_id_imports_no_module_it_merely_names(capsys):
+    # 'antigravity' is a standard-library module with a side effect (it opens a web browser): only
+    # packages that require gymnasium are imported to look for the id.
+    assert "antigravity" not in sys.modules
+    assert main(["train", "antigravity-v0", *TINY]) == 2
+    assert "antigravity" not in sys.modules
+    assert "(see gymnasium.pprint_registry())" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     "flag, path, message",
     [

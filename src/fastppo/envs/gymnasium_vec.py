@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import os
 import re
 import traceback
 from collections.abc import Callable
+from importlib import metadata
 from pathlib import Path
 
 import gymnasium as gym
@@ -83,10 +84,13 @@ def resolve_env_id(env_id: str) -> str:
 
 def _registering_module_hint(env_id: str) -> str:
     """Where to look for an unknown id: a package whose ids start with its name (popgym's
-    'popgym-RepeatPreviousEasy-v0') registers them when imported, which 'module:id' does; the
-    package is imported here to see that it does register this id."""
+    'popgym-RepeatPreviousEasy-v0') registers them when imported, which 'module:id' does. Only an
+    installed distribution that requires gymnasium is imported here (never a module the id merely
+    names, such as the standard library's), to see that it does register this id."""
     package = re.split(r"[-/]", env_id, maxsplit=1)[0]
-    if ":" not in env_id and package.isidentifier() and importlib.util.find_spec(package) is not None:
+    distributions = metadata.packages_distributions().get(package, []) if ":" not in env_id else []
+    requirements = [r for d in distributions for r in metadata.requires(d) or []]
+    if any(re.match(r"gymnasium\b", r, re.IGNORECASE) for r in requirements):
         try:
             importlib.import_module(package)
         except Exception:  # noqa: BLE001 - a package that fails to import gives no hint, the id stays unknown
