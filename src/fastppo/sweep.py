@@ -266,7 +266,10 @@ def run_trial(trial: optuna.Trial, sweep: Sweep) -> float:
     if sum(t.state in FINISHED or (t.state == TrialState.RUNNING and t.number < trial.number) for t in trials) >= sweep.n_trials:
         raise SurplusTrial(f"the study already has its {sweep.n_trials} trials")
     this = next(t for t in trials if t.number == trial.number)
-    for attempt in RetryHeartbeatStaleTrialCallback.retry_history(this):  # a killed attempt's partial runs
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ExperimentalWarning)  # retry_history, like the heartbeats
+        attempts = RetryHeartbeatStaleTrialCallback.retry_history(this)
+    for attempt in attempts:  # a killed attempt's partial runs
         shutil.rmtree(sweep.folder / f"trial_{attempt}", ignore_errors=True)
     folder = sweep.folder / f"trial_{trial.number}"
     try:

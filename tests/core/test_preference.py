@@ -51,7 +51,7 @@ def test_ipo_gradient_vanishes_at_its_target_margin() -> None:
     chosen = torch.tensor([0.5], requires_grad=True)
     loss, _ = dpo_loss(chosen, torch.tensor([-0.5]), torch.tensor([0.0]), torch.tensor([0.0]), beta=0.5, loss="ipo")
     loss.backward()
-    assert float(loss) == 0.0 and float(chosen.grad) == 0.0
+    assert loss.item() == 0.0 and chosen.grad.item() == 0.0
 
 
 def test_bradley_terry_loss() -> None:
