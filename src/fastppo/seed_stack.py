@@ -45,7 +45,7 @@ from fastppo.optim import DEVICES, FusedAdam, adam_step
 from fastppo.policies import ActorCritic
 from fastppo.policies.activations import IN_PLACE_ACTIVATIONS
 from fastppo.policies.distributions import GaussianHead, Noise
-from fastppo.policies.mlp_autograd import mlp_layers, mlps_one_node, one_node_pays
+from fastppo.policies.mlp_autograd import affine, mlp_layers, mlps_one_node, one_node_pays
 
 
 class SeedNoise(Noise):
@@ -157,9 +157,9 @@ class StackedActorCritic(nn.Module):
 
     def _mlp(self, x: Tensor, layers: list[tuple[str, str]], views: dict[str, Tensor], activate_last: bool) -> Tensor:
         for depth, (weight, bias) in enumerate(layers):
-            x = torch.baddbmm(views[bias].unsqueeze(1), x, views[weight].transpose(1, 2))
+            x = affine(views[bias], x, views[weight])
             if activate_last or depth < len(layers) - 1:
-                x = IN_PLACE_ACTIVATIONS[self._activation](x)  # over its baddbmm output
+                x = IN_PLACE_ACTIVATIONS[self._activation](x)  # over its fresh product
         return x
 
     def _features(self, obs: Tensor, views: dict[str, Tensor]) -> tuple[Tensor, ...]:
@@ -173,7 +173,7 @@ class StackedActorCritic(nn.Module):
     def _cell(self, gi: Tensor, h: Tensor, core: tuple[str, str, str, str], views: dict[str, Tensor]) -> Tensor:
         """One step of nn.LSTM/nn.GRU's cell (its gate order and formulas) for every seed:
         ``gi`` [S, B, gates] the input's part, ``h`` [S, B, state] the state (LSTM: h, c)."""
-        gh = torch.baddbmm(views[core[3]].unsqueeze(1), h[..., : self._hidden], views[core[1]].transpose(1, 2))
+        gh = affine(views[core[3]], h[..., : self._hidden], views[core[1]])
         if self._kind == "lstm":
             i, f, g, o = (gi + gh).chunk(4, dim=-1)
             c = torch.sigmoid(f) * h[..., self._hidden :] + torch.sigmoid(i) * torch.tanh(g)
@@ -194,7 +194,7 @@ class StackedActorCritic(nn.Module):
         keeps = None if keep is None else keep.to(state.dtype).unsqueeze(-1).split(batch, dim=1)
         outputs, finals = [], []
         for x, core, h in zip(self._features(obs, views), self._cores, state.split(width, dim=-1)):
-            gi = torch.baddbmm(views[core[2]].unsqueeze(1), x, views[core[0]].transpose(1, 2))  # every step's input part at once
+            gi = affine(views[core[2]], x, views[core[0]])  # every step's input part at once
             steps = []
             for t, gi_t in enumerate(gi.split(batch, dim=1)):
                 h = self._cell(gi_t, h, core, views)

@@ -54,7 +54,7 @@ def mlp_layers(encoder: nn.Module) -> tuple[list[nn.Linear], str | None] | None:
     return linears, (_ACTIVATION_NAMES[kinds.pop()] if kinds else None)
 
 
-def _affine(bias: Tensor, x: Tensor, weight: Tensor) -> Tensor:
+def affine(bias: Tensor, x: Tensor, weight: Tensor) -> Tensor:
     """x W^T + b in one op: ``[rows, in]`` with ``[out, in]`` weights, or a stack's ``[S, rows, in]``
     with ``[S, out, in]`` weights and ``[S, out]`` biases."""
     if x.dim() == 2:
@@ -67,7 +67,7 @@ def _hidden(bias: Tensor, x: Tensor, weight: Tensor, activation: str) -> Tensor:
     with its activation (``activations.tanh_of_sum_``)."""
     if activation == "tanh":
         return tanh_of_sum_(torch.matmul(x, weight.mT), bias if x.dim() == 2 else bias.unsqueeze(-2))
-    return IN_PLACE_ACTIVATIONS[activation](_affine(bias, x, weight))
+    return IN_PLACE_ACTIVATIONS[activation](affine(bias, x, weight))
 
 
 def _activation_grad_(grad: Tensor, output: Tensor, activation: str) -> Tensor:
@@ -99,7 +99,7 @@ class _MLPsFunction(torch.autograd.Function):
             for weight, bias in zip(weights[:-1], biases[:-1]):
                 h = _hidden(bias, h, weight, activation)
                 saved.append(h)
-            outputs.append(_affine(biases[-1], h, weights[-1]))
+            outputs.append(affine(biases[-1], h, weights[-1]))
             saved.extend(weights)
         ctx.activation, ctx.depths = activation, depths
         ctx.save_for_backward(x, *saved)
