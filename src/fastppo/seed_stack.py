@@ -375,12 +375,6 @@ def per_seed(values: dict[str, list[float] | float], seeds: int) -> list[dict[st
     return [{name: value[i] if isinstance(value, list) else value for name, value in values.items()} for i in range(seeds)]
 
 
-def seed_rows(tensor: Tensor, seeds: int) -> Tensor:
-    """Each seed's env columns of a ``[T, seeds * N]`` tensor as one row, ``[seeds, T * N]``
-    (time-major within a row, as its single run flattens them)."""
-    return tensor.unflatten(1, (seeds, -1)).transpose(0, 1).flatten(1)
-
-
 def episodes_by_seed(episodes: Episodes, seeds: list[int], envs_per_seed: int) -> list[Episodes]:
     """The finished episodes of each seed (by the env row they ran in)."""
     split: list[Episodes] = [Episodes([], []) for _ in seeds]

@@ -45,7 +45,6 @@ from fastppo.seed_stack import (
     restore_seed_stack,
     save_seed_agent,
     save_seed_checkpoints,
-    seed_rows,
     stacked_agent,
 )
 from fastppo.update import MinibatchStep, UpdateCoefficients, make_optimizer, ppo_update, set_learning_rate
@@ -450,10 +449,9 @@ def train_rank(
                 seconds, elapsed = timer.pop(), time.perf_counter() - start
                 # One metrics dict per run: the run itself, or each seed of a stack (its columns, its episodes).
                 runs_episodes = [episodes] if seeds is None else episodes_by_seed(episodes, seeds, config.env.num_envs)
-                if seeds is None:
-                    explained = [explained_variance(buf.values, returns, buf.valid)]
-                else:  # every seed's at once: [seeds, T * N] rows
-                    explained = explained_variance(*(seed_rows(t, runs) for t in (buf.values, returns, buf.valid)), dim=-1)
+                # The critic's fit on the update's batch: a stack's is each seed's rows, [S, ...], all seeds at once.
+                rows = [batch[k] if seeds is None else batch[k].flatten(1) for k in ("values", "returns", "valid")]
+                explained = [explained_variance(*rows)] if seeds is None else explained_variance(*rows, dim=-1)
                 runs_metrics = [
                     iteration_metrics(run_losses, run_episodes, seconds, state, run_coefs, run_explained, elapsed, steps_per_iteration)
                     for run_losses, run_coefs, run_episodes, run_explained in zip(runs_losses, runs_coefs, runs_episodes, explained)
