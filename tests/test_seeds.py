@@ -78,8 +78,10 @@ def test_train_seeds_api_returns_each_seeds_agent(tmp_path, backend, workers):
 
 
 def test_train_seeds_api_errors(tmp_path):
-    with pytest.raises(FastPPOError, match="train_seeds names the seeds: drop seed="):
+    with pytest.raises(FastPPOError, match="--seeds and --seed both name the seed: keep one"):
         fastppo.train_seeds("CartPole-v1", [1, 2], seed=3, **API_TINY)
+    with pytest.raises(FastPPOError, match="--seeds names no seed: give at least one"):
+        fastppo.train_seeds("CartPole-v1", [], **API_TINY)
     with pytest.raises(FastPPOError, match="runs backwards"):
         fastppo.train_seeds("CartPole-v1", "2-1", **API_TINY)
     with pytest.raises(FastPPOError, match="2 of 2 seeds failed; seed 1: the cnn encoder needs"):

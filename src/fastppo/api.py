@@ -88,22 +88,13 @@ def train_seeds(
     ``episode_returns`` the last 100 its final checkpoint keeps. A seed that fails is a
     FastPPOError naming it, once the others have finished."""
     from fastppo.checkpoint import load_checkpoint
-    from fastppo.config import check_seed
     from fastppo.errors import FastPPOError
     from fastppo.plot import read_run
-    from fastppo.seeds import parse_seeds, seed_processes
+    from fastppo.seeds import plan_seeds
     from fastppo.seeds import train_seeds as train_in_processes
     from fastppo.trainer import train_seed_stack
 
-    if any(key in ("seed", "run.seed") for key in overrides):
-        raise FastPPOError("train_seeds names the seeds: drop seed=")
-    seed_list = parse_seeds(seeds) if isinstance(seeds, str) else [check_seed(int(s), "seeds") for s in dict.fromkeys(seeds)]
-    if not seed_list:
-        raise FastPPOError("train_seeds needs at least one seed")
-    config = make_config(env_id, preset, overrides)
-    spec = seeds if isinstance(seeds, str) else f"{seed_list[0]}-{seed_list[-1]}"
-    parent = Path(run_dir) if run_dir is not None else default_run_dir(config, seed=spec.replace(",", "_"))
-    processes = seed_processes(config, workers, len(seed_list))
+    config, seed_list, parent, processes = plan_seeds(env_id, seeds, preset, run_dir, workers, overrides)
     if processes is None:
         return train_seed_stack(config, seed_list, parent)
     results = train_in_processes(config, seed_list, parent, processes)

@@ -14,7 +14,8 @@ import os
 import re
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
-from typing import NamedTuple
+from collections.abc import Iterable
+from typing import Any, NamedTuple
 
 from fastppo.config import Config, check_seed
 from fastppo.errors import FastPPOError
@@ -78,13 +79,31 @@ def _train_one(config: Config, run_dir: Path) -> SeedResult:
     return SeedResult.of(config.run.seed, run_dir, agent.episode_returns)
 
 
-def seed_processes(config: Config, workers: int | None, seeds: int) -> int | None:
-    """How ``--seeds`` trains ``seeds`` seeds: None for one stacked process (tensor envs without
-    ``--workers``: fastppo.seed_stack), else the number of worker processes (default: one per CPU
-    core, at most one per seed)."""
+class SeedPlan(NamedTuple):
+    config: Config
+    seeds: list[int]
+    parent: Path  # each seed's run goes to parent/seed_<n>
+    workers: int | None  # processes at a time; None: one stacked process (fastppo.seed_stack)
+
+
+def plan_seeds(env_id: str | type, seeds: str | Iterable[int], preset: str | None, run_dir: str | Path | None, workers: int | None, overrides: dict[str, Any]) -> SeedPlan:
+    """What ``--seeds`` (the CLI) and ``fastppo.train_seeds`` train: the seeds (a spec such as
+    "1-10", or ints), the config, the parent folder (default runs/<env>__<exp>__<seeds>__<time>)
+    and how: tensor envs without ``workers`` as one stack, else ``workers`` processes at a time
+    (default: one per CPU core, at most one per seed)."""
+    from fastppo.api import default_run_dir, make_config
+
+    if any(key in ("seed", "run.seed") for key in overrides):
+        raise FastPPOError("--seeds and --seed both name the seed: keep one")
+    seed_list = parse_seeds(seeds) if isinstance(seeds, str) else [check_seed(int(s), "--seeds") for s in dict.fromkeys(seeds)]
+    if not seed_list:
+        raise FastPPOError("--seeds names no seed: give at least one")
+    config = make_config(env_id, preset, overrides)
+    spec = seeds if isinstance(seeds, str) else f"{seed_list[0]}-{seed_list[-1]}"
+    parent = Path(run_dir) if run_dir else default_run_dir(config, seed=spec.replace(",", "_"))
     if config.env.backend == "tensor" and workers is None:
-        return None
-    return workers if workers is not None else min(seeds, os.cpu_count() or 1)
+        return SeedPlan(config, seed_list, parent, None)
+    return SeedPlan(config, seed_list, parent, workers if workers is not None else min(len(seed_list), os.cpu_count() or 1))
 
 
 def train_seeds(config: Config, seeds: list[int], parent: Path, workers: int) -> list[SeedResult]:

@@ -111,16 +111,11 @@ def run(args: argparse.Namespace) -> int:
 def run_seeds(args: argparse.Namespace, overrides: dict[str, str]) -> int:
     """``--seeds``: one run per seed in worker processes (fastppo.seeds); exit 1 if any failed."""
     from fastppo.distributed import launched_world_size
-    from fastppo.seeds import parse_seeds, print_summary, seed_processes, train_seeds
+    from fastppo.seeds import plan_seeds, print_summary, train_seeds
 
     if launched_world_size() > 1:
         raise FastPPOError("--seeds trains its seeds in worker processes of its own: launch it without torchrun")
-    if any(key in ("seed", "run.seed") for key in overrides):
-        raise FastPPOError("--seeds and --seed both name the seed: keep one")
-    seeds = parse_seeds(args.seeds)
-    config = make_config(args.env_id, args.preset, overrides)
-    parent = Path(args.run_dir) if args.run_dir else default_run_dir(config, seed=args.seeds.replace(",", "_"))
-    workers = seed_processes(config, args.workers, len(seeds))
+    config, seeds, parent, workers = plan_seeds(args.env_id, args.seeds, args.preset, args.run_dir, args.workers, overrides)
     if workers is None:
         return run_seed_stack(config, seeds, parent)
     print(f"fastppo: {config.env.env_id}: {len(seeds)} seeds, {workers} at a time, into {parent}/seed_<n>")
