@@ -191,23 +191,26 @@ def solve_rows(n: int, compile: bool, threads: list[int], single_seeds: int | No
     mean of its runs. SB3's runs come last."""
     print(f"\n## {n} CartPole-v1 seeds, fastppo preset {preset or 'CartPole-v1'}, the stack on {device}: wall time until all are solved (fresh processes, start-up included)")
     configs = [(compiled, n_threads) for compiled in ((False, True) if compile else (False,)) for n_threads in threads]
-    stack_times: dict[tuple[bool, int], list[float]] = {c: [] for c in configs}
-    unsolved_stack: dict[tuple[bool, int], int] = {}
+    timed: dict[tuple[bool, int], list[tuple[float, int]]] = {c: [] for c in configs}  # (seconds, unsolved seeds) per run
 
     def stack_name(compiled: bool, n_threads: int) -> str:
         threads_label = "threads: one per CPU" if n_threads == 0 else f"{n_threads} thread{'s' if n_threads > 1 else ''}"
         return "fastppo stacked (1 process" + (", --compile" if compiled else "") + f", {threads_label})"
 
     def run_stacks() -> None:
-        for compiled, n_threads in configs:
-            seconds, times, steps = stacked(n, compiled, n_threads, preset, device)
-            unsolved_stack[(compiled, n_threads)] = sum(t is None for t in times)
-            stack_times[(compiled, n_threads)].append(seconds)
-            first = min(t for t in times if t)
-            print(f"{stack_name(compiled, n_threads)}: {seconds:.1f} s ({steps} steps per seed; {unsolved_stack[(compiled, n_threads)]} unsolved); first seed solved at {first:.1f} s", flush=True)
+        for config in configs:
+            seconds, times, steps = stacked(n, *config, preset, device)
+            timed[config].append((seconds, sum(t is None for t in times)))
+            print(f"{stack_name(*config)}: {seconds:.1f} s ({steps} steps per seed; {timed[config][-1][1]} unsolved); first seed solved at {min(t for t in times if t):.1f} s", flush=True)
 
-    count = single_seeds or n
-    bounds = [1 + count * i // max(stack_runs - 1, 1) for i in range(max(stack_runs - 1, 1) + 1)]  # the single runs' chunks between stacks
+    def sequential_row(library: str, total: float, failed: int, count: int) -> tuple[str, float, int, int]:
+        scaled = total * n / count
+        print(f"{library}, {count} sequential runs: {total:.1f} s ({failed} out of budget) -> {scaled:.1f} s for {n}", flush=True)
+        scaling = "" if count == n else f" ({count} run{'s' if count > 1 else ''}, x{n / count:g})"
+        return f"{library} sequential{scaling}", scaled, count, failed
+
+    count, chunks = single_seeds or n, max(stack_runs - 1, 1)
+    bounds = [1 + count * i // chunks for i in range(chunks + 1)]  # the single runs' chunks between the stacks
     total = failed = 0
     run_stacks()
     for chunk, (first, end) in enumerate(zip(bounds[:-1], bounds[1:])):
@@ -215,21 +218,15 @@ def solve_rows(n: int, compile: bool, threads: list[int], single_seeds: int | No
         total, failed = total + chunk_total, failed + chunk_failed
         if chunk + 1 < stack_runs:
             run_stacks()
-    stacks = [(stack_name(*c), float(np.mean(stack_times[c]))) for c in configs]
-    rows = [(f"{name} (mean of {len(stack_times[c])}: {', '.join(f'{t:.1f}' for t in stack_times[c])} s)", seconds, n, unsolved_stack[c]) for c, (name, seconds) in zip(configs, stacks)]
-    scaled = total * n / count
-    print(f"fastppo tensor, {count} sequential runs: {total:.1f} s ({failed} out of budget) -> {scaled:.1f} s for {n}", flush=True)
-    scaling = "" if count == n else f" ({count} run{'s' if count > 1 else ''}, x{n / count:g})"
-    rows.append((f"fastppo tensor sequential{scaling}", scaled, count, failed))
+    stacks = [(stack_name(*c), float(np.mean([seconds for seconds, _ in timed[c]]))) for c in configs]
+    rows = [(f"{name} (mean of {len(timed[c])}: {', '.join(f'{t:.1f}' for t, _ in timed[c])} s)", seconds, n, timed[c][-1][1]) for c, (name, seconds) in zip(configs, stacks)]
+    rows.append(sequential_row("fastppo tensor", total, failed, count))
     if sb3_seeds:  # --sb3-seeds 0: SB3 left out (e.g. not installed)
-        sb3_total, sb3_failed, _ = sequential("SB3 rl-zoo", range(1, sb3_seeds + 1), preset)
-        sb3_scaled = sb3_total * n / sb3_seeds
-        print(f"SB3 rl-zoo, {sb3_seeds} sequential runs: {sb3_total:.1f} s ({sb3_failed} out of budget) -> {sb3_scaled:.1f} s for {n}", flush=True)
-        rows.append((f"SB3 rl-zoo sequential{'' if sb3_seeds == n else f' ({sb3_seeds} runs, x{n / sb3_seeds:g})'}", sb3_scaled, sb3_seeds, sb3_failed))
+        rows.append(sequential_row("SB3 rl-zoo", *sequential("SB3 rl-zoo", range(1, sb3_seeds + 1), preset)[:2], sb3_seeds))
     print(f"\n| runs of {n} seeds | seconds to all solved or out of budget | seeds timed | unsolved | " + " | ".join(f"vs {name}" for name, _ in stacks) + " |")
     print("|---|--:|--:|--:|" + "--:|" * len(stacks))
-    for name, seconds, timed, unsolved in rows:
-        print(f"| {name} | {seconds:.1f} | {timed} | {unsolved} | " + " | ".join(f"{seconds / stack_s:.2f}x" for _, stack_s in stacks) + " |")
+    for name, seconds, timed_seeds, unsolved in rows:
+        print(f"| {name} | {seconds:.1f} | {timed_seeds} | {unsolved} | " + " | ".join(f"{seconds / stack_s:.2f}x" for _, stack_s in stacks) + " |")
 
 
 def main() -> None:
