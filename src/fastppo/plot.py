@@ -131,11 +131,10 @@ def _labels(groups: list[list[Run]]) -> list[str]:
     return labels
 
 
-def check_smooth(window: int) -> int:
-    """``--smooth``, or a FastPPOError before any run is read."""
+def check_smooth(window: int) -> None:
+    """A FastPPOError for a ``--smooth`` below 1, before any run is read."""
     if window < 1:
         raise FastPPOError(f"--smooth must be >= 1 (1: the raw curves), got {window}")
-    return window
 
 
 def _smooth(values: np.ndarray, window: int) -> np.ndarray:

@@ -31,6 +31,7 @@ MIN_ROWS = 128
 saves (a HalfCheetah minibatch of 64: 566 µs per step with the modules, 583 µs with one node;
 CartPole at 128 rows: 656 -> 608 µs)."""
 
+
 def one_node_pays(rows: Tensor) -> bool:
     """Whether the one node pays for ``rows`` (``[batch, in]``, or a stack's ``[S, batch, in]``):
     a CPU forward that records gradients (the update) on at least MIN_ROWS rows, outside
