@@ -103,16 +103,21 @@ def test_an_unwritable_run_dir_fails_before_training(tmp_path, capsys, flag, pat
 
 
 @pytest.mark.parametrize(
-    "extra",
-    [[], ["--seeds", "1-2", "--backend", "tensor"], ["--seeds", "1-2", "--workers", "1"]],
-    ids=["single", "stack", "workers"],
+    ("extra", "code"),
+    [
+        ([], 2),
+        (["--seeds", "1-2", "--backend", "tensor", "--workers", "1"], 2),
+        # In worker processes each seed fails on its own, exit 1.
+        (["--seeds", "1-2", "--backend", "tensor", "--workers", "2"], 1),
+        (["--seeds", "1-2", "--workers", "1"], 1),
+    ],
+    ids=["single", "stack", "stacks", "workers"],
 )
-def test_a_run_that_cannot_start_leaves_no_empty_folder(tmp_path, capsys, extra):
+def test_a_run_that_cannot_start_leaves_no_empty_folder(tmp_path, capsys, extra, code):
     # The CNN encoder fails on CartPole's flat observations once the run folder is made: the
     # folder, and the parents made for it, go again (``fastppo report runs/`` would stop at them).
     run_dir = tmp_path / "runs" / "run"
-    code = main(["train", "CartPole-v1", "--run-dir", str(run_dir), "--policy.encoder", "cnn", *TINY, *extra])
-    assert code == (1 if "--workers" in extra else 2)  # --workers: each seed fails in its own process
+    assert main(["train", "CartPole-v1", "--run-dir", str(run_dir), "--policy.encoder", "cnn", *TINY, *extra]) == code
     captured = capsys.readouterr()
     assert "the cnn encoder needs [channels, height, width] observations" in captured.err + captured.out
     assert list(tmp_path.iterdir()) == []

@@ -6,7 +6,12 @@ from __future__ import annotations
 import copy
 import json
 import math
+import os
 import shutil
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -27,6 +32,7 @@ COMPARED = ("losses/policy_loss", "losses/value_loss", "losses/entropy", "losses
 TARGET_KL = ["--target-kl", "0.003"]
 KL_OBJECTIVE = ["--objective", "kl", "--kl-target", "0.003"]
 PER_SEED_STOPS = [*TARGET_KL, *KL_OBJECTIVE]
+ONE_STACK = ["--workers", "1"]  # every seed in this process (else one process per CPU core, each a stack of its share)
 
 
 def records(run_dir: Path) -> list[dict]:
@@ -50,7 +56,7 @@ def records(run_dir: Path) -> list[dict]:
 def test_each_stacked_seed_trains_as_its_single_run(tmp_path, env_id, extra):
     """Same draws, same minibatches, same updates: equal up to float summation order (a batched
     matmul sums in another order than the single run's fused forward)."""
-    assert main(["train", env_id, *TINY, *extra, "--seeds", "3,5", "--run-dir", str(tmp_path / "stack")]) == 0
+    assert main(["train", env_id, *TINY, *extra, "--seeds", "3,5", *ONE_STACK, "--run-dir", str(tmp_path / "stack")]) == 0
     for seed in (3, 5):
         assert main(["train", env_id, *TINY, *extra, "--seed", str(seed), "--run-dir", str(tmp_path / f"single_{seed}")]) == 0
         stacked, single = records(tmp_path / "stack" / f"seed_{seed}"), records(tmp_path / f"single_{seed}")
@@ -71,9 +77,9 @@ def test_each_stacked_seed_trains_as_its_single_run(tmp_path, env_id, extra):
 
 def test_seed_folders_are_ordinary_runs(tmp_path, capsys):
     parent = tmp_path / "stack"
-    assert main(["train", "CartPole-v1", *TINY, "--seeds", "1-3", "--run-dir", str(parent)]) == 0
+    assert main(["train", "CartPole-v1", *TINY, "--seeds", "1-3", "--workers", "2", "--run-dir", str(parent)]) == 0
     out = capsys.readouterr().out
-    assert "3 seeds as one batched run" in out and f"fastppo report {parent}" in out
+    assert "3 seeds as 2 batched runs, one process each" in out and f"fastppo report {parent}" in out
     assert sorted(p.name for p in parent.iterdir()) == ["seed_1", "seed_2", "seed_3"]
     for seed in (1, 2, 3):
         assert (parent / f"seed_{seed}" / "policy.safetensors").exists()
@@ -94,6 +100,77 @@ def test_seed_folders_are_ordinary_runs(tmp_path, capsys):
     # Different seeds learn differently.
     finals = {json.dumps(records(parent / f"seed_{seed}")[-1]["losses/value_loss"]) for seed in (1, 2, 3)}
     assert len(finals) == 3
+
+
+def test_seeds_split_between_processes_train_as_in_one_stack(tmp_path):
+    """The default on CPU cores: one process per core, each a stack of its share of the seeds on
+    one thread (seeds 1 | 2-3 here). Each seed trains as in one stack of all of them, up to float
+    rounding (a stack's width changes its summation order)."""
+    flags = [*TINY, "--normalize-obs", "--normalize-reward", "--seeds", "1-3"]
+    assert main(["train", "CartPole-v1", *flags, "--workers", "2", "--run-dir", str(tmp_path / "split")]) == 0
+    assert main(["train", "CartPole-v1", *flags, *ONE_STACK, "--run.torch-threads", "1", "--run-dir", str(tmp_path / "one")]) == 0
+    for seed in (1, 2, 3):
+        split, one = tmp_path / "split" / f"seed_{seed}", tmp_path / "one" / f"seed_{seed}"
+        assert load(split).config.run.torch_threads == 1  # each process's share of the cores, saved for a resume
+        assert load_checkpoint(split).meta["stack"] == ([1] if seed == 1 else [2, 3])
+        assert [r["global_step"] for r in records(split)] == [r["global_step"] for r in records(one)] == [256, 512, 768, 1024]
+        for a, b in zip(records(split), records(one)):
+            assert a.get("charts/episodic_return", 0.0) == pytest.approx(b.get("charts/episodic_return", 0.0), rel=1e-5)
+            for name in COMPARED:
+                assert math.isclose(a[name], b[name], rel_tol=1e-3, abs_tol=1e-5), (seed, name, a[name], b[name])
+        for p, q in zip(load(split).policy.parameters(), load(one).policy.parameters()):
+            assert torch.allclose(p, q, atol=1e-5)
+
+
+def test_seeds_split_between_processes_resume_exactly(tmp_path, capsys):
+    """A run of stacks in processes that stopped at different iterations (seeds 1-2 in one
+    process, 3-4 in the other, each with only its newest checkpoint) resumes each seed from its
+    own, bit for bit as the run that was not stopped."""
+    flags = [*TINY, "--checkpoint-every", "1", "--keep-checkpoints", "10", "--seeds", "1-4", "--workers", "2"]
+    whole, stopped = tmp_path / "whole", tmp_path / "stopped"
+    assert main(["train", "CartPole-v1", *flags, "--run-dir", str(whole)]) == 0
+    shutil.copytree(whole, stopped)
+    for seed in (1, 2, 3, 4):
+        kept = 2 if seed <= 2 else 3
+        for checkpoint in (stopped / f"seed_{seed}" / "checkpoints").iterdir():
+            if checkpoint.name.isdigit() and int(checkpoint.name) != kept:
+                shutil.rmtree(checkpoint)
+        (stopped / f"seed_{seed}" / "checkpoints" / "latest").write_text(f"{kept:06d}\n")
+    capsys.readouterr()
+    assert main(["train", "--resume", str(stopped)]) == 0
+    assert "resuming the 4 seeds" in capsys.readouterr().out
+    for seed in (1, 2, 3, 4):
+        assert learning(stopped / f"seed_{seed}") == learning(whole / f"seed_{seed}")
+        for p, q in zip(load(stopped / f"seed_{seed}").policy.parameters(), load(whole / f"seed_{seed}").policy.parameters()):
+            assert torch.equal(p, q)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["kill PID", "Ctrl-C"])
+def test_a_signal_stops_every_worker_with_a_checkpoint(tmp_path, sig):
+    """``kill PID`` reaches only the process the user started, which passes it on; a terminal's
+    Ctrl-C reaches the whole process group. Either way each worker saves its seeds' checkpoints
+    after its current iteration, and the run exits 128 + the signal."""
+    parent = tmp_path / "stack"
+    argv = [sys.executable, "-m", "fastppo.cli", "train", "CartPole-v1", "--backend", "tensor", "--num-envs", "4", "--num-steps", "64",
+            "--total-timesteps", "100000000", "--no-progress", "--no-tensorboard", "--checkpoint-every", "0", "--seeds", "1-4", "--workers", "2", "--run-dir", str(parent)]  # fmt: skip
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)  # a group of its own, as a shell's job
+    metrics = [parent / f"seed_{seed}" / "metrics.jsonl" for seed in (1, 2, 3, 4)]
+    deadline = time.monotonic() + 60
+    while not all(m.exists() and m.read_text().count("\n") >= 2 for m in metrics):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.05)
+    if sig == signal.SIGTERM:
+        proc.send_signal(sig)
+    else:
+        os.killpg(proc.pid, sig)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + sig, err
+    assert "Traceback" not in err
+    for seed in (1, 2, 3, 4):
+        run = parent / f"seed_{seed}"
+        assert load_checkpoint(run).global_step == records(run)[-1]["global_step"] > 256
+    assert f"fastppo train --resume {parent}" in err
+    assert main(["train", "--resume", str(parent), "--total-timesteps", str(max(records(parent / f"seed_{s}")[-1]["global_step"] for s in (1, 2, 3, 4)) + 256)]) == 0
 
 
 def test_seed_blocks_draw_as_single_envs():
@@ -121,7 +198,7 @@ def test_each_stacked_seed_stops_its_epochs_and_adapts_its_beta_as_its_single_ru
     Adam step or step count, no permutation drawn, its means over the steps it took); --objective
     kl: each seed adapts its own beta. Every metric as its single run's (up to float summation
     order, as above), epochs and betas exactly, and the weights."""
-    assert main(["train", "CartPole-v1", *TINY, *flags, "--seeds", "3,5", "--run-dir", str(tmp_path / "stack")]) == 0
+    assert main(["train", "CartPole-v1", *TINY, *flags, "--seeds", "3,5", *ONE_STACK, "--run-dir", str(tmp_path / "stack")]) == 0
     values = {}
     for seed in (3, 5):
         assert main(["train", "CartPole-v1", *TINY, *flags, "--seed", str(seed), "--run-dir", str(tmp_path / f"single_{seed}")]) == 0
@@ -186,7 +263,7 @@ def test_seed_adam_steps_each_seed_as_its_single_runs_adam_and_leaves_out_the_st
     ],
 )
 def test_what_a_stack_cannot_do_is_a_one_line_error(tmp_path, capsys, flags, message):
-    assert main(["train", "CartPole-v1", *TINY, *flags, "--seeds", "1-2", "--run-dir", str(tmp_path / "stack")]) == 2
+    assert main(["train", "CartPole-v1", *TINY, *flags, "--seeds", "1-2", *ONE_STACK, "--run-dir", str(tmp_path / "stack")]) == 2
     err = capsys.readouterr().err
     assert message in err and "--workers" in err and "Traceback" not in err
 
@@ -199,7 +276,7 @@ def test_each_seed_checkpoints_as_its_single_run_and_resumes_alone(tmp_path, ext
     # Constant schedules: the run goes on past its first budget. lr 1e-3, not the preset's 1e-2:
     # Adam turns rounding-level gradient differences into weight differences that grow with the lr.
     flags = [*TINY, *extra, "--normalize-obs", "--normalize-reward", "--lr-schedule", "constant", "--clip-schedule", "constant", "--learning-rate", "1e-3"]
-    assert main(["train", "CartPole-v1", *flags, "--seeds", "3,5", "--run-dir", str(tmp_path / "stack")]) == 0
+    assert main(["train", "CartPole-v1", *flags, "--seeds", "3,5", *ONE_STACK, "--run-dir", str(tmp_path / "stack")]) == 0
     assert main(["train", "CartPole-v1", *flags, "--seed", "5", "--run-dir", str(tmp_path / "single")]) == 0
     for run in (tmp_path / "stack" / "seed_5", tmp_path / "single"):
         assert main(["train", "--resume", str(run), "--total-timesteps", "2048"]) == 0
@@ -224,7 +301,7 @@ def test_a_stopped_stack_resumes_as_one_exactly(tmp_path, capsys, env_id, extra)
     Adam step count (--objective kl, --target-kl)."""
     flags = [*TINY, *extra, "--checkpoint-every", "1", "--keep-checkpoints", "10"]
     whole, stopped = tmp_path / "whole", tmp_path / "stopped"
-    assert main(["train", env_id, *flags, "--seeds", "3,5", "--run-dir", str(whole)]) == 0
+    assert main(["train", env_id, *flags, "--seeds", "3,5", *ONE_STACK, "--run-dir", str(whole)]) == 0
     if extra == PER_SEED_STOPS:  # where the stack resumes (iteration 2), the seeds' betas and step counts differ
         kept = [load_checkpoint(whole / f"seed_{seed}" / "checkpoints" / "000002") for seed in (3, 5)]
         assert kept[0].kl_beta != kept[1].kl_beta and not torch.equal(kept[0].tensors["optim.0.step"], kept[1].tensors["optim.0.step"])
@@ -250,7 +327,7 @@ def test_a_stack_stopped_by_an_error_points_to_its_seeds_checkpoints(tmp_path, c
 
     monkeypatch.setattr(fastppo.trainer, "check_finite", diverge_at_iteration_3)
     parent = tmp_path / "stack"
-    assert main(["train", "CartPole-v1", *TINY, "--checkpoint-every", "1", "--seeds", "1-2", "--run-dir", str(parent)]) == 2
+    assert main(["train", "CartPole-v1", *TINY, "--checkpoint-every", "1", "--seeds", "1-2", *ONE_STACK, "--run-dir", str(parent)]) == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert "iteration 3" in err and f"{parent}/seed_<n>/checkpoints/000002" in err and f"--resume {parent})" in err
     assert all((parent / f"seed_{s}" / "checkpoints" / "000002").is_dir() for s in (1, 2))
@@ -299,7 +376,7 @@ def test_resume_with_seeds_is_a_one_line_error(tmp_path, capsys):
 
 
 def test_each_seed_of_a_stack_gets_its_own_health_warnings(tmp_path, capsys):
-    assert main(["train", "CartPole-v1", *TINY, "--learning-rate", "0.5", "--seeds", "1-2", "--run-dir", str(tmp_path / "stack")]) == 0
+    assert main(["train", "CartPole-v1", *TINY, "--learning-rate", "0.5", "--seeds", "1-2", *ONE_STACK, "--run-dir", str(tmp_path / "stack")]) == 0
     err = capsys.readouterr().err
     for seed in (1, 2):
         assert f"warning: seed {seed}: clip_fraction" in err
@@ -315,9 +392,9 @@ def test_a_stack_ends_each_seed_at_its_stop_return_and_trains_the_others_on(tmp_
     at that step); the others go on as in the whole stack, equal but for float rounding (the
     update pads minibatches to the longest seed's), bit for bit until the first seed leaves."""
     flags = [*STOPPING, "--device", device]
-    assert main(["train", "CartPole-v1", *flags, "--seeds", "1-3", "--run-dir", str(tmp_path / "stopping")]) == 0
+    assert main(["train", "CartPole-v1", *flags, "--seeds", "1-3", *ONE_STACK, "--run-dir", str(tmp_path / "stopping")]) == 0
     out = "".join(capsys.readouterr())
-    assert main(["train", "CartPole-v1", *flags, "--stop-return", "none", "--seeds", "1-3", "--run-dir", str(tmp_path / "whole")]) == 0
+    assert main(["train", "CartPole-v1", *flags, "--stop-return", "none", "--seeds", "1-3", *ONE_STACK, "--run-dir", str(tmp_path / "whole")]) == 0
     stops = {seed: records(tmp_path / "stopping" / f"seed_{seed}")[-1]["global_step"] for seed in STOPS}
     if device == "cpu":  # a GPU's generators draw other streams
         assert stops == STOPS
@@ -341,7 +418,7 @@ def test_a_stack_ends_each_seed_at_its_stop_return_and_trains_the_others_on(tmp_
 
 def test_a_stack_killed_after_a_seed_stopped_resumes_the_others_exactly(tmp_path, capsys):
     whole, killed = tmp_path / "whole", tmp_path / "killed"
-    assert main(["train", "CartPole-v1", *STOPPING, "--seeds", "1-3", "--run-dir", str(whole)]) == 0
+    assert main(["train", "CartPole-v1", *STOPPING, "--seeds", "1-3", *ONE_STACK, "--run-dir", str(whole)]) == 0
     shutil.copytree(whole, killed)
     for checkpoint in (killed / "seed_2" / "checkpoints").iterdir():  # killed after seed 1 stopped, before seed 2 did
         if checkpoint.name.isdigit() and int(checkpoint.name) > STOPS[1] // 256:

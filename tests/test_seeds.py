@@ -60,7 +60,7 @@ def test_bad_seeds_input_is_one_line_and_exit_2(argv, message, capsys, tmp_path)
 API_TINY = {"num_envs": 2, "num_steps": 64, "total_timesteps": 512, "tensorboard": False, "progress": False}
 
 
-@pytest.mark.parametrize("backend, workers", [("tensor", None), ("sync", 1)], ids=["stacked", "workers"])
+@pytest.mark.parametrize("backend, workers", [("tensor", 1), ("tensor", 2), ("sync", 1)], ids=["stack", "stacks", "workers"])
 def test_train_seeds_api_returns_each_seeds_agent(tmp_path, backend, workers):
     # fastppo.train_seeds runs what `fastppo train ENV --seeds` runs: the agents, in seed order, are
     # those their run folders hold, each with its own history.

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import signal
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -80,13 +81,13 @@ def train_seeds(
 ) -> list[Agent]:
     """Train one agent per seed of ``seeds`` (``range(1, 11)``, or ``"1-10"`` as ``--seeds`` takes
     it) with the same config, as ``fastppo train ENV --seeds ...`` does, and return the agents in
-    seed order. On tensor envs without ``workers`` the seeds train in this process as one batched
-    computation (fastppo.seed_stack); otherwise ``workers`` processes at a time (default: one per
-    CPU core). Each seed's run goes to ``run_dir/seed_<n>`` (default
-    ``runs/<env>__<exp>__<seeds>__<time>``), which ``fastppo report``, ``eval`` and ``plot`` read.
-    A worker's agent is read back from its folder: its ``history`` from metrics.jsonl, its
-    ``episode_returns`` the last 100 its final checkpoint keeps. A seed that fails is a
-    FastPPOError naming it, once the others have finished."""
+    seed order. ``workers`` processes train them (default: one per CPU core, at most one per seed;
+    one for a stack on a GPU); on tensor envs each trains its share of the seeds as one batched
+    computation (fastppo.seed_stack), in this process when there is one share. Each seed's run goes
+    to ``run_dir/seed_<n>`` (default ``runs/<env>__<exp>__<seeds>__<time>``), which ``fastppo
+    report``, ``eval`` and ``plot`` read. A worker's agent is read back from its folder: its
+    ``history`` from metrics.jsonl, its ``episode_returns`` the last 100 its final checkpoint keeps.
+    A seed that fails is a FastPPOError naming it, once the others have finished."""
     from fastppo.checkpoint import load_checkpoint
     from fastppo.errors import FastPPOError
     from fastppo.plot import read_run
@@ -95,9 +96,9 @@ def train_seeds(
     from fastppo.trainer import train_seed_stack
 
     config, seed_list, parent, processes = plan_seeds(env_id, seeds, preset, run_dir, workers, overrides)
-    if processes is None:
+    if config.env.backend == "tensor" and processes == 1:
         return train_seed_stack(config, seed_list, parent)
-    results = train_in_processes(config, seed_list, parent, processes)
+    results, stopped = train_in_processes(config, seed_list, parent, processes)
     failed = [r for r in results if r.error]
     if failed:
         raise FastPPOError(f"{len(failed)} of {len(results)} seeds failed; seed {failed[0].seed}: {failed[0].error}")
@@ -106,6 +107,7 @@ def train_seeds(
         agent = load_agent(result.run_dir)
         agent.history = read_run(result.run_dir).records
         agent.episode_returns = list(load_checkpoint(result.run_dir).meta.get("episode_returns", []))
+        agent.interrupted_by = stopped and signal.Signals(stopped)
         agents.append(agent)
     return agents
 

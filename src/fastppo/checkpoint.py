@@ -392,9 +392,10 @@ def seed_folders(run_dir: str | Path) -> list[Path]:
     return sorted(found, key=lambda d: int(d.name.removeprefix("seed_")))
 
 
-def save_checkpoint(run_dir: Path, state: TrainState, envs: VecEnv, keep: int, rng: dict[str, torch.Tensor] | None = None) -> Path:
+def save_checkpoint(run_dir: Path, state: TrainState, envs: VecEnv, keep: int, rng: dict[str, torch.Tensor] | None = None, extra: dict[str, Any] | None = None) -> Path:
     """Write the checkpoint of ``state`` (at an iteration boundary) atomically; keep the newest ``keep``.
-    ``rng`` replaces global RNG states (a seed of a stack saves its own generator as torch's)."""
+    ``rng`` replaces global RNG states (a seed of a stack saves its own generator as torch's);
+    ``extra`` joins the JSON metadata (a stack's seeds)."""
     bad = [name for name, p in state.agent.policy.named_parameters() if not torch.isfinite(p).all()]
     if bad:
         raise FastPPOError(f"refusing to checkpoint non-finite parameters ({', '.join(bad)}); the previous checkpoint is kept")
@@ -430,6 +431,7 @@ def save_checkpoint(run_dir: Path, state: TrainState, envs: VecEnv, keep: int, r
         "env": env_meta,
         "episode_returns": state.agent.episode_returns[-100:],
         "world_size": state.world_size,
+        **(extra or {}),
     }
     (tmp / TRAINER_JSON).write_text(json.dumps(meta))
     for f in tmp.iterdir():

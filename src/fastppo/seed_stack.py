@@ -569,12 +569,13 @@ def keep_seeds(state, envs, indices: list[int]) -> None:
     state.kl_beta = [state.kl_beta[i] for i in indices]
 
 
-def save_seed_checkpoints(state, envs, seed_dirs: list[Path], seeds_returns: list[list[float]], keep: int, indices: list[int] | None = None) -> Path:
+def save_seed_checkpoints(state, envs, seeds: list[int], seed_dirs: list[Path], seeds_returns: list[list[float]], keep: int, indices: list[int] | None = None) -> Path:
     """Checkpoint each seed of a stack (or those at ``indices``) into its run folder as the
     checkpoint of its single run (weights, Adam moments and step count, statistics, env rows and
     their generator, its generator as torch's RNG, its kl_beta): ``fastppo train --resume
-    RUN_DIR/seed_<n>`` continues that seed alone, as its single run would. Returns the last folder
-    written."""
+    RUN_DIR/seed_<n>`` continues that seed alone, as its single run would. Each also names the
+    ``seeds`` of its stack: a resume stacks the same seeds again, and a stack's float rounding
+    depends on its width (so, bit for bit, does each seed's run). Returns the last folder written."""
     from fastppo.checkpoint import save_checkpoint
     from fastppo.rollout import EnvCursor
 
@@ -597,5 +598,5 @@ def save_seed_checkpoints(state, envs, seed_dirs: list[Path], seeds_returns: lis
         seed_optimizer = _SeedOptimizer(state.optimizer, index)
         seed_state = replace(state, agent=agent, optimizer=seed_optimizer, reward_scaler=scaler, cursor=seed_cursor, kl_beta=state.kl_beta[index])
         generator = stack.noise.generators[index]
-        saved = save_checkpoint(directory, seed_state, envs.seed_block(index), keep, {_rng_key(generator): generator.get_state()})
+        saved = save_checkpoint(directory, seed_state, envs.seed_block(index), keep, {_rng_key(generator): generator.get_state()}, {"stack": seeds})
     return saved

@@ -1,9 +1,10 @@
 """Many seeds of one config: ``fastppo train ENV --seeds 1-10 --workers K``.
 
-Each seed is an ordinary run (its own folder, checkpoints, metrics, resume) trained in its own
-worker process, K at a time; ``fastppo report`` then reads the parent folder as a group of runs.
-Processes rather than threads: each run's torch, numpy and env state stay its own, and a seed's
-crash cannot take the others down.
+Each seed is an ordinary run (its own folder, checkpoints, metrics, resume) trained in one of K
+worker processes; ``fastppo report`` then reads the parent folder as a group of runs. On tensor
+envs each worker trains its share of the seeds as one stack (``fastppo.seed_stack``); on other
+envs each takes the next seed when it is free. Processes rather than threads: each run's torch,
+numpy and env state stay its own, and a seed's crash cannot take the others down.
 """
 
 from __future__ import annotations
@@ -11,13 +12,17 @@ from __future__ import annotations
 import dataclasses
 import multiprocessing
 import os
+import queue
 import re
-from concurrent.futures import ProcessPoolExecutor, as_completed
+import signal
+import sys
+import threading
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from collections.abc import Iterable
 from typing import Any, NamedTuple
 
-from fastppo.config import Config, check_seed
+from fastppo.config import Config, available_cpus, check_seed
 from fastppo.errors import FastPPOError
 from fastppo.outputs import new_folders, remove_if_empty
 
@@ -69,28 +74,17 @@ def print_summary(results: list[SeedResult], parent: Path) -> None:
         print(f"fastppo: mean of the seeds' final returns {sum(finals) / len(finals):.1f} (min {min(finals):.1f}, max {max(finals):.1f}); statistics: fastppo report {parent}")
 
 
-def _train_one(config: Config, run_dir: Path) -> SeedResult:
-    from fastppo.trainer import train
-
-    try:
-        agent = train(config, run_dir)
-    except FastPPOError as exc:
-        return SeedResult(config.run.seed, run_dir, None, str(exc))
-    return SeedResult.of(config.run.seed, run_dir, agent.episode_returns)
-
-
 class SeedPlan(NamedTuple):
-    config: Config
+    config: Config  # a stack's torch threads resolved: each of its processes gets its share of the cores
     seeds: list[int]
     parent: Path  # each seed's run goes to parent/seed_<n>
-    workers: int | None  # processes at a time; None: one stacked process (fastppo.seed_stack)
+    workers: int  # processes at once; tensor envs: each trains its share of the seeds as one stack
 
 
 def plan_seeds(env_id: str | type, seeds: str | Iterable[int], preset: str | None, run_dir: str | Path | None, workers: int | None, overrides: dict[str, Any]) -> SeedPlan:
     """What ``--seeds`` (the CLI) and ``fastppo.train_seeds`` train: the seeds (a spec such as
     "1-10", or ints), the config, the parent folder (default runs/<env>__<exp>__<seeds>__<time>)
-    and how: tensor envs without ``workers`` as one stack, else ``workers`` processes at a time
-    (default: one per CPU core, at most one per seed)."""
+    and the processes (``worker_count``)."""
     from fastppo.api import default_run_dir, make_config
 
     if any(key in ("seed", "run.seed") for key in overrides):
@@ -101,29 +95,153 @@ def plan_seeds(env_id: str | type, seeds: str | Iterable[int], preset: str | Non
     config = make_config(env_id, preset, overrides)
     spec = seeds if isinstance(seeds, str) else f"{seed_list[0]}-{seed_list[-1]}"
     parent = Path(run_dir) if run_dir else default_run_dir(config, seed=spec.replace(",", "_"))
-    if config.env.backend == "tensor" and workers is None:
-        return SeedPlan(config, seed_list, parent, None)
-    return SeedPlan(config, seed_list, parent, workers if workers is not None else min(len(seed_list), os.cpu_count() or 1))
+    workers = worker_count(config, len(seed_list), workers)
+    return SeedPlan(stack_threads(config, workers), seed_list, parent, workers)
 
 
-def train_seeds(config: Config, seeds: list[int], parent: Path, workers: int) -> list[SeedResult]:
-    """Train ``config`` once per seed into ``parent/seed_<n>``, ``workers`` runs at a time, each
-    without a progress bar (a line per finished seed instead); results in seed order."""
-    if workers < 1:
+def worker_count(config: Config, seeds: int, workers: int | None) -> int:
+    """Processes that train ``seeds`` seeds at once: ``workers`` (at most one per seed), else one
+    per CPU core (cores / --run.torch-threads when that is set), but one for a stack of seeds on a
+    GPU, where the GPU computes. On CPU cores separate processes beat threads: a 64-seed CartPole
+    stack solved in 15.9-16.1 s as one process on 2 threads and in 13.7-14.1 s as two processes of
+    32 seeds on one thread each (benchmarks/README.md), the ops being too small for two threads."""
+    from fastppo.trainer import resolve_device
+
+    if workers is not None and workers < 1:
         raise FastPPOError(f"--workers must be >= 1, got {workers}")
-    runs = [(dataclasses.replace(config, run=dataclasses.replace(config.run, seed=seed, progress=False)), parent / f"seed_{seed}") for seed in seeds]
-    for run_config, run_dir in runs:
+    if workers is None:
+        on_gpu = config.env.backend == "tensor" and resolve_device(config.run.device).type != "cpu"
+        workers = 1 if on_gpu else available_cpus() // max(1, config.run.torch_threads)
+    return max(1, min(workers, seeds))
+
+
+def stack_threads(config: Config, workers: int) -> Config:
+    """``config`` with a stack's automatic torch threads (every core, for one process) split
+    between ``workers`` processes. Saved with each seed: a resumed stack takes as many processes
+    (``worker_count``) and threads as it had, and computes as it did."""
+    if config.env.backend != "tensor" or config.run.torch_threads:
+        return config
+    return dataclasses.replace(config, run=dataclasses.replace(config.run, torch_threads=max(1, available_cpus() // workers)))
+
+
+def stacks(seeds: list[int], workers: int, checkpoints: list | None = None) -> list[list[int]]:
+    """The stacks ``seeds`` train in: ``workers`` shares of consecutive seeds whose sizes differ by
+    at most one; resumed (``checkpoints``, one per seed), the stacks they were saved from, each
+    still at one iteration (a process of the run may have stopped later than another). A stack's
+    float rounding depends on its width, so the same stacks continue each seed bit for bit."""
+    if checkpoints is None:
+        return [seeds[i * len(seeds) // workers : (i + 1) * len(seeds) // workers] for i in range(min(workers, len(seeds)))]
+    saved: dict[tuple, list[int]] = {}
+    for seed, checkpoint in zip(seeds, checkpoints):
+        saved.setdefault((tuple(checkpoint.meta.get("stack", ())), checkpoint.iteration), []).append(seed)
+    return list(saved.values())
+
+
+def train_seeds(config: Config, seeds: list[int], parent: Path, workers: int, checkpoints: list | None = None) -> tuple[list[SeedResult], int | None]:
+    """Train ``config`` once per seed into ``parent/seed_<n>`` with ``workers`` processes, each
+    without a progress bar (a line per finished seed instead): on tensor envs each process trains
+    its share of the seeds (``stacks``) as one stack, with ``checkpoints`` (one per seed) a stopped
+    stack resumed; otherwise each process takes the next seed when it is free. Returns the results
+    in seed order and the signal that stopped the run (None if none did).
+
+    A terminal's Ctrl-C reaches the workers too (one process group): each stops after its current
+    iteration with a checkpoint, and they are waited for. A SIGTERM sent to this process alone is
+    passed on to them. Workers are forked where each computes on one thread (torch's DataLoader
+    does the same): nothing to import again, where a spawned worker spends ~2 s importing torch; a
+    forked process cannot use GNU OpenMP's thread pool if its parent has (it hangs), hence spawn
+    otherwise, and on GPUs (CUDA refuses forked children) and outside Linux."""
+    stacked = config.env.backend == "tensor"
+    runs = [dataclasses.replace(config, run=dataclasses.replace(config.run, seed=seed, progress=False)) for seed in seeds]
+    for run_config in runs:
         run_config.validate()
-        if run_dir.exists() and any(run_dir.iterdir()):
-            raise FastPPOError(f"{run_dir} is not empty: pick another --run-dir for these seeds")
+    if stacked:
+        from fastppo.seed_stack import check_seed_stack
+
+        check_seed_stack(config)  # once here, not as an error per process
+    if checkpoints is None:
+        for seed in seeds:
+            run_dir = parent / f"seed_{seed}"
+            if run_dir.exists() and any(run_dir.iterdir()):
+                raise FastPPOError(f"{run_dir} is not empty: pick another --run-dir for these seeds")
+    parts = stacks(seeds, workers, checkpoints) if stacked else [[seed] for seed in seeds]
+    by_seed = dict(zip(seeds, checkpoints or [None] * len(seeds)))
+    fork = sys.platform.startswith("linux") and runs[0].intra_op_threads(stacked) == 1 and config.run.device == "cpu"
+    context = multiprocessing.get_context("fork" if fork else "spawn")
+    tasks, reports = context.Queue(), context.Queue()
     fresh = new_folders(parent)
-    results = []
-    # spawn, not fork: a forked child would inherit torch's thread pools and the parent's RNG state.
-    with ProcessPoolExecutor(max_workers=min(workers, len(runs)), mp_context=multiprocessing.get_context("spawn")) as pool:
-        futures = [pool.submit(_train_one, run_config, run_dir) for run_config, run_dir in runs]
-        for future in as_completed(futures):
-            result = future.result()
-            print(result, flush=True)
-            results.append(result)
+    processes = [context.Process(target=_worker, args=(runs[0], parent, tasks, reports), name=f"fastppo-seeds-{i}") for i in range(min(workers, len(parts)))]
+    for process in processes:  # before the first put starts the queue's thread: a fork copies no thread
+        process.start()
+    for part in parts:
+        tasks.put((part, [by_seed[s] for s in part] if checkpoints else None))
+    for _ in processes:
+        tasks.put(None)  # one stop mark per worker, after the work
+    results: dict[int, SeedResult] = {}
+    stopped: int | None = None
+    with _terms_passed_on(processes) as passed_on:
+        while len(results) < len(seeds) and (any(p.is_alive() for p in processes) or not reports.empty()):
+            try:
+                part_results, signal_number = reports.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            stopped = stopped or signal_number
+            for result in part_results:
+                print(result, flush=True)
+                results[result.seed] = result
+    stopped = stopped or (passed_on[0] if passed_on else None)
+    for process in processes:
+        process.join()
+    for seed in seeds:  # a stop before the seed's turn, a second Ctrl-C, or a worker that died
+        if seed not in results:
+            why = "stopped before it finished" if stopped else f"its worker process ended without a result (exit code {max(p.exitcode or 0 for p in processes)})"
+            results[seed] = SeedResult(seed, parent / f"seed_{seed}", None, why)
     remove_if_empty(fresh)  # every seed failed to start: no empty folder left (each seed's own went with it)
-    return sorted(results, key=lambda r: seeds.index(r.seed))
+    return [results[seed] for seed in seeds], stopped
+
+
+def _worker(config: Config, parent: Path, tasks: Any, reports: Any) -> None:
+    """One worker process: train the tasks' seeds (a stack, or one run) until the stop mark or a
+    signal, reporting each task's results."""
+    from fastppo.trainer import train, train_seed_stack
+
+    try:
+        while (task := tasks.get()) is not None:
+            seeds, checkpoints = task
+            try:
+                if config.env.backend == "tensor":
+                    agents = train_seed_stack(config, seeds, parent, checkpoints)
+                else:
+                    agents = [train(dataclasses.replace(config, run=dataclasses.replace(config.run, seed=seeds[0])), parent / f"seed_{seeds[0]}")]
+            except FastPPOError as exc:
+                reports.put(([SeedResult(seed, parent / f"seed_{seed}", None, str(exc)) for seed in seeds], None))
+                continue
+            stopped = agents[0].interrupted_by
+            reports.put(([SeedResult.of(seed, agent.run_dir, agent.episode_returns) for seed, agent in zip(seeds, agents)], stopped and int(stopped)))
+            if stopped:
+                return
+    except KeyboardInterrupt:  # Ctrl-C between two seeds, or a second one: the seeds resume from their last checkpoints
+        reports.put(([], int(signal.SIGINT)))
+
+
+@contextmanager
+def _terms_passed_on(processes: list[Any]) -> Iterator[list[int]]:
+    """While waiting for ``processes``: Ctrl-C (which the terminal sends them too) does not end
+    this process, and a SIGTERM is passed on to them (a kill of this process alone would leave
+    them training); yields the list of the signals passed on."""
+    passed: list[int] = []
+    if threading.current_thread() is not threading.main_thread():  # only it may set handlers
+        yield passed
+        return
+
+    def pass_on(signum: int, frame: Any) -> None:
+        passed.append(signum)
+        for process in processes:
+            if process.is_alive():
+                os.kill(process.pid, signum)
+
+    previous = {signal.SIGINT: signal.signal(signal.SIGINT, signal.SIG_IGN), signal.SIGTERM: signal.signal(signal.SIGTERM, pass_on)}
+    try:
+        yield passed
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)

@@ -58,11 +58,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--seeds",
         metavar="SPEC",
         default=None,
-        help="train one run per seed (1-10, 1,3,5, 1-4,8) into RUN_DIR/seed_<n>: on tensor envs all in this process as one batched computation, "
-        "else (or with --workers) --workers processes at a time; 'fastppo report RUN_DIR' summarises them",
+        help="train one run per seed (1-10, 1,3,5, 1-4,8) into RUN_DIR/seed_<n> "
+        "in --workers processes (on tensor envs each trains its share of the seeds as one batched computation); 'fastppo report RUN_DIR' summarises them",
     )
     parser.add_argument(
-        "--workers", metavar="K", type=int, default=None, help="with --seeds: runs trained at once, each in its own process (default: the number of CPU cores; tensor envs: none, one stacked process)"
+        "--workers", metavar="K", type=int, default=None, help="with --seeds: processes that train the seeds (default: one per CPU core, at most one per seed; a stack of seeds on a GPU: 1)"
     )
     add_hyperparameter_flags(parser)
     parser.set_defaults(func=run)
@@ -111,32 +111,46 @@ def run(args: argparse.Namespace) -> int:
 def run_seeds(args: argparse.Namespace, overrides: dict[str, str]) -> int:
     """``--seeds``: one run per seed in worker processes (fastppo.seeds); exit 1 if any failed."""
     from fastppo.distributed import launched_world_size
-    from fastppo.seeds import plan_seeds, print_summary, train_seeds
+    from fastppo.seeds import plan_seeds, train_seeds
 
     if launched_world_size() > 1:
         raise FastPPOError("--seeds trains its seeds in worker processes of its own: launch it without torchrun")
     config, seeds, parent, workers = plan_seeds(args.env_id, args.seeds, args.preset, args.run_dir, args.workers, overrides)
-    if workers is None:
+    if config.env.backend == "tensor" and workers == 1:
         return run_seed_stack(config, seeds, parent)
-    print(f"fastppo: {config.env.env_id}: {len(seeds)} seeds, {workers} at a time, into {parent}/seed_<n>")
-    results = train_seeds(config, seeds, parent, workers)
+    how = f"as {workers} batched runs, one process each" if config.env.backend == "tensor" else f"{workers} at a time"
+    print(f"fastppo: {config.env.env_id}: {len(seeds)} seeds {how}, into {parent}/seed_<n>")
+    return seeds_exit_code(*train_seeds(config, seeds, parent, workers), parent)
+
+
+def seeds_exit_code(results: list, stopped: int | None, parent: Path) -> int:
+    """The summary of a --seeds run; its exit code: 128 + the signal that stopped it, else 1 if a seed failed."""
+    from fastppo.seeds import print_summary
+
     print_summary(results, parent)
+    if stopped:
+        return 128 + stopped
     return 1 if any(r.error for r in results) else 0
 
 
 def resume_seed_stack(parent: Path, overrides: dict[str, str], env_id: str | None) -> int:
     """``--resume`` on a ``--seeds`` folder of tensor envs: the whole stack goes on in this process."""
+    from fastppo.seeds import stacks, train_seeds, worker_count
     from fastppo.trainer import resume_seed_stack_config
 
     config, seeds, checkpoints = resume_seed_stack_config(parent, overrides, env_id)
-    print(f"fastppo: resuming the {len(seeds)} seeds of {parent} from step {checkpoints[0].global_step}")
-    return run_seed_stack(config, seeds, parent, checkpoints)
+    workers = worker_count(config, len(seeds), None)  # as many processes as the run started with, on the same machine
+    steps = sorted({c.global_step for c in checkpoints})
+    print(f"fastppo: resuming the {len(seeds)} seeds of {parent} from step {steps[0]}" + (f" (some from {', '.join(map(str, steps[1:]))})" if steps[1:] else ""))
+    if len(stacks(seeds, workers, checkpoints)) == 1:
+        return run_seed_stack(config, seeds, parent, checkpoints)
+    return seeds_exit_code(*train_seeds(config, seeds, parent, workers, checkpoints), parent)
 
 
 def run_seed_stack(config: Config, seeds: list[int], parent: Path, checkpoints: list | None = None) -> int:
     """``--seeds`` on tensor envs: every seed in this process, as one stack (fastppo.seed_stack);
     with ``checkpoints``, a stopped stack resumed. Exits as ``run`` does (128 + signal when stopped)."""
-    from fastppo.seeds import SeedResult, print_summary
+    from fastppo.seeds import SeedResult
     from fastppo.trainer import train_seed_stack
 
     if checkpoints is None:
@@ -145,9 +159,7 @@ def run_seed_stack(config: Config, seeds: list[int], parent: Path, checkpoints: 
     results = [SeedResult.of(seed, agent.run_dir, agent.episode_returns) for seed, agent in zip(seeds, agents)]
     for result in results:
         print(result)
-    print_summary(results, parent)
-    stopped = agents[0].interrupted_by
-    return 0 if stopped is None else 128 + stopped
+    return seeds_exit_code(results, agents[0].interrupted_by, parent)
 
 
 def time_split(history: list[dict[str, float]]) -> str:

@@ -248,9 +248,11 @@ def resume_config(run_dir: str | Path, overrides: dict[str, Any] | None = None, 
 
 
 def resume_seed_stack_config(run_dir: str | Path, overrides: dict[str, Any] | None = None, env_id: str | None = None) -> tuple[Config, list[int], list[Checkpoint]]:
-    """A stack of seeds to resume as one (``fastppo train --resume RUN_DIR`` on a ``--seeds`` folder):
-    the config, the seeds and each seed's checkpoint as ``resume_config`` gives it, all at the newest
-    iteration every seed reached (a kill during a save can leave some seeds one checkpoint ahead).
+    """A stack of seeds to resume (``fastppo train --resume RUN_DIR`` on a ``--seeds`` folder): the
+    config, the seeds and each seed's checkpoint as ``resume_config`` gives it, at the newest
+    iteration every seed reached (a kill during a save can leave some seeds one checkpoint ahead)
+    where a seed still has it, else at the seed's newest (``fastppo.seeds.train_seeds`` resumes
+    the seeds of each iteration as stacks of their own).
     Seeds that reached --run.stop-return (theirs, or the one ``overrides`` give) left the stack
     finished and stay out."""
     folders = seed_folders(run_dir)
@@ -264,10 +266,11 @@ def resume_seed_stack_config(run_dir: str | Path, overrides: dict[str, Any] | No
     iteration = min(int(list_checkpoints(d)[-1].name) for d in folders)
     resumed = []
     for folder in folders:
+        # A seed a checkpoint ahead (a kill during a save) goes back to where the others stand, so
+        # that the stack resumes as one; one without that checkpoint (trained in another process
+        # of the run, which stopped later) resumes from its own newest, in a stack of its own.
         at = checkpoint_root(folder) / f"{iteration:06d}"
-        if not at.is_dir():
-            raise FastPPOError(f"{folder} has no checkpoint of iteration {iteration}, where the other seeds stand: resume the seeds alone (fastppo train --resume {folder})")
-        resumed.append(resume_config(folder if list_checkpoints(folder)[-1] == at else at, overrides, env_id))
+        resumed.append(resume_config(at if at.is_dir() and list_checkpoints(folder)[-1] != at else folder, overrides, env_id))
     config, first = resumed[0]
     for other, _ in resumed[1:]:
         if replace(other, run=replace(other.run, seed=config.run.seed)) != config:
@@ -410,7 +413,7 @@ def train_rank(
     def save(state: TrainState, envs: Any) -> Path:  # a stack: each seed's folder gets its single run's checkpoint
         if seeds is None:
             return save_checkpoint(out_dir, state, envs, config.run.keep_checkpoints)
-        return save_seed_checkpoints(state, envs, seed_dirs, seeds_returns, config.run.keep_checkpoints)
+        return save_seed_checkpoints(state, envs, seeds, seed_dirs, seeds_returns, config.run.keep_checkpoints)
 
     try:
         with StopRequest(enabled=run_dir is not None, world=world) as stop:
@@ -476,7 +479,7 @@ def train_rank(
                 done = [] if seeds is None else [i for i, returns in enumerate(seeds_returns) if reached_stop_return(config.run, returns)]
                 if done:  # those seeds are finished runs: final checkpoint and agent, then the stack trains on without them
                     if not saving:
-                        save_seed_checkpoints(state, envs, seed_dirs, seeds_returns, config.run.keep_checkpoints, done)
+                        save_seed_checkpoints(state, envs, seeds, seed_dirs, seeds_returns, config.run.keep_checkpoints, done)
                     for i in done:
                         logger.message(f"seed {seeds[i]}: {stop_return_note(config.run, seeds_returns[i], state.global_step)}")
                         finished.append(save_seed_agent(agent, i, seed_dirs[i], logger.loggers[i].history, seeds_returns[i]))
