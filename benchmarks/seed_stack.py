@@ -1,5 +1,6 @@
-"""Many seeds at once: one stacked process (``--backend tensor --seeds 1-N``) vs N single runs one
-after the other vs N SB3 rl-zoo runs, CartPole-v1, wall time until every seed is solved.
+"""Many seeds at once: ``fastppo train CartPole-v1 --backend tensor --seeds 1-N`` (stacked seeds:
+on CPU one process per core, each a stack of its share) vs N single runs one after the other vs N
+SB3 rl-zoo runs, CartPole-v1, wall time until every seed is solved.
 
     python benchmarks/seed_stack.py                      # 64 seeds; ~10 min on 2 cores
     python benchmarks/seed_stack.py --seeds 8 --sb3-seeds 2 --single-seeds 8   # ~2 min
@@ -9,7 +10,8 @@ after the other vs N SB3 rl-zoo runs, CartPole-v1, wall time until every seed is
     python benchmarks/seed_stack.py --rows matmul        # the stack's update against its matmuls alone
 
 Rows ``solve``: every run is a fresh ``python`` process timed from its launch, start-up included,
-as a user meets it. A seed is solved when the mean of its last 20 episode returns reaches 475.
+as a user meets it (the stack: the ``fastppo train`` command itself, with ``--threads N`` as
+``--run.torch-threads N``). A seed is solved when the mean of its last 20 episode returns reaches 475.
 The stack and the single runs train the same config, fastppo's ``CartPole-v1`` preset (or
 ``--preset``, e.g. ``cleanrl-discrete``: CleanRL's ppo.py settings) on tensor envs with its own
 budget (a stacked seed is its single run). Each seed of the stack leaves it when solved
@@ -40,9 +42,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
+import shutil
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -55,41 +60,35 @@ ZOO_BUDGET = 200_000
 WIDTH_PRESETS = {"CartPole-v1": None, "cleanrl-discrete": "cleanrl-discrete"}  # row label: preset
 
 
-def stack_child(seeds: int, compile: bool, threads: int, preset: str | None, device: str) -> None:
-    """Inside the fresh process: train seeds 1..N as one stack, each seed leaving it when solved
-    (``--stop-return 475``, the last 20 episodes, as a single run stops at its solve) or at the
-    budget's end; print each seed's solve time (epoch seconds, None if unsolved), the most steps
-    a seed trained and the end time as JSON."""
-    from pathlib import Path
-    from tempfile import mkdtemp
-
-    import fastppo.trainer as trainer
-
-    overrides = {"backend": "tensor", "device": device, "checkpoint_every": 0, "progress": False, "tensorboard": False, "compile": compile, "torch_threads": threads}
-    config = make_config("CartPole-v1", preset, {**overrides, "stop_return": SOLVED_RETURN, "stop_window": 20})
-    solved: list[float | None] = [None] * seeds
-    save = trainer.save_seed_agent
-
-    def timed_save(stack, index, directory, history, returns):  # a seed leaves the stack: solved, or the run ended
-        if len(returns) >= 20 and np.mean(returns[-20:]) >= SOLVED_RETURN:
-            solved[int(directory.name.removeprefix("seed_")) - 1] = time.time()
-        return save(stack, index, directory, history, returns)
-
-    trainer.save_seed_agent = timed_save
-    agents = trainer.train_seed_stack(config, list(range(1, seeds + 1)), Path(mkdtemp()))
-    steps = max(agent.history[-1]["global_step"] for agent in agents)
-    print(json.dumps({"solved": solved, "steps": steps, "ended": time.time()}))
+SEED_LINE = re.compile(r"^fastppo: seed (\d+): ([-\d.]+) mean return over the last (\d+) episodes")
 
 
 def stacked(seeds: int, compile: bool, threads: int, preset: str | None, device: str) -> tuple[float, list[float | None], int]:
-    """(seconds from launch until every seed is solved or the budget is spent, each seed's solve
-    seconds, steps per seed) of one stacked process."""
+    """(seconds from launch until the command ended, each seed's solve seconds or None, the most
+    steps a seed trained) of ``fastppo train CartPole-v1 --backend tensor --seeds 1-N`` as a user
+    types it, each seed leaving its stack when solved (``--stop-return 475``, the last 20
+    episodes, as a single run stops at its solve) or at the budget's end. ``threads`` 0: fastppo's
+    default (on CPU one process per core, each a stack of its share on one thread); else
+    ``--run.torch-threads`` (cores / threads processes). A seed's solve time is the clock of its
+    last logged iteration."""
+    from tempfile import mkdtemp
+
+    parent = Path(mkdtemp()) / "stack"
+    command = [sys.executable, "-m", "fastppo.cli", "train", "CartPole-v1", "--backend", "tensor", "--seeds", f"1-{seeds}", "--stop-return", str(SOLVED_RETURN),
+               "--stop-window", "20", "--checkpoint-every", "0", "--no-tensorboard", "--no-progress", "--device", device, "--run-dir", str(parent),
+               *(["--preset", preset] if preset else []), *(["--compile"] if compile else []), *(["--run.torch-threads", str(threads)] if threads else [])]  # fmt: skip
     launch = time.time()
-    command = [sys.executable, __file__, "--stack-child", str(seeds), "--threads", str(threads), *(["--compile"] if compile else []), *(["--preset", preset] if preset else []), "--device", device]
     out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
-    child = json.loads(out.strip().splitlines()[-1])
-    times = [None if s is None else s - launch for s in child["solved"]]
-    return child["ended"] - launch, times, child["steps"]
+    ended = time.time()
+    finals = {int(m[1]): float(m[2]) for m in map(SEED_LINE.match, out.splitlines()) if m and int(m[3]) >= 20}
+    times: list[float | None] = []
+    steps = 0
+    for seed in range(1, seeds + 1):
+        last = json.loads((parent / f"seed_{seed}" / "metrics.jsonl").read_text().splitlines()[-1])
+        steps = max(steps, last["global_step"])
+        times.append(last["time"] - launch if finals.get(seed, -np.inf) >= SOLVED_RETURN else None)
+    shutil.rmtree(parent.parent)
+    return ended - launch, times, steps
 
 
 def sequential(library: str, seeds: range, preset: str | None) -> tuple[float, int, list[float | None]]:
@@ -103,7 +102,6 @@ def sequential(library: str, seeds: range, preset: str | None) -> tuple[float, i
 def width_child(preset: str, seeds: int, threads: int, steps: int, device: str) -> None:
     """Inside the fresh process: train ``steps`` per seed as one single run (``seeds`` 1) or a
     stack; print the seconds from the trainer's call to its end."""
-    from pathlib import Path
     from tempfile import mkdtemp
 
     import fastppo.trainer as trainer
@@ -133,7 +131,6 @@ def width_rows(widths: list[int], threads: list[int], steps: int, device: str = 
 
 
 def matmul_rows(seeds: int, preset: str | None, device: str, repeats: int = 10) -> None:
-    from pathlib import Path
     from tempfile import mkdtemp
 
     import torch
@@ -194,8 +191,8 @@ def solve_rows(n: int, compile: bool, threads: list[int], single_seeds: int | No
     timed: dict[tuple[bool, int], list[tuple[float, int]]] = {c: [] for c in configs}  # (seconds, unsolved seeds) per run
 
     def stack_name(compiled: bool, n_threads: int) -> str:
-        threads_label = "threads: one per CPU" if n_threads == 0 else f"{n_threads} thread{'s' if n_threads > 1 else ''}"
-        return "fastppo stacked (1 process" + (", --compile" if compiled else "") + f", {threads_label})"
+        processes = "fastppo's default: a process per CPU core, 1 thread each" if n_threads == 0 else f"--run.torch-threads {n_threads}"
+        return "fastppo stacked (" + processes + (", --compile" if compiled else "") + ")"
 
     def run_stacks() -> None:
         for config in configs:
@@ -238,16 +235,12 @@ def main() -> None:
     parser.add_argument("--device", default="cpu", help="the stack's torch device (width rows: every row's; the solve rows' single runs stay on the CPU)")
     parser.add_argument("--compile", action="store_true", help="also time the stack with --compile")
     parser.add_argument("--preset", help="solve and matmul rows: fastppo's preset for the stack and the single runs (default: CartPole-v1's own)")
-    parser.add_argument("--threads", type=nonnegative, nargs="+", default=[0], help="torch threads (a row each; default 0: fastppo's own choice, one per CPU for a stack, 1 for a single run)")
+    parser.add_argument("--threads", type=nonnegative, nargs="+", default=[0], help="torch threads (a row each; default 0: fastppo's own choice: a single run 1; stacked seeds on CPU a process per core, 1 thread each)")
     parser.add_argument("--stack-runs", type=positive, default=2, help="solve rows: times each stack runs, spread over the single runs (default 2: before and after them); its row is their mean")
     parser.add_argument("--widths", type=positive, nargs="+", default=[1, 8, 64], help="width rows: seeds per process (1: a single run)")
     parser.add_argument("--width-steps", type=positive, default=32_768, help="width rows: steps per seed")
-    parser.add_argument("--stack-child", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--width-child", nargs=5, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.stack_child:
-        stack_child(args.stack_child, args.compile, args.threads[0], args.preset, args.device)
-        return
     if args.width_child:
         preset, seeds, threads, steps, device = args.width_child
         width_child(preset, int(seeds), int(threads), int(steps), device)
@@ -257,7 +250,7 @@ def main() -> None:
     except FastPPOError as exc:
         parser.error(str(exc))
     check_device(parser, args.device)
-    header("fastppo: many CartPole-v1 seeds in one process")
+    header("fastppo: many CartPole-v1 seeds at once")
     if "width" in args.rows:
         width_rows(args.widths, args.threads, args.width_steps, args.device)
     if "matmul" in args.rows:

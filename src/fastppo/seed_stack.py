@@ -108,7 +108,7 @@ class StackedActorCritic(nn.Module):
         base = policies[0]
         actor, critic = mlp_layers(base.actor_encoder), mlp_layers(base.critic_encoder)
         if actor is None or critic is None or actor[1] != critic[1]:
-            raise FastPPOError("--seeds on one process stacks MLP policies: drop --policy.encoder cnn, or add --workers K")
+            raise FastPPOError("--seeds on tensor envs stacks MLP policies: drop --policy.encoder cnn, or train one run per seed on another --backend (sync, async)")
         self.seeds = len(policies)
         self._activation = actor[1]  # a name; None without hidden layers
         self._shapes = {name: p.shape for name, p in base.named_parameters()}
@@ -346,8 +346,8 @@ class SeedMinibatches:
 
 
 def check_seed_stack(config: Config) -> None:
-    """What a stack of seeds cannot do, as one-line errors (each has the --workers way out; the
-    policy's own limits are ``StackedActorCritic``'s). ``--target-kl`` and ``--objective kl`` work:
+    """What a stack of seeds cannot do, as one-line errors (each with the way out: one run per
+    seed, on another backend; the policy's own limits are ``StackedActorCritic``'s). ``--target-kl`` and ``--objective kl`` work:
     each seed stops its epochs where its single run would (``update.ppo_update``, ``SeedAdam``) and
     adapts its own beta (the trainer's ``kl_beta``, one per seed, in each seed's checkpoints)."""
     refused = {
@@ -357,7 +357,7 @@ def check_seed_stack(config: Config) -> None:
     }
     for need, broken in refused.items():
         if broken:
-            raise FastPPOError(f"--seeds in one process needs {need}: change that, or add --workers K to train the seeds as separate processes")
+            raise FastPPOError(f"--seeds on tensor envs trains stacks of seeds, which need {need}: change that, or train one run per seed on another --backend (sync, async)")
 
 
 def stacked_agent(config: Config, observation_space: gym.Space, action_space: gym.Space, device: torch.device, seeds: list[int]) -> Agent:

@@ -276,7 +276,7 @@ def run_trial(trial: optuna.Trial, sweep: Sweep) -> float:
         config = apply_overrides(copy.deepcopy(sweep.base), suggest(trial, sweep.space)).validate()
         config.run.progress = False
         total = config.ppo.total_timesteps
-        if config.env.backend == "tensor" and len(sweep.seeds) > 1:  # the seeds as one batched run, as `fastppo train --seeds` does
+        if config.env.backend == "tensor" and len(sweep.seeds) > 1:  # the seeds as one stack (the sweep's workers are its processes)
             agents = train_seed_stack(config, list(sweep.seeds), folder, on_iteration=PruningReport(trial, total, stacked=True))
         else:  # one after another, the first reporting for the pruner
             agents = []

@@ -134,7 +134,7 @@ def seeds_exit_code(results: list, stopped: int | None, parent: Path) -> int:
 
 
 def resume_seed_stack(parent: Path, overrides: dict[str, str], env_id: str | None) -> int:
-    """``--resume`` on a ``--seeds`` folder of tensor envs: the whole stack goes on in this process."""
+    """``--resume`` on a ``--seeds`` folder of tensor envs: its stacks go on, in this process when there is one."""
     from fastppo.seeds import stacks, train_seeds, worker_count
     from fastppo.trainer import resume_seed_stack_config
 

@@ -119,7 +119,7 @@ def make_vec_env(cfg: EnvConfig, device: torch.device, video_dir: Path | None = 
         if multi_agent not in (None, MultiAgentConfig()):
             raise FastPPOError(f"--multi-agent.* flags apply to PettingZoo envs (pz:<module>) only, and {cfg.env_id} is not one: drop them")
     if seed_blocks != 1 and (cfg.backend != "tensor" or is_pettingzoo(cfg.env_id)):
-        raise FastPPOError(f"seeds train as one stack on tensor envs only, not on the {cfg.backend} backend: add --workers K to train them as processes")
+        raise FastPPOError(f"seeds train as stacks on tensor envs only, not on the {cfg.backend} backend: train one run per seed on another --backend (sync, async)")
     if is_pettingzoo(cfg.env_id):
         from fastppo.envs.pettingzoo_vec import make_pettingzoo_env
 
