@@ -138,8 +138,8 @@ def stacks(seeds: list[int], workers: int, checkpoints: list | None = None) -> l
 
 
 def train_seeds(config: Config, seeds: list[int], parent: Path, workers: int, checkpoints: list | None = None) -> tuple[list[SeedResult], int | None]:
-    """Train ``config`` once per seed into ``parent/seed_<n>`` with ``workers`` processes, each
-    without a progress bar (a line per finished seed instead): on tensor envs each process trains
+    """Train ``config`` once per seed into ``parent/seed_<n>`` with ``workers`` processes, without
+    progress bars but the first stack's (a line per finished seed instead): on tensor envs each process trains
     its share of the seeds (``stacks``) as one stack, with ``checkpoints`` (one per seed) a stopped
     stack resumed; otherwise each process takes the next seed when it is free. Returns the results
     in seed order and the signal that stopped the run (None if none did).
@@ -169,7 +169,9 @@ def train_seeds(config: Config, seeds: list[int], parent: Path, workers: int, ch
     context = multiprocessing.get_context("fork" if fork else "spawn")
     tasks, reports = context.Queue(), context.Queue()
     fresh = new_folders(parent)
-    processes = [context.Process(target=_worker, args=(runs[0], parent, tasks, reports), name=f"fastppo-seeds-{i}") for i in range(min(workers, len(parts)))]
+    # The first stack keeps the progress bar, if asked for: the stacks move at about one pace.
+    configs = [config if i == 0 and stacked else runs[0] for i in range(min(workers, len(parts)))]
+    processes = [context.Process(target=_worker, args=(c, parent, tasks, reports), name=f"fastppo-seeds-{i}") for i, c in enumerate(configs)]
     for process in processes:  # before the first put starts the queue's thread: a fork copies no thread
         process.start()
     for part in parts:
