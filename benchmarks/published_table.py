@@ -6,10 +6,10 @@ per env under ``--out``; ``fastppo report`` then scores every run (mean episodic
 last 10% of its steps), and this script prints its IQM / CI table beside CleanRL's figures.
 
 The table is long to fill on 2 CPU cores (~5 min per MuJoCo run), so it is built to be spread over
-several sessions: tensor envs train all their seeds at once in one stacked process (minutes); every
-other run is its own process, ``--workers`` at a time. Started again, the script skips finished
-runs and resumes stopped ones from their last checkpoint (``fastppo train --resume``; a stack of
-seeds as one). ``--envs`` picks a subset.
+several sessions: tensor envs train all their seeds at once as stacks (``--seeds``: a stack per
+CPU core; minutes); every other run is its own process, ``--workers`` at a time. Started again,
+the script skips finished runs and resumes stopped ones from their last checkpoint (``fastppo
+train --resume``; stacks of seeds as they were). ``--envs`` picks a subset.
 
     python published_table.py --out runs/published_table --workers 2
     python published_table.py --envs HalfCheetah-v4 --out runs/published_table   # later: the rest
@@ -37,7 +37,7 @@ SEEDS = range(1, 11)
 class Row(NamedTuple):
     env: str
     budget: int
-    backend: str  # tensor: all seeds in one stacked process
+    backend: str  # tensor: all seeds at once, stacked
     cleanrl: str  # CleanRL's published mean ± std (3 seeds), or why there is none
 
 
@@ -75,12 +75,12 @@ def fastppo(*args: str) -> float:
 def train_stacked(row: Row, parent: Path) -> dict[str, float]:
     if all(finished(parent / f"seed_{s}", row.budget) for s in SEEDS):
         return {}
-    if any((parent / f"seed_{s}" / "checkpoints").exists() for s in SEEDS):  # a stopped stack goes on as one
+    if any((parent / f"seed_{s}" / "checkpoints").exists() for s in SEEDS):  # stopped stacks go on as they were
         seconds = fastppo("train", "--resume", str(parent), "--no-progress")
     else:
         shutil.rmtree(parent, ignore_errors=True)
         seconds = fastppo("train", row.env, "--backend", "tensor", "--seeds", f"{SEEDS[0]}-{SEEDS[-1]}", "--total-timesteps", str(row.budget), "--run-dir", str(parent), "--no-progress")
-    print(f"{row.env}: {len(SEEDS)} seeds stacked in one process: {seconds:.0f} s", flush=True)
+    print(f"{row.env}: {len(SEEDS)} seeds stacked: {seconds:.0f} s", flush=True)
     return {"stack": seconds}
 
 
