@@ -150,6 +150,8 @@ def train_seeds(config: Config, seeds: list[int], parent: Path, workers: int, ch
     does the same): nothing to import again, where a spawned worker spends ~2 s importing torch; a
     forked process cannot use GNU OpenMP's thread pool if its parent has (it hangs), hence spawn
     otherwise, and on GPUs (CUDA refuses forked children) and outside Linux."""
+    from fastppo.trainer import resolve_device
+
     stacked = config.env.backend == "tensor"
     runs = [dataclasses.replace(config, run=dataclasses.replace(config.run, seed=seed, progress=False)) for seed in seeds]
     for run_config in runs:
@@ -165,7 +167,8 @@ def train_seeds(config: Config, seeds: list[int], parent: Path, workers: int, ch
                 raise FastPPOError(f"{run_dir} is not empty: pick another --run-dir for these seeds")
     parts = stacks(seeds, workers, checkpoints) if stacked else [[seed] for seed in seeds]
     by_seed = dict(zip(seeds, checkpoints or [None] * len(seeds)))
-    fork = sys.platform.startswith("linux") and runs[0].intra_op_threads(stacked) == 1 and config.run.device == "cpu"
+    on_cpu = resolve_device(config.run.device).type == "cpu"  # also --device auto on a machine without a GPU
+    fork = sys.platform.startswith("linux") and runs[0].intra_op_threads(stacked) == 1 and on_cpu
     context = multiprocessing.get_context("fork" if fork else "spawn")
     tasks, reports = context.Queue(), context.Queue()
     fresh = new_folders(parent)
