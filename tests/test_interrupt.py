@@ -15,6 +15,7 @@ import fastppo
 from fastppo.checkpoint import load_checkpoint
 from fastppo.cli import main
 from fastppo.logger import RunLogger
+from fastppo.trainer import StopRequest
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
@@ -67,3 +68,23 @@ def test_the_api_returns_an_interrupted_agent_that_says_so(tmp_path, monkeypatch
     assert agent.interrupted_by == signal.SIGINT and len(agent.history) == 1
     monkeypatch.undo()
     assert fastppo.train("CartPole-v1", run_dir=tmp_path / "finished", **tiny).interrupted_by is None
+
+
+def test_a_second_signal_stops_at_once_but_not_a_repeat_in_a_seeds_workers_grace(monkeypatch):
+    """A single run: the second signal raises KeyboardInterrupt at once. A ``--seeds`` worker
+    (repeat_grace 1 s) takes a repeat within the grace for the same request (a scheduler's SIGTERM
+    and its parent's passing it on), and a later one as a second."""
+    with StopRequest(enabled=True) as stop:
+        signal.raise_signal(signal.SIGTERM)
+        assert stop.requested and stop.signal == signal.SIGTERM
+        with pytest.raises(KeyboardInterrupt):
+            signal.raise_signal(signal.SIGTERM)
+    monkeypatch.setattr(StopRequest, "repeat_grace", 1.0)
+    with StopRequest(enabled=True) as stop:
+        signal.raise_signal(signal.SIGTERM)
+        signal.raise_signal(signal.SIGTERM)  # within the grace: the same request
+        assert stop.signal == signal.SIGTERM
+        stop._since -= 2.0  # the grace has passed
+        with pytest.raises(KeyboardInterrupt):
+            signal.raise_signal(signal.SIGINT)
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the handlers are put back

@@ -145,11 +145,13 @@ def test_seeds_split_between_processes_resume_exactly(tmp_path, capsys):
             assert torch.equal(p, q)
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["kill PID", "Ctrl-C"])
-def test_a_signal_stops_every_worker_with_a_checkpoint(tmp_path, sig):
+@pytest.mark.parametrize(("sig", "group"), [(signal.SIGTERM, False), (signal.SIGINT, True), (signal.SIGTERM, True)], ids=["kill PID", "Ctrl-C", "scheduler"])
+def test_a_signal_stops_every_worker_with_a_checkpoint(tmp_path, sig, group):
     """``kill PID`` reaches only the process the user started, which passes it on; a terminal's
-    Ctrl-C reaches the whole process group. Either way each worker saves its seeds' checkpoints
-    after its current iteration, and the run exits 128 + the signal."""
+    Ctrl-C reaches the whole process group; a job scheduler's SIGTERM reaches every process, and
+    the workers also get it passed on. Each way, each worker saves its seeds' checkpoints after its
+    current iteration (not at once, which would leave no checkpoint: --checkpoint-every 0), and
+    the run exits 128 + the signal."""
     parent = tmp_path / "stack"
     argv = [sys.executable, "-m", "fastppo.cli", "train", "CartPole-v1", "--backend", "tensor", "--num-envs", "4", "--num-steps", "64",
             "--total-timesteps", "100000000", "--no-progress", "--no-tensorboard", "--checkpoint-every", "0", "--seeds", "1-4", "--workers", "2", "--run-dir", str(parent)]  # fmt: skip
@@ -159,10 +161,10 @@ def test_a_signal_stops_every_worker_with_a_checkpoint(tmp_path, sig):
     while not all(m.exists() and m.read_text().count("\n") >= 2 for m in metrics):
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
         time.sleep(0.05)
-    if sig == signal.SIGTERM:
-        proc.send_signal(sig)
-    else:
+    if group:
         os.killpg(proc.pid, sig)
+    else:
+        proc.send_signal(sig)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 128 + sig, err
     assert "Traceback" not in err

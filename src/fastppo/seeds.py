@@ -146,7 +146,9 @@ def train_seeds(config: Config, seeds: list[int], parent: Path, workers: int, ch
 
     A terminal's Ctrl-C reaches the workers too (one process group): each stops after its current
     iteration with a checkpoint, and they are waited for. A SIGTERM sent to this process alone is
-    passed on to them. Workers are forked where each computes on one thread (torch's DataLoader
+    passed on to them; one sent to every process of the job (a scheduler's) reaches a worker twice,
+    and it stops as gracefully (a worker takes a repeat within a second for the same request; a
+    later one stops it at once, as a single run's second Ctrl-C does). Workers are forked where each computes on one thread (torch's DataLoader
     does the same): nothing to import again, where a spawned worker spends ~2 s importing torch; a
     forked process cannot use GNU OpenMP's thread pool if its parent has (it hangs), hence spawn
     otherwise, and on GPUs (CUDA refuses forked children) and outside Linux."""
@@ -207,8 +209,9 @@ def train_seeds(config: Config, seeds: list[int], parent: Path, workers: int, ch
 def _worker(config: Config, parent: Path, tasks: Any, reports: Any) -> None:
     """One worker process: train the tasks' seeds (a stack, or one run) until the stop mark or a
     signal, reporting each task's results."""
-    from fastppo.trainer import train, train_seed_stack
+    from fastppo.trainer import StopRequest, train, train_seed_stack
 
+    StopRequest.repeat_grace = 1.0  # a signal may come twice at once: from the job's sender and from the parent
     try:
         while (task := tasks.get()) is not None:
             seeds, checkpoints = task
@@ -224,7 +227,7 @@ def _worker(config: Config, parent: Path, tasks: Any, reports: Any) -> None:
             reports.put(([SeedResult.of(seed, agent.run_dir, agent.episode_returns) for seed, agent in zip(seeds, agents)], stopped and int(stopped)))
             if stopped:
                 return
-    except KeyboardInterrupt:  # Ctrl-C between two seeds, or a second one: the seeds resume from their last checkpoints
+    except KeyboardInterrupt:  # a second Ctrl-C (stops at once), or one between two seeds
         reports.put(([], int(signal.SIGINT)))
 
 

@@ -151,6 +151,10 @@ class StopRequest:
     """
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
+    repeat_grace = 0.0
+    """Seconds after the first signal in which a repeat is the same stop request arriving twice,
+    not a second one: 1 in a ``--seeds`` worker process (fastppo.seeds), whose parent passes on a
+    SIGTERM that a job scheduler, signalling every process of the job, has sent it too."""
 
     def __init__(self, enabled: bool, world: World | None = None):
         # Python only lets the main thread install signal handlers.
@@ -158,6 +162,7 @@ class StopRequest:
         self.world = world
         self.signal: int | None = None
         self._seen: int | None = None  # under torchrun, until agreed
+        self._since = 0.0  # when the first signal came
         self._previous: dict[int, Any] = {}
 
     def _handle(self, signum: int, frame: Any) -> None:
@@ -165,8 +170,10 @@ class StopRequest:
             self._seen = self._seen or signum
             return
         if self.signal is not None:
-            raise KeyboardInterrupt
-        self.signal = signum
+            if time.monotonic() - self._since >= self.repeat_grace:
+                raise KeyboardInterrupt
+            return
+        self.signal, self._since = signum, time.monotonic()
 
     def agree(self) -> None:
         """Under torchrun, make a signal seen by any rank a stop request on every rank (a collective)."""
