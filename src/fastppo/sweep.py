@@ -57,6 +57,7 @@ from fastppo.errors import FastPPOError
 from fastppo.outputs import output_file, writing
 from fastppo.plot import NOT_HYPERPARAMETERS, RETURN, Run, read_run
 from fastppo.report import final_score
+from fastppo.seeds import stack_threads
 from fastppo.sweep_space import suggest
 
 FINAL_WINDOW = 0.1
@@ -217,7 +218,10 @@ def run_workers(sweep: Sweep, workers: int, study: optuna.Study) -> list[int]:
     started = len(study.trials)
     # spawn, not fork: a forked child would inherit torch's thread pools and the parent's database connections.
     context = multiprocessing.get_context("spawn")
-    processes = [context.Process(target=run_worker, args=(sweep, index, started), name=f"fastppo-sweep-{index}") for index in range(min(workers, max(remaining, 0)))]
+    count = min(workers, max(remaining, 0))
+    if len(sweep.seeds) > 1:  # a trial's stack of seeds takes every core by default: with K workers at once, each its share
+        sweep = dataclasses.replace(sweep, base=stack_threads(sweep.base, max(count, 1)))
+    processes = [context.Process(target=run_worker, args=(sweep, index, started), name=f"fastppo-sweep-{index}") for index in range(count)]
     for process in processes:
         process.start()
     try:
