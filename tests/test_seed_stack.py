@@ -175,6 +175,24 @@ def test_a_signal_stops_every_worker_with_a_checkpoint(tmp_path, sig, group):
     assert main(["train", "--resume", str(parent), "--total-timesteps", str(max(records(parent / f"seed_{s}")[-1]["global_step"] for s in (1, 2, 3, 4)) + 256)]) == 0
 
 
+def test_a_worker_that_dies_is_a_failed_seed_and_the_others_finish(tmp_path, capsys, monkeypatch):
+    import fastppo.trainer
+
+    train_seed_stack = fastppo.trainer.train_seed_stack
+
+    def killed_with_seed_2(config, seeds, *args, **kwargs):  # in the forked worker: as the OOM killer would
+        if 2 in seeds:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return train_seed_stack(config, seeds, *args, **kwargs)
+
+    monkeypatch.setattr(fastppo.trainer, "train_seed_stack", killed_with_seed_2)
+    parent = tmp_path / "stack"
+    assert main(["train", "CartPole-v1", *TINY, "--seeds", "1-2", "--workers", "2", "--run-dir", str(parent)]) == 1
+    out = capsys.readouterr().out
+    assert f"seed 2: failed: its worker process ended without a result (exit code {-signal.SIGKILL})" in out
+    assert "seed 1: " in out and (parent / "seed_1" / "policy.safetensors").exists()
+
+
 def test_seed_blocks_draw_as_single_envs():
     stacked = make_tensor_env("CartPole-v1", 6, seed_blocks=3)
     first = stacked.reset(seed=[4, 5, 6]).obs

@@ -139,19 +139,21 @@ def stacks(seeds: list[int], workers: int, checkpoints: list | None = None) -> l
 
 def train_seeds(config: Config, seeds: list[int], parent: Path, workers: int, checkpoints: list | None = None) -> tuple[list[SeedResult], int | None]:
     """Train ``config`` once per seed into ``parent/seed_<n>`` with ``workers`` processes, without
-    progress bars but the first stack's (a line per finished seed instead): on tensor envs each process trains
-    its share of the seeds (``stacks``) as one stack, with ``checkpoints`` (one per seed) a stopped
-    stack resumed; otherwise each process takes the next seed when it is free. Returns the results
-    in seed order and the signal that stopped the run (None if none did).
+    progress bars but the first stack's (a line per finished seed instead): on tensor envs each
+    process trains its share of the seeds (``stacks``) as one stack, with ``checkpoints`` (one per
+    seed) a stopped stack resumed; otherwise each process takes the next seed when it is free.
+    Returns the results in seed order and the signal that stopped the run (None if none did).
 
     A terminal's Ctrl-C reaches the workers too (one process group): each stops after its current
     iteration with a checkpoint, and they are waited for. A SIGTERM sent to this process alone is
     passed on to them; one sent to every process of the job (a scheduler's) reaches a worker twice,
     and it stops as gracefully (a worker takes a repeat within a second for the same request; a
-    later one stops it at once, as a single run's second Ctrl-C does). Workers are forked where each computes on one thread (torch's DataLoader
-    does the same): nothing to import again, where a spawned worker spends ~2 s importing torch; a
-    forked process cannot use GNU OpenMP's thread pool if its parent has (it hangs), hence spawn
-    otherwise, and on GPUs (CUDA refuses forked children) and outside Linux."""
+    later one stops it at once, as a single run's second Ctrl-C does).
+
+    Workers are forked where each computes on one thread (torch's DataLoader does the same):
+    nothing to import again, where a spawned worker spends ~2 s importing torch. A forked process
+    cannot use GNU OpenMP's thread pool if its parent has (it hangs), hence spawn otherwise, and on
+    GPUs (CUDA refuses forked children) and outside Linux."""
     from fastppo.trainer import resolve_device
 
     stacked = config.env.backend == "tensor"
@@ -200,8 +202,10 @@ def train_seeds(config: Config, seeds: list[int], parent: Path, workers: int, ch
         process.join()
     for seed in seeds:  # a stop before the seed's turn, a second Ctrl-C, or a worker that died
         if seed not in results:
-            why = "stopped before it finished" if stopped else f"its worker process ended without a result (exit code {max(p.exitcode or 0 for p in processes)})"
+            codes = [p.exitcode for p in processes if p.exitcode]  # negative: the signal that killed it
+            why = "stopped before it finished" if stopped else "its worker process ended without a result" + (f" (exit code {codes[0]})" if codes else "")
             results[seed] = SeedResult(seed, parent / f"seed_{seed}", None, why)
+            print(results[seed], flush=True)
     remove_if_empty(fresh)  # every seed failed to start: no empty folder left (each seed's own went with it)
     return [results[seed] for seed in seeds], stopped
 
