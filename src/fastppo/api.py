@@ -85,20 +85,16 @@ def train_seeds(
     one for a stack on a GPU); on tensor envs each trains its share of the seeds as one batched
     computation (fastppo.seed_stack), in this process when there is one share. Each seed's run goes
     to ``run_dir/seed_<n>`` (default ``runs/<env>__<exp>__<seeds>__<time>``), which ``fastppo
-    report``, ``eval`` and ``plot`` read. A worker's agent is read back from its folder: its
-    ``history`` from metrics.jsonl, its ``episode_returns`` the last 100 its final checkpoint keeps.
-    A seed that fails is a FastPPOError naming it, once the others have finished."""
+    report``, ``eval`` and ``plot`` read. Each agent is read back from its folder: its ``history``
+    from metrics.jsonl, its ``episode_returns`` the last 100 its final checkpoint keeps. A seed that
+    fails is a FastPPOError naming it, once the others have finished."""
     from fastppo.checkpoint import load_checkpoint
     from fastppo.errors import FastPPOError
     from fastppo.plot import read_run
     from fastppo.seeds import plan_seeds
     from fastppo.seeds import train_seeds as train_in_processes
-    from fastppo.trainer import train_seed_stack
 
-    config, seed_list, parent, processes = plan_seeds(env_id, seeds, preset, run_dir, workers, overrides)
-    if config.env.backend == "tensor" and processes == 1:
-        return train_seed_stack(config, seed_list, parent)
-    results, stopped = train_in_processes(config, seed_list, parent, processes)
+    results, stopped = train_in_processes(*plan_seeds(env_id, seeds, preset, run_dir, workers, overrides))
     failed = [r for r in results if r.error]
     if failed:
         raise FastPPOError(f"{len(failed)} of {len(results)} seeds failed; seed {failed[0].seed}: {failed[0].error}")

@@ -141,8 +141,9 @@ def train_seeds(config: Config, seeds: list[int], parent: Path, workers: int, ch
     """Train ``config`` once per seed into ``parent/seed_<n>`` with ``workers`` processes, without
     progress bars but the first stack's (a line per finished seed instead): on tensor envs each
     process trains its share of the seeds (``stacks``) as one stack, with ``checkpoints`` (one per
-    seed) a stopped stack resumed; otherwise each process takes the next seed when it is free.
-    Returns the results in seed order and the signal that stopped the run (None if none did).
+    seed) a stopped stack resumed, and a single stack trains in this process (its errors raised
+    here); otherwise each process takes the next seed when it is free. Prints each seed's result;
+    returns the results in seed order and the signal that stopped the run (None if none did).
 
     A terminal's Ctrl-C reaches the workers too (one process group): each stops after its current
     iteration with a checkpoint, and they are waited for. A SIGTERM sent to this process alone is
@@ -154,15 +155,12 @@ def train_seeds(config: Config, seeds: list[int], parent: Path, workers: int, ch
     nothing to import again, where a spawned worker spends ~2 s importing torch. A forked process
     cannot use GNU OpenMP's thread pool if its parent has (it hangs), hence spawn otherwise, and on
     GPUs (CUDA refuses forked children) and outside Linux."""
-    from fastppo.trainer import resolve_device
+    from fastppo.seed_stack import check_seed_stack
+    from fastppo.trainer import resolve_device, train_seed_stack
 
     stacked = config.env.backend == "tensor"
-    runs = [dataclasses.replace(config, run=dataclasses.replace(config.run, seed=seed, progress=False)) for seed in seeds]
-    for run_config in runs:
-        run_config.validate()
+    quiet = dataclasses.replace(config, run=dataclasses.replace(config.run, progress=False)).validate()
     if stacked:
-        from fastppo.seed_stack import check_seed_stack
-
         check_seed_stack(config)  # once here, not as an error per process
     if checkpoints is None:
         for seed in seeds:
@@ -170,14 +168,20 @@ def train_seeds(config: Config, seeds: list[int], parent: Path, workers: int, ch
             if run_dir.exists() and any(run_dir.iterdir()):
                 raise FastPPOError(f"{run_dir} is not empty: pick another --run-dir for these seeds")
     parts = stacks(seeds, workers, checkpoints) if stacked else [[seed] for seed in seeds]
+    if stacked and len(parts) == 1:  # no process to start
+        agents = train_seed_stack(config, seeds, parent, checkpoints)
+        results = [SeedResult.of(seed, agent.run_dir, agent.episode_returns) for seed, agent in zip(seeds, agents)]
+        print(*results, sep="\n", flush=True)
+        stopped = agents[0].interrupted_by
+        return results, stopped and int(stopped)
     by_seed = dict(zip(seeds, checkpoints or [None] * len(seeds)))
     on_cpu = resolve_device(config.run.device).type == "cpu"  # also --device auto on a machine without a GPU
-    fork = sys.platform.startswith("linux") and runs[0].intra_op_threads(stacked) == 1 and on_cpu
+    fork = sys.platform.startswith("linux") and quiet.intra_op_threads(stacked) == 1 and on_cpu
     context = multiprocessing.get_context("fork" if fork else "spawn")
     tasks, reports = context.Queue(), context.Queue()
     fresh = new_folders(parent)
     # The first stack keeps the progress bar, if asked for: the stacks move at about one pace.
-    configs = [config if i == 0 and stacked else runs[0] for i in range(min(workers, len(parts)))]
+    configs = [config if i == 0 and stacked else quiet for i in range(min(workers, len(parts)))]
     processes = [context.Process(target=_worker, args=(c, parent, tasks, reports), name=f"fastppo-seeds-{i}") for i, c in enumerate(configs)]
     for process in processes:  # before the first put starts the queue's thread: a fork copies no thread
         process.start()

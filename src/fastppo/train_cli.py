@@ -116,9 +116,10 @@ def run_seeds(args: argparse.Namespace, overrides: dict[str, str]) -> int:
     if launched_world_size() > 1:
         raise FastPPOError("--seeds trains its seeds in worker processes of its own: launch it without torchrun")
     config, seeds, parent, workers = plan_seeds(args.env_id, args.seeds, args.preset, args.run_dir, args.workers, overrides)
-    if config.env.backend == "tensor" and workers == 1:
-        return run_seed_stack(config, seeds, parent)
-    how = f"as {workers} batched runs, one process each" if config.env.backend == "tensor" else f"{workers} at a time"
+    if config.env.backend != "tensor":
+        how = f"{workers} at a time"
+    else:
+        how = "as one batched run" if workers == 1 else f"as {workers} batched runs, one process each"
     print(f"fastppo: {config.env.env_id}: {len(seeds)} seeds {how}, into {parent}/seed_<n>")
     return seeds_exit_code(*train_seeds(config, seeds, parent, workers), parent)
 
@@ -135,31 +136,14 @@ def seeds_exit_code(results: list, stopped: int | None, parent: Path) -> int:
 
 def resume_seed_stack(parent: Path, overrides: dict[str, str], env_id: str | None) -> int:
     """``--resume`` on a ``--seeds`` folder of tensor envs: its stacks go on, in this process when there is one."""
-    from fastppo.seeds import stacks, train_seeds, worker_count
+    from fastppo.seeds import train_seeds, worker_count
     from fastppo.trainer import resume_seed_stack_config
 
     config, seeds, checkpoints = resume_seed_stack_config(parent, overrides, env_id)
     workers = worker_count(config, len(seeds), None)  # as many processes as the run started with, on the same machine
     steps = sorted({c.global_step for c in checkpoints})
     print(f"fastppo: resuming the {len(seeds)} seeds of {parent} from step {steps[0]}" + (f" (some from {', '.join(map(str, steps[1:]))})" if steps[1:] else ""))
-    if len(stacks(seeds, workers, checkpoints)) == 1:
-        return run_seed_stack(config, seeds, parent, checkpoints)
     return seeds_exit_code(*train_seeds(config, seeds, parent, workers, checkpoints), parent)
-
-
-def run_seed_stack(config: Config, seeds: list[int], parent: Path, checkpoints: list | None = None) -> int:
-    """``--seeds`` on tensor envs: every seed in this process, as one stack (fastppo.seed_stack);
-    with ``checkpoints``, a stopped stack resumed. Exits as ``run`` does (128 + signal when stopped)."""
-    from fastppo.seeds import SeedResult
-    from fastppo.trainer import train_seed_stack
-
-    if checkpoints is None:
-        print(f"fastppo: {config.env.env_id}: {len(seeds)} seeds as one batched run, into {parent}/seed_<n>")
-    agents = train_seed_stack(config, seeds, parent, checkpoints)
-    results = [SeedResult.of(seed, agent.run_dir, agent.episode_returns) for seed, agent in zip(seeds, agents)]
-    for result in results:
-        print(result)
-    return seeds_exit_code(results, agents[0].interrupted_by, parent)
 
 
 def time_split(history: list[dict[str, float]]) -> str:

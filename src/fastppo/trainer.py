@@ -258,8 +258,8 @@ def resume_seed_stack_config(run_dir: str | Path, overrides: dict[str, Any] | No
     """A stack of seeds to resume (``fastppo train --resume RUN_DIR`` on a ``--seeds`` folder): the
     config, the seeds and each seed's checkpoint as ``resume_config`` gives it, at the newest
     iteration every seed reached (a kill during a save can leave some seeds one checkpoint ahead)
-    where a seed still has it, else at the seed's newest (``fastppo.seeds.train_seeds`` resumes
-    the seeds of each iteration as stacks of their own).
+    where a seed still has it, else at the seed's newest (``fastppo.seeds.stacks`` groups the seeds
+    into the stacks they were saved from, each at one iteration).
     Seeds that reached --run.stop-return (theirs, or the one ``overrides`` give) left the stack
     finished and stay out."""
     folders = seed_folders(run_dir)
