@@ -347,9 +347,10 @@ class SeedMinibatches:
 
 def check_seed_stack(config: Config) -> None:
     """What a stack of seeds cannot do, as one-line errors (each with the way out: one run per
-    seed, on another backend; the policy's own limits are ``StackedActorCritic``'s). ``--target-kl`` and ``--objective kl`` work:
-    each seed stops its epochs where its single run would (``update.ppo_update``, ``SeedAdam``) and
-    adapts its own beta (the trainer's ``kl_beta``, one per seed, in each seed's checkpoints)."""
+    seed, on another backend; the policy's own limits are ``StackedActorCritic``'s).
+    ``--target-kl`` and ``--objective kl`` work: each seed stops its epochs where its single run
+    would (``update.ppo_update``, ``SeedAdam``) and adapts its own beta (the trainer's ``kl_beta``,
+    one per seed, in each seed's checkpoints)."""
     refused = {
         "--backend tensor (the seeds' envs are rows of one tensor env)": config.env.backend != "tensor",
         "no --cudagraphs": config.run.cudagraphs,
