@@ -392,25 +392,13 @@ def seed_folders(run_dir: str | Path) -> list[Path]:
     return sorted(found, key=lambda d: int(d.name.removeprefix("seed_")))
 
 
-def save_checkpoint(run_dir: Path, state: TrainState, envs: VecEnv, keep: int, rng: dict[str, torch.Tensor] | None = None, extra: dict[str, Any] | None = None) -> Path:
-    """Write the checkpoint of ``state`` (at an iteration boundary) atomically; keep the newest ``keep``.
-    ``rng`` replaces global RNG states (a seed of a stack saves its own generator as torch's);
-    ``extra`` joins the JSON metadata (a stack's seeds)."""
-    bad = [name for name, p in state.agent.policy.named_parameters() if not torch.isfinite(p).all()]
-    if bad:
-        raise FastPPOError(f"refusing to checkpoint non-finite parameters ({', '.join(bad)}); the previous checkpoint is kept")
-    root = checkpoint_root(run_dir)
-    root.mkdir(parents=True, exist_ok=True)
-    name = f"{state.iteration:06d}"
-    tmp = root / f".tmp-{name}-{os.getpid()}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    state.agent.save(tmp)
-
-    optim_tensors, param_groups = optimizer_to_tensors(state.optimizer)
+def run_tensors(state: TrainState, envs: VecEnv, rng: dict[str, torch.Tensor] | None = None) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """What ``trainer.safetensors`` holds of ``state`` but the optimizer (RNG states, reward scaler,
+    env cursor, tensor envs), and ``trainer.json``'s RNG states and env snapshot; ``rng`` as
+    ``save_checkpoint``'s."""
     rng_tensors, rng_meta = rng_state(state.agent.device)
     env_tensors, env_meta = snapshot_envs(envs)
-    tensors = optim_tensors | rng_tensors | (rng or {}) | env_tensors
+    tensors = rng_tensors | (rng or {}) | env_tensors
     if state.reward_scaler is not None:
         tensors |= {f"reward_scaler.{k}": v.detach().cpu() for k, v in state.reward_scaler.state_dict().items()}
     cursor = state.cursor
@@ -419,7 +407,38 @@ def save_checkpoint(run_dir: Path, state: TrainState, envs: VecEnv, keep: int, r
         tensors["cursor.action_mask"] = cursor.action_mask.cpu().contiguous()
     if cursor.state is not None:  # a recurrent policy's live states are part of the run
         tensors["cursor.state"] = cursor.state.cpu().contiguous()
-    save_file(tensors, str(tmp / TRAINER_TENSORS))
+    return tensors, {"rng": rng_meta, "env": env_meta}
+
+
+def save_checkpoint(run_dir: Path, state: TrainState, envs: VecEnv, keep: int, rng: dict[str, torch.Tensor] | None = None, extra: dict[str, Any] | None = None) -> Path:
+    """Write the checkpoint of ``state`` (at an iteration boundary) atomically; keep the newest ``keep``.
+    ``rng`` replaces global RNG states (a seed of a stack saves its own generator as torch's);
+    ``extra`` joins the JSON metadata (a stack's seeds). A write that fails (a full disk, a
+    read-only folder) is one FastPPOError naming the checkpoint and the cause; the checkpoints
+    already written stay as they were."""
+    bad = [name for name, p in state.agent.policy.named_parameters() if not torch.isfinite(p).all()]
+    if bad:
+        raise FastPPOError(f"refusing to checkpoint non-finite parameters ({', '.join(bad)}); the previous checkpoint is kept")
+    root = checkpoint_root(run_dir)
+    name = f"{state.iteration:06d}"
+    tmp = root / f".tmp-{name}-{os.getpid()}"
+    try:
+        return _write_checkpoint(run_dir, state, envs, keep, rng, extra, tmp)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise FastPPOError(f"cannot write the checkpoint {root / name}: {exc.strerror or exc}") from None
+
+
+def _write_checkpoint(run_dir: Path, state: TrainState, envs: VecEnv, keep: int, rng: dict[str, torch.Tensor] | None, extra: dict[str, Any] | None, tmp: Path) -> Path:
+    root, name = tmp.parent, f"{state.iteration:06d}"
+    root.mkdir(parents=True, exist_ok=True)
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    state.agent.save(tmp)
+
+    optim_tensors, param_groups = optimizer_to_tensors(state.optimizer)
+    tensors, rng_and_env = run_tensors(state, envs, rng)
+    save_file(optim_tensors | tensors, str(tmp / TRAINER_TENSORS))
     meta = {
         "format": FORMAT_VERSION,
         "iteration": state.iteration,
@@ -427,8 +446,7 @@ def save_checkpoint(run_dir: Path, state: TrainState, envs: VecEnv, keep: int, r
         "kl_beta": state.kl_beta,
         "schedule_anchor": list(state.schedule_anchor),
         "param_groups": param_groups,
-        "rng": rng_meta,
-        "env": env_meta,
+        **rng_and_env,
         "episode_returns": state.agent.episode_returns[-100:],
         "world_size": state.world_size,
         **(extra or {}),
@@ -442,7 +460,11 @@ def save_checkpoint(run_dir: Path, state: TrainState, envs: VecEnv, keep: int, r
     if final.exists():  # re-saving an iteration (after a resume): move the old one aside first
         old = root / f".old-{name}-{os.getpid()}"
         os.replace(final, old)
-        os.replace(tmp, final)
+        try:
+            os.replace(tmp, final)
+        except OSError:
+            os.replace(old, final)  # the good one back under its name
+            raise
         shutil.rmtree(old)
     else:
         os.replace(tmp, final)
@@ -491,7 +513,9 @@ class Checkpoint:
 
 
 def load_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> Checkpoint:
-    """Read a checkpoint (a run directory's newest, or a checkpoint folder); FastPPOError if damaged."""
+    """Read a checkpoint (a run directory's newest, or a checkpoint folder); FastPPOError if damaged:
+    a file missing or unreadable, a field of trainer.json missing or wrong (``check_trainer_json``),
+    a tensor not finite. ``check_fits_run`` then checks its tensors against the run it resumes."""
     folder = find_checkpoint(path)
     for name in (AGENT_FILE, POLICY_FILE, TRAINER_JSON, TRAINER_TENSORS):
         if not (folder / name).is_file():
@@ -500,37 +524,233 @@ def load_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> Che
     try:
         meta = json.loads((folder / TRAINER_JSON).read_text())
         tensors = load_file(str(folder / TRAINER_TENSORS))
-        if meta.get("format") != FORMAT_VERSION:
-            raise KeyError(f"format {meta.get('format')!r}")
-        done, at = meta.get("schedule_anchor", (0, 0.0))  # absent from checkpoints written before it existed
-        return Checkpoint(folder, agent, int(meta["iteration"]), int(meta["global_step"]), float(meta["kl_beta"]), meta["param_groups"], tensors, meta, (int(done), float(at)))
     except FileNotFoundError as exc:
         raise FastPPOError(f"checkpoint {folder} is incomplete: {Path(exc.filename).name} is missing") from None
-    except (json.JSONDecodeError, KeyError, TypeError, ValueError, UnicodeDecodeError, SafetensorError, OSError) as exc:
+    except (json.JSONDecodeError, ValueError, UnicodeDecodeError, SafetensorError, OSError) as exc:
         raise FastPPOError(f"checkpoint {folder} is damaged or not a fastppo checkpoint ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__}); delete it to use the previous one") from None
+    check_trainer_json(folder, meta, agent.config)
+    weights = agent.policy.state_dict() | ({} if agent.obs_rms is None else {f"obs_rms.{k}": v for k, v in agent.obs_rms.state_dict().items()})
+    for file, named in ((POLICY_FILE, weights), (TRAINER_TENSORS, tensors)):
+        bad = [name for name, t in named.items() if t.is_floating_point() and not torch.isfinite(t).all()]
+        if bad:
+            raise _damaged(folder, f"{file} holds NaN/Inf in {', '.join(bad[:3])}")
+    done, at = meta.get("schedule_anchor", (0, 0.0))  # absent from checkpoints written before it existed
+    return Checkpoint(folder, agent, meta["iteration"], meta["global_step"], float(meta["kl_beta"]), meta["param_groups"], tensors, meta, (done, float(at)))
+
+
+# --- validation: a damaged checkpoint is refused before anything is restored or written ------------
+
+REQUIRED_FIELDS = ("format", "iteration", "global_step", "kl_beta", "param_groups", "rng", "env", "episode_returns")
+"""trainer.json's fields since its first format. ``schedule_anchor`` and ``world_size`` came later:
+absent, they mean a run that kept its horizon and trained in one process."""
+ADAM_HYPERPARAMETERS = ("lr", "betas", "eps", "weight_decay")
+_BIT_GENERATORS = ("MT19937", "PCG64", "PCG64DXSM", "Philox", "SFC64")
+_SNAPSHOT_KINDS = ("ref", "scalar", "tuple", "class", "ndarray", "bit_generator", "list", "dict")
+Spec = tuple[tuple[int, ...], torch.dtype]
+
+
+def _damaged(folder: Path, problem: str) -> FastPPOError:
+    return FastPPOError(f"checkpoint {folder} is damaged: {problem}; delete it to use the previous one")
+
+
+def _integer(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def check_trainer_json(folder: Path, meta: Any, config: Config) -> None:
+    """Every field of trainer.json, against ``config`` (the checkpoint's agent.json): counters that
+    are the folder's iteration and the steps that many iterations take, finite coefficients, Adam
+    hyperparameters, RNG states that python and numpy accept, an env snapshot that
+    ``restore_envs`` can rebuild. FastPPOError naming the field."""
+
+    def damaged(problem: str) -> FastPPOError:
+        return _damaged(folder, f"{TRAINER_JSON}'s {problem}")
+
+    if not isinstance(meta, dict):
+        raise _damaged(folder, f"{TRAINER_JSON} is not an object")
+    missing = [name for name in REQUIRED_FIELDS if name not in meta]
+    if missing:
+        raise _damaged(folder, f"{TRAINER_JSON} lacks {', '.join(missing)}")
+    if meta["format"] != FORMAT_VERSION:
+        raise damaged(f"format is {meta['format']!r}, not {FORMAT_VERSION}: written by another fastppo version")
+    iteration, world_size = meta["iteration"], meta.get("world_size", 1)
+    if not (_integer(iteration) and iteration >= 1) or (_NAME.match(folder.name) and iteration != int(folder.name)):
+        raise damaged(f"iteration is {iteration!r}, not the folder's {folder.name}")
+    if not (_integer(world_size) and world_size >= 1):
+        raise damaged(f"world_size is {world_size!r}, not a positive integer")
+    steps = iteration * config.batch_size * world_size
+    if meta["global_step"] != steps or not _integer(meta["global_step"]):
+        raise damaged(f"global_step is {meta['global_step']!r}, not {steps} ({iteration} iterations of {config.batch_size} x {world_size} steps)")
+    if not (_number(meta["kl_beta"]) and meta["kl_beta"] >= 0):
+        raise damaged(f"kl_beta is {meta['kl_beta']!r}, not a finite number >= 0")
+    anchor = meta.get("schedule_anchor", [0, 0.0])
+    if not (isinstance(anchor, list) and len(anchor) == 2 and _integer(anchor[0]) and 0 <= anchor[0] <= iteration and _number(anchor[1]) and 0 <= anchor[1] <= 1):
+        raise damaged(f"schedule_anchor is {anchor!r}, not [iterations done, progress in 0..1]")
+    groups = meta["param_groups"]
+    if not (isinstance(groups, list) and groups and all(isinstance(g, dict) for g in groups)):
+        raise damaged("param_groups is not a list of parameter groups")
+    for i, group in enumerate(groups):
+        lacking = [key for key in (*ADAM_HYPERPARAMETERS, "params") if key not in group]
+        if lacking:
+            raise damaged(f"param_groups[{i}] lacks {', '.join(lacking)}")
+        betas = group["betas"]
+        fine = (
+            _number(group["lr"]) and group["lr"] >= 0 and _number(group["eps"]) and group["eps"] > 0 and _number(group["weight_decay"]) and group["weight_decay"] >= 0
+            and isinstance(betas, list) and len(betas) == 2 and all(_number(b) and 0 <= b < 1 for b in betas)
+            and isinstance(group["params"], list) and all(_integer(p) for p in group["params"])
+        )  # fmt: skip
+        if not fine:
+            raise damaged(f"param_groups[{i}] is {({k: group[k] for k in (*ADAM_HYPERPARAMETERS, 'params')})}, not Adam's settings")
+    returns = meta["episode_returns"]
+    if not (isinstance(returns, list) and all(_number(r) for r in returns)):
+        raise damaged("episode_returns is not a list of finite returns")
+    if "stack" in meta and not (isinstance(meta["stack"], list) and all(_integer(s) for s in meta["stack"])):
+        raise damaged(f"stack is {meta['stack']!r}, not a list of seeds")
+    rng = meta["rng"]
+    try:  # throwaway generators: they check the states as the global ones would, and nothing global moves
+        version, internal, gauss = rng["python"]
+        random.Random().setstate((version, tuple(internal), gauss))
+        kind, keys, pos, has_gauss, cached = rng["numpy"]
+        np.random.RandomState().set_state((kind, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
+    except (TypeError, ValueError, KeyError, IndexError, OverflowError) as exc:
+        raise damaged(f"rng is not a python and a numpy RNG state ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from None
+    if meta["env"] is not None:
+        try:
+            _check_env_snapshot(meta["env"], config.env.num_envs)
+        except (TypeError, ValueError, KeyError, IndexError, AttributeError, OverflowError) as exc:
+            raise damaged(f"env snapshot {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+
+
+def _check_env_snapshot(meta: dict[str, Any], num_envs: int) -> None:
+    """ValueError (or a TypeError/KeyError on the way) where ``restore_envs`` could not rebuild ``meta``."""
+    kind = meta["kind"]
+    ids: set[int] = set()  # one memo for all copies, as ``snapshot_envs`` wrote them
+    if kind == "pettingzoo":
+        _check_snapshot_node(meta["vec"], ids)
+    elif kind == "sync":
+        if not (len(meta["autoreset"]) == len(meta["envs"]) == num_envs and all(isinstance(a, bool) for a in meta["autoreset"])):
+            raise ValueError(f"holds {len(meta['envs'])} envs, the config makes {num_envs}")
+        for layers in meta["envs"]:
+            for layer in layers:
+                _check_snapshot_node(layer, ids)
+    elif kind != "tensor":
+        raise ValueError(f"is of unknown kind {kind!r}")
+
+
+def _check_snapshot_node(node: Any, ids: set[int]) -> None:
+    """Walk ``node`` (``_encode``'s output) as ``_restore`` would: ValueError for what it cannot
+    rebuild (a value of no known kind, a reference to an object not defined before it, array data
+    that does not fill its shape, a generator state numpy refuses)."""
+    if isinstance(node, _SIMPLE):
+        return
+    if not isinstance(node, dict):
+        raise ValueError(f"holds a bare {type(node).__name__}")
+    kind = next((k for k in _SNAPSHOT_KINDS if k in node), None)
+    if kind is None:
+        raise ValueError(f"holds a value of no known kind ({', '.join(map(str, node))})")
+    if kind == "ref":
+        if node["ref"] not in ids:
+            raise ValueError(f"refers to object {node['ref']!r}, which it does not define before")
+        return
+    if "id" in node:  # before the contents, which may refer back to it
+        if not _integer(node["id"]) or node["id"] in ids:
+            raise ValueError(f"defines object {node['id']!r} twice or with a bad id")
+        ids.add(node["id"])
+    if kind == "scalar":
+        np.dtype(node["scalar"]).type(node["data"])
+    elif kind == "ndarray":
+        np.asarray(node["data"], dtype=np.dtype(node["ndarray"])).reshape(node["shape"])
+    elif kind == "bit_generator":
+        state = node["bit_generator"]
+        if state["bit_generator"] not in _BIT_GENERATORS:
+            raise ValueError(f"holds a generator of unknown kind {state['bit_generator']!r}")
+        getattr(np.random, state["bit_generator"])().state = state
+    elif kind == "class":
+        if not isinstance(node["class"], str):
+            raise ValueError(f"names class {node['class']!r}")
+        for value in node["attrs"].values():
+            _check_snapshot_node(value, ids)
+    else:  # tuple, list, dict
+        items = node[kind]
+        if not isinstance(items, dict if kind == "dict" else list):
+            raise ValueError(f"holds a {kind} that is a {type(items).__name__}")
+        for value in items.values() if kind == "dict" else items:
+            _check_snapshot_node(value, ids)
+
+
+def _spec(tensor: torch.Tensor) -> Spec:
+    return tuple(tensor.shape), tensor.dtype
+
+
+def _shown(spec: Spec) -> str:
+    return f"{list(spec[0])} {str(spec[1]).removeprefix('torch.')}"
+
+
+def adam_specs(optimizer: Any) -> dict[str, Spec]:
+    """The tensors Adam's state holds for each parameter (``step``, ``exp_avg``, ``exp_avg_sq``:
+    torch.optim.Adam's layout, FusedAdam's too), named as ``optimizer_to_tensors`` names them."""
+    params = [p for group in optimizer.param_groups for p in group["params"]]  # state_dict numbers them in this order
+    return {
+        f"optim.{i}.{slot}": spec
+        for i, p in enumerate(params)
+        for slot, spec in (("step", ((), torch.float32)), ("exp_avg", _spec(p)), ("exp_avg_sq", _spec(p)))
+    }
+
+
+def check_fits_run(checkpoint: Checkpoint, state: TrainState, envs: VecEnv, rng: dict[str, torch.Tensor] | None = None) -> None:
+    """Refuse a checkpoint whose tensors do not fit ``state``, the freshly built run it resumes:
+    trainer.safetensors must hold the tensors a checkpoint of that run holds (Adam's moments and
+    step per parameter, the RNG states, the reward scaler, the env cursor, tensor envs), each with
+    their shape and dtype, and nothing else; its param_groups must number the optimizer's
+    parameters. (A moment of another size crashed the optimizer's native code.) Together with
+    ``load_checkpoint``'s checks, a restore that follows cannot fail halfway. ``rng`` as
+    ``save_checkpoint``'s (a seed of a stack)."""
+    tensors, json_part = run_tensors(state, envs, rng)
+    saved_env, fresh_env = checkpoint.meta["env"], json_part["env"]
+    if saved_env is not None and fresh_env is not None and saved_env["kind"] != fresh_env["kind"]:
+        raise _damaged(checkpoint.path, f"its env snapshot is of {saved_env['kind']} envs, the config makes {fresh_env['kind']} envs")
+    expected = {name: _spec(t) for name, t in tensors.items() if not name.startswith("env.") or saved_env is not None} | adam_specs(state.optimizer)
+    found = {name: _spec(t) for name, t in checkpoint.tensors.items()}
+    # CUDA RNG states come and go with the device ("auto" on another machine); restore_rng sets those it can.
+    optional = {name for name in found.keys() | expected.keys() if name.startswith("rng.cuda.") or (name.startswith("env.") and fresh_env is None)}
+    lacking = sorted(expected.keys() - found.keys() - optional)
+    if lacking:
+        raise _damaged(checkpoint.path, f"{TRAINER_TENSORS} lacks {', '.join(lacking[:3])}")
+    unknown = sorted(found.keys() - expected.keys() - optional)
+    if unknown:
+        raise _damaged(checkpoint.path, f"{TRAINER_TENSORS} holds {', '.join(unknown[:3])}, which this run does not have")
+    for name in sorted(found.keys() & expected.keys()):
+        if found[name] != expected[name]:
+            raise _damaged(checkpoint.path, f"{TRAINER_TENSORS} holds {name} as {_shown(found[name])} where this run needs {_shown(expected[name])}")
+    numbering = [group["params"] for group in state.optimizer.state_dict()["param_groups"]]
+    if [group["params"] for group in checkpoint.param_groups] != numbering:
+        raise _damaged(checkpoint.path, f"{TRAINER_JSON}'s param_groups number the parameters {[g['params'] for g in checkpoint.param_groups]}, the optimizer {numbering}")
 
 
 def restore_train_state(state: TrainState, envs: VecEnv, checkpoint: Checkpoint, normalize_obs: ObservationNormalizer, fresh_seed: int | None = None) -> bool:
-    """Put a freshly built run into the checkpoint's state; RNGs last. Returns whether the envs were
+    """Put a freshly built run into the checkpoint's state, once ``check_fits_run`` has found that it
+    fits (nothing is changed otherwise); RNGs last. Returns whether the envs were
     restored exactly (else they restart fresh episodes, seeded from the run seed and the iteration).
 
     With ``fresh_seed`` (a torchrun rank: the checkpoint's envs and RNG states are rank 0's) the
     envs restart fresh episodes from that seed and the RNGs are left as the caller seeded them."""
+    check_fits_run(checkpoint, state, envs)
     agent, tensors, meta = state.agent, checkpoint.tensors, checkpoint.meta
     device = envs.device  # the rollout's (fastppo.envs.make.rollout_device)
     agent.policy.load_state_dict(checkpoint.agent.policy.state_dict())
     if agent.obs_rms is not None and checkpoint.agent.obs_rms is not None:
         agent.obs_rms.load_state_dict(checkpoint.agent.obs_rms.state_dict())
-    agent.episode_returns = list(meta.get("episode_returns", []))
-    try:
-        optimizer_from_tensors(state.optimizer, tensors, checkpoint.param_groups)
-        if state.reward_scaler is not None:
-            state.reward_scaler.load_state_dict({k.removeprefix("reward_scaler."): v.to(device) for k, v in tensors.items() if k.startswith("reward_scaler.")})
-    except (KeyError, ValueError, RuntimeError) as exc:
-        raise FastPPOError(f"checkpoint {checkpoint.path} does not fit its config: {str(exc).splitlines()[0]}") from None
+    agent.episode_returns = list(meta["episode_returns"])
+    optimizer_from_tensors(state.optimizer, tensors, checkpoint.param_groups)
+    if state.reward_scaler is not None:
+        state.reward_scaler.load_state_dict({k.removeprefix("reward_scaler."): v.to(device) for k, v in tensors.items() if k.startswith("reward_scaler.")})
     state.iteration, state.global_step, state.kl_beta = checkpoint.iteration, checkpoint.global_step, checkpoint.kl_beta
     state.schedule_anchor = checkpoint.schedule_anchor
-    exact = fresh_seed is None and meta.get("env") is not None and env_is_exact(envs)
+    exact = fresh_seed is None and meta["env"] is not None and env_is_exact(envs)
     if exact:
         restore_envs(envs, tensors, meta["env"])
         mask, memory = tensors.get("cursor.action_mask"), tensors.get("cursor.state")
@@ -572,6 +792,8 @@ __all__ = [
     "POLICY_FILE",
     "Checkpoint",
     "atomic_write_text",
+    "check_fits_run",
+    "check_trainer_json",
     "env_is_exact",
     "find_checkpoint",
     "list_checkpoints",

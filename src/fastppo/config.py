@@ -298,10 +298,20 @@ class Config:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Config:
-        """Rebuild from ``to_dict`` output (a saved run's config)."""
+        """Rebuild from ``to_dict`` output (a saved run's config); ValueError naming what is
+        missing or wrong when ``data`` is not a whole valid config. ``to_dict`` writes every field:
+        one that is absent is damage, never a reason to train on a default."""
         config = cls()
-        apply_overrides(config, {f"{section}.{key}": value for section, values in data.items() for key, value in values.items()})
-        return config
+        if not isinstance(data, dict) or not all(isinstance(values, dict) for values in data.values()):
+            raise ValueError("the config is not a mapping of sections")
+        given = {f"{section}.{key}": value for section, values in data.items() for key, value in values.items()}
+        missing = [key for key in field_index(config) if key not in given]
+        if missing:
+            raise ValueError(f"the config lacks {', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}")
+        try:
+            return apply_overrides(config, given).validate()
+        except FastPPOError as exc:
+            raise ValueError(f"the config is invalid: {exc}") from None
 
 
 def check_seed(seed: int, flag: str) -> int:

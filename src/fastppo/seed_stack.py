@@ -29,6 +29,7 @@ import math
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -502,6 +503,11 @@ class _SeedOptimizer:
         }
         return {"state": rows, "param_groups": state["param_groups"]}
 
+    @property
+    def param_groups(self) -> list[dict]:
+        """The groups with the seed's row of each (flat) parameter: what its single run optimizes."""
+        return [{**group, "params": [p.view(self.optimizer.seeds, -1)[self.index] for p in group["params"]]} for group in self.optimizer.param_groups]
+
 
 def _rng_key(generator: torch.Generator) -> str:
     """The checkpoint key of the global RNG a seed's generator stands for in its single run."""
@@ -514,9 +520,11 @@ def restore_seed_stack(state, envs, checkpoints: list) -> list[list[float]]:
     generator, a recurrent policy's live states, its generator, counters, kl_beta. The inverse of ``save_seed_checkpoints``, so that ``fastppo train --resume
     RUN_DIR`` continues the whole stack as it would have gone on. Returns each seed's recent
     episode returns (a checkpoint keeps the last 100, as a single run's does)."""
-    from fastppo.checkpoint import optimizer_from_tensors
+    from fastppo.checkpoint import check_fits_run, optimizer_from_tensors
     from fastppo.rollout import EnvCursor
 
+    for index, checkpoint in enumerate(checkpoints):  # every seed's, before anything is restored
+        check_fits_run(checkpoint, *_seed_run(state, envs, index))
     stack: StackedActorCritic = state.agent.policy
     first, device = checkpoints[0], state.agent.device
 
@@ -570,6 +578,28 @@ def keep_seeds(state, envs, indices: list[int]) -> None:
     state.kl_beta = [state.kl_beta[i] for i in indices]
 
 
+def _seed_run(state, envs, index: int) -> tuple[Any, Any, dict[str, Tensor]]:
+    """Seed ``index`` of a stack as its single run's state (its optimizer row, reward scaler, cursor
+    rows and kl_beta; the agent is still the stack's), envs and generator (as torch's RNG): what its
+    checkpoint holds."""
+    from fastppo.rollout import EnvCursor
+
+    stack: StackedActorCritic = state.agent.policy
+    rows = slice(index * envs.num_envs // stack.seeds, (index + 1) * envs.num_envs // stack.seeds)
+    scaler = None
+    if state.reward_scaler is not None:
+        scaler = RewardScaler(rows.stop - rows.start, state.reward_scaler.gamma, state.reward_scaler.clip, state.agent.device)
+        rms = state.reward_scaler.return_rms
+        scaler.load_state_dict(
+            {"return_rms.mean": rms.mean[index], "return_rms.var": rms.var[index], "return_rms.count": rms.count[index], "discounted_return": state.reward_scaler.discounted_return[rows]}
+        )
+    cursor = state.cursor
+    seed_cursor = EnvCursor(*(None if t is None else t[rows] for t in (cursor.obs, cursor.action_mask, cursor.valid, cursor.state)))
+    seed_state = replace(state, optimizer=_SeedOptimizer(state.optimizer, index), reward_scaler=scaler, cursor=seed_cursor, kl_beta=state.kl_beta[index])
+    generator = stack.noise.generators[index]
+    return seed_state, envs.seed_block(index), {_rng_key(generator): generator.get_state()}
+
+
 def save_seed_checkpoints(state, envs, seeds: list[int], seed_dirs: list[Path], seeds_returns: list[list[float]], keep: int, indices: list[int] | None = None) -> Path:
     """Checkpoint each seed of a stack (or those at ``indices``) into its run folder as the
     checkpoint of its single run (weights, Adam moments and step count, statistics, env rows and
@@ -578,26 +608,12 @@ def save_seed_checkpoints(state, envs, seeds: list[int], seed_dirs: list[Path], 
     ``seeds`` of its stack: a resume stacks the same seeds again, and a stack's float rounding
     depends on its width (so, bit for bit, does each seed's run). Returns the last folder written."""
     from fastppo.checkpoint import save_checkpoint
-    from fastppo.rollout import EnvCursor
 
-    stack: StackedActorCritic = state.agent.policy
     saved, scratch = None, None  # one module takes each seed's weights in turn: written, not kept
     for index in range(len(seed_dirs)) if indices is None else indices:
         directory, returns = seed_dirs[index], seeds_returns[index]
         agent = seed_agent(state.agent, index, directory, [], returns, scratch)
         scratch = agent.policy
-        rows = slice(index * envs.num_envs // stack.seeds, (index + 1) * envs.num_envs // stack.seeds)
-        scaler = None
-        if state.reward_scaler is not None:
-            scaler = RewardScaler(rows.stop - rows.start, state.reward_scaler.gamma, state.reward_scaler.clip, agent.device)
-            rms = state.reward_scaler.return_rms
-            scaler.load_state_dict(
-                {"return_rms.mean": rms.mean[index], "return_rms.var": rms.var[index], "return_rms.count": rms.count[index], "discounted_return": state.reward_scaler.discounted_return[rows]}
-            )
-        cursor = state.cursor
-        seed_cursor = EnvCursor(*(None if t is None else t[rows] for t in (cursor.obs, cursor.action_mask, cursor.valid, cursor.state)))
-        seed_optimizer = _SeedOptimizer(state.optimizer, index)
-        seed_state = replace(state, agent=agent, optimizer=seed_optimizer, reward_scaler=scaler, cursor=seed_cursor, kl_beta=state.kl_beta[index])
-        generator = stack.noise.generators[index]
-        saved = save_checkpoint(directory, seed_state, envs.seed_block(index), keep, {_rng_key(generator): generator.get_state()}, {"stack": seeds})
+        seed_state, seed_envs, rng = _seed_run(state, envs, index)
+        saved = save_checkpoint(directory, replace(seed_state, agent=agent), seed_envs, keep, rng, {"stack": seeds})
     return saved

@@ -31,7 +31,7 @@ from fastppo.envs.vector import HostCopies
 from fastppo.errors import FastPPOError
 from fastppo.loading import absolute_spec
 from fastppo.logger import RunLogger
-from fastppo.outputs import output_dir, removed_if_left_empty
+from fastppo.outputs import output_dir, removed_if_left_empty, writing
 from fastppo.policies import ActorCritic
 from fastppo.policies.mlp_autograd import mlp_layers
 from fastppo.profiling import SectionTimer
@@ -375,6 +375,19 @@ def train_rank(
     )
     mask_dim = None if first.action_mask is None else first.action_mask.shape[-1]
     buf = RolloutBuffer.allocate(cfg.num_steps, envs, collect_on, mask_dim, agent.policy.state_size)
+    seeds_returns: list[list[float]] = [[] for _ in seeds or []]  # a stack's finished episodes, per seed
+    # The checkpoint is checked whole and restored before the logger rewinds metrics.jsonl and
+    # TensorBoard and rewrites config.yaml: a damaged one leaves the run folder as it was.
+    try:
+        if checkpoint is not None and seeds is not None:
+            seeds_returns = restore_seed_stack(state, envs, checkpoint)
+        elif checkpoint is not None:
+            exact = restore_train_state(state, envs, checkpoint, normalize_obs, fresh_seed=None if world is None else seed)
+            if statistics is not None:
+                statistics.rebase()  # the checkpoint's, on every rank
+    except BaseException:
+        envs.close()
+        raise
     if seeds is None:
         logger = open_logger(config, out_dir, checkpoint, quiet=world is not None and not world.main)
     else:  # one run folder per seed, one progress bar for them all
@@ -382,13 +395,7 @@ def train_rank(
             [open_logger(replace(config, run=replace(config.run, seed=s, progress=False)), d, c) for s, d, c in zip(seeds, seed_dirs, checkpoint or [None] * len(seeds))],
             RunLogger(None, config.ppo.total_timesteps, False, config.run.progress),
         )
-    seeds_returns: list[list[float]] = [[] for _ in seeds or []]  # a stack's finished episodes, per seed
-    if checkpoint is not None and seeds is not None:
-        seeds_returns = restore_seed_stack(state, envs, checkpoint)
-    elif checkpoint is not None:
-        exact = restore_train_state(state, envs, checkpoint, normalize_obs, fresh_seed=None if world is None else seed)
-        if statistics is not None:
-            statistics.rebase()  # the checkpoint's, on every rank
+    if checkpoint is not None and seeds is None:
         if world is not None:
             logger.message(
                 "[yellow]note:[/] under torchrun every rank restarts fresh episodes and random streams (the checkpoint holds "
@@ -469,7 +476,8 @@ def train_rank(
                 for seed_returns, run_episodes in zip(seeds_returns, runs_episodes):  # a stack's seeds only
                     seed_returns += run_episodes.returns
                 metrics = runs_metrics[0] if seeds is None else runs_metrics
-                logger.log(state.global_step, metrics)
+                with writing(out_dir, "the metrics in"):  # a full disk: one line, the last checkpoint kept
+                    logger.log(state.global_step, metrics)
                 for label, monitor, run_metrics in zip(monitor_labels, monitors, runs_metrics):
                     for warning in monitor.check(run_metrics, progress):
                         logger.message(f"[yellow]warning:[/] {label}{warning}")
@@ -489,7 +497,8 @@ def train_rank(
                         save_seed_checkpoints(state, envs, seeds, seed_dirs, seeds_returns, config.run.keep_checkpoints, done)
                     for i in done:
                         logger.message(f"seed {seeds[i]}: {stop_return_note(config.run, seeds_returns[i], state.global_step)}")
-                        finished.append(save_seed_agent(agent, i, seed_dirs[i], logger.loggers[i].history, seeds_returns[i]))
+                        with writing(seed_dirs[i], "the agent in"):
+                            finished.append(save_seed_agent(agent, i, seed_dirs[i], logger.loggers[i].history, seeds_returns[i]))
                         logger.loggers[i].close()
                     kept = [i for i in range(len(seeds)) if i not in done]
                     seeds, seed_dirs, seeds_returns, monitors, monitor_labels, logger.loggers = (
@@ -530,13 +539,15 @@ def train_rank(
             flush=True,
         )
     if seeds is not None:
-        seed_agents = [save_seed_agent(agent, i, d, seed_logger.history, r) for i, (d, seed_logger, r) in enumerate(zip(seed_dirs, logger.loggers, seeds_returns))]
+        with writing(run_dir, "the seeds' agents in"):
+            seed_agents = [save_seed_agent(agent, i, d, seed_logger.history, r) for i, (d, seed_logger, r) in enumerate(zip(seed_dirs, logger.loggers, seeds_returns))]
         for seed_agent in seed_agents:
             seed_agent.interrupted_by = agent.interrupted_by
         return sorted(finished + seed_agents, key=lambda a: a.config.run.seed)
     agent.history = logger.history
     if out_dir is not None:
-        agent.save(out_dir)
+        with writing(out_dir, "the agent in"):
+            agent.save(out_dir)
     return agent
 
 

@@ -1,0 +1,163 @@
+"""A damaged checkpoint is refused whole before anything is restored or written: `fastppo train
+--resume` ends in one error line and exit code 2, and the run folder is byte for byte as it was
+(metrics.jsonl not rewound, config.yaml not rewritten, no folder made). A save that cannot write
+(a full disk, a read-only folder) is one line too, and the last good checkpoint stays loadable."""
+
+from __future__ import annotations
+
+import errno
+import json
+import math
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+import fastppo
+import fastppo.checkpoint
+from fastppo.checkpoint import load_checkpoint
+from fastppo.cli import main
+
+RESUMED = "checkpoints/000002"  # the copy's newest: its 000003 is removed, so a resume has an iteration to train
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> Path:
+    run = tmp_path_factory.mktemp("damaged") / "run"
+    fastppo.train("CartPole-v1", run_dir=run, total_timesteps=384, num_envs=2, num_steps=64, checkpoint_every=1, progress=False, tensorboard=False)
+    return run
+
+
+@pytest.fixture
+def run(trained, tmp_path) -> Path:
+    copy = tmp_path / "run"
+    shutil.copytree(trained, copy)
+    shutil.rmtree(copy / "checkpoints/000003")
+    return copy
+
+
+def snapshot(folder: Path) -> dict[str, bytes | None]:
+    """Every path under ``folder``: a file's bytes, None for a folder."""
+    return {str(p.relative_to(folder)): p.read_bytes() if p.is_file() else None for p in sorted(folder.rglob("*"))}
+
+
+def tensors(edit: Callable[[dict[str, torch.Tensor]], None], file: str = "trainer.safetensors") -> Callable[[Path], None]:
+    def damage(checkpoint: Path) -> None:
+        found = load_file(str(checkpoint / file))
+        edit(found)
+        save_file(found, str(checkpoint / file))
+
+    return damage
+
+
+def fields(edit: Callable[[dict], None], file: str = "trainer.json") -> Callable[[Path], None]:
+    def damage(checkpoint: Path) -> None:
+        meta = json.loads((checkpoint / file).read_text())
+        edit(meta)
+        (checkpoint / file).write_text(json.dumps(meta))
+
+    return damage
+
+
+def _set(key: str, value) -> Callable[[dict], None]:
+    return lambda d: d.__setitem__(key, value)
+
+
+def _nan_at_first(t: dict[str, torch.Tensor], key: str) -> None:
+    t[key] = t[key].clone()
+    t[key].view(-1)[0] = math.nan
+
+
+def _dangling_ref(meta: dict) -> None:
+    attrs = meta["env"]["envs"][0][-1]["attrs"]  # the unwrapped CartPole's
+    attrs[next(iter(attrs))] = {"ref": 999}
+
+
+DAMAGES = {
+    "moment smaller": (tensors(lambda t: t.update({"optim.0.exp_avg": t["optim.0.exp_avg"][:-1]})), "optim.0.exp_avg as [9154] float32 where this run needs [9155] float32"),
+    "moment larger": (tensors(lambda t: t.update({"optim.0.exp_avg_sq": torch.cat([t["optim.0.exp_avg_sq"], torch.zeros(5)])})), "optim.0.exp_avg_sq as [9160] float32"),
+    "slot dropped": (tensors(lambda t: t.pop("optim.0.exp_avg_sq")), "trainer.safetensors lacks optim.0.exp_avg_sq"),
+    "slots dropped": (tensors(lambda t: [t.pop(k) for k in list(t) if k.startswith("optim.")]), "trainer.safetensors lacks optim.0.exp_avg, optim.0.exp_avg_sq, optim.0.step"),
+    "foreign tensor": (tensors(lambda t: t.update({"optim.1.exp_avg": torch.zeros(3)})), "holds optim.1.exp_avg, which this run does not have"),
+    "moment dtype": (tensors(lambda t: t.update({"optim.0.exp_avg": t["optim.0.exp_avg"].double()})), "optim.0.exp_avg as [9155] float64 where this run needs [9155] float32"),
+    "moment NaN": (tensors(lambda t: _nan_at_first(t, "optim.0.exp_avg")), "trainer.safetensors holds NaN/Inf in optim.0.exp_avg"),
+    "weight NaN": (tensors(lambda t: _nan_at_first(t, "policy.action_head.linear.bias"), "policy.safetensors"), "policy.safetensors holds NaN/Inf in action_head.linear.bias"),
+    "torch rng missing": (tensors(lambda t: t.pop("rng.torch")), "trainer.safetensors lacks rng.torch"),
+    "torch rng size": (tensors(lambda t: t.update({"rng.torch": t["rng.torch"][:-8]})), "rng.torch as [5048] uint8 where this run needs [5056] uint8"),
+    "cursor shape": (tensors(lambda t: t.update({"cursor.obs": t["cursor.obs"][:1]})), "cursor.obs as [1, 4] float32 where this run needs [2, 4] float32"),
+    "rng missing": (fields(lambda m: m.pop("rng")), "trainer.json lacks rng"),
+    "numpy rng": (fields(lambda m: m["rng"]["numpy"].__setitem__(1, [1, 2, 3])), "trainer.json's rng is not a python and a numpy RNG state"),
+    "python rng": (fields(lambda m: m["rng"]["python"].__setitem__(1, [7])), "trainer.json's rng is not a python and a numpy RNG state"),
+    "iteration -5": (fields(_set("iteration", -5)), "trainer.json's iteration is -5, not the folder's 000002"),
+    "iteration x": (fields(_set("iteration", "x")), "trainer.json's iteration is 'x', not the folder's 000002"),
+    "iteration off": (fields(_set("iteration", 7)), "trainer.json's iteration is 7, not the folder's 000002"),
+    "global_step negative": (fields(_set("global_step", -1)), "trainer.json's global_step is -1, not 256 (2 iterations of 128 x 1 steps)"),
+    "global_step float": (fields(_set("global_step", 256.0)), "trainer.json's global_step is 256.0, not 256"),
+    "world_size x": (fields(_set("world_size", "x")), "trainer.json's world_size is 'x', not a positive integer"),
+    "kl_beta NaN": (fields(_set("kl_beta", math.nan)), "trainer.json's kl_beta is nan, not a finite number >= 0"),
+    "schedule_anchor": (fields(_set("schedule_anchor", [5])), "trainer.json's schedule_anchor is [5]"),
+    "format": (fields(_set("format", 2)), "trainer.json's format is 2, not 1"),
+    "lr missing": (fields(lambda m: m["param_groups"][0].pop("lr")), "trainer.json's param_groups[0] lacks lr"),
+    "params renumbered": (fields(lambda m: m["param_groups"][0].__setitem__("params", [1])), "param_groups number the parameters [[1]], the optimizer [[0]]"),
+    "episode_returns": (fields(_set("episode_returns", ["x"])), "trainer.json's episode_returns is not a list of finite returns"),
+    "dangling env ref": (fields(_dangling_ref), "trainer.json's env snapshot refers to object 999, which it does not define before"),
+    "env count": (fields(lambda m: m["env"]["envs"].pop()), "trainer.json's env snapshot holds 1 envs, the config makes 2"),
+    "env kind": (fields(lambda m: m["env"].__setitem__("kind", "tensor")), "its env snapshot is of tensor envs, the config makes sync envs"),
+    "ppo section missing": (fields(lambda m: m["config"].pop("ppo"), "agent.json"), "the config lacks ppo.total_timesteps, ppo.num_steps, ppo.num_minibatches ..."),
+    "field missing": (fields(lambda m: m["config"]["ppo"].pop("gamma"), "agent.json"), "the config lacks ppo.gamma"),
+    "num_envs 0": (fields(lambda m: m["config"]["env"].__setitem__("num_envs", 0), "agent.json"), "the config is invalid: --env.num-envs must be a positive integer, got 0"),
+}
+
+
+@pytest.mark.parametrize("case", DAMAGES)
+def test_a_damaged_checkpoint_is_one_line_and_leaves_the_run_folder_as_it_was(run, capsys, case):
+    damage, message = DAMAGES[case]
+    damage(run / RESUMED)
+    before = snapshot(run)
+    assert main(["train", "--resume", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and err.startswith("fastppo: error: "), err
+    assert message in err and str(run / RESUMED) in err, err
+    assert snapshot(run) == before
+
+
+def test_an_undamaged_copy_resumes_to_the_uninterrupted_run(run, trained, capsys):
+    assert main(["train", "--resume", str(run)]) == 0
+    assert (run / "policy.safetensors").read_bytes() == (trained / "policy.safetensors").read_bytes()
+    assert (run / "metrics.jsonl").read_text().count("\n") == 3
+
+
+def _no_space(real: Callable) -> Callable:
+    def save(tensors, path, *args, **kwargs):
+        if "000003" in path:  # the resumed iteration's checkpoint: the disk is full by then
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path)
+        return real(tensors, path, *args, **kwargs)
+
+    return save
+
+
+def test_a_full_disk_at_save_is_one_line_and_keeps_the_last_checkpoint(run, capsys, monkeypatch):
+    monkeypatch.setattr(fastppo.checkpoint, "save_file", _no_space(fastppo.checkpoint.save_file))
+    assert main(["train", "--resume", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert err.splitlines() == [
+        f"fastppo: error: cannot write the checkpoint {run}/checkpoints/000003: No space left on device; the last good checkpoint is kept: {run / RESUMED}"
+    ]
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["000001", "000002", "latest"]  # no half-written folder left
+    assert load_checkpoint(run).iteration == 2
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
+def test_a_read_only_checkpoints_folder_is_one_line(run, capsys):
+    (run / "checkpoints").chmod(0o555)
+    try:
+        assert main(["train", "--resume", str(run)]) == 2
+    finally:
+        (run / "checkpoints").chmod(0o755)
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "cannot write the checkpoint" in err and "Permission denied" in err, err
+    assert load_checkpoint(run).iteration == 2
