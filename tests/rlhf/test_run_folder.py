@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
+import fastppo.checkpoint as ppo_checkpoint
 from fastppo.errors import FastPPOError
 from fastppo.rlhf.checkpoint import LATEST, latest_checkpoint, load_training_state, save_checkpoint
 from fastppo.rlhf.config import ModelConfig
@@ -100,7 +101,7 @@ def test_a_save_killed_before_its_rename_leaves_the_last_checkpoint(tiny_model, 
     first = save_checkpoint(tmp_path, 1, models, optimizer, {"kl_coef": 0.1}, keep=2)
     saved = folder_bytes(first)
     fsynced: list[Path] = []
-    real_replace, real_fsync_file = os.replace, __import__("fastppo.checkpoint", fromlist=["_fsync_file"])._fsync_file
+    real_replace, real_fsync_file = os.replace, ppo_checkpoint._fsync_file
 
     def recording_fsync(path: Path) -> None:
         fsynced.append(Path(path))

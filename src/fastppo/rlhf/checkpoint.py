@@ -106,7 +106,9 @@ def save_checkpoint(output_dir: Path, step: int, models: Models, optimizer: torc
 
 def _refuse_non_finite(models: Models, ranks: Ranks) -> None:
     modules = {"policy": models.policy, "critic": models.critic}
-    bad = [name for key, module in modules.items() if module is not None for name, p in module.named_parameters(prefix=key) if p.requires_grad and not torch.isfinite(p).all()]
+    # An FSDP parameter is checked on its shard here (to_local): one sum over the ranks then agrees.
+    local = [(name, p.to_local() if hasattr(p, "to_local") else p) for key, module in modules.items() if module is not None for name, p in module.named_parameters(prefix=key) if p.requires_grad]
+    bad = [name for name, p in local if not torch.isfinite(p).all()]
     if ranks.sum(torch.tensor(float(len(bad)), device=next(models.policy.parameters()).device)).item():
         where = f" ({', '.join(bad[:3])}{', ...' if len(bad) > 3 else ''})" if bad else " (on another rank)"
         raise FastPPOError(f"refusing to checkpoint non-finite weights{where}: lower the learning rate")

@@ -119,11 +119,11 @@ class PPOConfig:
 class RunConfig:
     """Where and how long a run writes, and its reproducibility."""
 
-    output_dir: str = _f("runs/rlhf", "folder for metrics.jsonl, TensorBoard events and checkpoints")
+    output_dir: str = _f("runs/rlhf", "folder for metrics.jsonl, TensorBoard events and checkpoints: a new or empty one, unless --resume")
     seed: int = _f(1, "seed for prompt order, sampling and initialisation")
     save_every: int = _f(50, "checkpoint every this many steps (and at the end); 0: only at the end")
     keep_checkpoints: int = _f(2, "checkpoints kept on disk (older ones are deleted)")
-    resume: bool = _f(False, "continue from the latest checkpoint in output_dir")
+    resume: bool = _f(False, "continue from the latest checkpoint in output_dir (an error when it holds none)")
     progress: bool = _f(True, "show a live progress bar")
     torch_threads: int = _f(0, "CPU threads torch computes with (0: torch's default, one per core); 1 keeps a run fast when other jobs share the cores")
     report_to: ReportTo = _f("none", "also log to Weights & Biases (wandb; WANDB_MODE=offline writes the run locally for a later wandb sync)")
