@@ -92,6 +92,29 @@ def atomic_write_text(path: Path, text: str) -> None:
     _fsync_dir(path.parent)
 
 
+def publish_folder(tmp: Path, final: Path) -> None:
+    """Give the complete folder ``tmp`` the name ``final``: every file and folder in it fsynced
+    first, so that a folder with a final name is complete even after a power cut. An existing
+    ``final`` (an iteration saved again after a resume) is moved aside before and deleted after,
+    never deleted while it is the only copy."""
+    for folder, _, files in os.walk(tmp, topdown=False):
+        for name in files:
+            _fsync_file(Path(folder, name))
+        _fsync_dir(Path(folder))
+    if final.exists():
+        old = final.with_name(f".old-{final.name}-{os.getpid()}")
+        os.replace(final, old)
+        try:
+            os.replace(tmp, final)
+        except OSError:
+            os.replace(old, final)  # the good one back under its name
+            raise
+        shutil.rmtree(old)
+    else:
+        os.replace(tmp, final)
+    _fsync_dir(final.parent)
+
+
 # --- state <-> tensors + JSON ---------------------------------------------------------------------
 
 
@@ -452,23 +475,8 @@ def _write_checkpoint(run_dir: Path, state: TrainState, envs: VecEnv, keep: int,
         **(extra or {}),
     }
     (tmp / TRAINER_JSON).write_text(json.dumps(meta))
-    for f in tmp.iterdir():
-        _fsync_file(f)
-    _fsync_dir(tmp)
-
     final = root / name
-    if final.exists():  # re-saving an iteration (after a resume): move the old one aside first
-        old = root / f".old-{name}-{os.getpid()}"
-        os.replace(final, old)
-        try:
-            os.replace(tmp, final)
-        except OSError:
-            os.replace(old, final)  # the good one back under its name
-            raise
-        shutil.rmtree(old)
-    else:
-        os.replace(tmp, final)
-    _fsync_dir(root)
+    publish_folder(tmp, final)
     atomic_write_text(root / LATEST, name + "\n")
     for stale in list_checkpoints(run_dir)[:-keep]:
         # Renamed first, so that no numbered folder is ever seen half deleted.

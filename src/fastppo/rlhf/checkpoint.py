@@ -1,9 +1,10 @@
 """Atomic checkpoints that restore a run exactly: fp32 weights (via save_pretrained), optimizer state,
 counters, KL coefficient, fp16 loss scale and RNG states. Safetensors and JSON only, no pickle.
 
-Layout: ``output_dir/checkpoint-000050/`` written under a temporary name and renamed into place,
-then ``output_dir/latest`` (a one-line file, replaced atomically) points to it. A crash at any
-moment leaves the previous checkpoint intact and ``latest`` pointing to a complete folder.
+Layout: ``output_dir/checkpoint-000050/`` written under a temporary name, every file fsynced, and
+renamed into place (:func:`fastppo.checkpoint.publish_folder`), then ``output_dir/latest`` (a
+one-line file, replaced atomically) points to it. A crash at any moment leaves the previous
+checkpoint intact and ``latest`` pointing to a complete folder.
 """
 
 from __future__ import annotations
@@ -12,12 +13,15 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import torch
 from safetensors.torch import load_file, save_file
 
+from fastppo.checkpoint import atomic_write_text, publish_folder
 from fastppo.distributed import check_world_size
 from fastppo.errors import FastPPOError
 from fastppo.rlhf.models import Models, save_models
@@ -27,6 +31,7 @@ LATEST = "latest"
 STATE_FILE = "trainer_state.json"
 OPTIMIZER_FILE = "optimizer.safetensors"
 RNG_FILE = "rng.safetensors"
+TMP_PREFIX = ".checkpoint-tmp-"
 
 
 def _optimizer_tensors(state: dict[str, Any]) -> tuple[dict[str, torch.Tensor], list[dict[str, Any]]]:
@@ -73,7 +78,9 @@ def save_checkpoint(output_dir: Path, step: int, models: Models, optimizer: torc
     """Write ``checkpoint-{step}`` atomically, point ``latest`` at it, delete all but the newest ``keep``.
 
     Under torchrun every rank calls it (the RNG states, and with FSDP the weights and optimizer
-    state, are gathered), and rank 0 alone writes; the others return None."""
+    state, are gathered), and rank 0 alone writes; the others return None. Non-finite weights are
+    refused on every rank alike: the previous checkpoint stays the latest."""
+    _refuse_non_finite(models, ranks)
     weights = {"policy": ranks.full_state(models.policy), "critic": ranks.full_state(models.critic) if models.critic is not None else None}
     optimizer_state = ranks.full_optimizer_state(models, optimizer)
     rng = _rng_tensors(ranks)
@@ -81,21 +88,61 @@ def save_checkpoint(output_dir: Path, step: int, models: Models, optimizer: torc
         return None
     output_dir.mkdir(parents=True, exist_ok=True)
     final = output_dir / f"checkpoint-{step:06d}"
-    tmp = Path(tempfile.mkdtemp(prefix=".checkpoint-tmp-", dir=output_dir))
+    tmp = Path(tempfile.mkdtemp(prefix=TMP_PREFIX, dir=output_dir))
     save_models(models, tmp, weights)
     tensors, param_groups = _optimizer_tensors(optimizer_state)
     save_file(tensors, tmp / OPTIMIZER_FILE)
     save_file(rng, tmp / RNG_FILE)
     (tmp / STATE_FILE).write_text(json.dumps({**state, "step": step, "world_size": ranks.size, "param_groups": param_groups}, indent=2))
-    if final.exists():  # re-saving the same step after a resume
-        shutil.rmtree(final)
-    os.replace(tmp, final)
-    pointer = output_dir / f".{LATEST}.tmp"
-    pointer.write_text(final.name)
-    os.replace(pointer, output_dir / LATEST)
+    publish_folder(tmp, final)
+    atomic_write_text(output_dir / LATEST, final.name)
     for old in sorted(output_dir.glob("checkpoint-*"))[:-max(keep, 1)]:
-        shutil.rmtree(old)
+        os.replace(old, old.with_name(f".old-{old.name}-{os.getpid()}"))  # renamed first: no numbered folder is seen half deleted
+    for leftover in [*output_dir.glob(f"{TMP_PREFIX}*"), *output_dir.glob(".old-*")]:
+        if leftover.is_dir():  # ours, or left by a killed process
+            shutil.rmtree(leftover, ignore_errors=True)
     return final
+
+
+def _refuse_non_finite(models: Models, ranks: Ranks) -> None:
+    modules = {"policy": models.policy, "critic": models.critic}
+    # An FSDP parameter is checked on its shard here (to_local): one sum over the ranks then agrees.
+    local = [(name, p.to_local() if hasattr(p, "to_local") else p) for key, module in modules.items() if module is not None for name, p in module.named_parameters(prefix=key) if p.requires_grad]
+    bad = [name for name, p in local if not torch.isfinite(p).all()]
+    if ranks.sum(torch.tensor(float(len(bad)), device=next(models.policy.parameters()).device)).item():
+        where = f" ({', '.join(bad[:3])}{', ...' if len(bad) > 3 else ''})" if bad else " (on another rank)"
+        raise FastPPOError(f"refusing to checkpoint non-finite weights{where}: lower the learning rate")
+
+
+def resume_point(output_dir: Path, resume: bool) -> Path | None:
+    """The checkpoint a run continues from with ``resume``, else None; checked before anything is
+    written. A new run needs an absent or empty folder: a second run in a used one would append to
+    its metrics.jsonl and write over its model and checkpoints."""
+    if resume:
+        found = latest_checkpoint(output_dir)
+        if found is None:
+            raise FastPPOError(f"--resume: {output_dir} holds no checkpoint (no {LATEST} file) to continue from: drop --resume to start a new run")
+        return found
+    if output_dir.is_file():
+        raise FastPPOError(f"--output-dir {output_dir} is a file: give a new or empty folder")
+    used = sorted(p.name for p in output_dir.iterdir()) if output_dir.is_dir() else []
+    if used:
+        listed = ", ".join(used[:3]) + (", ..." if len(used) > 3 else "")
+        again = "continue its run with --resume, or " if (output_dir / LATEST).is_file() else ""
+        raise FastPPOError(f"--output-dir {output_dir} is not empty (it holds {listed}): {again}give a new or empty folder")
+    return None
+
+
+@contextmanager
+def last_checkpoint_named(output_dir: Path) -> Iterator[None]:
+    """A run that stops on an error says which checkpoint is its last good one (the one --resume continues from)."""
+    try:
+        yield
+    except FastPPOError as exc:
+        pointer = output_dir / LATEST
+        if not pointer.is_file():
+            raise
+        raise FastPPOError(f"{exc}; the last good checkpoint is kept: {output_dir / pointer.read_text().strip()}") from None
 
 
 def latest_checkpoint(output_dir: Path) -> Path | None:

@@ -7,6 +7,7 @@ import argparse
 import types
 from dataclasses import MISSING, fields
 from functools import partial
+from pathlib import Path
 from typing import Literal, Union, get_args, get_origin, get_type_hints
 
 from fastppo.cli import add_boolean_flag
@@ -92,6 +93,16 @@ def _chat_tokenizer(data: DataConfig, model: str):
     return load_tokenizer(model)
 
 
+def _check_start(model: ModelConfig, run: RunConfig) -> None:
+    """The device and the output folder (new and empty, or a checkpoint to resume), checked before
+    any data or model is read; the trainers check them again for callers of their API."""
+    from fastppo.rlhf.checkpoint import resume_point
+    from fastppo.rlhf.models import resolve_device
+
+    resolve_device(model.device)
+    resume_point(Path(run.output_dir), run.resume)
+
+
 def run_rlhf(args: argparse.Namespace) -> int:
     _require_rlhf_extra()
     from fastppo.distributed import launched_rank, rank_device
@@ -110,6 +121,7 @@ def run_rlhf(args: argparse.Namespace) -> int:
     )
     validate_ppo(cfg.model, cfg.sampling, cfg.ppo)  # before any loading: bad flags fail in milliseconds
     validate_run(cfg.run, cfg.schedule, cfg.monitor, cfg.ppo.steps)
+    _check_start(cfg.model, cfg.run)
     data = config_from_args(DataConfig, args)
     tokenizer = _chat_tokenizer(data, cfg.model.model)
     prompts = read_prompts(args.prompts, data=data, tokenizer=tokenizer)
@@ -136,6 +148,7 @@ def run_dpo(args: argparse.Namespace) -> int:
     )
     validate_dpo(cfg.model, cfg.dpo)
     validate_run(cfg.run, cfg.schedule)
+    _check_start(cfg.model, cfg.run)
     data = config_from_args(PreferenceDataConfig, args)
     pairs = read_preferences(args.data, data, _chat_tokenizer(data, cfg.model.model))
     history = train_dpo(cfg, pairs)
@@ -156,6 +169,7 @@ def run_reward_model(args: argparse.Namespace) -> int:
     )
     validate_reward_model(cfg.model, cfg.reward_model)
     validate_run(cfg.run, cfg.schedule)
+    _check_start(cfg.model, cfg.run)
     data = config_from_args(PreferenceDataConfig, args)
     history = train_reward_model(cfg, read_preferences(args.data, data, _chat_tokenizer(data, cfg.model.model)))
     first, last = history[0], history[-1]

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from fastppo.config import check_seed
 from fastppo.core.kl import KLEstimator
 from fastppo.core.preference import PreferenceLoss
 from fastppo.core.schedules import ScheduleKind
@@ -118,11 +119,11 @@ class PPOConfig:
 class RunConfig:
     """Where and how long a run writes, and its reproducibility."""
 
-    output_dir: str = _f("runs/rlhf", "folder for metrics.jsonl, TensorBoard events and checkpoints")
+    output_dir: str = _f("runs/rlhf", "folder for metrics.jsonl, TensorBoard events and checkpoints: a new or empty one, unless --resume")
     seed: int = _f(1, "seed for prompt order, sampling and initialisation")
     save_every: int = _f(50, "checkpoint every this many steps (and at the end); 0: only at the end")
     keep_checkpoints: int = _f(2, "checkpoints kept on disk (older ones are deleted)")
-    resume: bool = _f(False, "continue from the latest checkpoint in output_dir")
+    resume: bool = _f(False, "continue from the latest checkpoint in output_dir (an error when it holds none)")
     progress: bool = _f(True, "show a live progress bar")
     torch_threads: int = _f(0, "CPU threads torch computes with (0: torch's default, one per core); 1 keeps a run fast when other jobs share the cores")
     report_to: ReportTo = _f("none", "also log to Weights & Biases (wandb; WANDB_MODE=offline writes the run locally for a later wandb sync)")
@@ -244,6 +245,9 @@ def validate_ppo(model: ModelConfig, sampling: SamplingConfig, ppo: PPOConfig) -
     for name in ("steps", "prompts_per_step", "num_generations", "mini_batch_size", "gradient_accumulation_steps", "ppo_epochs", "learning_rate",
                  "clip_coef", "max_grad_norm", "kl_horizon"):
         _positive(name, getattr(ppo, name))
+    _positive("kl_warn", ppo.kl_warn)
+    if sampling.missing_eos_penalty is not None and not math.isfinite(sampling.missing_eos_penalty):
+        raise FastPPOError(f"--missing-eos-penalty must be a finite number, got {sampling.missing_eos_penalty}")
     for name in ("target_kl", "kl_target", "reward_clip"):
         if getattr(ppo, name) is not None:
             _positive(name, getattr(ppo, name))
@@ -298,6 +302,7 @@ def validate_run(run: RunConfig, schedule: LRScheduleConfig, monitor: MonitorCon
             f"--lr-warmup-steps {schedule.lr_warmup_steps} is more than the run's {total_steps} optimizer steps: "
             "the learning rate would never reach --learning-rate; warm up over fewer steps"
         )
+    check_seed(run.seed, "--seed")
     if run.save_every < 0:
         raise FastPPOError(f"--save-every must be 0 (at the end only) or positive, got {run.save_every}")
     if run.keep_checkpoints < 1:

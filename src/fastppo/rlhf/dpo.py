@@ -17,7 +17,7 @@ from torch import Tensor
 from fastppo.core.preference import dpo_loss
 from fastppo.distributed import joined, rank_device
 from fastppo.errors import FastPPOError
-from fastppo.rlhf.checkpoint import latest_checkpoint
+from fastppo.rlhf.checkpoint import resume_point
 from fastppo.rlhf.config import DPOConfig, DPOTrainerConfig, validate_dpo, validate_run
 from fastppo.rlhf.data import PreferencePair
 from fastppo.rlhf.models import Models, Precision, load_models, reference_model, resolve_device, start_run
@@ -92,7 +92,7 @@ def _train_dpo(cfg: DPOTrainerConfig, pairs: list[PreferencePair], ranks: Ranks)
     total_steps = math.ceil(dpo.epochs * len(pairs) / (ranks.size * dpo.batch_size))
     validate_run(run, cfg.schedule, total_steps=total_steps)
     output_dir = Path(run.output_dir)
-    resume_from = latest_checkpoint(output_dir) if run.resume else None
+    resume_from = resume_point(output_dir, run.resume)
     start_run(run)
     models = load_models(ranks.load_config(model_cfg), critic=None, resume_from=resume_from)
     ranks.prepare(models)

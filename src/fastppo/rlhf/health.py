@@ -1,9 +1,15 @@
-"""Warnings for the two classic ways an RLHF run goes wrong while its reward looks fine."""
+"""Warnings for the two classic ways an RLHF run goes wrong while its reward looks fine, and the
+stop for the one that cannot go on: a NaN or infinite loss or reward."""
 
 from __future__ import annotations
 
 import warnings
 from collections import deque
+
+import torch
+from torch import Tensor
+
+from fastppo.errors import FastPPOError
 
 
 class RLHFWarning(UserWarning):
@@ -37,3 +43,13 @@ class HealthMonitor:
         if kind not in self.warned:
             self.warned.add(kind)
             warnings.warn(message, RLHFWarning, stacklevel=3)
+
+
+def check_finite(step: int, values: dict[str, float | Tensor], fix: str, ignore: tuple[str, ...] = ()) -> None:
+    """Stop at the first step whose ``values`` (losses, rewards, gradient norm) hold a NaN or an
+    infinity, naming them, before it is checkpointed: training on would only spread the NaN into
+    the weights (and then crash in sampling). ``fix``: what to change; ``ignore``: names that may
+    be infinite (the gradient norm of a step that loss scaling skips)."""
+    bad = [name for name, value in values.items() if name not in ignore and not torch.isfinite(torch.as_tensor(value)).all()]
+    if bad:
+        raise FastPPOError(f"training stopped at step {step}: {', '.join(bad)} became NaN/Inf; {fix}")

@@ -63,12 +63,23 @@ class Models:
 
 
 def resolve_device(name: str) -> torch.device:
+    """``--device``, checked to exist on this machine: a missing one fails here in one line, not
+    in a traceback from the first tensor moved to it."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
-        return torch.device(name)
+        device = torch.device(name)
     except RuntimeError as exc:
         raise FastPPOError(f"unknown device {name!r}: use auto, cpu, cuda or cuda:N") from exc
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise FastPPOError(f"--device {name}: torch sees no CUDA GPU here: use --device cpu (or auto)")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise FastPPOError(f"--device {name}: torch sees {torch.cuda.device_count()} CUDA GPU(s), numbered from 0: pick one of them or --device cuda")
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise FastPPOError(f"--device {name}: this machine has no Apple MPS device: use --device cpu (or auto)")
+    if device.type not in ("cpu", "cuda", "mps"):  # meta holds no data; other backends are untested here
+        raise FastPPOError(f"--device {name} cannot train: use auto, cpu, cuda, cuda:N or mps")
+    return device
 
 
 def _load(loader, path: str, **kwargs):
@@ -253,7 +264,14 @@ def load_reward_model(path: str, device: torch.device, trainable: bool = False) 
     config = _config_without_dropout(path)
     if trainable:
         config.num_labels = 1  # a causal LM's config has the default 2
-    model = _prepared(_load(AutoModelForSequenceClassification, path, config=config), tokenizer, device)
+    model, loading = _load(AutoModelForSequenceClassification, path, config=config, output_loading_info=True)
+    untrained = sorted(loading["missing_keys"]) + sorted(str(key[0] if isinstance(key, tuple) else key) for key in loading["mismatched_keys"])
+    if untrained and not trainable:  # transformers would fill them with random numbers: the scores would be noise
+        raise FastPPOError(
+            f"the reward model {path!r} has no trained score head (its weights lack {', '.join(untrained[:3])}, so its scores would be random noise): "
+            f"train one with fastppo reward-model --model {path}, or pass a sequence-classification model folder"
+        )
+    model = _prepared(model, tokenizer, device)
     return (model.train() if trainable else _frozen(model)), tokenizer
 
 
@@ -277,6 +295,11 @@ class Precision:
             raise FastPPOError(f"{torch.cuda.get_device_name(device)} has no bf16: use --dtype fp16 or fp32")
         self.device_type = device.type
         self.scaler = torch.amp.GradScaler(device.type, enabled=self.dtype == torch.float16)
+
+    @property
+    def skips_non_finite_steps(self) -> bool:
+        """fp16's loss scaling: a step whose gradients overflow is skipped (its gradient norm is inf) and the scale lowered."""
+        return self.scaler.is_enabled()
 
     def autocast(self) -> AbstractContextManager:
         return torch.autocast(device_type=self.device_type, dtype=self.dtype, enabled=self.dtype != torch.float32)

@@ -17,9 +17,10 @@ from torch import Tensor
 
 from fastppo.core import warmup_scheduled
 from fastppo.logger import RunLogger
-from fastppo.rlhf.checkpoint import due, load_training_state, save_checkpoint
+from fastppo.rlhf.checkpoint import due, last_checkpoint_named, load_training_state, save_checkpoint
 from fastppo.rlhf.config import LRScheduleConfig, RunConfig
 from fastppo.rlhf.data import batch_indices
+from fastppo.rlhf.health import check_finite
 from fastppo.rlhf.models import Models, Precision
 from fastppo.rlhf.parallel import Ranks
 from fastppo.update import set_learning_rate
@@ -70,7 +71,8 @@ def train_on_pairs(
     first_step, micro_batch_size = state["step"] + 1, steps.micro_batch_size
     history: list[dict[str, float]] = []
     output_dir = Path(run.output_dir)
-    with RunLogger(
+    ignore = ("losses/grad_norm",) if precision.skips_non_finite_steps else ()
+    with last_checkpoint_named(output_dir), RunLogger(
         output_dir if ranks.main else None,
         total_steps,
         tensorboard=True,
@@ -99,6 +101,7 @@ def train_on_pairs(
             logged |= {"losses/grad_norm": float(grad_norm), "charts/learning_rate": learning_rate}
             if evaluate is not None and due(step, evaluate_every, total_steps):
                 logged |= evaluate()
+            check_finite(step, logged, "lower --learning-rate or check the preference data", ignore)
             logger.log(step, logged)
             history.append(logged)
             if due(step, run.save_every, total_steps):

@@ -18,7 +18,7 @@ from torch import Tensor
 
 from fastppo.core.preference import bradley_terry_loss
 from fastppo.errors import FastPPOError
-from fastppo.rlhf.checkpoint import latest_checkpoint
+from fastppo.rlhf.checkpoint import resume_point
 from fastppo.rlhf.config import RewardModelTrainerConfig, validate_reward_model, validate_run
 from fastppo.rlhf.data import PreferencePair
 from fastppo.rlhf.models import POLICY_DIR, Models, Precision, load_reward_model, resolve_device, start_run
@@ -66,7 +66,7 @@ def train_reward_model(cfg: RewardModelTrainerConfig, pairs: list[PreferencePair
     total_steps = math.ceil(rm.epochs * len(train_pairs) / rm.batch_size)
     validate_run(run, cfg.schedule, total_steps=total_steps)
     output_dir = Path(run.output_dir)
-    resume_from = latest_checkpoint(output_dir) if run.resume else None
+    resume_from = resume_point(output_dir, run.resume)
     start_run(run)
     device = resolve_device(model_cfg.device)
     model, tokenizer = load_reward_model(str(resume_from / POLICY_DIR) if resume_from else model_cfg.model, device, trainable=True)

@@ -18,12 +18,12 @@ from fastppo.core import explained_variance, masked_mean, policy_loss, ppo_loss,
 from fastppo.distributed import joined, rank_device
 from fastppo.errors import FastPPOError
 from fastppo.logger import RunLogger
-from fastppo.rlhf.checkpoint import due, latest_checkpoint, load_training_state, save_checkpoint
+from fastppo.rlhf.checkpoint import due, last_checkpoint_named, load_training_state, resume_point, save_checkpoint
 from fastppo.rlhf.config import PPOConfig, RLHFConfig, validate_ppo, validate_run
 from fastppo.rlhf.data import batch_indices
 from fastppo.rlhf.evaluation import evaluate, sample_rows
 from fastppo.rlhf.generation import make_generator
-from fastppo.rlhf.health import HealthMonitor
+from fastppo.rlhf.health import HealthMonitor, check_finite
 from fastppo.rlhf.models import Models, Precision, load_models, resolve_device, start_run
 from fastppo.rlhf.parallel import Ranks
 from fastppo.rlhf.rewards import (
@@ -134,7 +134,7 @@ def _train(cfg: RLHFConfig, reward_fn: RewardFn, prompts: list[str], eval_prompt
     if not prompts:
         raise FastPPOError("no prompts to train on: give at least one prompt")
     output_dir = Path(run.output_dir)
-    resume_from = latest_checkpoint(output_dir) if run.resume else None
+    resume_from = resume_point(output_dir, run.resume)
     start_run(run)
     models = load_models(ranks.load_config(model_cfg), ppo.critic if ppo.estimator == "gae" else None, ppo.critic_model, resume_from)
     ranks.prepare(models)
@@ -150,7 +150,10 @@ def _train(cfg: RLHFConfig, reward_fn: RewardFn, prompts: list[str], eval_prompt
     history = []
     purge_step = state["step"] + 1 if state["step"] else None  # a resumed run continues its curves
     summary = (("reward", "rlhf/reward_mean", ".3f"), ("kl", "rlhf/kl_ref", ".3f"))
-    with RunLogger(
+    non_finite_fix = "lower --learning-rate, or check the reward and --missing-eos-penalty/--reward-clip"
+    # Explained variance is NaN whenever the returns are constant (every reward 0): a diagnostic, not a failure.
+    ignore = ("losses/explained_variance", *(("losses/grad_norm",) if precision.skips_non_finite_steps else ()))
+    with last_checkpoint_named(output_dir), RunLogger(
         output_dir if ranks.main else None, ppo.steps, tensorboard=True, progress=run.progress and ranks.main, config=asdict(cfg), purge_step=purge_step, summary=summary,
         wandb_project=run.wandb_project_or_none if ranks.main else None,
     ) as logger:
@@ -163,7 +166,9 @@ def _train(cfg: RLHFConfig, reward_fn: RewardFn, prompts: list[str], eval_prompt
             raw_scores = compute_scores(reward_fn, rollout.prompts, rollout.completions, device)
             # Every rank's scores: the step's statistics (whitening, the log) are over all of them.
             all_scores, all_eos = ranks.gather(raw_scores), ranks.gather(rollout.has_eos.float()).bool()
-            scores = ranks.own(shape_scores(all_scores, all_eos, sampling.missing_eos_penalty, ppo.reward_clip, ppo.whiten_rewards))
+            shaped = shape_scores(all_scores, all_eos, sampling.missing_eos_penalty, ppo.reward_clip, ppo.whiten_rewards)
+            check_finite(step, {"the shaped scores": shaped}, non_finite_fix)  # before they reach the weights
+            scores = ranks.own(shaped)
             advantages, returns, kl = compute_advantages(rollout, scores, state["kl_coef"], ppo, ranks)
             t_rollout = time.perf_counter()
             losses = ppo_update(models, optimizer, rollout, advantages, returns, ppo, state["kl_coef"], sampling.temperature, precision, ranks)
@@ -199,6 +204,7 @@ def _train(cfg: RLHFConfig, reward_fn: RewardFn, prompts: list[str], eval_prompt
                 eval_metrics, eval_rows = evaluate(models, generator, eval_prompts, reward_fn, sampling, rollout.response.shape[0])
                 metrics.update(eval_metrics)
                 logger.log_samples(step, "eval", eval_rows[: cfg.monitor.num_samples])
+            check_finite(step, metrics, non_finite_fix, ignore)
             state["step"] = step
             logger.log(step, metrics)
             history.append(metrics)
