@@ -269,15 +269,13 @@ def train_seeds(config: Config, seeds: list[int], parent: Path, workers: int, ch
         if by_seed[seed] is None and run_dir.exists() and any(run_dir.iterdir()):
             raise FastPPOError(f"{run_dir} is not empty: pick another --run-dir for these seeds")
     fresh = new_folders(parent)
-    planned = read_plan(parent) if (parent / PLAN_FILE).is_file() else None
-    save_plan(SeedPlan(config, planned.seeds if planned else seeds, parent, planned.workers if planned else workers))
+    planned = read_plan(parent)  # a resumed job keeps its seeds and processes on record
+    save_plan(SeedPlan(config, planned.seeds + [s for s in seeds if s not in planned.seeds] if planned else seeds, parent, planned.workers if planned else workers))
     parts = stacks(seeds, workers, checkpoints) if stacked else [[seed] for seed in seeds]
     if stacked and len(parts) == 1:  # no process to start
-        agents = train_seed_stack(config, seeds, parent, checkpoints)
-        stopped = agents[0].interrupted_by
-        results = [SeedResult.of(seed, agent.run_dir, agent.episode_returns, stopped and last_step(agent)) for seed, agent in zip(seeds, agents)]
+        results, stopped = _results(seeds, train_seed_stack(config, seeds, parent, checkpoints))
         print(*results, sep="\n", flush=True)
-        return results, stopped and int(stopped)
+        return results, stopped
     on_cpu = resolve_device(config.run.device).type == "cpu"  # also --device auto on a machine without a GPU
     fork = sys.platform.startswith("linux") and quiet.intra_op_threads(stacked) == 1 and on_cpu
     context = multiprocessing.get_context("fork" if fork else "spawn")
@@ -318,9 +316,15 @@ def train_seeds(config: Config, seeds: list[int], parent: Path, workers: int, ch
     return [results[seed] for seed in seeds], stopped
 
 
-def last_step(agent: Any) -> int:
-    """The step an agent's run stands at: its newest logged iteration's."""
-    return int(agent.history[-1]["global_step"]) if agent.history else 0
+def _results(seeds: list[int], agents: list[Any]) -> tuple[list[SeedResult], int | None]:
+    """The seeds' results from their trained agents, and the signal that stopped them (None: they
+    finished; a stack's seeds that reached their stop-return before it did are finished)."""
+    stopped = [int(a.interrupted_by) for a in agents if a.interrupted_by is not None]
+    results = [
+        SeedResult.of(seed, agent.run_dir, agent.episode_returns, None if agent.interrupted_by is None else int(agent.history[-1]["global_step"]) if agent.history else 0)
+        for seed, agent in zip(seeds, agents)
+    ]
+    return results, stopped[0] if stopped else None
 
 
 def _unreported(seed: int, run_dir: Path, stopped: int | None, exit_codes: list[int], batch_size: int) -> SeedResult:
@@ -363,8 +367,7 @@ def _worker(config: Config, parent: Path, tasks: Any, reports: Any, job_stop: An
             print(f"fastppo: seed {', '.join(map(str, seeds))}: {getattr(exc, 'note', None) or 'stopped at once'}", file=sys.stderr, flush=True)
             reports.put(([], getattr(exc, "signum", signal.SIGINT)))
             return
-        stopped = agents[0].interrupted_by
-        reports.put(([SeedResult.of(seed, agent.run_dir, agent.episode_returns, stopped and last_step(agent)) for seed, agent in zip(seeds, agents)], stopped and int(stopped)))
+        reports.put(_results(seeds, agents))
 
 
 @contextmanager
