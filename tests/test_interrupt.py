@@ -14,6 +14,7 @@ import pytest
 import fastppo
 from fastppo.checkpoint import load_checkpoint
 from fastppo.cli import main
+from fastppo.errors import Interrupted
 from fastppo.logger import RunLogger
 from fastppo.trainer import StopRequest
 
@@ -70,21 +71,94 @@ def test_the_api_returns_an_interrupted_agent_that_says_so(tmp_path, monkeypatch
     assert fastppo.train("CartPole-v1", run_dir=tmp_path / "finished", **tiny).interrupted_by is None
 
 
-def test_a_second_signal_stops_at_once_but_not_a_repeat_in_a_seeds_workers_grace(monkeypatch):
-    """A single run: the second signal raises KeyboardInterrupt at once. A ``--seeds`` worker
-    (repeat_grace 1 s) takes a repeat within the grace for the same request (a scheduler's SIGTERM
-    and its parent's passing it on), and a later one as a second."""
+def test_a_second_signal_stops_at_once_where_the_state_is_cut_but_not_a_repeat_in_a_seeds_workers_grace(monkeypatch):
+    """A single run: a second signal while the loop would lose work (``at_once``) raises
+    ``Interrupted`` with that signal and what is lost; where the state is whole it waits for the
+    save. A ``--seeds`` worker (repeat_grace 1 s) takes a repeat within the grace for the same
+    request (a scheduler's SIGTERM and its parent's passing it on), and a later one as a second."""
     with StopRequest(enabled=True) as stop:
         signal.raise_signal(signal.SIGTERM)
         assert stop.requested and stop.signal == signal.SIGTERM
-        with pytest.raises(KeyboardInterrupt):
+        signal.raise_signal(signal.SIGINT)  # the state is whole: the loop goes on to its save
+        stop.at_once, stop.lost = True, "the 2 iterations since checkpoint 000003 are lost"
+        with pytest.raises(Interrupted) as raised:
             signal.raise_signal(signal.SIGTERM)
+        assert raised.value.signum == signal.SIGTERM and raised.value.note == "SIGTERM again: stopped at once; the 2 iterations since checkpoint 000003 are lost"
     monkeypatch.setattr(StopRequest, "repeat_grace", 1.0)
     with StopRequest(enabled=True) as stop:
+        stop.at_once = True
         signal.raise_signal(signal.SIGTERM)
         signal.raise_signal(signal.SIGTERM)  # within the grace: the same request
         assert stop.signal == signal.SIGTERM
         stop._since -= 2.0  # the grace has passed
-        with pytest.raises(KeyboardInterrupt):
+        with pytest.raises(Interrupted):
             signal.raise_signal(signal.SIGINT)
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the handlers are put back
+
+
+def test_a_second_signal_cuts_the_iteration_short_and_says_what_is_lost(tmp_path, monkeypatch, capsys):
+    """Ctrl-C twice in one iteration's update: the run stops there, without a traceback (the CLI
+    prints the note), its newest checkpoint kept, and says which iterations are lost."""
+    import fastppo.trainer
+
+    update, calls = fastppo.trainer.ppo_update, []
+
+    def twice_in_the_fourth(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 4:
+            signal.raise_signal(signal.SIGINT)
+            signal.raise_signal(signal.SIGINT)
+        return update(*args, **kwargs)
+
+    monkeypatch.setattr(fastppo.trainer, "ppo_update", twice_in_the_fourth)
+    run = tmp_path / "run"
+    assert main(["train", "CartPole-v1", "--num-envs", "2", "--num-steps", "64", "--total-timesteps", "2048", "--checkpoint-every", "2",
+                 "--no-progress", "--no-tensorboard", "--run-dir", str(run)]) == 130  # fmt: skip
+    err = capsys.readouterr().err
+    assert err == f"fastppo: SIGINT again: stopped at once; the 2 iterations since checkpoint 000002 are lost; resume with: fastppo train --resume {run}\n"
+    assert load_checkpoint(run).iteration == 2
+
+
+def test_a_second_signal_after_the_update_waits_for_the_save(tmp_path, monkeypatch):
+    log = RunLogger.log
+    monkeypatch.setattr(RunLogger, "log", lambda self, step, metrics: (log(self, step, metrics), signal.raise_signal(signal.SIGTERM), signal.raise_signal(signal.SIGTERM)))
+    tiny = {"total_timesteps": 512, "num_envs": 2, "num_steps": 64, "progress": False, "tensorboard": False, "checkpoint_every": 0}
+    agent = fastppo.train("CartPole-v1", run_dir=tmp_path / "run", **tiny)
+    assert agent.interrupted_by == signal.SIGTERM and load_checkpoint(tmp_path / "run").iteration == 1
+
+
+def test_a_double_sigterm_exits_143_without_a_traceback(tmp_path):
+    """Two real SIGTERMs a moment apart during a long iteration: exit 143, no traceback, and either
+    the second cut the iteration short (one line says what is lost) or it came at the save, which
+    then ended the run with the iteration's checkpoint."""
+    run = tmp_path / "run"
+    argv = [sys.executable, "-m", "fastppo.cli", "train", "CartPole-v1", "--run-dir", str(run), "--num-envs", "4", "--num-steps", "2048",
+            "--total-timesteps", "100000000", "--no-progress", "--no-tensorboard", "--checkpoint-every", "1"]  # fmt: skip
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not (run / "checkpoints").is_dir():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err
+    assert "Traceback" not in err
+    logged = [json.loads(line)["global_step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
+    if "stopped at once" in err:
+        assert [line for line in err.splitlines() if "stopped at once" in line] == [line for line in err.splitlines() if line.startswith("fastppo:")], err
+        assert "iteration since checkpoint" in err or "iterations since checkpoint" in err
+    else:
+        assert load_checkpoint(run).global_step == logged[-1]
+
+
+def test_ctrl_c_during_start_up_is_one_line_and_exit_130(tmp_path):
+    argv = [sys.executable, "-m", "fastppo.cli", "train", "CartPole-v1", "--run-dir", str(tmp_path / "run"), "--no-progress"]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(0.3)  # importing torch: long before the first iteration
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    assert len(err.splitlines()) == 1 and err.startswith("fastppo: SIGINT"), err
+    assert not (tmp_path / "run" / "checkpoints").exists()

@@ -80,7 +80,7 @@ def test_seed_folders_are_ordinary_runs(tmp_path, capsys):
     assert main(["train", "CartPole-v1", *TINY, "--seeds", "1-3", "--workers", "2", "--run-dir", str(parent)]) == 0
     out = capsys.readouterr().out
     assert "3 seeds as 2 batched runs, one process each" in out and f"fastppo report {parent}" in out
-    assert sorted(p.name for p in parent.iterdir()) == ["seed_1", "seed_2", "seed_3"]
+    assert sorted(p.name for p in parent.iterdir()) == ["seed_1", "seed_2", "seed_3", "seeds.json"]  # seeds.json: the job's plan, for a resume
     for seed in (1, 2, 3):
         assert (parent / f"seed_{seed}" / "policy.safetensors").exists()
         assert main(["eval", str(parent / f"seed_{seed}"), "--episodes", "2"]) == 0
@@ -364,10 +364,16 @@ def test_a_stack_whose_seeds_differ_is_not_resumed_as_one(tmp_path, capsys):
     assert "different configs" in err and len(err.splitlines()) == 1
 
 
-def test_resuming_the_folder_of_seeds_trained_as_processes_says_to_resume_each(tmp_path, capsys):
+def test_resuming_a_finished_folder_of_seeds_trained_as_processes_is_a_one_line_error(tmp_path, capsys):
+    """With its plan (seeds.json), a job resumes as a whole: finished, it has nothing to train; a
+    folder from before plans were written says to resume each seed alone."""
     parent = tmp_path / "seeds"
     assert main(["train", "CartPole-v1", "--backend", "sync", "--num-envs", "2", "--num-steps", "32", "--total-timesteps", "128", "--no-progress", "--seeds", "1-2", "--workers", "1", "--run-dir", str(parent)]) == 0
     capsys.readouterr()
+    assert main(["train", "--resume", str(parent)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"every seed in {parent} is finished" in err and len(err.splitlines()) == 1
+    (parent / "seeds.json").unlink()
     assert main(["train", "--resume", str(parent)]) == 2
     err = capsys.readouterr().err.strip()
     assert "resume each alone" in err and f"{parent}/seed_<n>" in err and len(err.splitlines()) == 1

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -11,6 +15,7 @@ from safetensors.torch import load_file
 
 import fastppo
 
+from fastppo.checkpoint import load_checkpoint
 from fastppo.cli import main
 from fastppo.errors import FastPPOError
 from fastppo.seeds import parse_seeds
@@ -87,3 +92,58 @@ def test_train_seeds_api_errors(tmp_path):
     with pytest.raises(FastPPOError, match="2 of 2 seeds failed; seed 1: the cnn encoder needs"):
         fastppo.train_seeds("CartPole-v1", [1, 2], run_dir=tmp_path / "bad", workers=2, encoder="cnn", **API_TINY)
     assert not (tmp_path / "bad").exists()
+
+
+def seeds_job(parent: Path, seeds: str, *flags: str) -> subprocess.Popen:
+    argv = [sys.executable, "-m", "fastppo.cli", "train", "CartPole-v1", "--backend", "sync", "--num-envs", "2", "--num-steps", "64",
+            "--no-progress", "--no-tensorboard", "--seeds", seeds, "--workers", "2", "--run-dir", str(parent), *flags]  # fmt: skip
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)  # a group of its own: the signal reaches the parent alone
+
+
+def wait_for(proc: subprocess.Popen, ready) -> None:
+    deadline = time.monotonic() + 60
+    while not ready():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.05)
+
+
+def logged_steps(run_dir: Path) -> list[int]:
+    return [json.loads(line)["global_step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_a_sigint_to_the_parent_alone_stops_every_worker_and_starts_no_seed(tmp_path):
+    parent = tmp_path / "seeds"
+    proc = seeds_job(parent, "1-6", "--total-timesteps", "100000000", "--checkpoint-every", "0")
+    wait_for(proc, lambda: all((parent / f"seed_{s}" / "metrics.jsonl").is_file() and len(logged_steps(parent / f"seed_{s}")) >= 2 for s in (1, 2)))
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    for seed in (1, 2):  # each worker's seed: a checkpoint where it stopped, and said so
+        run = parent / f"seed_{seed}"
+        assert load_checkpoint(run).global_step == logged_steps(run)[-1]
+        assert f"seed {seed}: stopped at step {logged_steps(run)[-1]}" in out
+    for seed in (3, 4, 5, 6):
+        assert not (parent / f"seed_{seed}").exists() and f"seed {seed}: not started" in out
+    assert "final returns" not in out and f"6 of the 6 seeds are not finished (stopped or not started): fastppo train --resume {parent}" in out
+
+
+def test_a_sigterm_stops_a_job_of_short_seeds_and_a_resume_trains_the_rest(tmp_path, capsys):
+    parent, seeds = tmp_path / "seeds", range(1, 9)
+    proc = seeds_job(parent, "1-8", "--total-timesteps", "512")
+    wait_for(proc, lambda: sum((parent / f"seed_{s}" / "policy.safetensors").is_file() for s in seeds) >= 2)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err
+    started = [s for s in seeds if (parent / f"seed_{s}").exists()]
+    assert len(started) < 6, out  # the job stopped: the seeds after stay untouched
+    for seed in started:  # each seed it reached ended with a checkpoint, finished or stopped (one in its start-up: at step 0)
+        assert load_checkpoint(parent / f"seed_{seed}").global_step == ([0] + logged_steps(parent / f"seed_{seed}"))[-1], out
+    assert f"seed {max(seeds)}: not started" in out
+    assert main(["train", "--resume", str(parent)]) == 0
+    assert "not started yet" in capsys.readouterr().out
+    for seed in seeds:  # every seed now a finished run: its whole budget, its agent
+        run = parent / f"seed_{seed}"
+        assert logged_steps(run) == [128, 256, 384, 512] and load_checkpoint(run).global_step == 512 and (run / "policy.safetensors").is_file()
+    assert main(["train", "--resume", str(parent)]) == 2
+    assert f"every seed in {parent} is finished" in capsys.readouterr().err

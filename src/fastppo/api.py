@@ -87,7 +87,8 @@ def train_seeds(
     to ``run_dir/seed_<n>`` (default ``runs/<env>__<exp>__<seeds>__<time>``), which ``fastppo
     report``, ``eval`` and ``plot`` read. Each agent is read back from its folder: its ``history``
     from metrics.jsonl, its ``episode_returns`` the last 100 its final checkpoint keeps. A seed that
-    fails is a FastPPOError naming it, once the others have finished."""
+    fails is a FastPPOError naming it, once the others have finished. A signal stops the job: the
+    agents (``interrupted_by`` set) are those of the seeds it had started."""
     from fastppo.checkpoint import load_checkpoint
     from fastppo.errors import FastPPOError
     from fastppo.plot import read_run
@@ -99,7 +100,7 @@ def train_seeds(
     if failed:
         raise FastPPOError(f"{len(failed)} of {len(results)} seeds failed; seed {failed[0].seed}: {failed[0].error}")
     agents = []
-    for result in results:
+    for result in (r for r in results if r.started):  # a stopped job: the seeds it did not reach are left out
         agent = load_agent(result.run_dir)
         agent.history = read_run(result.run_dir).records
         agent.episode_returns = list(load_checkpoint(result.run_dir).meta.get("episode_returns", []))

@@ -9,12 +9,13 @@ from __future__ import annotations
 import argparse
 import atexit
 import os
+import signal
 import sys
 import threading
 from collections.abc import Callable
 from typing import Any
 
-from fastppo.errors import FastPPOError
+from fastppo.errors import FastPPOError, Interrupted
 
 
 class OneLineErrorParser(argparse.ArgumentParser):
@@ -57,6 +58,10 @@ def main(argv: list[str] | None = None) -> int:
 
         print(f"fastppo: error: {defer_to_rank_zero()}{exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as exc:  # Ctrl-C (or SIGTERM: ``console``) where no handler of ours waits for it
+        signum = getattr(exc, "signum", signal.SIGINT)
+        print(f"fastppo: {getattr(exc, 'note', None) or f'{signal.Signals(signum).name}: stopped at once'}", file=sys.stderr)
+        return 128 + signum  # as a shell reports a process the signal killed
 
 
 def console() -> None:
@@ -69,6 +74,7 @@ def console() -> None:
     streams flushed (as the interpreter would), the process ends with ``os._exit``. An exception
     other than a FastPPOError takes the normal path (traceback, exit code 1).
     """
+    signal.signal(signal.SIGTERM, _stop_at_once)  # as Ctrl-C: one line and exit 143, not a silent death
     code = main()
     # In the interpreter's order: threads, atexit, streams. threading._shutdown first runs the
     # threads' exit hooks, which tell idle thread pools (torch.compile's) to stop, then joins the
@@ -81,6 +87,10 @@ def console() -> None:
         except (OSError, ValueError):  # a closed pipe (`fastppo eval --json | head -c 10`)
             pass
     os._exit(code)
+
+
+def _stop_at_once(signum: int, frame: Any) -> None:
+    raise Interrupted(signum)
 
 
 if __name__ == "__main__":

@@ -4,3 +4,13 @@
 class FastPPOError(Exception):
     """Bad input (env id, preset, hyperparameter, space, file): the message names the problem and
     the fix. Raised anywhere; turned into ``fastppo: error: <message>`` and exit code 2 by the CLI."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """A stop at once by a signal (a second Ctrl-C or SIGTERM in training, or one outside it):
+    the CLI prints ``fastppo: <note>`` and exits 128 + ``signum``, as a shell reports a process
+    the signal killed, without a traceback. ``note`` says what was lost (None: nothing to say)."""
+
+    def __init__(self, signum: int, note: str | None = None):
+        super().__init__(note)
+        self.signum, self.note = signum, note

@@ -10,6 +10,7 @@ numpy and env state stay its own, and a seed's crash cannot take the others down
 from __future__ import annotations
 
 import dataclasses
+import json
 import multiprocessing
 import os
 import queue
@@ -49,29 +50,44 @@ RECENT_EPISODES = 20
 class SeedResult(NamedTuple):
     seed: int
     run_dir: Path
-    final_return: float | None  # mean of the last RECENT_EPISODES episodes; None when none finished
+    recent_return: float | None  # mean of the last RECENT_EPISODES episodes; None when none finished
     error: str | None = None
+    stopped_at: int | None = None  # the step a signal stopped the seed at (its checkpoint's); None: it ran to its end
+    started: bool = True  # False: the job was stopped before the seed's turn
 
     @classmethod
-    def of(cls, seed: int, run_dir: Path, episode_returns: list[float]) -> SeedResult:
+    def of(cls, seed: int, run_dir: Path, episode_returns: list[float], stopped_at: int | None = None) -> SeedResult:
         recent = episode_returns[-RECENT_EPISODES:]
-        return cls(seed, run_dir, sum(recent) / len(recent) if recent else None)
+        return cls(seed, run_dir, sum(recent) / len(recent) if recent else None, stopped_at=stopped_at)
+
+    @property
+    def finished(self) -> bool:
+        """Trained to its end (its --total-timesteps or --run.stop-return): its return is final."""
+        return self.started and self.error is None and self.stopped_at is None
 
     def __str__(self) -> str:
+        recent = "no episode finished" if self.recent_return is None else f"{self.recent_return:.1f} mean return over the last {RECENT_EPISODES} episodes"
         if self.error:
             shown = "failed: " + self.error
-        elif self.final_return is None:
-            shown = "no episode finished"
+        elif not self.started:
+            shown = "not started: the job was stopped first"
+        elif self.stopped_at is not None:
+            shown = f"stopped at step {self.stopped_at}" + ("" if self.recent_return is None else f", {recent} so far")
         else:
-            shown = f"{self.final_return:.1f} mean return over the last {RECENT_EPISODES} episodes"
+            shown = recent
         return f"fastppo: seed {self.seed}: {shown} ({self.run_dir})"
 
 
 def print_summary(results: list[SeedResult], parent: Path) -> None:
-    """The seeds' final returns in one line, and where ``fastppo report`` reads them."""
-    finals = [r.final_return for r in results if r.final_return is not None]
+    """The finished seeds' final returns in one line, and where ``fastppo report`` reads them;
+    the seeds left to train (stopped, not started), and how to train them on."""
+    finals = [r.recent_return for r in results if r.finished and r.recent_return is not None]
     if finals:
-        print(f"fastppo: mean of the seeds' final returns {sum(finals) / len(finals):.1f} (min {min(finals):.1f}, max {max(finals):.1f}); statistics: fastppo report {parent}")
+        which = "the seeds'" if len(finals) == len(results) else f"the {len(finals)} finished seeds'"
+        print(f"fastppo: mean of {which} final returns {sum(finals) / len(finals):.1f} (min {min(finals):.1f}, max {max(finals):.1f}); statistics: fastppo report {parent}")
+    left = [r for r in results if not r.finished and not r.error]
+    if left:
+        print(f"fastppo: {len(left)} of the {len(results)} seeds are not finished (stopped or not started): fastppo train --resume {parent} trains them on")
 
 
 class SeedPlan(NamedTuple):
@@ -124,32 +140,115 @@ def stack_threads(config: Config, workers: int) -> Config:
     return dataclasses.replace(config, run=dataclasses.replace(config.run, torch_threads=max(1, available_cpus() // workers)))
 
 
+PLAN_FILE = "seeds.json"
+"""In a --seeds job's folder: its seeds, config and processes, written as it starts, so that
+``fastppo train --resume`` knows the seeds that never started too."""
+
+
+def save_plan(plan: SeedPlan) -> None:
+    from fastppo.checkpoint import atomic_write_text
+
+    plan.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(plan.parent / PLAN_FILE, json.dumps({"seeds": plan.seeds, "workers": plan.workers, "config": plan.config.to_dict()}, indent=1))
+
+
+def read_plan(parent: Path) -> SeedPlan | None:
+    """The plan ``save_plan`` wrote in ``parent``; None where there is none (a folder of seeds
+    trained before jobs wrote one). A damaged one is a one-line error."""
+    path = parent / PLAN_FILE
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text())
+        return SeedPlan(Config.from_dict(data["config"]), [int(s) for s in data["seeds"]], parent, int(data["workers"]))
+    except (ValueError, KeyError, TypeError) as exc:
+        raise FastPPOError(f"{path} is damaged ({exc}): resume each seed alone, fastppo train --resume {parent}/seed_<n>") from None
+
+
+def resume_plan(parent: Path, overrides: dict[str, Any], env_id: str | None) -> tuple[Config, list[int], int, list]:
+    """What ``fastppo train --resume PARENT`` trains of a --seeds job: the config, the seeds left
+    (each started one from its newest checkpoint, or its stack's: ``resume_seed_stack_config``;
+    each one that never started from scratch: None), the processes and the checkpoints. Finished
+    seeds (their --total-timesteps or --run.stop-return reached, as ``overrides`` may move them)
+    stay out; if every seed is finished, a one-line error."""
+    import shutil
+
+    from fastppo.checkpoint import list_checkpoints, seed_folders
+    from fastppo.trainer import every_seed_finished, finished_run, resume_config, resume_seed_stack_config
+
+    plan = read_plan(parent)
+    started = {int(d.name.removeprefix("seed_")) for d in seed_folders(parent)}
+    if plan is None:  # a job from before plans were written: the seeds with checkpoints, as one stack or many
+        config, seeds, checkpoints = resume_seed_stack_config(parent, overrides, env_id)
+        return config, seeds, worker_count(config, len(seeds), None), checkpoints
+    fresh = [seed for seed in plan.seeds if seed not in started]
+    for seed in fresh:  # what a seed wrote before its first checkpoint (a kill) cannot be resumed: it starts again
+        if (parent / f"seed_{seed}").is_dir() and not list_checkpoints(parent / f"seed_{seed}"):
+            shutil.rmtree(parent / f"seed_{seed}")
+    unfinished = [seed for seed in plan.seeds if seed in started and not finished_run(parent / f"seed_{seed}", overrides)]
+    if not fresh and not unfinished:
+        raise every_seed_finished(parent)
+    config = plan_config(plan.config, overrides, env_id, parent)
+    by_seed: dict[int, Any] = dict.fromkeys(fresh)
+    if unfinished and config.env.backend == "tensor":  # the stacks they were saved from, each at one iteration
+        config, seeds, checkpoints = resume_seed_stack_config(parent, overrides, env_id)
+        by_seed.update(zip(seeds, checkpoints))
+    else:
+        by_seed.update((seed, resume_config(parent / f"seed_{seed}", overrides, env_id)[1]) for seed in unfinished)
+    seeds = [seed for seed in plan.seeds if seed in by_seed]
+    return config, seeds, worker_count(config, len(seeds), plan.workers), [by_seed[seed] for seed in seeds]
+
+
+def plan_config(config: Config, overrides: dict[str, Any], env_id: str | None, parent: Path) -> Config:
+    """A saved plan's config for its seeds that never started, with the overrides a resume allows
+    (``fastppo.trainer.RESUMABLE_OVERRIDES``; ``resume_config`` checks the started seeds the same way)."""
+    from fastppo.config import apply_overrides, resolve_key
+    from fastppo.loading import absolute_spec
+    from fastppo.trainer import RESUMABLE_OVERRIDES
+
+    if env_id is not None and absolute_spec(env_id) != config.env.env_id:
+        raise FastPPOError(f"{parent} trains {config.env.env_id}, not {env_id}: drop ENV_ID when resuming")
+    for key, value in overrides.items():
+        full = resolve_key(config, key)
+        section, name = full.split(".")
+        if full not in RESUMABLE_OVERRIDES and getattr(getattr(apply_overrides(Config(), {full: value}), section), name) != getattr(getattr(config, section), name):
+            raise FastPPOError(f"cannot change {full} when resuming (allowed: {', '.join(RESUMABLE_OVERRIDES)}): start a new run instead")
+        apply_overrides(config, {full: value})
+    return config.validate()
+
+
 def stacks(seeds: list[int], workers: int, checkpoints: list | None = None) -> list[list[int]]:
     """The stacks ``seeds`` train in: ``workers`` shares of consecutive seeds whose sizes differ by
     at most one; resumed (``checkpoints``, one per seed), the stacks they were saved from, each
-    still at one iteration (a process of the run may have stopped later than another). A stack's
-    float rounding depends on its width, so the same stacks continue each seed bit for bit."""
+    still at one iteration (a process of the run may have stopped later than another), then the
+    seeds that never started (None) in ``workers`` shares. A stack's float rounding depends on its
+    width, so the same stacks continue each seed bit for bit."""
     if checkpoints is None:
         return [seeds[i * len(seeds) // workers : (i + 1) * len(seeds) // workers] for i in range(min(workers, len(seeds)))]
     saved: dict[tuple, list[int]] = {}
     for seed, checkpoint in zip(seeds, checkpoints):
-        saved.setdefault((tuple(checkpoint.meta.get("stack", ())), checkpoint.iteration), []).append(seed)
-    return list(saved.values())
+        if checkpoint is not None:
+            saved.setdefault((tuple(checkpoint.meta.get("stack", ())), checkpoint.iteration), []).append(seed)
+    fresh = [seed for seed, checkpoint in zip(seeds, checkpoints) if checkpoint is None]
+    return list(saved.values()) + (stacks(fresh, workers) if fresh else [])
 
 
 def train_seeds(config: Config, seeds: list[int], parent: Path, workers: int, checkpoints: list | None = None) -> tuple[list[SeedResult], int | None]:
     """Train ``config`` once per seed into ``parent/seed_<n>`` with ``workers`` processes, without
     progress bars but the first stack's (a line per finished seed instead): on tensor envs each
-    process trains its share of the seeds (``stacks``) as one stack, with ``checkpoints`` (one per
-    seed) a stopped stack resumed, and a single stack trains in this process (its errors raised
-    here); otherwise each process takes the next seed when it is free. Prints each seed's result;
-    returns the results in seed order and the signal that stopped the run (None if none did).
+    process trains its share of the seeds (``stacks``) as one stack, and a single stack trains in
+    this process (its errors raised here); otherwise each process takes the next seed when it is
+    free. With ``checkpoints`` (one per seed, None for a seed not started: ``resume_plan``) a
+    stopped job goes on. Writes the job's plan (``PLAN_FILE``) first. Prints each seed's result;
+    returns the results in seed order and the signal that stopped the job (None if none did).
 
-    A terminal's Ctrl-C reaches the workers too (one process group): each stops after its current
-    iteration with a checkpoint, and they are waited for. A SIGTERM sent to this process alone is
-    passed on to them; one sent to every process of the job (a scheduler's) reaches a worker twice,
-    and it stops as gracefully (a worker takes a repeat within a second for the same request; a
-    later one stops it at once, as a single run's second Ctrl-C does).
+    Any SIGINT or SIGTERM stops the whole job: one to this process alone (``kill PID``) is passed
+    on to the workers; one to every process of the job (a terminal's Ctrl-C, a scheduler's
+    SIGTERM) reaches a worker twice, and it stops as gracefully (a worker takes a repeat within a
+    second for the same request). Each worker stops after its current iteration with a checkpoint
+    and starts no further seed, even where the signal came in a run's last iteration or between
+    two runs (the job's stop is shared by its processes); they are waited for. A later signal
+    stops them at once, as a single run's second Ctrl-C does.
 
     Workers are forked where each computes on one thread (torch's DataLoader does the same):
     nothing to import again, where a spawned worker spends ~2 s importing torch. A forked process
@@ -162,36 +261,39 @@ def train_seeds(config: Config, seeds: list[int], parent: Path, workers: int, ch
     quiet = dataclasses.replace(config, run=dataclasses.replace(config.run, progress=False)).validate()
     if stacked:
         check_seed_stack(config)  # once here, not as an error per process
-    if checkpoints is None:
-        for seed in seeds:
-            run_dir = parent / f"seed_{seed}"
-            if run_dir.exists() and any(run_dir.iterdir()):
-                raise FastPPOError(f"{run_dir} is not empty: pick another --run-dir for these seeds")
+    if checkpoints is not None and all(c is None for c in checkpoints):  # a resume of seeds that all never started
+        checkpoints = None
+    by_seed = dict(zip(seeds, checkpoints or [None] * len(seeds)))
+    for seed in seeds:
+        run_dir = parent / f"seed_{seed}"
+        if by_seed[seed] is None and run_dir.exists() and any(run_dir.iterdir()):
+            raise FastPPOError(f"{run_dir} is not empty: pick another --run-dir for these seeds")
+    fresh = new_folders(parent)
+    planned = read_plan(parent)  # a resumed job keeps its seeds and processes on record
+    save_plan(SeedPlan(config, planned.seeds + [s for s in seeds if s not in planned.seeds] if planned else seeds, parent, planned.workers if planned else workers))
     parts = stacks(seeds, workers, checkpoints) if stacked else [[seed] for seed in seeds]
     if stacked and len(parts) == 1:  # no process to start
-        agents = train_seed_stack(config, seeds, parent, checkpoints)
-        results = [SeedResult.of(seed, agent.run_dir, agent.episode_returns) for seed, agent in zip(seeds, agents)]
+        results, stopped = _results(seeds, train_seed_stack(config, seeds, parent, checkpoints))
         print(*results, sep="\n", flush=True)
-        stopped = agents[0].interrupted_by
-        return results, stopped and int(stopped)
-    by_seed = dict(zip(seeds, checkpoints or [None] * len(seeds)))
+        return results, stopped
     on_cpu = resolve_device(config.run.device).type == "cpu"  # also --device auto on a machine without a GPU
     fork = sys.platform.startswith("linux") and quiet.intra_op_threads(stacked) == 1 and on_cpu
     context = multiprocessing.get_context("fork" if fork else "spawn")
     tasks, reports = context.Queue(), context.Queue()
-    fresh = new_folders(parent)
+    job_stop = context.Value("i", 0, lock=False)  # the signal that stops the job (0: none); plain reads and writes are safe in a handler
     # The first stack keeps the progress bar, if asked for: the stacks move at about one pace.
     configs = [config if i == 0 and stacked else quiet for i in range(min(workers, len(parts)))]
-    processes = [context.Process(target=_worker, args=(c, parent, tasks, reports), name=f"fastppo-seeds-{i}") for i, c in enumerate(configs)]
+    processes = [context.Process(target=_worker, args=(c, parent, tasks, reports, job_stop), name=f"fastppo-seeds-{i}") for i, c in enumerate(configs)]
     for process in processes:  # before the first put starts the queue's thread: a fork copies no thread
         process.start()
     for part in parts:
-        tasks.put((part, [by_seed[s] for s in part] if checkpoints else None))
+        part_checkpoints = [by_seed[s] for s in part]
+        tasks.put((part, None if all(c is None for c in part_checkpoints) else part_checkpoints))
     for _ in processes:
         tasks.put(None)  # one stop mark per worker, after the work
     results: dict[int, SeedResult] = {}
     stopped: int | None = None
-    with _terms_passed_on(processes) as passed_on:
+    with _signals_passed_on(processes, job_stop):
         while len(results) < len(seeds) and (any(p.is_alive() for p in processes) or not reports.empty()):
             try:
                 part_results, signal_number = reports.get(timeout=0.5)
@@ -201,63 +303,91 @@ def train_seeds(config: Config, seeds: list[int], parent: Path, workers: int, ch
             for result in part_results:
                 print(result, flush=True)
                 results[result.seed] = result
-    stopped = stopped or (passed_on[0] if passed_on else None)
+    stopped = stopped or job_stop.value or None
     for process in processes:
         process.join()
-    for seed in seeds:  # a stop before the seed's turn, a second Ctrl-C, or a worker that died
+    for seed in seeds:  # a stop before the seed's turn, a stop at once, or a worker that died
         if seed not in results:
-            codes = [p.exitcode for p in processes if p.exitcode]  # negative: the signal that killed it
-            why = "stopped before it finished" if stopped else "its worker process ended without a result" + (f" (exit code {codes[0]})" if codes else "")
-            results[seed] = SeedResult(seed, parent / f"seed_{seed}", None, why)
+            results[seed] = _unreported(seed, parent / f"seed_{seed}", stopped, [p.exitcode for p in processes if p.exitcode], config.batch_size)
             print(results[seed], flush=True)
-    remove_if_empty(fresh)  # every seed failed to start: no empty folder left (each seed's own went with it)
+    if parent in fresh and not any(parent.glob("seed_*")):  # every seed failed to start: no folder left but empty ones
+        (parent / PLAN_FILE).unlink(missing_ok=True)
+    remove_if_empty(fresh)
     return [results[seed] for seed in seeds], stopped
 
 
-def _worker(config: Config, parent: Path, tasks: Any, reports: Any) -> None:
-    """One worker process: train the tasks' seeds (a stack, or one run) until the stop mark or a
-    signal, reporting each task's results."""
+def _results(seeds: list[int], agents: list[Any]) -> tuple[list[SeedResult], int | None]:
+    """The seeds' results from their trained agents, and the signal that stopped them (None: they
+    finished; a stack's seeds that reached their stop-return before it did are finished)."""
+    stopped = [int(a.interrupted_by) for a in agents if a.interrupted_by is not None]
+    results = [
+        SeedResult.of(seed, agent.run_dir, agent.episode_returns, None if agent.interrupted_by is None else int(agent.history[-1]["global_step"]) if agent.history else 0)
+        for seed, agent in zip(seeds, agents)
+    ]
+    return results, stopped[0] if stopped else None
+
+
+def _unreported(seed: int, run_dir: Path, stopped: int | None, exit_codes: list[int], batch_size: int) -> SeedResult:
+    """A seed no worker reported: stopped at once (at its newest checkpoint), not started, or its worker died."""
+    from fastppo.checkpoint import list_checkpoints
+
+    saved = list_checkpoints(run_dir)
+    if stopped and saved:
+        return SeedResult(seed, run_dir, None, stopped_at=int(saved[-1].name) * batch_size)
+    if stopped:
+        return SeedResult(seed, run_dir, None, started=False)
+    return SeedResult(seed, run_dir, None, "its worker process ended without a result" + (f" (exit code {exit_codes[0]})" if exit_codes else ""))
+
+
+def _worker(config: Config, parent: Path, tasks: Any, reports: Any, job_stop: Any) -> None:
+    """One worker process: train the tasks' seeds (a stack, or one run) until the stop mark or the
+    job's stop, reporting each task's results."""
     from fastppo.trainer import StopRequest, train, train_seed_stack
 
+    def stop_job(signum: int, frame: Any) -> None:  # between runs; a run's own handlers replace this one while it trains
+        job_stop.value = job_stop.value or signum
+
+    for signum in StopRequest.SIGNALS:
+        signal.signal(signum, stop_job)
     StopRequest.repeat_grace = 1.0  # a signal may come twice at once: from the job's sender and from the parent
-    try:
-        while (task := tasks.get()) is not None:
-            seeds, checkpoints = task
-            try:
-                if config.env.backend == "tensor":
-                    agents = train_seed_stack(config, seeds, parent, checkpoints)
-                else:
-                    agents = [train(dataclasses.replace(config, run=dataclasses.replace(config.run, seed=seeds[0])), parent / f"seed_{seeds[0]}")]
-            except FastPPOError as exc:
-                reports.put(([SeedResult(seed, parent / f"seed_{seed}", None, str(exc)) for seed in seeds], None))
-                continue
-            stopped = agents[0].interrupted_by
-            reports.put(([SeedResult.of(seed, agent.run_dir, agent.episode_returns) for seed, agent in zip(seeds, agents)], stopped and int(stopped)))
-            if stopped:
-                return
-    except KeyboardInterrupt:  # a second Ctrl-C (stops at once), or one between two seeds
-        reports.put(([], int(signal.SIGINT)))
+    StopRequest.job = job_stop
+    while not job_stop.value and (task := tasks.get()) is not None and not job_stop.value:
+        seeds, checkpoints = task
+        try:
+            if config.env.backend == "tensor":
+                agents = train_seed_stack(config, seeds, parent, checkpoints)
+            elif checkpoints:
+                agents = [train(checkpoints[0].config, parent / f"seed_{seeds[0]}", checkpoints[0])]
+            else:
+                agents = [train(dataclasses.replace(config, run=dataclasses.replace(config.run, seed=seeds[0])), parent / f"seed_{seeds[0]}")]
+        except FastPPOError as exc:
+            reports.put(([SeedResult(seed, parent / f"seed_{seed}", None, str(exc)) for seed in seeds], None))
+            continue
+        except KeyboardInterrupt as exc:  # a second signal stopped the run at once (or one in its start-up)
+            print(f"fastppo: seed {', '.join(map(str, seeds))}: {getattr(exc, 'note', None) or 'stopped at once'}", file=sys.stderr, flush=True)
+            reports.put(([], getattr(exc, "signum", signal.SIGINT)))
+            return
+        reports.put(_results(seeds, agents))
 
 
 @contextmanager
-def _terms_passed_on(processes: list[Any]) -> Iterator[list[int]]:
-    """While waiting for ``processes``: Ctrl-C (which the terminal sends them too) does not end
-    this process, and a SIGTERM is passed on to them (a kill of this process alone would leave
-    them training); yields the list of the signals passed on."""
-    passed: list[int] = []
+def _signals_passed_on(processes: list[Any], job_stop: Any) -> Iterator[None]:
+    """While waiting for ``processes``: a SIGINT or SIGTERM stops the job (``job_stop``) and is
+    passed on to them (a kill of this process alone would leave them training; a terminal's Ctrl-C
+    reaches them too, where their grace takes the copy for the same request)."""
     if threading.current_thread() is not threading.main_thread():  # only it may set handlers
-        yield passed
+        yield
         return
 
     def pass_on(signum: int, frame: Any) -> None:
-        passed.append(signum)
+        job_stop.value = job_stop.value or signum
         for process in processes:
             if process.is_alive():
                 os.kill(process.pid, signum)
 
-    previous = {signal.SIGINT: signal.signal(signal.SIGINT, signal.SIG_IGN), signal.SIGTERM: signal.signal(signal.SIGTERM, pass_on)}
+    previous = {signum: signal.signal(signum, pass_on) for signum in (signal.SIGINT, signal.SIGTERM)}
     try:
-        yield passed
+        yield
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)

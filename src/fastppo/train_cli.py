@@ -71,6 +71,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from fastppo.distributed import launched_rank
     from fastppo.checkpoint import seed_folders
+    from fastppo.seeds import PLAN_FILE
     from fastppo.trainer import resume_config, train
 
     main = launched_rank() == 0  # under torchrun, rank 0 speaks for the run
@@ -83,8 +84,8 @@ def run(args: argparse.Namespace) -> int:
             raise FastPPOError("--resume RUN_DIR continues the seeds it holds: drop --seeds")
         if args.preset is not None or args.run_dir is not None:
             raise FastPPOError("--resume RUN_DIR takes the preset and the run directory from the run: drop --preset/--run-dir")
-        if seed_folders(args.resume):
-            return resume_seed_stack(Path(args.resume), overrides, args.env_id)
+        if seed_folders(args.resume) or (Path(args.resume) / PLAN_FILE).is_file():
+            return resume_seeds(Path(args.resume), overrides, args.env_id)
         config, checkpoint = resume_config(args.resume, overrides, args.env_id)
         run_dir = Path(args.resume)
         if main:
@@ -134,15 +135,17 @@ def seeds_exit_code(results: list, stopped: int | None, parent: Path) -> int:
     return 1 if any(r.error for r in results) else 0
 
 
-def resume_seed_stack(parent: Path, overrides: dict[str, str], env_id: str | None) -> int:
-    """``--resume`` on a ``--seeds`` folder of tensor envs: its stacks go on, in this process when there is one."""
-    from fastppo.seeds import train_seeds, worker_count
-    from fastppo.trainer import resume_seed_stack_config
+def resume_seeds(parent: Path, overrides: dict[str, str], env_id: str | None) -> int:
+    """``--resume`` on a ``--seeds`` job's folder: every seed not finished goes on from its
+    checkpoint (tensor envs: its stack, in this process when there is one), and those that never
+    started start, with the job's saved config (fastppo.seeds.resume_plan)."""
+    from fastppo.seeds import resume_plan, train_seeds
 
-    config, seeds, checkpoints = resume_seed_stack_config(parent, overrides, env_id)
-    workers = worker_count(config, len(seeds), None)  # as many processes as the run started with, on the same machine
-    steps = sorted({c.global_step for c in checkpoints})
-    print(f"fastppo: resuming the {len(seeds)} seeds of {parent} from step {steps[0]}" + (f" (some from {', '.join(map(str, steps[1:]))})" if steps[1:] else ""))
+    config, seeds, workers, checkpoints = resume_plan(parent, overrides, env_id)
+    steps = sorted({c.global_step for c in checkpoints if c is not None})
+    started = f"from step {steps[0]}" + (f" (some from {', '.join(map(str, steps[1:]))})" if steps[1:] else "") if steps else ""
+    new = sum(c is None for c in checkpoints)
+    print(f"fastppo: resuming the {len(seeds)} seed{'s' if len(seeds) > 1 else ''} of {parent} " + ", ".join(filter(None, [started, new and f"{new} not started yet"])))
     return seeds_exit_code(*train_seeds(config, seeds, parent, workers, checkpoints), parent)
 
 

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import copy
 import math
 import random
 import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -28,7 +30,7 @@ from fastppo.distributed import SyncedStatistics, World, check_world_size, joine
 from fastppo.envs import make_vec_env
 from fastppo.envs.make import rollout_device
 from fastppo.envs.vector import HostCopies
-from fastppo.errors import FastPPOError
+from fastppo.errors import FastPPOError, Interrupted
 from fastppo.loading import absolute_spec
 from fastppo.logger import RunLogger
 from fastppo.outputs import output_dir, removed_if_left_empty, writing
@@ -141,7 +143,11 @@ def check_finite_rollout(buf: RolloutBuffer, cursor: EnvCursor, iteration: int, 
 
 class StopRequest:
     """SIGINT/SIGTERM handlers that ask the loop to stop after the current iteration and save a
-    checkpoint, instead of dying mid-update. A second signal stops at once (KeyboardInterrupt).
+    checkpoint, instead of dying mid-update.
+
+    A second signal stops at once where the state is half way through an iteration (``Interrupted``,
+    its note saying which iterations are lost); where the state is whole (the iteration's update is
+    done) and a save takes under a second, the loop goes on to its save (``at_once``).
 
     Under torchrun (``world``) the ranks see a signal at different moments, or only some of them
     do: a signal counts once ``agree`` (once per iteration, on every rank) has told every rank that
@@ -154,13 +160,21 @@ class StopRequest:
     repeat_grace = 0.0
     """Seconds after the first signal in which a repeat is the same stop request arriving twice,
     not a second one: 1 in a ``--seeds`` worker process (fastppo.seeds), whose parent passes on a
-    SIGTERM that a job scheduler, signalling every process of the job, has sent it too."""
+    signal that the terminal (Ctrl-C) or a job scheduler (SIGTERM to every process) sent it too."""
+    job: Any = None
+    """In a ``--seeds`` worker, the stop of the whole job, shared by its processes: ``job.value`` is
+    the signal (0: none). A signal that came before this run's handlers were set (in its start-up)
+    stops it too, and one that this run took stops the worker's next seeds."""
 
     def __init__(self, enabled: bool, world: World | None = None):
         # Python only lets the main thread install signal handlers.
         self.enabled = enabled and threading.current_thread() is threading.main_thread()
         self.world = world
         self.signal: int | None = None
+        self.at_once = False
+        """Whether a second signal raises ``Interrupted`` now (set by the loop while it would be lost)."""
+        self.lost = ""
+        """What a stop at once loses, in words (kept current by the loop)."""
         self._seen: int | None = None  # under torchrun, until agreed
         self._since = 0.0  # when the first signal came
         self._previous: dict[int, Any] = {}
@@ -170,10 +184,12 @@ class StopRequest:
             self._seen = self._seen or signum
             return
         if self.signal is not None:
-            if time.monotonic() - self._since >= self.repeat_grace:
-                raise KeyboardInterrupt
+            if time.monotonic() - self._since >= self.repeat_grace and self.at_once:
+                raise Interrupted(signum, f"{signal.Signals(signum).name} again: stopped at once; {self.lost}")
             return
         self.signal, self._since = signum, time.monotonic()
+        if self.job is not None:
+            self.job.value = self.job.value or signum
 
     def agree(self) -> None:
         """Under torchrun, make a signal seen by any rank a stop request on every rank (a collective)."""
@@ -182,6 +198,8 @@ class StopRequest:
 
     @property
     def requested(self) -> bool:
+        if self.signal is None and self.enabled and self.job is not None and self.job.value:
+            self.signal, self._since = self.job.value, time.monotonic()
         return self.signal is not None
 
     def __enter__(self) -> StopRequest:
@@ -192,6 +210,14 @@ class StopRequest:
     def __exit__(self, *exc: object) -> None:
         for s, handler in self._previous.items():
             signal.signal(s, handler)
+
+
+def lost_since(checkpoint: Path | None, iteration: int, run_dir: Path | None) -> str:
+    """What a stop at once in ``iteration`` (cut short, or done but not yet saved) loses, in words."""
+    if checkpoint is None:
+        return f"no checkpoint had been saved: the run's {iteration} iterations are lost"
+    lost = iteration - int(checkpoint.name)
+    return f"the {lost} iteration{'s' if lost > 1 else ''} since checkpoint {checkpoint.name} {'are' if lost > 1 else 'is'} lost; resume with: fastppo train --resume {run_dir}"
 
 
 def reached_stop_return(run: RunConfig, returns: list[float]) -> bool:
@@ -254,6 +280,24 @@ def resume_config(run_dir: str | Path, overrides: dict[str, Any] | None = None, 
     return config, checkpoint
 
 
+def finished_run(run_dir: Path, overrides: dict[str, Any] | None = None) -> bool:
+    """Whether the run in ``run_dir`` has nothing left to train: its newest checkpoint at the end of
+    its --total-timesteps, or past its --run.stop-return (each as ``overrides`` may move it)."""
+    checkpoint = load_checkpoint(run_dir)
+    config = copy.deepcopy(checkpoint.config)
+    moved = {resolve_key(config, key): value for key, value in (overrides or {}).items()}
+    apply_overrides(config, {key: value for key, value in moved.items() if key in ("ppo.total_timesteps", "run.stop_return", "run.stop_window")})
+    at_end = checkpoint.iteration >= config.num_iterations // checkpoint.meta.get("world_size", 1)
+    return at_end or reached_stop_return(config.run, checkpoint.meta.get("episode_returns", []))
+
+
+def every_seed_finished(run_dir: str | Path) -> FastPPOError:
+    return FastPPOError(
+        f"every seed in {run_dir} is finished (its --total-timesteps or --run.stop-return reached): nothing is left to train; "
+        f"to train further, give a larger budget: fastppo train --resume {run_dir} --total-timesteps N (or --stop-return none)"
+    )
+
+
 def resume_seed_stack_config(run_dir: str | Path, overrides: dict[str, Any] | None = None, env_id: str | None = None) -> tuple[Config, list[int], list[Checkpoint]]:
     """A stack of seeds to resume (``fastppo train --resume RUN_DIR`` on a ``--seeds`` folder): the
     config, the seeds and each seed's checkpoint as ``resume_config`` gives it, at the newest
@@ -266,10 +310,9 @@ def resume_seed_stack_config(run_dir: str | Path, overrides: dict[str, Any] | No
     backend = load_checkpoint(folders[0]).config.env.backend
     if backend != "tensor":  # trained as separate processes (--workers): each is an ordinary run
         raise FastPPOError(f"{run_dir} holds seeds trained one process each ({backend} envs): resume each alone, fastppo train --resume {run_dir}/seed_<n>")
-    latest = [resume_config(folder, overrides, env_id) for folder in folders]
-    folders = [folder for folder, (config, checkpoint) in zip(folders, latest) if not reached_stop_return(config.run, checkpoint.meta.get("episode_returns", []))]
+    folders = [folder for folder in folders if not finished_run(folder, overrides)]
     if not folders:
-        raise FastPPOError(f"every seed in {run_dir} has reached --run.stop-return: nothing is left to train (one seed trains on alone: fastppo train --resume {run_dir}/seed_<n> --stop-return none)")
+        raise every_seed_finished(run_dir)
     iteration = min(int(list_checkpoints(d)[-1].name) for d in folders)
     resumed = []
     for folder in folders:
@@ -303,7 +346,7 @@ def train(
     config.validate()
     device = rank_device(resolve_device(config.run.device))
     # Only the process that writes the run folder may take it away again (torchrun: rank 0).
-    with joined(device) as world, removed_if_left_empty(run_dir if world is None or world.main else None):
+    with during_start_up(), joined(device) as world, removed_if_left_empty(run_dir if world is None or world.main else None):
         return train_rank(config, run_dir, checkpoint, on_iteration, device, world)
 
 
@@ -316,8 +359,21 @@ def train_seed_stack(
     ``on_iteration(global_step, {seed: metrics})`` as ``train``'s, for the seeds still training."""
     config.validate()
     check_seed_stack(config)
-    with removed_if_left_empty(run_dir):
+    with during_start_up(), removed_if_left_empty(run_dir):
         return train_rank(config, run_dir, checkpoints, on_iteration, resolve_device(config.run.device), None, seeds)
+
+
+@contextmanager
+def during_start_up() -> Iterator[None]:
+    """A signal that stops a run before its loop's handlers are set (building envs and policy):
+    one line saying so. (Those the loop handles return normally, or raise ``Interrupted`` with a note.)"""
+    try:
+        yield
+    except KeyboardInterrupt as exc:
+        if getattr(exc, "note", None):
+            raise
+        name = signal.Signals(getattr(exc, "signum", signal.SIGINT)).name
+        raise Interrupted(getattr(exc, "signum", signal.SIGINT), f"{name} during start-up: stopped before the first iteration, nothing was trained") from None
 
 
 def train_rank(
@@ -419,6 +475,9 @@ def train_rank(
     policy_step = PolicyStep(agent.policy, config.run.compile, config.run.cudagraphs)
     update_step = MinibatchStep(agent.policy, state.optimizer, cfg, config.run.compile, config.run.cudagraphs, world)
     saved: Path | None = None
+    # The newest checkpoint, and how long a save takes (None: not measured yet): what a second signal would lose.
+    newest = None if checkpoint is None else (checkpoint if seeds is None else checkpoint[0]).path
+    save_seconds: float | None = None
     finished: list[Agent] = []  # a stack's seeds that reached --run.stop-return, saved as they left it
 
     def solved() -> bool:  # a single run that reached --run.stop-return (a stack's seeds leave one by one)
@@ -433,6 +492,7 @@ def train_rank(
         with StopRequest(enabled=run_dir is not None, world=world) as stop:
             while state.iteration < num_iterations and not stop.requested and not solved():
                 state.iteration += 1
+                stop.lost, stop.at_once = lost_since(newest, state.iteration, run_dir), True  # until the update is done
                 progress = schedule_progress(state.iteration, num_iterations, state.schedule_anchor)
                 start = time.perf_counter()
                 set_learning_rate(state.optimizer, scheduled(cfg.lr_schedule, cfg.learning_rate, progress))
@@ -462,6 +522,7 @@ def train_rank(
                 if cfg.objective == "kl":
                     betas = [adaptive_kl_beta(c.kl_beta, run_losses["kl_after_update"], cfg.kl_target) for c, run_losses in zip(runs_coefs, runs_losses)]
                     state.kl_beta = betas[0] if seeds is None else betas
+                stop.at_once = False  # the state is whole again: a second signal waits for the save
 
                 seconds, elapsed = timer.pop(), time.perf_counter() - start
                 # One metrics dict per run: the run itself, or each seed of a stack (its columns, its episodes).
@@ -487,8 +548,10 @@ def train_rank(
                 stop.agree()
                 every, last = config.run.checkpoint_every, state.iteration == num_iterations or solved()
                 saving = out_dir is not None and (stop.requested or last or (every and state.iteration % every == 0))
-                if saving:
-                    saved = save(state, envs)
+                if saving:  # a second signal cuts a save that takes a second or more
+                    stop.at_once, began = save_seconds is not None and save_seconds >= 1.0, time.perf_counter()
+                    saved = newest = save(state, envs)
+                    stop.at_once, save_seconds = False, time.perf_counter() - began
                 if solved():
                     logger.message(stop_return_note(config.run, agent.episode_returns, state.global_step))
                 done = [] if seeds is None else [i for i, returns in enumerate(seeds_returns) if reached_stop_return(config.run, returns)]
