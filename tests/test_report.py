@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import io
+import shutil
 import sys
 from pathlib import Path
 
@@ -112,12 +113,23 @@ def test_markdown_and_csv_tables():
         "| env | config | seeds | steps | IQM [95% CI] | mean [95% CI] | median [95% CI] |",
         "|---|---|--:|--:|--:|--:|--:|",
         "| CartPole-v1 | learning_rate=0.01 | 3 | 1000 | 1.00 [0.50, 1.50] | 2.00 [1.25, 2.75] | 3.00 [2.00, 4.12] |",
+        "",
+        "Note: CartPole-v1, learning_rate=0.01: 3 runs, fewer than 5 runs: the interval is not to be trusted.",
     ]
     rows = list(csv.DictReader(io.StringIO(csv_table(stats))))
     assert rows == [
         {"env": "CartPole-v1", "config": "learning_rate=0.01", "seeds": "1 2 3", "steps": "1000", "iqm": "1.0", "iqm_low": "0.5", "iqm_high": "1.5",
          "mean": "2.0", "mean_low": "1.25", "mean_high": "2.75", "median": "3.0", "median_low": "2.0", "median_high": "4.125"}
     ]  # fmt: skip
+
+
+def test_only_groups_of_fewer_than_five_runs_are_noted_as_untrusted():
+    table = markdown_table([_stats("A", "x", [1.0] * 4), _stats("A", "y", [1.0] * 5), _stats("B", "x", [1.0])], "")
+    assert [line for line in table.splitlines() if line.startswith("Note:")] == [
+        "Note: A, x: 4 runs, fewer than 5 runs: the interval is not to be trusted.",
+        "Note: B, x: 1 run, fewer than 5 runs: the interval is not to be trusted.",
+    ]
+    assert "Note:" not in markdown_table([_stats("A", "y", [1.0] * 5)], "")
 
 
 def test_profile_scores_are_normalised_per_env():
@@ -201,3 +213,27 @@ def test_curves_draw_each_config_on_the_steps_its_runs_cover(tmp_path, monkeypat
     stats = [GroupStats("CartPole-v1", name, runs, np.zeros(1), estimate) for name, runs in (("full", full), ("short", short), ("once", once))]
     assert plot_curves(stats, "charts/episodic_return", tmp_path / "curves.png", smooth=1, reps=10).exists()
     assert [(frames[0], frames[-1], len(frames)) for frames in drawn.values()] == [(100, 1000, 300), (100, 400, 300), (100, 100, 1)]
+
+
+def test_a_seed_found_in_two_folders_is_refused_with_both_named(root, tmp_path, capsys):
+    copy = tmp_path / "copy"
+    shutil.copytree(root / "lr-2" / "s1", copy)  # the same command run twice: one seed, two folders
+    assert main(["report", str(root), str(copy), "--out", str(tmp_path / "out"), "--reps", "10"]) == 2
+    err = capsys.readouterr().err.strip()
+    first = (root / "lr-2" / "s1").resolve()
+    assert err == f"fastppo: error: seed 1 of one CartPole-v1 config was found twice, in {first} and {copy.resolve()}: a seed counts once: leave one of the two folders out of the report"
+    assert not (tmp_path / "out").exists()
+    # The same run reached twice (itself, through its parent, through a link) counts once.
+    (tmp_path / "link").symlink_to(root / "lr-2")
+    stats = collect([root / "lr-2", root / "lr-2" / "s2", tmp_path / "link"], reps=10)
+    assert [s.seeds for s in stats] == [[1, 2]]
+
+
+def test_a_folder_that_is_a_run_and_a_folder_of_runs_is_refused(root, tmp_path, capsys):
+    both = tmp_path / "both"
+    shutil.copytree(root / "lr-2" / "s1", both)  # a single run, then --seeds into the same folder
+    shutil.copytree(root / "lr-2" / "s2", both / "seed_2")
+    for target in (both, tmp_path):
+        assert main(["report", str(target), "--out", str(tmp_path / "out"), "--reps", "10"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err == f"fastppo: error: {both.resolve()} is a run and a folder of runs at once (seed_2 inside it): move the run or the runs inside it into a folder of its own"

@@ -18,20 +18,50 @@ import fastppo
 from fastppo.checkpoint import load_checkpoint
 from fastppo.cli import main
 from fastppo.errors import FastPPOError
-from fastppo.seeds import parse_seeds
+from fastppo.seeds import parse_seeds, seed_list
 
 TINY = ["--num-envs", "2", "--num-steps", "64", "--total-timesteps", "512", "--no-tensorboard", "--no-progress"]
 
 
-@pytest.mark.parametrize(("spec", "seeds"), [("1-4", [1, 2, 3, 4]), ("1,3,5", [1, 3, 5]), ("1-3,8, 2", [1, 2, 3, 8]), ("7", [7])])
+@pytest.mark.parametrize(("spec", "seeds"), [("1-4", [1, 2, 3, 4]), ("1,3,5", [1, 3, 5]), ("1-3,8, 0", [1, 2, 3, 8, 0]), ("7", [7]), ("4294967295", [4294967295])])
 def test_seed_specs(spec, seeds):
     assert parse_seeds(spec) == seeds
 
 
-@pytest.mark.parametrize(("spec", "message"), [("a", "ranges like"), ("3-1", "runs backwards"), ("1-", "ranges like"), ("4294967296", "4294967295")])
+def test_the_most_seeds_a_command_takes_are_parsed_in_order():
+    assert parse_seeds("1-5000,5001-10000") == list(range(1, 10001))
+    assert seed_list(range(10000)) == list(range(10000))
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("a", "--seeds expects whole numbers >= 0 and ranges like 1-10 or 1,3,5, got 'a'"),
+        ("-3", "--seeds expects whole numbers >= 0 and ranges like 1-10 or 1,3,5, got '-3'"),
+        ("1.5", "--seeds expects whole numbers >= 0 and ranges like 1-10 or 1,3,5, got '1.5'"),
+        ("1-", "--seeds expects whole numbers >= 0 and ranges like 1-10 or 1,3,5, got '1-'"),
+        ("9" * 30, "--seeds expects whole numbers >= 0"),
+        ("3-1", "--seeds range 3-1 runs backwards: write 1-3"),
+        ("4294967296", "--seeds must be in [0, 4294967295] (2**32 - 1), got 4294967296"),
+        ("1-4294967296", "--seeds must be in [0, 4294967295] (2**32 - 1), got 4294967296"),
+        ("1-4294967295", "--seeds 1-4294967295 names 4294967295 seeds, more than the 10000 one command trains: split them over several commands, each with its own --run-dir"),
+        ("1-20000,20001-40000", "--seeds 1-20000,20001-40000 names 40000 seeds, more than the 10000"),
+        ("1-10000,0", "--seeds 1-10000,0 names 10001 seeds, more than the 10000"),
+        ("1-4,3", "--seeds 1-4,3 names seed 3 twice: name each seed once"),
+        ("1-5000,4000-6000", "--seeds 1-5000,4000-6000 names seed 4000 twice: name each seed once"),
+    ],
+)
 def test_bad_seed_specs_are_one_line_errors(spec, message):
-    with pytest.raises(FastPPOError, match=message):
+    with pytest.raises(FastPPOError) as error:
         parse_seeds(spec)
+    assert str(error.value).startswith(message)
+
+
+@pytest.mark.parametrize(("seeds", "message"), [(range(1, 2**32), "seeds: more than the 10000 seeds one call trains"), ([1, 2, 1], "seeds names seed 1 twice"), ([-1], "must be in [0")])
+def test_bad_seed_lists_of_the_api_are_errors(seeds, message):
+    with pytest.raises(FastPPOError) as error:
+        seed_list(seeds)
+    assert message in str(error.value)
 
 
 def without_times(run_dir: Path) -> list[dict]:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import itertools
 import signal
 import time
 from collections.abc import Iterable
@@ -53,12 +54,16 @@ def action_space(env_id: str, overrides: dict[str, Any]) -> gym.Space:
 
 def default_run_dir(config: Config, seed: str | None = None) -> Path:
     """runs/<env>__<exp>__<seed>__<timestamp>, CleanRL's naming (``seed``: the --seeds spec of a
-    folder of seeds instead of the run's own)."""
+    folder of seeds instead of the run's own), with -2, -3, ... after the timestamp where that
+    folder exists already (a run of the same name started in the same second): a new run never
+    lands in another's folder, which training would refuse."""
     env = config.env.env_id
     if (parts := file_spec(env)) is not None:  # an absolute path: the file's name is name enough
         env = f"{Path(parts[0]).name}:{parts[1]}"
     env = env.replace("/", "_").replace(":", "_")
-    return Path(config.run.run_root) / f"{env}__{config.run.exp_name}__{seed or config.run.seed}__{int(time.time())}"
+    name = f"{env}__{config.run.exp_name}__{seed or config.run.seed}__{int(time.time())}"
+    candidates = (Path(config.run.run_root) / (name if n == 1 else f"{name}-{n}") for n in itertools.count(1))
+    return next(path for path in candidates if not path.exists())
 
 
 def train(env_id: str | type, *, preset: str | None = None, run_dir: str | Path | None = None, **overrides: Any) -> Agent:

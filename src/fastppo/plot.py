@@ -82,7 +82,8 @@ def read_run(path: str | Path) -> Run:
 
 
 def find_runs(paths: list[str | Path]) -> list[Path]:
-    """Each path as a run, or, for a folder that is not one, every run folder below it."""
+    """Each path as a run, or, for a folder that is not one, every run folder below it; a
+    FastPPOError for a run with runs inside it."""
     if not paths:
         raise FastPPOError("give at least one run directory (or a folder of runs)")
     found: dict[Path, None] = {}  # ordered, and a run named twice (itself and by its parent) counts once
@@ -94,6 +95,9 @@ def find_runs(paths: list[str | Path]) -> list[Path]:
             found.update(dict.fromkeys(p.resolve() for p in below))
         else:
             found[path.resolve()] = None  # read_run names what is missing
+    for run in found:  # e.g. a single run and a --seeds job trained into one folder: which is meant?
+        if inner := next((p.parent for p in run.rglob("metrics.jsonl") if p.parent != run), None):
+            raise FastPPOError(f"{run} is a run and a folder of runs at once ({inner.relative_to(run)} inside it): move the run or the runs inside it into a folder of its own")
     return list(found)
 
 

@@ -9,7 +9,9 @@ numbers would move with other seeds.
 - **Runs and groups.** A run is a folder written by ``fastppo train`` (``config.yaml`` +
   ``metrics.jsonl``); a folder holding runs stands for all of them. Runs are grouped as
   ``fastppo plot`` groups them: the same env and config, seeds (and bookkeeping) apart. A group
-  is named by the hyperparameters that set it apart from the other groups of its env.
+  is named by the hyperparameters that set it apart from the other groups of its env. A seed
+  counts once per group (a run found in two folders is refused, both named), and a group of fewer
+  than ``MIN_TRUSTED_RUNS`` runs is noted under the table: its interval is not to be trusted.
 - **Final score** of a run: the mean of the metric over the values logged in the last
   ``final_window`` fraction of its steps (the last value at least).
 - **Performance profile** (one curve per config name, pooling its envs): the fraction of runs
@@ -39,6 +41,10 @@ from fastppo.plot import RETURN, Run, config_label, differing_keys, find_runs, g
 ONLY_CONFIG = "only config"
 """The name of a group that is its env's only one."""
 ESTIMATES = ("IQM", "mean", "median")
+MIN_TRUSTED_RUNS = 5
+"""Below this many runs a group's bootstrap interval is noted as not to be trusted: resampling 2-4
+scores spans little more than the scores themselves, however far other seeds would fall."""
+UNTRUSTED = f"fewer than {MIN_TRUSTED_RUNS} runs: the interval is not to be trusted"
 
 
 @dataclass(frozen=True)
@@ -156,11 +162,24 @@ def collect(run_dirs: list[str | Path], metric: str = RETURN, final_window: floa
         env_groups = [group for group in groups if group[0].env_id == env_id]
         keys = differing_keys(env_groups)
         for group in env_groups:
+            check_each_seed_once(group)
             runs = sorted(group, key=lambda run: (run.config.get("run.seed", 0), str(run.path)))
             scores = np.array([final_score(run, metric, final_window) for run in runs])
             name = config_label(runs[0].config, keys) or ONLY_CONFIG
             stats.append(GroupStats(env_id, name, runs, scores, interval_estimates(scores[:, None], reps, seed)))
     return sorted(stats, key=lambda s: (s.env_id, s.config))
+
+
+def check_each_seed_once(group: list[Run]) -> None:
+    """A FastPPOError naming both folders when two runs of one config have the same seed (the same
+    command run twice, or a run copied): counted twice, one seed would narrow the intervals
+    falsely. Refused rather than counted once: the two may differ (another machine, thread count
+    or version), and keeping either one in silence would pick the score."""
+    folders: dict[Any, Path] = {}
+    for run in group:
+        seed = run.config.get("run.seed")
+        if (first := folders.setdefault(seed, run.path)) != run.path:
+            raise FastPPOError(f"seed {seed} of one {run.env_id} config was found twice, in {first} and {run.path}: a seed counts once: leave one of the two folders out of the report")
 
 
 def markdown_table(stats: list[GroupStats], caption: str) -> str:
@@ -169,7 +188,8 @@ def markdown_table(stats: list[GroupStats], caption: str) -> str:
         for s in stats
     ]
     header = "| env | config | seeds | steps | IQM [95% CI] | mean [95% CI] | median [95% CI] |\n|---|---|--:|--:|--:|--:|--:|"
-    return "\n".join([caption, "", header, *rows]) + "\n"
+    notes = [f"Note: {s.env_id}, {s.config}: {len(s.runs)} run{'s' if len(s.runs) > 1 else ''}, {UNTRUSTED}." for s in stats if len(s.runs) < MIN_TRUSTED_RUNS]
+    return "\n".join([caption, "", header, *rows, *([""] + notes if notes else [])]) + "\n"
 
 
 def csv_table(stats: list[GroupStats]) -> str:

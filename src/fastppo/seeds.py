@@ -10,6 +10,7 @@ numpy and env state stay its own, and a seed's crash cannot take the others down
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import multiprocessing
 import os
@@ -26,21 +27,50 @@ from typing import Any, NamedTuple
 from fastppo.config import Config, available_cpus, check_seed
 from fastppo.errors import FastPPOError
 from fastppo.outputs import new_folders, remove_if_empty
+from fastppo.run_folder import SEEDS_PLAN
 
-_RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
+_RANGE = re.compile(r"^(\d{1,20})(?:-(\d{1,20}))?$")  # 20 digits: past any seed, short of int()'s digit limit
+MAX_SEEDS = 10_000
+"""The most seeds one command trains: a slip such as 1-100000000 is an error up front, not a list of
+a hundred million runs."""
 
 
 def parse_seeds(spec: str) -> list[int]:
-    """'1-10', '1,3,5' or '1-4,8' -> the seeds in order, each once; a one-line error otherwise."""
-    seeds: list[int] = []
+    """'1-10', '1,3,5' or '1-4,8' -> the seeds in order; a one-line error otherwise, a seed named
+    twice included. The count is checked before any range is expanded, and the work is linear in it."""
+    ranges = []
     for part in spec.replace(" ", "").split(","):
         match = _RANGE.match(part)
         if not match:
-            raise FastPPOError(f"--seeds expects seeds and ranges like 1-10 or 1,3,5, got {spec!r}")
+            raise FastPPOError(f"--seeds expects whole numbers >= 0 and ranges like 1-10 or 1,3,5, got {spec!r}")
         first, last = int(match[1]), int(match[2] or match[1])
         if last < first:
             raise FastPPOError(f"--seeds range {part} runs backwards: write {last}-{first}")
-        seeds += [check_seed(s, "--seeds") for s in range(first, last + 1) if s not in seeds]
+        check_seed(last, "--seeds")  # the range's largest: the others are in bounds too
+        ranges.append(range(first, last + 1))
+    count = sum(map(len, ranges))
+    if count > MAX_SEEDS:
+        raise FastPPOError(f"--seeds {spec} names {count} seeds, more than the {MAX_SEEDS} one command trains: split them over several commands, each with its own --run-dir")
+    return _each_once([seed for seeds in ranges for seed in seeds], f"--seeds {spec}")
+
+
+def seed_list(seeds: str | Iterable[int]) -> list[int]:
+    """``--seeds``' spec, or ``fastppo.train_seeds``' ints, as the checked list of seeds."""
+    if isinstance(seeds, str):
+        return parse_seeds(seeds)
+    taken = list(itertools.islice(seeds, MAX_SEEDS + 1))  # never more: range(1, 2**32) would fill the memory
+    if len(taken) > MAX_SEEDS:
+        raise FastPPOError(f"seeds: more than the {MAX_SEEDS} seeds one call trains: split them over several calls, each with its own run_dir")
+    return _each_once([check_seed(int(seed), "--seeds") for seed in taken], "seeds")
+
+
+def _each_once(seeds: list[int], named_by: str) -> list[int]:
+    """``seeds``, or a FastPPOError naming the first seed named twice: its runs would share one folder."""
+    seen: set[int] = set()
+    for seed in seeds:
+        if seed in seen:
+            raise FastPPOError(f"{named_by} names seed {seed} twice: name each seed once")
+        seen.add(seed)
     return seeds
 
 
@@ -102,17 +132,19 @@ def plan_seeds(env_id: str | type, seeds: str | Iterable[int], preset: str | Non
     "1-10", or ints), the config, the parent folder (default runs/<env>__<exp>__<seeds>__<time>)
     and the processes (``worker_count``)."""
     from fastppo.api import default_run_dir, make_config
+    from fastppo.run_folder import check_no_run
 
     if any(key in ("seed", "run.seed") for key in overrides):
         raise FastPPOError("--seeds and --seed both name the seed: keep one")
-    seed_list = parse_seeds(seeds) if isinstance(seeds, str) else [check_seed(int(s), "--seeds") for s in dict.fromkeys(seeds)]
-    if not seed_list:
+    listed = seed_list(seeds)
+    if not listed:
         raise FastPPOError("--seeds names no seed: give at least one")
     config = make_config(env_id, preset, overrides)
-    spec = seeds if isinstance(seeds, str) else f"{seed_list[0]}-{seed_list[-1]}"
+    spec = seeds if isinstance(seeds, str) else f"{listed[0]}-{listed[-1]}"
     parent = Path(run_dir) if run_dir else default_run_dir(config, seed=spec.replace(",", "_"))
-    workers = worker_count(config, len(seed_list), workers)
-    return SeedPlan(stack_threads(config, workers), seed_list, parent, workers)
+    check_no_run(parent)  # a single run there, or an earlier --seeds job: report would mix them
+    workers = worker_count(config, len(listed), workers)
+    return SeedPlan(stack_threads(config, workers), listed, parent, workers)
 
 
 def worker_count(config: Config, seeds: int, workers: int | None) -> int:
@@ -140,7 +172,7 @@ def stack_threads(config: Config, workers: int) -> Config:
     return dataclasses.replace(config, run=dataclasses.replace(config.run, torch_threads=max(1, available_cpus() // workers)))
 
 
-PLAN_FILE = "seeds.json"
+PLAN_FILE = SEEDS_PLAN
 """In a --seeds job's folder: its seeds, config and processes, written as it starts, so that
 ``fastppo train --resume`` knows the seeds that never started too."""
 

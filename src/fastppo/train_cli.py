@@ -13,6 +13,7 @@ from fastppo.api import default_run_dir, make_config
 from fastppo.cli import add_boolean_flag
 from fastppo.config import Config, available_presets, field_docs, sections
 from fastppo.errors import FastPPOError
+from fastppo.seeds import MAX_SEEDS
 
 
 def add_hyperparameter_flags(parser: argparse.ArgumentParser) -> None:
@@ -53,12 +54,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="continue the run in RUN_DIR from its newest checkpoint, with its saved config (only --total-timesteps and the run.* output flags may change)",
     )
     parser.add_argument("--preset", default=None, help=f"hyperparameter preset: {', '.join(available_presets())}, or a preset YAML file's path (fastppo sweep writes one) (default: the env's own, else CleanRL's)")
-    parser.add_argument("--run-dir", default=None, help="output folder (default: runs/<env>__<exp>__<seed>__<time>)")
+    parser.add_argument("--run-dir", default=None, help="output folder, new or without a run in it: --resume continues a run (default: runs/<env>__<exp>__<seed>__<time>)")
     parser.add_argument(
         "--seeds",
         metavar="SPEC",
         default=None,
-        help="train one run per seed (1-10, 1,3,5, 1-4,8) into RUN_DIR/seed_<n> "
+        help=f"train one run per seed (1-10, 1,3,5, 1-4,8; at most {MAX_SEEDS}, each once) into RUN_DIR/seed_<n> "
         "in --workers processes (on tensor envs each trains its share of the seeds as one batched computation); 'fastppo report RUN_DIR' summarises them",
     )
     parser.add_argument(

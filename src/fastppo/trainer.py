@@ -38,6 +38,7 @@ from fastppo.policies import ActorCritic
 from fastppo.policies.mlp_autograd import mlp_layers
 from fastppo.profiling import SectionTimer
 from fastppo.rollout import EnvCursor, ObservationNormalizer, PolicyStep, RolloutBuffer, collect_rollout, fresh_state
+from fastppo.run_folder import check_no_run
 from fastppo.seed_stack import (
     SeedLoggers,
     check_seed_stack,
@@ -391,11 +392,11 @@ def train_rank(
     world_size = 1 if world is None else world.size
     out_dir = run_dir if world is None or world.main else None  # where this process writes
     seed_dirs = None if seeds is None else [run_dir / f"seed_{s}" for s in seeds]
-    for directory in seed_dirs or [out_dir]:
-        if directory is not None:
-            output_dir(directory, "the run directory")  # before a single step is spent
-        if checkpoint is None and directory is not None and list_checkpoints(directory):
-            raise FastPPOError(f"{directory} already holds a run with checkpoints: continue it with 'fastppo train --resume {directory}' or pick another --run-dir")
+    directories = [d for d in seed_dirs or [out_dir] if d is not None]
+    for directory in directories if checkpoint is None else []:
+        check_no_run(directory)  # before anything is written to any of them
+    for directory in directories:
+        output_dir(directory, "the run directory")  # before a single step is spent
     cfg = config.ppo
     num_iterations, steps_per_iteration = planned_iterations(config, world_size), config.batch_size * world_size
     # Each rank its own envs and random streams; a resumed rank restarts them (the checkpoint holds rank 0's).
