@@ -305,7 +305,11 @@ def train_seeds(config: Config, seeds: list[int], parent: Path, workers: int, ch
     save_plan(SeedPlan(config, planned.seeds + [s for s in seeds if s not in planned.seeds] if planned else seeds, parent, planned.workers if planned else workers))
     parts = stacks(seeds, workers, checkpoints) if stacked else [[seed] for seed in seeds]
     if stacked and len(parts) == 1:  # no process to start
-        results, stopped = _results(seeds, train_seed_stack(config, seeds, parent, checkpoints))
+        try:
+            results, stopped = _results(seeds, train_seed_stack(config, seeds, parent, checkpoints))
+        except FastPPOError:
+            _forget_unstarted_job(parent, fresh)
+            raise
         print(*results, sep="\n", flush=True)
         return results, stopped
     on_cpu = resolve_device(config.run.device).type == "cpu"  # also --device auto on a machine without a GPU
@@ -342,10 +346,16 @@ def train_seeds(config: Config, seeds: list[int], parent: Path, workers: int, ch
         if seed not in results:
             results[seed] = _unreported(seed, parent / f"seed_{seed}", stopped, [p.exitcode for p in processes if p.exitcode], config.batch_size)
             print(results[seed], flush=True)
-    if parent in fresh and not any(parent.glob("seed_*")):  # every seed failed to start: no folder left but empty ones
+    _forget_unstarted_job(parent, fresh)
+    return [results[seed] for seed in seeds], stopped
+
+
+def _forget_unstarted_job(parent: Path, fresh: list[Path]) -> None:
+    """Where every seed failed to start, remove the plan and the folders this job made, which hold
+    nothing else: ``fastppo report runs/`` would stop at them."""
+    if parent in fresh and not any(p.is_file() for p in parent.glob("seed_*/**/*")):
         (parent / PLAN_FILE).unlink(missing_ok=True)
     remove_if_empty(fresh)
-    return [results[seed] for seed in seeds], stopped
 
 
 def _results(seeds: list[int], agents: list[Any]) -> tuple[list[SeedResult], int | None]:
