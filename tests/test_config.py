@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from fastppo.api import make_config
 from fastppo.config import Config, apply_overrides, available_presets, load_preset, preset_for_env
 from fastppo.errors import FastPPOError
+from fastppo.trainer import resolve_device
 
 
 def test_defaults_are_cleanrl_ppo_py():
@@ -70,3 +72,80 @@ def test_torch_threads_default_to_one_for_a_run_and_every_cpu_for_a_stack(monkey
     assert chosen.intra_op_threads(stacked=False) == 3 and chosen.intra_op_threads(stacked=True) == 3
     with pytest.raises(FastPPOError, match="--run.torch-threads must be 0 \\(automatic\\) or a positive integer, got -1"):
         apply_overrides(Config(), {"torch_threads": -1}).validate()
+
+
+@pytest.mark.parametrize(
+    "key, value, message",
+    [
+        ("num_envs", "[1]", "--env.num-envs expects an integer, got '[1]'"),
+        ("num_envs", "None", "--env.num-envs expects an integer, got 'None'"),
+        ("num_envs", "1j", "--env.num-envs expects an integer, got '1j'"),
+        ("num_envs", "True", "--env.num-envs expects an integer, got 'True'"),
+        ("num_envs", "nan", "--env.num-envs expects an integer, got 'nan'"),
+        ("num_envs", [1], "--env.num-envs expects an integer, got [1]"),  # YAML list
+        ("num_envs", {"a": 1}, "--env.num-envs expects an integer, got {'a': 1}"),  # YAML mapping
+        ("num_envs", None, "--env.num-envs expects an integer, got None"),  # YAML null
+        ("learning_rate", [1], "--ppo.learning-rate expects a number, got [1]"),
+        ("learning_rate", None, "--ppo.learning-rate expects a number, got None"),
+        ("learning_rate", 10**400, "--ppo.learning-rate expects a number, got 1000"),  # beyond a float
+        ("hidden_sizes", "[1j]", "--policy.hidden-sizes expects an integer, got '1j'"),
+    ],
+)
+def test_values_of_the_wrong_type_are_refused_with_the_flag(key, value, message):
+    with pytest.raises(FastPPOError) as error:
+        apply_overrides(Config(), {key: value})
+    assert str(error.value).startswith(message)
+
+
+@pytest.mark.parametrize("value, expected", [("1_000", 1000), ("0x10", 16), ("1e3", 1000), (" 7 ", 7), (8.0, 8), (12, 12)])
+def test_integers_in_python_spellings_are_read(value, expected):
+    assert apply_overrides(Config(), {"num_envs": value}).env.num_envs == expected
+
+
+def test_a_preset_file_that_is_not_utf8_is_one_line(tmp_path):
+    path = tmp_path / "best.yaml"
+    path.write_bytes(b"ppo:\n  learning_rate: \xff\xfe\n")
+    with pytest.raises(FastPPOError, match=rf"^cannot read preset {path}: not UTF-8 text \(byte 22\)$"):
+        load_preset(str(path))
+
+
+def test_a_minibatch_of_one_row_is_refused_naming_the_flag():
+    """One row: its normalised advantage divides by a std of 0, and the first update is NaN."""
+    with pytest.raises(FastPPOError) as error:
+        make_config("CartPole-v1", overrides={"num_envs": 2, "num_steps": 8, "num_minibatches": 16})
+    assert str(error.value) == (
+        "--num-minibatches 16 splits the batch of 16 steps (num_envs 2 x num_steps 8) into minibatches of 1 row, "
+        "and a minibatch needs at least 2: give --num-minibatches 8 or fewer, or raise --num-envs or --num-steps"
+    )
+    assert make_config("CartPole-v1", overrides={"num_envs": 2, "num_steps": 8, "num_minibatches": 8}).minibatch_size == 2
+
+
+def test_a_presets_minibatch_count_that_leaves_one_row_names_the_preset_and_the_flag():
+    with pytest.raises(FastPPOError) as error:
+        make_config("LunarLander-v3", overrides={"num_envs": 4, "num_steps": 64})
+    assert str(error.value) == (
+        "--num-minibatches 256 (the LunarLander-v3 preset's) splits the batch of 256 steps (num_envs 4 x num_steps 64) into minibatches of 1 row, "
+        "and a minibatch needs at least 2: give --num-minibatches 128 or fewer, or raise --num-envs or --num-steps"
+    )
+    with pytest.raises(FastPPOError, match=r"^--num-minibatches 1 splits the batch of 1 step \(num_envs 1 x num_steps 1\) into minibatches of 1 row, and a minibatch needs at least 2: raise --num-envs or --num-steps$"):
+        make_config("LunarLander-v3", overrides={"num_envs": 1, "num_steps": 1, "num_minibatches": 1})
+
+
+@pytest.mark.parametrize(
+    "name, message",
+    [
+        ("meta", "unknown device 'meta': use cpu, cuda, cuda:N, mps or auto"),
+        ("xla", "unknown device 'xla': use cpu, cuda, cuda:N, mps or auto"),
+        ("tpu9", "unknown device 'tpu9': use cpu, cuda, cuda:N, mps or auto"),
+        ("mps", "--device mps asked for, but torch sees no Apple MPS GPU: use --device cpu"),
+        ("cuda:1", "--device cuda:1 asked for, but torch sees no CUDA GPU: use --device cpu"),
+    ],
+)
+def test_devices_torch_cannot_train_on_here_are_refused(name, message):
+    import torch
+
+    if torch.cuda.is_available() or torch.backends.mps.is_available():
+        pytest.skip("these messages are for a machine with neither CUDA nor MPS")
+    with pytest.raises(FastPPOError) as error:
+        resolve_device(name)
+    assert str(error.value) == message

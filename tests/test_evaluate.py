@@ -75,6 +75,10 @@ def test_eval_cli_prints_mean_and_std_or_json(run, capsys):
         (["plot", "{run}", "--out", "{empty}"], "the plot {empty} is a folder: give a file path"),
         (["plot", "{run}", "--out", "{file}/p.png"], "cannot write the plot {file}/p.png: {file} is a file, not a folder"),
         (["plot", "{run}", "--out", "/proc/p.png"], "cannot write the plot /proc/p.png: No such file or directory"),
+        # File types their writer cannot write: refused before any frame is rendered or figure drawn.
+        (["record", "{run}", "--out", "{empty}/v.txt"], "the video {empty}/v.txt ends in '.txt', a file type it cannot be written as: end the name in .avi, .mkv, .mov, .mp4"),
+        (["record", "{run}", "--out", "{empty}/v"], "the video {empty}/v has no file type ending: end the name in .avi, .mkv, .mov, .mp4"),
+        (["plot", "{run}", "--out", "{empty}/p.xyz"], "the plot {empty}/p.xyz ends in '.xyz', a file type it cannot be written as: end the name in .avif, .eps, .gif, .jpeg, .jpg, .pdf"),
     ],
 )
 def test_errors_are_one_line_exit_2(run, tmp_path, capsys, argv, message):

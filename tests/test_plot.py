@@ -44,7 +44,7 @@ def test_plot_of_one_run_defaults_into_it(runs):
 @pytest.mark.parametrize(
     "setup, message",
     [
-        ("missing", "is not a run directory"),
+        ("missing", "does not exist: give a run directory (metrics.jsonl and config.yaml in it) or a folder of runs"),
         ("empty", "is neither a run directory nor a folder of runs"),
         ("no_config", "is not a fastppo run: agent.json is missing"),  # config.yaml, else the agent's copy
         ("no_metrics", "holds no metrics"),
@@ -65,3 +65,34 @@ def test_plot_errors_are_one_line(tmp_path, capsys, runs, setup, message):
     assert main(["plot", str(target), *(["--smooth", "-3"] if setup == "smooth" else [])]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and message in err, err
+
+
+def test_a_last_line_cut_short_by_a_kill_is_skipped(runs, tmp_path):
+    run = tmp_path / "killed"
+    run.mkdir()
+    (run / "config.yaml").write_text((runs[0] / "config.yaml").read_text())
+    whole = (runs[0] / "metrics.jsonl").read_text()
+    (run / "metrics.jsonl").write_text(whole + '{"global_step": 99999, "charts/epi')
+    assert read_run(run).records == read_run(runs[0]).records
+
+
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        (lambda lines: [lines[0], b'{"global_step": 3, "charts/epi', *lines[1:]], "metrics.jsonl line 2 is not JSON: the file is damaged"),
+        (lambda lines: [*lines[:2], b"\xff\xfe", *lines[2:]], "metrics.jsonl line 3 is not UTF-8 text: the file is damaged"),
+        (lambda lines: [b"[1]", *lines], "metrics.jsonl line 1 is not a metrics record (a JSON object with a numeric global_step)"),
+        (lambda lines: [lines[0], b'{"global_step": 3, "charts/SPS": "fast"}', *lines[1:]], "metrics.jsonl line 2: charts/SPS is 'fast', not a number"),
+    ],
+)
+def test_a_damaged_metrics_line_is_named_by_its_number(runs, tmp_path, capsys, damage, message):
+    run = tmp_path / "damaged"
+    run.mkdir()
+    (run / "config.yaml").write_text((runs[0] / "config.yaml").read_text())
+    lines = (runs[0] / "metrics.jsonl").read_bytes().splitlines()
+    (run / "metrics.jsonl").write_bytes(b"\n".join(damage(lines)) + b"\n")
+    for command in (["plot", str(run), "--out", str(tmp_path / "p.png")], ["report", str(run), "--out", str(tmp_path / "report")]):
+        assert main(command) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith(f"fastppo: error: {run / message.split(' ', 1)[0]} {message.split(' ', 1)[1]}") and len(err.splitlines()) == 1, err
+    assert not (tmp_path / "p.png").exists()

@@ -159,7 +159,7 @@ def test_report_cli_writes_the_tables_and_figures(root, tmp_path, capsys):
 @pytest.mark.parametrize(
     "case, message",
     [
-        ("missing", "is not a run directory"),
+        ("missing", "does not exist: give a run directory (metrics.jsonl and config.yaml in it) or a folder of runs"),
         ("no_runs", "is neither a run directory nor a folder of runs"),
         ("no_episodes", "logged no charts/episodic_return"),
         ("window", "--final-window 1.5 is not a fraction"),

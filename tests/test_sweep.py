@@ -263,13 +263,16 @@ def test_an_exception_from_on_iteration_ends_the_run_with_its_envs_closed(tmp_pa
         (["--trials", "2"], "ppo: {learning_rate: {float: [0, 1], log: true}}", "ppo.learning_rate: `low > 0` must hold for `log=True`"),
         (["--trials", "2"], "run: {seed: {int: [1, 2]}}", "run.seed is not a hyperparameter a sweep tunes"),
         (["--trials", "2"], "[1, 2]", "must map sections to fields"),
+        (["--trials", "2"], b"ppo: {learning_rate: \xff}", "--space space.yaml is not UTF-8 text (byte 21): give a YAML search space"),
+        # A field spelled as its flag is that field (no KeyError from the spelling).
+        (["--trials", "2"], "ppo: {num-steps: {float: [16, 64]}}", "--space space.yaml: ppo.num_steps is an integer"),
         (["--trials", "2", "--learning-rate", "1e-3"], "ppo: {learning_rate: {float: [1.0e-4, 1.0e-2]}}", "nothing is left to tune"),
     ],
 )
 def test_bad_sweep_input_is_one_line_and_exit_2(argv, space, message, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     if space is not None:
-        Path("space.yaml").write_text(space)
+        Path("space.yaml").write_bytes(space if isinstance(space, bytes) else space.encode())
         argv = [*argv, "--space", "space.yaml"]
     assert main(["sweep", "CartPole-v1", *argv, *TINY, "--run-dir", "sweep"]) == 2
     err = capsys.readouterr().err

@@ -13,7 +13,7 @@ from typing import Any
 import gymnasium as gym
 
 from fastppo.agent import Agent, load_agent
-from fastppo.config import Config, EnvConfig, apply_overrides, load_preset, preset_for_env
+from fastppo.config import Config, EnvConfig, apply_overrides, load_preset, preset_for_env, resolve_key
 from fastppo.envs.make import policy_spaces
 from fastppo.loading import absolute_spec, file_spec
 
@@ -39,9 +39,12 @@ def make_config(env_id: str | type, preset: str | None = None, overrides: dict[s
     if preset is None:
         preset = preset_for_env(env_id, continuous=isinstance(action_space(env_id, overrides), gym.spaces.Box))
     config = Config()
-    apply_overrides(config, load_preset(preset))
+    preset_values = load_preset(preset)
+    apply_overrides(config, preset_values)
     apply_overrides(config, {"env.env_id": env_id, **overrides})
-    return config.validate()
+    given = {resolve_key(config, key) for key in overrides}
+    from_preset = {resolve_key(config, key) for key in preset_values} - given
+    return config.validate(minibatches_from=f"the {preset} preset's" if "ppo.num_minibatches" in from_preset else None)
 
 
 def action_space(env_id: str, overrides: dict[str, Any]) -> gym.Space:

@@ -198,8 +198,10 @@ class Config:
         """--run.torch-threads, or for 0 its automatic value: 1 for one run, every CPU for a stack of seeds."""
         return self.run.torch_threads or (available_cpus() if stacked else 1)
 
-    def validate(self) -> Config:
-        """Check every value once; raise FastPPOError with the fix."""
+    def validate(self, minibatches_from: str | None = None) -> Config:
+        """Check every value once; raise FastPPOError with the fix. ``minibatches_from`` names
+        where num_minibatches came from when the user did not give it (e.g. "the preset
+        LunarLander-v3's"), for the message that asks to change it."""
         positive_ints = {
             "env.num_envs": self.env.num_envs,
             "env.frame_stack": self.env.frame_stack,
@@ -259,6 +261,14 @@ class Config:
             raise FastPPOError(
                 f"batch size {self.batch_size} (num_envs {self.env.num_envs} x num_steps {self.ppo.num_steps}) "
                 f"does not split into {self.ppo.num_minibatches} minibatches: pick num_minibatches dividing {self.batch_size}"
+            )
+        if self.minibatch_size < 2:
+            # One row: its advantage's std is 0 and normalising divides by it, so the first update is NaN.
+            given = f"--num-minibatches {self.ppo.num_minibatches}" + (f" ({minibatches_from})" if minibatches_from else "")
+            fix = f"give --num-minibatches {self.batch_size // 2} or fewer, or " if self.batch_size >= 2 else ""
+            raise FastPPOError(
+                f"{given} splits the batch of {self.batch_size} step{'s' if self.batch_size > 1 else ''} (num_envs {self.env.num_envs} x num_steps {self.ppo.num_steps}) "
+                f"into minibatches of {self.minibatch_size} row, and a minibatch needs at least 2: {fix}raise --num-envs or --num-steps"
             )
         if self.num_iterations < 1:
             raise FastPPOError(
@@ -379,19 +389,27 @@ def coerce(value: Any, annotation: Any, name: str) -> Any:
             raise FastPPOError(f"--{name} expects an integer, got {value!r}")
         if isinstance(value, int):
             return value
-        try:
-            number = float(ast.literal_eval(str(value).replace("_", ""))) if not isinstance(value, float) else value
-        except (ValueError, SyntaxError):
-            raise FastPPOError(f"--{name} expects an integer, got {value!r}") from None
-        if not float(number).is_integer():
-            raise FastPPOError(f"--{name} expects an integer, got {value!r}")
-        return int(number)
+        # Text as Python writes integers (1_000, 0x10), or a whole float (1e6, 2.0); anything else
+        # (a YAML list or null, 1j, nan) is refused here rather than failing later.
+        if isinstance(value, (str, float)):
+            text = str(value).strip()
+            try:
+                return int(text, 0)
+            except ValueError:
+                pass
+            try:
+                number = float(text)
+            except ValueError:
+                number = math.nan
+            if number.is_integer():
+                return int(number)
+        raise FastPPOError(f"--{name} expects an integer, got {value!r}")
     if annotation is float:
         if isinstance(value, bool):
             raise FastPPOError(f"--{name} expects a number, got {value!r}")
         try:
             return float(value)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):  # OverflowError: a YAML integer beyond a float
             raise FastPPOError(f"--{name} expects a number, got {value!r}") from None
     if annotation is str:
         return str(value)
@@ -455,10 +473,13 @@ def load_preset(name: str) -> dict[str, Any]:
             raise FastPPOError(f"preset file {name} not found: give the path of a preset YAML (sections env/ppo/policy), or a preset name")
         raise FastPPOError(f"unknown preset '{name}': available presets are {', '.join(available_presets())}, or a preset YAML file's path")
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
         return {f"{section}.{key}": value for section, values in data.items() if section != "description" for key, value in (values or {}).items()}
-    except (OSError, yaml.YAMLError, AttributeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) else "expected sections (env, ppo, policy) mapping fields to values"
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, AttributeError) as exc:
+        if isinstance(exc, UnicodeDecodeError):
+            reason = f"not UTF-8 text (byte {exc.start})"
+        else:
+            reason = exc.strerror if isinstance(exc, OSError) else "expected sections (env, ppo, policy) mapping fields to values"
         raise FastPPOError(f"cannot read preset {path}: {reason}") from None
 
 

@@ -6,19 +6,23 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from fastppo.errors import FastPPOError
 
 
-def output_file(path: str | Path, what: str) -> Path:
+def output_file(path: str | Path, what: str, suffixes: Collection[str] = ()) -> Path:
     """``path`` as a file that can be written (its folder created), else a FastPPOError naming
-    ``what`` (e.g. "--onnx") and the problem."""
+    ``what`` (e.g. "--onnx") and the problem; ``suffixes`` (".png", ...), if given, are the
+    endings the writer understands."""
     path = Path(path)
     if path.is_dir():
         raise FastPPOError(f"{what} {path} is a folder: give a file path")
+    if suffixes and path.suffix.lower() not in suffixes:
+        problem = f"ends in '{path.suffix}', a file type it cannot be written as" if path.suffix else "has no file type ending"
+        raise FastPPOError(f"{what} {path} {problem}: end the name in {', '.join(sorted(suffixes))}")
     _writable_folder(path.parent, what, path)
     return path
 

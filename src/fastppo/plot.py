@@ -57,28 +57,55 @@ class Run:
 def read_run(path: str | Path) -> Run:
     """A run directory's config and metrics; FastPPOError naming what is missing or damaged."""
     path = Path(path)
+    if not path.exists():
+        raise FastPPOError(f"{path} does not exist: give a run directory (metrics.jsonl and config.yaml in it) or a folder of runs")
     if not path.is_dir():
-        raise FastPPOError(f"{path} is not a run directory (expected metrics.jsonl and config.yaml in it)")
+        raise FastPPOError(f"{path} is a file, not a run directory (expected metrics.jsonl and config.yaml in it)")
     try:
         if (path / "config.yaml").exists():
             config = yaml.safe_load((path / "config.yaml").read_text())
         else:
             config = json.loads((path / "agent.json").read_text())["config"]
         flat = {f"{section}.{key}": value for section, values in config.items() for key, value in values.items()}
-        lines = (path / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
+        records = read_metrics(path / "metrics.jsonl")
     except FileNotFoundError as exc:
         raise FastPPOError(f"{path} is not a fastppo run: {Path(exc.filename).name} is missing") from None
+    except OSError as exc:
+        raise FastPPOError(f"cannot read {exc.filename or path}: {exc.strerror or exc}") from None
     except (yaml.YAMLError, ValueError, KeyError, AttributeError, TypeError) as exc:
         raise FastPPOError(f"cannot read the config of {path}: {str(exc).splitlines()[0]}") from None
-    records = []
-    for line in lines:
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue  # a line cut short by a killed run
     if not records:
         raise FastPPOError(f"{path}/metrics.jsonl holds no metrics yet: train longer, or check the run")
     return Run(path, flat, records)
+
+
+def read_metrics(path: Path) -> list[dict[str, float]]:
+    """The records of a metrics.jsonl. Its last line is skipped when it is cut short (no newline
+    yet: a killed run); a damaged line anywhere else is a FastPPOError naming the file and line."""
+    data = path.read_bytes()
+    lines = data.split(b"\n")
+    records = []
+    for number, raw in enumerate(lines, 1):
+        if not raw.strip():
+            continue
+        try:
+            record = json.loads(raw.decode("utf-8"))
+        except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError
+            if number == len(lines):  # the logger ends every record with a newline: this one was cut short
+                break
+            what = "not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else "not JSON"
+            raise FastPPOError(f"{path} line {number} is {what}: the file is damaged; fix or delete that line, or leave the run out") from None
+        if not isinstance(record, dict) or not _is_number(record.get("global_step")):
+            raise FastPPOError(f"{path} line {number} is not a metrics record (a JSON object with a numeric global_step): fix or delete that line, or leave the run out")
+        bad = next((name for name, value in record.items() if value is not None and not _is_number(value)), None)
+        if bad is not None:
+            raise FastPPOError(f"{path} line {number}: {bad} is {record[bad]!r}, not a number: fix or delete that line, or leave the run out")
+        records.append(record)
+    return records
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def find_runs(paths: list[str | Path]) -> list[Path]:
@@ -141,6 +168,13 @@ def check_smooth(window: int) -> None:
         raise FastPPOError(f"--smooth must be >= 1 (1: the raw curves), got {window}")
 
 
+def image_suffixes() -> set[str]:
+    """The file endings matplotlib's Agg canvas saves figures as (.png, .pdf, .svg, ...)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    return {f".{name}" for name in FigureCanvasAgg.get_supported_filetypes()}
+
+
 def _smooth(values: np.ndarray, window: int) -> np.ndarray:
     if window <= 1 or len(values) < 2:
         return values
@@ -190,7 +224,7 @@ def plot_runs(run_dirs: list[str | Path], out: str | Path, smooth: int = 10) -> 
 
     check_smooth(smooth)
     groups = group_runs([read_run(p) for p in find_runs(run_dirs)])
-    out = output_file(out, "the plot")  # after the runs (RUN_DIR/plot.png needs RUN_DIR), before drawing
+    out = output_file(out, "the plot", image_suffixes())  # after the runs (RUN_DIR/plot.png needs RUN_DIR), before drawing
     labels = _labels(groups)
     fig = plt.figure(figsize=(16, 9), layout="constrained")
     grid = fig.add_gridspec(2, len(DIAGNOSTICS), height_ratios=(2.2, 1))

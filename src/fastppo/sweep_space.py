@@ -34,6 +34,8 @@ def load_space(path: str | Path | None = None) -> dict[str, BaseDistribution]:
         data = yaml.safe_load(source.read_text(encoding="utf-8"))
     except OSError as exc:
         raise FastPPOError(f"cannot read --space {source}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise FastPPOError(f"--space {source} is not UTF-8 text (byte {exc.start}): give a YAML search space") from None
     except yaml.YAMLError as exc:
         raise FastPPOError(f"--space {source} is not valid YAML: {str(exc).splitlines()[0]}") from None
     if not isinstance(data, dict) or not data or not all(isinstance(fields, dict) for fields in data.values()):
@@ -46,7 +48,8 @@ def load_space(path: str | Path | None = None) -> dict[str, BaseDistribution]:
                 key = resolve_key(config, f"{section}.{name}")
                 if key.startswith("run.") or key == "env.env_id":
                     raise FastPPOError(f"{key} is not a hyperparameter a sweep tunes (env, ppo, policy and multi_agent fields are)")
-                space[key] = distribution(key, entry, typing.get_type_hints(type(sections(config)[section]))[name])
+                section_name, field_name = key.split(".", 1)  # as resolved: 'learning-rate' is ppo.learning_rate
+                space[key] = distribution(key, entry, typing.get_type_hints(type(sections(config)[section_name]))[field_name])
             except FastPPOError as exc:
                 raise FastPPOError(f"--space {source}: {exc}") from None
     return space

@@ -90,9 +90,17 @@ def resolve_device(name: str) -> torch.device:
     try:
         device = torch.device(name)
     except RuntimeError:
-        raise FastPPOError(f"unknown device '{name}': use cpu, cuda, cuda:N or auto") from None
+        device = None
+    # torch names more device types than it can train on here (meta holds no data; xla, hpu...
+    # need their own packages): only the ones checked below get past this line.
+    if device is None or device.type not in ("cpu", "cuda", "mps"):
+        raise FastPPOError(f"unknown device '{name}': use cpu, cuda, cuda:N, mps or auto")
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise FastPPOError("--device cuda asked for, but torch sees no CUDA GPU: use --device cpu")
+        raise FastPPOError(f"--device {name} asked for, but torch sees no CUDA GPU: use --device cpu")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise FastPPOError(f"--device {name} asked for, but torch sees {torch.cuda.device_count()} CUDA GPU(s): use cuda:0 to cuda:{torch.cuda.device_count() - 1}")
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise FastPPOError(f"--device {name} asked for, but torch sees no Apple MPS GPU: use --device cpu")
     return device
 
 

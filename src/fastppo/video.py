@@ -17,6 +17,8 @@ from fastppo.errors import FastPPOError
 from fastppo.outputs import output_file
 
 DEFAULT_FPS = 30
+SUFFIXES = (".mp4", ".mkv", ".mov", ".avi")
+"""The containers ffmpeg writes H.264 (libx264) into."""
 
 
 class VideoWriter:
@@ -30,7 +32,7 @@ class VideoWriter:
         # rgb_array rendering needs no display; without this, pygame's SDL probes for one when the
         # env closes and prints an error on headless machines.
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
-        self.path = output_file(path, "the video")
+        self.path = output_file(path, "the video", SUFFIXES)
         self.frames = 0
         # macro_block_size=2: libx264/yuv420p only needs even sizes (CartPole's 600x400 stays as is).
         self._writer = imageio.get_writer(str(self.path), fps=fps, codec="libx264", macro_block_size=2, ffmpeg_log_level="error")
