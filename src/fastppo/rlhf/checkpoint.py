@@ -23,6 +23,7 @@ from safetensors.torch import load_file, save_file
 
 from fastppo.checkpoint import atomic_write_text, publish_folder
 from fastppo.distributed import check_world_size
+from fastppo import outputs
 from fastppo.errors import FastPPOError
 from fastppo.rlhf.models import Models, save_models
 from fastppo.rlhf.parallel import Ranks
@@ -130,6 +131,7 @@ def resume_point(output_dir: Path, resume: bool) -> Path | None:
         listed = ", ".join(used[:3]) + (", ..." if len(used) > 3 else "")
         again = "continue its run with --resume, or " if (output_dir / LATEST).is_file() else ""
         raise FastPPOError(f"--output-dir {output_dir} is not empty (it holds {listed}): {again}give a new or empty folder")
+    outputs.output_dir(output_dir, "--output-dir")  # below a file, or unwritable: one line before the model loads
     return None
 
 

@@ -16,7 +16,7 @@ from typing import Protocol
 import torch
 from torch import Tensor
 from torch.nn.utils.rnn import pad_sequence
-from transformers import AutoConfig, GenerationConfig
+from transformers import AutoConfig, GenerationConfig, StopStringCriteria
 
 from fastppo.errors import FastPPOError
 from fastppo.rlhf.config import ModelConfig, SamplingConfig
@@ -42,6 +42,12 @@ class HFGenerator:
 
     def __init__(self, models: Models, sampling: SamplingConfig, autocast: Autocast):
         self.models, self.sampling, self.autocast = models, sampling, autocast
+        strings = list(Stops.of(models.tokenizer, sampling.stop).strings)
+        try:  # transformers prepares stop strings at the first generate; here, so a bad one is refused before training
+            if strings:
+                StopStringCriteria(models.tokenizer, strings)
+        except ValueError:
+            raise FastPPOError(f"--stop {','.join(map(repr, strings))}: this tokenizer has no tokens that spell it (characters outside its vocabulary): pick stop strings made of text it knows") from None
 
     def generate(self, query: Tensor, query_mask: Tensor, greedy: bool = False) -> Tensor:
         tokenizer, policy, sampling = self.models.tokenizer, self.models.policy, self.sampling
