@@ -35,9 +35,10 @@ def test_user_tensor_env_from_the_cli(tmp_path, capsys):
     run_dir = tmp_path / "run"
     args = ["train", "tests.fake_envs:MatchTensorEnv", "--backend", "tensor", "--num-envs", "16", "--num-steps", "8", "--total-timesteps", "512"]
     assert main([*args, "--run-dir", str(run_dir), "--progress", "false", "--tensorboard", "false"]) == 0
-    assert main(["eval", str(run_dir), "--episodes", "4"]) == 0
+    env = ["--env-id", "tests.fake_envs:MatchTensorEnv"]  # user code is imported only when the command line names it
+    assert main(["eval", str(run_dir), "--episodes", "4", *env]) == 0
     assert "over 4 episodes" in capsys.readouterr().out
-    assert main(["record", str(run_dir), "--out", str(tmp_path / "match.mp4")]) == 2
+    assert main(["record", str(run_dir), "--out", str(tmp_path / "match.mp4"), *env]) == 2
     assert "a tensor env has no renderer" in capsys.readouterr().err
 
 
@@ -69,9 +70,9 @@ def test_a_file_env_run_evaluates_from_any_folder(tmp_path, monkeypatch, capsys)
     assert main(["train", *args, "--total-timesteps", "256", "--run-dir", str(run_dir), "--progress", "false", "--tensorboard", "false"]) == 0
     assert fastppo.load(run_dir).config.env.env_id == f"{FAKE_ENVS_FILE}:MatchTensorEnv"  # stored absolute
     monkeypatch.chdir(tmp_path)
-    assert main(["eval", str(run_dir), "--episodes", "2"]) == 0
+    assert main(["eval", str(run_dir), "--episodes", "2", "--env-id", f"{FAKE_ENVS_FILE}:MatchTensorEnv"]) == 0
     assert "over 2 episodes" in capsys.readouterr().out
-    assert main(["train", "--resume", str(run_dir), "--total-timesteps", "512"]) == 0
+    assert main(["train", "--resume", str(run_dir), f"{FAKE_ENVS_FILE}:MatchTensorEnv", "--total-timesteps", "512"]) == 0
     monkeypatch.chdir(FAKE_ENVS_FILE.parent)  # the relative name it was trained with still names the run's env
     assert main(["train", "--resume", str(run_dir), args[0], "--total-timesteps", "768"]) == 0
 

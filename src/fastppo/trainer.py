@@ -29,7 +29,7 @@ from fastppo.envs import make_vec_env
 from fastppo.envs.make import rollout_device
 from fastppo.envs.vector import HostCopies
 from fastppo.errors import FastPPOError
-from fastppo.loading import absolute_spec
+from fastppo.loading import absolute_spec, folder_env_id, names_user_code
 from fastppo.logger import RunLogger
 from fastppo.outputs import output_dir, removed_if_left_empty
 from fastppo.policies import ActorCritic
@@ -218,11 +218,15 @@ def resume_config(run_dir: str | Path, overrides: dict[str, Any] | None = None, 
     """The config saved with a run's newest checkpoint (plus the few overrides that keep it the same
     experiment: ``RESUMABLE_OVERRIDES``), and that checkpoint, its schedules re-anchored when
     total_timesteps changes. A finished run is an error that says how to train further; so is an
-    ``env_id`` (as the command line names one) other than the run's."""
+    ``env_id`` (as the command line names one) other than the run's, and a run on user code
+    without one (fastppo never imports code that a run folder names: fastppo.loading)."""
     checkpoint = load_checkpoint(run_dir)
     config = checkpoint.config
-    if env_id is not None and absolute_spec(env_id) != config.env.env_id:  # a file env is saved with its absolute path
-        raise FastPPOError(f"{run_dir} trains {config.env.env_id}, not {env_id}: drop ENV_ID when resuming")
+    own = config.env.env_id
+    if env_id is None:
+        folder_env_id(own, run_dir, f"if you trust it, name it yourself: fastppo train --resume {run_dir} {own} (in Python: env_id='{own}')")
+    elif absolute_spec(env_id) != own:  # a file env is saved with its absolute path
+        raise FastPPOError(f"{run_dir} trains {own}, not {env_id}: " + (f"give {own}" if names_user_code(own) else "drop ENV_ID when resuming"))
     check_world_size(run_dir, checkpoint.meta.get("world_size", 1))
     world_size = launched_world_size()
     planned = planned_iterations(config, world_size)  # the horizon the schedules have followed so far
