@@ -83,6 +83,17 @@ def test_a_file_without_the_named_class_is_named(capsys):
     assert err == f"fastppo: error: cannot load env '{FAKE_ENVS_FILE}:NoSuchEnv': {FAKE_ENVS_FILE} defines no 'NoSuchEnv' (check the name after the colon)\n"
 
 
+@pytest.mark.parametrize("name, what", [("NotAnEnv", "a class"), ("make", "a function"), ("MatchTensorEnv", None)])
+def test_a_name_that_is_no_gymnasium_env_is_one_clear_line(tmp_path, capsys, name, what):
+    envs = tmp_path / "my_envs.py"
+    envs.write_text("from tests.fake_envs import MatchTensorEnv\nclass NotAnEnv:\n    pass\ndef make():\n    pass\n")
+    assert main(["train", f"{envs}:{name}", "--backend", "sync", "--run-dir", str(tmp_path / "run")]) == 2
+    expected = f"'{name}' in {envs} is a TensorEnv: train it with --backend tensor" if what is None else (
+        f"{envs} defines '{name}', but it is {what}, not a gymnasium.Env or TensorEnv subclass: name your env class after the colon"
+    )
+    assert capsys.readouterr().err == f"fastppo: error: {expected}\n"
+
+
 def test_gymnasium_env_class_from_a_file():
     env = gym_make(f"{FAKE_ENVS_FILE}:TargetEnv")
     assert env.spec.id.startswith("fastppo/") and env.spec.id.endswith("fake_envs_py_TargetEnv-v0")

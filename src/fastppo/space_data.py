@@ -55,7 +55,7 @@ def space_to_data(space: gym.Space) -> dict[str, Any]:
     if isinstance(space, gym.spaces.MultiDiscrete):
         return {"type": "MultiDiscrete", "nvec": space.nvec.tolist(), "start": space.start.tolist(), "dtype": space.dtype.name}
     if isinstance(space, gym.spaces.MultiBinary):
-        return {"type": "MultiBinary", "shape": list(space.shape)}
+        return {"type": "MultiBinary", "n": int(space.n) if np.ndim(space.n) == 0 else [int(size) for size in space.n]}
     raise ValueError(f"cannot store the space {space}: a policy's spaces are Box, Discrete, MultiDiscrete or MultiBinary")
 
 
@@ -84,11 +84,12 @@ def space_from_data(data: Any, what: str) -> gym.Space:
             raise ValueError(f"{what}: nvec must be a non-empty array of positive counts, start one of the same shape")
         return gym.spaces.MultiDiscrete(nvec, dtype=dtype, start=start)
     if kind == "MultiBinary":
-        data = _mapping(data, what, {"type", "shape"})
-        shape = _shape(data["shape"], f"{what}.shape")
-        if not shape or 0 in shape:
-            raise ValueError(f"{what}.shape must be non-empty positive sizes, got {list(shape)}")
-        return gym.spaces.MultiBinary(list(shape))
+        data = _mapping(data, what, {"type", "n"})
+        n = data["n"]
+        sizes = _shape(n, f"{what}.n") if isinstance(n, list) else (_count(n, f"{what}.n"),)
+        if not sizes or 0 in sizes:
+            raise ValueError(f"{what}.n must be a positive size or a list of them, got {n!r}")
+        return gym.spaces.MultiBinary(n)
     raise ValueError(f"{what} has type {kind!r}: expected Box, Discrete, MultiDiscrete or MultiBinary")
 
 
