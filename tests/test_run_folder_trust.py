@@ -191,6 +191,8 @@ def test_a_multi_agent_policy_round_trips_through_its_folder(tmp_path):
         (lambda s: s["observation"].update(shape=[-4]), "spaces.observation.shape must hold non-negative integers"),
         (lambda s: s["action"].update(n=0), "spaces.action.n must be a positive integer"),
         (lambda s: s["action"].update(n=True), "spaces.action.n must be a positive integer"),
+        (lambda s: s["action"].update(start=[0, 1]), "spaces.action.start must be an integer"),
+        (lambda s: s["action"].update(start=2**63), "spaces.action.start does not fit int64"),
         (lambda s: s["action"].pop("start"), "spaces.action must be an object with the keys"),
         (lambda s: s["layout"].update(raw=4), "spaces.layout names 4 special columns"),
         (lambda s: s.update(layout=[]), "spaces.layout must be an object"),
@@ -209,3 +211,14 @@ def test_damaged_spaces_are_one_clear_line(trained, tmp_path, damage, why):
     assert why in str(error.value) and "\n" not in str(error.value)
     if done is not None:  # once through the CLI: exit 2, one line
         assert done.returncode == 2 and len(done.stderr.splitlines()) == 1 and why in done.stderr
+
+
+def test_a_stack_of_seeds_on_user_code_resumes_only_when_the_command_line_names_it(tmp_path, capsys):
+    parent, env = tmp_path / "seeds", "tests.fake_envs:MatchTensorEnv"
+    tiny = ["--backend", "tensor", "--num-envs", "4", "--num-steps", "8", "--total-timesteps", "64", "--lr-schedule", "constant", "--no-tensorboard", "--no-progress"]
+    assert main(["train", env, *tiny, "--seeds", "1-2", "--run-dir", str(parent)]) == 0
+    capsys.readouterr()
+    assert main(["train", "--resume", str(parent), "--total-timesteps", "128"]) == 2
+    fix = f"fastppo train --resume {parent} {env} (in Python: env_id='{env}')"  # the stack's folder, not one seed's
+    assert capsys.readouterr().err == f"fastppo: error: {parent} was trained on user code '{env}', and fastppo never imports code that a run folder names: if you trust it, name it yourself: {fix}\n"
+    assert main(["train", "--resume", str(parent), env, "--total-timesteps", "128"]) == 0

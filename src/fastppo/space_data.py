@@ -75,6 +75,8 @@ def space_from_data(data: Any, what: str) -> gym.Space:
         dtype = _dtype(data["dtype"], INTEGER_DTYPES, what)
         if not isinstance(data["n"], int) or isinstance(data["n"], bool) or data["n"] < 1:
             raise ValueError(f"{what}.n must be a positive integer, got {data['n']!r}")
+        if isinstance(data["start"], list):
+            raise ValueError(f"{what}.start must be an integer, got {data['start']!r}")
         return gym.spaces.Discrete(data["n"], start=_integers(data["start"], dtype, f"{what}.start").item(), dtype=dtype)
     if kind == "MultiDiscrete":
         data = _mapping(data, what, {"type", "nvec", "start", "dtype"})
