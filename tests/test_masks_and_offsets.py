@@ -74,7 +74,7 @@ def masked_run(tmp_path_factory):
 
 def test_evaluate_masks_every_step_wherever_the_env_publishes_the_mask(masked_run):
     # strict envs raise on an invalid action, the first step of each episode included
-    in_info = fastppo.evaluate(masked_run, episodes=20, seed=3)
+    in_info = fastppo.evaluate(masked_run, env_id="tests.fake_envs:InfoMaskedChoiceEnv", episodes=20, seed=3)
     in_obs = fastppo.evaluate(masked_run, env_id="tests.fake_envs:MaskedChoiceEnv", episodes=20, seed=3)
     assert in_info.returns == in_obs.returns and len(in_info.returns) == 20
     with pytest.raises(FastPPOError, match=r"trained with action masks, but .* published none from reset\(\)"):
@@ -82,7 +82,7 @@ def test_evaluate_masks_every_step_wherever_the_env_publishes_the_mask(masked_ru
 
 
 def test_record_masks_every_step(masked_run, tmp_path):
-    frames = fastppo.record(masked_run, tmp_path / "masked.mp4", episodes=2, deterministic=False, seed=1)
+    frames = fastppo.record(masked_run, tmp_path / "masked.mp4", episodes=2, deterministic=False, seed=1, env_id="tests.fake_envs:InfoMaskedChoiceEnv")
     assert frames.stat().st_size > 0
 
 
@@ -108,7 +108,7 @@ def test_discrete_actions_and_observations_that_start_away_from_zero(env_id, tmp
     actions = agent.act(obs)
     assert all(space.contains(np.asarray(a, dtype=space.dtype)) for a in actions)
     np.testing.assert_array_equal(agent.act(obs[0], deterministic=True), np.asarray(space.start) + 2)
-    assert fastppo.evaluate(tmp_path / "run", episodes=5, deterministic=True).mean_return == 1.0
+    assert fastppo.evaluate(tmp_path / "run", env_id=env_id, episodes=5, deterministic=True).mean_return == 1.0
 
 
 def test_onnx_export_gives_the_env_actions_of_an_offset_space(tmp_path):

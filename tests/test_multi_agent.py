@@ -148,9 +148,9 @@ def test_train_eval_record_export_and_per_agent_logging(tmp_path, capsys):
     assert {f"charts/agent_return/agent_{i}" for i in range(3)} <= record.keys()
     # The team return is the sum of the agents' returns.
     assert record["charts/episodic_return"] == pytest.approx(sum(record[f"charts/agent_return/agent_{i}"] for i in range(3)))
-    assert main(["eval", str(run), "--episodes", "3", "--seed", "0"]) == 0
+    assert main(["eval", str(run), "--episodes", "3", "--seed", "0", "--env-id", RELAY]) == 0  # a test module: user code
     assert "length 5.0" in capsys.readouterr().out
-    assert main(["record", str(run), "--out", str(tmp_path / "relay.mp4")]) == 0
+    assert main(["record", str(run), "--out", str(tmp_path / "relay.mp4"), "--env-id", RELAY]) == 0
     assert (tmp_path / "relay.mp4").stat().st_size > 0
     onnxruntime = pytest.importorskip("onnxruntime")
     assert main(["export", str(run), "--onnx", str(tmp_path / "relay.onnx")]) == 0
@@ -263,7 +263,7 @@ def test_stop_and_resume_equals_one_go(tmp_path, monkeypatch, env_id, env_kwargs
     with monkeypatch.context() as patch:
         stop_after(patch, ITERATIONS // 2)
         train(fastppo.make_config(env_id, "cleanrl-discrete", overrides), tmp_path / "split")
-    resumed_config, checkpoint = resume_config(tmp_path / "split")
+    resumed_config, checkpoint = resume_config(tmp_path / "split", env_id=env_id)  # Relay is a test module: user code
     assert checkpoint.meta["env"]["kind"] == "pettingzoo"
     train(resumed_config, tmp_path / "split", checkpoint)
     assert_same_run(tmp_path / "one_go", tmp_path / "split")

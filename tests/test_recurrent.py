@@ -86,7 +86,7 @@ def test_recurrent_agent_api_and_evaluation(tmp_path):
     with pytest.raises(ValueError, match="state of shape"):
         agent.step(np.zeros((2, 3), dtype=np.float32), state)
     # evaluation carries the state through each episode, from zeros at each reset
-    result = fastppo.evaluate(tmp_path / "run", episodes=4, seed=0)
+    result = fastppo.evaluate(tmp_path / "run", env_id="tests.fake_envs:CueMemoryEnv", episodes=4, seed=0)
     assert result.lengths == [2, 2, 2, 2]
 
 

@@ -35,9 +35,10 @@ def test_user_tensor_env_from_the_cli(tmp_path, capsys):
     run_dir = tmp_path / "run"
     args = ["train", "tests.fake_envs:MatchTensorEnv", "--backend", "tensor", "--num-envs", "16", "--num-steps", "8", "--total-timesteps", "512"]
     assert main([*args, "--run-dir", str(run_dir), "--progress", "false", "--tensorboard", "false"]) == 0
-    assert main(["eval", str(run_dir), "--episodes", "4"]) == 0
+    env = ["--env-id", "tests.fake_envs:MatchTensorEnv"]  # user code is imported only when the command line names it
+    assert main(["eval", str(run_dir), "--episodes", "4", *env]) == 0
     assert "over 4 episodes" in capsys.readouterr().out
-    assert main(["record", str(run_dir), "--out", str(tmp_path / "match.mp4")]) == 2
+    assert main(["record", str(run_dir), "--out", str(tmp_path / "match.mp4"), *env]) == 2
     assert "a tensor env has no renderer" in capsys.readouterr().err
 
 
@@ -69,9 +70,9 @@ def test_a_file_env_run_evaluates_from_any_folder(tmp_path, monkeypatch, capsys)
     assert main(["train", *args, "--total-timesteps", "256", "--run-dir", str(run_dir), "--progress", "false", "--tensorboard", "false"]) == 0
     assert fastppo.load(run_dir).config.env.env_id == f"{FAKE_ENVS_FILE}:MatchTensorEnv"  # stored absolute
     monkeypatch.chdir(tmp_path)
-    assert main(["eval", str(run_dir), "--episodes", "2"]) == 0
+    assert main(["eval", str(run_dir), "--episodes", "2", "--env-id", f"{FAKE_ENVS_FILE}:MatchTensorEnv"]) == 0
     assert "over 2 episodes" in capsys.readouterr().out
-    assert main(["train", "--resume", str(run_dir), "--total-timesteps", "512"]) == 0
+    assert main(["train", "--resume", str(run_dir), f"{FAKE_ENVS_FILE}:MatchTensorEnv", "--total-timesteps", "512"]) == 0
     monkeypatch.chdir(FAKE_ENVS_FILE.parent)  # the relative name it was trained with still names the run's env
     assert main(["train", "--resume", str(run_dir), args[0], "--total-timesteps", "768"]) == 0
 
@@ -80,6 +81,17 @@ def test_a_file_without_the_named_class_is_named(capsys):
     assert main(["train", f"{FAKE_ENVS_FILE}:NoSuchEnv"]) == 2
     err = capsys.readouterr().err
     assert err == f"fastppo: error: cannot load env '{FAKE_ENVS_FILE}:NoSuchEnv': {FAKE_ENVS_FILE} defines no 'NoSuchEnv' (check the name after the colon)\n"
+
+
+@pytest.mark.parametrize("name, what", [("NotAnEnv", "a class"), ("make", "a function"), ("MatchTensorEnv", None)])
+def test_a_name_that_is_no_gymnasium_env_is_one_clear_line(tmp_path, capsys, name, what):
+    envs = tmp_path / "my_envs.py"
+    envs.write_text("from tests.fake_envs import MatchTensorEnv\nclass NotAnEnv:\n    pass\ndef make():\n    pass\n")
+    assert main(["train", f"{envs}:{name}", "--backend", "sync", "--run-dir", str(tmp_path / "run")]) == 2
+    expected = f"'{name}' in {envs} is a TensorEnv: train it with --backend tensor" if what is None else (
+        f"{envs} defines '{name}', but it is {what}, not a gymnasium.Env or TensorEnv subclass: name your env class after the colon"
+    )
+    assert capsys.readouterr().err == f"fastppo: error: {expected}\n"
 
 
 def test_gymnasium_env_class_from_a_file():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -19,8 +20,10 @@ from fastppo.config import Config
 from fastppo.core.normalize import RunningMeanStd
 from fastppo.errors import FastPPOError
 from fastppo.layout import ObservationLayout
+from fastppo.loading import folder_env_id, names_user_code
 from fastppo.policies import ActorCritic
 from fastppo.policies.grouped import GroupedActorCritic
+from fastppo.space_data import spaces_from_data, spaces_to_data
 
 POLICY_FILE = "policy.safetensors"
 AGENT_FILE = "agent.json"
@@ -32,7 +35,9 @@ class Agent:
 
     policy: ActorCritic | GroupedActorCritic
     config: Config
-    obs_shape: tuple[int, ...]
+    observation_space: gym.spaces.Box
+    """The rows the policy acts on (flattened; multi-agent rows: see ``layout``)."""
+    action_space: gym.Space
     obs_rms: RunningMeanStd | None = None
     history: list[dict[str, float]] = field(default_factory=list)
     episode_returns: list[float] = field(default_factory=list)
@@ -44,10 +49,17 @@ class Agent:
     interrupted_by: signal.Signals | None = None
     """The signal (SIGINT, SIGTERM) that stopped ``fastppo.train`` before its total_timesteps, after
     saving a checkpoint to resume from; None when training ran to its end (and after ``load``)."""
+    from_folder: bool = False
+    """Read from a run folder (``load_agent``): its config is the folder's word, so the env it
+    names is built only if that imports no user code (fastppo.loading.folder_env_id)."""
 
     @property
     def device(self) -> torch.device:
         return next(self.policy.parameters()).device
+
+    @property
+    def obs_shape(self) -> tuple[int, ...]:
+        return tuple(self.observation_space.shape)
 
     def normalize(self, obs: torch.Tensor) -> torch.Tensor:
         """Observations as the policy saw them in training (statistics frozen)."""
@@ -113,7 +125,8 @@ class Agent:
         return action[0] if single else action
 
     def save(self, directory: str | Path) -> None:
-        """policy.safetensors (weights + obs statistics) and agent.json (config), no pickle.
+        """policy.safetensors (weights + obs statistics) and agent.json (config and spaces, as
+        data: loading rebuilds the policy without the env), no pickle.
 
         Each file is written under a temporary name and renamed into place, so an interrupted
         save leaves the previous file whole."""
@@ -127,7 +140,12 @@ class Agent:
         tmp = directory / f".{POLICY_FILE}.tmp-{os.getpid()}"
         save_file(tensors, str(tmp))
         os.replace(tmp, directory / POLICY_FILE)
-        meta = {"config": self.config.to_dict(), "obs_shape": list(self.obs_shape), "action_masks": self.action_masks}
+        meta = {
+            "config": self.config.to_dict(),
+            "obs_shape": list(self.obs_shape),
+            "action_masks": self.action_masks,
+            "spaces": spaces_to_data(self.observation_space, self.action_space, self.layout),
+        }
         tmp = directory / f".{AGENT_FILE}.tmp-{os.getpid()}"
         tmp.write_text(json.dumps(meta, indent=2))
         os.replace(tmp, directory / AGENT_FILE)
@@ -144,15 +162,15 @@ def build_agent(
     shape = observation_space.shape
     # The trailing raw columns (agent ids) have no statistics: RunningMeanStd passes them through.
     obs_rms = RunningMeanStd((shape[0] - layout.raw,) if layout.raw else shape, statistics_device or device) if config.env.normalize_obs else None
-    return Agent(policy=policy, config=config, obs_shape=tuple(shape), obs_rms=obs_rms, layout=layout)
+    return Agent(policy=policy, config=config, observation_space=observation_space, action_space=action_space, obs_rms=obs_rms, layout=layout)
 
 
-def load_agent(directory: str | Path, device: str | torch.device = "cpu") -> Agent:
+def load_agent(directory: str | Path, device: str | torch.device = "cpu", env_id: str | None = None) -> Agent:
     """Load ``Agent.save`` output: a run directory (its final agent, else its newest checkpoint) or
     a checkpoint folder. A missing or damaged file is a FastPPOError, not a traceback; only
-    safetensors and JSON are read, never pickle."""
-    from fastppo.envs.make import policy_spaces
-
+    safetensors and JSON are read, never pickle, and no code the folder names is imported: the
+    policy's spaces are data in agent.json. ``env_id`` (the caller's, trusted) rebuilds them for a
+    folder saved before they were stored there, whose env is user code."""
     directory = Path(directory)
     if not directory.is_dir():
         raise FastPPOError(f"{directory} is not a directory: give a run directory (runs/...) or a checkpoint folder")
@@ -166,14 +184,16 @@ def load_agent(directory: str | Path, device: str | torch.device = "cpu") -> Age
     try:
         meta = json.loads((directory / AGENT_FILE).read_text())
         config = Config.from_dict(meta["config"])
+        spaces = spaces_from_data(meta["spaces"]) if "spaces" in meta else None
         tensors = load_file(str(directory / POLICY_FILE), device=str(device))
     except FileNotFoundError as exc:
         raise FastPPOError(f"no saved agent in {directory}: {Path(exc.filename or POLICY_FILE).name} is missing (train with --run-dir, or give a checkpoint folder)") from None
     except (ValueError, KeyError, TypeError, AttributeError, SafetensorError, OSError) as exc:
         raise FastPPOError(f"cannot read the agent in {directory}: damaged or foreign file ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") from None
-    observation_space, action_space, layout = policy_spaces(config)
+    observation_space, action_space, layout = spaces or _env_spaces(config, directory, env_id)
     agent = build_agent(config, observation_space, action_space, torch.device(device), layout)
     agent.action_masks = bool(meta.get("action_masks", False))
+    agent.from_folder = True
     try:
         agent.policy.load_state_dict({k.removeprefix("policy."): v for k, v in tensors.items() if k.startswith("policy.")})
         if agent.obs_rms is not None:
@@ -182,3 +202,17 @@ def load_agent(directory: str | Path, device: str | torch.device = "cpu") -> Age
         raise FastPPOError(f"the weights in {directory / POLICY_FILE} do not fit the saved config: {exc}".splitlines()[0]) from None
     agent.run_dir = directory
     return agent
+
+
+def _env_spaces(config: Config, directory: Path, env_id: str | None) -> tuple[gym.Space, gym.Space, ObservationLayout]:
+    """The spaces of a folder saved without them, from its env: the folder's own when building it
+    imports no user code, else the one the caller names (``env_id``)."""
+    from fastppo.envs.make import policy_spaces
+
+    folder_env = config.env.env_id
+    fix = (
+        f"if you trust it, name it yourself: fastppo eval {directory} --env-id {folder_env}, or in Python fastppo.load('{directory}', env_id='{folder_env}') "
+        "(then agent.save() stores the spaces this older folder lacks, and no command needs the env to read it)"
+    )
+    env_id = env_id if env_id is not None and names_user_code(folder_env) else folder_env_id(folder_env, directory, fix)
+    return policy_spaces(dataclasses.replace(config, env=dataclasses.replace(config.env, env_id=env_id)))

@@ -110,6 +110,7 @@ def train_seeds(
     agents = []
     for result in (r for r in results if r.started):  # a stopped job: the seeds it did not reach are left out
         agent = load_agent(result.run_dir)
+        agent.from_folder = False  # written just now, from the env the caller named
         agent.history = read_run(result.run_dir).records
         agent.episode_returns = list(load_checkpoint(result.run_dir).meta.get("episode_returns", []))
         agent.interrupted_by = stopped and signal.Signals(stopped)
@@ -117,38 +118,44 @@ def train_seeds(
     return agents
 
 
-def resume(run_dir: str | Path, **overrides: Any) -> Agent:
+def resume(run_dir: str | Path, env_id: str | None = None, **overrides: Any) -> Agent:
     """Continue the run in ``run_dir`` from its newest checkpoint, with its saved config.
 
     Only ``total_timesteps`` and the output settings (``progress``, ``tensorboard``,
-    ``checkpoint_every``, ``keep_checkpoints``, ``torch_threads``) may be overridden.
+    ``checkpoint_every``, ``keep_checkpoints``, ``torch_threads``) may be overridden. A run trained
+    on your own code (``module:Class``, ``file.py:Class``) needs ``env_id`` naming it: fastppo
+    never imports code that a run folder names.
     """
     from fastppo.trainer import resume_config
     from fastppo.trainer import train as run_training
 
-    config, checkpoint = resume_config(run_dir, overrides)
+    config, checkpoint = resume_config(run_dir, overrides, env_id)
     return run_training(config, Path(run_dir), checkpoint)
 
 
-def load(run_dir: str | Path, device: str = "cpu") -> Agent:
+def load(run_dir: str | Path, device: str = "cpu", env_id: str | None = None) -> Agent:
     """The agent saved in a run directory (its final agent, else its newest checkpoint), or in a
-    checkpoint folder (``RUN_DIR/checkpoints/000050``)."""
-    return load_agent(run_dir, device)
+    checkpoint folder (``RUN_DIR/checkpoints/000050``). Only data is read, no code the folder names
+    is imported: the policy's spaces are stored in it. ``env_id`` is needed only by a folder saved
+    before they were, trained on your own code: the env to rebuild them from."""
+    return load_agent(run_dir, device, env_id)
 
 
 def evaluate(agent: Agent | str | Path, env_id: str | None = None, episodes: int = 10, deterministic: bool = False, seed: int | None = None):
-    """Play ``episodes`` episodes (default env: the agent's own) with frozen observation statistics;
-    returns an ``EvalResult`` (returns, lengths, mean_return, std_return, mean_length, std_length)."""
+    """Play ``episodes`` episodes (default env: the agent's own; a run folder trained on your own
+    code needs ``env_id`` naming it) with frozen observation statistics; returns an ``EvalResult``
+    (returns, lengths, mean_return, std_return, mean_length, std_length)."""
     from fastppo.evaluation import evaluate as run_evaluation
 
     return run_evaluation(agent, env_id, episodes, deterministic, seed)
 
 
-def record(agent: Agent | str | Path, out: str | Path, episodes: int = 1, deterministic: bool = True, seed: int | None = None) -> Path:
-    """Render ``episodes`` episodes to the MP4 file ``out`` (needs the ``video`` extra)."""
+def record(agent: Agent | str | Path, out: str | Path, episodes: int = 1, deterministic: bool = True, seed: int | None = None, env_id: str | None = None) -> Path:
+    """Render ``episodes`` episodes to the MP4 file ``out`` (needs the ``video`` extra); ``env_id``
+    as for ``evaluate``."""
     from fastppo.evaluation import record as run_recording
 
-    return run_recording(agent, out, episodes, deterministic=deterministic, seed=seed)[0]
+    return run_recording(agent, out, episodes, env_id=env_id, deterministic=deterministic, seed=seed)[0]
 
 
 def export_onnx(agent: Agent | str | Path, path: str | Path) -> Path:

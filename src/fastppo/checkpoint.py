@@ -520,15 +520,17 @@ class Checkpoint:
         return self.agent.config
 
 
-def load_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> Checkpoint:
+def load_checkpoint(path: str | Path, device: str | torch.device = "cpu", env_id: str | None = None) -> Checkpoint:
     """Read a checkpoint (a run directory's newest, or a checkpoint folder); FastPPOError if damaged:
     a file missing or unreadable, a field of trainer.json missing or wrong (``check_trainer_json``),
-    a tensor not finite. ``check_fits_run`` then checks its tensors against the run it resumes."""
+    a tensor not finite. ``check_fits_run`` then checks its tensors against the run it resumes.
+    ``env_id`` is the env the caller names (``load_agent``: a folder written before agent.json held
+    its spaces rebuilds them from it)."""
     folder = find_checkpoint(path)
     for name in (AGENT_FILE, POLICY_FILE, TRAINER_JSON, TRAINER_TENSORS):
         if not (folder / name).is_file():
             raise FastPPOError(f"checkpoint {folder} is incomplete: {name} is missing; delete it to use the previous one")
-    agent = load_agent(folder, device)
+    agent = load_agent(folder, device, env_id)
     try:
         meta = json.loads((folder / TRAINER_JSON).read_text())
         tensors = load_file(str(folder / TRAINER_TENSORS))

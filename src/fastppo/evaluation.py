@@ -26,6 +26,7 @@ from fastppo.envs.make import make_single_env
 from fastppo.envs.pettingzoo_vec import PettingZooVecEnv, is_pettingzoo, make_pettingzoo_env
 from fastppo.envs.tensor import TensorEnv, user_tensor_env
 from fastppo.errors import FastPPOError
+from fastppo.loading import folder_env_id
 from fastppo.policies.memory import carry
 from fastppo.video import VideoWriter, env_fps
 
@@ -68,8 +69,18 @@ class EvalResult:
         )
 
 
-def _as_agent(agent: Agent | str | Path) -> Agent:
-    return agent if isinstance(agent, Agent) else load_agent(agent)
+def played_env(agent: Agent | str | Path, env_id: str | None, command: str) -> tuple[Agent, str]:
+    """The agent (loaded if a folder is given) and the env to play: the caller's ``env_id``, else
+    the agent's own, which a run folder may name only when building it imports no user code
+    (fastppo.loading.folder_env_id); ``command`` (eval, record) is the fix's command line."""
+    agent = agent if isinstance(agent, Agent) else load_agent(agent, env_id=env_id)
+    if env_id is not None:
+        return agent, env_id
+    own = agent.config.env.env_id
+    if not agent.from_folder:  # trained in this process, on the env its caller named
+        return agent, own
+    fix = f"if you trust it, name it yourself: fastppo {command} {agent.run_dir} --env-id {own} (in Python: env_id='{own}')"
+    return agent, folder_env_id(own, agent.run_dir, fix)
 
 
 def episode_policy(agent: Agent, batch_size: int, deterministic: bool) -> Callable[[Any, Any], np.ndarray]:
@@ -195,9 +206,9 @@ def evaluate(
     seed: int | None = None,
 ) -> EvalResult:
     """Mean ± std return and length over ``episodes`` episodes of ``env_id`` (default: the env the
-    agent was trained on), with the observation statistics frozen as saved."""
-    agent = _as_agent(agent)
-    env_id = env_id or agent.config.env.env_id
+    agent was trained on, unless a run folder names user code: ``played_env``), with the
+    observation statistics frozen as saved."""
+    agent, env_id = played_env(agent, env_id, "eval")
     env_class = user_tensor_env(env_id)
     if is_pettingzoo(env_id):
         envs = agent_rows_env(agent, env_id)
@@ -227,8 +238,7 @@ def record(
     seed: int | None = None,
 ) -> tuple[Path, EvalResult, int]:
     """Render ``episodes`` episodes into one MP4 at ``out``; returns (path, result, frames written)."""
-    agent = _as_agent(agent)
-    env_id = env_id or agent.config.env.env_id
+    agent, env_id = played_env(agent, env_id, "record")
     if user_tensor_env(env_id) is not None:
         raise FastPPOError(f"cannot record {env_id}: a tensor env has no renderer; record a gymnasium env that renders rgb_array frames")
     if is_pettingzoo(env_id):

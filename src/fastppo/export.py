@@ -26,7 +26,6 @@ import torch
 from torch import Tensor, nn
 
 from fastppo.agent import Agent, load_agent
-from fastppo.envs.make import policy_spaces
 from fastppo.errors import FastPPOError
 from fastppo.outputs import output_file, writing
 
@@ -129,8 +128,8 @@ def export_onnx(agent: Agent | str | Path, path: str | Path, opset: int = 18) ->
         raise FastPPOError("ONNX export of one policy per agent group is not supported yet: export an agent trained with --multi-agent.policies shared")
     if agent.policy.recurrent and agent.layout.critic_only:
         raise FastPPOError("ONNX export of a recurrent MAPPO policy is not supported (its state holds the centralised critic's): export an IPPO or feed-forward agent")
-    obs_space, action_space, _ = policy_spaces(agent.config)
-    obs_space = agent.layout.actor_space(obs_space)  # multi-agent: the agent's observation and its id, no global state
+    action_space = agent.action_space
+    obs_space = agent.layout.actor_space(agent.observation_space)  # multi-agent: the agent's observation and its id, no global state
     module = DeterministicPolicy(agent, action_space)
     dtype = torch.uint8 if obs_space.dtype == np.uint8 else torch.float32
     examples = {"obs": torch.as_tensor(np.stack([obs_space.sample(), obs_space.sample()]), dtype=dtype)}

@@ -1,5 +1,9 @@
 """A user's own code named on the command line: ``package.module:name`` or ``path/to/file.py:name``
-(custom gymnasium envs, custom tensor envs, reward functions)."""
+(custom gymnasium envs, custom tensor envs, reward functions).
+
+Only the command line (or a Python caller) may name code to import: a run folder someone sent you
+is data. Its env is built by its own word only when that imports no user code
+(``folder_env_id``); a ``file.py`` spec is saved with its absolute path, but never trusted."""
 
 from __future__ import annotations
 
@@ -7,6 +11,7 @@ import importlib
 import importlib.util
 import os
 import sys
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +35,26 @@ def absolute_spec(spec: str) -> str:
     any working directory; other specs (and plain ids) unchanged."""
     parts = file_spec(spec)
     return spec if parts is None else f"{os.path.abspath(parts[0])}:{parts[1]}"
+
+
+def names_user_code(env_id: str) -> bool:
+    """Whether building ``env_id`` imports code that is no installed package: a ``module:name`` or
+    ``file.py:name`` spec (the module may be a file in the working directory), or a
+    ``pz:<module>`` whose top-level package no installed distribution provides. Gymnasium ids,
+    fastppo's tensor envs and installed PettingZoo envs are not."""
+    from fastppo.envs.pettingzoo_vec import PREFIX, is_pettingzoo  # lazy: fastppo.envs imports this module
+
+    if is_pettingzoo(env_id):
+        return env_id.removeprefix(PREFIX).split(".")[0] not in metadata.packages_distributions()
+    return split_spec(env_id) is not None
+
+
+def folder_env_id(env_id: str, run_dir: str | Path | None, fix: str) -> str:
+    """``env_id`` as a run folder names it, when fastppo may build it on the folder's word alone;
+    else a FastPPOError ending in ``fix`` (how to name the env yourself)."""
+    if names_user_code(env_id):
+        raise FastPPOError(f"{run_dir} was trained on user code '{env_id}', and fastppo never imports code that a run folder names: {fix}")
+    return env_id
 
 
 def _import_module(module_name: str) -> Any:

@@ -14,13 +14,19 @@ def seed(text: str) -> int:
     return check_seed(int(text), "--seed")
 
 
+ENV_ID_HELP = (
+    "{verb} on this env (default: the run's own); a run trained on your code (module:Class, file.py:Class) needs it named here, "
+    "as fastppo never imports code that a run folder names"
+)
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     ev = subparsers.add_parser("eval", help="evaluate a trained run: mean ± std return and length", allow_abbrev=False)
     ev.add_argument("run_dir", metavar="RUN_DIR", help="run directory (or a checkpoint folder in it); a --seeds folder: each seed's run")
     ev.add_argument("--episodes", type=int, default=10, help="episodes to play (default: 10)")
     ev.add_argument("--deterministic", action="store_true", help="take the most likely action instead of sampling")
     ev.add_argument("--seed", type=seed, default=None, help="seed the env and the policy's sampling (default: unseeded)")
-    ev.add_argument("--env-id", default=None, help="evaluate on another env with the same spaces (default: the run's)")
+    ev.add_argument("--env-id", default=None, help=ENV_ID_HELP.format(verb="evaluate"))
     ev.add_argument("--json", action="store_true", help="print the result as one JSON object (a --seeds folder: one line per seed)")
     ev.set_defaults(func=run_eval)
 
@@ -30,6 +36,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     rec.add_argument("--out", default=None, help="output file (default: RUN_DIR/videos/record.mp4)")
     rec.add_argument("--stochastic", action="store_true", help="sample actions instead of taking the most likely one")
     rec.add_argument("--seed", type=seed, default=None, help="seed the env (default: unseeded)")
+    rec.add_argument("--env-id", default=None, help=ENV_ID_HELP.format(verb="record"))
     rec.set_defaults(func=run_record)
 
     plot = subparsers.add_parser("plot", help="plot learning curves and diagnostics of runs (seeds grouped)", allow_abbrev=False)
@@ -69,7 +76,7 @@ def run_record(args: argparse.Namespace) -> int:
     from fastppo.evaluation import record
 
     out = Path(args.out) if args.out else Path(args.run_dir) / "videos" / "record.mp4"
-    path, result, frames = record(args.run_dir, out, episodes=args.episodes, deterministic=not args.stochastic, seed=args.seed)
+    path, result, frames = record(args.run_dir, out, episodes=args.episodes, env_id=args.env_id, deterministic=not args.stochastic, seed=args.seed)
     print(f"fastppo: wrote {path} ({frames} frames; {result})")
     return 0
 

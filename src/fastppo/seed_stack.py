@@ -368,7 +368,7 @@ def stacked_agent(config: Config, observation_space: gym.Space, action_space: gy
     policies, generators = zip(*(seed_policy(config, seed, observation_space, action_space, device) for seed in seeds))
     shape = observation_space.shape
     obs_rms = RunningMeanStd(shape, device, groups=len(seeds)) if config.env.normalize_obs else None
-    return Agent(policy=StackedActorCritic(list(policies), list(generators)), config=config, obs_shape=tuple(shape), obs_rms=obs_rms)
+    return Agent(policy=StackedActorCritic(list(policies), list(generators)), config=config, observation_space=observation_space, action_space=action_space, obs_rms=obs_rms)
 
 
 def per_seed(values: dict[str, list[float] | float], seeds: int) -> list[dict[str, float]]:
@@ -398,7 +398,9 @@ def seed_agent(
         obs_rms.load_state_dict({"mean": stack.obs_rms.mean[index], "var": stack.obs_rms.var[index], "count": stack.obs_rms.count[index]})
     seed = int(directory.name.removeprefix("seed_"))
     config = replace(stack.config, run=replace(stack.config.run, seed=seed))
-    agent = Agent(policy=stack.policy.unstack(index, policy), config=config, obs_shape=stack.obs_shape, obs_rms=obs_rms, history=history, run_dir=directory)
+    agent = Agent(
+        policy=stack.policy.unstack(index, policy), config=config, observation_space=stack.observation_space, action_space=stack.action_space, obs_rms=obs_rms, history=history, run_dir=directory
+    )
     agent.episode_returns = list(episode_returns)
     agent.action_masks = stack.action_masks
     return agent

@@ -31,7 +31,7 @@ from fastppo.envs import make_vec_env
 from fastppo.envs.make import rollout_device
 from fastppo.envs.vector import HostCopies
 from fastppo.errors import FastPPOError, Interrupted
-from fastppo.loading import absolute_spec
+from fastppo.loading import absolute_spec, folder_env_id, names_user_code
 from fastppo.logger import RunLogger
 from fastppo.outputs import output_dir, removed_if_left_empty, writing
 from fastppo.policies import ActorCritic
@@ -253,11 +253,10 @@ def resume_config(run_dir: str | Path, overrides: dict[str, Any] | None = None, 
     """The config saved with a run's newest checkpoint (plus the few overrides that keep it the same
     experiment: ``RESUMABLE_OVERRIDES``), and that checkpoint, its schedules re-anchored when
     total_timesteps changes. A finished run is an error that says how to train further; so is an
-    ``env_id`` (as the command line names one) other than the run's."""
-    checkpoint = load_checkpoint(run_dir)
+    ``env_id`` (as the command line names one) that ``check_resumed_env`` refuses."""
+    checkpoint = load_checkpoint(run_dir, env_id=env_id)
     config = checkpoint.config
-    if env_id is not None and absolute_spec(env_id) != config.env.env_id:  # a file env is saved with its absolute path
-        raise FastPPOError(f"{run_dir} trains {config.env.env_id}, not {env_id}: drop ENV_ID when resuming")
+    check_resumed_env(run_dir, config.env.env_id, env_id)
     check_world_size(run_dir, checkpoint.meta.get("world_size", 1))
     world_size = launched_world_size()
     planned = planned_iterations(config, world_size)  # the horizon the schedules have followed so far
@@ -307,6 +306,15 @@ def every_seed_finished(run_dir: str | Path) -> FastPPOError:
     )
 
 
+def check_resumed_env(run_dir: str | Path, own: str, env_id: str | None) -> None:
+    """The ENV_ID of ``fastppo train --resume RUN_DIR [ENV_ID]`` must be the run's ``own``, and is
+    required when that is user code: fastppo never imports code that a run folder names."""
+    if env_id is None:
+        folder_env_id(own, run_dir, f"if you trust it, name it yourself: fastppo train --resume {run_dir} {own} (in Python: env_id='{own}')")
+    elif absolute_spec(env_id) != own:  # a file env is saved with its absolute path
+        raise FastPPOError(f"{run_dir} trains {own}, not {env_id}: " + (f"give {own}" if names_user_code(own) else "drop ENV_ID when resuming"))
+
+
 def resume_seed_stack_config(run_dir: str | Path, overrides: dict[str, Any] | None = None, env_id: str | None = None) -> tuple[Config, list[int], list[Checkpoint]]:
     """A stack of seeds to resume (``fastppo train --resume RUN_DIR`` on a ``--seeds`` folder): the
     config, the seeds and each seed's checkpoint as ``resume_config`` gives it, at the newest
@@ -316,9 +324,10 @@ def resume_seed_stack_config(run_dir: str | Path, overrides: dict[str, Any] | No
     Seeds that reached --run.stop-return (theirs, or the one ``overrides`` give) left the stack
     finished and stay out."""
     folders = seed_folders(run_dir)
-    backend = load_checkpoint(folders[0]).config.env.backend
-    if backend != "tensor":  # trained as separate processes (--workers): each is an ordinary run
-        raise FastPPOError(f"{run_dir} holds seeds trained one process each ({backend} envs): resume each alone, fastppo train --resume {run_dir}/seed_<n>")
+    first = load_checkpoint(folders[0]).config.env
+    if first.backend != "tensor":  # trained as separate processes (--workers): each is an ordinary run
+        raise FastPPOError(f"{run_dir} holds seeds trained one process each ({first.backend} envs): resume each alone, fastppo train --resume {run_dir}/seed_<n>")
+    check_resumed_env(run_dir, first.env_id, env_id)  # named for the stack, before each seed's resume_config names its own folder
     folders = [folder for folder in folders if not finished_run(folder, overrides)]
     if not folders:
         raise every_seed_finished(run_dir)

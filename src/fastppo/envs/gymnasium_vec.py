@@ -14,9 +14,10 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from fastppo.envs.tensor.base import TensorEnv
 from fastppo.envs.vector import Episodes, HostCopies, StepResult
 from fastppo.errors import FastPPOError
-from fastppo.loading import named_object
+from fastppo.loading import file_spec, named_object
 
 ACTION_MASK_KEY = "action_mask"
 
@@ -72,14 +73,21 @@ def resolve_env_id(env_id: str) -> str:
     fastppo/ id; gymnasium ids, and gymnasium's own 'module:Id' (import the module, which
     registers Id), pass through."""
     target = named_object(env_id, "env")
+    if target is None:
+        return env_id
+    module_name, attr = env_id.rsplit(":", 1)
     if isinstance(target, type) and issubclass(target, gym.Env):
         # The module in the id keeps same-named classes of different modules apart.
-        module_name, attr = env_id.rsplit(":", 1)
         registered = f"fastppo/{re.sub(r'[^A-Za-z0-9_]', '_', module_name)}_{attr}-v0"
         if registered not in gym.registry:
             gym.register(id=registered, entry_point=target)
         return registered
-    return env_id
+    if file_spec(env_id) is None and attr in gym.registry:  # gymnasium's 'module:Id': the import registered Id
+        return env_id
+    if isinstance(target, type) and issubclass(target, TensorEnv):
+        raise FastPPOError(f"'{attr}' in {module_name} is a TensorEnv: train it with --backend tensor")
+    what = "a class" if isinstance(target, type) else f"a {type(target).__name__}"
+    raise FastPPOError(f"{module_name} defines '{attr}', but it is {what}, not a gymnasium.Env or TensorEnv subclass: name your env class after the colon")
 
 
 def _registering_module_hint(env_id: str) -> str:
