@@ -49,20 +49,6 @@ ALONE = {("train", "resume"): ["--no-progress"]}
 """Flags fuzzed without the base command line (which they refuse to go with), but with these."""
 TINY_TRAIN = ["--total-timesteps", "16", "--num-envs", "1", "--num-steps", "16", "--num-minibatches", "1", "--update-epochs", "1", "--no-tensorboard", "--no-progress"]
 
-FILE_ENV = "item 13, file.py:NotAnEnv (loading.py)"
-RLHF_DEVICE = "item 13, RLHF device checks (rlhf/models.py)"
-RLHF = "RLHF input checks (rlhf/*)"
-KNOWN_ELSEWHERE: dict[tuple[str, str, str], str] = {
-    **{(command, flag, value): FILE_ENV for command, flag in (("train", "ENV_ID"), ("sweep", "ENV_ID"), ("eval", "--env-id"))
-       for value in ("<file.py:NotAnEnv>", "<non-UTF-8 file.py:Env>")},
-    # slow part (-m slow)
-    **{("rlhf", "--device", value): RLHF_DEVICE for value in ("'mps'", "'meta'", "'cuda:99'")},
-    **{("rlhf", "--stop", value): RLHF for value in ("'0'", "'-1'", "'1.5'", "'[1]'")},  # characters the tokenizer lacks: a transformers ValueError
-    **{(command, "--output-dir", value): RLHF for command in ("rlhf", "dpo", "reward-model") for value in ("<below a file>", "'/proc/no/such/place'")},
-}  # fmt: skip
-"""(command, flag, value label) -> the issue-33 item whose branch fixes it. Failures other
-engineers fix in parallel; empty it once their branches are merged (an entry that no longer
-fails is itself reported as a failure, so the set cannot go stale)."""
 
 
 def write(path: Path, data: bytes | str) -> str:
@@ -372,18 +358,13 @@ def test_every_flag_of_every_command_refuses_bad_input_in_one_line_slow_part(art
 
 def fuzz(all_cases: list[Case], tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     """Run ``all_cases``, print the counts, and fail with every case that broke the rule."""
-    failures, known, fixed = [], [], []
+    failures = []
     accepted = refused = 0
     for index, case in enumerate(all_cases):
         outcome = run_case(case, tmp_path / f"case{index}")
-        expected_failure = KNOWN_ELSEWHERE.get(case.key)
         if outcome.good:
             accepted += outcome.code == 0
             refused += outcome.code == 2
-            if expected_failure:
-                fixed.append(f"{case.key} no longer fails ({expected_failure}): remove it from KNOWN_ELSEWHERE")
-        elif expected_failure:
-            known.append(f"{case.key}: {outcome.describe()} [{expected_failure}]")
         else:
             shown = [label_of(t) if callable(t) else t for t in case.argv]
             failures.append(f"{case.key}: fastppo {' '.join(map(str, shown))}\n    -> {outcome.describe()}")
@@ -391,8 +372,6 @@ def fuzz(all_cases: list[Case], tmp_path: Path, capsys: pytest.CaptureFixture) -
     with capsys.disabled():
         print(
             f"\nbad-input fuzz: {len(all_cases)} command lines over {len(flags)} flags and inputs of {len({c.command for c in all_cases})} subcommands: "
-            f"{accepted} accepted (exit 0), {refused} refused in one line (exit 2), {len(failures)} failures, {len(known)} known elsewhere"
+            f"{accepted} accepted (exit 0), {refused} refused in one line (exit 2), {len(failures)} failures"
         )
-        for line in known:
-            print(f"  known elsewhere: {line}")
-    assert not failures and not fixed, "\n".join(failures + fixed)
+    assert not failures, "\n".join(failures)

@@ -84,6 +84,9 @@ def named_object(spec: str, what: str) -> Any:
         module = _import_module(parts[0])
     except (ImportError, FileNotFoundError) as exc:
         raise FastPPOError(f"cannot load {what} '{spec}': {exc}") from None
+    except SyntaxError as exc:  # not Python source (a binary file, a typo): where, not a traceback of the import machinery
+        where = f" ({exc.filename}, line {exc.lineno})" if exc.lineno else f" ({exc.filename})" if exc.filename else ""
+        raise FastPPOError(f"cannot load {what} '{spec}': it is not valid Python: {exc.msg}{where}") from None
     if file_spec(spec) and not hasattr(module, parts[1]):
         raise FastPPOError(f"cannot load {what} '{spec}': {parts[0]} defines no '{parts[1]}' (check the name after the colon)")
     return getattr(module, parts[1], None)
