@@ -36,6 +36,18 @@ def output_dir(path: str | Path, what: str) -> Path:
     return path
 
 
+def check_creatable_folder(path: str | Path, what: str) -> None:
+    """A FastPPOError when the folder ``path`` could not be made (a file on its way, a folder that
+    refuses writes); nothing is created, so a command that then fails on other input leaves no trace."""
+    path = Path(path)
+    nearest = next(p for p in (path, *path.parents) if p.exists())
+    with writing(path, what):
+        if not nearest.is_dir():
+            raise NotADirectoryError(f"{nearest} is not a folder")
+        with tempfile.TemporaryFile(dir=nearest):
+            pass
+
+
 @contextmanager
 def writing(path: str | Path, what: str) -> Iterator[None]:
     """Turn an OSError while writing ``path`` (disk full, a folder gone) into the same one line."""

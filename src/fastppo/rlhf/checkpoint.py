@@ -131,7 +131,7 @@ def resume_point(output_dir: Path, resume: bool) -> Path | None:
         listed = ", ".join(used[:3]) + (", ..." if len(used) > 3 else "")
         again = "continue its run with --resume, or " if (output_dir / LATEST).is_file() else ""
         raise FastPPOError(f"--output-dir {output_dir} is not empty (it holds {listed}): {again}give a new or empty folder")
-    outputs.output_dir(output_dir, "--output-dir")  # below a file, or unwritable: one line before the model loads
+    outputs.check_creatable_folder(output_dir, "--output-dir")  # below a file, or unwritable: one line before the model loads
     return None
 
 
