@@ -189,6 +189,7 @@ def test_a_multi_agent_policy_round_trips_through_its_folder(tmp_path):
         (lambda s: s["observation"].update(high="nan"), "spaces.observation.high must hold finite numbers or 'inf'/'-inf'"),
         (lambda s: s["observation"].update(low=1e39), "spaces.observation.low does not fit float32"),
         (lambda s: s["observation"].update(shape=[-4]), "spaces.observation.shape must hold non-negative integers"),
+        (lambda s: s["observation"].update(shape=[10**10], low=0.0, high=1.0), "spaces.observation.shape [10000000000] holds more than"),
         (lambda s: s["action"].update(n=0), "spaces.action.n must be a positive integer"),
         (lambda s: s["action"].update(n=True), "spaces.action.n must be a positive integer"),
         (lambda s: s["action"].update(start=[0, 1]), "spaces.action.start must be an integer"),

@@ -124,10 +124,18 @@ def _count(value: Any, what: str) -> int:
     return value
 
 
+MAX_ELEMENTS = 1 << 26
+"""More values than any observation a policy takes (an Atari stack is 28 224): a damaged shape is
+refused here, not a MemoryError when its bounds are built."""
+
+
 def _shape(value: Any, what: str) -> tuple[int, ...]:
     if not isinstance(value, list):
         raise ValueError(f"{what} must be a list of sizes, got {value!r}")
-    return tuple(_count(size, what) for size in value)
+    shape = tuple(_count(size, what) for size in value)
+    if math.prod(shape) > MAX_ELEMENTS:
+        raise ValueError(f"{what} {list(shape)} holds more than {MAX_ELEMENTS} values")
+    return shape
 
 
 def _dtype(name: Any, allowed: tuple[str, ...], what: str) -> np.dtype:
