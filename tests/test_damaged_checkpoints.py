@@ -19,6 +19,7 @@ from safetensors.torch import load_file, save_file
 
 import fastppo
 import fastppo.checkpoint
+import fastppo.trainer
 from fastppo.checkpoint import load_checkpoint
 from fastppo.cli import main
 
@@ -148,6 +149,16 @@ def test_a_full_disk_at_save_is_one_line_and_keeps_the_last_checkpoint(run, caps
         f"fastppo: error: cannot write the checkpoint {run}/checkpoints/000003: No space left on device; the last good checkpoint is kept: {run / RESUMED}"
     ]
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["000001", "000002", "latest"]  # no half-written folder left
+    assert load_checkpoint(run).iteration == 2
+
+
+def test_a_full_disk_as_the_resume_opens_its_logs_is_one_line(run, capsys, monkeypatch):
+    def full(run_dir: Path, global_step: int) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(run_dir / "metrics.jsonl"))
+
+    monkeypatch.setattr(fastppo.trainer, "rewind_metrics", full)
+    assert main(["train", "--resume", str(run)]) == 2
+    assert capsys.readouterr().err.splitlines() == [f"fastppo: error: cannot write the run folder {run}: No space left on device: pick a writable folder"]
     assert load_checkpoint(run).iteration == 2
 
 

@@ -10,7 +10,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -637,13 +637,14 @@ def open_logger(config: Config, run_dir: Path | None, checkpoint: Checkpoint | N
     checkpoint's step (a killed run may have logged past it) and the history reloaded. A ``quiet``
     one (torchrun ranks but 0) shows nothing: no progress bar, no messages."""
     previous: list[dict[str, float]] = []
-    if run_dir is not None:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        # libyaml's dumper where PyYAML has it: the same text, ~4x faster (a stack writes one per seed).
-        (run_dir / "config.yaml").write_text(yaml.dump(config.to_dict(), Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper), sort_keys=False))
-        previous = rewind_metrics(run_dir, checkpoint.global_step if checkpoint else 0)
     purge_step = checkpoint.global_step + 1 if checkpoint else None
-    logger = RunLogger(run_dir, config.ppo.total_timesteps, config.run.tensorboard, config.run.progress and not quiet, config.to_dict(), purge_step)
+    with writing(run_dir, "the run folder") if run_dir is not None else nullcontext():  # a full disk, a folder gone: one line
+        if run_dir is not None:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            # libyaml's dumper where PyYAML has it: the same text, ~4x faster (a stack writes one per seed).
+            (run_dir / "config.yaml").write_text(yaml.dump(config.to_dict(), Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper), sort_keys=False))
+            previous = rewind_metrics(run_dir, checkpoint.global_step if checkpoint else 0)
+        logger = RunLogger(run_dir, config.ppo.total_timesteps, config.run.tensorboard, config.run.progress and not quiet, config.to_dict(), purge_step)
     logger.console.quiet = quiet
     logger.history[:0] = previous
     return logger
