@@ -7,7 +7,7 @@ import pytest
 from fastppo.api import make_config
 from fastppo.config import Config, apply_overrides, available_presets, load_preset, preset_for_env
 from fastppo.errors import FastPPOError
-from fastppo.trainer import resolve_device
+from fastppo.devices import resolve_device
 
 
 def test_defaults_are_cleanrl_ppo_py():

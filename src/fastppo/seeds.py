@@ -153,7 +153,7 @@ def worker_count(config: Config, seeds: int, workers: int | None) -> int:
     GPU, where the GPU computes. On CPU cores separate processes beat threads: a 64-seed CartPole
     stack solved in 15.9-16.1 s as one process on 2 threads and in 13.7-14.1 s as two processes of
     32 seeds on one thread each (benchmarks/README.md), the ops being too small for two threads."""
-    from fastppo.trainer import resolve_device
+    from fastppo.devices import resolve_device
 
     if workers is not None and workers < 1:
         raise FastPPOError(f"--workers must be >= 1, got {workers}")
@@ -287,7 +287,8 @@ def train_seeds(config: Config, seeds: list[int], parent: Path, workers: int, ch
     cannot use GNU OpenMP's thread pool if its parent has (it hangs), hence spawn otherwise, and on
     GPUs (CUDA refuses forked children) and outside Linux."""
     from fastppo.seed_stack import check_seed_stack
-    from fastppo.trainer import resolve_device, train_seed_stack
+    from fastppo.devices import resolve_device
+    from fastppo.trainer import train_seed_stack
 
     stacked = config.env.backend == "tensor"
     quiet = dataclasses.replace(config, run=dataclasses.replace(config.run, progress=False)).validate()

@@ -30,6 +30,7 @@ from fastppo.distributed import SyncedStatistics, World, check_world_size, joine
 from fastppo.envs import make_vec_env
 from fastppo.envs.make import rollout_device
 from fastppo.envs.vector import HostCopies
+from fastppo.devices import resolve_device
 from fastppo.errors import FastPPOError, Interrupted
 from fastppo.loading import absolute_spec, folder_env_id, names_user_code
 from fastppo.logger import RunLogger
@@ -82,26 +83,6 @@ def seed_everything(seed: int, deterministic: bool) -> None:
     np.random.seed(seed)
     torch.manual_seed(seed)
     torch.backends.cudnn.deterministic = deterministic
-
-
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        device = torch.device(name)
-    except RuntimeError:
-        device = None
-    # torch names more device types than it can train on here (meta holds no data; xla, hpu...
-    # need their own packages): only the ones checked below get past this line.
-    if device is None or device.type not in ("cpu", "cuda", "mps"):
-        raise FastPPOError(f"unknown device '{name}': use cpu, cuda, cuda:N, mps or auto")
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise FastPPOError(f"--device {name} asked for, but torch sees no CUDA GPU: use --device cpu")
-    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
-        raise FastPPOError(f"--device {name} asked for, but torch sees {torch.cuda.device_count()} CUDA GPU(s): use cuda:0 to cuda:{torch.cuda.device_count() - 1}")
-    if device.type == "mps" and not torch.backends.mps.is_available():
-        raise FastPPOError(f"--device {name} asked for, but torch sees no Apple MPS GPU: use --device cpu")
-    return device
 
 
 def gpu_note(device: torch.device, envs: Any, policy: torch.nn.Module) -> str | None:

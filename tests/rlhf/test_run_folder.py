@@ -185,8 +185,8 @@ def test_a_causal_lm_is_refused_as_a_reward_model(tiny_model, tmp_path, capsys, 
     assert not (tmp_path / "run").exists()
 
 
-DEVICES = [("cuda", "torch sees no CUDA GPU here: use --device cpu"), ("cuda:3", "torch sees 1 CUDA GPU(s), numbered from 0"),
-           ("mps", "this machine has no Apple MPS device"), ("meta", "--device meta cannot train")]  # fmt: skip
+DEVICES = [("cuda", "torch sees no CUDA GPU: use --device cpu"), ("cuda:3", "torch sees 1 CUDA GPU(s): use cuda:0 to cuda:0"),
+           ("mps", "torch sees no Apple MPS GPU: use --device cpu"), ("meta", "unknown device 'meta': use cpu, cuda, cuda:N, mps or auto")]  # fmt: skip
 
 
 @pytest.mark.parametrize("command", COMMANDS)

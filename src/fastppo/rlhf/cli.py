@@ -97,7 +97,7 @@ def _check_start(model: ModelConfig, run: RunConfig) -> None:
     """The device and the output folder (new and empty, or a checkpoint to resume), checked before
     any data or model is read; the trainers check them again for callers of their API."""
     from fastppo.rlhf.checkpoint import resume_point
-    from fastppo.rlhf.models import resolve_device
+    from fastppo.devices import resolve_device
 
     resolve_device(model.device)
     resume_point(Path(run.output_dir), run.resume)
@@ -107,7 +107,7 @@ def run_rlhf(args: argparse.Namespace) -> int:
     _require_rlhf_extra()
     from fastppo.distributed import launched_rank, rank_device
     from fastppo.rlhf.data import read_prompts
-    from fastppo.rlhf.models import resolve_device
+    from fastppo.devices import resolve_device
     from fastppo.rlhf.rewards import load_reward
     from fastppo.rlhf.trainer import train
 

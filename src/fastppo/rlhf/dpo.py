@@ -15,12 +15,13 @@ import torch
 from torch import Tensor
 
 from fastppo.core.preference import dpo_loss
+from fastppo.devices import resolve_device
 from fastppo.distributed import joined, rank_device
 from fastppo.errors import FastPPOError
 from fastppo.rlhf.checkpoint import resume_point
 from fastppo.rlhf.config import DPOConfig, DPOTrainerConfig, validate_dpo, validate_run
 from fastppo.rlhf.data import PreferencePair
-from fastppo.rlhf.models import Models, Precision, load_models, reference_model, resolve_device, start_run
+from fastppo.rlhf.models import Models, Precision, load_models, reference_model, start_run
 from fastppo.rlhf.pair_training import PairSteps, train_on_pairs
 from fastppo.rlhf.parallel import Ranks
 from fastppo.rlhf.tokens import encode_completions, encode_prompts, forward_tokens

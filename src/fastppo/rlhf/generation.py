@@ -18,9 +18,10 @@ from torch import Tensor
 from torch.nn.utils.rnn import pad_sequence
 from transformers import AutoConfig, GenerationConfig, StopStringCriteria
 
+from fastppo.devices import resolve_device
 from fastppo.errors import FastPPOError
 from fastppo.rlhf.config import ModelConfig, SamplingConfig
-from fastppo.rlhf.models import Models, resolve_device
+from fastppo.rlhf.models import Models
 from fastppo.rlhf.tokens import Stops
 
 Autocast = Callable[[], AbstractContextManager]

@@ -25,6 +25,7 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
+from fastppo.devices import resolve_device
 from fastppo.errors import FastPPOError
 from fastppo.rlhf.config import ModelConfig, RunConfig, check_model_path
 
@@ -60,26 +61,6 @@ class Models:
     def trainable_parameters(self) -> list[nn.Parameter]:
         modules: list[nn.Module] = [self.policy] + ([self.critic] if self.critic is not None else [])
         return [p for m in modules for p in m.parameters() if p.requires_grad]
-
-
-def resolve_device(name: str) -> torch.device:
-    """``--device``, checked to exist on this machine: a missing one fails here in one line, not
-    in a traceback from the first tensor moved to it."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        device = torch.device(name)
-    except RuntimeError as exc:
-        raise FastPPOError(f"unknown device {name!r}: use auto, cpu, cuda or cuda:N") from exc
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise FastPPOError(f"--device {name}: torch sees no CUDA GPU here: use --device cpu (or auto)")
-    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
-        raise FastPPOError(f"--device {name}: torch sees {torch.cuda.device_count()} CUDA GPU(s), numbered from 0: pick one of them or --device cuda")
-    if device.type == "mps" and not torch.backends.mps.is_available():
-        raise FastPPOError(f"--device {name}: this machine has no Apple MPS device: use --device cpu (or auto)")
-    if device.type not in ("cpu", "cuda", "mps"):  # meta holds no data; other backends are untested here
-        raise FastPPOError(f"--device {name} cannot train: use auto, cpu, cuda, cuda:N or mps")
-    return device
 
 
 def _load(loader, path: str, **kwargs):

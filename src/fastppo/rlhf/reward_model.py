@@ -17,11 +17,12 @@ import torch
 from torch import Tensor
 
 from fastppo.core.preference import bradley_terry_loss
+from fastppo.devices import resolve_device
 from fastppo.errors import FastPPOError
 from fastppo.rlhf.checkpoint import resume_point
 from fastppo.rlhf.config import RewardModelTrainerConfig, validate_reward_model, validate_run
 from fastppo.rlhf.data import PreferencePair
-from fastppo.rlhf.models import POLICY_DIR, Models, Precision, load_reward_model, resolve_device, start_run
+from fastppo.rlhf.models import POLICY_DIR, Models, Precision, load_reward_model, start_run
 from fastppo.rlhf.pair_training import PairSteps, train_on_pairs
 from fastppo.rlhf.parallel import Ranks
 from fastppo.rlhf.rewards import score_texts

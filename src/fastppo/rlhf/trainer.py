@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 
 from fastppo.core import explained_variance, masked_mean, policy_loss, ppo_loss, proportional_kl_beta, reference_kl_penalty, warmup_scheduled
+from fastppo.devices import resolve_device
 from fastppo.distributed import joined, rank_device
 from fastppo.errors import FastPPOError
 from fastppo.logger import RunLogger
@@ -24,7 +25,7 @@ from fastppo.rlhf.data import batch_indices
 from fastppo.rlhf.evaluation import evaluate, sample_rows
 from fastppo.rlhf.generation import make_generator
 from fastppo.rlhf.health import HealthMonitor, check_finite
-from fastppo.rlhf.models import Models, Precision, load_models, resolve_device, start_run
+from fastppo.rlhf.models import Models, Precision, load_models, start_run
 from fastppo.rlhf.parallel import Ranks
 from fastppo.rlhf.rewards import (
     RewardFn,
