@@ -86,7 +86,7 @@ def test_an_async_run_resumes_from_its_checkpoint_with_fresh_episodes(tmp_path, 
     with monkeypatch.context() as patch:
         stop_after(patch, 3)
         train(fastppo.make_config(RELAY, "cleanrl-discrete", overrides), tmp_path)
-    resumed, checkpoint = resume_config(tmp_path)
+    resumed, checkpoint = resume_config(tmp_path, env_id=RELAY)  # a test env: user code, named by the caller
     assert checkpoint.meta["env"] is None and resumed.env.backend == "async"
     agent = train(resumed, tmp_path, checkpoint)
     assert agent.history[-1]["global_step"] == 6 * 2 * 7  # env steps of the copies
