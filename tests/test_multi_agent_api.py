@@ -16,7 +16,7 @@ import fastppo
 from fastppo.cli import main
 from fastppo.evaluation import agent_rows_env
 from fastppo.envs.pettingzoo_vec import make_parallel_env
-from fastppo.trainer import progress_summary
+from fastppo.trainer import progress_summary, train
 
 CHASE = "pz:tests.fake_pz_teams"
 RELAY = "pz:tests.fake_pz_envs"
@@ -114,3 +114,115 @@ def agent_rows_env_for(config):
     from fastppo.envs import make_vec_env
 
     return make_vec_env(config.env, torch.device("cpu"), multi_agent=config.multi_agent)
+
+
+def rows_and_dicts(agent, env_id: str, env_kwargs: dict, steps: int = 4):
+    """(the rows training builds, PettingZoo's own observations) of the same steps, the actions
+    taken by ``agent`` on the rows (deterministic), for ``steps`` steps of one copy."""
+    envs = agent_rows_env(agent, env_id)
+    env = make_parallel_env(env_id, env_kwargs)
+    step, (observations, _) = envs.reset(seed=0), env.reset(seed=0)
+    for _ in range(steps):
+        actions = agent.act(step.obs, deterministic=True, action_mask=step.action_mask)
+        yield actions, observations
+        if not env.agents:
+            step, (observations, _) = envs.step(torch.as_tensor(actions)), env.reset()
+            continue
+        step = envs.step(torch.as_tensor(actions))
+        observations = env.step({name: actions[i] for i, name in enumerate(env.possible_agents) if name in env.agents})[0]
+    envs.close()
+    env.close()
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"multi_agent.algorithm": "mappo", "normalize_obs": True},
+        {"env_kwargs": json.dumps({"agents": ["adversary_0", "agent_0", "agent_1"]}), "multi_agent.policies": "group", "multi_agent.headline": "team"},
+    ],
+    ids=["shared-mappo-normalized", "group-policies"],
+)
+def test_act_on_pettingzoo_observations_takes_the_actions_training_takes(tmp_path, overrides):
+    """The same actions as the rows the training envs build, step by step (the dead agent_1 left
+    out of the dict as PettingZoo leaves it out), for the trained agent and the one loaded from
+    its folder."""
+    config = fastppo.make_config(RELAY, "cleanrl-discrete", {"num_envs": 2, "num_steps": 12, "num_minibatches": 2, "total_timesteps": 48, "progress": False, "tensorboard": False} | overrides)
+    trained = train(config, tmp_path / "run")
+    loaded = fastppo.load(tmp_path / "run")
+    env_kwargs = json.loads(overrides.get("env_kwargs", "{}"))
+    played = 0
+    for rows_actions, observations in rows_and_dicts(trained, RELAY, env_kwargs, steps=8):
+        names = [name for name in make_parallel_env(RELAY, env_kwargs).possible_agents if name in observations]
+        expected = {name: rows_actions[i] for i, name in enumerate(make_parallel_env(RELAY, env_kwargs).possible_agents) if name in observations}
+        for agent in (trained, loaded):
+            actions = agent.act(observations, deterministic=True)
+            assert list(actions) == names and actions == expected
+        played += 1
+    assert played == 8
+
+
+def test_act_honours_the_action_mask_of_a_dict_observation(tmp_path):
+    """Chase's Dict observations allow one action each: act takes it, stochastic or not (the env
+    asserts it, in training too), and an infos mask given as action_mask= is honoured."""
+    config = fastppo.make_config(CHASE, "cleanrl-discrete", {"num_envs": 2, "num_steps": 8, "num_minibatches": 2, "total_timesteps": 32, "progress": False, "tensorboard": False, "env_kwargs": json.dumps({"masked": True})})
+    agent = train(config)
+    assert agent.action_masks
+    env = make_parallel_env(CHASE, {"masked": True})
+    observations, _ = env.reset(seed=0)
+    torch.manual_seed(0)
+    while env.agents:
+        for deterministic in (True, False):
+            actions = agent.act(observations, deterministic=deterministic)
+            assert actions == {name: int(np.flatnonzero(observations[name]["action_mask"])[0]) for name in env.agents}
+        observations = env.step(actions)[0]
+    plain = {name: obs["observation"] for name, obs in env.reset(seed=0)[0].items()}
+    with pytest.raises(ValueError, match="trained with action masks"):
+        agent.act(plain)
+    masks = {"adversary_0": np.array([0, 0, 1]), "adversary_1": np.array([1, 0, 0]), "agent_0": np.array([0, 1, 0])}
+    assert agent.act(plain, action_mask=masks) == {"adversary_0": 2, "adversary_1": 0, "agent_0": 1}
+
+
+def test_a_recurrent_policy_steps_each_agent_with_its_own_state():
+    """step({agent: obs}, {agent: state}) equals the rows' step with the rows' states stacked."""
+    config = fastppo.make_config(RELAY, "cleanrl-discrete", {"num_envs": 2, "num_steps": 12, "num_minibatches": 2, "total_timesteps": 48, "progress": False, "tensorboard": False, "policy.memory": "gru", "policy.memory_size": 8})
+    agent = train(config)
+    env = make_parallel_env(RELAY, {})
+    observations, _ = env.reset(seed=0)
+    states = agent.initial_state(env.possible_agents)
+    rows_state = agent.initial_state(3)
+    envs = agent_rows_env(agent, RELAY)
+    step = envs.reset(seed=0)
+    for _ in range(3):  # all three agents alive
+        rows_actions, rows_state = agent.step(step.obs, rows_state, deterministic=True)
+        actions, states = agent.step(observations, states, deterministic=True)
+        assert actions == dict(zip(env.possible_agents, rows_actions.tolist()))
+        torch.testing.assert_close(torch.stack([states[name] for name in env.possible_agents]), rows_state)
+        observations = env.step({name: actions[name] for name in env.agents})[0]
+        step = envs.step(torch.as_tensor(rows_actions))
+        if "agent_1" not in observations:
+            break
+    with pytest.raises(ValueError, match="no state for 'agent_0'"):
+        agent.step(observations, {})
+    envs.close()
+
+
+def test_act_refuses_what_it_cannot_read():
+    agent = train(fastppo.make_config(RELAY, "cleanrl-discrete", {"num_envs": 2, "num_steps": 12, "num_minibatches": 2, "total_timesteps": 24, "progress": False, "tensorboard": False}))
+    with pytest.raises(ValueError, match="'spy', an agent the policy was not trained on"):
+        agent.act({"spy": np.zeros(2, dtype=np.float32)})
+    assert agent.act({}) == {}
+    gym_agent = train(fastppo.make_config("CartPole-v1", "cleanrl-discrete", {"num_envs": 2, "num_steps": 8, "num_minibatches": 2, "total_timesteps": 16, "progress": False, "tensorboard": False}))
+    with pytest.raises(ValueError, match="trained on a PettingZoo env"):
+        gym_agent.act({"agent_0": np.zeros(4)})
+
+
+def test_the_readme_loop_runs_a_trained_agent_in_a_pettingzoo_env(tmp_path):
+    """The README's deployment loop, as written there, on simple_spread."""
+    text = README.read_text()
+    loop = re.search(r"<!-- deploy-loop -->\n```python\n(.*?)```", text, re.S).group(1)
+    assert len(loop.strip().splitlines()) <= 12
+    run = tmp_path / "spread"
+    assert main(["train", "pz:mpe2.simple_spread_v3", "--env-kwargs", '{"max_cycles": 5}', *TINY, "--total-timesteps", "16", "--run-dir", str(run)]) == 0
+    namespace: dict = {}
+    exec(loop.replace("runs/pz_mpe2.simple_spread_v3", str(run)), namespace)
+    assert namespace["steps"] == 25  # simple_spread's default max_cycles

@@ -74,6 +74,10 @@ class PettingZooAgents:
             env = _SpacesOnly(self)
             self._built = (cfg, env, AgentSpaces(env, cfg))
         _, env, spaces = self._built
+        # A Dict observation's inner 'observation' alone is taken too (its mask then given apart).
+        observations = {
+            name: {"observation": obs} if isinstance(env.observation_space(name), gym.spaces.Dict) and not isinstance(obs, Mapping) else obs for name, obs in observations.items()
+        }
         rows = spaces.blank_rows(1)[0]
         infos = {name: {ACTION_MASK_KEY: mask} for name, mask in (action_mask or {}).items()}
         masks = spaces.rows(env, observations, infos, rows)
