@@ -121,7 +121,8 @@ def child_fastppo(task: str, seed: int, steps: int, algorithm: str, backend: str
     """fastppo.train with the preset; episodes as [end step of their iteration, team return]."""
     import fastppo
 
-    overrides = {"total_timesteps": steps, "seed": seed, "progress": False, "tensorboard": False, "multi_agent.algorithm": algorithm, "backend": backend}
+    # The team return: speaker and listener share one reward (two groups by name, so no headline by default).
+    overrides = {"total_timesteps": steps, "seed": seed, "progress": False, "tensorboard": False, "multi_agent.algorithm": algorithm, "backend": backend, "multi_agent.headline": "team"}
     if TASKS[task]["pad"]:
         overrides["multi_agent.pad"] = True
     start, cpu = time.perf_counter(), time.process_time() + children_cpu_s()

@@ -289,7 +289,7 @@ def test_every_mpe_env_continues_identically_from_a_snapshot(module):
         for x, y in zip(a.step(action), b.step(action)):
             assert (x is None and y is None) or torch.equal(x, y)
     episodes = a.pop_episodes()
-    assert len(episodes.returns) == 5 * 3 and episodes == b.pop_episodes()  # the 3 pending at the snapshot included
+    assert len(episodes.lengths) == 5 * 3 and episodes == b.pop_episodes()  # the 3 pending at the snapshot included
 
 
 def test_a_pettingzoo_id_finds_the_preset_named_after_its_module():
@@ -352,7 +352,7 @@ def test_mappo_builds_an_mpe_state_from_the_observations_and_it_equals_the_envs_
             expected = torch.from_numpy(np.asarray(env.state(), dtype=np.float32)).expand(n, size)
             assert torch.equal(rows[c * n : (c + 1) * n, :size], expected)
         rows = envs.step(torch.randint(0, 3, (envs.num_envs,))).obs
-    assert envs.pop_episodes().returns  # episodes ended on the way
+    assert envs.pop_episodes().lengths  # episodes ended on the way
 
 
 def test_the_mpe_shortcuts_are_kept_to_mpe_envs_as_their_modules_build_them():

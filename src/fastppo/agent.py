@@ -6,6 +6,7 @@ import dataclasses
 import json
 import os
 import signal
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+from fastppo.agent_rows import PettingZooAgents
 from fastppo.config import Config
 from fastppo.core.normalize import RunningMeanStd
 from fastppo.errors import FastPPOError
@@ -41,6 +43,9 @@ class Agent:
     obs_rms: RunningMeanStd | None = None
     history: list[dict[str, float]] = field(default_factory=list)
     episode_returns: list[float] = field(default_factory=list)
+    """The headline returns of the training episodes (a multi-agent run's: --multi-agent.headline)."""
+    group_returns: dict[str, list[float]] = field(default_factory=dict)
+    """A multi-agent run's training episodes: each agent group's returns (this process's, not a checkpoint's)."""
     run_dir: Path | None = None
     action_masks: bool = False
     """Trained on an env that publishes action masks: ``act`` then needs one per observation."""
@@ -50,6 +55,8 @@ class Agent:
     """The signal (SIGINT, SIGTERM) that stopped ``fastppo.train`` before its total_timesteps, after
     saving a checkpoint to resume from; None when training ran to its end (and after ``load``)."""
     from_folder: bool = False
+    pettingzoo: PettingZooAgents | None = None
+    """A multi-agent policy's PettingZoo agents: ``act`` and ``step`` then take a dict of their own observations."""
     """Read from a run folder (``load_agent``): its config is the folder's word, so the env it
     names is built only if that imports no user code (fastppo.loading.folder_env_id)."""
 
@@ -69,38 +76,76 @@ class Agent:
         stats_device = self.obs_rms.mean.device
         return self.obs_rms.normalize(obs.to(stats_device).float(), self.config.env.clip_obs).to(obs.device)
 
-    def act(self, obs: Any, deterministic: bool = False, action_mask: Any = None) -> np.ndarray:
+    def act(self, obs: Any, deterministic: bool = False, action_mask: Any = None) -> Any:
         """Actions for one observation or a batch (numpy or tensor); same leading shape back.
 
         ``action_mask`` (bool, one row per observation, True = allowed) is the env's
         ``info['action_mask']`` (or its Dict observation's ``'action_mask'``); an agent trained with
-        masks needs it. Actions are the env's own (a Discrete space's ``start`` included)."""
+        masks needs it. Actions are the env's own (a Discrete space's ``start`` included).
+
+        A multi-agent policy also takes PettingZoo's own observations, ``{agent: observation}``
+        as ``reset`` and ``step`` return them (any subset of its agents), and gives
+        ``{agent: action}`` back; a Dict observation's ``'action_mask'`` is honoured, and masks an
+        env publishes in ``infos`` come as ``action_mask={agent: mask}``."""
         if self.policy.recurrent:
             raise ValueError(
                 "this agent has a recurrent policy: carry its state, state = agent.initial_state(batch_size) at episode start, "
                 "then action, state = agent.step(obs, state)"
             )
+        if isinstance(obs, Mapping):
+            names, obs, action_mask = self._agent_rows(obs, action_mask)
+            return dict(zip(names, self.act(obs, deterministic, action_mask))) if names else {}
         obs_t, mask_t, single = self._inputs(obs, action_mask)
         return self._env_actions(self.policy.predict(obs_t, mask_t, deterministic)[0], single)
 
-    def initial_state(self, batch_size: int = 1) -> torch.Tensor:
-        """A recurrent agent's state for ``batch_size`` fresh episodes (zeros)."""
+    def initial_state(self, batch_size: int | Iterable[str] = 1) -> Any:
+        """A recurrent agent's state for ``batch_size`` fresh episodes (zeros); for a multi-agent
+        policy given agent names, ``{agent: state}`` for ``step``'s dict form."""
         if not self.policy.recurrent:
             raise ValueError("this agent has no recurrent policy: use agent.act(obs)")
-        return self.policy.initial_state(batch_size)
+        if isinstance(batch_size, int):
+            return self.policy.initial_state(batch_size)
+        names = list(batch_size)
+        return dict(zip(names, self.policy.initial_state(len(names)).unbind()))
 
-    def step(self, obs: Any, state: torch.Tensor, deterministic: bool = False, action_mask: Any = None) -> tuple[np.ndarray, torch.Tensor]:
+    def step(self, obs: Any, state: Any, deterministic: bool = False, action_mask: Any = None) -> tuple[Any, Any]:
         """A recurrent agent's ``act``: (actions, next state) for one observation or a batch and
         the state from ``initial_state`` or the previous step; start each episode from
-        ``initial_state`` again (for one row of a batch: zero that row)."""
+        ``initial_state`` again (for one row of a batch: zero that row). A multi-agent policy's
+        dict form: ``{agent: observation}`` and ``{agent: state}`` (``initial_state(agent names)``)
+        in, ``{agent: action}`` and ``{agent: next state}`` out."""
         if not self.policy.recurrent:
             raise ValueError("this agent has no recurrent policy: use agent.act(obs)")
+        if isinstance(obs, Mapping):
+            names, rows, masks = self._agent_rows(obs, action_mask)
+            if not names:
+                return {}, {}
+            missing = [name for name in names if name not in state]
+            if missing:
+                raise ValueError(f"agent.step got no state for {missing[0]!r}: start each agent's episode from agent.initial_state(env.possible_agents)")
+            actions, states = self.step(rows, torch.stack([torch.as_tensor(state[name], device=self.device) for name in names]), deterministic, masks)
+            return dict(zip(names, actions)), dict(zip(names, states.unbind()))
         obs_t, mask_t, single = self._inputs(obs, action_mask)
         state = torch.as_tensor(state, device=self.device)
         if tuple(state.shape) != (obs_t.shape[0], self.policy.state_size):
             raise ValueError(f"agent.step got a state of shape {tuple(state.shape)} for {obs_t.shape[0]} observations; expected {(obs_t.shape[0], self.policy.state_size)}")
         action, state = self.policy.predict(obs_t, mask_t, deterministic, state)
         return self._env_actions(action, single), state
+
+    def _agent_rows(self, observations: Mapping[str, Any], action_mask: Any) -> tuple[list[str], np.ndarray, np.ndarray | None]:
+        """``act``'s dict form: (agent names, their rows, their masks) as training built them."""
+        if self.pettingzoo is None:
+            raise ValueError(
+                "agent.act takes a dict of observations for a policy trained on a PettingZoo env (pz:<module>) only"
+                if self.layout == ObservationLayout()
+                else "this agent does not know its PettingZoo agents' spaces (saved by an older fastppo): pass the rows training built, or train it again"
+            )
+        if action_mask is not None and not isinstance(action_mask, Mapping):
+            raise ValueError("with a dict of observations, give the masks as a dict too: action_mask={agent: mask}")
+        names, rows, masks = self.pettingzoo.rows(self.config.multi_agent, observations, action_mask)
+        if self.action_masks and masks is None:
+            raise ValueError("this agent was trained with action masks: give each agent's, in its Dict observation's 'action_mask' or as action_mask={agent: infos[agent]['action_mask']}")
+        return names, rows, masks
 
     def _inputs(self, obs: Any, action_mask: Any) -> tuple[torch.Tensor, torch.Tensor | None, bool]:
         """(normalised [B, ...] observations, [B, n] mask or None, whether one observation came)."""
@@ -146,6 +191,8 @@ class Agent:
             "action_masks": self.action_masks,
             "spaces": spaces_to_data(self.observation_space, self.action_space, self.layout),
         }
+        if self.pettingzoo is not None and (agents := self.pettingzoo.to_data()) is not None:
+            meta["agents"] = agents
         tmp = directory / f".{AGENT_FILE}.tmp-{os.getpid()}"
         tmp.write_text(json.dumps(meta, indent=2))
         os.replace(tmp, directory / AGENT_FILE)
@@ -185,6 +232,7 @@ def load_agent(directory: str | Path, device: str | torch.device = "cpu", env_id
         meta = json.loads((directory / AGENT_FILE).read_text())
         config = Config.from_dict(meta["config"])
         spaces = spaces_from_data(meta["spaces"]) if "spaces" in meta else None
+        pettingzoo = PettingZooAgents.from_data(meta["agents"]) if "agents" in meta else None
         tensors = load_file(str(directory / POLICY_FILE), device=str(device))
     except FileNotFoundError as exc:
         raise FastPPOError(f"no saved agent in {directory}: {Path(exc.filename or POLICY_FILE).name} is missing (train with --run-dir, or give a checkpoint folder)") from None
@@ -194,6 +242,7 @@ def load_agent(directory: str | Path, device: str | torch.device = "cpu", env_id
     agent = build_agent(config, observation_space, action_space, torch.device(device), layout)
     agent.action_masks = bool(meta.get("action_masks", False))
     agent.from_folder = True
+    agent.pettingzoo = pettingzoo
     try:
         agent.policy.load_state_dict({k.removeprefix("policy."): v for k, v in tensors.items() if k.startswith("policy.")})
         if agent.obs_rms is not None:

@@ -144,7 +144,9 @@ def load(run_dir: str | Path, device: str = "cpu", env_id: str | None = None) ->
 def evaluate(agent: Agent | str | Path, env_id: str | None = None, episodes: int = 10, deterministic: bool = False, seed: int | None = None):
     """Play ``episodes`` episodes (default env: the agent's own; a run folder trained on your own
     code needs ``env_id`` naming it) with frozen observation statistics; returns an ``EvalResult``
-    (returns, lengths, mean_return, std_return, mean_length, std_length)."""
+    (returns, lengths, mean_return, std_return, mean_length, std_length; a multi-agent env's
+    group_returns and mean_group_returns, its mean_return None without a headline:
+    --multi-agent.headline)."""
     from fastppo.evaluation import evaluate as run_evaluation
 
     return run_evaluation(agent, env_id, episodes, deterministic, seed)

@@ -70,6 +70,8 @@ class MultiAgentConfig:
     """shared: one policy for all agents; group: one per agent group, agents grouped by name without the trailing _<n> (adversary_0, adversary_1 | agent_0)."""
     pad: bool = False
     """Agents with different observation sizes or numbers of discrete actions: pad observations with zeros and mask the missing actions (else such envs are refused)."""
+    headline: str = "auto"
+    """The return charts/episodic_return, the progress bar, fastppo eval and --run.stop-return read: team (the sum of all agents' returns), a group's name (the sum of its agents' returns, e.g. adversary), or auto: team when the agents are one group (agent_0, agent_1, ...), else none (agents in several groups, e.g. adversary_0 | agent_0, may play against each other: only each group's return is reported, charts/episodic_return/<group>)."""
 
 
 @dataclass

@@ -158,10 +158,12 @@ class World:
         checkpoint's recent returns)."""
         parts: list[Episodes] = self.gather_objects(episodes)
         by_agent: dict[str, list[float]] = {}
+        by_group: dict[str, list[float]] = {}
         for part in parts:
-            for name, returns in (part.by_agent or {}).items():
-                by_agent.setdefault(name, []).extend(returns)
-        return Episodes([r for p in parts for r in p.returns], [n for p in parts for n in p.lengths], by_agent or None)
+            for merged, own in ((by_agent, part.by_agent), (by_group, part.by_group)):
+                for name, returns in (own or {}).items():
+                    merged.setdefault(name, []).extend(returns)
+        return Episodes([r for p in parts for r in p.returns], [n for p in parts for n in p.lengths], by_agent or None, by_group=by_group or None)
 
 
 @contextmanager

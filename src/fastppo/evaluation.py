@@ -33,21 +33,28 @@ from fastppo.video import VideoWriter, env_fps
 
 @dataclass
 class EvalResult:
-    """Undiscounted returns and lengths of the evaluation episodes (raw env rewards)."""
+    """Undiscounted returns and lengths of the evaluation episodes (raw env rewards). A
+    multi-agent env's ``returns`` are its headline's (--multi-agent.headline: none when its agents
+    are not one team, and then ``mean_return`` is None), ``group_returns`` each agent group's."""
 
     env_id: str
     deterministic: bool
     seed: int | None
     returns: list[float] = field(default_factory=list)
     lengths: list[int] = field(default_factory=list)
+    group_returns: dict[str, list[float]] | None = None
 
     @property
-    def mean_return(self) -> float:
-        return float(np.mean(self.returns))
+    def mean_return(self) -> float | None:
+        return float(np.mean(self.returns)) if self.returns else None
 
     @property
-    def std_return(self) -> float:
-        return float(np.std(self.returns))
+    def std_return(self) -> float | None:
+        return float(np.std(self.returns)) if self.returns else None
+
+    @property
+    def mean_group_returns(self) -> dict[str, float] | None:
+        return None if self.group_returns is None else {group: float(np.mean(returns)) for group, returns in self.group_returns.items()}
 
     @property
     def mean_length(self) -> float:
@@ -58,15 +65,17 @@ class EvalResult:
         return float(np.std(self.lengths))
 
     def to_dict(self) -> dict[str, Any]:
-        stats = {k: getattr(self, k) for k in ("mean_return", "std_return", "mean_length", "std_length")}
-        return {**asdict(self), "episodes": len(self.returns), **stats}
+        stats = {k: getattr(self, k) for k in ("mean_return", "std_return", "mean_group_returns", "mean_length", "std_length")}
+        return {**asdict(self), "episodes": len(self.lengths), **stats}
 
     def __str__(self) -> str:
         mode = "deterministic" if self.deterministic else "stochastic"
-        return (
-            f"{self.env_id}: return {self.mean_return:.1f} ± {self.std_return:.1f}, length {self.mean_length:.1f} ± "
-            f"{self.std_length:.1f} over {len(self.returns)} episodes ({mode} policy)"
-        )
+        groups = ", ".join(f"{group} {np.mean(r):.1f} ± {np.std(r):.1f}" for group, r in (self.group_returns or {}).items())
+        if not self.returns:  # agents in several groups without a headline: each group's
+            shown = f"returns {groups}"
+        else:  # one group's return is the headline's: shown once
+            shown = f"return {self.mean_return:.1f} ± {self.std_return:.1f}" + (f" ({groups})" if len(self.group_returns or {}) > 1 else "")
+        return f"{self.env_id}: {shown}, length {self.mean_length:.1f} ± {self.std_length:.1f} over {len(self.lengths)} episodes ({mode} policy)"
 
 
 def played_env(agent: Agent | str | Path, env_id: str | None, command: str) -> tuple[Agent, str]:
@@ -168,12 +177,14 @@ def run_tensor_episodes(agent: Agent, env_class: type[TensorEnv], episodes: int,
 
 def run_multi_agent_episodes(
     agent: Agent, envs: PettingZooVecEnv, episodes: int, deterministic: bool, seed: int | None, on_frame: Callable[[Any], None] | None = None
-) -> tuple[list[float], list[int]]:
+) -> tuple[list[float], list[int], dict[str, list[float]]]:
     """Play ``episodes`` episodes of one PettingZoo env copy, every agent's row acting with the
-    agent; team returns (the sum over agents, as training logs them) and lengths."""
+    agent; headline returns (as training logs them: --multi-agent.headline), lengths and each
+    agent group's returns."""
     _check_episodes(episodes)
     returns: list[float] = []
     lengths: list[int] = []
+    groups: dict[str, list[float]] = {}
     with torch.random.fork_rng(devices=[]):
         if seed is not None:
             torch.manual_seed(seed)
@@ -182,7 +193,7 @@ def run_multi_agent_episodes(
         valid = step.live
         if on_frame is not None:
             on_frame(envs.render())
-        while len(returns) < episodes:
+        while len(lengths) < episodes:
             if state is None:
                 action = agent.act(step.obs, deterministic=deterministic, action_mask=step.action_mask)
             else:
@@ -195,7 +206,9 @@ def run_multi_agent_episodes(
             finished = envs.pop_episodes()
             returns += finished.returns
             lengths += finished.lengths
-    return returns[:episodes], lengths[:episodes]
+            for group, group_returns in (finished.by_group or {}).items():
+                groups.setdefault(group, []).extend(group_returns)
+    return returns[:episodes], lengths[:episodes], {group: group_returns[:episodes] for group, group_returns in groups.items()}
 
 
 def evaluate(
@@ -213,7 +226,7 @@ def evaluate(
     if is_pettingzoo(env_id):
         envs = agent_rows_env(agent, env_id)
         try:
-            returns, lengths = run_multi_agent_episodes(agent, envs, episodes, deterministic, seed)
+            return EvalResult(env_id, deterministic, seed, *run_multi_agent_episodes(agent, envs, episodes, deterministic, seed))
         finally:
             envs.close()
     elif env_class is not None:
@@ -245,10 +258,10 @@ def record(
         envs = agent_rows_env(agent, env_id, render_mode="rgb_array")
         try:
             with VideoWriter(out, env_fps(envs.envs[0])) as video:
-                returns, lengths = run_multi_agent_episodes(agent, envs, episodes, deterministic, seed, on_frame=video.append)
+                result = EvalResult(env_id, deterministic, seed, *run_multi_agent_episodes(agent, envs, episodes, deterministic, seed, on_frame=video.append))
         finally:
             envs.close()
-        return Path(out), EvalResult(env_id, deterministic, seed, returns, lengths), video.frames
+        return Path(out), result, video.frames
     env = make_single_env(env_id, render_mode="rgb_array", for_eval=True, frame_stack=agent.config.env.frame_stack)
     try:
         _check_obs_shape(agent, env.observation_space.shape, env_id)

@@ -44,6 +44,9 @@ FIXED_WIDTH = BAR_WIDTH + 8 + len("eta") + 8 + 5
 time (up to 99:59:59) and the gaps between its six columns."""
 
 
+GROUP_RETURN = "charts/episodic_return/"
+"""A multi-agent run's group returns: charts/episodic_return/<group>, the sum of its agents' returns."""
+
 # (label, metric, format) of the figures the progress bar shows for a gymnasium run.
 GYM_SUMMARY = (
     ("SPS", "charts/SPS", ".0f"),

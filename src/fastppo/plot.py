@@ -53,6 +53,11 @@ class Run:
         finite = np.isfinite(data[:, 1])
         return data[finite, 0], data[finite, 1]
 
+    @property
+    def group_returns(self) -> list[str]:
+        """A multi-agent run's group return metrics (charts/episodic_return/<group>), in logged order."""
+        return list(dict.fromkeys(name for record in self.records for name in record if name.startswith(f"{RETURN}/")))
+
 
 def read_run(path: str | Path) -> Run:
     """A run directory's config and metrics; FastPPOError naming what is missing or damaged."""
@@ -233,12 +238,15 @@ def plot_runs(run_dirs: list[str | Path], out: str | Path, smooth: int = 10) -> 
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for index, (group, label) in enumerate(zip(groups, labels)):
         color = colors[index % len(colors)]
-        curve = _aggregate(group, RETURN, smooth)
-        if curve is not None:
-            steps, mean, low, high = curve
-            ax_return.plot(steps, mean, color=color, lw=2, label=label)
-            if len(group) > 1:
-                ax_return.fill_between(steps, low, high, color=color, alpha=0.2, lw=0)
+        # Agents in several groups without a headline (--multi-agent.headline): each group's return, one line style each.
+        names = [RETURN] if any(RETURN in r for run in group for r in run.records) else group[0].group_returns
+        for name, style in zip(names, ("-", "--", ":", "-.")):
+            curve = _aggregate(group, name, smooth)
+            if curve is not None:
+                steps, mean, low, high = curve
+                ax_return.plot(steps, mean, color=color, lw=2, ls=style, label=label if name == RETURN else f"{label}: {name.removeprefix(RETURN + '/')}")
+                if len(group) > 1:
+                    ax_return.fill_between(steps, low, high, color=color, alpha=0.2, lw=0)
         for ax, (name, _) in zip(diag_axes, DIAGNOSTICS):
             curve = _aggregate(group, name, smooth)
             if curve is not None:

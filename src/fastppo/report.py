@@ -99,6 +99,8 @@ def final_score(run: Run, metric: str, final_window: float) -> float:
     run's steps, or its last value if none falls there."""
     steps, values = run.series(metric)
     if not len(values):
+        if metric == RETURN and run.group_returns:  # agents in several groups: no headline return
+            raise FastPPOError(f"{run.path} logged no {metric}: its agents are in groups that may play against each other, so it logs each group's: pick one, --metric {run.group_returns[0]}")
         raise FastPPOError(f"{run.path} logged no {metric} (no episode finished?): train longer, or pick another --metric")
     last_step = run.records[-1]["global_step"]
     return float(values[steps >= min((1 - final_window) * last_step, steps[-1])].mean())

@@ -62,12 +62,13 @@ def run_eval(args: argparse.Namespace) -> int:
     means = []
     for run_dir in seeds or [Path(args.run_dir)]:
         result = evaluate(run_dir, env_id=args.env_id, episodes=args.episodes, deterministic=args.deterministic, seed=args.seed)
-        means.append(result.mean_return)
+        if result.mean_return is not None:  # None: agents in several groups, no headline (each group's is printed)
+            means.append(result.mean_return)
         if args.json:
             print(json.dumps({**result.to_dict(), **({"run_dir": str(run_dir)} if seeds else {})}))
         else:
             print(f"fastppo: {result}" + (f" ({run_dir.name})" if seeds else ""))
-    if seeds and not args.json:
+    if seeds and means and not args.json:
         print(f"fastppo: mean return over the {len(seeds)} seeds {np.mean(means):.1f} (min {min(means):.1f}, max {max(means):.1f}); statistics: fastppo report {args.run_dir}")
     return 0
 

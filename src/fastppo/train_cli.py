@@ -101,7 +101,13 @@ def run(args: argparse.Namespace) -> int:
     agent = train(config, run_dir, checkpoint)
     if main:
         returns = agent.episode_returns[-20:]
-        last = f"{np.mean(returns):.1f} mean return over the last {len(returns)} episodes" if returns else "no episode finished"
+        groups = {group: group_returns[-20:] for group, group_returns in agent.group_returns.items()}
+        if returns:
+            last = f"{np.mean(returns):.1f} mean return over the last {len(returns)} episodes"
+        elif any(groups.values()):  # agents in several groups, no headline: each group's
+            last = f"mean returns over the last {len(next(iter(groups.values())))} episodes: " + ", ".join(f"{group} {np.mean(r):.1f}" for group, r in groups.items())
+        else:
+            last = "no episode finished"
         sps = np.mean([m["charts/SPS"] for m in agent.history]) if agent.history else float("nan")
         steps = agent.history[-1]["global_step"] if agent.history else 0
         print(f"fastppo: {config.env.env_id}: {steps} steps, {last}, {sps:.0f} SPS{time_split(agent.history)}.")

@@ -20,6 +20,7 @@ import torch
 import yaml
 
 from fastppo.agent import Agent, build_agent
+from fastppo.agent_rows import PettingZooAgents
 from fastppo.allocator import reuse_freed_memory
 from fastppo.checkpoint import Checkpoint, checkpoint_root, list_checkpoints, load_checkpoint, restore_train_state, rewind_metrics, save_checkpoint, seed_folders
 from fastppo.config import Config, RunConfig, apply_overrides, resolve_key
@@ -33,7 +34,8 @@ from fastppo.envs.vector import HostCopies
 from fastppo.devices import resolve_device
 from fastppo.errors import FastPPOError, Interrupted
 from fastppo.loading import absolute_spec, folder_env_id, names_user_code
-from fastppo.logger import RunLogger
+from fastppo.envs.pettingzoo_vec import AgentSpaces
+from fastppo.logger import GROUP_RETURN, GYM_SUMMARY, RunLogger
 from fastppo.outputs import output_dir, removed_if_left_empty, writing
 from fastppo.policies import ActorCritic
 from fastppo.policies.mlp_autograd import mlp_layers
@@ -213,6 +215,17 @@ def lost_since(checkpoint: Path | None, iteration: int, run_dir: Path | None) ->
 def reached_stop_return(run: RunConfig, returns: list[float]) -> bool:
     """Whether a run's finished episodes have reached --run.stop-return (never without one)."""
     return run.stop_return is not None and len(returns) >= run.stop_window and float(np.mean(returns[-run.stop_window :])) >= run.stop_return
+
+
+def check_stop_return(run: RunConfig, envs: Any) -> None:
+    """--run.stop-return reads the headline return: a multi-agent env without one (agents in
+    several groups, --multi-agent.headline auto) must name the group it reads."""
+    spaces = getattr(envs, "spaces", None)
+    if run.stop_return is not None and isinstance(spaces, AgentSpaces) and spaces.headline is None:
+        raise FastPPOError(
+            f"--run.stop-return reads one return, and the agents are in {len(spaces.group_names)} groups ({', '.join(spaces.group_names)}) that may play against each other: "
+            f"name the one it reads, e.g. --multi-agent.headline {spaces.group_names[0]} (or team for the sum of all agents')"
+        )
 
 
 def stop_return_note(run: RunConfig, returns: list[float], global_step: int) -> str:
@@ -405,6 +418,11 @@ def train_rank(
         check_cudagraphs(device)
     collect_on = rollout_device(config.env, device)  # where the rollout lives: the CPU for numpy envs
     envs = make_vec_env(config.env, collect_on, video_dir=out_dir / "videos" if out_dir and seeds is None else None, multi_agent=config.multi_agent, seed_blocks=len(seeds or [seed]))
+    try:
+        check_stop_return(config.run, envs)
+    except FastPPOError:
+        envs.close()
+        raise
     first = envs.reset(seed=seed if seeds is None else seeds)
     if seeds is None:
         agent = build_agent(config, envs.single_observation_space, envs.single_action_space, device, envs.layout, statistics_device=collect_on)
@@ -412,6 +430,8 @@ def train_rank(
         agent = stacked_agent(config, envs.single_observation_space, envs.single_action_space, device, seeds)
     agent.run_dir = run_dir
     agent.action_masks = first.action_mask is not None
+    if isinstance(spaces := getattr(envs, "spaces", None), AgentSpaces):  # agent.act on PettingZoo's own observations
+        agent.pettingzoo = PettingZooAgents.of(spaces)
     normalize_obs = ObservationNormalizer(agent.obs_rms, config.env.clip_obs)
     reward_scaler = RewardScaler(envs.num_envs, cfg.gamma, config.env.clip_reward, collect_on, groups=seeds and len(seeds)) if config.env.normalize_reward else None
     statistics = None
@@ -444,7 +464,7 @@ def train_rank(
         envs.close()
         raise
     if seeds is None:
-        logger = open_logger(config, out_dir, checkpoint, quiet=world is not None and not world.main)
+        logger = open_logger(config, out_dir, checkpoint, quiet=world is not None and not world.main, summary=progress_summary(getattr(envs, "spaces", None)))
     else:  # one run folder per seed, one progress bar for them all
         logger = SeedLoggers(
             [open_logger(replace(config, run=replace(config.run, seed=s, progress=False)), d, c) for s, d, c in zip(seeds, seed_dirs, checkpoint or [None] * len(seeds))],
@@ -508,6 +528,8 @@ def train_rank(
                     statistics.merge()
                     episodes = world.gather_episodes(episodes)
                 agent.episode_returns += episodes.returns
+                for group, returns in (episodes.by_group or {}).items():
+                    agent.group_returns.setdefault(group, []).extend(returns)
                 advantages, returns = compute_gae(
                     buf.rewards, buf.values, shift_values(buf.values, last_value), buf.terminated, buf.truncated, cfg.gamma, cfg.gae_lambda
                 )
@@ -613,7 +635,17 @@ def train_rank(
     return agent
 
 
-def open_logger(config: Config, run_dir: Path | None, checkpoint: Checkpoint | None, quiet: bool = False) -> RunLogger:
+def progress_summary(spaces: AgentSpaces | None) -> tuple[tuple[str, str, str], ...]:
+    """The progress bar's figures: a gymnasium run's, and for agents in several groups each
+    group's return beside the headline (in its place when there is none)."""
+    if not isinstance(spaces, AgentSpaces) or len(spaces.group_names) == 1:
+        return GYM_SUMMARY
+    groups = tuple((group, f"{GROUP_RETURN}{group}", ".1f") for group in spaces.group_names)
+    sps, headline, *rest = GYM_SUMMARY
+    return (sps, *([headline] if spaces.headline else []), *groups, *rest)
+
+
+def open_logger(config: Config, run_dir: Path | None, checkpoint: Checkpoint | None, quiet: bool = False, summary: tuple[tuple[str, str, str], ...] = GYM_SUMMARY) -> RunLogger:
     """The run's logger; on resume, metrics.jsonl and TensorBoard are first rewound to the
     checkpoint's step (a killed run may have logged past it) and the history reloaded. A ``quiet``
     one (torchrun ranks but 0) shows nothing: no progress bar, no messages."""
@@ -625,7 +657,7 @@ def open_logger(config: Config, run_dir: Path | None, checkpoint: Checkpoint | N
             # libyaml's dumper where PyYAML has it: the same text, ~4x faster (a stack writes one per seed).
             (run_dir / "config.yaml").write_text(yaml.dump(config.to_dict(), Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper), sort_keys=False))
             previous = rewind_metrics(run_dir, checkpoint.global_step if checkpoint else 0)
-        logger = RunLogger(run_dir, config.ppo.total_timesteps, config.run.tensorboard, config.run.progress and not quiet, config.to_dict(), purge_step)
+        logger = RunLogger(run_dir, config.ppo.total_timesteps, config.run.tensorboard, config.run.progress and not quiet, config.to_dict(), purge_step, summary)
     logger.console.quiet = quiet
     logger.history[:0] = previous
     return logger
@@ -641,7 +673,7 @@ def iteration_metrics(
         "charts/clip_coef": coefs.clip_coef,
         "charts/ent_coef": coefs.ent_coef,
         "charts/SPS": batch_size / elapsed,
-        "charts/episodes": float(len(episodes.returns)),
+        "charts/episodes": float(len(episodes.lengths)),
         "losses/policy_loss": losses["pg_loss"],
         "losses/value_loss": losses["v_loss"],
         "losses/entropy": losses["entropy"],
@@ -658,9 +690,12 @@ def iteration_metrics(
     if state.agent.config.ppo.objective == "kl":
         metrics["losses/kl_beta"] = coefs.kl_beta
         metrics["losses/kl_after_update"] = losses["kl_after_update"]  # what beta adapts from
-    if episodes.returns:
+    if episodes.returns:  # a multi-agent env's headline: none when its agents are not one team
         metrics["charts/episodic_return"] = float(np.mean(episodes.returns))
+    if episodes.lengths:
         metrics["charts/episodic_length"] = float(np.mean(episodes.lengths))
-        for name, returns in (episodes.by_agent or {}).items():  # multi-agent: the team's above, each agent's here
+        for name, returns in (episodes.by_group or {}).items():  # multi-agent: each group's, then each agent's
+            metrics[f"{GROUP_RETURN}{name}"] = float(np.mean(returns))
+        for name, returns in (episodes.by_agent or {}).items():
             metrics[f"charts/agent_return/{name}"] = float(np.mean(returns))
     return metrics

@@ -92,10 +92,29 @@ FinishedEpisode = tuple[float, int, np.ndarray]
 """(team return, length, each agent's return) of an episode, in the order the episodes ended."""
 
 
-def team_episodes(episodes: list[FinishedEpisode], agents: list[str]) -> Episodes:
-    """Team returns (the sum of the agents' returns) and lengths, and each agent's returns."""
-    by_agent = {agent: [float(e[2][i]) for e in episodes] for i, agent in enumerate(agents)}
-    return Episodes([e[0] for e in episodes], [e[1] for e in episodes], by_agent)
+def agent_group(agent: str) -> str:
+    """An agent's group: its name without the trailing ``_<n>`` (adversary_0 -> adversary)."""
+    return re.sub(r"_\d+$", "", agent)
+
+
+def headline_of(headline: str, groups: list[str]) -> str | None:
+    """What --multi-agent.headline names for agents in ``groups``: "team", one group, or None
+    (auto with several groups: they may play against each other, so no sum stands for the run)."""
+    if headline == "auto":
+        return "team" if len(groups) == 1 else None
+    if headline != "team" and headline not in groups:
+        raise FastPPOError(f"--multi-agent.headline {headline} is no group of this env's agents ({', '.join(groups)}): give one of them, team (their sum) or auto")
+    return headline
+
+
+def team_episodes(episodes: list[FinishedEpisode], spaces: AgentSpaces) -> Episodes:
+    """Lengths, each agent's and each group's returns (a group's: the sum of its agents'), and as
+    ``returns`` the headline's (``spaces.headline``: the team's sum, a group's, or none)."""
+    by_agent = {agent: [float(e[2][i]) for e in episodes] for i, agent in enumerate(spaces.agents)}
+    members = np.asarray(spaces.agent_groups)
+    by_group = {group: [float(e[2][members == group].sum()) for e in episodes] for group in spaces.group_names}
+    returns = [e[0] for e in episodes] if spaces.headline == "team" else by_group.get(spaces.headline, [])
+    return Episodes(returns, [e[1] for e in episodes], by_agent, by_group=by_group)
 
 
 class AgentSpaces:
@@ -106,7 +125,7 @@ class AgentSpaces:
         if not self.agents:
             raise FastPPOError("the PettingZoo env has no possible_agents")
         self.observation_spaces = [env.observation_space(a) for a in self.agents]
-        action_spaces = [env.action_space(a) for a in self.agents]
+        self.action_spaces = action_spaces = [env.action_space(a) for a in self.agents]
         sizes = [_flat_size(s) for s in self.observation_spaces]
         self.obs_size = max(sizes)
         if len(set(sizes)) > 1 and not cfg.pad:
@@ -145,10 +164,11 @@ class AgentSpaces:
             # on simple_spread): the same values come from the observations the step returned.
             self.state_from_observations = self.env_state and mpe.state_is_observations(env) and self.state_size == sum(sizes)
         self.ids = len(self.agents) if cfg.agent_ids else 0
-        groups: tuple[int, ...] = ()
-        if cfg.policies == "group":  # adversary_0, adversary_1 | agent_0: groups by name, in order of appearance
-            names = [re.sub(r"_\d+$", "", agent) for agent in self.agents]
-            groups = tuple(list(dict.fromkeys(names)).index(name) for name in names)
+        # adversary_0, adversary_1 | agent_0: groups by name, in order of appearance
+        self.agent_groups = [agent_group(agent) for agent in self.agents]
+        self.group_names = list(dict.fromkeys(self.agent_groups))
+        self.headline = headline_of(cfg.headline, self.group_names)
+        groups = tuple(self.group_names.index(name) for name in self.agent_groups) if cfg.policies == "group" else ()
         self.layout = ObservationLayout(critic_only=self.state_size, raw=self.ids, groups=groups)
         self.observation_space = gym.spaces.Box(-np.inf, np.inf, (self.state_size + self.obs_size + self.ids,), np.float32)
 
@@ -312,7 +332,7 @@ class PettingZooVecEnv(HostCopies):
         return episodes
 
     def pop_episodes(self) -> Episodes:
-        return team_episodes(self.pop_finished(), self.agents)
+        return team_episodes(self.pop_finished(), self.spaces)
 
     def render(self) -> Any:
         return self.envs[0].render()

@@ -161,7 +161,7 @@ class PettingZooWorkers(HostCopies):
     def pop_episodes(self) -> Episodes:
         episodes = self._episodes
         self._episodes = []
-        return team_episodes(episodes, self.agents)
+        return team_episodes(episodes, self.spaces)
 
     def close(self) -> None:
         for pipe in self._pipes:

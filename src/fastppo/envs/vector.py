@@ -38,13 +38,16 @@ class StepResult(NamedTuple):
 
 class Episodes(NamedTuple):
     """Episodes finished since the last ``pop_episodes``: undiscounted raw return and length (a
-    multi-agent env's team return, with each agent's own under ``by_agent``)."""
+    multi-agent env's headline return, --multi-agent.headline: none at all when its agents are
+    not one team; each agent's own under ``by_agent``, each group's under ``by_group``)."""
 
     returns: list[float]
     lengths: list[int]
     by_agent: dict[str, list[float]] | None = None
     rows: list[int] | None = None
     """The env row each episode ran in (tensor envs: a stack of seeds splits them by seed)."""
+    by_group: dict[str, list[float]] | None = None
+    """Multi-agent envs: each agent group's returns, the sum of its agents' (fastppo.envs.pettingzoo_vec.agent_group)."""
 
 
 class VecEnv(Protocol):
