@@ -12,7 +12,7 @@ import numpy as np
 FAULT_AT = 100
 """Steps (per env instance, across episodes) before rank 1's envs go wrong."""
 STALL_S = 8.0
-"""How long rank 1's env stalls, once: longer than the tests' --collective-timeout."""
+"""How long rank 1 stalls in an env step, once: longer than the tests' --collective-timeout."""
 
 
 class _Rank1Fault(gym.Env):
@@ -45,7 +45,10 @@ class NaNRewardOnRank1Env(_Rank1Fault):
 
 
 class StallOnRank1Env(_Rank1Fault):
+    stalled = False  # once per process, not once per env
+
     def fault(self, reward: float) -> float:
-        if self.steps == FAULT_AT:
+        if not StallOnRank1Env.stalled:
+            StallOnRank1Env.stalled = True
             time.sleep(STALL_S)
         return reward
