@@ -59,6 +59,7 @@ def launched_rank() -> int:
 RANK_ZERO_GRACE_S = 5.0
 """How long a rank other than 0 waits before it reports an error itself (``defer_to_rank_zero``)."""
 
+
 class ReportedError(FastPPOError):
     """A rank's error that ``joined`` has printed already, naming the rank: the CLI exits 2
     without saying it again."""
@@ -217,7 +218,7 @@ def joined(device: torch.device, timeout_s: float = RunConfig.collective_timeout
     except RuntimeError as exc:  # gloo raises RuntimeError, NCCL DistBackendError (a RuntimeError)
         if not owned or not _raised_by_torch_distributed(exc):
             raise
-        if "timed out" in str(exc).lower() or "timeout" in str(exc).lower():
+        if any(word in str(exc).lower() for word in ("timed out", "timeout")):
             problem = f"no answer from the other ranks within {timeout_s:g} s (--run.collective-timeout): a rank stalled or died"
         else:
             problem = "another rank stopped the run: see its error, or torchrun's summary for a rank that died"
