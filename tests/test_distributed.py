@@ -1,11 +1,15 @@
 """Data-parallel training on torchrun (fastppo.distributed): 2 gloo ranks on the CPU.
 
 - one PPO update on 2 ranks x B/2 rows ends with the weights of 1 process updating on the same B
-  rows with the same minibatches (every rank's minibatch i is half of the single process's);
+  rows with the same minibatches (every rank's minibatch i is half of the single process's), its
+  target-KL stop taken on the ranks' mean KL (each rank's own would stop them after different epochs);
 - the normaliser and reward-scaler statistics after a 2-rank run are those of one process that saw
   both ranks' batches, and both ranks end with the same weights;
 - `torchrun -m fastppo train` runs, writes one checkpoint from rank 0, resumes, and refuses another
-  world size in one line.
+  world size in one line;
+- an error on rank 1 alone, and a rank that stalls past --collective-timeout, end the run with one
+  line naming the rank, no rank's traceback; Ctrl-C saves a checkpoint and says so, while torchrun
+  itself exits 1.
 """
 
 from __future__ import annotations
@@ -14,9 +18,11 @@ import json
 import math
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -38,10 +44,12 @@ from fastppo.update import MinibatchStep, UpdateCoefficients, make_optimizer, pp
 
 ROWS, MINIBATCHES, EPOCHS = 64, 4, 3
 HALF = ROWS // 2
+TARGET_KL = 0.02
+"""Between the ranks' own KLs after the first epoch (make_batch): only their mean stops both ranks there."""
 COEFS = UpdateCoefficients(clip_coef=0.2, ent_coef=0.01, kl_beta=1.0)
 SCENARIOS = {
     # name: (PPO settings, the rows every rank leaves invalid (NEXT_STEP reset rows), the ranks' seeds before the update)
-    "all_valid": ({"target_kl": 0.02}, (), 100),
+    "all_valid": ({"target_kl": TARGET_KL}, (), 100),
     "reset_rows": ({}, (3, 4, 5, 9, 20, 40, 41, 50, 51, 52, 60), 200),
 }
 LOSSES = ("pg_loss", "v_loss", "entropy", "approx_kl", "clipfrac", "grad_norm", "epochs")
@@ -58,7 +66,7 @@ def rank_of(rank: int, size: int, port: int) -> Iterator[World]:
     """This spawned process as rank ``rank`` of a torchrun-like launch (the variables torchrun sets)."""
     os.environ.update(WORLD_SIZE=str(size), RANK=str(rank), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
-    with joined(torch.device("cpu")) as world:
+    with joined(torch.device("cpu"), timeout_s=60) as world:  # ranks out of step fail the test, not hang it
         yield world
 
 
@@ -81,7 +89,9 @@ def make_batch(invalid: tuple[int, ...] = ()) -> dict[str, torch.Tensor]:
     return {
         "obs": torch.randn(ROWS, 4, generator=g),
         "actions": torch.randint(0, 2, (ROWS,), generator=g),
-        "logprobs": math.log(0.5) + 0.1 * torch.randn(ROWS, generator=g),
+        # Rank 0's rows (the first half) far from the policy's own log-probs, rank 1's close: rank 0's
+        # own approx KL is above TARGET_KL, rank 1's below, their mean above.
+        "logprobs": math.log(0.5) + torch.tensor([0.5] * HALF + [0.01] * HALF) * torch.randn(ROWS, generator=g),
         "values": values,
         "advantages": advantages,
         "returns": values + advantages,
@@ -149,6 +159,7 @@ def test_an_update_on_two_ranks_equals_one_process_updating_on_both_ranks_rows(t
     losses = ppo_update(policy, optimizer, make_batch(), ppo_config(**settings), COEFS)
     monkeypatch.undo()
     references = {"all_valid": flat_weights(policy)}
+    assert losses["epochs"] == 1  # the target-KL stop was reached: on the ranks' mean KL, by both ranks after the same epoch
     for name in LOSSES:
         for rank in range(2):
             assert rank_losses[rank]["all_valid"][name] == pytest.approx(losses[name], rel=1e-4, abs=1e-6), name
@@ -250,6 +261,58 @@ def test_torchrun_trains_checkpoints_once_resumes_and_refuses_another_world_size
     ]
 
 
+def launch_failure_lines(stderr: str) -> list[str]:
+    """The fastppo lines of a failed launch's stderr, after checking that no rank printed a
+    traceback: torch prefixes a rank's with "[rank<n>]:", and the one traceback left is torchrun's
+    own ChildFailedError (PyTorch's launcher reports every failed launch so)."""
+    assert not [line for line in stderr.splitlines() if line.startswith("[rank")], stderr
+    assert stderr.count("Traceback (most recent call last)") == 1 and "ChildFailedError" in stderr, stderr
+    return fastppo_errors(stderr)
+
+
+def test_an_error_on_rank_1_alone_is_one_line_naming_rank_1(tmp_path: Path):
+    failed = torchrun("train", "tests.torchrun_envs:NaNRewardOnRank1Env", "--run-dir", str(tmp_path / "run"), "--total-timesteps", "4096", *TINY)
+    assert failed.returncode == 1  # torchrun's code for a failed launch
+    first, *others = launch_failure_lines(failed.stderr)
+    assert re.fullmatch(r"fastppo: error: rank 1: training stopped at iteration \d+: env \d returned a NaN/Inf reward at rollout step \d+ .*", first), failed.stderr
+    # Rank 0 (in a collective when rank 1 left) says why it stopped, unless torchrun's SIGTERM came first.
+    assert others in ([], ["fastppo: error: rank 0: another rank stopped the run: see its error, or torchrun's summary for a rank that died"]), failed.stderr
+
+
+def test_a_rank_stalled_past_the_collective_timeout_ends_the_run_with_one_line(tmp_path: Path):
+    began = time.monotonic()
+    failed = torchrun("train", "tests.torchrun_envs:StallOnRank1Env", "--run-dir", str(tmp_path / "run"), "--total-timesteps", "4096", "--collective-timeout", "2", *TINY)
+    assert failed.returncode == 1
+    first, *others = launch_failure_lines(failed.stderr)
+    assert first == "fastppo: error: rank 0: no answer from the other ranks within 2 s (--run.collective-timeout): a rank stalled or died", failed.stderr
+    # The stalled rank, once it wakes (unless torchrun's SIGTERM ends it first), finds rank 0 gone.
+    assert others in ([], ["fastppo: error: rank 1: another rank stopped the run: see its error, or torchrun's summary for a rank that died"]), failed.stderr
+    assert time.monotonic() - began < 60  # not the 30 min of gloo's own timeout; rank 1 stalls 8 s
+
+
+def test_ctrl_c_under_torchrun_saves_and_says_so_while_torchrun_exits_1(tmp_path: Path):
+    run_dir = tmp_path / "run"
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "-m", "fastppo", "train", "CartPole-v1", "--run-dir", str(run_dir)]
+    launch = subprocess.Popen([*command, "--total-timesteps", "10000000", "--checkpoint-every", "0", *TINY], stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        while not (run_dir / "metrics.jsonl").is_file() or not (run_dir / "metrics.jsonl").read_text():  # training
+            assert launch.poll() is None, launch.stderr.read()
+            time.sleep(0.2)
+        os.killpg(launch.pid, signal.SIGINT)  # Ctrl-C: the terminal signals torchrun and every rank
+        _, stderr = launch.communicate(timeout=60)
+    finally:
+        if launch.poll() is None:
+            os.killpg(launch.pid, signal.SIGKILL)
+    assert launch.returncode == 1  # torchrun's own, for any signal it gets (its SignalException traceback)
+    assert "SignalException" in stderr and not [line for line in stderr.splitlines() if line.startswith("[rank")], stderr
+    stopped = [line for line in stderr.splitlines() if line.startswith("fastppo: SIGINT")]
+    assert len(stopped) == 1, stderr  # rank 0 speaks for the run
+    saved = Path(re.fullmatch(r"fastppo: SIGINT: stopped after iteration (\d+), checkpoint saved in (.+)", stopped[0]).group(2))
+    assert saved.parent == run_dir / "checkpoints" and (run_dir / "checkpoints" / "latest").read_text().strip() == saved.name
+    meta = json.loads((saved / "trainer.json").read_text())
+    assert meta["iteration"] == int(saved.name) and meta["global_step"] < 10_000_000
+
+
 def test_resuming_a_one_process_run_under_torchrun_is_a_one_line_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     fastppo.train("CartPole-v1", run_dir=tmp_path, num_envs=2, num_steps=32, total_timesteps=64, progress=False, tensorboard=False)
     monkeypatch.setenv("WORLD_SIZE", "2")
@@ -281,6 +344,7 @@ def test_world_size_without_the_rest_of_a_torchrun_launch_is_a_one_line_error(mo
         ({"WORLD_SIZE": "two"}, [], "WORLD_SIZE='two' in the environment is not an integer: torchrun sets it"),
         ({"WORLD_SIZE": "2", "RANK": "zero"}, [], "RANK='zero' in the environment is not an integer"),
         ({"WORLD_SIZE": "2"}, ["--seeds", "1-2"], "--seeds trains its seeds in worker processes of its own: launch it without torchrun"),
+        ({}, ["--collective-timeout", "0"], "--run.collective-timeout must be a positive number of seconds, got 0"),
     ],
 )
 def test_bad_torchrun_launch_input_is_one_line_and_exit_2(environ, argv, message, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):

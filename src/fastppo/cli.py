@@ -54,9 +54,11 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
         return int(args.func(args) or 0)
     except FastPPOError as exc:
-        from fastppo.distributed import defer_to_rank_zero
+        from fastppo.distributed import ReportedError, defer_to_rank_zero
 
-        print(f"fastppo: error: {defer_to_rank_zero()}{exc}", file=sys.stderr)
+        prefix = None if isinstance(exc, ReportedError) else defer_to_rank_zero()
+        if prefix is not None:
+            print(f"fastppo: error: {prefix}{exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as exc:  # Ctrl-C (or SIGTERM: ``console``) where no handler of ours waits for it
         signum = getattr(exc, "signum", signal.SIGINT)

@@ -174,6 +174,8 @@ class RunConfig:
     """End training once the mean return of the last --run.stop-window finished episodes reaches this (e.g. 475 for CartPole-v1), with a final checkpoint as at the budget's end; a stack of seeds ends each seed at its own and trains the others on (none: the whole budget)."""
     stop_window: int = 20
     """How many of the latest finished training episodes --run.stop-return averages (at most 100: a checkpoint keeps the last 100)."""
+    collective_timeout: int = 600
+    """Under torchrun, seconds a rank waits for the others in a collective before it ends the run with a one-line error (a rank stalled or died; torch's own default: 30 min on gloo, 10 on NCCL). The longest wait in a healthy run is rank 0 alone saving a checkpoint or a first iteration's compile."""
 
 
 @dataclass
@@ -219,6 +221,8 @@ class Config:
             raise FastPPOError(f"--run.stop-return must be a finite return or none, got {self.run.stop_return}")
         if not 1 <= self.run.stop_window <= 100:
             raise FastPPOError(f"--run.stop-window must be between 1 and 100 (a checkpoint keeps the last 100 returns), got {self.run.stop_window}")
+        if self.run.collective_timeout < 1:
+            raise FastPPOError(f"--run.collective-timeout must be a positive number of seconds, got {self.run.collective_timeout}")
         if self.run.torch_threads < 0:
             raise FastPPOError(f"--run.torch-threads must be 0 (automatic) or a positive integer, got {self.run.torch_threads}")
         positive_floats = {

@@ -18,16 +18,19 @@ collective call at all.
 from __future__ import annotations
 
 import os
+import sys
 import time
+import traceback
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
-from fastppo.config import check_seed
+from fastppo.config import RunConfig, check_seed
 from fastppo.core.normalize import RunningMeanStd
 from fastppo.envs.vector import Episodes
 from fastppo.errors import FastPPOError
@@ -57,21 +60,36 @@ RANK_ZERO_GRACE_S = 5.0
 """How long a rank other than 0 waits before it reports an error itself (``defer_to_rank_zero``)."""
 
 
-def defer_to_rank_zero() -> str:
-    """Called before this process reports an error and exits; returns the message's prefix.
+class ReportedError(FastPPOError):
+    """A rank's error that ``joined`` has printed already, naming the rank: the CLI exits 2
+    without saying it again."""
+
+
+def defer_to_rank_zero() -> str | None:
+    """Called before this process reports an error and exits; returns the message's prefix, or
+    None where the error is said already and this process says nothing.
 
     Under torchrun every rank meets bad input alike (a different world size on resume), and the
     first rank to exit makes torchrun stop the others: a rank other than 0 waits, so that rank 0
-    says it once and its exit stops this rank. If that does not come, the error was this rank's
-    alone (its envs' NaN) and it speaks, naming itself."""
+    says it once and its exit stops this rank (None). If that does not come, the error was this
+    rank's alone (no GPU of its own) and it speaks, naming itself."""
     try:
         rank = launched_rank()
     except FastPPOError:  # the error being reported is the bad RANK itself: say it at once
         return ""
     if rank == 0:
         return ""
-    time.sleep(RANK_ZERO_GRACE_S)
-    return f"rank {rank}: "
+    return None if _stopped_while_waiting(RANK_ZERO_GRACE_S) else f"rank {rank}: "
+
+
+def _stopped_while_waiting(seconds: float) -> bool:
+    """Wait ``seconds``; whether torchrun stopped this rank meanwhile (its SIGTERM, a
+    ``KeyboardInterrupt`` by ``fastppo.cli.console``'s handler), as it does once another rank exited."""
+    try:
+        time.sleep(seconds)
+    except KeyboardInterrupt:
+        return True
+    return False
 
 
 def check_world_size(run_dir: object, trained_on: int) -> None:
@@ -167,10 +185,16 @@ class World:
 
 
 @contextmanager
-def joined(device: torch.device) -> Iterator[World | None]:
+def joined(device: torch.device, timeout_s: float = RunConfig.collective_timeout) -> Iterator[World | None]:
     """The World of this torchrun launch (None outside torchrun), its process group set up for the
     block and torn down after: NCCL for a CUDA ``device`` (``rank_device``), gloo for the CPU. A
-    process group the caller set up already is used and left alone."""
+    process group the caller set up already is used and left alone.
+
+    A collective waits ``timeout_s`` for the other ranks. An error in the block reaches the user as
+    one line naming this rank, said before the teardown tells the other ranks (``ReportedError``):
+    this rank's FastPPOError, said once (a rank other than 0 first waits for rank 0 to say an error
+    that every rank meets alike), or a collective that failed because another rank stopped or
+    stalled (gloo's error; NCCL's watchdog ends the process itself)."""
     if launched_world_size() == 1:
         yield None
         return
@@ -181,12 +205,40 @@ def joined(device: torch.device) -> Iterator[World | None]:
     if device.type == "cuda":
         torch.cuda.set_device(device)  # NCCL's object collectives (the episodes) use the current device
     if owned:
-        dist.init_process_group("nccl" if device.type == "cuda" else "gloo", device_id=device if device.type == "cuda" else None)
+        backend = "nccl" if device.type == "cuda" else "gloo"
+        dist.init_process_group(backend, device_id=device if device.type == "cuda" else None, timeout=timedelta(seconds=timeout_s))
+    rank = dist.get_rank()
     try:
-        yield World(dist.get_rank(), dist.get_world_size(), device if dist.get_backend() == "nccl" else torch.device("cpu"))
+        yield World(rank, dist.get_world_size(), device if dist.get_backend() == "nccl" else torch.device("cpu"))
+    except FastPPOError as exc:
+        if not owned:
+            raise
+        # Not longer than half the timeout: rank 0, waiting in a collective, must hear this rank first.
+        if rank == 0 or not _stopped_while_waiting(min(RANK_ZERO_GRACE_S, timeout_s / 2)):
+            _say(rank, str(exc))
+        raise ReportedError(str(exc)) from None
+    except RuntimeError as exc:  # gloo raises RuntimeError, NCCL DistBackendError (a RuntimeError)
+        if not owned or not _raised_by_torch_distributed(exc):
+            raise
+        if any(word in str(exc).lower() for word in ("timed out", "timeout")):
+            problem = f"no answer from the other ranks within {timeout_s:g} s (--run.collective-timeout): a rank stalled or died"
+        else:
+            problem = "another rank stopped the run: see its error, or torchrun's summary for a rank that died"
+        _say(rank, problem)
+        raise ReportedError(problem) from None
     finally:
         if owned:
             dist.destroy_process_group()
+
+
+def _say(rank: int, message: str) -> None:
+    print(f"fastppo: error: rank {rank}: {message}", file=sys.stderr, flush=True)
+
+
+def _raised_by_torch_distributed(exc: BaseException) -> bool:
+    """Whether ``exc`` came out of torch.distributed's code (a collective, FSDP), not the trainer's."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    return isinstance(exc, dist.DistError) or bool(frames) and f"torch{os.sep}distributed{os.sep}" in frames[-1].filename
 
 
 class SyncedStatistics:

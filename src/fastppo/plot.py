@@ -28,7 +28,7 @@ DIAGNOSTICS = (
 )
 NOT_HYPERPARAMETERS = {
     "run.seed", "run.exp_name", "run.run_root", "run.device", "run.torch_threads", "run.torch_deterministic",
-    "run.tensorboard", "run.progress", "run.checkpoint_every", "run.keep_checkpoints", "env.capture_video",
+    "run.tensorboard", "run.progress", "run.checkpoint_every", "run.keep_checkpoints", "run.collective_timeout", "env.capture_video",
 }  # fmt: skip
 """Config keys that do not make runs different experiments."""
 TITLE_KEYS = {

@@ -56,7 +56,8 @@ from fastppo.seed_stack import (
 from fastppo.update import MinibatchStep, UpdateCoefficients, make_optimizer, ppo_update, set_learning_rate
 
 RESUMABLE_OVERRIDES = (
-    "ppo.total_timesteps", "run.checkpoint_every", "run.keep_checkpoints", "run.progress", "run.tensorboard", "run.torch_threads", "run.stop_return", "run.stop_window"
+    "ppo.total_timesteps", "run.checkpoint_every", "run.keep_checkpoints", "run.progress", "run.tensorboard", "run.torch_threads", "run.stop_return", "run.stop_window",
+    "run.collective_timeout",
 )
 """What may change on resume; anything else would make the resumed run a different experiment."""
 
@@ -358,7 +359,7 @@ def train(
     config.validate()
     device = rank_device(resolve_device(config.run.device))
     # Only the process that writes the run folder may take it away again (torchrun: rank 0).
-    with during_start_up(), joined(device) as world, removed_if_left_empty(run_dir if world is None or world.main else None):
+    with during_start_up(), joined(device, config.run.collective_timeout) as world, removed_if_left_empty(run_dir if world is None or world.main else None):
         return train_rank(config, run_dir, checkpoint, on_iteration, device, world)
 
 
