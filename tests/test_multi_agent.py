@@ -41,7 +41,7 @@ def rollout(config, steps: int = 12):
     normalize = ObservationNormalizer(agent.obs_rms, 10.0)
     mask_dim = None if first.action_mask is None else first.action_mask.shape[-1]
     buf = RolloutBuffer.allocate(steps, envs, torch.device("cpu"), mask_dim)
-    cursor = EnvCursor(normalize(first.obs, update=True), first.action_mask, torch.ones(envs.num_envs, dtype=torch.bool))
+    cursor = EnvCursor.at_reset(first, normalize, update=True)
     cursor, last_value = collect_rollout(agent.policy, envs, buf, cursor, normalize, None, SectionTimer())
     return agent, envs, buf, cursor, last_value
 
@@ -84,6 +84,31 @@ def test_a_dead_agent_is_masked_until_its_team_resets():
     # finishing agent's final observation included, a dead agent's zero row not): 3+3+2+2+2+3 per
     # 6-step cycle of a copy.
     assert agent.obs_rms.count == pytest.approx(1e-4 + 6 + 2 * 2 * 15)
+    envs.close()
+
+
+def test_an_agent_that_joins_after_reset_first_decides_on_its_first_observation():
+    """agent_2 is absent at reset and first acts at step 3 of 6: its rows before are no decisions
+    (masked, out of the statistics), its step-3 row is its first decision, on the observation the
+    env gave it, and the env gets its actions from step 3 on (Relay asserts it gets exactly its
+    agents' actions); after the team's reset it waits again."""
+    joining = json.dumps({"join_at": 3, "die_at": 99, "length": 6})
+    _, envs, buf, _, _ = rollout(relay_config(env_kwargs=joining))
+    late = buf.valid[:, 2].tolist()
+    assert late == [False, False, True, True, True, True, False, False, False, True, True, True]
+    assert buf.valid[:, 0].tolist() == [True] * 6 + [False] + [True] * 5  # the team's reset row only
+    assert buf.valid[:, 5].tolist() == late  # the second copy's agent_2
+    assert buf.obs[2, 2].tolist() == [2.0, 2.0, 0.0, 0.0, 1.0]  # [step, agent index | id]: what step 2 returned
+    assert buf.rewards[2, 2] == float(buf.actions[2, 2] == 2)  # rewarded for its step-3 action
+    relay = envs.envs[0]
+    envs.reset(seed=0)
+    for step, action in enumerate([1, 1, 2, 1], start=1):
+        envs.step(torch.tensor([0, 0, action] * 2))
+        assert relay.last[2] == (0.0 if step < 3 else action)  # the env took agent_2's action from step 3 on
+    envs.close()
+    # statistics: each step's rows of agents in play (or finishing): 2 at reset, 2, 3 (agent_2 joins), 3, 3, 3
+    agent, envs, _, _, _ = rollout(relay_config(env_kwargs=joining, normalize_obs=True))
+    assert agent.obs_rms.count == pytest.approx(1e-4 + 2 * (2 + 2 + 3 + 3 + 3 + 3 + 3 + 2 + 2 + 3 + 3 + 3 + 3))
     envs.close()
 
 
@@ -251,7 +276,9 @@ def test_group_policies_need_agent_ids(capsys):
 
 
 @pytest.mark.parametrize("algorithm", ["ippo", "mappo"])
-@pytest.mark.parametrize("env_id, env_kwargs", [(RELAY, {}), ("pz:mpe2.simple_spread_v3", {"max_cycles": 25})], ids=["relay", "simple-spread"])
+@pytest.mark.parametrize(
+    "env_id, env_kwargs", [(RELAY, {}), (RELAY, {"join_at": 3}), ("pz:mpe2.simple_spread_v3", {"max_cycles": 25})], ids=["relay", "relay-joining", "simple-spread"]
+)
 def test_stop_and_resume_equals_one_go(tmp_path, monkeypatch, env_id, env_kwargs, algorithm):
     """As tests/test_resume.py's: the stop after 21 of 42 steps falls mid-episode (Relay: agent_1
     dead, its rows masked; MPE: moving entities, and an episode end ahead that resets from the

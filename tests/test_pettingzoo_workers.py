@@ -25,8 +25,9 @@ from tests.test_multi_agent import RELAY, TINY
 from tests.test_resume import metrics, stop_after
 
 CPU = torch.device("cpu")
-PADDED = {"actions": [3, 2, 3], "obs_sizes": [2, 3, 2], "die_at": 3, "length": 6}
-"""Relay with a dead agent, unequal spaces (padding: action masks) and episodes that end mid-rollout."""
+PADDED = {"actions": [3, 2, 3], "obs_sizes": [2, 3, 2], "die_at": 3, "length": 6, "join_at": 2}
+"""Relay with a dead agent, one that joins after reset, unequal spaces (padding: action masks) and
+episodes that end mid-rollout."""
 
 
 def env_pair(monkeypatch, copies: int, cpus: int, env_id: str = RELAY, env_kwargs: dict | None = None, **multi_agent) -> tuple:
@@ -86,7 +87,7 @@ def test_an_async_run_resumes_from_its_checkpoint_with_fresh_episodes(tmp_path, 
     with monkeypatch.context() as patch:
         stop_after(patch, 3)
         train(fastppo.make_config(RELAY, "cleanrl-discrete", overrides), tmp_path)
-    resumed, checkpoint = resume_config(tmp_path)
+    resumed, checkpoint = resume_config(tmp_path, env_id=RELAY)  # a test module: user code, named again
     assert checkpoint.meta["env"] is None and resumed.env.backend == "async"
     agent = train(resumed, tmp_path, checkpoint)
     assert agent.history[-1]["global_step"] == 6 * 2 * 7  # env steps of the copies

@@ -422,9 +422,7 @@ def train_rank(
         agent=agent,
         optimizer=make_optimizer(agent.policy, cfg.learning_rate, cfg.adam_eps, device, config.run.cudagraphs),
         reward_scaler=reward_scaler,
-        cursor=EnvCursor(
-            normalize_obs(first.obs, update=True), first.action_mask, torch.ones(envs.num_envs, dtype=torch.bool, device=collect_on), fresh_state(agent.policy, envs.num_envs, collect_on)
-        ),
+        cursor=EnvCursor.at_reset(first, normalize_obs, update=True, state=fresh_state(agent.policy, envs.num_envs, collect_on)),
         kl_beta=cfg.kl_beta if seeds is None else [cfg.kl_beta] * len(seeds),
         world_size=world_size,
     )

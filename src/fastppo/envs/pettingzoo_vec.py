@@ -14,10 +14,13 @@ skips PettingZoo's per-agent AEC round trip; simple_spread's and simple_speaker_
 copies step all at once (``fastppo.envs.mpe``, the same values).
 
 The rows follow the single-agent NEXT_STEP rule (fastppo.envs.vector) and add one more kind of
-non-decision row: an agent that finished while its team plays on (a *dead* agent) gets a zero
-observation, reward 0, no flags and ``live`` false from the step after its last until its copy resets, so the rollout masks
-its rows out of GAE and the loss instead of training on garbage. A copy whose agents have all
-finished resets on its next step (a reset row for every agent, as a gymnasium env's).
+non-decision row: a row is ``live`` when its agent is in ``env.agents`` as the policy acts on it,
+so it has an observation and the env takes its action. An agent that finished while its team
+plays on (a *dead* agent), or one that has not joined yet (the Parallel API lets an agent appear
+after reset), gets a zero observation, reward 0, no flags and ``live`` false, so the rollout masks
+its rows out of GAE and the loss instead of training on garbage; a joining agent's first live row
+is the one that carries its first observation. A copy whose agents have all finished resets on
+its next step (a reset row for every agent, as a gymnasium env's).
 """
 
 from __future__ import annotations
@@ -234,14 +237,20 @@ class PettingZooVecEnv(HostCopies):
         return masks
 
     def reset(self, seed: int | None = None) -> StepResult:
-        rows, masks = self.reset_host(seed)
-        return self.first_step(rows, masks, live=np.ones(self.num_envs, dtype=bool))
+        rows, masks, live = self.reset_host(seed)
+        return self.first_step(rows, masks, live=live)
 
-    def reset_host(self, seed: int | None = None) -> tuple[np.ndarray, np.ndarray | None]:
-        """``reset``'s (observation rows, action masks) as numpy; copy ``c`` is seeded ``seed + c``."""
+    def reset_host(self, seed: int | None = None) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+        """``reset``'s (observation rows, action masks, live) as numpy; copy ``c`` is seeded ``seed + c``."""
         rows = self._new_rows()
         masks = tuple(self._reset_copy(c, None if seed is None else seed + c, rows[c]) for c in range(len(self.envs)))
-        return rows.reshape(self.num_envs, -1), self._join(masks)
+        live = np.stack([self._in_play(env) for env in self.envs])
+        return rows.reshape(self.num_envs, -1), self._join(masks), live.ravel()
+
+    def _in_play(self, env: Any) -> np.ndarray:
+        """[agents]: which agents act on the copy's next step (``env.agents``): its live rows."""
+        acting = set(env.agents)
+        return np.array([agent in acting for agent in self.agents])
 
     def _reset_copy(self, c: int, seed: int | None, rows: np.ndarray) -> np.ndarray | None:
         observations, infos = self.envs[c].reset(seed=seed)
@@ -257,7 +266,8 @@ class PettingZooVecEnv(HostCopies):
         return self.to_device(*self.step_host(self.to_host(actions)))
 
     def step_host(self, host: np.ndarray) -> HostStep:
-        """``step`` on numpy: actions [rows, ...] in, (rows, reward, terminated, truncated, masks, live) out."""
+        """``step`` on numpy: actions [rows, ...] in, (rows, reward, terminated, truncated, masks, live) out;
+        batched MPE copies keep every agent in play (``BatchedWorlds.playable``)."""
         n = len(self.agents)
         host = host.reshape(len(self.envs), n, *host.shape[1:])
         rows, all_masks = self._new_rows(), []
@@ -278,14 +288,15 @@ class PettingZooVecEnv(HostCopies):
                 continue
             if self._finished[c]:  # the reset row: actions ignored, first observations, reward 0
                 masks = self._reset_copy(c, None, rows[c])
+                live[c] = self._in_play(env)
             else:
                 acting = set(env.agents)
                 actions = {a: host[c, i] for i, a in enumerate(self.agents) if a in acting}
                 observations, rewards, terms, truncs, infos = mpe.parallel_step(env, actions) if self._direct[c] else env.step(actions)
                 masks = self._rows(env, observations, infos, rows[c])
+                live[c] = self._in_play(env)
                 for i, agent in enumerate(self.agents):
-                    if agent not in acting:  # dead for a while: not a decision, no flags
-                        live[c, i] = False
+                    if agent not in acting:  # dead for a while, or not joined yet: no flags
                         continue
                     reward[c, i] = rewards.get(agent, 0.0)
                     truncated[c, i] = bool(truncs.get(agent, False))
