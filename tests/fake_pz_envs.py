@@ -88,3 +88,14 @@ class Relay(ParallelEnv):
 
 def parallel_env(**kwargs) -> Relay:
     return Relay(**kwargs)
+
+
+class ImageRelay(Relay):
+    """Relay whose agents observe 8x8 RGB frames (multi-agent rows refuse images)."""
+
+    def observation_space(self, agent: str) -> spaces.Box:
+        return spaces.Box(0, 255, (8, 8, 3), np.uint8)
+
+
+def image_relay(**kwargs) -> ImageRelay:
+    return ImageRelay(**kwargs)

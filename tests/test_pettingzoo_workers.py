@@ -96,7 +96,7 @@ def test_an_async_run_resumes_from_its_checkpoint_with_fresh_episodes(tmp_path, 
 
 def test_an_env_that_fails_to_build_in_a_worker_raises_its_one_line_error():
     good, bad = (functools.partial(make_parallel_env, RELAY, kwargs) for kwargs in ({}, {"bogus": 1}))
-    with pytest.raises(FastPPOError, match="does not take --env-kwargs") as raised:
+    with pytest.raises(FastPPOError, match="rejected --env-kwargs") as raised:
         PettingZooWorkers([good, bad], MultiAgentConfig(), CPU, cpus=2)  # the second copy, in the worker, fails
     assert "\n" not in str(raised.value)
 
