@@ -1,7 +1,8 @@
 """Tiny PettingZoo Parallel envs for the multi-agent tests, named as ``pz:tests.fake_pz_envs``.
 
 Three agents (``agents``, by default agent_0..2) walk a counter; the second finishes at step ``die_at`` (terminated) while the
-others play on until ``length`` (truncated). Observations carry the step and the agent's index,
+others play on until ``length`` (truncated). With ``join_at`` > 1 the last agent is absent at
+reset and joins late, as the Parallel API allows: its first action is the one of step ``join_at``. Observations carry the step and the agent's index,
 so a test can tell every row apart; the reward is 1 when an agent's action equals its index
 modulo the number of actions (a policy can learn it), and ``state()`` is the step and the
 agents' last actions.
@@ -21,10 +22,17 @@ class Relay(ParallelEnv):
     fastppo_plain_state = True  # its state is plain attributes: checkpoints snapshot it (exact resume)
 
     def __init__(
-        self, die_at: int = 2, length: int = 5, actions: tuple[int, ...] = (3, 3, 3), obs_sizes: tuple[int, ...] = (2, 2, 2), agents: tuple[str, ...] = AGENTS, render_mode: str | None = None
+        self,
+        die_at: int = 2,
+        length: int = 5,
+        actions: tuple[int, ...] = (3, 3, 3),
+        obs_sizes: tuple[int, ...] = (2, 2, 2),
+        agents: tuple[str, ...] = AGENTS,
+        render_mode: str | None = None,
+        join_at: int = 0,
     ):
         self.possible_agents = list(agents)
-        self.die_at, self.length, self.render_mode = die_at, length, render_mode
+        self.die_at, self.length, self.render_mode, self.join_at = die_at, length, render_mode, join_at
         self._actions = dict(zip(agents, actions))
         self._obs_sizes = dict(zip(agents, obs_sizes))
         self.state_space = spaces.Box(-np.inf, np.inf, (4,), np.float32)
@@ -50,6 +58,8 @@ class Relay(ParallelEnv):
         self.t = 0
         self.last = np.zeros(3, dtype=np.float32)
         self.agents = list(self.possible_agents)
+        if self.join_at > 1:
+            self.agents.pop()
         return {a: self._obs(a) for a in self.agents}, {a: {} for a in self.agents}
 
     def step(self, actions: dict):
@@ -63,9 +73,11 @@ class Relay(ParallelEnv):
             rewards[agent] = float(int(action) == index % self._actions[agent])
             terms[agent] = index == 1 and self.t >= self.die_at
             truncs[agent] = self.t >= self.length and not terms[agent]
-        observations = {a: self._obs(a) for a in actions}
-        infos = {a: {} for a in actions}
         self.agents = [a for a in self.agents if not (terms[a] or truncs[a])]
+        joining = [self.possible_agents[-1]] if self.t + 1 == self.join_at else []
+        self.agents += joining
+        observations = {a: self._obs(a) for a in [*actions, *joining]}
+        infos = {a: {} for a in observations}
         return observations, rewards, terms, truncs, infos
 
     def render(self) -> np.ndarray:
@@ -76,3 +88,14 @@ class Relay(ParallelEnv):
 
 def parallel_env(**kwargs) -> Relay:
     return Relay(**kwargs)
+
+
+class ImageRelay(Relay):
+    """Relay whose agents observe 8x8 RGB frames (multi-agent rows refuse images)."""
+
+    def observation_space(self, agent: str) -> spaces.Box:
+        return spaces.Box(0, 255, (8, 8, 3), np.uint8)
+
+
+def image_relay(**kwargs) -> ImageRelay:
+    return ImageRelay(**kwargs)

@@ -149,7 +149,7 @@ def run_folders(artefacts: Artefacts) -> list[Value]:
 
 
 ENV_IDS: list[Value] = [
-    "", "NoSuchEnv-v0", "x:y", "nosuchmodule:Env", "1j", "[1]", "pz:nosuch_v0",
+    "", "NoSuchEnv-v0", "x:y", "nosuchmodule:Env", "1j", "[1]", "pz:nosuch_v0", "pz:x:y", "pz:none.py:make_env", "pz:pettingzoo.classic.tictactoe_v3",
     named("<missing file.py:Env>", lambda case: f"{case / 'none.py'}:Env"),
     named("<non-UTF-8 file.py:Env>", lambda case: write(case / "bad_env.py", NOT_UTF8) + ":Env"),
     named("<file.py:NotAnEnv>", lambda case: write(case / "not_env.py", "class NotAnEnv:\n    pass\n") + ":NotAnEnv"),

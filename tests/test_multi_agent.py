@@ -4,7 +4,10 @@ MAPPO critics, one shared policy, and every trainer feature on top (tests/fake_p
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
+from pathlib import Path
+from types import SimpleNamespace
 
 import gymnasium
 import mpe2.all_modules
@@ -20,7 +23,7 @@ from fastppo.core import compute_gae, shift_values
 from fastppo.envs import make_vec_env
 from fastppo.errors import FastPPOError
 from fastppo.profiling import SectionTimer
-from fastppo.trainer import resume_config, train
+from fastppo.trainer import check_finite_rollout, resume_config, train
 from fastppo.rollout import EnvCursor, ObservationNormalizer, RolloutBuffer, collect_rollout
 from tests.test_resume import ITERATIONS, assert_same_run, stop_after
 
@@ -41,7 +44,7 @@ def rollout(config, steps: int = 12):
     normalize = ObservationNormalizer(agent.obs_rms, 10.0)
     mask_dim = None if first.action_mask is None else first.action_mask.shape[-1]
     buf = RolloutBuffer.allocate(steps, envs, torch.device("cpu"), mask_dim)
-    cursor = EnvCursor(normalize(first.obs, update=True), first.action_mask, torch.ones(envs.num_envs, dtype=torch.bool))
+    cursor = EnvCursor.at_reset(first, normalize, update=True)
     cursor, last_value = collect_rollout(agent.policy, envs, buf, cursor, normalize, None, SectionTimer())
     return agent, envs, buf, cursor, last_value
 
@@ -84,6 +87,31 @@ def test_a_dead_agent_is_masked_until_its_team_resets():
     # finishing agent's final observation included, a dead agent's zero row not): 3+3+2+2+2+3 per
     # 6-step cycle of a copy.
     assert agent.obs_rms.count == pytest.approx(1e-4 + 6 + 2 * 2 * 15)
+    envs.close()
+
+
+def test_an_agent_that_joins_after_reset_first_decides_on_its_first_observation():
+    """agent_2 is absent at reset and first acts at step 3 of 6: its rows before are no decisions
+    (masked, out of the statistics), its step-3 row is its first decision, on the observation the
+    env gave it, and the env gets its actions from step 3 on (Relay asserts it gets exactly its
+    agents' actions); after the team's reset it waits again."""
+    joining = json.dumps({"join_at": 3, "die_at": 99, "length": 6})
+    _, envs, buf, _, _ = rollout(relay_config(env_kwargs=joining))
+    late = buf.valid[:, 2].tolist()
+    assert late == [False, False, True, True, True, True, False, False, False, True, True, True]
+    assert buf.valid[:, 0].tolist() == [True] * 6 + [False] + [True] * 5  # the team's reset row only
+    assert buf.valid[:, 5].tolist() == late  # the second copy's agent_2
+    assert buf.obs[2, 2].tolist() == [2.0, 2.0, 0.0, 0.0, 1.0]  # [step, agent index | id]: what step 2 returned
+    assert buf.rewards[2, 2] == float(buf.actions[2, 2] == 2)  # rewarded for its step-3 action
+    relay = envs.envs[0]
+    envs.reset(seed=0)
+    for step, action in enumerate([1, 1, 2, 1], start=1):
+        envs.step(torch.tensor([0, 0, action] * 2))
+        assert relay.last[2] == (0.0 if step < 3 else action)  # the env took agent_2's action from step 3 on
+    envs.close()
+    # statistics: each step's rows of agents in play (or finishing): 2 at reset, 2, 3 (agent_2 joins), 3, 3, 3
+    agent, envs, _, _, _ = rollout(relay_config(env_kwargs=joining, normalize_obs=True))
+    assert agent.obs_rms.count == pytest.approx(1e-4 + 2 * (2 + 2 + 3 + 3 + 3 + 3 + 3 + 2 + 2 + 3 + 3 + 3 + 3))
     envs.close()
 
 
@@ -187,7 +215,7 @@ def test_a_recurrent_shared_policy_trains_and_evaluates():
     [
         (["--backend", "tensor"], "PettingZoo envs step on the sync backend (the trainer's process) or async"),
         (["--env-kwargs", "{die_at: 3}"], "expects a JSON object"),
-        (["--env-kwargs", '{"bogus": 1}'], "does not take --env-kwargs"),
+        (["--env-kwargs", '{"bogus": 1}'], "pz:tests.fake_pz_envs rejected --env-kwargs {'bogus': 1}: Relay.__init__() got an unexpected keyword argument 'bogus'"),
         (["--multi-agent.algorithm", "mappo", "--policy.shared-trunk"], "drop --policy.shared-trunk"),
     ],
 )
@@ -197,11 +225,87 @@ def test_bad_multi_agent_input_is_one_line_and_exit_2(argv, message, capsys):
     assert message in err and len(err.strip().splitlines()) == 1
 
 
-@pytest.mark.parametrize(("env_id", "message"), [("pz:mpe2.no_such_env_v0", "cannot import the PettingZoo module"), ("pz:", "pz: names no module"), ("pz:.relative", "names no module")])
-def test_an_unknown_module_is_one_line(env_id, message, capsys):
+@pytest.mark.parametrize(
+    ("env_id", "message"),
+    [
+        ("pz:mpe2.no_such_env_v0", "cannot import the PettingZoo module"),
+        ("pz:", "pz: names no module"),
+        ("pz:.relative", "names no module"),
+        ("pz:pettingzoo.classic.tictactoe_v3", "pz:pettingzoo.classic.tictactoe_v3 is a turn-based (AEC) env, and fastppo trains PettingZoo Parallel envs"),
+        ("pz:pettingzoo.sisl.pursuit_v4", "cannot build pz:pettingzoo.sisl.pursuit_v4: pursuit_v4 is now deprecated, use pursuit_v5 instead"),
+        ("pz:tests.fake_pz_envs:no_such_function", "tests.fake_pz_envs defines no 'no_such_function': name a function that returns a PettingZoo ParallelEnv"),
+        ("pz:tests.fake_pz_envs:AGENTS", "defines 'AGENTS' as a tuple"),
+        ("pz:mpe2.simple_spread_v3:raw_env", "built an AECEnv (PettingZoo's turn-based API), and fastppo trains ParallelEnvs"),
+        ("pz:tests.fake_pz_envs:image_relay", "agent agent_0 observes images ((8, 8, 3) uint8), and fastppo's multi-agent rows are flat vectors"),
+    ],
+)
+def test_an_env_fastppo_cannot_train_is_one_line_saying_why(env_id, message, capsys):
     assert main(["train", env_id]) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.skipif(importlib.util.find_spec("chess") is not None, reason="needs chess_v6's dependency missing")
+def test_a_missing_dependency_of_a_pettingzoo_env_names_it_and_its_extra(capsys):
+    assert main(["train", "pz:pettingzoo.classic.chess_v6"]) == 2
+    assert capsys.readouterr().err == "fastppo: error: pz:pettingzoo.classic.chess_v6 needs the module 'chess', which is not installed: pip install 'pettingzoo[classic]'\n"
+
+
+@pytest.mark.parametrize(
+    ("env_kwargs", "message"),
+    [
+        ('{"max_cycles": "abc"}', """--env-kwargs {'max_cycles': 'abc'}: max_cycles of pz:mpe2.simple_spread_v3 is a number (its default is 25), not 'abc': give a number"""),
+        ('{"continuous_actions": "yes"}', "continuous_actions of pz:mpe2.simple_spread_v3 is a bool (its default is False), not 'yes'"),
+        ('{"N": 0}', "pz:mpe2.simple_spread_v3 rejected --env-kwargs {'N': 0}: "),
+    ],
+)
+def test_a_bad_env_kwarg_value_is_one_line_naming_it(env_kwargs, message, capsys, tmp_path):
+    """Caught before the env takes a value of the wrong kind in (it would fail steps later, deep in
+    its code), or when its constructor refuses one."""
+    assert main(["train", "pz:mpe2.simple_spread_v3", "--env-kwargs", env_kwargs, "--run-dir", str(tmp_path / "run"), "--total-timesteps", "256"]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_batch_counts_a_row_per_agent(tmp_path, capsys):
+    """1 copy x 5 steps x 3 agents = 15 rows: 3 minibatches of 5 rows train (5 env steps do not
+    split in 3); 4 minibatches do not split the 15 rows, and the message counts them."""
+    tiny = ["--num-envs", "1", "--num-steps", "5", "--update-epochs", "1", "--total-timesteps", "10", "--no-tensorboard", "--no-progress"]
+    assert main(["train", RELAY, *tiny, "--num-minibatches", "3", "--run-dir", str(tmp_path / "three")]) == 0
+    assert main(["train", RELAY, *tiny, "--num-minibatches", "4", "--run-dir", str(tmp_path / "four")]) == 2
+    assert capsys.readouterr().err.endswith(
+        "fastppo: error: batch size 15 (num_envs 1 x num_steps 5 x 3 agents) does not split into 4 minibatches: pick num_minibatches dividing 15\n"
+    )
+    assert not (tmp_path / "four").exists()
+    assert main(["train", RELAY, *tiny, "--num-minibatches", "5", "--policy.memory", "gru", "--run-dir", str(tmp_path / "gru")]) == 2  # 15 rows, but 3 sequences
+    assert "--num-minibatches 5 exceeds --num-envs 1 x 3 agents; pick at most 3" in capsys.readouterr().err
+
+
+def test_a_nan_from_a_pettingzoo_env_names_the_agent_and_its_copy():
+    """Rows are copy-major (row copy * agents + i): row 4 of 2 copies x 3 agents is agent_1 of copy 1."""
+    buf = SimpleNamespace(obs=torch.zeros(4, 6, 5), rewards=torch.zeros(4, 6))
+    buf.rewards[2, 4] = float("nan")
+    with pytest.raises(FastPPOError) as raised:
+        check_finite_rollout(buf, SimpleNamespace(obs=torch.zeros(6, 5)), iteration=3, global_step=100, agents=["agent_0", "agent_1", "agent_2"])
+    assert str(raised.value) == (
+        "training stopped at iteration 3: the env returned a NaN/Inf reward for agent agent_1 of copy 1 at rollout step 2 (about global step 104); fix the env"
+    )
+
+
+def test_train_help_names_pettingzoo_envs(capsys):
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "pz:<module> (its parallel_env(), e.g. pz:mpe2.simple_spread_v3) or pz:<module or file.py>:<function> returning one" in help_text
+
+
+def test_a_function_returning_a_parallel_env_trains_and_its_folder_names_it(tmp_path):
+    """pz:<module>:<function> and pz:<file.py>:<function> (saved with the file's absolute path)."""
+    for i, env_id in enumerate(("pz:tests.fake_pz_envs:parallel_env", "pz:tests/fake_pz_envs.py:parallel_env")):
+        agent = fastppo.train(env_id, run_dir=tmp_path / str(i), **TINY, env_kwargs=json.dumps({"length": 4}))
+        assert agent.config.env.env_id == env_id.replace("tests/", f"{Path.cwd()}/tests/")
+        assert fastppo.evaluate(agent, episodes=2, seed=0).mean_length == 4.0
 
 
 @pytest.mark.parametrize(
@@ -251,7 +355,9 @@ def test_group_policies_need_agent_ids(capsys):
 
 
 @pytest.mark.parametrize("algorithm", ["ippo", "mappo"])
-@pytest.mark.parametrize("env_id, env_kwargs", [(RELAY, {}), ("pz:mpe2.simple_spread_v3", {"max_cycles": 25})], ids=["relay", "simple-spread"])
+@pytest.mark.parametrize(
+    "env_id, env_kwargs", [(RELAY, {}), (RELAY, {"join_at": 3}), ("pz:mpe2.simple_spread_v3", {"max_cycles": 25})], ids=["relay", "relay-joining", "simple-spread"]
+)
 def test_stop_and_resume_equals_one_go(tmp_path, monkeypatch, env_id, env_kwargs, algorithm):
     """As tests/test_resume.py's: the stop after 21 of 42 steps falls mid-episode (Relay: agent_1
     dead, its rows masked; MPE: moving entities, and an episode end ahead that resets from the

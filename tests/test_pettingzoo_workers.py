@@ -25,8 +25,9 @@ from tests.test_multi_agent import RELAY, TINY
 from tests.test_resume import metrics, stop_after
 
 CPU = torch.device("cpu")
-PADDED = {"actions": [3, 2, 3], "obs_sizes": [2, 3, 2], "die_at": 3, "length": 6}
-"""Relay with a dead agent, unequal spaces (padding: action masks) and episodes that end mid-rollout."""
+PADDED = {"actions": [3, 2, 3], "obs_sizes": [2, 3, 2], "die_at": 3, "length": 6, "join_at": 2}
+"""Relay with a dead agent, one that joins after reset, unequal spaces (padding: action masks) and
+episodes that end mid-rollout."""
 
 
 def env_pair(monkeypatch, copies: int, cpus: int, env_id: str = RELAY, env_kwargs: dict | None = None, **multi_agent) -> tuple:
@@ -86,7 +87,7 @@ def test_an_async_run_resumes_from_its_checkpoint_with_fresh_episodes(tmp_path, 
     with monkeypatch.context() as patch:
         stop_after(patch, 3)
         train(fastppo.make_config(RELAY, "cleanrl-discrete", overrides), tmp_path)
-    resumed, checkpoint = resume_config(tmp_path, env_id=RELAY)  # a test env: user code, named by the caller
+    resumed, checkpoint = resume_config(tmp_path, env_id=RELAY)  # a test module: user code, named again
     assert checkpoint.meta["env"] is None and resumed.env.backend == "async"
     agent = train(resumed, tmp_path, checkpoint)
     assert agent.history[-1]["global_step"] == 6 * 2 * 7  # env steps of the copies
@@ -95,7 +96,7 @@ def test_an_async_run_resumes_from_its_checkpoint_with_fresh_episodes(tmp_path, 
 
 def test_an_env_that_fails_to_build_in_a_worker_raises_its_one_line_error():
     good, bad = (functools.partial(make_parallel_env, RELAY, kwargs) for kwargs in ({}, {"bogus": 1}))
-    with pytest.raises(FastPPOError, match="does not take --env-kwargs") as raised:
+    with pytest.raises(FastPPOError, match="rejected --env-kwargs") as raised:
         PettingZooWorkers([good, bad], MultiAgentConfig(), CPU, cpus=2)  # the second copy, in the worker, fails
     assert "\n" not in str(raised.value)
 

@@ -62,7 +62,8 @@ def fastppo_cli(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "fastppo.cli", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
 
 
-USER_CODE = ["{tmp}/evil.py:Env", "evilmod:Env", "pz:evilmod"]  # a file by absolute path, a module or package in the working directory
+# a file by absolute path, a module or package in the working directory; PettingZoo envs by module, file or module function
+USER_CODE = ["{tmp}/evil.py:Env", "evilmod:Env", "pz:evilmod", "pz:{tmp}/evil.py:make_env", "pz:evilmod:make_env", "pz:mpe2.simple_spread_v3:parallel_env"]
 COMMANDS = {
     "eval": ["eval", "run", "--episodes", "1"],
     "record": ["record", "run", "--out", "run/x.mp4"],
@@ -71,7 +72,7 @@ COMMANDS = {
 FIXES = {"eval": "fastppo eval run --env-id {env}", "record": "fastppo record run --env-id {env}", "resume": "fastppo train --resume run {env}"}
 
 
-@pytest.mark.parametrize("env_id, command", [(env_id, command) for env_id in USER_CODE[:2] for command in COMMANDS] + [(USER_CODE[2], "eval")])
+@pytest.mark.parametrize("env_id, command", [(env_id, command) for env_id in USER_CODE[:2] for command in COMMANDS] + [(env_id, "eval") for env_id in USER_CODE[2:]])
 def test_a_command_that_needs_the_env_refuses_user_code_the_folder_names(trained, tmp_path, env_id, command):
     sent_folder(trained, tmp_path, env_id)
     done = fastppo_cli(COMMANDS[command], tmp_path)

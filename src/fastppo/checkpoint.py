@@ -769,8 +769,7 @@ def restore_train_state(state: TrainState, envs: VecEnv, checkpoint: Checkpoint,
         )
     else:  # fresh episodes start from fresh recurrent states
         first = envs.reset(seed=checkpoint.config.run.seed + checkpoint.iteration if fresh_seed is None else fresh_seed)
-        valid = torch.ones(envs.num_envs, dtype=torch.bool, device=device)
-        state.cursor = EnvCursor(normalize_obs(first.obs, update=False), first.action_mask, valid, fresh_state(agent.policy, envs.num_envs, device))
+        state.cursor = EnvCursor.at_reset(first, normalize_obs, update=False, state=fresh_state(agent.policy, envs.num_envs, device))
         if state.reward_scaler is not None:
             state.reward_scaler.discounted_return.zero_()
     if fresh_seed is None:

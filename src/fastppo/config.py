@@ -263,19 +263,10 @@ class Config:
             raise FastPPOError(f"--run.keep-checkpoints must be >= 1, got {self.run.keep_checkpoints}")
         if self.ppo.target_kl is not None and not self.ppo.target_kl > 0:  # NaN too
             raise FastPPOError(f"--ppo.target-kl must be > 0 or none, got {self.ppo.target_kl}")
-        if self.batch_size % self.ppo.num_minibatches:
-            raise FastPPOError(
-                f"batch size {self.batch_size} (num_envs {self.env.num_envs} x num_steps {self.ppo.num_steps}) "
-                f"does not split into {self.ppo.num_minibatches} minibatches: pick num_minibatches dividing {self.batch_size}"
-            )
-        if self.minibatch_size < 2:
-            # One row: its advantage's std is 0 and normalising divides by it, so the first update is NaN.
-            given = f"--num-minibatches {self.ppo.num_minibatches}" + (f" ({minibatches_from})" if minibatches_from else "")
-            fix = f"give --num-minibatches {self.batch_size // 2} or fewer, or " if self.batch_size >= 2 else ""
-            raise FastPPOError(
-                f"{given} splits the batch of {self.batch_size} step{'s' if self.batch_size > 1 else ''} (num_envs {self.env.num_envs} x num_steps {self.ppo.num_steps}) "
-                f"into minibatches of {self.minibatch_size} row, and a minibatch needs at least 2: {fix}raise --num-envs or --num-steps"
-            )
+        from fastppo.envs.pettingzoo_vec import is_pettingzoo  # lazy: fastppo.envs imports this module
+
+        if not is_pettingzoo(self.env.env_id):  # else once its agents are known (trainer.train_rank)
+            self.check_batch(minibatches_from=minibatches_from)
         if self.num_iterations < 1:
             raise FastPPOError(
                 f"--total-timesteps {self.ppo.total_timesteps} is less than one batch ({self.batch_size} steps): raise it or shrink the batch"
@@ -283,17 +274,38 @@ class Config:
         if self.policy.memory != "none":
             if self.policy.memory_size <= 0:
                 raise FastPPOError(f"--policy.memory-size must be a positive integer, got {self.policy.memory_size}")
-            if self.ppo.num_minibatches > self.env.num_envs:
-                raise FastPPOError(
-                    f"a recurrent policy's minibatches are whole env sequences: --num-minibatches {self.ppo.num_minibatches} "
-                    f"exceeds --num-envs {self.env.num_envs}; pick at most {self.env.num_envs}"
-                )
             if self.run.compile or self.run.cudagraphs:
                 raise FastPPOError("--compile and --cudagraphs do not support --policy.memory yet: drop them for a recurrent policy")
         self._validate_multi_agent()
         if any(w <= 0 for w in self.policy.hidden_sizes):
             raise FastPPOError(f"--policy.hidden-sizes must be positive widths, got {self.policy.hidden_sizes}")
         return self
+
+    def check_batch(self, agents: int = 1, minibatches_from: str | None = None) -> None:
+        """That the update's rows split into ``--num-minibatches``: ``num_envs x num_steps`` of
+        them, times ``agents`` for a PettingZoo env (a row per agent; known once its env is built)."""
+        rows = self.batch_size * agents
+        counted = f"num_envs {self.env.num_envs} x num_steps {self.ppo.num_steps}" + (f" x {agents} agents" if agents > 1 else "")
+        noun = "rows" if agents > 1 else "steps"
+        if rows % self.ppo.num_minibatches:
+            raise FastPPOError(
+                f"batch size {rows} ({counted}) does not split into {self.ppo.num_minibatches} minibatches: pick num_minibatches dividing {rows}"
+            )
+        if rows // self.ppo.num_minibatches < 2:
+            # One row: its advantage's std is 0 and normalising divides by it, so the first update is NaN.
+            given = f"--num-minibatches {self.ppo.num_minibatches}" + (f" ({minibatches_from})" if minibatches_from else "")
+            fix = f"give --num-minibatches {rows // 2} or fewer, or " if rows >= 2 else ""
+            raise FastPPOError(
+                f"{given} splits the batch of {rows} {noun if rows > 1 else noun[:-1]} ({counted}) "
+                f"into minibatches of {rows // self.ppo.num_minibatches} row, and a minibatch needs at least 2: {fix}raise --num-envs or --num-steps"
+            )
+        sequences = self.env.num_envs * agents
+        if self.policy.memory != "none" and self.ppo.num_minibatches > sequences:
+            what = f"--num-envs {self.env.num_envs}" + (f" x {agents} agents" if agents > 1 else "")
+            raise FastPPOError(
+                f"a recurrent policy's minibatches are whole env sequences: --num-minibatches {self.ppo.num_minibatches} "
+                f"exceeds {what}; pick at most {sequences}"
+            )
 
     def _validate_multi_agent(self) -> None:
         from fastppo.envs.pettingzoo_vec import is_pettingzoo  # lazy: fastppo.envs imports this module

@@ -31,22 +31,26 @@ def file_spec(spec: str) -> tuple[str, str] | None:
 
 
 def absolute_spec(spec: str) -> str:
-    """A ``file.py:name`` spec with the file's absolute path, so a run that saves it loads from
-    any working directory; other specs (and plain ids) unchanged."""
-    parts = file_spec(spec)
-    return spec if parts is None else f"{os.path.abspath(parts[0])}:{parts[1]}"
+    """A ``file.py:name`` spec (``pz:file.py:name`` too) with the file's absolute path, so a run
+    that saves it loads from any working directory; other specs (and plain ids) unchanged."""
+    from fastppo.envs.pettingzoo_vec import PREFIX  # lazy: fastppo.envs imports this module
+
+    prefix = PREFIX if spec.startswith(PREFIX) else ""
+    parts = file_spec(spec.removeprefix(prefix))
+    return spec if parts is None else f"{prefix}{os.path.abspath(parts[0])}:{parts[1]}"
 
 
 def names_user_code(env_id: str) -> bool:
     """Whether building ``env_id`` imports code that is no installed package: a ``module:name`` or
-    ``file.py:name`` spec (the module may be a file in the working directory), or a
-    ``pz:<module>`` whose top-level package no installed distribution provides. Gymnasium ids,
-    fastppo's tensor envs and installed PettingZoo envs are not."""
-    from fastppo.envs.pettingzoo_vec import PREFIX, is_pettingzoo  # lazy: fastppo.envs imports this module
+    ``file.py:name`` spec (the module may be a file in the working directory), with or without
+    ``pz:``, or a ``pz:<module>`` whose top-level package no installed distribution provides.
+    Gymnasium ids, fastppo's tensor envs and installed PettingZoo envs are not."""
+    from fastppo.envs.pettingzoo_vec import PREFIX  # lazy: fastppo.envs imports this module
 
-    if is_pettingzoo(env_id):
-        return env_id.removeprefix(PREFIX).split(".")[0] not in metadata.packages_distributions()
-    return split_spec(env_id) is not None
+    spec = env_id.removeprefix(PREFIX)
+    if split_spec(spec) is not None:
+        return True
+    return env_id.startswith(PREFIX) and spec.split(".")[0] not in metadata.packages_distributions()
 
 
 def folder_env_id(env_id: str, run_dir: str | Path | None, fix: str) -> str:

@@ -12,7 +12,7 @@ from torch import Tensor
 
 from fastppo.core.normalize import RewardScaler, RunningMeanStd
 from fastppo.cuda_graphs import capture_graph, check_cudagraphs, on_side_stream
-from fastppo.envs.vector import VecEnv
+from fastppo.envs.vector import StepResult, VecEnv
 from fastppo.policies import ActorCritic
 from fastppo.policies.fused import FusedActorCritic
 from fastppo.policies.memory import carry
@@ -109,6 +109,13 @@ class EnvCursor:
     action_mask: Tensor | None
     valid: Tensor
     state: Tensor | None = None
+
+    @classmethod
+    def at_reset(cls, first: StepResult, normalize_obs: ObservationNormalizer, update: bool, state: Tensor | None = None) -> EnvCursor:
+        """The cursor on a reset's rows: every row a decision, but those of a multi-agent env's
+        agents not in play yet (``StepResult.live``), which join no statistics either."""
+        valid = torch.ones_like(first.terminated) if first.live is None else first.live
+        return cls(normalize_obs(first.obs, update=update, mask=first.live), first.action_mask, valid, state)
 
 
 class ObservationNormalizer:
@@ -256,9 +263,11 @@ def collect_rollout(
             buf.truncated[t] = step.truncated
             # A reset row's successor is an episode's first observation: its state starts at zeros.
             next_state = None if cursor.state is None else carry(state[0], cursor.valid)
-            # A dead agent's rows (multi-agent envs) are no decisions either, and no statistics.
+            # Rows of agents out of play (multi-agent envs) are no decisions either, and no
+            # statistics; a finishing agent's final observation is one.
             valid = ~done if step.live is None else ~done & step.live
-            cursor = EnvCursor(normalize_obs(step.obs, update=True, mask=step.live), step.action_mask, valid, next_state)
+            seen = None if step.live is None else step.live | done
+            cursor = EnvCursor(normalize_obs(step.obs, update=True, mask=seen), step.action_mask, valid, next_state)
         with timer.section("policy"):
             (last_value,) = decide(cursor, value_only=True)
     return cursor, last_value

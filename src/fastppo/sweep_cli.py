@@ -20,7 +20,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "Re-running the same command continues a stopped sweep (needs the 'sweep' extra).",
         allow_abbrev=False,
     )
-    parser.add_argument("env_id", metavar="ENV_ID", help="gymnasium id (CartPole-v1) or package.module:EnvClass")
+    parser.add_argument("env_id", metavar="ENV_ID", help="gymnasium id (CartPole-v1), package.module:EnvClass, or a PettingZoo Parallel env pz:<module> (see fastppo train --help)")
     parser.add_argument("--trials", type=int, required=True, metavar="N", help="finished (complete or pruned) trials the study is to hold, all workers together; 0: only print the best and rewrite best.yaml")
     parser.add_argument("--workers", type=int, default=None, metavar="K", help="worker processes, each running trials (default: the number of CPU cores)")
     parser.add_argument("--seeds", default="1-3", metavar="SPEC", help="seeds each trial trains, e.g. 1-3 or 1,5 (default: 1-3); a trial's value is the mean of their final returns")

@@ -42,11 +42,18 @@ def add_hyperparameter_flags(parser: argparse.ArgumentParser) -> None:
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "train",
-        help="train a PPO agent on a gymnasium env",
+        help="train a PPO agent on a gymnasium or PettingZoo env",
         description="Train PPO. Hyperparameters come from the defaults (CleanRL's), then the preset, then these flags.",
         allow_abbrev=False,
     )
-    parser.add_argument("env_id", metavar="ENV_ID", nargs="?", help="gymnasium id (CartPole-v1) or package.module:EnvClass")
+    parser.add_argument(
+        "env_id",
+        metavar="ENV_ID",
+        nargs="?",
+        help="gymnasium id (CartPole-v1), package.module:EnvClass or file.py:EnvClass, or a PettingZoo Parallel env: "
+        "pz:<module> (its parallel_env(), e.g. pz:mpe2.simple_spread_v3) or pz:<module or file.py>:<function> returning one; "
+        "--env-kwargs '{...}' are its arguments",
+    )
     parser.add_argument(
         "--resume",
         metavar="RUN_DIR",

@@ -30,6 +30,7 @@ from fastppo.diagnostics import HealthMonitor
 from fastppo.distributed import SyncedStatistics, World, check_world_size, joined, launched_world_size, rank_device
 from fastppo.envs import make_vec_env
 from fastppo.envs.make import rollout_device
+from fastppo.envs.pettingzoo_vec import is_pettingzoo
 from fastppo.envs.vector import HostCopies
 from fastppo.devices import resolve_device
 from fastppo.errors import FastPPOError, Interrupted
@@ -117,20 +118,26 @@ def check_finite(metrics: dict[str, float], agent: Agent, optimizer: torch.optim
         )
 
 
-def check_finite_rollout(buf: RolloutBuffer, cursor: EnvCursor, iteration: int, global_step: int) -> None:
+def check_finite_rollout(buf: RolloutBuffer, cursor: EnvCursor, iteration: int, global_step: int, agents: list[str] | None = None) -> None:
     """NaN/Inf observations or rewards from the env, looked for once per iteration on the whole
-    buffer (not per step: that would cost a host sync per step on GPU)."""
+    buffer (not per step: that would cost a host sync per step on GPU). With ``agents`` (a
+    PettingZoo env's), the rows are its copies' agents, and the culprit is named so."""
     num_envs = buf.rewards.shape[1]
+    copies = num_envs // len(agents) if agents else num_envs
     observations = torch.cat([buf.obs, cursor.obs.unsqueeze(0)])
     for name, values in (("observation", observations), ("reward", buf.rewards)):
         if not values.is_floating_point():
             continue
         bad = ~torch.isfinite(values.reshape(values.shape[0], num_envs, -1)).all(dim=-1)
         if bad.any():
-            t, env = (int(i) for i in bad.nonzero()[0])
+            t, row = (int(i) for i in bad.nonzero()[0])
+            if agents:
+                what = f"the env returned a NaN/Inf {name} for agent {agents[row % len(agents)]} of copy {row // len(agents)}"
+            else:
+                what = f"env {row} returned a NaN/Inf {name}"
+            fix = "fix the env" if agents else "fix the env or sanitise it in a gymnasium wrapper"
             raise FastPPOError(
-                f"training stopped at iteration {iteration}: env {env} returned a NaN/Inf {name} at rollout step {t} "
-                f"(about global step {global_step + t * num_envs}); fix the env or sanitise it in a gymnasium wrapper"
+                f"training stopped at iteration {iteration}: {what} at rollout step {t} (about global step {global_step + t * copies}); {fix}"
             )
 
 
@@ -420,6 +427,8 @@ def train_rank(
     collect_on = rollout_device(config.env, device)  # where the rollout lives: the CPU for numpy envs
     envs = make_vec_env(config.env, collect_on, video_dir=out_dir / "videos" if out_dir and seeds is None else None, multi_agent=config.multi_agent, seed_blocks=len(seeds or [seed]))
     try:
+        if is_pettingzoo(config.env.env_id):  # a row per agent: the batch is known now (Config.validate left it)
+            config.check_batch(agents=envs.num_envs // config.env.num_envs)
         check_stop_return(config.run, envs)
     except FastPPOError:
         envs.close()
@@ -443,9 +452,7 @@ def train_rank(
         agent=agent,
         optimizer=make_optimizer(agent.policy, cfg.learning_rate, cfg.adam_eps, device, config.run.cudagraphs),
         reward_scaler=reward_scaler,
-        cursor=EnvCursor(
-            normalize_obs(first.obs, update=True), first.action_mask, torch.ones(envs.num_envs, dtype=torch.bool, device=collect_on), fresh_state(agent.policy, envs.num_envs, collect_on)
-        ),
+        cursor=EnvCursor.at_reset(first, normalize_obs, update=True, state=fresh_state(agent.policy, envs.num_envs, collect_on)),
         kl_beta=cfg.kl_beta if seeds is None else [cfg.kl_beta] * len(seeds),
         world_size=world_size,
     )
@@ -523,7 +530,7 @@ def train_rank(
                 )
 
                 state.cursor, last_value = collect_rollout(agent.policy, envs, buf, state.cursor, normalize_obs, state.reward_scaler, timer, policy_step)
-                check_finite_rollout(buf, state.cursor, state.iteration, state.global_step)
+                check_finite_rollout(buf, state.cursor, state.iteration, state.global_step, envs.agents if is_pettingzoo(config.env.env_id) else None)
                 episodes = envs.pop_episodes()  # those the rollout finished, played by the policy before this update
                 if world is not None:  # every rank: the same statistics, and every rank's episodes
                     statistics.merge()

@@ -14,16 +14,20 @@ skips PettingZoo's per-agent AEC round trip; simple_spread's and simple_speaker_
 copies step all at once (``fastppo.envs.mpe``, the same values).
 
 The rows follow the single-agent NEXT_STEP rule (fastppo.envs.vector) and add one more kind of
-non-decision row: an agent that finished while its team plays on (a *dead* agent) gets a zero
-observation, reward 0, no flags and ``live`` false from the step after its last until its copy resets, so the rollout masks
-its rows out of GAE and the loss instead of training on garbage. A copy whose agents have all
-finished resets on its next step (a reset row for every agent, as a gymnasium env's).
+non-decision row: a row is ``live`` when its agent is in ``env.agents`` as the policy acts on it,
+so it has an observation and the env takes its action. An agent that finished while its team
+plays on (a *dead* agent), or one that has not joined yet (the Parallel API lets an agent appear
+after reset), gets a zero observation, reward 0, no flags and ``live`` false, so the rollout masks
+its rows out of GAE and the loss instead of training on garbage; a joining agent's first live row
+is the one that carries its first observation. A copy whose agents have all finished resets on
+its next step (a reset row for every agent, as a gymnasium env's).
 """
 
 from __future__ import annotations
 
 import functools
 import importlib
+import inspect
 import re
 from collections.abc import Callable
 from typing import Any
@@ -48,26 +52,157 @@ def is_pettingzoo(env_id: str) -> bool:
 
 
 def make_parallel_env(env_id: str, env_kwargs: dict[str, Any], render_mode: str | None = None) -> Any:
-    """``<module>.parallel_env(**env_kwargs)`` for ``pz:<module>``, or a one-line FastPPOError."""
-    module_name = env_id.removeprefix(PREFIX)
-    if not module_name or module_name.startswith("."):  # else importlib's ValueError/TypeError
-        raise FastPPOError(f"{env_id} names no module: write pz:<package.module>, e.g. pz:mpe2.simple_spread_v3")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise FastPPOError(f"cannot import the PettingZoo module '{module_name}' of {env_id}: {exc} (pip install 'fastppo[multiagent]')") from None
-    if not callable(getattr(module, "parallel_env", None)):
-        raise FastPPOError(f"{module_name} has no parallel_env(): name a PettingZoo env module, e.g. pz:mpe2.simple_spread_v3")
+    """The ParallelEnv ``env_id`` names, built with ``env_kwargs``, or a one-line FastPPOError:
+    ``pz:<module>`` builds ``<module>.parallel_env(**env_kwargs)``; ``pz:<module>:<function>`` or
+    ``pz:<path/file.py>:<function>`` calls that function, which returns a ParallelEnv."""
+    maker, module = _env_maker(env_id)
+    _check_kwarg_types(env_id, env_kwargs, maker, module)
     kwargs = dict(env_kwargs) | ({"render_mode": render_mode} if render_mode else {})
     try:
-        return module.parallel_env(**kwargs)
-    except TypeError as exc:
-        raise FastPPOError(f"{module_name}.parallel_env does not take --env-kwargs {env_kwargs}: {exc}") from None
+        env = maker(**kwargs)
+    except (TypeError, ValueError, AssertionError) as exc:  # a kwarg it does not know, or a value it refuses
+        raise FastPPOError(f"{env_id} rejected --env-kwargs {env_kwargs}: {_one_line(exc)}") from None
+    except ImportError as exc:  # PettingZoo's DeprecatedEnv, or a dependency imported on construction
+        raise _import_error(env_id, exc) from None
+    except gym.error.DependencyNotInstalled as exc:
+        raise FastPPOError(f"{env_id} needs a package that is not installed: {_one_line(exc)}") from None
+    if _aec(env):
+        raise FastPPOError(
+            f"{env_id} built an AECEnv (PettingZoo's turn-based API), and fastppo trains ParallelEnvs: "
+            "return one (pettingzoo.utils.aec_to_parallel converts an AEC env whose agents act at once)"
+        )
+    if not callable(getattr(env, "step", None)) or not hasattr(env, "possible_agents"):
+        raise FastPPOError(f"{env_id} built a {type(env).__name__}, not a PettingZoo ParallelEnv: return one from {env_id.removeprefix(PREFIX)}")
+    return env
 
 
-def _flat_size(space: gym.Space) -> int:
+def _env_maker(env_id: str) -> tuple[Callable[..., Any], Any]:
+    """(what builds ``env_id``'s env, the module it comes from, or None for a named function)."""
+    from fastppo.loading import named_object, split_spec  # lazy: fastppo.loading imports this module
+
+    target = env_id.removeprefix(PREFIX)
+    if not target or target.startswith("."):  # else importlib's ValueError/TypeError
+        raise FastPPOError(f"{env_id} names no module: write pz:<package.module>, e.g. pz:mpe2.simple_spread_v3, or pz:<module or file.py>:<function>")
+    if split_spec(target) is not None:
+        maker = named_object(target, "the PettingZoo env")
+        if not callable(maker):
+            module_name, name = split_spec(target)
+            what = f"defines no '{name}'" if maker is None else f"defines '{name}' as a {type(maker).__name__}"
+            raise FastPPOError(f"{module_name} {what}: name a function that returns a PettingZoo ParallelEnv after the colon")
+        return maker, None
+    module = _import_env_module(env_id, target)
+    if callable(getattr(module, "parallel_env", None)):
+        return module.parallel_env, module
+    if callable(getattr(module, "env", None)):  # PettingZoo's AEC-only modules (classic board games)
+        raise FastPPOError(_turn_based_message(env_id))
+    raise FastPPOError(f"{target} has no parallel_env(): name a PettingZoo env module, e.g. pz:mpe2.simple_spread_v3, or pz:<module>:<function> for your own")
+
+
+def _turn_based_message(env_id: str) -> str:
+    return (
+        f"{env_id} is a turn-based (AEC) env, and fastppo trains PettingZoo Parallel envs, whose agents act at once "
+        "(modules with a parallel_env(), e.g. pz:mpe2.simple_spread_v3, pz:pettingzoo.sisl.multiwalker_v9): turn-based games are not supported yet"
+    )
+
+
+def _aec(env: Any) -> bool:
+    try:
+        from pettingzoo import AECEnv
+    except ImportError:
+        return False
+    return isinstance(env, AECEnv)
+
+
+def _import_env_module(env_id: str, module_name: str) -> Any:
+    """The module of ``pz:<module>``, PettingZoo's stand-in for an old version of an env (its
+    ``parallel_env`` says which version replaced it), or a one-line FastPPOError."""
+    try:
+        return importlib.import_module(module_name)
+    except ImportError as exc:
+        if getattr(exc, "name", None) != module_name:
+            raise _import_error(env_id, exc) from None
+        stand_in = _old_version(module_name)  # the module itself is missing: an env version PettingZoo replaced?
+        if stand_in is None:
+            raise _no_module(env_id, module_name, exc) from None
+        return stand_in
+    except gym.error.DependencyNotInstalled as exc:
+        raise FastPPOError(f"{env_id} needs a package that is not installed: {_one_line(exc)}") from None
+
+
+def _old_version(module_name: str) -> Any:
+    """What the parent package answers for the missing ``module_name``: a PettingZoo family's
+    ``__getattr__`` gives an old env version a stand-in module; None for anything else."""
+    parent, _, leaf = module_name.rpartition(".")
+    try:
+        return getattr(importlib.import_module(parent), leaf) if parent else None
+    except (ImportError, AttributeError):
+        return None
+
+
+def _no_module(env_id: str, module_name: str, exc: ImportError) -> FastPPOError:
+    return FastPPOError(f"cannot import the PettingZoo module '{module_name}' of {env_id}: {exc}")
+
+
+def _import_error(env_id: str, exc: ImportError) -> FastPPOError:
+    """An import that failed on the way to ``env_id``'s env, in PettingZoo's own words where it has some."""
+    missing = getattr(exc, "name", None)
+    module_name = env_id.removeprefix(PREFIX)
+    if missing is None:  # no module missing: PettingZoo's DeprecatedEnv, or an error inside the module
+        return FastPPOError(f"cannot build {env_id}: {_one_line(exc)}")
+    if missing.split(".")[0] in ("pettingzoo", "mpe2") and module_name.startswith(missing):
+        return FastPPOError(f"cannot import the PettingZoo module '{module_name}' of {env_id}: {exc} (pip install 'fastppo[multiagent]')")
+    if module_name.startswith(f"{missing}.") or module_name == missing:
+        return _no_module(env_id, module_name, exc)
+    family = module_name.split(".")[1] if module_name.startswith("pettingzoo.") and module_name.count(".") >= 2 else None
+    fix = f"pip install 'pettingzoo[{family}]'" if family else f"install the package that provides '{missing}'"
+    return FastPPOError(f"{env_id} needs the module '{missing}', which is not installed: {fix}")
+
+
+def _one_line(exc: BaseException) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
+def _check_kwarg_types(env_id: str, env_kwargs: dict[str, Any], maker: Callable[..., Any], module: Any) -> None:
+    """Refuse an ``--env-kwargs`` value of another kind (number, bool, text) than the default of
+    the parameter it sets, before the env takes it in and fails at some step far from the cause
+    (MPE's ``max_cycles: "abc"``). PettingZoo's ``parallel_env`` takes ``**kwargs`` for its
+    module's ``raw_env``, whose signature has the defaults."""
+    defaults: dict[str, Any] = {}
+    for source in (getattr(module, "raw_env", None), maker):
+        try:
+            parameters = inspect.signature(source).parameters.values() if source is not None else ()
+        except (TypeError, ValueError):  # no signature to read (a builtin)
+            continue
+        defaults |= {p.name: p.default for p in parameters if p.default is not inspect.Parameter.empty}
+    for name, value in env_kwargs.items():
+        if name in defaults and _kind(value) != _kind(defaults[name]) and None not in (_kind(value), _kind(defaults[name])):
+            raise FastPPOError(
+                f"--env-kwargs {env_kwargs}: {name} of {env_id} is {_kind(defaults[name])} (its default is {defaults[name]!r}), not {value!r}: give {_kind(defaults[name])}"
+            )
+
+
+def _kind(value: Any) -> str | None:
+    """A JSON value's kind as a parameter's default declares it; None for any other default."""
+    if isinstance(value, bool):
+        return "a bool"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "text"
+    return None
+
+
+def _flat_size(space: gym.Space, agent: str) -> int:
     if isinstance(space, gym.spaces.Dict) and "observation" in space.spaces:  # PettingZoo's masked observations
         space = space["observation"]
+    if isinstance(space, gym.spaces.Box) and len(space.shape) >= 3:
+        # A row per agent is one flat vector: [state | observation | id] for an MLP; frames would
+        # be hundreds of thousands of inputs (cooperative_pong: 403 k), and ids do not fit an image.
+        raise FastPPOError(
+            f"agent {agent} observes images ({space.shape} {space.dtype}), and fastppo's multi-agent rows are flat vectors for an MLP: "
+            "PettingZoo envs with image observations are not supported yet; train one whose agents observe vectors "
+            "(the MPE envs, pz:pettingzoo.sisl.multiwalker_v9, pz:pettingzoo.butterfly.knights_archers_zombies_v11 with its default vector observations)"
+        )
     try:
         return int(gym.spaces.flatdim(space))
     except (NotImplementedError, TypeError, ValueError):
@@ -126,7 +261,7 @@ class AgentSpaces:
             raise FastPPOError("the PettingZoo env has no possible_agents")
         self.observation_spaces = [env.observation_space(a) for a in self.agents]
         self.action_spaces = action_spaces = [env.action_space(a) for a in self.agents]
-        sizes = [_flat_size(s) for s in self.observation_spaces]
+        sizes = [_flat_size(s, a) for s, a in zip(self.observation_spaces, self.agents)]
         self.obs_size = max(sizes)
         if len(set(sizes)) > 1 and not cfg.pad:
             raise FastPPOError(
@@ -254,14 +389,20 @@ class PettingZooVecEnv(HostCopies):
         return masks
 
     def reset(self, seed: int | None = None) -> StepResult:
-        rows, masks = self.reset_host(seed)
-        return self.first_step(rows, masks, live=np.ones(self.num_envs, dtype=bool))
+        rows, masks, live = self.reset_host(seed)
+        return self.first_step(rows, masks, live=live)
 
-    def reset_host(self, seed: int | None = None) -> tuple[np.ndarray, np.ndarray | None]:
-        """``reset``'s (observation rows, action masks) as numpy; copy ``c`` is seeded ``seed + c``."""
+    def reset_host(self, seed: int | None = None) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+        """``reset``'s (observation rows, action masks, live) as numpy; copy ``c`` is seeded ``seed + c``."""
         rows = self._new_rows()
         masks = tuple(self._reset_copy(c, None if seed is None else seed + c, rows[c]) for c in range(len(self.envs)))
-        return rows.reshape(self.num_envs, -1), self._join(masks)
+        live = np.stack([self._in_play(env) for env in self.envs])
+        return rows.reshape(self.num_envs, -1), self._join(masks), live.ravel()
+
+    def _in_play(self, env: Any) -> np.ndarray:
+        """[agents]: which agents act on the copy's next step (``env.agents``): its live rows."""
+        acting = set(env.agents)
+        return np.array([agent in acting for agent in self.agents])
 
     def _reset_copy(self, c: int, seed: int | None, rows: np.ndarray) -> np.ndarray | None:
         observations, infos = self.envs[c].reset(seed=seed)
@@ -277,7 +418,8 @@ class PettingZooVecEnv(HostCopies):
         return self.to_device(*self.step_host(self.to_host(actions)))
 
     def step_host(self, host: np.ndarray) -> HostStep:
-        """``step`` on numpy: actions [rows, ...] in, (rows, reward, terminated, truncated, masks, live) out."""
+        """``step`` on numpy: actions [rows, ...] in, (rows, reward, terminated, truncated, masks, live) out;
+        batched MPE copies keep every agent in play (``BatchedWorlds.playable``)."""
         n = len(self.agents)
         host = host.reshape(len(self.envs), n, *host.shape[1:])
         rows, all_masks = self._new_rows(), []
@@ -298,14 +440,15 @@ class PettingZooVecEnv(HostCopies):
                 continue
             if self._finished[c]:  # the reset row: actions ignored, first observations, reward 0
                 masks = self._reset_copy(c, None, rows[c])
+                live[c] = self._in_play(env)
             else:
                 acting = set(env.agents)
                 actions = {a: host[c, i] for i, a in enumerate(self.agents) if a in acting}
                 observations, rewards, terms, truncs, infos = mpe.parallel_step(env, actions) if self._direct[c] else env.step(actions)
                 masks = self._rows(env, observations, infos, rows[c])
+                live[c] = self._in_play(env)
                 for i, agent in enumerate(self.agents):
-                    if agent not in acting:  # dead for a while: not a decision, no flags
-                        live[c, i] = False
+                    if agent not in acting:  # dead for a while, or not joined yet: no flags
                         continue
                     reward[c, i] = rewards.get(agent, 0.0)
                     truncated[c, i] = bool(truncs.get(agent, False))

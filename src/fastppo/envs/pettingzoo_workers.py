@@ -146,8 +146,8 @@ class PettingZooWorkers(HostCopies):
 
     def reset(self, seed: int | None = None) -> StepResult:
         seeds = [None if seed is None else seed + offset for offset in self._offsets]
-        rows, masks = zip(*self._ask([("reset", s) for s in seeds[1:]], lambda: self._local.reset_host(seeds[0])))
-        return self.first_step(np.concatenate(rows), _join(masks), live=np.ones(self.num_envs, dtype=bool))
+        rows, masks, live = zip(*self._ask([("reset", s) for s in seeds[1:]], lambda: self._local.reset_host(seeds[0])))
+        return self.first_step(np.concatenate(rows), _join(masks), live=np.concatenate(live))
 
     def step(self, actions: torch.Tensor) -> StepResult:
         host = self.to_host(actions)

@@ -32,8 +32,9 @@ class StepResult(NamedTuple):
     truncated: Tensor  # bool
     action_mask: Tensor | None = None  # bool [N, n_logits] where the env publishes one
     live: Tensor | None = None
-    """bool [N], multi-agent envs only: false where the row's agent had already finished (its team
-    plays on): no observation, and its next row is no decision either (fastppo.envs.pettingzoo_vec)."""
+    """bool [N], multi-agent envs only: whether the row's agent is in play (it acts on this
+    observation); false for an agent that had already finished while its team plays on, or that
+    has not joined yet: no observation, and the row is no decision (fastppo.envs.pettingzoo_vec)."""
 
 
 class Episodes(NamedTuple):
