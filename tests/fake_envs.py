@@ -167,6 +167,57 @@ class NaNRewardEnv(gym.Env):
         return np.zeros(2, dtype=np.float32), reward, False, self._t % 10 == 0, {}
 
 
+class Clock:
+    """A counter a DriftEnv holds: an object of the user's own, declared plain data too."""
+
+    fastppo_plain_state = True
+
+    def __init__(self) -> None:
+        self.ticks = 0
+
+
+class DriftEnv(gym.Env):
+    """A point pushed left or right while it drifts by noise from the env's own generator (not
+    np_random, which reset reseeds), with a clock that never resets and episodes of random length:
+    state that only a snapshot of the whole env carries across a resume. It is plain data, and
+    the class says so (``fastppo_plain_state``), so resume continues it exactly."""
+
+    fastppo_plain_state = True
+    observation_space = gym.spaces.Box(-np.inf, np.inf, (3,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self) -> None:
+        self.noise = np.random.default_rng(7)
+        self.clock = Clock()
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self._pos, self._limit, self._t = self.np_random.normal(size=2), int(self.np_random.integers(5, 30)), 0
+        return self._observe(), {}
+
+    def step(self, action):
+        self._t += 1
+        self.clock.ticks += 1
+        self._pos = self._pos + self.noise.normal(0, 0.3, 2) + (0.2 if action else -0.2)
+        return self._observe(), -float(np.abs(self._pos).sum()), self._t >= self._limit, False, {}
+
+    def _observe(self) -> np.ndarray:
+        return np.array([*self._pos, self.clock.ticks % 7], dtype=np.float32)
+
+
+class UndeclaredDriftEnv(DriftEnv):
+    """DriftEnv without the declaration: resume restarts fresh episodes."""
+
+    fastppo_plain_state = False
+
+
+class StackedDriftEnv(gym.Wrapper):
+    """DriftEnv behind gymnasium's frame stack, whose deque of frames a snapshot cannot hold."""
+
+    def __init__(self) -> None:
+        super().__init__(gym.wrappers.FlattenObservation(gym.wrappers.FrameStackObservation(DriftEnv(), 2)))
+
+
 class TextObsEnv(gym.Env):
     observation_space = gym.spaces.Text(5)
     action_space = gym.spaces.Discrete(2)

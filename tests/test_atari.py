@@ -195,6 +195,21 @@ def test_a_short_pong_run_trains_saves_and_loads(tmp_path):
     assert loaded.act(obs, deterministic=True) == agent.act(obs, deterministic=True)
 
 
+CLEANRL_PPO_ATARI_LSTM = {
+    "env.num_envs": 8, "env.frame_stack": 1, "ppo.total_timesteps": 10_000_000, "ppo.num_steps": 128, "ppo.num_minibatches": 4, "ppo.update_epochs": 4,
+    "ppo.learning_rate": 2.5e-4, "ppo.lr_schedule": "linear", "ppo.gamma": 0.99, "ppo.gae_lambda": 0.95, "ppo.norm_adv": True, "ppo.clip_coef": 0.1,
+    "ppo.clip_schedule": "constant", "ppo.clip_vloss": True, "ppo.ent_coef": 0.01, "ppo.vf_coef": 0.5, "ppo.max_grad_norm": 0.5,
+    "policy.memory": "lstm", "policy.memory_size": 128, "policy.shared_trunk": True, "policy.encoder": "cnn",
+}  # fmt: skip
+"""CleanRL ppo_atari_lstm.py's arguments (anneal_lr only: its clip coefficient stays 0.1) in fastppo's names."""
+
+
+def test_the_atari_lstm_preset_is_cleanrls_ppo_atari_lstm():
+    config = fastppo.make_config("BreakoutNoFrameskip-v4", "atari-lstm")
+    values = {key: getattr(getattr(config, key.split(".")[0]), key.split(".")[1]) for key in CLEANRL_PPO_ATARI_LSTM}
+    assert values == CLEANRL_PPO_ATARI_LSTM
+
+
 def test_the_atari_lstm_preset_observes_one_frame_through_resume_load_eval_and_export(tmp_path):
     """CleanRL's ppo_atari_lstm.py setting: 1 frame per observation, the LSTM is the memory. The saved
     config's frame_stack must rebuild the same 1-channel env wherever the agent goes."""

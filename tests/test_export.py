@@ -61,7 +61,8 @@ def check_same_actions(run: Path, path: Path) -> None:
 def test_cli_export_matches_the_torch_policy(run, tmp_path, capsys):
     path = tmp_path / "policy.onnx"
     assert main(["export", str(run), "--onnx", str(path)]) == 0
-    assert "wrote" in capsys.readouterr().out
+    obs_size, action = (4, "[batch]") if "CartPole" in str(fastppo.load(run).config.env.env_id) else (3, "[batch, 1]")
+    assert capsys.readouterr().out == f"fastppo: wrote {path} (input 'obs' [batch, {obs_size}]; output 'action' {action})\n"
     check_same_actions(run, path)
     props = {p.key: p.value for p in onnx.load(str(path)).metadata_props}
     assert props["producer"] == "fastppo" and props["env_id"] == fastppo.load(run).config.env.env_id

@@ -3,6 +3,7 @@ whole env sequences, resets at episode starts, memory that learns, and the agent
 
 from __future__ import annotations
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
@@ -90,6 +91,24 @@ def test_recurrent_agent_api_and_evaluation(tmp_path):
     assert result.lengths == [2, 2, 2, 2]
 
 
+def test_the_state_agent_step_returns_is_an_ordinary_tensor_and_arrays_are_cast():
+    """A finished row of a batch is zeroed in place (an inference tensor would refuse), and a
+    float64 numpy state (e.g. stored by the caller) acts exactly as the float32 tensor."""
+    from fastppo.agent import build_agent
+
+    config = fastppo.make_config("CartPoleNoVelocity-v1", overrides={"policy.memory_size": 8})
+    agent = build_agent(config, gym.spaces.Box(-1, 1, (2,)), gym.spaces.Discrete(2), torch.device("cpu"))
+    obs = np.random.default_rng(0).normal(0, 1, (3, 2)).astype(np.float32)
+    _, state = agent.step(obs, agent.initial_state(3))
+    state[1] = 0
+    assert state[0].any() and not state[1].any() and state[2].any()
+    action, after = agent.step(obs, state, deterministic=True)
+    action64, after64 = agent.step(obs, state.numpy().astype(np.float64), deterministic=True)
+    assert after64.dtype == torch.float32
+    np.testing.assert_array_equal(action64, action)
+    torch.testing.assert_close(after64, after, rtol=0, atol=0)
+
+
 def test_recurrent_training_on_the_tensor_backend_and_with_action_masks():
     fastppo.train("CartPole-v1", preset="cleanrl-discrete", backend="tensor", **TINY, **{"policy.memory": "lstm", "policy.memory_size": 8})
     # the strict env raises on an invalid action: masks apply to every recurrent step
@@ -147,10 +166,13 @@ def test_popgym_preset_learns_repeat_previous():
     assert np.mean(agent.episode_returns[-100:]) > 0.95
 
 
-def test_fastppo_record_and_eval_carry_the_state_of_a_recurrent_run(tmp_path, capsys):
+def test_fastppo_record_eval_and_export_carry_the_state_of_a_recurrent_run(tmp_path, capsys):
     from fastppo.cli import main
 
     fastppo.train("CartPoleNoVelocity-v1", run_dir=tmp_path / "run", **{**TINY, "num_minibatches": 1})
+    assert main(["export", str(tmp_path / "run"), "--onnx", str(tmp_path / "nov.onnx")]) == 0
+    # the preset's actor and critic LSTMs of 32: h and c of each, 128 numbers of state per row
+    assert capsys.readouterr().out == f"fastppo: wrote {tmp_path / 'nov.onnx'} (inputs 'obs' [batch, 2], 'state' [batch, 128]; outputs 'action' [batch], 'state_out' [batch, 128])\n"
     assert main(["record", str(tmp_path / "run"), "--out", str(tmp_path / "nov.mp4"), "--seed", "0"]) == 0
     assert (tmp_path / "nov.mp4").stat().st_size > 0
     assert main(["eval", str(tmp_path / "run"), "--episodes", "2", "--seed", "0", "--json"]) == 0

@@ -65,12 +65,14 @@ def assert_same_run(a: Path, b: Path) -> None:
         # Recurrent policies: the live states at the stop are part of the run.
         ("CartPole-v1", {"policy.memory": "lstm", "policy.memory_size": 16, "tensorboard": False}),
         ("CartPole-v1", {"backend": "tensor", "policy.memory": "gru", "policy.memory_size": 16, "policy.shared_trunk": True, "tensorboard": False}),
+        # A Gymnasium env of the user's that declares its state plain data (fastppo_plain_state).
+        ("tests.fake_envs:DriftEnv", {"tensorboard": False}),
         # A GPU policy beside host envs: the rollout and its statistics stay on the CPU (envs.make.rollout_device).
         pytest.param("Pendulum-v1", {"device": "cuda", "normalize_obs": True, "normalize_reward": True, "tensorboard": False}, marks=NEEDS_CUDA),
         pytest.param("CartPole-v1", {"device": "cuda", "policy.memory": "lstm", "policy.memory_size": 16, "tensorboard": False}, marks=NEEDS_CUDA),
     ],
     ids=[
-        "cartpole", "cartpole-normalised-kl", "pendulum-normalised", "cartpole-tensor-backend", "cartpole-one-node-backward", "cartpole-lstm", "cartpole-tensor-gru",
+        "cartpole", "cartpole-normalised-kl", "pendulum-normalised", "cartpole-tensor-backend", "cartpole-one-node-backward", "cartpole-lstm", "cartpole-tensor-gru", "user-plain-env",
         "pendulum-normalised-cuda-policy", "cartpole-lstm-cuda-policy",
     ],
 )
@@ -83,10 +85,50 @@ def test_stop_and_resume_equals_one_go(tmp_path, monkeypatch, env_id, overrides)
     assert len(agent.history) == ITERATIONS // 2
     assert [p.name for p in list_checkpoints(tmp_path / "split")] == [f"{ITERATIONS // 2:06d}"]
 
-    resumed_config, checkpoint = resume_config(tmp_path / "split")
+    resumed_config, checkpoint = resume_config(tmp_path / "split", env_id=env_id)  # a user env is named, as on the command line
     resumed = train(resumed_config, tmp_path / "split", checkpoint)
     assert len(resumed.history) == ITERATIONS  # the history before the stop is reloaded
     assert_same_run(tmp_path / "one_go", tmp_path / "split")
+
+
+def test_a_user_env_that_does_not_declare_plain_state_resumes_with_fresh_episodes(tmp_path, monkeypatch):
+    """The same env as the exact case above without ``fastppo_plain_state``: the checkpoint holds
+    no env, so the resumed half starts fresh episodes (its own noise stream again) and parts ways
+    with the run in one go, while everything before the stop is the same."""
+    env_id = "tests.fake_envs:UndeclaredDriftEnv"
+    train(config(env_id, tensorboard=False), tmp_path / "one_go")
+    with monkeypatch.context() as patch:
+        stop_after(patch, ITERATIONS // 2)
+        train(config(env_id, tensorboard=False), tmp_path / "split")
+    checkpoint = list_checkpoints(tmp_path / "split")[-1]
+    assert json.loads((checkpoint / "trainer.json").read_text())["env"] is None
+    resumed_config, checkpoint = resume_config(tmp_path / "split", env_id=env_id)
+    train(resumed_config, tmp_path / "split", checkpoint)
+    one_go, split = metrics(tmp_path / "one_go"), metrics(tmp_path / "split")
+    assert one_go[: ITERATIONS // 2] == split[: ITERATIONS // 2]
+    assert one_go[ITERATIONS // 2] != split[ITERATIONS // 2]
+
+
+@pytest.mark.parametrize(
+    ("env_id", "exact"),
+    [
+        ("CartPole-v1", True),
+        ("CartPoleNoVelocity-v1", True),  # fastppo's own observation wrapper
+        ("tests.fake_envs:DriftEnv", True),
+        ("tests.fake_envs:UndeclaredDriftEnv", False),
+        ("tests.fake_envs:StackedDriftEnv", False),  # a frame stack's deque is not plain data
+    ],
+)
+def test_which_gymnasium_envs_resume_exactly(env_id, exact):
+    from fastppo.checkpoint import env_is_exact
+    from fastppo.config import EnvConfig
+    from fastppo.envs import make_vec_env
+
+    envs = make_vec_env(EnvConfig(env_id=env_id, num_envs=2), torch.device("cpu"))
+    try:
+        assert env_is_exact(envs) is exact
+    finally:
+        envs.close()
 
 
 def test_resume_after_a_kill_drops_metrics_logged_past_the_checkpoint(tmp_path, monkeypatch):

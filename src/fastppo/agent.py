@@ -110,10 +110,12 @@ class Agent:
 
     def step(self, obs: Any, state: Any, deterministic: bool = False, action_mask: Any = None) -> tuple[Any, Any]:
         """A recurrent agent's ``act``: (actions, next state) for one observation or a batch and
-        the state from ``initial_state`` or the previous step; start each episode from
-        ``initial_state`` again (for one row of a batch: zero that row). A multi-agent policy's
-        dict form: ``{agent: observation}`` and ``{agent: state}`` (``initial_state(agent names)``)
-        in, ``{agent: action}`` and ``{agent: next state}`` out."""
+        the state from ``initial_state`` or the previous step (a tensor or array, cast to the
+        policy's float type); start each episode from ``initial_state`` again. The returned state
+        is an ordinary tensor: when row ``i`` of a batch finishes its episode, ``state[i] = 0``
+        starts that row afresh. A multi-agent policy's dict form: ``{agent: observation}`` and
+        ``{agent: state}`` (``initial_state(agent names)``) in, ``{agent: action}`` and
+        ``{agent: next state}`` out."""
         if not self.policy.recurrent:
             raise ValueError("this agent has no recurrent policy: use agent.act(obs)")
         if isinstance(obs, Mapping):
@@ -126,7 +128,7 @@ class Agent:
             actions, states = self.step(rows, torch.stack([torch.as_tensor(state[name], device=self.device) for name in names]), deterministic, masks)
             return dict(zip(names, actions)), dict(zip(names, states.unbind()))
         obs_t, mask_t, single = self._inputs(obs, action_mask)
-        state = torch.as_tensor(state, device=self.device)
+        state = torch.as_tensor(state, dtype=next(self.policy.parameters()).dtype, device=self.device)
         if tuple(state.shape) != (obs_t.shape[0], self.policy.state_size):
             raise ValueError(f"agent.step got a state of shape {tuple(state.shape)} for {obs_t.shape[0]} observations; expected {(obs_t.shape[0], self.policy.state_size)}")
         action, state = self.policy.predict(obs_t, mask_t, deterministic, state)

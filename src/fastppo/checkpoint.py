@@ -22,7 +22,9 @@ schedules' anchor and every RNG (python, numpy, torch CPU and CUDA) exactly. The
 restored exactly for the ``tensor`` backend and for envs whose whole state is plain data reachable
 from the env object (``EXACT_ENV_MODULES``): gymnasium's classic-control and toy-text envs on the
 ``sync`` backend, PettingZoo's MPE tasks (``pz:mpe2.*``, with ``PettingZooVecEnv``'s episodes in
-flight) and any PettingZoo env class that sets ``fastppo_plain_state = True``. Their snapshot
+flight) and any Gymnasium (``sync``) or PettingZoo env class that sets ``fastppo_plain_state =
+True``, each wrapper around a Gymnasium env being gym.make's, fastppo's, a stateless transform of
+gymnasium's (``STATELESS_WRAPPER_MODULES``) or a class with the same flag. Their snapshot
 walks the object graph (numbers, strings, numpy arrays, scalars and generators, lists, tuples,
 str-keyed dicts, objects of ``PLAIN_STATE_MODULES``) into JSON; a restore sets the saved
 attributes on the fresh env's own objects, in place, and what the env shared stays shared.
@@ -176,8 +178,19 @@ agent selector, spaces (their sampling RNG). Anything else is left as the fresh 
 MPE a pygame surface and font), which is safe for the envs of ``EXACT_ENV_MODULES`` only."""
 PLAIN_STATE_FLAG = "fastppo_plain_state"
 """A class attribute: True declares that the class's state is plain data (a user's or a test's
-PettingZoo env, or an object it holds), so that snapshots walk into it and, on an env, resume it
-exactly."""
+Gymnasium or PettingZoo env, a wrapper of one, or an object it holds), so that snapshots walk into
+it and, on an env, resume it exactly."""
+STATELESS_WRAPPER_MODULES = (
+    "gymnasium.wrappers.common",  # TimeLimit, OrderEnforcing, PassiveEnvChecker, RecordEpisodeStatistics
+    "gymnasium.wrappers.transform_observation",
+    "gymnasium.wrappers.transform_action",
+    "gymnasium.wrappers.transform_reward",
+    "fastppo.",
+)
+"""Wrappers whose state a snapshot captures or that have none that matters: gym.make's and
+fastppo's own, and gymnasium's stateless transforms (RecordEpisodeStatistics' queues only feed its
+statistics). Any other wrapper (a frame stack's deque, say) keeps an env's resume fresh unless its
+class sets ``fastppo_plain_state = True``."""
 
 _SIMPLE = (type(None), bool, int, float, str)
 _MAX_ARRAY = 100_000
@@ -336,7 +349,10 @@ def env_is_exact(envs: VecEnv) -> bool:
     if isinstance(envs, TensorEnv):
         return True
     if isinstance(envs, GymnasiumVecEnv) and isinstance(envs.envs, __import__("gymnasium").vector.SyncVectorEnv):
-        return all(type(e.unwrapped).__module__.startswith(EXACT_ENV_MODULES) for e in envs.envs.envs)
+        return all(
+            _plain_class(type(e.unwrapped), EXACT_ENV_MODULES) and all(_plain_class(type(layer), STATELESS_WRAPPER_MODULES) for layer in _layers(e)[:-1])
+            for e in envs.envs.envs
+        )
     if isinstance(envs, PettingZooVecEnv):  # the copies are walked from the outermost object
         return all(_plain_class(type(e)) and _plain_class(type(e.unwrapped), EXACT_ENV_MODULES) for e in envs.envs)
     return False

@@ -160,3 +160,17 @@ def export_onnx(agent: Agent | str | Path, path: str | Path, opset: int = 18) ->
     finally:
         tmp.unlink(missing_ok=True)
     return path
+
+
+def onnx_signature(path: str | Path) -> str:
+    """What an exported file takes and returns, read from the file itself: ``input 'obs'
+    [batch, 4], output 'action' [batch]``, and for a recurrent policy its state in and out."""
+    import onnx
+
+    graph = onnx.load(str(path), load_external_data=False).graph
+
+    def describe(kind: str, values: list) -> str:
+        shapes = [", ".join(d.dim_param or str(d.dim_value) for d in v.type.tensor_type.shape.dim) for v in values]
+        return f"{kind}{'s' if len(values) > 1 else ''} " + ", ".join(f"'{v.name}' [{shape}]" for v, shape in zip(values, shapes))
+
+    return f"{describe('input', list(graph.input))}; {describe('output', list(graph.output))}"

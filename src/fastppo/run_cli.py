@@ -91,7 +91,8 @@ def run_plot(args: argparse.Namespace) -> int:
 
 
 def run_export(args: argparse.Namespace) -> int:
-    from fastppo.export import export_onnx
+    from fastppo.export import export_onnx, onnx_signature
 
-    print(f"fastppo: wrote {export_onnx(args.run_dir, args.onnx, opset=args.opset)} (input 'obs' [batch, ...], output 'action')")
+    path = export_onnx(args.run_dir, args.onnx, opset=args.opset)
+    print(f"fastppo: wrote {path} ({onnx_signature(path)})")
     return 0

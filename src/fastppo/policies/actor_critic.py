@@ -157,7 +157,7 @@ class ActorCritic(nn.Module):
         logprob, entropy = self.action_head.logprob_entropy(params, action, action_mask)
         return logprob, entropy, value
 
-    @torch.inference_mode()
+    @torch.no_grad()  # not inference_mode: a caller may edit the returned state in place (zero a finished row)
     def predict(self, obs: Tensor, action_mask: Tensor | None = None, deterministic: bool = False, state: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
         """(actions, next state) for a batch of (already normalised) observations; the state is
         None without memory."""

@@ -33,7 +33,7 @@ def carry(state: Tensor, keep: Tensor) -> Tensor:
 class Segments:
     """The episode pieces in T x B rows (time-major): a piece starts at row 0 of each env and
     after each row whose ``keep`` is false. ``gather`` [L, P] holds each piece's flat row indices
-    padded to the longest piece L (padding repeats the piece's first row and is never read);
+    padded to the longest piece L (padding repeats the piece's last row and is never read);
     ``scatter`` [T * B] is the inverse, each row's position in the flattened [L * P] padding."""
 
     gather: Tensor
