@@ -106,7 +106,7 @@ class PPOConfig:
     kl_horizon: int = _f(10000, "adaptive KL: samples over which the controller corrects 20% of the error")
     reward_clip: float | None = _f(None, "clip scores to [-c, c]")
     whiten_rewards: bool = _f(False, "standardise the scores over each rollout batch")
-    whiten_advantages: bool | None = _f(None, "standardise advantages over valid tokens (default: on for gae/rloo, off for grpo)")
+    whiten_advantages: bool | None = _f(None, "standardise advantages over valid tokens (default: on for gae, off for grpo/rloo, whose advantage is one number per completion)")
     kl_warn: float = _f(10.0, "warn when the mean per-sequence KL to the reference exceeds this (nats)")
 
     @property

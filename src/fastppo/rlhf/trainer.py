@@ -55,8 +55,9 @@ def compute_advantages(rollout: Rollout, scores: Tensor, kl_coef: float, ppo: PP
         advantages, returns = gae_advantages(rewards, rollout.values, mask, ppo.gamma, ppo.gae_lambda)
     else:
         advantages, returns = sequence_advantages(ppo.estimator, scores, kl, reward_kl_coef, mask, ppo.num_generations), None
-    # GRPO's group normalisation already standardises; whitening over tokens would reweight by length.
-    whiten = ppo.whiten_advantages if ppo.whiten_advantages is not None else ppo.estimator != "grpo"
+    # Critic-free advantages are one number per completion: whitening them over tokens weighs long
+    # completions more and, when length goes with score, flips the sign of short good answers.
+    whiten = ppo.whiten_advantages if ppo.whiten_advantages is not None else ppo.estimator == "gae"
     if whiten:
         advantages = whiten_advantages(advantages, mask, ranks.advantage_moments(advantages, mask))
     return advantages, returns, kl
