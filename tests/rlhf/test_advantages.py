@@ -112,7 +112,9 @@ def test_score_shaping() -> None:
     assert torch.allclose(shape_scores(scores, has_eos, 2.0, None, False), torch.tensor([1.0, 3.0, -5.0]))
     assert torch.allclose(shape_scores(scores, has_eos, None, 2.0, False), torch.tensor([1.0, 2.0, -2.0]))
     white = shape_scores(scores, has_eos, None, None, True)
-    assert white.mean().abs() < 1e-6 and (white.std() - 1).abs() < 1e-5
+    # std 1 with the mean kept (TRL's whiten_rewards): (s - 1/3) / std + 1/3
+    assert torch.allclose(white, (scores - scores.mean()) / scores.std() + scores.mean(), atol=1e-6)
+    assert white.mean() == pytest.approx(1 / 3) and (white.std() - 1).abs() < 1e-5
 
 
 @pytest.mark.parametrize("estimator", ["k1", "k2", "k3"])

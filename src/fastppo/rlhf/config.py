@@ -106,7 +106,7 @@ class PPOConfig:
     kl_target: float | None = _f(None, "adaptive KL: move kl_coef so the per-sequence KL approaches this (Ziegler et al. 2019)")
     kl_horizon: int = _f(10000, "adaptive KL: samples over which the controller corrects 20% of the error")
     reward_clip: float | None = _f(None, "clip scores to [-c, c]")
-    whiten_rewards: bool = _f(False, "standardise the scores over each rollout batch")
+    whiten_rewards: bool = _f(False, "scale the scores to std 1 over each rollout batch, keeping their mean (as TRL's whiten_rewards)")
     whiten_advantages: bool | None = _f(None, "standardise advantages over valid tokens (default: on for gae, off for grpo/rloo, whose advantage is one number per completion)")
     kl_warn: float = _f(10.0, "warn when the mean per-sequence KL to the reference exceeds this (nats)")
     loss_aggregation: LossAggregation = _f(

@@ -75,13 +75,15 @@ def compute_scores(reward_fn: RewardFn, prompts: list[str], completions: list[st
 
 
 def shape_scores(scores: Tensor, has_eos: Tensor, missing_eos_penalty: float | None, clip: float | None, whiten: bool) -> Tensor:
-    """Optional penalty for completions that never emitted EOS, clipping, and standardisation over the batch."""
+    """Optional penalty for completions that never emitted EOS, clipping, and ``whiten``: scaling to
+    std 1 over the batch with the mean kept (TRL's ``whiten_rewards``, ``shift_mean=False``), so a
+    batch of good answers still has positive rewards."""
     if missing_eos_penalty is not None:
         scores = scores - missing_eos_penalty * (~has_eos).to(scores.dtype)
     if clip is not None:
         scores = scores.clamp(-clip, clip)
     if whiten and scores.numel() > 1:
-        scores = normalize_advantages(scores)
+        scores = normalize_advantages(scores) + scores.mean()
     return scores
 
 
