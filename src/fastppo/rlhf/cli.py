@@ -132,8 +132,9 @@ def run_rlhf(args: argparse.Namespace) -> int:
     history = train(cfg, reward_fn, prompts, eval_prompts)
     if history and launched_rank() == 0:
         first, last = history[0], history[-1]
+        held_out = f"held-out reward (greedy, --eval-prompts) {last['eval/reward_mean']:.3f}, " if "eval/reward_mean" in last else ""
         print(
-            f"reward {first['rlhf/reward_mean']:.3f} -> {last['rlhf/reward_mean']:.3f}, "
+            f"reward {first['rlhf/reward_mean']:.3f} -> {last['rlhf/reward_mean']:.3f}, {held_out}"
             f"KL to reference {first['rlhf/kl_ref']:.3f} -> {last['rlhf/kl_ref']:.3f}; outputs in {cfg.run.output_dir}"
         )
     return 0
