@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from fastppo.core import explained_variance, masked_mean, masked_var, normalize_advantages
+from fastppo.core import aggregate_loss, explained_variance, masked_mean, masked_var, normalize_advantages, policy_loss, reference_kl_penalty
 from fastppo.core.masked import mean_std
 
 F64 = torch.float64
@@ -127,3 +127,29 @@ def test_normalize_advantages_along_dim_normalises_each_slice_over_its_valid_ent
     unmasked = normalize_advantages(adv, eps=0.0, dim=-1)
     for s in range(2):
         assert torch.allclose(unmasked[s], normalize_advantages(adv[s], eps=0.0))
+
+
+def test_loss_aggregation_by_hand() -> None:
+    # Two sequences: [1, 2, 3] (3 tokens) and [6] (1 token, then padding holding garbage).
+    x = torch.tensor([[1.0, 2.0, 3.0], [6.0, 1e6, -1e6]])
+    mask = torch.tensor([[1, 1, 1], [1, 0, 0]], dtype=torch.bool)
+    assert aggregate_loss(x, mask, "token").item() == pytest.approx((1 + 2 + 3 + 6) / 4)  # 3.0: the long one weighs 3/4
+    assert aggregate_loss(x, mask, "sequence").item() == pytest.approx((2.0 + 6.0) / 2)  # 4.0: each sequence 1/2
+    assert aggregate_loss(x, mask, "constant", max_length=4).item() == pytest.approx(12 / (2 * 4))  # 1.5
+    with pytest.raises(ValueError, match="max_length"):
+        aggregate_loss(x, mask, "constant")
+
+
+def test_policy_loss_aggregates_its_mean_per_sequence_on_request() -> None:
+    """At ratio 1 the clipped surrogate is -A per token: sequence aggregation gives a 1-token
+    completion the weight of a 3-token one; the metrics stay means over tokens."""
+    advantages = torch.tensor([[1.0, 1.0, 1.0], [-3.0, 0.0, 0.0]])
+    mask = torch.tensor([[1, 1, 1], [1, 0, 0]], dtype=torch.bool)
+    zeros = torch.zeros(2, 3)
+    by_token, metrics = policy_loss(zeros, zeros, advantages, 0.2, mask)
+    by_sequence, _ = policy_loss(zeros, zeros, advantages, 0.2, mask, aggregation="sequence")
+    assert by_token.item() == pytest.approx(-(1 + 1 + 1 - 3) / 4) and by_sequence.item() == pytest.approx(-(1 - 3) / 2)
+    assert metrics["ratio_mean"].item() == 1.0
+    kl, _ = reference_kl_penalty(torch.log(torch.tensor([[0.5, 0.5, 0.5], [0.25, 0.1, 0.1]])), torch.log(torch.full((2, 3), 0.5)), 1.0, mask, aggregation="sequence")
+    # k3 per token: r - log r - 1 with r = ref / new: 0 for the first row; 2 - log 2 - 1 for the second's one token
+    assert kl.item() == pytest.approx((0.0 + (1 - math.log(2))) / 2)

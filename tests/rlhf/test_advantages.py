@@ -112,7 +112,9 @@ def test_score_shaping() -> None:
     assert torch.allclose(shape_scores(scores, has_eos, 2.0, None, False), torch.tensor([1.0, 3.0, -5.0]))
     assert torch.allclose(shape_scores(scores, has_eos, None, 2.0, False), torch.tensor([1.0, 2.0, -2.0]))
     white = shape_scores(scores, has_eos, None, None, True)
-    assert white.mean().abs() < 1e-6 and (white.std() - 1).abs() < 1e-5
+    # std 1 with the mean kept (TRL's whiten_rewards): (s - 1/3) / std + 1/3
+    assert torch.allclose(white, (scores - scores.mean()) / scores.std() + scores.mean(), atol=1e-6)
+    assert white.mean() == pytest.approx(1 / 3) and (white.std() - 1).abs() < 1e-5
 
 
 @pytest.mark.parametrize("estimator", ["k1", "k2", "k3"])
@@ -132,3 +134,19 @@ def test_kl_controllers_move_beta_toward_the_target() -> None:
     assert adaptive_kl_beta(0.1, kl=0.01, target=0.1) < 0.1
     assert proportional_kl_beta(0.1, kl=12.0, target=6.0, n_steps=64, horizon=10000) > 0.1
     assert proportional_kl_beta(0.1, kl=1.0, target=6.0, n_steps=64, horizon=10000) < 0.1
+
+
+def test_rloo_keeps_a_short_good_answer_positive_by_default() -> None:
+    """Two prompts, two answers each. Prompt 0: a 1-token answer scores 0.55, a 10-token one 0.45
+    (advantages +-0.1). Prompt 1: a 20-token answer scores 1, a 1-token one 0 (+-1). Whitened over
+    tokens, the mean is (0.1 - 1 + 20 - 1) / 32 = 0.57 and the short good answer's +0.1 would turn
+    negative; by default RLOO's advantages are the leave-one-out differences as they are."""
+    lengths = [1, 10, 20, 1]
+    mask = torch.tensor([[t < n for t in range(20)] for n in lengths])
+    logprobs = torch.where(mask, -1.0, 0.0)
+    rollout = synthetic_rollout(logprobs, logprobs.clone(), mask)  # no KL
+    scores = torch.tensor([0.55, 0.45, 1.0, 0.0])
+    advantages, _, _ = compute_advantages(rollout, scores, kl_coef=0.1, ppo=PPOConfig(estimator="rloo", num_generations=2))
+    assert torch.allclose(advantages[:, 0], torch.tensor([0.1, -0.1, 1.0, -1.0]))
+    whitened, _, _ = compute_advantages(rollout, scores, kl_coef=0.1, ppo=PPOConfig(estimator="rloo", num_generations=2, whiten_advantages=True))
+    assert whitened[0, 0] < 0, "the opt-in token whitening still does what it says"

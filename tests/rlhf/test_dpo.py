@@ -77,3 +77,24 @@ def test_precomputed_reference_logps_equal_per_step_ones(tiny_model, tmp_path, l
 def test_label_smoothing_belongs_to_cdpo(tiny_model, tmp_path, settings, message) -> None:
     with pytest.raises(FastPPOError, match=message):
         train_dpo(_dpo_config(tiny_model, tmp_path, **settings), PAIRS)
+
+
+def test_a_chat_templates_answer_ends_at_its_own_eos(tmp_path) -> None:
+    """The tiny Qwen-style template ends an answer with "<eos> ": DPO trains "ab" + EOS, as the
+    policy samples it, not "ab<eos> <eos>"; a plain-text completion still gets its EOS."""
+    import json
+
+    from fastppo.rlhf.config import PreferenceDataConfig
+    from fastppo.rlhf.data import read_preferences
+    from fastppo.rlhf.tokens import encode_completions
+    from tests.rlhf.tiny import CHAT_TEMPLATE, build_tokenizer
+
+    tokenizer = build_tokenizer()
+    tokenizer.chat_template = CHAT_TEMPLATE
+    path = tmp_path / "pairs.jsonl"
+    path.write_text(json.dumps({"prompt": "hi", "chosen": "ab", "rejected": "c"}) + "\n")
+    [pair] = read_preferences(path, PreferenceDataConfig(chat_template=True), tokenizer)
+    assert pair.chosen == "ab<eos> "
+    ids, mask = encode_completions(tokenizer, [pair.chosen, "ab"], 8, torch.device("cpu"))
+    expected = tokenizer("ab", add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+    assert ids[0][mask[0]].tolist() == expected and ids[1][mask[1]].tolist() == expected

@@ -34,10 +34,11 @@ def test_reward_model_learns_held_out_preferences_and_serves_as_reward(tiny_mode
             "--epochs", "4", "--batch-size", "8", "--learning-rate", "3e-3", "--max-length", "48", "--no-progress"]  # fmt: skip
     assert run_cli(argv) == 0
     logged = [json.loads(line) for line in (output / "metrics.jsonl").read_text().splitlines()]
-    assert [row["global_step"] for row in logged] == list(range(0, 16)), "30 training pairs, 8 per step, 4 epochs; step 0: before training"
+    # 2 of the 10 prompts held out with their 4 pairs each: 32 training pairs, 8 per step, 4 epochs; step 0: before training
+    assert [row["global_step"] for row in logged] == list(range(0, 17))
     accuracies = {row["global_step"]: row["reward_model/eval_accuracy"] for row in logged if "reward_model/eval_accuracy" in row}
-    assert sorted(accuracies) == [0, 5, 10, 15]
-    assert accuracies[0] <= 0.7 and accuracies[15] == 1.0, accuracies
+    assert sorted(accuracies) == [0, 5, 10, 15, 16]
+    assert accuracies[0] <= 0.7 and accuracies[16] == 1.0, accuracies
     assert logged[-1]["reward_model/loss"] < 0.5 * logged[1]["reward_model/loss"]
     assert "held-out accuracy" in capsys.readouterr().out
 
@@ -95,3 +96,15 @@ def test_reward_model_bad_input_is_a_one_line_error(tiny_model, tmp_path, extra,
     data.write_text(json.dumps({"prompt": "p", "chosen": "a", "rejected": "z"}) + "\n")
     with pytest.raises(FastPPOError, match=message):
         run_cli(["reward-model", "--model", str(tiny_model), "--data", str(data), "--output-dir", str(tmp_path / "rm"), *extra])
+
+
+def test_eval_split_holds_out_prompts_with_all_their_pairs() -> None:
+    """10 prompts with 4 pairs each, --eval-split 0.25: 2 prompts held out, no prompt on both sides."""
+    from fastppo.rlhf.data import PreferencePair
+    from fastppo.rlhf.reward_model import split_pairs
+
+    pairs = [PreferencePair(row["prompt"], row["chosen"], row["rejected"]) for row in separable_pairs()]
+    train, held_out = split_pairs(pairs, 0.25, seed=1)
+    assert len(held_out) == 8 and len(train) == 32
+    assert not {p.prompt for p in train} & {p.prompt for p in held_out}
+    assert split_pairs(pairs, 0.25, seed=1) == (train, held_out), "seeded"

@@ -52,3 +52,41 @@ def test_encoder_reward_model_scores_with_its_own_tokenizer(tmp_path) -> None:
     tokenizer = AutoTokenizer.from_pretrained(folder)
     assert tokenizer.eos_token_id is None and tokenizer.padding_side == "right"
     _assert_batch_independent(load_reward(str(folder), torch.device("cpu"), batch_size=len(PROMPTS)))
+
+
+def test_with_a_chat_template_a_sampled_completion_is_scored_as_the_reward_model_was_trained(tmp_path) -> None:
+    """`fastppo reward-model --chat-template` trains on the conversation rendered by the template:
+    the answer ends in its end token ("ab<eos> " with the tiny Qwen-style template). The rlhf path
+    decodes a sampled completion without special tokens ("ab"), and must score it in that format."""
+    import json
+
+    from fastppo.rlhf.config import DataConfig, PreferenceDataConfig
+    from fastppo.rlhf.data import Conversations, read_preferences, read_prompt_column
+    from fastppo.rlhf.models import load_reward_model
+    from fastppo.rlhf.rewards import score_texts
+    from fastppo.rlhf.tokens import Stops, decode_completions
+    from tests.rlhf.tiny import CHAT_TEMPLATE
+
+    cpu = torch.device("cpu")
+    folder = tmp_path / "rm"
+    _decoder_reward_model("gpt2", folder, "left")
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    tokenizer.chat_template = CHAT_TEMPLATE
+    tokenizer.save_pretrained(folder)
+    data = tmp_path / "data.jsonl"
+    data.write_text(json.dumps({"prompt": "hi", "chosen": "ab", "rejected": "c"}) + "\n")
+
+    [pair] = read_preferences(data, PreferenceDataConfig(chat_template=True), tokenizer)
+    model, rm_tokenizer = load_reward_model(str(folder), cpu)
+    trained = score_texts(model, rm_tokenizer, [pair.prompt + pair.chosen], cpu).tolist()
+
+    column = read_prompt_column(data, "--prompts", DataConfig(chat_template=True))
+    prompts = column.render(tokenizer)
+    stops = Stops.of(tokenizer)
+    response = torch.tensor([tokenizer("ab", add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id, tokenizer.pad_token_id]])
+    mask, _ = stops.mask(tokenizer, response)
+    completions = decode_completions(tokenizer, response, mask, stops)
+    assert completions == ["ab"] and prompts == ["user hi<eos> assistant "]
+    reward = load_reward(str(folder), cpu, conversations=Conversations([column], [prompts]))
+    assert reward(prompts, completions) == pytest.approx(trained, abs=1e-6)
+    assert load_reward(str(folder), cpu)(prompts, completions) != pytest.approx(trained, abs=1e-3), "the text without its end token scores otherwise"

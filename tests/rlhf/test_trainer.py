@@ -133,3 +133,23 @@ def test_tokens_trained_per_s_counts_the_epochs_run(tiny_model, tmp_path) -> Non
     prompt_tokens = cfg.ppo.num_generations * sum(len(PROMPTS[i]) for i in batch_indices(len(PROMPTS), cfg.ppo.prompts_per_step, 1, cfg.run.seed))  # one token a character
     response_tokens = h["rlhf/response_length"] * cfg.ppo.prompts_per_step * cfg.ppo.num_generations
     assert h["perf/tokens_trained_per_s"] * h["time/update_s"] == pytest.approx(prompt_tokens + response_tokens)
+
+
+@pytest.mark.parametrize(("aggregation", "expected"), [("token", -(3 * 1.0 - 3.0) / 4), ("sequence", -(1.0 - 3.0) / 2), ("constant", -(3 * 1.0 - 3.0) / (2 * 5))])
+def test_loss_aggregation_reaches_the_policy_loss(monkeypatch, aggregation: str, expected: float) -> None:
+    """A 3-token completion with advantage 1 and a 1-token one with -3, at ratio 1: the logged policy
+    loss is minus the aggregated advantage (constant: over 2 completions x max_new_tokens 5)."""
+    mask = torch.tensor([[1, 1, 1], [1, 0, 0]], dtype=torch.bool)
+    old = torch.full((2, 3), -1.0)
+    rollout = synthetic_rollout(old, old, mask)
+    policy = torch.nn.Linear(1, 1)
+
+    def forward_tokens(model, critic, query, query_mask, response, response_mask, temperature):
+        return TokenOutputs(old[query[:, 0]] + 0.0 * model.weight.sum(), torch.zeros(len(query), 3), None)
+
+    monkeypatch.setattr(trainer, "forward_tokens", forward_tokens)
+    ppo = PPOConfig(estimator="grpo", num_generations=2, prompts_per_step=1, mini_batch_size=2, ppo_epochs=1, kl_coef=0.0, loss_aggregation=aggregation)
+    advantages = torch.tensor([[1.0, 1.0, 1.0], [-3.0, 0.0, 0.0]])
+    optimizer = torch.optim.SGD(policy.parameters(), lr=0.0)
+    metrics = ppo_update(Models(None, policy, None, None), optimizer, rollout, advantages, None, ppo, 0.0, 1.0, Precision("fp32", torch.device("cpu")), max_new_tokens=5)
+    assert metrics["losses/policy_loss"] == pytest.approx(expected)

@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from fastppo.core.kl import kl_estimate
-from fastppo.core.masked import masked_mean, masked_var
+from fastppo.core.masked import LossAggregation, aggregate_loss, masked_mean, masked_var
 
 PolicyObjective = Literal["clip", "kl"]
 
@@ -28,20 +28,28 @@ def policy_loss(
     objective: PolicyObjective = "clip",
     kl_beta: float = 0.0,
     dim: int | None = None,
+    aggregation: LossAggregation = "token",
+    max_length: int | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """Policy-gradient loss, to be minimised.
 
     ``objective="clip"``: L = -mean(min(r A, clip(r, 1-eps, 1+eps) A)), r = exp(newlogprob - oldlogprob).
     ``objective="kl"``:   L = -mean(r A) + beta * mean(KL_k3(old || new)), the adaptive-penalty variant.
-    ``clip_coef = inf`` gives the unclipped surrogate (and a clip fraction of 0).
+    ``clip_coef = inf`` gives the unclipped surrogate (and a clip fraction of 0). For [B, L] tokens
+    of B sequences, ``aggregation`` picks how the loss's mean weighs them (:func:`aggregate_loss`;
+    the metrics stay means over tokens).
     """
+
+    def mean(x: Tensor) -> Tensor:
+        return masked_mean(x, mask, dim) if aggregation == "token" else aggregate_loss(x, mask, aggregation, max_length)
+
     logratio = newlogprob - oldlogprob
     ratio = logratio.exp()
     if objective == "clip":
         clipped_ratio = torch.clamp(ratio, 1.0 - clip_coef, 1.0 + clip_coef)
-        pg_loss = -masked_mean(torch.min(ratio * advantages, clipped_ratio * advantages), mask, dim)
+        pg_loss = -mean(torch.min(ratio * advantages, clipped_ratio * advantages))
     elif objective == "kl":
-        pg_loss = -masked_mean(ratio * advantages, mask, dim) + kl_beta * masked_mean(kl_estimate(oldlogprob, newlogprob, "k3"), mask, dim)
+        pg_loss = -mean(ratio * advantages) + kl_beta * mean(kl_estimate(oldlogprob, newlogprob, "k3"))
         with torch.no_grad():
             clipped_ratio = torch.clamp(ratio, 1.0 - clip_coef, 1.0 + clip_coef)
     else:
@@ -79,19 +87,24 @@ def value_loss(
     return v_loss, {"v_loss": v_loss.detach()}
 
 
-def reference_kl_penalty(newlogprob: Tensor, ref_logprob: Tensor, kl_coef: float, mask: Tensor | None = None) -> tuple[Tensor, dict[str, Tensor]]:
+def reference_kl_penalty(
+    newlogprob: Tensor, ref_logprob: Tensor, kl_coef: float, mask: Tensor | None = None, aggregation: LossAggregation = "token", max_length: int | None = None
+) -> tuple[Tensor, dict[str, Tensor]]:
     """KL to a frozen reference as a loss term (GRPO: Shao et al. 2024, arXiv:2402.03300, eq. 3-4; TRL's GRPOTrainer):
 
         L_KL = kl_coef * mean_t KL_t,   KL_t = pi_ref/pi - log(pi_ref/pi) - 1   (k3 of KL(pi || pi_ref))
 
     over the sampled tokens, with gradient through ``newlogprob`` only. Kept out of the reward, so
-    the advantages (GRPO's group normalisation in particular) see the scores alone.
+    the advantages (GRPO's group normalisation in particular) see the scores alone. The loss's mean
+    is taken as ``aggregation`` says, as the policy loss's (the logged ``ref_kl`` is over tokens).
     """
     if mask is not None:
         # a masked token's log-ratio is 0: exp of a padding token's garbage would make its (discarded) gradient NaN
         ref_logprob = torch.where(mask.bool(), ref_logprob, newlogprob)
-    ref_kl = masked_mean(kl_estimate(newlogprob, ref_logprob, "k3"), mask)
-    return kl_coef * ref_kl, {"ref_kl": ref_kl.detach()}
+    per_token = kl_estimate(newlogprob, ref_logprob, "k3")
+    ref_kl = masked_mean(per_token, mask)
+    loss = ref_kl if aggregation == "token" else aggregate_loss(per_token, mask, aggregation, max_length)
+    return kl_coef * loss, {"ref_kl": ref_kl.detach()}
 
 
 def ppo_loss(
@@ -111,9 +124,12 @@ def ppo_loss(
     objective: PolicyObjective = "clip",
     kl_beta: float = 0.0,
     dim: int | None = None,
+    aggregation: LossAggregation = "token",
+    max_length: int | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
-    """Total loss L = pg_loss - ent_coef * entropy + vf_coef * v_loss, with all their metrics."""
-    pg_loss, metrics = policy_loss(newlogprob, oldlogprob, advantages, clip_coef, mask, objective, kl_beta, dim)
+    """Total loss L = pg_loss - ent_coef * entropy + vf_coef * v_loss, with all their metrics
+    (``aggregation`` applies to pg_loss; entropy and value loss are means over tokens)."""
+    pg_loss, metrics = policy_loss(newlogprob, oldlogprob, advantages, clip_coef, mask, objective, kl_beta, dim, aggregation, max_length)
     v_loss, v_metrics = value_loss(newvalue, returns, oldvalue, clip_coef if clip_vloss else None, mask, dim)
     entropy_mean = masked_mean(entropy, mask, dim)
     loss = pg_loss + vf_coef * v_loss

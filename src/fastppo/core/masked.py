@@ -8,8 +8,12 @@ statistic per seed, rows ``[seeds, rows]`` reduced along ``dim=-1``.
 
 from __future__ import annotations
 
+from typing import Literal
+
 import torch
 from torch import Tensor
+
+LossAggregation = Literal["token", "sequence", "constant"]
 
 
 def masked_mean(x: Tensor, mask: Tensor | None = None, dim: int | None = None) -> Tensor:
@@ -21,6 +25,27 @@ def masked_mean(x: Tensor, mask: Tensor | None = None, dim: int | None = None) -
     # would otherwise turn the mean into NaN.
     mask = mask.bool()
     return torch.where(mask, x, 0.0).sum(dim) / mask.sum(dim).clamp_min(1)
+
+
+def aggregate_loss(x: Tensor, mask: Tensor, aggregation: LossAggregation = "token", max_length: int | None = None) -> Tensor:
+    """One loss from per-token losses ``x`` [B, L] of B sequences (valid where ``mask``):
+
+    - ``token``: mean over every valid token of the batch, so a sequence weighs by its length
+      (TRL's GRPO "bnpo"/"dapo"; DAPO, Yu et al. 2025);
+    - ``sequence``: mean over sequences of each one's mean over its tokens, so every sequence weighs
+      the same and a token of a long one less (DeepSeekMath's GRPO objective, Shao et al. 2024, eq. 3);
+    - ``constant``: sum over valid tokens / (B * ``max_length``), a normaliser that depends on
+      neither the lengths nor the batch's content (Dr. GRPO, Liu et al. 2025).
+    """
+    if aggregation == "token":
+        return masked_mean(x, mask)
+    if aggregation == "sequence":
+        return masked_mean(x, mask, dim=-1).mean()
+    if aggregation == "constant":
+        if max_length is None:
+            raise ValueError("constant loss aggregation needs max_length, the longest a sequence may be")
+        return torch.where(mask.bool(), x, 0.0).sum() / (x.shape[0] * max_length)
+    raise ValueError(f"unknown loss aggregation {aggregation!r}: choose token, sequence or constant")
 
 
 def masked_var(x: Tensor, mask: Tensor | None = None, dim: int | None = None) -> Tensor:

@@ -26,6 +26,7 @@ def dpo_loss(
     beta: float,
     loss: PreferenceLoss = "sigmoid",
     label_smoothing: float = 0.0,
+    lengths: tuple[Tensor, Tensor] | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """Mean over pairs of a loss on h = (log pi(y_w) - log ref(y_w)) - (log pi(y_l) - log ref(y_l)):
 
@@ -35,17 +36,24 @@ def dpo_loss(
     - ``ipo``:            (h - 1 / (2 beta))^2: regresses the margin to a fixed target instead of
       pushing it to infinity (Azar et al. eq. 17, beta = tau).
 
-    Inputs are [B] log-probs of whole completions (summed, or for IPO averaged per token by the
-    caller, as TRL does). The implicit rewards beta (log pi - log ref) are returned as metrics."""
+    Inputs are [B] log-probs of whole completions, summed over their tokens. IPO takes h on the
+    per-token means instead (as TRL does, so that its fixed target does not depend on the
+    lengths): ``lengths``, the (chosen, rejected) token counts, turn the sums into means (without
+    them the inputs are taken as means already). The implicit rewards beta (log pi - log ref) and
+    their margin are logged on the sums whatever the loss, so they compare across losses; IPO's
+    per-token margin is logged apart as ``margin_per_token``."""
     chosen_rewards = beta * (chosen_logps - ref_chosen_logps)
     rejected_rewards = beta * (rejected_logps - ref_rejected_logps)
     margin = chosen_rewards - rejected_rewards  # beta * h
+    extra = {}
     if loss == "sigmoid":
         losses = -F.logsigmoid(margin)
     elif loss == "cdpo":
         losses = -(1.0 - label_smoothing) * F.logsigmoid(margin) - label_smoothing * F.logsigmoid(-margin)
     elif loss == "ipo":
-        losses = (margin / beta - 1.0 / (2.0 * beta)).square()
+        per_token = margin if lengths is None else chosen_rewards / lengths[0] - rejected_rewards / lengths[1]
+        losses = (per_token / beta - 1.0 / (2.0 * beta)).square()
+        extra["margin_per_token"] = per_token.detach().mean()
     else:
         raise ValueError(f"unknown preference loss {loss!r}: choose sigmoid, ipo or cdpo")
     mean_loss = losses.mean()
@@ -55,6 +63,7 @@ def dpo_loss(
         "rewards_rejected": rejected_rewards.detach().mean(),
         "margin": margin.detach().mean(),
         "accuracy": (margin > 0).float().mean(),
+        **extra,
     }
     return mean_loss, metrics
 

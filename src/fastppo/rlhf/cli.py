@@ -106,7 +106,7 @@ def _check_start(model: ModelConfig, run: RunConfig) -> None:
 def run_rlhf(args: argparse.Namespace) -> int:
     _require_rlhf_extra()
     from fastppo.distributed import launched_rank, rank_device
-    from fastppo.rlhf.data import read_prompts
+    from fastppo.rlhf.data import Conversations, read_prompt_column
     from fastppo.devices import resolve_device
     from fastppo.rlhf.rewards import load_reward
     from fastppo.rlhf.trainer import train
@@ -124,14 +124,17 @@ def run_rlhf(args: argparse.Namespace) -> int:
     _check_start(cfg.model, cfg.run)
     data = config_from_args(DataConfig, args)
     tokenizer = _chat_tokenizer(data, cfg.model.model)
-    prompts = read_prompts(args.prompts, data=data, tokenizer=tokenizer)
-    eval_prompts = read_prompts(args.eval_prompts, "--eval-prompts", data, tokenizer) if args.eval_prompts else None
-    reward_fn = load_reward(args.reward, rank_device(resolve_device(cfg.model.device)))
+    columns = [read_prompt_column(args.prompts, "--prompts", data)] + ([read_prompt_column(args.eval_prompts, "--eval-prompts", data)] if args.eval_prompts else [])
+    rendered = [column.render(tokenizer) for column in columns]
+    prompts, eval_prompts = rendered[0], (rendered[1] if args.eval_prompts else None)
+    conversations = Conversations(columns, rendered) if data.chat_template else None
+    reward_fn = load_reward(args.reward, rank_device(resolve_device(cfg.model.device)), conversations=conversations)
     history = train(cfg, reward_fn, prompts, eval_prompts)
     if history and launched_rank() == 0:
         first, last = history[0], history[-1]
+        held_out = f"held-out reward (greedy, --eval-prompts) {last['eval/reward_mean']:.3f}, " if "eval/reward_mean" in last else ""
         print(
-            f"reward {first['rlhf/reward_mean']:.3f} -> {last['rlhf/reward_mean']:.3f}, "
+            f"reward {first['rlhf/reward_mean']:.3f} -> {last['rlhf/reward_mean']:.3f}, {held_out}"
             f"KL to reference {first['rlhf/kl_ref']:.3f} -> {last['rlhf/kl_ref']:.3f}; outputs in {cfg.run.output_dir}"
         )
     return 0

@@ -15,6 +15,7 @@ from typing import Literal
 
 from fastppo.config import check_seed
 from fastppo.core.kl import KLEstimator
+from fastppo.core.masked import LossAggregation
 from fastppo.core.preference import PreferenceLoss
 from fastppo.core.schedules import ScheduleKind
 from fastppo.errors import FastPPOError
@@ -105,9 +106,15 @@ class PPOConfig:
     kl_target: float | None = _f(None, "adaptive KL: move kl_coef so the per-sequence KL approaches this (Ziegler et al. 2019)")
     kl_horizon: int = _f(10000, "adaptive KL: samples over which the controller corrects 20% of the error")
     reward_clip: float | None = _f(None, "clip scores to [-c, c]")
-    whiten_rewards: bool = _f(False, "standardise the scores over each rollout batch")
-    whiten_advantages: bool | None = _f(None, "standardise advantages over valid tokens (default: on for gae/rloo, off for grpo)")
+    whiten_rewards: bool = _f(False, "scale the scores to std 1 over each rollout batch, keeping their mean (as TRL's whiten_rewards)")
+    whiten_advantages: bool | None = _f(None, "standardise advantages over valid tokens (default: on for gae, off for grpo/rloo, whose advantage is one number per completion)")
     kl_warn: float = _f(10.0, "warn when the mean per-sequence KL to the reference exceeds this (nats)")
+    loss_aggregation: LossAggregation = _f(
+        "token",
+        "how the policy loss (and the loss-side KL) averages a minibatch's tokens: token (every token of the batch alike, "
+        "as TRL's GRPO and DAPO), sequence (each completion's mean, then their mean, as DeepSeekMath's GRPO) or constant "
+        "(sum over tokens / (completions * max_new_tokens), Dr. GRPO)",
+    )
 
     @property
     def kl_in_loss(self) -> bool:

@@ -142,13 +142,55 @@ class TextRenderer:
         return full[len(prompt_text) :]
 
 
-def read_prompts(source: str | Path, flag: str = "--prompts", data: DataConfig | None = None, tokenizer=None) -> list[str]:
-    """The prompts of ``source`` (``flag``: the option that named it, for errors), rendered with
-    ``tokenizer``'s chat template when ``data.chat_template``."""
+@dataclass(frozen=True)
+class PromptColumn:
+    """The prompts as their data holds them (text or chat messages), to render with a tokenizer."""
+
+    values: list
+    source: str
+    flag: str
+    column: str
+
+    def renderer(self, tokenizer=None) -> TextRenderer:
+        return TextRenderer(self.source, self.flag, tokenizer)
+
+    def render(self, tokenizer=None) -> list[str]:
+        """Every prompt as text; with ``tokenizer``, rendered by its chat template."""
+        renderer = self.renderer(tokenizer)
+        return [renderer.text(value, row, self.column) for row, value in enumerate(self.values)]
+
+
+def read_prompt_column(source: str | Path, flag: str = "--prompts", data: DataConfig | None = None) -> PromptColumn:
+    """The prompt column of ``source`` (``flag``: the option that named it, for errors)."""
     data = data or DataConfig()
     table = load_table(source, data.split, flag)
-    renderer = TextRenderer(str(source), flag, tokenizer if data.chat_template else None)
-    return [renderer.text(value, row, data.prompt_column) for row, value in enumerate(_column(table, data.prompt_column, str(source), flag, "--prompt-column"))]
+    return PromptColumn(_column(table, data.prompt_column, str(source), flag, "--prompt-column"), str(source), flag, data.prompt_column)
+
+
+def read_prompts(source: str | Path, flag: str = "--prompts", data: DataConfig | None = None, tokenizer=None) -> list[str]:
+    """The prompts of ``source``, rendered with ``tokenizer``'s chat template when ``data.chat_template``."""
+    data = data or DataConfig()
+    return read_prompt_column(source, flag, data).render(tokenizer if data.chat_template else None)
+
+
+class Conversations:
+    """With ``--chat-template``: the text a reward model trained by ``fastppo reward-model
+    --chat-template`` scores for (rendered prompt, completion). The prompt's messages and the
+    completion as the assistant's answer are rendered by the reward model's template exactly as
+    :func:`read_preferences` renders a pair (``text`` + ``completion``), so a sampled completion,
+    whose text comes without special tokens, ends in the template's end token as every answer the
+    reward model was trained on."""
+
+    def __init__(self, columns: list[PromptColumn], rendered: list[list[str]]):
+        self.cells = {text: (column, row) for column, texts in zip(columns, rendered) for row, text in enumerate(texts)}
+
+    def texts(self, tokenizer, prompts: list[str], completions: list[str]) -> list[str]:
+        texts = []
+        for prompt, completion in zip(prompts, completions):
+            column, row = self.cells[prompt]
+            renderer, value = column.renderer(tokenizer), column.values[row]
+            texts.append(renderer.text(value, row, column.column) + renderer.completion(value, completion, row, column.column))
+        return texts
 
 
 def read_preferences(source: str | Path, data: PreferenceDataConfig | None = None, tokenizer=None, flag: str = "--data") -> list[PreferencePair]:

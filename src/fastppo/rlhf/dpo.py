@@ -27,13 +27,10 @@ from fastppo.rlhf.parallel import Ranks
 from fastppo.rlhf.tokens import encode_completions, encode_prompts, forward_tokens
 
 
-def completion_logps(model, query: Tensor, query_mask: Tensor, response: Tensor, response_mask: Tensor, average: bool = False) -> Tensor:
-    """[B] log-probability of each whole completion (its valid tokens, EOS included); with
-    ``average`` the mean per token instead, which IPO uses (as TRL does) so that its fixed target
-    margin does not depend on the completions' lengths."""
+def completion_logps(model, query: Tensor, query_mask: Tensor, response: Tensor, response_mask: Tensor) -> Tensor:
+    """[B] log-probability of each whole completion (its valid tokens, EOS included)."""
     out = forward_tokens(model, None, query, query_mask, response, response_mask)
-    total = (out.logprobs * response_mask).sum(dim=1)
-    return total / response_mask.sum(dim=1) if average else total
+    return (out.logprobs * response_mask).sum(dim=1)
 
 
 def _encode_pairs(models: Models, pairs: list[PreferencePair], dpo: DPOConfig) -> tuple[Tensor, Tensor, Tensor, Tensor]:
@@ -45,11 +42,6 @@ def _encode_pairs(models: Models, pairs: list[PreferencePair], dpo: DPOConfig) -
     return query, query_mask, response, response_mask
 
 
-def _pair_logps(model, tokens: tuple[Tensor, Tensor, Tensor, Tensor], dpo: DPOConfig) -> Tensor:
-    """[2B] completion log-probs of the chosen then the rejected completions (``_encode_pairs``), scored in one batch."""
-    return completion_logps(model, *tokens, average=dpo.loss == "ipo")
-
-
 @torch.no_grad()
 def reference_logps(models: Models, pairs: list[PreferencePair], dpo: DPOConfig, micro_batch_size: int, autocast) -> Tensor:
     """[N, 2] reference log-probs (chosen, rejected) of every pair: one pass over the data. The
@@ -59,7 +51,7 @@ def reference_logps(models: Models, pairs: list[PreferencePair], dpo: DPOConfig,
     with autocast(), reference_model(models) as reference:
         for start in range(0, len(pairs), micro_batch_size):
             batch = pairs[start : start + micro_batch_size]
-            rows.append(_pair_logps(reference, _encode_pairs(models, batch, dpo), dpo).view(2, len(batch)).T)
+            rows.append(completion_logps(reference, *_encode_pairs(models, batch, dpo)).view(2, len(batch)).T)
     return torch.cat(rows)
 
 
@@ -69,11 +61,12 @@ def dpo_step_loss(models: Models, pairs: list[PreferencePair], dpo: DPOConfig, a
     n = len(pairs)
     tokens = _encode_pairs(models, pairs, dpo)  # once for the policy and the reference
     with autocast():
-        logps = _pair_logps(models.policy, tokens, dpo)
+        logps = completion_logps(models.policy, *tokens)
         if ref_logps is None:
             with torch.no_grad(), reference_model(models) as reference:
-                ref_logps = _pair_logps(reference, tokens, dpo).view(2, n).T
-    return dpo_loss(logps[:n], logps[n:], ref_logps[:, 0], ref_logps[:, 1], dpo.beta, dpo.loss, dpo.label_smoothing)
+                ref_logps = completion_logps(reference, *tokens).view(2, n).T
+    lengths = tokens[3].sum(dim=1)  # IPO's per-token means
+    return dpo_loss(logps[:n], logps[n:], ref_logps[:, 0], ref_logps[:, 1], dpo.beta, dpo.loss, dpo.label_smoothing, (lengths[:n], lengths[n:]))
 
 
 def train_dpo(cfg: DPOTrainerConfig, pairs: list[PreferencePair]) -> list[dict[str, float]]:

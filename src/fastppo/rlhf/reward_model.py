@@ -29,10 +29,13 @@ from fastppo.rlhf.rewards import score_texts
 
 
 def split_pairs(pairs: list[PreferencePair], eval_split: float, seed: int) -> tuple[list[PreferencePair], list[PreferencePair]]:
-    """(training, held-out) pairs: a seeded shuffle, then the last ``eval_split`` share held out."""
-    order = torch.randperm(len(pairs), generator=torch.Generator().manual_seed(seed)).tolist()
-    held_out = math.floor(eval_split * len(pairs))
-    return [pairs[i] for i in order[: len(pairs) - held_out]], [pairs[i] for i in order[len(pairs) - held_out :]]
+    """(training, held-out) pairs, split by prompt: a seeded shuffle of the distinct prompts, the
+    last ``eval_split`` share of them held out with all their pairs. A prompt on both sides would
+    let the held-out accuracy reward memorising prompts."""
+    prompts = list(dict.fromkeys(p.prompt for p in pairs))
+    order = torch.randperm(len(prompts), generator=torch.Generator().manual_seed(seed)).tolist()
+    held_out = {prompts[i] for i in order[len(prompts) - math.floor(eval_split * len(prompts)) :]}
+    return [p for p in pairs if p.prompt not in held_out], [p for p in pairs if p.prompt in held_out]
 
 
 def pair_loss(model, tokenizer, pairs: list[PreferencePair], device: torch.device) -> tuple[Tensor, dict[str, Tensor]]:

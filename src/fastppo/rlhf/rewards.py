@@ -17,18 +17,21 @@ from fastppo.core.kl import KLEstimator
 from fastppo.errors import FastPPOError
 from fastppo.loading import named_object, split_spec
 from fastppo.rlhf.config import looks_like_path
+from fastppo.rlhf.data import Conversations
 from fastppo.rlhf.models import load_reward_model
 from fastppo.rlhf.tokens import positions
 
 RewardFn = Callable[[list[str], list[str]], Sequence[float]]
 
 
-def load_reward(spec: str, device: torch.device, batch_size: int = 16) -> RewardFn:
+def load_reward(spec: str, device: torch.device, batch_size: int = 16, conversations: Conversations | None = None) -> RewardFn:
     """``spec`` is a reward-model folder (AutoModelForSequenceClassification, first logit = score,
     scoring ``prompt + completion`` re-tokenized with the folder's own tokenizer),
-    ``module:function`` or ``path/to/file.py:function`` for ``reward(prompts, completions) -> list[float]``."""
+    ``module:function`` or ``path/to/file.py:function`` for ``reward(prompts, completions) -> list[float]``.
+    ``conversations`` (``--chat-template``): a reward model whose tokenizer has a chat template
+    scores the conversation rendered by it instead, the format it was trained on."""
     if Path(spec).is_dir():
-        return _reward_model_fn(spec, device, batch_size)
+        return _reward_model_fn(spec, device, batch_size, conversations)
     if split_spec(spec) is None:
         if looks_like_path(spec):
             raise FastPPOError(f"--reward {spec!r} does not exist: pass a reward-model folder, or module:function (e.g. mypkg.rewards:score)")
@@ -39,12 +42,13 @@ def load_reward(spec: str, device: torch.device, batch_size: int = 16) -> Reward
     return fn
 
 
-def _reward_model_fn(path: str, device: torch.device, batch_size: int) -> RewardFn:
+def _reward_model_fn(path: str, device: torch.device, batch_size: int, conversations: Conversations | None) -> RewardFn:
     model, tokenizer = load_reward_model(path, device)
+    chat = conversations is not None and bool(tokenizer.chat_template)
 
     @torch.no_grad()
     def reward(prompts: list[str], completions: list[str]) -> list[float]:
-        texts = [p + c for p, c in zip(prompts, completions)]
+        texts = conversations.texts(tokenizer, prompts, completions) if chat else [p + c for p, c in zip(prompts, completions)]
         return torch.cat([score_texts(model, tokenizer, texts[i : i + batch_size], device) for i in range(0, len(texts), batch_size)]).tolist()
 
     return reward
@@ -75,13 +79,15 @@ def compute_scores(reward_fn: RewardFn, prompts: list[str], completions: list[st
 
 
 def shape_scores(scores: Tensor, has_eos: Tensor, missing_eos_penalty: float | None, clip: float | None, whiten: bool) -> Tensor:
-    """Optional penalty for completions that never emitted EOS, clipping, and standardisation over the batch."""
+    """Optional penalty for completions that never emitted EOS, clipping, and ``whiten``: scaling to
+    std 1 over the batch with the mean kept (TRL's ``whiten_rewards``, ``shift_mean=False``), so a
+    batch of good answers still has positive rewards."""
     if missing_eos_penalty is not None:
         scores = scores - missing_eos_penalty * (~has_eos).to(scores.dtype)
     if clip is not None:
         scores = scores.clamp(-clip, clip)
     if whiten and scores.numel() > 1:
-        scores = normalize_advantages(scores)
+        scores = normalize_advantages(scores) + scores.mean()
     return scores
 
 

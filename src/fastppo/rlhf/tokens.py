@@ -28,11 +28,16 @@ def encode_prompts(tokenizer: PreTrainedTokenizerBase, prompts: list[str], max_l
 
 
 def encode_completions(tokenizer: PreTrainedTokenizerBase, completions: list[str], max_length: int, device: torch.device) -> tuple[Tensor, Tensor]:
-    """[B, R] completion ids ending in EOS, right-padded, with their validity mask (for DPO data)."""
-    rows = [
-        torch.tensor(tokenizer(text, add_special_tokens=False)["input_ids"][: max_length - 1] + [tokenizer.eos_token_id])
-        for text in completions
-    ]
+    """[B, R] completion ids ending in EOS, right-padded, with their validity mask (for DPO data).
+
+    A text that holds EOS already ends at it, as a sampled completion does (:func:`mask_after_eos`):
+    a chat template's answer whose end token is the EOS (Qwen's ``...<|im_end|>\n``) gets no second
+    one, and what the template writes after it is not trained. Any other text gets EOS appended."""
+    rows = []
+    for text in completions:
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"][:max_length]
+        eos = tokenizer.eos_token_id
+        rows.append(torch.tensor(ids[: ids.index(eos) + 1] if eos in ids else ids[: max_length - 1] + [eos]))
     ids = pad_sequence(rows, batch_first=True, padding_value=tokenizer.pad_token_id)
     mask = pad_sequence([torch.ones(len(r), dtype=torch.bool) for r in rows], batch_first=True, padding_value=False)
     return ids.to(device), mask.to(device)

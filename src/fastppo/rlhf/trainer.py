@@ -55,8 +55,9 @@ def compute_advantages(rollout: Rollout, scores: Tensor, kl_coef: float, ppo: PP
         advantages, returns = gae_advantages(rewards, rollout.values, mask, ppo.gamma, ppo.gae_lambda)
     else:
         advantages, returns = sequence_advantages(ppo.estimator, scores, kl, reward_kl_coef, mask, ppo.num_generations), None
-    # GRPO's group normalisation already standardises; whitening over tokens would reweight by length.
-    whiten = ppo.whiten_advantages if ppo.whiten_advantages is not None else ppo.estimator != "grpo"
+    # Critic-free advantages are one number per completion: whitening them over tokens weighs long
+    # completions more and, when length goes with score, flips the sign of short good answers.
+    whiten = ppo.whiten_advantages if ppo.whiten_advantages is not None else ppo.estimator == "gae"
     if whiten:
         advantages = whiten_advantages(advantages, mask, ranks.advantage_moments(advantages, mask))
     return advantages, returns, kl
@@ -64,13 +65,14 @@ def compute_advantages(rollout: Rollout, scores: Tensor, kl_coef: float, ppo: PP
 
 def ppo_update(
     models: Models, optimizer: torch.optim.Optimizer, rollout: Rollout, advantages: Tensor, returns: Tensor | None,
-    ppo: PPOConfig, kl_coef: float, temperature: float, precision: Precision, ranks: Ranks = Ranks(),
+    ppo: PPOConfig, kl_coef: float, temperature: float, precision: Precision, ranks: Ranks = Ranks(), max_new_tokens: int | None = None,
 ) -> dict[str, float]:
     """PPO epochs over shuffled minibatches of completions, each accumulated over micro-batches,
     with the KL to the reference in the loss when ``ppo.kl_in_loss``; stops early after an epoch
     whose mean approx_kl exceeds ``ppo.target_kl``. Returns the mean of the loss metrics over all
     micro-batches and the number of epochs run. Under torchrun minibatch i of the step is every
-    rank's minibatch i: the gradients and the early-stop KL are averaged over the ranks."""
+    rank's minibatch i: the gradients and the early-stop KL are averaged over the ranks.
+    ``max_new_tokens``: the normaliser of ``--loss-aggregation constant``."""
     batch_size = rollout.response.shape[0]
     micro_batch_size = ppo.mini_batch_size // ppo.gradient_accumulation_steps
     # The optimizer's own: with FSDP a model's parameters are swapped for unsharded ones between a
@@ -79,6 +81,7 @@ def ppo_update(
     totals: dict[str, Tensor] = {}
     grad_norms: list[Tensor] = []
     count = epochs = 0
+    aggregation = {"aggregation": ppo.loss_aggregation, "max_length": max_new_tokens}
     for epochs in range(1, ppo.ppo_epochs + 1):
         kl_before, count_before = totals.get("approx_kl", 0.0), count
         order = torch.randperm(batch_size, device=rollout.response.device)
@@ -88,17 +91,17 @@ def ppo_update(
                 with precision.autocast():
                     new = forward_tokens(models.policy, models.critic, rollout.query[mb], rollout.query_mask[mb], rollout.response[mb], mask, temperature)
                 if new.values is None:  # critic-free (GRPO/RLOO): surrogate and entropy only
-                    loss, metrics = policy_loss(new.logprobs, rollout.logprobs[mb], advantages[mb], ppo.clip_coef, mask)
+                    loss, metrics = policy_loss(new.logprobs, rollout.logprobs[mb], advantages[mb], ppo.clip_coef, mask, **aggregation)
                     entropy = masked_mean(new.entropy, mask)
                     loss = loss - ppo.ent_coef * entropy
                     metrics["entropy"] = entropy.detach()
                 else:
                     loss, metrics = ppo_loss(
                         new.logprobs, rollout.logprobs[mb], advantages[mb], new.entropy, new.values, rollout.values[mb], returns[mb],
-                        clip_coef=ppo.clip_coef, ent_coef=ppo.ent_coef, vf_coef=ppo.vf_coef, clip_vloss=ppo.clip_vloss, mask=mask,
+                        clip_coef=ppo.clip_coef, ent_coef=ppo.ent_coef, vf_coef=ppo.vf_coef, clip_vloss=ppo.clip_vloss, mask=mask, **aggregation,
                     )
                 if ppo.kl_in_loss:
-                    kl_loss, kl_metrics = reference_kl_penalty(new.logprobs, rollout.ref_logprobs[mb], kl_coef, mask)
+                    kl_loss, kl_metrics = reference_kl_penalty(new.logprobs, rollout.ref_logprobs[mb], kl_coef, mask, **aggregation)
                     loss = loss + kl_loss
                     metrics.update(kl_metrics, loss=loss.detach())
                 precision.backward(loss / ppo.gradient_accumulation_steps)
@@ -172,7 +175,7 @@ def _train(cfg: RLHFConfig, reward_fn: RewardFn, prompts: list[str], eval_prompt
             scores = ranks.own(shaped)
             advantages, returns, kl = compute_advantages(rollout, scores, state["kl_coef"], ppo, ranks)
             t_rollout = time.perf_counter()
-            losses = ppo_update(models, optimizer, rollout, advantages, returns, ppo, state["kl_coef"], sampling.temperature, precision, ranks)
+            losses = ppo_update(models, optimizer, rollout, advantages, returns, ppo, state["kl_coef"], sampling.temperature, precision, ranks, sampling.max_new_tokens)
             generator.sync_weights()
             t_update = time.perf_counter()
 
