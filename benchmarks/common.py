@@ -49,7 +49,7 @@ def check_device(parser: argparse.ArgumentParser, device: str) -> None:
     """A --device this machine cannot train on (no CUDA GPU, a kind fastppo does not train on):
     the parser's one-line error and exit 2, before any child process or model is started."""
     from fastppo.errors import FastPPOError
-    from fastppo.trainer import resolve_device
+    from fastppo.devices import resolve_device
 
     try:
         kind = resolve_device(device).type

@@ -21,7 +21,7 @@ NO_CUDA = "torch sees no CUDA GPU"
         ("seed_stack", ["--sb3-seeds", "-1"], "argument --sb3-seeds: must be at least 0, got -1"),
         ("seed_stack", ["--stack-runs", "0"], "argument --stack-runs: must be at least 1, got 0"),
         ("seed_stack", ["--widths", "1", "x"], "argument --widths: invalid positive value: 'x'"),
-        ("seed_stack", ["--device", "mps"], "--device mps: give cpu, cuda or cuda:N"),
+        ("seed_stack", ["--device", "meta"], "unknown device 'meta'"),
         ("seed_stack", ["--device", "cuda"], NO_CUDA),
         ("gpu", ["--device", "cpu", "--halfcheetah-steps", "0"], "argument --halfcheetah-steps: must be at least 1, got 0"),
         ("gpu", ["--device", "cpu", "--seeds", "-3"], "argument --seeds: must be at least 1, got -3"),
