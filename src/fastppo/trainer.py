@@ -233,8 +233,12 @@ def planned_iterations(config: Config, world_size: int) -> int:
 def resume_config(run_dir: str | Path, overrides: dict[str, Any] | None = None, env_id: str | None = None) -> tuple[Config, Checkpoint]:
     """The config saved with a run's newest checkpoint (plus the few overrides that keep it the same
     experiment: ``RESUMABLE_OVERRIDES``), and that checkpoint, its schedules re-anchored when
-    total_timesteps changes. A finished run is an error that says how to train further; so is an
-    ``env_id`` (as the command line names one) that ``check_resumed_env`` refuses."""
+    total_timesteps changes: a run stopped before its end goes on from the schedules' current values
+    in a straight line to 0 at the new end; a finished run (its linear lr, clip and entropy at 0)
+    restarts them from their configured start values, annealing to 0 at the new end (a warm
+    restart). An unchanged total resumes exactly. A finished run without a larger total is an error
+    that says how to train further; so is an ``env_id`` (as the command line names one) that
+    ``check_resumed_env`` refuses."""
     checkpoint = load_checkpoint(run_dir, env_id=env_id)
     config = checkpoint.config
     check_resumed_env(run_dir, config.env.env_id, env_id)
@@ -249,23 +253,21 @@ def resume_config(run_dir: str | Path, overrides: dict[str, Any] | None = None, 
             raise FastPPOError(f"cannot change {full} when resuming (allowed: {', '.join(RESUMABLE_OVERRIDES)}): start a new run instead")
         apply_overrides(config, {full: value})
     config.validate()
-    # A finished run's linear schedules stand at 0: more steps at lr 0 (or clip 0) would not learn.
-    annealed = [name for name in ("lr", "clip") if getattr(config.ppo, f"{name}_schedule") == "linear"]
     num_iterations = planned_iterations(config, world_size)
-    if checkpoint.iteration == planned and (num_iterations <= planned or annealed):
-        how = (
-            f"its linear {' and '.join(f'--{name}-schedule' for name in annealed)} reached 0, so it cannot learn more: "
-            f"start a new run with a larger --total-timesteps, or with {' '.join(f'--{name}-schedule constant' for name in annealed)}"
-            if annealed
-            else f"to train further, give it a larger budget: fastppo train --resume {run_dir} --total-timesteps {2 * checkpoint.global_step}"
+    if checkpoint.iteration == planned and num_iterations <= planned:
+        raise FastPPOError(
+            f"{run_dir} is finished (trained its {checkpoint.global_step} steps); "
+            f"to train further, give it a larger budget: fastppo train --resume {run_dir} --total-timesteps {2 * checkpoint.global_step}"
         )
-        raise FastPPOError(f"{run_dir} is finished (trained its {checkpoint.global_step} steps); {how}")
     if num_iterations <= checkpoint.iteration:
         raise FastPPOError(
             f"the checkpoint is at step {checkpoint.global_step}, --total-timesteps {config.ppo.total_timesteps} leaves nothing to train: raise it to train further"
         )
-    if num_iterations != planned:  # a new horizon: the schedules go on from where they stand to its end
-        checkpoint.schedule_anchor = (checkpoint.iteration, schedule_progress(checkpoint.iteration + 1, planned, checkpoint.schedule_anchor))
+    if num_iterations != planned:  # a new horizon: the schedules' line goes to its end (core.schedule_progress)
+        # A run stopped early goes on from where its schedules stand; a finished one, whose linear
+        # schedules stand at 0 (no learning), restarts them from their configured start values.
+        at = 0.0 if checkpoint.iteration == planned else schedule_progress(checkpoint.iteration + 1, planned, checkpoint.schedule_anchor)
+        checkpoint.schedule_anchor = (checkpoint.iteration, at)
     return config, checkpoint
 
 
