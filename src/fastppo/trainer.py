@@ -230,6 +230,24 @@ def planned_iterations(config: Config, world_size: int) -> int:
     return iterations
 
 
+FEW_UPDATES = 10
+"""Below this many iterations a run warns at its start: PPO barely learns in a handful of updates."""
+
+
+def few_updates_warning(config: Config, world_size: int = 1) -> str | None:
+    """One line when the budget leaves fewer than ``FEW_UPDATES`` iterations (each one batch of
+    num_envs x num_steps per rank), naming the figures and what to change; None otherwise."""
+    iterations = config.num_iterations // world_size
+    if iterations >= FEW_UPDATES:
+        return None
+    batch = config.batch_size * world_size
+    return (
+        f"--total-timesteps {config.ppo.total_timesteps} gives only {iterations} update{'s' if iterations != 1 else ''} "
+        f"of {batch} steps ({config.env.num_envs} envs x {config.ppo.num_steps} steps{f' x {world_size} ranks' if world_size > 1 else ''}): "
+        f"PPO needs more to learn; raise --total-timesteps to {FEW_UPDATES * batch} or more, or lower --num-envs/--num-steps"
+    )
+
+
 def resume_config(run_dir: str | Path, overrides: dict[str, Any] | None = None, env_id: str | None = None) -> tuple[Config, Checkpoint]:
     """The config saved with a run's newest checkpoint (plus the few overrides that keep it the same
     experiment: ``RESUMABLE_OVERRIDES``), and that checkpoint, its schedules re-anchored when
