@@ -91,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
         run_dir = Path(args.resume)
         if main:
             print(f"fastppo: resuming {run_dir} from {checkpoint.path.name} (step {checkpoint.global_step})")
-            print(*start_header(config, "its saved config", run_dir, launched_world_size()), sep="\n", flush=True)
+        header = start_header(config, "its saved config", run_dir, launched_world_size())
     elif args.env_id is None:
         raise FastPPOError("give an ENV_ID to train (fastppo train CartPole-v1), or --resume RUN_DIR")
     elif args.seeds is not None:
@@ -99,9 +99,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         config, preset = resolved_config(args.env_id, args.preset, overrides)
         run_dir = Path(args.run_dir) if args.run_dir else default_run_dir(config)
-        if main:
-            print(*start_header(config, f"preset {preset}", run_dir, launched_world_size()), sep="\n", flush=True)
-    agent = train(config, run_dir, checkpoint)
+        header = start_header(config, f"preset {preset}", run_dir, launched_world_size())
+    agent = train(config, run_dir, checkpoint, on_start=lambda: print(*header, sep="\n", flush=True))  # once the run folder passed its checks
     if main:
         returns = agent.episode_returns[-20:]
         last = f"{np.mean(returns):.1f} mean return over the last {len(returns)} episodes" if returns else "no episode finished"

@@ -348,7 +348,11 @@ def resume_seed_stack_config(run_dir: str | Path, overrides: dict[str, Any] | No
 
 
 def train(
-    config: Config, run_dir: Path | None = None, checkpoint: Checkpoint | None = None, on_iteration: Callable[[int, dict[str, float]], None] | None = None
+    config: Config,
+    run_dir: Path | None = None,
+    checkpoint: Checkpoint | None = None,
+    on_iteration: Callable[[int, dict[str, float]], None] | None = None,
+    on_start: Callable[[], None] | None = None,
 ) -> Agent:
     """Train a PPO agent as ``config`` says; write logs, checkpoints and the final agent to ``run_dir``.
 
@@ -357,7 +361,8 @@ def train(
     returned agent's ``interrupted_by`` names the signal (None for a run that reached its end).
     ``on_iteration(global_step, metrics)`` is called after each iteration is logged (fastppo sweep
     reports returns to Optuna's pruner with it); an exception it raises ends the run there, envs and
-    logger closed, nothing saved, and reaches the caller unchanged.
+    logger closed, nothing saved, and reaches the caller unchanged. ``on_start()`` is called once
+    the run folder has passed its checks, before the envs are built (the CLI prints its header).
 
     Under torchrun (WORLD_SIZE > 1) every rank calls this and trains as one rank of the run
     (``fastppo.distributed``): rank 0 alone writes to ``run_dir``.
@@ -366,7 +371,7 @@ def train(
     device = rank_device(resolve_device(config.run.device))
     # Only the process that writes the run folder may take it away again (torchrun: rank 0).
     with during_start_up(), joined(device) as world, removed_if_left_empty(run_dir if world is None or world.main else None):
-        return train_rank(config, run_dir, checkpoint, on_iteration, device, world)
+        return train_rank(config, run_dir, checkpoint, on_iteration, device, world, on_start=on_start)
 
 
 def train_seed_stack(
@@ -403,6 +408,7 @@ def train_rank(
     device: torch.device,
     world: World | None,
     seeds: list[int] | None = None,
+    on_start: Callable[[], None] | None = None,
 ) -> Any:
     """``train`` on ``device``, as one rank of ``world`` (None: the only process); with ``seeds``,
     as a stack of those seeds (``train_seed_stack``; ``checkpoint`` is then one per seed)."""
@@ -415,6 +421,8 @@ def train_rank(
         check_no_run(directory)  # before anything is written to any of them
     for directory in directories:
         output_dir(directory, "the run directory")  # before a single step is spent
+    if on_start is not None and (world is None or world.main):
+        on_start()
     cfg = config.ppo
     num_iterations, steps_per_iteration = planned_iterations(config, world_size), config.batch_size * world_size
     # Each rank its own envs and random streams; a resumed rank restarts them (the checkpoint holds rank 0's).
