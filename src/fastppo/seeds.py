@@ -20,7 +20,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -136,6 +136,7 @@ REPORT_EVERY = 1.0
 
 def progress_line(done: int, total: int, running: dict[tuple[int, ...], int], total_steps: int, elapsed: float) -> str:
     """The job's state in one line: seeds done, those running and their steps, the time so far."""
+
     def named(seeds: tuple[int, ...]) -> str:
         return f"seed {seeds[0]}" if len(seeds) == 1 else f"seeds {seeds[0]}-{seeds[-1]}"
 
@@ -451,7 +452,7 @@ def _worker(config: Config, parent: Path, tasks: Any, reports: Any, job_stop: An
         reports.put(_results(seeds, agents))
 
 
-def _progress_reporter(seeds: list[int], reports: Any) -> Any:
+def _progress_reporter(seeds: list[int], reports: Any) -> Callable[[int, Any], None]:
     """A run's ``on_iteration`` that tells the parent its step, at most every ``REPORT_EVERY`` seconds."""
     last = -REPORT_EVERY
 
