@@ -166,10 +166,12 @@ def start_header(config: Config, source: str, run_dir: Path | None, world_size: 
     from fastppo.trainer import few_updates_warning
 
     threads = config.intra_op_threads(stacked=False)
+    # As asked for: a device the run cannot use is its own check's one-line error, later (a stack's among them).
+    device = f"auto: {resolve_device('auto')}" if config.run.device == "auto" else config.run.device
     where = f" into {run_dir}" if run_dir is not None else ""
     ranks = f" per rank, {world_size} ranks" if world_size > 1 else ""
     lines = [
-        f"fastppo: {config.env.env_id} ({source}, {config.env.backend} backend){where}, on {resolve_device(config.run.device)} ({threads} thread{'s' if threads > 1 else ''})",
+        f"fastppo: {config.env.env_id} ({source}, {config.env.backend} backend){where}, on {device} ({threads} thread{'s' if threads > 1 else ''})",
         f"fastppo: {config.env.num_envs} envs x {config.ppo.num_steps} steps = {config.batch_size}{ranks} per update in {config.ppo.num_minibatches} "
         f"minibatches x {config.ppo.update_epochs} epochs; {config.ppo.total_timesteps} steps = {config.num_iterations // world_size} updates",
     ]
