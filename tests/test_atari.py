@@ -214,7 +214,6 @@ def test_the_atari_lstm_preset_observes_one_frame_through_resume_load_eval_and_e
     """CleanRL's ppo_atari_lstm.py setting: 1 frame per observation, the LSTM is the memory. The saved
     config's frame_stack must rebuild the same 1-channel env wherever the agent goes."""
     ort = pytest.importorskip("onnxruntime", reason="ONNX export needs fastppo[export]")
-    # Constant schedules: a run whose linear schedules reached 0 cannot be resumed.
     agent = fastppo.train(
         "BreakoutNoFrameskip-v4", preset="atari-lstm", run_dir=tmp_path, total_timesteps=256, num_envs=2, num_steps=64, num_minibatches=2,
         lr_schedule="constant", clip_schedule="constant", progress=False, tensorboard=False,

@@ -166,13 +166,36 @@ def test_help_lists_hyperparameters_with_their_docs(capsys):
 
 def test_summary_says_where_the_time_went(tmp_path, capsys):
     assert main(["train", "CartPole-v1", "--run-dir", str(tmp_path / "run"), "--total-timesteps", "2048", "--progress", "false", "--tensorboard", "false"]) == 0
-    summary = capsys.readouterr().out.splitlines()[0]
+    summary = next(line for line in capsys.readouterr().out.splitlines() if " SPS" in line)  # after the start header
     split = re.search(r"; time: (.*)\.$", summary).group(1).split(", ")
     shares = {part.split()[0]: int(part.split()[1].rstrip("%")) for part in split}
     assert set(shares) == {"env", "copy", "policy", "update"} and 98 <= sum(shares.values()) <= 102, summary
     assert list(shares.values()) == sorted(shares.values(), reverse=True)
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert all(row[f"time/{name}"] > 0 for row in rows for name in ("env", "copy", "policy", "update"))
+
+
+def test_a_run_starts_with_a_header_of_what_it_trains(tmp_path, capsys):
+    run = tmp_path / "run"
+    argv = ["train", "Acrobot-v1", "--run-dir", str(run), "--num-envs", "2", "--num-steps", "64", "--total-timesteps", "256", "--learning-rate", "1e-3", "--no-progress", "--no-tensorboard"]
+    assert main(argv) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[:4] == [
+        f"fastppo: Acrobot-v1 (preset Acrobot-v1, sync backend) into {run}, on cpu (1 thread)",
+        "fastppo: 2 envs x 64 steps = 128 per update in 4 minibatches x 4 epochs; 256 steps = 2 updates",
+        "fastppo: differs from the defaults: learning_rate=0.001",  # the Acrobot preset's values are CleanRL's defaults
+        "fastppo: warning: --total-timesteps 256 gives only 2 updates of 128 steps (2 envs x 64 steps): PPO needs more to learn; "
+        "raise --total-timesteps to 1280 or more, or lower --num-envs/--num-steps",
+    ]
+    assert lines[4].startswith("fastppo: Acrobot-v1: 256 steps, ")
+    assert main(["train", "--resume", str(run), "--total-timesteps", "1280"]) == 0  # 10 updates: no warning
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1:4] == [
+        f"fastppo: Acrobot-v1 (its saved config, sync backend) into {run}, on cpu (1 thread)",
+        "fastppo: 2 envs x 64 steps = 128 per update in 4 minibatches x 4 epochs; 1280 steps = 10 updates",
+        "fastppo: differs from the defaults: learning_rate=0.001",
+    ]
+    assert lines[4].startswith("fastppo: Acrobot-v1: 1280 steps, ")
 
 
 def test_time_split_of_a_history():

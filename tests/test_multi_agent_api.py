@@ -224,5 +224,5 @@ def test_the_readme_loop_runs_a_trained_agent_in_a_pettingzoo_env(tmp_path):
     run = tmp_path / "spread"
     assert main(["train", "pz:mpe2.simple_spread_v3", "--env-kwargs", '{"max_cycles": 5}', *TINY, "--total-timesteps", "16", "--run-dir", str(run)]) == 0
     namespace: dict = {}
-    exec(loop.replace("runs/pz_mpe2.simple_spread_v3", str(run)), namespace)
+    exec(loop.replace("runs/spread", str(run)), namespace)
     assert namespace["steps"] == 25  # simple_spread's default max_cycles

@@ -145,8 +145,7 @@ def test_resume_after_a_kill_drops_metrics_logged_past_the_checkpoint(tmp_path, 
 
 def test_resume_through_the_cli_can_extend_the_budget(tmp_path, capsys):
     run = tmp_path / "run"
-    constant = ["--lr-schedule", "constant", "--clip-schedule", "constant"]  # a finished run with annealed schedules cannot learn more
-    assert main(["train", "CartPole-v1", "--run-dir", str(run), "--total-timesteps", "1024", "--progress", "false", "--tensorboard", "false", *constant]) == 0
+    assert main(["train", "CartPole-v1", "--run-dir", str(run), "--total-timesteps", "1024", "--progress", "false", "--tensorboard", "false"]) == 0
     assert main(["train", "--resume", str(run), "--total-timesteps", "2048"]) == 0
     out = capsys.readouterr().out
     assert "resuming" in out and "2048 steps" in out
@@ -179,15 +178,25 @@ def test_resuming_a_finished_run_says_how_to_train_further(tmp_path, capsys, sch
     assert main(["train", "--resume", str(run)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"fastppo: error: {run} is finished (trained its 256 steps); ") and len(err.splitlines()) == 1, err
-    if schedule == "linear":  # its lr and clip stand at 0: more steps would not learn
-        assert "start a new run with a larger --total-timesteps, or with --lr-schedule constant --clip-schedule constant" in err
-        assert main(["train", "--resume", str(run), "--total-timesteps", "512"]) == 2
-        assert capsys.readouterr().err.strip() == err
-    else:  # the advice works as written
-        advice = err.split(": fastppo ")[-1].split()
-        assert advice == ["train", "--resume", str(run), "--total-timesteps", "512"]
-        assert main(advice) == 0
-        assert [r["global_step"] for r in metrics(run)] == [128, 256, 384, 512]
+    advice = err.split(": fastppo ")[-1].split()  # the advice works as written, annealed schedules too
+    assert advice == ["train", "--resume", str(run), "--total-timesteps", "512"]
+    assert main(advice) == 0
+    assert [r["global_step"] for r in metrics(run)] == [128, 256, 384, 512]
+
+
+def test_extending_a_finished_run_restarts_its_linear_schedules(tmp_path):
+    """A finished run's linear lr, clip and entropy stand at 0; resumed with twice the budget they
+    restart from their configured values and anneal in a straight line to 0 at the new end."""
+    run = tmp_path / "run"
+    train(config(total_timesteps=4 * 128, ent_schedule="linear", tensorboard=False), run)
+    resumed = fastppo.resume(run, total_timesteps=8 * 128)
+    cfg = resumed.config.ppo
+    assert (cfg.lr_schedule, cfg.clip_schedule, cfg.ent_schedule) == ("linear", "linear", "linear")
+    rows = metrics(run)
+    assert [r["global_step"] for r in rows] == [128 * i for i in range(1, 9)]
+    for name, start in (("charts/learning_rate", cfg.learning_rate), ("charts/clip_coef", cfg.clip_coef), ("charts/ent_coef", cfg.ent_coef)):
+        assert [r[name] for r in rows[:4]] == [start - start * (i / 4) for i in range(4)], name  # the first run, CleanRL's line
+        assert [r[name] for r in rows[4:]] == [start - start * (i / 4) for i in range(4)], name  # restarted, to 0 at step 1024
 
 
 @pytest.mark.parametrize(

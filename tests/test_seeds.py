@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -18,6 +19,7 @@ import fastppo
 from fastppo.checkpoint import load_checkpoint
 from fastppo.cli import main
 from fastppo.errors import FastPPOError
+from fastppo import seeds as seeds_module
 from fastppo.seeds import parse_seeds, seed_list
 
 TINY = ["--num-envs", "2", "--num-steps", "64", "--total-timesteps", "512", "--no-tensorboard", "--no-progress"]
@@ -80,6 +82,19 @@ def test_each_seed_trains_exactly_as_its_single_run(tmp_path, capsys):
         weights, reference = load_file(str(many / "policy.safetensors")), load_file(str(single / "policy.safetensors"))
         assert all((weights[k] == reference[k]).all() for k in reference)
     assert without_times(tmp_path / "seeds" / "seed_1") != without_times(tmp_path / "seeds" / "seed_2")
+
+
+def test_a_seeds_job_prints_its_progress_while_workers_train(tmp_path, capsys, monkeypatch):
+    # Worker processes show no bar: the parent prints a line every PROGRESS_EVERY seconds (10 by
+    # default) from the steps the workers report. Here every pass of its loop, every report.
+    monkeypatch.setattr(seeds_module, "PROGRESS_EVERY", 0.0)
+    monkeypatch.setattr(seeds_module, "REPORT_EVERY", 0.0)  # forked workers inherit it
+    tiny = [*TINY[:4], "--total-timesteps", "4096", *TINY[6:]]
+    assert main(["train", "CartPole-v1", *tiny, "--seeds", "1-2", "--workers", "2", "--run-dir", str(tmp_path / "seeds")]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("fastppo: seeds: ")]
+    assert lines[0].startswith("fastppo: seeds: 0/2 done, 0 running, elapsed ")
+    with_steps = [re.fullmatch(r"fastppo: seeds: [01]/2 done, [12] running \((seed \d at step \d+/4096(, )?)+\), elapsed \d+ s", line) for line in lines]
+    assert any(with_steps), lines
 
 
 @pytest.mark.parametrize(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import signal
 import time
+import warnings
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,14 @@ from fastppo.loading import absolute_spec, file_spec
 
 
 def make_config(env_id: str | type, preset: str | None = None, overrides: dict[str, Any] | None = None) -> Config:
-    """Defaults <- preset (named, or the env's own, or CleanRL's for the action type) <- overrides.
+    """Defaults <- preset (named, or the env's own, or CleanRL's for the action type) <- overrides
+    (``resolved_config``, without the preset's name)."""
+    return resolved_config(env_id, preset, overrides)[0]
+
+
+def resolved_config(env_id: str | type, preset: str | None = None, overrides: dict[str, Any] | None = None) -> tuple[Config, str]:
+    """The config (defaults <- preset <- overrides) and the preset it used: ``preset``, or the
+    env's own, or CleanRL's for the action type.
 
     ``env_id`` may also be the class of your own env, ``gymnasium.Env`` or ``TensorEnv``; the config
     stores it as ``module:Class``, the name a resumed or evaluated run imports it by (a
@@ -44,7 +52,7 @@ def make_config(env_id: str | type, preset: str | None = None, overrides: dict[s
     apply_overrides(config, {"env.env_id": env_id, **overrides})
     given = {resolve_key(config, key) for key in overrides}
     from_preset = {resolve_key(config, key) for key in preset_values} - given
-    return config.validate(minibatches_from=f"the {preset} preset's" if "ppo.num_minibatches" in from_preset else None)
+    return config.validate(minibatches_from=f"the {preset} preset's" if "ppo.num_minibatches" in from_preset else None), preset
 
 
 def action_space(env_id: str, overrides: dict[str, Any]) -> gym.Space:
@@ -78,9 +86,12 @@ def train(env_id: str | type, *, preset: str | None = None, run_dir: str | Path 
     is given; then Ctrl-C or SIGTERM ends training after the current iteration with a checkpoint,
     and the returned agent's ``interrupted_by`` names the signal (None when training finished).
     """
+    from fastppo.trainer import few_updates_warning
     from fastppo.trainer import train as run_training
 
     config = make_config(env_id, preset, overrides)
+    if (warning := few_updates_warning(config)) is not None:
+        warnings.warn(warning, stacklevel=2)
     return run_training(config, Path(run_dir) if run_dir is not None else None)
 
 

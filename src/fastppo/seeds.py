@@ -19,7 +19,8 @@ import re
 import signal
 import sys
 import threading
-from collections.abc import Iterable, Iterator
+import time
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -118,6 +119,32 @@ def print_summary(results: list[SeedResult], parent: Path) -> None:
     left = [r for r in results if not r.finished and not r.error]
     if left:
         print(f"fastppo: {len(left)} of the {len(results)} seeds are not finished (stopped or not started): fastppo train --resume {parent} trains them on")
+
+
+class SeedProgress(NamedTuple):
+    """A worker's report that its seeds (one run, or a stack) reached ``global_step``."""
+
+    seeds: list[int]
+    global_step: int
+
+
+PROGRESS_EVERY = 10.0
+"""Seconds between the job's progress lines while its worker processes train (they show no bar)."""
+REPORT_EVERY = 1.0
+"""Seconds between a worker's progress reports: a fast run must not flood the queue."""
+
+
+def progress_line(done: int, total: int, running: dict[tuple[int, ...], int], total_steps: int, elapsed: float) -> str:
+    """The job's state in one line: seeds done, those running and their steps, the time so far."""
+
+    def named(seeds: tuple[int, ...]) -> str:
+        return f"seed {seeds[0]}" if len(seeds) == 1 else f"seeds {seeds[0]}-{seeds[-1]}"
+
+    shown = [f"{named(seeds)} at step {step}/{total_steps}" for seeds, step in sorted(running.items())]
+    more = f", +{len(shown) - 4} more" if len(shown) > 4 else ""
+    steps = f" ({', '.join(shown[:4])}{more})" if shown else ""
+    count = sum(map(len, running))
+    return f"fastppo: seeds: {done}/{total} done, {count} running{steps}, elapsed {elapsed:.0f} s"
 
 
 class SeedPlan(NamedTuple):
@@ -330,16 +357,27 @@ def train_seeds(config: Config, seeds: list[int], parent: Path, workers: int, ch
         tasks.put(None)  # one stop mark per worker, after the work
     results: dict[int, SeedResult] = {}
     stopped: int | None = None
+    running: dict[tuple[int, ...], int] = {}  # the seeds in training (a run, or a stack) and their step
+    began = last_line = time.monotonic()
+    lines = not configs[0].run.progress  # unless the first stack shows its bar, a line now and then
     with _signals_passed_on(processes, job_stop):
         while len(results) < len(seeds) and (any(p.is_alive() for p in processes) or not reports.empty()):
+            if lines and time.monotonic() - last_line >= PROGRESS_EVERY:
+                last_line = time.monotonic()
+                print(progress_line(len(results), len(seeds), running, config.ppo.total_timesteps, last_line - began), flush=True)
             try:
-                part_results, signal_number = reports.get(timeout=0.5)
+                report = reports.get(timeout=0.5)
             except queue.Empty:
                 continue
+            if isinstance(report, SeedProgress):
+                running[tuple(report.seeds)] = report.global_step
+                continue
+            part_results, signal_number = report
             stopped = stopped or signal_number
             for result in part_results:
                 print(result, flush=True)
                 results[result.seed] = result
+                running = {part: step for part, step in running.items() if result.seed not in part}
     stopped = stopped or job_stop.value or None
     for process in processes:
         process.join()
@@ -396,13 +434,14 @@ def _worker(config: Config, parent: Path, tasks: Any, reports: Any, job_stop: An
     StopRequest.job = job_stop
     while not job_stop.value and (task := tasks.get()) is not None and not job_stop.value:
         seeds, checkpoints = task
+        report = _progress_reporter(seeds, reports)
         try:
             if config.env.backend == "tensor":
-                agents = train_seed_stack(config, seeds, parent, checkpoints)
+                agents = train_seed_stack(config, seeds, parent, checkpoints, report)
             elif checkpoints:
-                agents = [train(checkpoints[0].config, parent / f"seed_{seeds[0]}", checkpoints[0])]
+                agents = [train(checkpoints[0].config, parent / f"seed_{seeds[0]}", checkpoints[0], report)]
             else:
-                agents = [train(dataclasses.replace(config, run=dataclasses.replace(config.run, seed=seeds[0])), parent / f"seed_{seeds[0]}")]
+                agents = [train(dataclasses.replace(config, run=dataclasses.replace(config.run, seed=seeds[0])), parent / f"seed_{seeds[0]}", on_iteration=report)]
         except FastPPOError as exc:
             reports.put(([SeedResult(seed, parent / f"seed_{seed}", None, str(exc)) for seed in seeds], None))
             continue
@@ -411,6 +450,19 @@ def _worker(config: Config, parent: Path, tasks: Any, reports: Any, job_stop: An
             reports.put(([], getattr(exc, "signum", signal.SIGINT)))
             return
         reports.put(_results(seeds, agents))
+
+
+def _progress_reporter(seeds: list[int], reports: Any) -> Callable[[int, Any], None]:
+    """A run's ``on_iteration`` that tells the parent its step, at most every ``REPORT_EVERY`` seconds."""
+    last = -REPORT_EVERY
+
+    def report(global_step: int, metrics: Any) -> None:
+        nonlocal last
+        if time.monotonic() - last >= REPORT_EVERY:
+            last = time.monotonic()
+            reports.put(SeedProgress(seeds, global_step))
+
+    return report
 
 
 @contextmanager

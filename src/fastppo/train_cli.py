@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fastppo.api import default_run_dir, make_config
+from fastppo.api import default_run_dir, resolved_config
 from fastppo.cli import add_boolean_flag
 from fastppo.config import Config, available_presets, field_docs, sections
 from fastppo.errors import FastPPOError
@@ -77,7 +77,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fastppo.distributed import launched_rank
+    from fastppo.distributed import launched_rank, launched_world_size
     from fastppo.checkpoint import seed_folders
     from fastppo.seeds import PLAN_FILE
     from fastppo.trainer import resume_config, train
@@ -98,14 +98,16 @@ def run(args: argparse.Namespace) -> int:
         run_dir = Path(args.resume)
         if main:
             print(f"fastppo: resuming {run_dir} from {checkpoint.path.name} (step {checkpoint.global_step})")
+        header = start_header(config, "its saved config", run_dir, launched_world_size())
     elif args.env_id is None:
         raise FastPPOError("give an ENV_ID to train (fastppo train CartPole-v1), or --resume RUN_DIR")
     elif args.seeds is not None:
         return run_seeds(args, overrides)
     else:
-        config = make_config(args.env_id, args.preset, overrides)
+        config, preset = resolved_config(args.env_id, args.preset, overrides)
         run_dir = Path(args.run_dir) if args.run_dir else default_run_dir(config)
-    agent = train(config, run_dir, checkpoint)
+        header = start_header(config, f"preset {preset}", run_dir, launched_world_size())
+    agent = train(config, run_dir, checkpoint, on_start=lambda: print(*header, sep="\n", flush=True))  # once the run folder passed its checks
     if main:
         returns = agent.episode_returns[-20:]
         groups = {group: group_returns[-20:] for group, group_returns in agent.group_returns.items()}
@@ -136,6 +138,7 @@ def run_seeds(args: argparse.Namespace, overrides: dict[str, str]) -> int:
     else:
         how = "as one batched run" if workers == 1 else f"as {workers} batched runs, one process each"
     print(f"fastppo: {config.env.env_id}: {len(seeds)} seeds {how}, into {parent}/seed_<n>")
+    print(*start_header(config, f"preset {resolved_config(args.env_id, args.preset, overrides)[1]}", None), sep="\n", flush=True)
     return seeds_exit_code(*train_seeds(config, seeds, parent, workers), parent)
 
 
@@ -161,6 +164,46 @@ def resume_seeds(parent: Path, overrides: dict[str, str], env_id: str | None) ->
     new = sum(c is None for c in checkpoints)
     print(f"fastppo: resuming the {len(seeds)} seed{'s' if len(seeds) > 1 else ''} of {parent} " + ", ".join(filter(None, [started, new and f"{new} not started yet"])))
     return seeds_exit_code(*train_seeds(config, seeds, parent, workers, checkpoints), parent)
+
+
+HEADER_SIZES = ("env.env_id", "env.backend", "env.num_envs", "ppo.num_steps", "ppo.num_minibatches", "ppo.update_epochs", "ppo.total_timesteps")
+"""Fields the header's first lines show; its last line lists the other hyperparameters that differ from the defaults."""
+
+
+def start_header(config: Config, source: str, run_dir: Path | None, world_size: int = 1) -> list[str]:
+    """The lines a run prints as it starts: what it trains with which config (``source``: "preset
+    NAME", or a resume's "its saved config") into which folder, on which device, the batch and the
+    number of updates, the hyperparameters that differ from the defaults (CleanRL's), and a warning
+    when the budget gives too few updates (``few_updates_warning``)."""
+    from fastppo.devices import resolve_device
+    from fastppo.trainer import few_updates_warning
+
+    threads = config.intra_op_threads(stacked=False)
+    # As asked for: a device the run cannot use is its own check's one-line error, later (a stack's among them).
+    device = f"auto: {resolve_device('auto')}" if config.run.device == "auto" else config.run.device
+    where = f" into {run_dir}" if run_dir is not None else ""
+    ranks = f" per rank, {world_size} ranks" if world_size > 1 else ""
+    lines = [
+        f"fastppo: {config.env.env_id} ({source}, {config.env.backend} backend){where}, on {device} ({threads} thread{'s' if threads > 1 else ''})",
+        f"fastppo: {config.env.num_envs} envs x {config.ppo.num_steps} steps = {config.batch_size}{ranks} per update in {config.ppo.num_minibatches} "
+        f"minibatches x {config.ppo.update_epochs} epochs; {config.ppo.total_timesteps} steps = {config.num_iterations // world_size} updates",
+    ]
+    defaults, values = Config().to_dict(), config.to_dict()
+    changed = [
+        f"{name}={shown(value)}"
+        for section in ("env", "ppo", "policy", "multi_agent")
+        for name, value in values[section].items()
+        if value != defaults[section][name] and f"{section}.{name}" not in HEADER_SIZES
+    ]
+    lines.append(f"fastppo: differs from the defaults: {' '.join(changed) if changed else 'nothing'}")
+    warning = few_updates_warning(config, world_size)
+    return lines + ([f"fastppo: warning: {warning}"] if warning else [])
+
+
+def shown(value: object) -> str:
+    if isinstance(value, (list, tuple)):
+        return ",".join(map(shown, value))
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def time_split(history: list[dict[str, float]]) -> str:

@@ -251,11 +251,33 @@ def planned_iterations(config: Config, world_size: int) -> int:
     return iterations
 
 
+FEW_UPDATES = 10
+"""Below this many iterations a run warns at its start: PPO barely learns in a handful of updates."""
+
+
+def few_updates_warning(config: Config, world_size: int = 1) -> str | None:
+    """One line when the budget leaves fewer than ``FEW_UPDATES`` iterations (each one batch of
+    num_envs x num_steps per rank), naming the figures and what to change; None otherwise."""
+    iterations = config.num_iterations // world_size
+    if iterations >= FEW_UPDATES:
+        return None
+    batch = config.batch_size * world_size
+    return (
+        f"--total-timesteps {config.ppo.total_timesteps} gives only {iterations} update{'s' if iterations != 1 else ''} "
+        f"of {batch} steps ({config.env.num_envs} envs x {config.ppo.num_steps} steps{f' x {world_size} ranks' if world_size > 1 else ''}): "
+        f"PPO needs more to learn; raise --total-timesteps to {FEW_UPDATES * batch} or more, or lower --num-envs/--num-steps"
+    )
+
+
 def resume_config(run_dir: str | Path, overrides: dict[str, Any] | None = None, env_id: str | None = None) -> tuple[Config, Checkpoint]:
     """The config saved with a run's newest checkpoint (plus the few overrides that keep it the same
     experiment: ``RESUMABLE_OVERRIDES``), and that checkpoint, its schedules re-anchored when
-    total_timesteps changes. A finished run is an error that says how to train further; so is an
-    ``env_id`` (as the command line names one) that ``check_resumed_env`` refuses."""
+    total_timesteps changes: a run stopped before its end goes on from the schedules' current values
+    in a straight line to 0 at the new end; a finished run (its linear lr, clip and entropy at 0)
+    restarts them from their configured start values, annealing to 0 at the new end (a warm
+    restart). An unchanged total resumes exactly. A finished run without a larger total is an error
+    that says how to train further; so is an ``env_id`` (as the command line names one) that
+    ``check_resumed_env`` refuses."""
     checkpoint = load_checkpoint(run_dir, env_id=env_id)
     config = checkpoint.config
     check_resumed_env(run_dir, config.env.env_id, env_id)
@@ -270,23 +292,21 @@ def resume_config(run_dir: str | Path, overrides: dict[str, Any] | None = None, 
             raise FastPPOError(f"cannot change {full} when resuming (allowed: {', '.join(RESUMABLE_OVERRIDES)}): start a new run instead")
         apply_overrides(config, {full: value})
     config.validate()
-    # A finished run's linear schedules stand at 0: more steps at lr 0 (or clip 0) would not learn.
-    annealed = [name for name in ("lr", "clip") if getattr(config.ppo, f"{name}_schedule") == "linear"]
     num_iterations = planned_iterations(config, world_size)
-    if checkpoint.iteration == planned and (num_iterations <= planned or annealed):
-        how = (
-            f"its linear {' and '.join(f'--{name}-schedule' for name in annealed)} reached 0, so it cannot learn more: "
-            f"start a new run with a larger --total-timesteps, or with {' '.join(f'--{name}-schedule constant' for name in annealed)}"
-            if annealed
-            else f"to train further, give it a larger budget: fastppo train --resume {run_dir} --total-timesteps {2 * checkpoint.global_step}"
+    if checkpoint.iteration == planned and num_iterations <= planned:
+        raise FastPPOError(
+            f"{run_dir} is finished (trained its {checkpoint.global_step} steps); "
+            f"to train further, give it a larger budget: fastppo train --resume {run_dir} --total-timesteps {2 * checkpoint.global_step}"
         )
-        raise FastPPOError(f"{run_dir} is finished (trained its {checkpoint.global_step} steps); {how}")
     if num_iterations <= checkpoint.iteration:
         raise FastPPOError(
             f"the checkpoint is at step {checkpoint.global_step}, --total-timesteps {config.ppo.total_timesteps} leaves nothing to train: raise it to train further"
         )
-    if num_iterations != planned:  # a new horizon: the schedules go on from where they stand to its end
-        checkpoint.schedule_anchor = (checkpoint.iteration, schedule_progress(checkpoint.iteration + 1, planned, checkpoint.schedule_anchor))
+    if num_iterations != planned:  # a new horizon: the schedules' line goes to its end (core.schedule_progress)
+        # A run stopped early goes on from where its schedules stand; a finished one, whose linear
+        # schedules stand at 0 (no learning), restarts them from their configured start values.
+        at = 0.0 if checkpoint.iteration == planned else schedule_progress(checkpoint.iteration + 1, planned, checkpoint.schedule_anchor)
+        checkpoint.schedule_anchor = (checkpoint.iteration, at)
     return config, checkpoint
 
 
@@ -349,7 +369,11 @@ def resume_seed_stack_config(run_dir: str | Path, overrides: dict[str, Any] | No
 
 
 def train(
-    config: Config, run_dir: Path | None = None, checkpoint: Checkpoint | None = None, on_iteration: Callable[[int, dict[str, float]], None] | None = None
+    config: Config,
+    run_dir: Path | None = None,
+    checkpoint: Checkpoint | None = None,
+    on_iteration: Callable[[int, dict[str, float]], None] | None = None,
+    on_start: Callable[[], None] | None = None,
 ) -> Agent:
     """Train a PPO agent as ``config`` says; write logs, checkpoints and the final agent to ``run_dir``.
 
@@ -358,7 +382,8 @@ def train(
     returned agent's ``interrupted_by`` names the signal (None for a run that reached its end).
     ``on_iteration(global_step, metrics)`` is called after each iteration is logged (fastppo sweep
     reports returns to Optuna's pruner with it); an exception it raises ends the run there, envs and
-    logger closed, nothing saved, and reaches the caller unchanged.
+    logger closed, nothing saved, and reaches the caller unchanged. ``on_start()`` is called once
+    the run folder has passed its checks, before the envs are built (the CLI prints its header).
 
     Under torchrun (WORLD_SIZE > 1) every rank calls this and trains as one rank of the run
     (``fastppo.distributed``): rank 0 alone writes to ``run_dir``.
@@ -367,7 +392,7 @@ def train(
     device = rank_device(resolve_device(config.run.device))
     # Only the process that writes the run folder may take it away again (torchrun: rank 0).
     with during_start_up(), joined(device, config.run.collective_timeout) as world, removed_if_left_empty(run_dir if world is None or world.main else None):
-        return train_rank(config, run_dir, checkpoint, on_iteration, device, world)
+        return train_rank(config, run_dir, checkpoint, on_iteration, device, world, on_start=on_start)
 
 
 def train_seed_stack(
@@ -404,6 +429,7 @@ def train_rank(
     device: torch.device,
     world: World | None,
     seeds: list[int] | None = None,
+    on_start: Callable[[], None] | None = None,
 ) -> Any:
     """``train`` on ``device``, as one rank of ``world`` (None: the only process); with ``seeds``,
     as a stack of those seeds (``train_seed_stack``; ``checkpoint`` is then one per seed)."""
@@ -416,6 +442,8 @@ def train_rank(
         check_no_run(directory)  # before anything is written to any of them
     for directory in directories:
         output_dir(directory, "the run directory")  # before a single step is spent
+    if on_start is not None and (world is None or world.main):
+        on_start()
     cfg = config.ppo
     num_iterations, steps_per_iteration = planned_iterations(config, world_size), config.batch_size * world_size
     # Each rank its own envs and random streams; a resumed rank restarts them (the checkpoint holds rank 0's).
