@@ -604,7 +604,8 @@ def check_trainer_json(folder: Path, meta: Any, config: Config) -> None:
     if meta["format"] != FORMAT_VERSION:
         raise damaged(f"format is {meta['format']!r}, not {FORMAT_VERSION}: written by another fastppo version")
     iteration, world_size = meta["iteration"], meta.get("world_size", 1)
-    if not (_integer(iteration) and iteration >= 1) or (_NAME.match(folder.name) and iteration != int(folder.name)):
+    # 0: a run stopped during its start-up (a --seeds job's signal) saves its initial state.
+    if not (_integer(iteration) and iteration >= 0) or (_NAME.match(folder.name) and iteration != int(folder.name)):
         raise damaged(f"iteration is {iteration!r}, not the folder's {folder.name}")
     if not (_integer(world_size) and world_size >= 1):
         raise damaged(f"world_size is {world_size!r}, not a positive integer")
