@@ -740,7 +740,9 @@ def check_fits_run(checkpoint: Checkpoint, state: TrainState, envs: VecEnv, rng:
     saved_env, fresh_env = checkpoint.meta["env"], json_part["env"]
     if saved_env is not None and fresh_env is not None and saved_env["kind"] != fresh_env["kind"]:
         raise _damaged(checkpoint.path, f"its env snapshot is of {saved_env['kind']} envs, the config makes {fresh_env['kind']} envs")
-    expected = {name: _spec(t) for name, t in tensors.items() if not name.startswith("env.") or saved_env is not None} | adam_specs(state.optimizer)
+    # Adam makes its state at the first update: a checkpoint of iteration 0 (a run stopped in its start-up) has none.
+    moments = adam_specs(state.optimizer) if checkpoint.iteration > 0 else {}
+    expected = {name: _spec(t) for name, t in tensors.items() if not name.startswith("env.") or saved_env is not None} | moments
     found = {name: _spec(t) for name, t in checkpoint.tensors.items()}
     # CUDA RNG states come and go with the device ("auto" on another machine); restore_rng sets those it can.
     optional = {name for name in found.keys() | expected.keys() if name.startswith("rng.cuda.") or (name.startswith("env.") and fresh_env is None)}
