@@ -146,7 +146,12 @@ def test_train_writes_a_run_directory(tmp_path, capsys):
     assert list(run_dir.glob("events.out.tfevents.*"))
     assert (run_dir / "policy.safetensors").is_file()
     out = capsys.readouterr().out
-    assert f"results in {run_dir}" in out
+    assert f"results in {run_dir} (metrics.jsonl, TensorBoard: tensorboard --logdir {tmp_path})" in out
+
+
+def test_a_run_without_tensorboard_does_not_point_to_it(tmp_path, capsys):
+    assert main(["train", "CartPole-v1", "--run-dir", str(tmp_path / "run"), *TINY, "--no-tensorboard"]) == 0
+    assert f"fastppo: results in {tmp_path / 'run'} (metrics.jsonl)\n" in capsys.readouterr().out
 
 
 def test_default_run_dir_follows_cleanrl_naming(tmp_path, monkeypatch):

@@ -162,3 +162,17 @@ def test_ctrl_c_during_start_up_is_one_line_and_exit_130(tmp_path):
     assert proc.returncode == 130
     assert len(err.splitlines()) == 1 and err.startswith("fastppo: SIGINT"), err
     assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+def test_a_stopped_run_on_user_code_says_the_resume_command_that_works(tmp_path, monkeypatch, capsys):
+    """A run folder never makes fastppo import code, so a user-code run resumes with its env named
+    again: the stop message gives that command, and it resumes."""
+    log = RunLogger.log
+    monkeypatch.setattr(RunLogger, "log", lambda self, step, metrics: (log(self, step, metrics), signal.raise_signal(signal.SIGINT)))
+    run, env = tmp_path / "run", "tests.fake_envs:TargetEnv"
+    tiny = ["--num-envs", "2", "--num-steps", "16", "--total-timesteps", "128", "--no-progress", "--no-tensorboard"]
+    assert main(["train", env, *tiny, "--run-dir", str(run)]) == 130
+    assert f"fastppo: resume with: fastppo train --resume {run} {env}\n" in capsys.readouterr().err
+    monkeypatch.setattr(RunLogger, "log", log)
+    assert main(["train", "--resume", str(run), env]) == 0
+    assert load_checkpoint(run).global_step == 128

@@ -120,7 +120,8 @@ def run(args: argparse.Namespace) -> int:
         sps = np.mean([m["charts/SPS"] for m in agent.history]) if agent.history else float("nan")
         steps = agent.history[-1]["global_step"] if agent.history else 0
         print(f"fastppo: {config.env.env_id}: {steps} steps, {last}, {sps:.0f} SPS{time_split(agent.history)}.")
-        print(f"fastppo: results in {run_dir} (metrics.jsonl, TensorBoard: tensorboard --logdir {run_dir.parent})")
+        board = f", TensorBoard: tensorboard --logdir {run_dir.parent}" if config.run.tensorboard else ""
+        print(f"fastppo: results in {run_dir} (metrics.jsonl{board})")
     # The shell's code for death by that signal (130, 143): scripts tell a stopped run from a finished one.
     return 0 if agent.interrupted_by is None else 128 + agent.interrupted_by
 

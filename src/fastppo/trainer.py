@@ -212,12 +212,19 @@ class StopRequest:
             signal.signal(s, handler)
 
 
-def lost_since(checkpoint: Path | None, iteration: int, run_dir: Path | None) -> str:
-    """What a stop at once in ``iteration`` (cut short, or done but not yet saved) loses, in words."""
+def resume_command(run_dir: Path | None, env_id: str) -> str:
+    """The command that resumes ``run_dir``: a run on user code names it again, as fastppo never
+    imports code that a run folder names (``check_resumed_env``)."""
+    return f"fastppo train --resume {run_dir}" + (f" {env_id}" if names_user_code(env_id) else "")
+
+
+def lost_since(checkpoint: Path | None, iteration: int, resume: str) -> str:
+    """What a stop at once in ``iteration`` (cut short, or done but not yet saved) loses, in words;
+    ``resume`` is the command that continues the run."""
     if checkpoint is None:
         return f"no checkpoint had been saved: the run's {iteration} iterations are lost"
     lost = iteration - int(checkpoint.name)
-    return f"the {lost} iteration{'s' if lost > 1 else ''} since checkpoint {checkpoint.name} {'are' if lost > 1 else 'is'} lost; resume with: fastppo train --resume {run_dir}"
+    return f"the {lost} iteration{'s' if lost > 1 else ''} since checkpoint {checkpoint.name} {'are' if lost > 1 else 'is'} lost; resume with: {resume}"
 
 
 def reached_stop_return(run: RunConfig, returns: list[float]) -> bool:
@@ -547,7 +554,7 @@ def train_rank(
         with StopRequest(enabled=run_dir is not None, world=world) as stop:
             while state.iteration < num_iterations and not stop.requested and not solved():
                 state.iteration += 1
-                stop.lost, stop.at_once = lost_since(newest, state.iteration, run_dir), True  # until the update is done
+                stop.lost, stop.at_once = lost_since(newest, state.iteration, resume_command(run_dir, config.env.env_id)), True  # until the update is done
                 progress = schedule_progress(state.iteration, num_iterations, state.schedule_anchor)
                 start = time.perf_counter()
                 set_learning_rate(state.optimizer, scheduled(cfg.lr_schedule, cfg.learning_rate, progress))
@@ -647,14 +654,14 @@ def train_rank(
     if agent.interrupted_by is not None and seeds is not None:
         print(
             f"fastppo: {agent.interrupted_by.name}: stopped after iteration {state.iteration}, each seed checkpointed in {run_dir}/seed_<n>\n"
-            f"fastppo: resume the stack with: fastppo train --resume {run_dir} (or one seed alone: --resume {run_dir}/seed_<n>)",
+            f"fastppo: resume the stack with: {resume_command(run_dir, config.env.env_id)} (or one seed alone: --resume {run_dir}/seed_<n>)",
             file=sys.stderr,
             flush=True,
         )
     elif agent.interrupted_by is not None and out_dir is not None:  # plain print, after the progress bar is gone: one unwrapped line to copy
         print(
             f"fastppo: {agent.interrupted_by.name}: stopped after iteration {state.iteration}, checkpoint saved in {saved}\n"
-            f"fastppo: resume with: {'fastppo' if world is None else 'the same torchrun launch, -m fastppo'} train --resume {run_dir}",
+            f"fastppo: resume with: {'' if world is None else 'the same torchrun launch, -m '}{resume_command(run_dir, config.env.env_id)}",
             file=sys.stderr,
             flush=True,
         )
