@@ -224,3 +224,18 @@ def test_a_stack_of_seeds_on_user_code_resumes_only_when_the_command_line_names_
     fix = f"fastppo train --resume {parent} {env} (in Python: env_id='{env}')"  # the stack's folder, not one seed's
     assert capsys.readouterr().err == f"fastppo: error: {parent} was trained on user code '{env}', and fastppo never imports code that a run folder names: if you trust it, name it yourself: {fix}\n"
     assert main(["train", "--resume", str(parent), env, "--total-timesteps", "128"]) == 0
+
+
+def test_a_seeds_job_that_never_started_does_not_import_the_code_its_plan_names(tmp_path):
+    """A stopped --seeds job's seeds.json is data too: resuming seeds that never started builds
+    their env only when the command line names it."""
+    (tmp_path / "evil.py").write_text(PAYLOAD)
+    job = tmp_path / "job"
+    job.mkdir()
+    config = fastppo.make_config("CartPole-v1", None, {"total_timesteps": 128, "num_envs": 2, "num_steps": 32})
+    config.env.env_id = f"{tmp_path}/evil.py:Env"
+    (job / "seeds.json").write_text(json.dumps({"seeds": [1, 2], "workers": 1, "config": config.to_dict()}))
+    done = fastppo_cli(["train", "--resume", "job"], tmp_path)
+    assert not (tmp_path / "MARKER").exists()
+    assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr
+    assert "fastppo never imports code that a run folder names" in done.stderr and f"fastppo train --resume job {tmp_path}/evil.py:Env" in done.stderr

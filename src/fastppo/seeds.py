@@ -262,11 +262,9 @@ def plan_config(config: Config, overrides: dict[str, Any], env_id: str | None, p
     """A saved plan's config for its seeds that never started, with the overrides a resume allows
     (``fastppo.trainer.RESUMABLE_OVERRIDES``; ``resume_config`` checks the started seeds the same way)."""
     from fastppo.config import apply_overrides, resolve_key
-    from fastppo.loading import absolute_spec
-    from fastppo.trainer import RESUMABLE_OVERRIDES
+    from fastppo.trainer import RESUMABLE_OVERRIDES, check_resumed_env
 
-    if env_id is not None and absolute_spec(env_id) != config.env.env_id:
-        raise FastPPOError(f"{parent} trains {config.env.env_id}, not {env_id}: drop ENV_ID when resuming")
+    check_resumed_env(parent, config.env.env_id, env_id)  # seeds.json is data too: its user-code env only when named again
     for key, value in overrides.items():
         full = resolve_key(config, key)
         section, name = full.split(".")
