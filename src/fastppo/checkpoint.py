@@ -50,16 +50,16 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from fastppo.agent import AGENT_FILE, POLICY_FILE, Agent, load_agent
+from fastppo.agent import Agent, load_agent
 from fastppo.config import Config
 from fastppo.errors import FastPPOError
 from fastppo.rollout import EnvCursor, ObservationNormalizer, fresh_state
+from fastppo.run_folder import AGENT_FILE, CHECKPOINT_DIR, POLICY_FILE
 
 if TYPE_CHECKING:
     from fastppo.envs.vector import VecEnv
     from fastppo.trainer import TrainState
 
-CHECKPOINT_DIR = "checkpoints"
 LATEST = "latest"
 TRAINER_TENSORS = "trainer.safetensors"
 TRAINER_JSON = "trainer.json"

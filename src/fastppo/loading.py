@@ -17,6 +17,9 @@ from typing import Any
 
 from fastppo.errors import FastPPOError
 
+PREFIX = "pz:"
+"""A PettingZoo env's id: ``pz:<module>``, ``pz:<module or file.py>:<function>`` (fastppo.envs.pettingzoo_vec)."""
+
 
 def split_spec(spec: str) -> tuple[str, str] | None:
     """``(module or file, name)`` of a ``module:name`` spec, or None when ``spec`` is not one."""
@@ -33,8 +36,6 @@ def file_spec(spec: str) -> tuple[str, str] | None:
 def absolute_spec(spec: str) -> str:
     """A ``file.py:name`` spec (``pz:file.py:name`` too) with the file's absolute path, so a run
     that saves it loads from any working directory; other specs (and plain ids) unchanged."""
-    from fastppo.envs.pettingzoo_vec import PREFIX  # lazy: fastppo.envs imports this module
-
     prefix = PREFIX if spec.startswith(PREFIX) else ""
     parts = file_spec(spec.removeprefix(prefix))
     return spec if parts is None else f"{prefix}{os.path.abspath(parts[0])}:{parts[1]}"
@@ -45,8 +46,6 @@ def names_user_code(env_id: str) -> bool:
     ``file.py:name`` spec (the module may be a file in the working directory), with or without
     ``pz:``, or a ``pz:<module>`` whose top-level package no installed distribution provides.
     Gymnasium ids, fastppo's tensor envs and installed PettingZoo envs are not."""
-    from fastppo.envs.pettingzoo_vec import PREFIX  # lazy: fastppo.envs imports this module
-
     spec = env_id.removeprefix(PREFIX)
     if split_spec(spec) is not None:
         return True

@@ -9,9 +9,12 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from fastppo.agent import AGENT_FILE, POLICY_FILE
-from fastppo.checkpoint import CHECKPOINT_DIR
 from fastppo.errors import FastPPOError
+
+# Names only, no imports from the layers that write them (agent, checkpoint): they import these.
+POLICY_FILE = "policy.safetensors"
+AGENT_FILE = "agent.json"
+CHECKPOINT_DIR = "checkpoints"
 
 SEEDS_PLAN = "seeds.json"
 """A --seeds job's plan in its parent folder (fastppo.seeds), written before any seed starts."""

@@ -41,8 +41,8 @@ from fastppo.envs import mpe
 from fastppo.envs.vector import Episodes, HostCopies, StepResult, VecEnv
 from fastppo.errors import FastPPOError
 from fastppo.layout import ObservationLayout
+from fastppo.loading import PREFIX, named_object, split_spec
 
-PREFIX = "pz:"
 ACTION_MASK_KEY = "action_mask"
 MASKS_SOMETIMES = "the PettingZoo env published action masks at some steps and not at others: publish one for every agent at every step"
 
@@ -78,7 +78,6 @@ def make_parallel_env(env_id: str, env_kwargs: dict[str, Any], render_mode: str 
 
 def _env_maker(env_id: str) -> tuple[Callable[..., Any], Any]:
     """(what builds ``env_id``'s env, the module it comes from, or None for a named function)."""
-    from fastppo.loading import named_object, split_spec  # lazy: fastppo.loading imports this module
 
     target = env_id.removeprefix(PREFIX)
     if not target or target.startswith("."):  # else importlib's ValueError/TypeError
