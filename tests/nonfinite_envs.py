@@ -28,11 +28,15 @@ class _GoesBad(gym.Env):
         obs = self.np_random.uniform(-1, 1, 3).astype(np.float32)
         reward = float(action)
         if self.steps > BAD_AFTER:
-            if self.bad == "reward":
-                reward = float("nan")
-            else:
-                obs[1] = np.inf
+            reward = self.spoil(obs, reward)
         return obs, reward, self.t >= 10, False, {}
+
+    def spoil(self, obs: np.ndarray, reward: float) -> float:
+        """The step's reward once the env has gone bad (``obs`` spoiled in place, if that is what goes bad)."""
+        if self.bad == "reward":
+            return float("nan")
+        obs[1] = np.inf
+        return reward
 
 
 class NaNRewardEnv(_GoesBad):

@@ -6,34 +6,23 @@ from __future__ import annotations
 import os
 import time
 
-import gymnasium as gym
 import numpy as np
 
-FAULT_AT = 100
-"""Steps (per env instance, across episodes) before rank 1's envs go wrong."""
+from tests.nonfinite_envs import _GoesBad
+
 STALL_S = 8.0
 """How long rank 1 stalls in an env step, once: longer than the tests' --collective-timeout."""
 
 
-class _Rank1Fault(gym.Env):
-    observation_space = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
-    action_space = gym.spaces.Discrete(2)
+class _Rank1Fault(_GoesBad):
+    """``nonfinite_envs``'s env, going wrong after its ``BAD_AFTER`` steps on rank 1 only."""
 
     def __init__(self, render_mode=None):
-        self.steps = 0
+        super().__init__(render_mode)
         self.faulty = os.environ.get("RANK") == "1"
 
-    def reset(self, *, seed=None, options=None):
-        super().reset(seed=seed)
-        self.t = 0
-        return self.np_random.uniform(-1, 1, 3).astype(np.float32), {}
-
-    def step(self, action):
-        self.steps += 1
-        self.t += 1
-        obs = self.np_random.uniform(-1, 1, 3).astype(np.float32)
-        reward = self.fault(float(action)) if self.faulty and self.steps >= FAULT_AT else float(action)
-        return obs, reward, self.t >= 10, False, {}
+    def spoil(self, obs: np.ndarray, reward: float) -> float:
+        return self.fault(reward) if self.faulty else reward
 
     def fault(self, reward: float) -> float:
         raise NotImplementedError
