@@ -16,7 +16,7 @@ import argparse
 import torch
 
 from common import footer, header, run_fastppo
-from fastppo.api import make_config
+from fastppo.envs.env_config import make_config
 
 
 def main() -> None:

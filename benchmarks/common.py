@@ -48,8 +48,8 @@ def nonnegative(text: str) -> int:
 def check_device(parser: argparse.ArgumentParser, device: str) -> None:
     """A --device this machine cannot train on (no CUDA GPU, a kind fastppo does not train on):
     the parser's one-line error and exit 2, before any child process or model is started."""
-    from fastppo.errors import FastPPOError
     from fastppo.devices import resolve_device
+    from fastppo.errors import FastPPOError
 
     try:
         kind = resolve_device(device).type
@@ -130,7 +130,7 @@ def run_fastppo(config: Config, stop_when_solved: bool = False, threshold: float
     finished episodes, before that iteration's update, as the peers' per-step callbacks see an
     episode when it ends; with ``stop_when_solved`` the run ends at the first rollout after
     which the last 20 finished episodes average ``threshold``."""
-    import fastppo.trainer as trainer
+    import fastppo.training.trainer as trainer
 
     config.run.progress, config.run.tensorboard = False, False
     last20: deque[float] = deque(maxlen=20)

@@ -43,8 +43,8 @@ def child(spec: dict, out: Path) -> None:
     import torch.distributed as dist
 
     import fastppo
-    import fastppo.trainer as trainer
-    from fastppo.distributed import World, launched_rank
+    import fastppo.training.trainer as trainer
+    from fastppo.training.distributed import World, launched_rank
 
     timings = {"update_s": 0.0, "update_calls": 0, "other_s": 0.0, "other_calls": 0}
     in_update = [False]

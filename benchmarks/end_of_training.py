@@ -14,8 +14,8 @@ import statistics
 
 from common import SOLVED_RETURN, footer, header, positive
 
-from fastppo.checkpoint import find_checkpoint, seed_folders
-from fastppo.evaluation import evaluate
+from fastppo.agents.evaluation import evaluate
+from fastppo.files.run_folder import find_checkpoint, seed_folders
 
 LAST = 20
 

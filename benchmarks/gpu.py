@@ -29,7 +29,7 @@ import torch
 
 from common import RunResult, check_device, footer, header, positive, run_fastppo
 from seed_stack import width_rows
-from fastppo.api import make_config
+from fastppo.envs.env_config import make_config
 
 WARMUP_ROLLOUTS = 3
 

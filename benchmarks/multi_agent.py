@@ -32,7 +32,7 @@ fastppo bootstraps a truncation from the value of its final observation.
 
 Score of a run: the mean team return (the sum of the agents' returns) of the episodes that ended
 in the last ``--final-window`` of its steps, by iteration (800 steps here) for the learners.
-Per row: the mean over seeds with a 95% stratified-bootstrap CI (fastppo.report's rliable
+Per row: the mean over seeds with a 95% stratified-bootstrap CI (fastppo.experiments.report's rliable
 estimate). SPS: env steps of the copies per second from building the envs to the end of
 training (imports and interpreter start-up not included; ``cold s`` is the whole process), and
 per CPU second of that process and its env workers, which a shared machine's load disturbs less
@@ -180,7 +180,7 @@ def score(result: dict, final_window: float, whole: bool) -> float:
 
 
 def summarise(results: dict, tasks: list[str], final_window: float) -> str:
-    from fastppo.report import interval_estimates
+    from fastppo.experiments.report import interval_estimates
 
     lines = []
     for task in tasks:

@@ -140,7 +140,7 @@ def sb3_run(total: int, seed: int, solve: bool = False) -> tuple[float, int, flo
 
 
 def fastppo_config(overrides: dict[str, Any], preset: str | None = None):
-    from fastppo.api import make_config
+    from fastppo.envs.env_config import make_config
 
     return make_config(ENV_ID, preset, {"checkpoint_every": 0, **overrides})
 
@@ -251,7 +251,7 @@ def main() -> None:
         for seed in seeds:
             cells = []
             for name, (env_id, preset, overrides) in runs.items():
-                from fastppo.api import make_config
+                from fastppo.envs.env_config import make_config
 
                 run = run_fastppo(make_config(env_id, preset, {"checkpoint_every": 0, "seed": seed, **overrides}), stop_when_solved=True)
                 cells.append(describe(name, run.solved_s, run.solved_steps or run.steps, run.wall_s, run.last20))

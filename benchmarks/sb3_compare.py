@@ -79,7 +79,7 @@ def zoo_cartpole() -> dict:
 
 
 def fastppo_solve_config(seed: int, backend: str, preset: str | None = None):
-    from fastppo.api import make_config
+    from fastppo.envs.env_config import make_config
 
     return make_config("CartPole-v1", preset, {"seed": seed, "checkpoint_every": 0, **({"backend": backend} if backend != "sync" else {})})
 
@@ -128,7 +128,7 @@ def main() -> None:
     if args.cold_child:
         print(json.dumps(cold_child(args.cold_child, args.seeds[0], args.zoo_budget, args.cold_preset)), flush=True)
         return
-    from fastppo.api import make_config
+    from fastppo.envs.env_config import make_config
 
     torch.set_num_threads(1)  # both libraries on one intra-op thread (fastppo's default, see README)
     torch.optim.Adam([torch.nn.Parameter(torch.zeros(1))])  # one-off torch.optim import, out of both timings

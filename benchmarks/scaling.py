@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 
 from common import footer, header, raw_env_sps, run_fastppo
-from fastppo.api import make_config
+from fastppo.envs.env_config import make_config
 
 COUNTS = {"sync": [1, 4, 16, 64], "async": [1, 4, 16, 64], "tensor": [1, 16, 256, 1024, 4096]}
 

@@ -52,7 +52,7 @@ from pathlib import Path
 import numpy as np
 
 from common import SOLVED_RETURN, check_device, footer, header, nonnegative, positive
-from fastppo.api import make_config
+from fastppo.envs.env_config import make_config
 from fastppo.errors import FastPPOError
 from sb3_compare import cold_solve
 
@@ -104,7 +104,7 @@ def width_child(preset: str, seeds: int, threads: int, steps: int, device: str) 
     stack; print the seconds from the trainer's call to its end."""
     from tempfile import mkdtemp
 
-    import fastppo.trainer as trainer
+    import fastppo.training.trainer as trainer
 
     overrides = {"backend": "tensor", "device": device, "checkpoint_every": 0, "progress": False, "tensorboard": False, "total_timesteps": steps, "torch_threads": threads}
     config = make_config("CartPole-v1", WIDTH_PRESETS[preset], overrides)
@@ -135,7 +135,7 @@ def matmul_rows(seeds: int, preset: str | None, device: str, repeats: int = 10) 
 
     import torch
 
-    import fastppo.trainer as trainer
+    import fastppo.training.trainer as trainer
 
     config = make_config("CartPole-v1", preset, {"backend": "tensor", "device": device, "checkpoint_every": 0, "progress": False, "tensorboard": False})
     config.ppo.total_timesteps = 3 * config.batch_size

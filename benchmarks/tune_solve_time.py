@@ -25,7 +25,7 @@ import statistics
 import torch
 
 from common import footer, header, run_fastppo
-from fastppo.api import make_config
+from fastppo.envs.env_config import make_config
 from fastppo.errors import FastPPOError
 
 MLP_SPACE: dict[str, list] = {

@@ -1,4 +1,4 @@
-"""fastppo.allocator: freed large blocks stay in the heap, so allocating them again costs no page
+"""fastppo.training.allocator: freed large blocks stay in the heap, so allocating them again costs no page
 faults (counted by the kernel: no timing involved)."""
 
 from __future__ import annotations
@@ -8,13 +8,13 @@ import sys
 
 import pytest
 
-from fastppo.allocator import reuse_freed_memory
+from fastppo.training.allocator import reuse_freed_memory
 
 CHURN = """
 import resource, sys
 import numpy as np
 if sys.argv[1] == "tuned":
-    from fastppo.allocator import reuse_freed_memory
+    from fastppo.training.allocator import reuse_freed_memory
     assert reuse_freed_memory()
 def churn():  # three 8 MB temporaries at a time, freed together, as an update's activations are
     for _ in range(10):

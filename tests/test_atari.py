@@ -11,11 +11,12 @@ import pytest
 import torch
 
 import fastppo
-from fastppo.agent import load_agent
-from fastppo.cli import main
+from fastppo.agents.agent import load_agent
+from fastppo.cli.main import main
 from fastppo.config import EnvConfig, PolicyConfig
+from fastppo.env_ids import is_atari
 from fastppo.envs import make_single_env, make_vec_env
-from fastppo.envs.atari import EpisodicLife, FireReset, is_atari
+from fastppo.envs.atari import EpisodicLife, FireReset
 from fastppo.errors import FastPPOError
 from fastppo.policies import ActorCritic
 from fastppo.policies.cnn import NatureCNN

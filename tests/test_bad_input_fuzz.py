@@ -1,6 +1,6 @@
 """Bad input, walked over every flag of every subcommand.
 
-The parser is read programmatically (``fastppo.cli.build_parser``), so a new flag is fuzzed
+The parser is read programmatically (``fastppo.cli.main.build_parser``), so a new flag is fuzzed
 without touching this file. Each option gets the bad values of its kind (wrong types and
 out-of-range numbers, unknown choices, missing, folder-for-file, non-UTF-8 and unwritable paths);
 each positional RUN_DIR gets missing, empty and damaged run folders; each required input is left
@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from fastppo.cli import build_parser, main
+from fastppo.cli.main import build_parser, main
 from fastppo.config import Config, field_index
 
 Value = str | Callable[[Path], str]

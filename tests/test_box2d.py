@@ -7,9 +7,9 @@ import gymnasium as gym
 import pytest
 
 import fastppo
-from fastppo.api import make_config
 from fastppo.config import preset_for_env
 from fastppo.envs import make_single_env
+from fastppo.envs.env_config import make_config
 
 pytest.importorskip("Box2D", reason="Box2D is not installed: pip install 'fastppo[box2d]'")
 

@@ -15,11 +15,12 @@ import pytest
 import torch
 
 import fastppo
-from fastppo.checkpoint import list_checkpoints, load_checkpoint, restore_envs, snapshot_envs
 from fastppo.config import EnvConfig
 from fastppo.envs import make_vec_env
 from fastppo.errors import FastPPOError
-from fastppo.trainer import train
+from fastppo.files.run_folder import list_checkpoints
+from fastppo.training.checkpoint import load_checkpoint, restore_envs, snapshot_envs
+from fastppo.training.trainer import train
 
 
 def config(env_id="CartPole-v1", **overrides):
@@ -136,7 +137,7 @@ def test_nan_from_the_env_stops_with_its_name_and_keeps_the_last_checkpoint(tmp_
 
 
 def test_nan_parameters_stop_training_before_any_checkpoint_of_them(tmp_path, monkeypatch):
-    import fastppo.trainer as trainer
+    import fastppo.training.trainer as trainer
 
     update, calls = trainer.ppo_update, []
 
@@ -155,7 +156,7 @@ def test_nan_parameters_stop_training_before_any_checkpoint_of_them(tmp_path, mo
 
 
 def test_nan_loss_is_named(tmp_path, monkeypatch):
-    import fastppo.trainer as trainer
+    import fastppo.training.trainer as trainer
 
     update = trainer.ppo_update
     monkeypatch.setattr(trainer, "ppo_update", lambda *a, **k: update(*a, **k) | {"v_loss": float("nan")})

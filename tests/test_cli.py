@@ -10,7 +10,7 @@ import sys
 import pytest
 import yaml
 
-from fastppo.cli import main
+from fastppo.cli.main import main
 
 TINY = ["--total-timesteps", "256", "--num-envs", "2", "--num-steps", "64", "--num-minibatches", "2", "--update-epochs", "1", "--progress", "false"]
 
@@ -204,7 +204,7 @@ def test_a_run_starts_with_a_header_of_what_it_trains(tmp_path, capsys):
 
 
 def test_time_split_of_a_history():
-    from fastppo.train_cli import time_split
+    from fastppo.cli.train import time_split
 
     history = [{"time/update": 3.0, "time/env": 1.0, "charts/SPS": 5.0}, {"time/update": 3.0, "time/env": 1.0}]
     assert time_split(history) == "; time: update 75%, env 25%"

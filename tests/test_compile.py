@@ -71,7 +71,7 @@ def test_inductor_compiled_run_matches_eager_on_first_update(device, backend):
 def test_compile_flag_on_a_stack_of_seeds(eager_backend, tmp_path):
     """A stack of seeds (--seeds on tensor envs) compiles its rollout forward and its loss: the
     first update of each seed as the eager stack's."""
-    from fastppo.cli import main
+    from fastppo.cli.main import main
 
     flags = ["--preset", "cleanrl-discrete", "--backend", "tensor", "--seeds", "3,5", "--num-envs", "2", "--num-steps", "64", "--total-timesteps", "256", "--no-tensorboard", "--no-progress"]
     for name, extra in (("eager", []), ("compiled", ["--compile"])):
@@ -89,7 +89,7 @@ def test_compile_on_the_cpu_keeps_an_mlps_merged_rollout_forward_and_compiles_th
     from fastppo.config import PolicyConfig
     from fastppo.policies import ActorCritic
     from fastppo.policies.fused import FusedActorCritic
-    from fastppo.rollout import PolicyStep
+    from fastppo.training.rollout import PolicyStep
 
     obs, actions = gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2)
     assert isinstance(PolicyStep(ActorCritic(obs, actions), compile=True).act, FusedActorCritic)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from fastppo.api import make_config
 from fastppo.config import Config, apply_overrides, available_presets, load_preset, preset_for_env
-from fastppo.errors import FastPPOError
 from fastppo.devices import resolve_device
+from fastppo.envs.env_config import make_config
+from fastppo.errors import FastPPOError
 
 
 def test_defaults_are_cleanrl_ppo_py():

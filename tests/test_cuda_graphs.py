@@ -20,8 +20,8 @@ import fastppo
 from fastppo.config import PPOConfig
 from fastppo.errors import FastPPOError
 from fastppo.policies import ActorCritic
-from fastppo.rollout import PolicyStep
-from fastppo.update import MinibatchStep, UpdateCoefficients, make_optimizer, set_learning_rate
+from fastppo.training.rollout import PolicyStep
+from fastppo.training.update import MinibatchStep, UpdateCoefficients, make_optimizer, set_learning_rate
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
@@ -43,9 +43,9 @@ class CPUGraph:
 def cpu_graphs(monkeypatch):
     """Patch the three CUDA-graph helpers where the rollout, the update and the trainer use them;
     yields the list of captures made."""
-    import fastppo.rollout
-    import fastppo.trainer
-    import fastppo.update
+    import fastppo.training.rollout
+    import fastppo.training.trainer
+    import fastppo.training.update
 
     captures: list[CPUGraph] = []
 
@@ -63,10 +63,10 @@ def cpu_graphs(monkeypatch):
         captures.append(CPUGraph(fn, args, outputs))
         return captures[-1], outputs
 
-    for module in (fastppo.rollout, fastppo.update):
+    for module in (fastppo.training.rollout, fastppo.training.update):
         monkeypatch.setattr(module, "capture_graph", capture)
         monkeypatch.setattr(module, "on_side_stream", lambda fn, *args: fn(*args))
-    for module in (fastppo.rollout, fastppo.update, fastppo.trainer):
+    for module in (fastppo.training.rollout, fastppo.training.update, fastppo.training.trainer):
         monkeypatch.setattr(module, "check_cudagraphs", lambda device: None)
     return captures
 
@@ -154,7 +154,7 @@ def test_cudagraphs_on_cpu_is_a_clear_error():
 
 
 def test_cudagraphs_on_cpu_exits_2_from_the_cli(capsys):
-    from fastppo.cli import main
+    from fastppo.cli.main import main
 
     code = main(["train", "CartPole-v1", "--cudagraphs", "--device", "cpu", "--total-timesteps", "1024", "--progress", "false"])
     assert code == 2

@@ -18,10 +18,10 @@ import torch
 from safetensors.torch import load_file, save_file
 
 import fastppo
-import fastppo.checkpoint
-import fastppo.trainer
-from fastppo.checkpoint import load_checkpoint
-from fastppo.cli import main
+import fastppo.training.checkpoint
+import fastppo.training.trainer
+from fastppo.cli.main import main
+from fastppo.training.checkpoint import load_checkpoint
 
 RESUMED = "checkpoints/000002"  # the copy's newest: its 000003 is removed, so a resume has an iteration to train
 
@@ -142,7 +142,7 @@ def _no_space(real: Callable) -> Callable:
 
 
 def test_a_full_disk_at_save_is_one_line_and_keeps_the_last_checkpoint(run, capsys, monkeypatch):
-    monkeypatch.setattr(fastppo.checkpoint, "save_file", _no_space(fastppo.checkpoint.save_file))
+    monkeypatch.setattr(fastppo.training.checkpoint, "save_file", _no_space(fastppo.training.checkpoint.save_file))
     assert main(["train", "--resume", str(run)]) == 2
     err = capsys.readouterr().err
     assert err.splitlines() == [
@@ -156,7 +156,7 @@ def test_a_full_disk_as_the_resume_opens_its_logs_is_one_line(run, capsys, monke
     def full(run_dir: Path, global_step: int) -> None:
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(run_dir / "metrics.jsonl"))
 
-    monkeypatch.setattr(fastppo.trainer, "rewind_metrics", full)
+    monkeypatch.setattr(fastppo.training.trainer, "rewind_metrics", full)
     assert main(["train", "--resume", str(run)]) == 2
     assert capsys.readouterr().err.splitlines() == [f"fastppo: error: cannot write the run folder {run}: No space left on device: pick a writable folder"]
     assert load_checkpoint(run).iteration == 2

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fastppo.diagnostics import HealthMonitor
+from fastppo.training.diagnostics import HealthMonitor
 
 
 def metrics(kl=0.01, clipfrac=0.1, entropy=0.6, v_loss=1.0):

@@ -1,4 +1,4 @@
-"""Data-parallel training on torchrun (fastppo.distributed): 2 gloo ranks on the CPU.
+"""Data-parallel training on torchrun (fastppo.training.distributed): 2 gloo ranks on the CPU.
 
 - one PPO update on 2 ranks x B/2 rows ends with the weights of 1 process updating on the same B
   rows with the same minibatches (every rank's minibatch i is half of the single process's), its
@@ -34,13 +34,13 @@ import torch.multiprocessing as mp
 from safetensors.torch import load_file, save_file
 
 import fastppo
-from fastppo.agent import build_agent
+from fastppo.agents.agent import build_agent
 from fastppo.config import Config, PPOConfig
 from fastppo.core.normalize import RunningMeanStd
-from fastppo.distributed import World, joined
 from fastppo.errors import FastPPOError
-from fastppo.trainer import resume_config
-from fastppo.update import MinibatchStep, UpdateCoefficients, make_optimizer, ppo_update
+from fastppo.training.distributed import World, joined
+from fastppo.training.trainer import resume_config
+from fastppo.training.update import MinibatchStep, UpdateCoefficients, make_optimizer, ppo_update
 
 ROWS, MINIBATCHES, EPOCHS = 64, 4, 3
 HALF = ROWS // 2
@@ -348,7 +348,7 @@ def test_world_size_without_the_rest_of_a_torchrun_launch_is_a_one_line_error(mo
     ],
 )
 def test_bad_torchrun_launch_input_is_one_line_and_exit_2(environ, argv, message, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
-    from fastppo.cli import main
+    from fastppo.cli.main import main
 
     for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         monkeypatch.delenv(name, raising=False)
@@ -364,7 +364,7 @@ def test_bad_torchrun_launch_input_is_one_line_and_exit_2(environ, argv, message
     [("cuda:1", "0", 2, "every rank takes the GPU of its local rank, give --device cuda"), ("cuda", "1", 1, "local rank 1 has no GPU of its own (1 on this machine)")],
 )
 def test_a_rank_without_its_own_gpu_is_a_one_line_error(device, local_rank, gpus, message, monkeypatch: pytest.MonkeyPatch):
-    from fastppo.distributed import rank_device
+    from fastppo.training.distributed import rank_device
 
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("LOCAL_RANK", local_rank)

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import fastppo
-from fastppo.cli import main
-from fastppo.evaluation import EvalResult
+from fastppo.agents.evaluation import EvalResult
+from fastppo.cli.main import main
 
 
 @pytest.fixture(scope="module")

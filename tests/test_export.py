@@ -11,8 +11,8 @@ import onnxruntime as ort
 import pytest
 
 import fastppo
-import fastppo.export
-from fastppo.cli import main
+import fastppo.agents.export
+from fastppo.cli.main import main
 from fastppo.errors import FastPPOError
 
 
@@ -69,7 +69,7 @@ def test_cli_export_matches_the_torch_policy(run, tmp_path, capsys):
 
 
 def test_torchscript_exporter_fallback_without_onnxscript(run, tmp_path, monkeypatch):
-    monkeypatch.setattr(fastppo.export, "_has_onnxscript", lambda: False)
+    monkeypatch.setattr(fastppo.agents.export, "_has_onnxscript", lambda: False)
     check_same_actions(run, fastppo.export_onnx(run, tmp_path / "legacy.onnx"))
 
 
@@ -79,7 +79,7 @@ def test_opsets_the_exporter_cannot_write_are_refused(run, tmp_path, capsys, mon
     err = capsys.readouterr().err
     assert err.startswith("fastppo: error: --opset 14 is outside what the torch.export ONNX exporter writes correctly: pick 15 to ")
     assert err.count("\n") == 1 and not path.exists()
-    monkeypatch.setattr(fastppo.export, "_has_onnxscript", lambda: False)
+    monkeypatch.setattr(fastppo.agents.export, "_has_onnxscript", lambda: False)
     assert main(["export", str(run), "--onnx", str(path), "--opset", "7"]) == 2
     assert "the TorchScript ONNX exporter writes correctly: pick 8 to " in capsys.readouterr().err
 
@@ -90,14 +90,14 @@ def test_the_lowest_opsets_export_quietly_and_correctly(run, tmp_path, capsys, m
     assert capsys.readouterr().err == ""  # no converter narration
     assert [o.version for o in onnx.load(str(path)).opset_import if o.domain == ""] == [15]
     check_same_actions(run, path)
-    monkeypatch.setattr(fastppo.export, "_has_onnxscript", lambda: False)
-    check_same_actions(run, fastppo.export.export_onnx(run, tmp_path / "p8.onnx", opset=8))
+    monkeypatch.setattr(fastppo.agents.export, "_has_onnxscript", lambda: False)
+    check_same_actions(run, fastppo.agents.export.export_onnx(run, tmp_path / "p8.onnx", opset=8))
 
 
 def test_an_export_that_keeps_another_opset_is_an_error(run, tmp_path, monkeypatch):
     # What the torch.export exporter does when it cannot convert: log a traceback, keep opset 18.
-    export = fastppo.export._torch_onnx_export
-    monkeypatch.setattr(fastppo.export, "_torch_onnx_export", lambda module, examples, outputs, path, opset, dynamo: export(module, examples, outputs, path, 18, True))
+    export = fastppo.agents.export._torch_onnx_export
+    monkeypatch.setattr(fastppo.agents.export, "_torch_onnx_export", lambda module, examples, outputs, path, opset, dynamo: export(module, examples, outputs, path, 18, True))
     with pytest.raises(FastPPOError, match="the ONNX exporter wrote opset 18, not the requested 17"):
-        fastppo.export.export_onnx(run, tmp_path / "p.onnx", opset=17)
+        fastppo.agents.export.export_onnx(run, tmp_path / "p.onnx", opset=17)
     assert not list(tmp_path.iterdir())  # neither the file nor a temporary one

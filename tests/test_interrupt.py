@@ -12,11 +12,11 @@ import time
 import pytest
 
 import fastppo
-from fastppo.checkpoint import load_checkpoint
-from fastppo.cli import main
+from fastppo.cli.main import main
 from fastppo.errors import Interrupted
-from fastppo.logger import RunLogger
-from fastppo.trainer import StopRequest
+from fastppo.training.checkpoint import load_checkpoint
+from fastppo.training.logger import RunLogger
+from fastppo.training.trainer import StopRequest
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
@@ -99,9 +99,9 @@ def test_a_second_signal_stops_at_once_where_the_state_is_cut_but_not_a_repeat_i
 def test_a_second_signal_cuts_the_iteration_short_and_says_what_is_lost(tmp_path, monkeypatch, capsys):
     """Ctrl-C twice in one iteration's update: the run stops there, without a traceback (the CLI
     prints the note), its newest checkpoint kept, and says which iterations are lost."""
-    import fastppo.trainer
+    import fastppo.training.trainer
 
-    update, calls = fastppo.trainer.ppo_update, []
+    update, calls = fastppo.training.trainer.ppo_update, []
 
     def twice_in_the_fourth(*args, **kwargs):
         calls.append(1)
@@ -110,7 +110,7 @@ def test_a_second_signal_cuts_the_iteration_short_and_says_what_is_lost(tmp_path
             signal.raise_signal(signal.SIGINT)
         return update(*args, **kwargs)
 
-    monkeypatch.setattr(fastppo.trainer, "ppo_update", twice_in_the_fourth)
+    monkeypatch.setattr(fastppo.training.trainer, "ppo_update", twice_in_the_fourth)
     run = tmp_path / "run"
     assert main(["train", "CartPole-v1", "--num-envs", "2", "--num-steps", "64", "--total-timesteps", "2048", "--checkpoint-every", "2",
                  "--no-progress", "--no-tensorboard", "--run-dir", str(run)]) == 130  # fmt: skip

@@ -9,7 +9,7 @@ import re
 
 from rich.console import Console
 
-from fastppo.logger import RunLogger
+from fastppo.training.logger import RunLogger
 
 
 def test_history_jsonl_and_progress_keep_the_last_return(tmp_path, monkeypatch):

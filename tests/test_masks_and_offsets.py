@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import fastppo
-from fastppo.cli import main
+from fastppo.cli.main import main
 from fastppo.errors import FastPPOError
 
 TINY = dict(total_timesteps=512, num_envs=2, num_steps=64, num_minibatches=2, update_epochs=2, progress=False, tensorboard=False)
@@ -33,7 +33,7 @@ def test_the_update_scores_every_row_under_the_mask_it_was_sampled_with():
     from fastppo.envs import make_vec_env
     from fastppo.policies import ActorCritic
     from fastppo.profiling import SectionTimer
-    from fastppo.rollout import EnvCursor, ObservationNormalizer, RolloutBuffer, collect_rollout
+    from fastppo.training.rollout import EnvCursor, ObservationNormalizer, RolloutBuffer, collect_rollout
 
     config = fastppo.make_config("tests.fake_envs:InfoMaskedChoiceEnv", "cleanrl-discrete", {"num_envs": 3})
     envs = make_vec_env(config.env, torch.device("cpu"))

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 import fastppo
-from fastppo.agent import load_agent
-from fastppo.api import make_config
+from fastppo.agents.agent import load_agent
 from fastppo.envs import make_single_env
+from fastppo.envs.env_config import make_config
 
 pytest.importorskip("mujoco", reason="MuJoCo is not installed: pip install 'fastppo[mujoco]'")
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")  # gymnasium warns that v4 ids are old

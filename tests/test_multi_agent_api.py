@@ -13,10 +13,10 @@ import pytest
 import torch
 
 import fastppo
-from fastppo.cli import main
-from fastppo.evaluation import agent_rows_env
+from fastppo.agents.evaluation import agent_rows_env
+from fastppo.cli.main import main
 from fastppo.envs.pettingzoo_vec import make_parallel_env
-from fastppo.trainer import progress_summary, train
+from fastppo.training.trainer import progress_summary, train
 
 CHASE = "pz:tests.fake_pz_teams"
 RELAY = "pz:tests.fake_pz_envs"

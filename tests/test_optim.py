@@ -1,4 +1,4 @@
-"""fastppo.optim.FusedAdam is torch.optim.Adam(fused=True), bit for bit (without torch._dynamo: tests/test_cold_start.py)."""
+"""fastppo.training.optim.FusedAdam is torch.optim.Adam(fused=True), bit for bit (without torch._dynamo: tests/test_cold_start.py)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import copy
 import pytest
 import torch
 
-from fastppo.optim import FusedAdam
-from fastppo.update import make_optimizer
+from fastppo.training.optim import FusedAdam
+from fastppo.training.update import make_optimizer
 
 
 def steps(opt, param, grads, lrs):

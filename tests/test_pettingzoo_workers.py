@@ -14,13 +14,14 @@ import pytest
 import torch
 
 import fastppo
-import fastppo.envs.pettingzoo_vec as pettingzoo_vec
-from fastppo.checkpoint import list_checkpoints
+import fastppo.envs.make as env_make
 from fastppo.config import EnvConfig, MultiAgentConfig
-from fastppo.envs.pettingzoo_vec import make_parallel_env, make_pettingzoo_env
+from fastppo.envs.make import make_pettingzoo_env
+from fastppo.envs.pettingzoo_vec import make_parallel_env
 from fastppo.envs.pettingzoo_workers import PettingZooWorkers
 from fastppo.errors import FastPPOError
-from fastppo.trainer import resume_config, train
+from fastppo.files.run_folder import list_checkpoints
+from fastppo.training.trainer import resume_config, train
 from tests.test_multi_agent import RELAY, TINY
 from tests.test_resume import metrics, stop_after
 
@@ -32,7 +33,7 @@ episodes that end mid-rollout."""
 
 def env_pair(monkeypatch, copies: int, cpus: int, env_id: str = RELAY, env_kwargs: dict | None = None, **multi_agent) -> tuple:
     """The same copies on the sync backend and split into ``cpus`` blocks (all but the first in worker processes)."""
-    monkeypatch.setattr(pettingzoo_vec, "available_cpus", lambda: cpus)
+    monkeypatch.setattr(env_make, "available_cpus", lambda: cpus)
     cfg = EnvConfig(env_id=env_id, num_envs=copies, env_kwargs=env_kwargs or {})
     ma = MultiAgentConfig(**multi_agent)
     sync = make_pettingzoo_env(cfg, ma, CPU)
@@ -71,7 +72,7 @@ def test_worker_rows_equal_the_sync_rows_step_by_step(monkeypatch, cpus, env_id,
 
 def test_an_async_run_equals_the_sync_run(tmp_path, monkeypatch):
     """Same seed, sync vs async with the copies in two blocks (one in a worker): the same weights, metrics and episodes."""
-    monkeypatch.setattr(pettingzoo_vec, "available_cpus", lambda: 2)
+    monkeypatch.setattr(env_make, "available_cpus", lambda: 2)
     overrides = TINY | {"num_envs": 3, "env_kwargs": json.dumps(PADDED), "multi_agent.pad": True, "multi_agent.algorithm": "mappo"}
     runs = {backend: train(fastppo.make_config(RELAY, "cleanrl-discrete", overrides | {"backend": backend}), tmp_path / backend) for backend in ("sync", "async")}
     for name, value in runs["sync"].policy.state_dict().items():

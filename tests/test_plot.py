@@ -8,8 +8,8 @@ import matplotlib.image as mpimg
 import pytest
 
 import fastppo
-from fastppo.cli import main
-from fastppo.plot import group_runs, read_run
+from fastppo.cli.main import main
+from fastppo.experiments.plot import group_runs, read_run
 
 
 @pytest.fixture(scope="module")

@@ -29,9 +29,9 @@ import pytest
 import torch
 
 import fastppo.api
-import fastppo.train_cli
-import fastppo.trainer
-from fastppo.cli import main
+import fastppo.cli.train
+import fastppo.training.trainer
+from fastppo.cli.main import main
 
 ROOT = Path(__file__).parent.parent
 README = ROOT / "README.md"
@@ -129,11 +129,11 @@ def short_budget(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     budget under one batch still fails as it would for a user), and failed where the budget as
     written gives too few updates to learn (``few_updates_warning``); a resume trains ``UPDATES``
     more at most; ``fastppo rlhf``/``dpo``/``reward-model`` take ``--steps`` up to ``UPDATES``."""
-    as_written, resumed = fastppo.api.resolved_config, fastppo.trainer.resume_config
+    as_written, resumed = fastppo.api.resolved_config, fastppo.training.trainer.resume_config
 
     def short_config(env_id, preset=None, overrides=None):
         config, name = as_written(env_id, preset, overrides)
-        warning = fastppo.trainer.few_updates_warning(config)
+        warning = fastppo.training.trainer.few_updates_warning(config)
         assert warning is None, f"the README's command as written warns: {warning}"
         config.ppo.total_timesteps = min(config.ppo.total_timesteps, UPDATES * config.batch_size)
         return config, name
@@ -145,8 +145,8 @@ def short_budget(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
     with monkeypatch.context() as patch:
         patch.setattr(fastppo.api, "resolved_config", short_config)
-        patch.setattr(fastppo.train_cli, "resolved_config", short_config)
-        patch.setattr(fastppo.trainer, "resume_config", short_resume)
+        patch.setattr(fastppo.cli.train, "resolved_config", short_config)
+        patch.setattr(fastppo.training.trainer, "resume_config", short_resume)
         yield
 
 

@@ -13,8 +13,8 @@ from fastppo.envs import make_vec_env
 from fastppo.errors import FastPPOError
 from fastppo.policies import ActorCritic
 from fastppo.profiling import SectionTimer
-from fastppo.rollout import EnvCursor, ObservationNormalizer, RolloutBuffer, collect_rollout
-from fastppo.update import minibatch
+from fastppo.training.rollout import EnvCursor, ObservationNormalizer, RolloutBuffer, collect_rollout
+from fastppo.training.update import minibatch
 
 TINY = dict(total_timesteps=512, num_envs=4, num_steps=64, num_minibatches=2, update_epochs=2, progress=False, tensorboard=False)
 
@@ -94,7 +94,7 @@ def test_recurrent_agent_api_and_evaluation(tmp_path):
 def test_the_state_agent_step_returns_is_an_ordinary_tensor_and_arrays_are_cast():
     """A finished row of a batch is zeroed in place (an inference tensor would refuse), and a
     float64 numpy state (e.g. stored by the caller) acts exactly as the float32 tensor."""
-    from fastppo.agent import build_agent
+    from fastppo.agents.agent import build_agent
 
     config = fastppo.make_config("CartPoleNoVelocity-v1", overrides={"policy.memory_size": 8})
     agent = build_agent(config, gym.spaces.Box(-1, 1, (2,)), gym.spaces.Discrete(2), torch.device("cpu"))
@@ -167,7 +167,7 @@ def test_popgym_preset_learns_repeat_previous():
 
 
 def test_fastppo_record_eval_and_export_carry_the_state_of_a_recurrent_run(tmp_path, capsys):
-    from fastppo.cli import main
+    from fastppo.cli.main import main
 
     fastppo.train("CartPoleNoVelocity-v1", run_dir=tmp_path / "run", **{**TINY, "num_minibatches": 1})
     assert main(["export", str(tmp_path / "run"), "--onnx", str(tmp_path / "nov.onnx")]) == 0

@@ -16,10 +16,10 @@ from rliable import library as rly
 from rliable import metrics
 
 import fastppo
-from fastppo.cli import main
-from fastppo.plot import Run
-from fastppo.report import Estimate, GroupStats, collect, csv_table, final_score, interval_estimates, iqm_curve, markdown_table, normalized_profiles
-from fastppo.report_figures import score_distribution
+from fastppo.cli.main import main
+from fastppo.experiments.plot import Run
+from fastppo.experiments.report import Estimate, GroupStats, collect, csv_table, final_score, interval_estimates, iqm_curve, markdown_table, normalized_profiles
+from fastppo.experiments.report_figures import score_distribution
 
 SCORES = np.random.RandomState(0).normal(200.0, 50.0, size=(10, 1))
 
@@ -201,7 +201,7 @@ def test_curves_draw_each_config_on_the_steps_its_runs_cover(tmp_path, monkeypat
     full-length ones: each is drawn on its own steps."""
     from rliable import plot_utils
 
-    from fastppo.report_figures import plot_curves
+    from fastppo.experiments.report_figures import plot_curves
 
     drawn = {}
     draw = plot_utils.plot_sample_efficiency_curve

@@ -11,10 +11,10 @@ import torch
 from safetensors.torch import load_file
 
 import fastppo
-from fastppo.checkpoint import list_checkpoints
-from fastppo.cli import main
-from fastppo.logger import RunLogger
-from fastppo.trainer import resume_config, train
+from fastppo.cli.main import main
+from fastppo.files.run_folder import list_checkpoints
+from fastppo.training.logger import RunLogger
+from fastppo.training.trainer import resume_config, train
 
 ITERATIONS = 6  # of 32 steps x 4 envs
 UNTIMED = ("time", "charts/SPS")
@@ -120,9 +120,9 @@ def test_a_user_env_that_does_not_declare_plain_state_resumes_with_fresh_episode
     ],
 )
 def test_which_gymnasium_envs_resume_exactly(env_id, exact):
-    from fastppo.checkpoint import env_is_exact
     from fastppo.config import EnvConfig
     from fastppo.envs import make_vec_env
+    from fastppo.training.checkpoint import env_is_exact
 
     envs = make_vec_env(EnvConfig(env_id=env_id, num_envs=2), torch.device("cpu"))
     try:

@@ -18,11 +18,11 @@ import numpy as np
 import pytest
 
 import fastppo
-import fastppo.export
-from fastppo.cli import main
+import fastppo.agents.export
+from fastppo.agents.space_data import spaces_from_data, spaces_to_data
+from fastppo.cli.main import main
+from fastppo.envs.layout import ObservationLayout
 from fastppo.errors import FastPPOError
-from fastppo.layout import ObservationLayout
-from fastppo.space_data import spaces_from_data, spaces_to_data
 
 SRC = Path(fastppo.__file__).parents[1]
 # Importing this writes the marker file beside it: the payload a malicious folder would run.
@@ -89,8 +89,8 @@ def test_a_command_that_needs_the_env_refuses_user_code_the_folder_names(trained
 @pytest.mark.parametrize("env_id", USER_CODE)
 def test_export_needs_no_env(trained, tmp_path, env_id, monkeypatch):
     sent_folder(trained, tmp_path, env_id)
-    monkeypatch.chdir(tmp_path)  # in this process (fastppo.loading puts the working directory on sys.path too)
-    monkeypatch.setattr(fastppo.export, "_has_onnxscript", lambda: False)  # the TorchScript exporter: 10x faster here
+    monkeypatch.chdir(tmp_path)  # in this process (fastppo.env_ids puts the working directory on sys.path too)
+    monkeypatch.setattr(fastppo.agents.export, "_has_onnxscript", lambda: False)  # the TorchScript exporter: 10x faster here
     assert main(["export", "run", "--onnx", "policy.onnx"]) == 0
     assert (tmp_path / "policy.onnx").is_file() and not (tmp_path / "MARKER").exists()
 

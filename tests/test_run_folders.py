@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 
 import fastppo
-from fastppo.api import default_run_dir, make_config
-from fastppo.cli import main
+from fastppo.cli.main import main
+from fastppo.envs.env_config import make_config
 from fastppo.errors import FastPPOError
+from fastppo.files.run_folder import default_run_dir
 
 TINY = ["--num-envs", "2", "--num-steps", "64", "--total-timesteps", "256", "--no-tensorboard", "--no-progress"]
 API_TINY = {"num_envs": 2, "num_steps": 64, "total_timesteps": 256, "tensorboard": False, "progress": False}

@@ -14,9 +14,9 @@ import pytest
 import torch
 
 import fastppo
-from fastppo.checkpoint import load_checkpoint
-from fastppo.cli import main
+from fastppo.cli.main import main
 from fastppo.errors import FastPPOError
+from fastppo.training.checkpoint import load_checkpoint
 
 SRC = Path(fastppo.__file__).parent
 

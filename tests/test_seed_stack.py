@@ -1,4 +1,4 @@
-"""Seeds trained in one process as one batched computation (fastppo.seed_stack):
+"""Seeds trained in one process as one batched computation (fastppo.training.seed_stack):
 ``fastppo train ENV --backend tensor --seeds 1-64``."""
 
 from __future__ import annotations
@@ -18,12 +18,12 @@ import pytest
 import torch
 
 from fastppo import evaluate, load
-from fastppo.checkpoint import load_checkpoint
-from fastppo.cli import main
-from fastppo.errors import FastPPOError
+from fastppo.cli.main import main
 from fastppo.envs.tensor import make_tensor_env
-from fastppo.optim import FusedAdam
-from fastppo.seed_stack import SeedAdam
+from fastppo.errors import FastPPOError
+from fastppo.training.checkpoint import load_checkpoint
+from fastppo.training.optim import FusedAdam
+from fastppo.training.seed_stack import SeedAdam
 
 TINY = ["--backend", "tensor", "--num-envs", "4", "--num-steps", "64", "--total-timesteps", "1024", "--no-tensorboard", "--no-progress"]
 COMPARED = ("losses/policy_loss", "losses/value_loss", "losses/entropy", "losses/approx_kl", "losses/clipfrac", "losses/grad_norm", "losses/explained_variance")
@@ -176,16 +176,16 @@ def test_a_signal_stops_every_worker_with_a_checkpoint(tmp_path, sig, group):
 
 
 def test_a_worker_that_dies_is_a_failed_seed_and_the_others_finish(tmp_path, capsys, monkeypatch):
-    import fastppo.trainer
+    import fastppo.training.trainer
 
-    train_seed_stack = fastppo.trainer.train_seed_stack
+    train_seed_stack = fastppo.training.trainer.train_seed_stack
 
     def killed_with_seed_2(config, seeds, *args, **kwargs):  # in the forked worker: as the OOM killer would
         if 2 in seeds:
             os.kill(os.getpid(), signal.SIGKILL)
         return train_seed_stack(config, seeds, *args, **kwargs)
 
-    monkeypatch.setattr(fastppo.trainer, "train_seed_stack", killed_with_seed_2)
+    monkeypatch.setattr(fastppo.training.trainer, "train_seed_stack", killed_with_seed_2)
     parent = tmp_path / "stack"
     assert main(["train", "CartPole-v1", *TINY, "--seeds", "1-2", "--workers", "2", "--run-dir", str(parent)]) == 1
     out = capsys.readouterr().out
@@ -339,13 +339,13 @@ def test_a_stopped_stack_resumes_as_one_exactly(tmp_path, capsys, env_id, extra)
 
 
 def test_a_stack_stopped_by_an_error_points_to_its_seeds_checkpoints(tmp_path, capsys, monkeypatch):
-    import fastppo.trainer
+    import fastppo.training.trainer
 
     def diverge_at_iteration_3(metrics, agent, optimizer, iteration, global_step):
         if iteration == 3:
             raise FastPPOError(f"training stopped at iteration {iteration}: loss became NaN/Inf")
 
-    monkeypatch.setattr(fastppo.trainer, "check_finite", diverge_at_iteration_3)
+    monkeypatch.setattr(fastppo.training.trainer, "check_finite", diverge_at_iteration_3)
     parent = tmp_path / "stack"
     assert main(["train", "CartPole-v1", *TINY, "--checkpoint-every", "1", "--seeds", "1-2", *ONE_STACK, "--run-dir", str(parent)]) == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
@@ -485,7 +485,7 @@ def test_bad_stop_flags_are_one_line_errors(tmp_path, capsys, flags, message):
 def test_a_signal_in_the_iteration_that_reaches_the_stop_return_leaves_a_finished_run(tmp_path, capsys, monkeypatch):
     import signal
 
-    from fastppo.logger import RunLogger
+    from fastppo.training.logger import RunLogger
 
     log = RunLogger.log
 

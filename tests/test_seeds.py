@@ -16,11 +16,11 @@ from safetensors.torch import load_file
 
 import fastppo
 
-from fastppo.checkpoint import load_checkpoint
-from fastppo.cli import main
+from fastppo.cli.main import main
 from fastppo.errors import FastPPOError
-from fastppo import seeds as seeds_module
-from fastppo.seeds import parse_seeds, seed_list
+from fastppo.experiments import seeds as seeds_module
+from fastppo.experiments.seeds import parse_seeds, seed_list
+from fastppo.training.checkpoint import load_checkpoint
 
 TINY = ["--num-envs", "2", "--num-steps", "64", "--total-timesteps", "512", "--no-tensorboard", "--no-progress"]
 

@@ -10,11 +10,12 @@ import pytest
 import torch
 from torch import nn
 
-from fastppo.api import make_config
 from fastppo.config import PPOConfig
 from fastppo.core import normalize_advantages, ppo_loss
+from fastppo.envs.env_config import make_config
 from fastppo.policies import ActorCritic
-from fastppo.update import UpdateCoefficients, flatten_parameters, make_optimizer, ppo_update, set_learning_rate
+from fastppo.training.optim import flatten_parameters
+from fastppo.training.update import UpdateCoefficients, make_optimizer, ppo_update, set_learning_rate
 
 
 def reference_update(policy, optimizer, batch, cfg, coefs):
@@ -100,7 +101,7 @@ def test_flattened_parameters_are_views_of_one_buffer_with_one_gradient():
 
 def test_an_optimizer_not_from_make_optimizer_is_a_clear_error():
     from fastppo.errors import FastPPOError
-    from fastppo.update import MinibatchStep
+    from fastppo.training.update import MinibatchStep
 
     policy = ActorCritic(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2))
     with pytest.raises(FastPPOError, match="make_optimizer"):

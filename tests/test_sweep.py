@@ -17,13 +17,13 @@ import yaml
 from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.trial import TrialState
 
-import fastppo.trainer
-from fastppo.api import make_config
+import fastppo.training.trainer
+from fastppo.cli.main import main
 from fastppo.config import available_cpus
-from fastppo.cli import main
-from fastppo.report import collect
-from fastppo.sweep import PRUNED_BECAUSE, PruningReport, open_storage
-from fastppo.sweep_space import DEFAULT_SPACE, load_space
+from fastppo.envs.env_config import make_config
+from fastppo.experiments.report import collect
+from fastppo.experiments.sweep import PRUNED_BECAUSE, PruningReport, open_storage
+from fastppo.experiments.sweep_space import DEFAULT_SPACE, load_space
 
 TINY = ["--num-envs", "2", "--num-steps", "64", "--total-timesteps", "512", "--no-tensorboard"]
 CONSOLE = [sys.executable, "-m", "fastppo"]
@@ -221,7 +221,7 @@ def test_pruning_reports_the_score_so_far_on_a_grid_of_the_budget():
 
 def test_an_exception_from_on_iteration_ends_the_run_with_its_envs_closed(tmp_path, monkeypatch):
     closed = []
-    make = fastppo.trainer.make_vec_env
+    make = fastppo.training.trainer.make_vec_env
 
     def recording_make(*args, **kwargs):
         envs = make(*args, **kwargs)
@@ -229,7 +229,7 @@ def test_an_exception_from_on_iteration_ends_the_run_with_its_envs_closed(tmp_pa
         envs.close = lambda: closed.append(True) or close()
         return envs
 
-    monkeypatch.setattr(fastppo.trainer, "make_vec_env", recording_make)
+    monkeypatch.setattr(fastppo.training.trainer, "make_vec_env", recording_make)
     steps: list[int] = []
 
     def stop_at_second(step: int, metrics: dict[str, float]) -> None:
@@ -239,7 +239,7 @@ def test_an_exception_from_on_iteration_ends_the_run_with_its_envs_closed(tmp_pa
 
     config = make_config("CartPole-v1", None, {"num_envs": 2, "num_steps": 64, "total_timesteps": 1024, "progress": False, "tensorboard": False})
     with pytest.raises(optuna.TrialPruned):
-        fastppo.trainer.train(config, tmp_path / "run", on_iteration=stop_at_second)
+        fastppo.training.trainer.train(config, tmp_path / "run", on_iteration=stop_at_second)
     assert steps == [128, 256] and closed == [True]
     assert len((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()) == 2 and not (tmp_path / "run" / "policy.safetensors").exists()
 
@@ -318,12 +318,12 @@ def test_workers_share_the_cores_between_their_stacks(tmp_path):
 
 
 def test_a_trial_on_tensor_envs_trains_its_seeds_as_one_stack(tmp_path, monkeypatch):
-    from fastppo.sweep import Sweep, run_trial
+    from fastppo.experiments.sweep import Sweep, run_trial
 
     stacks = []
-    train_seed_stack = fastppo.trainer.train_seed_stack
-    monkeypatch.setattr(fastppo.trainer, "train_seed_stack", lambda config, seeds, *a, **k: stacks.append(seeds) or train_seed_stack(config, seeds, *a, **k))
-    monkeypatch.setattr(fastppo.trainer, "train", lambda *a, **k: pytest.fail("a trial on tensor envs trained a single run"))
+    train_seed_stack = fastppo.training.trainer.train_seed_stack
+    monkeypatch.setattr(fastppo.training.trainer, "train_seed_stack", lambda config, seeds, *a, **k: stacks.append(seeds) or train_seed_stack(config, seeds, *a, **k))
+    monkeypatch.setattr(fastppo.training.trainer, "train", lambda *a, **k: pytest.fail("a trial on tensor envs trained a single run"))
     base = make_config("CartPole-v1", overrides={"backend": "tensor", "num_envs": 2, "num_steps": 64, "total_timesteps": 512, "tensorboard": False})
     space = {"ppo.learning_rate": optuna.distributions.FloatDistribution(1e-3, 1e-2, log=True)}
     sweep = Sweep(base, space, (1, 2), 1, tmp_path, "sqlite://", "s", 60, 0)

@@ -114,7 +114,7 @@ def test_reset_rows_are_masked_out():
     from fastppo.envs import make_vec_env
     from fastppo.policies import ActorCritic
     from fastppo.profiling import SectionTimer
-    from fastppo.rollout import EnvCursor, ObservationNormalizer, RolloutBuffer, collect_rollout
+    from fastppo.training.rollout import EnvCursor, ObservationNormalizer, RolloutBuffer, collect_rollout
 
     config = fastppo.make_config("CartPole-v1", "cleanrl-discrete", {"num_envs": 3})
     envs = make_vec_env(config.env, torch.device("cpu"))
@@ -142,7 +142,7 @@ def test_a_gpu_note_for_an_mlp_on_host_envs_and_none_where_a_gpu_pays():
     from fastppo.envs import make_vec_env
     from fastppo.envs.tensor import make_tensor_env
     from fastppo.policies import ActorCritic
-    from fastppo.trainer import gpu_note
+    from fastppo.training.trainer import gpu_note
 
     cuda, cpu = torch.device("cuda"), torch.device("cpu")  # device objects only: no GPU needed
     host = make_vec_env(EnvConfig(env_id="CartPole-v1", num_envs=2, backend="sync"), cpu)
@@ -169,7 +169,7 @@ def test_the_rollout_stays_on_the_cpu_for_host_envs_and_on_the_device_for_tensor
 
 
 def test_packed_copy_hands_back_each_output_exactly_in_its_dtype_and_shape():
-    from fastppo.rollout import packed_copy
+    from fastppo.training.rollout import packed_copy
 
     gen = torch.Generator().manual_seed(0)
     outputs = (

@@ -11,11 +11,11 @@ import pytest
 import torch
 
 import fastppo
-from fastppo.cli import main
+from fastppo.cli.main import main
+from fastppo.env_ids import named_object
 from fastppo.envs.gymnasium_vec import gym_make
 from fastppo.envs.tensor import make_tensor_env
 from fastppo.errors import FastPPOError
-from fastppo.loading import named_object
 from tests.fake_envs import MatchTensorEnv
 
 FAKE_ENVS_FILE = Path(__file__).parent / "fake_envs.py"

@@ -10,7 +10,7 @@ __version__ = "0.1.0"
 
 # Imported on first use, not with the package: the ``fastppo`` command imports torch inside its
 # own error handling, so that a Ctrl-C during its start-up is one line, not a traceback.
-_HOMES = {"Agent": "fastppo.agent", "Config": "fastppo.config"}
+_HOMES = {"Agent": "fastppo.agents.agent", "Config": "fastppo.config"}
 
 
 def __getattr__(name: str) -> Any:

@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 import yaml
 
+from fastppo.env_ids import is_atari, is_pettingzoo
 from fastppo.errors import FastPPOError
 
 PRESET_DIR = Path(__file__).parent / "presets"
@@ -263,8 +264,6 @@ class Config:
             raise FastPPOError(f"--run.keep-checkpoints must be >= 1, got {self.run.keep_checkpoints}")
         if self.ppo.target_kl is not None and not self.ppo.target_kl > 0:  # NaN too
             raise FastPPOError(f"--ppo.target-kl must be > 0 or none, got {self.ppo.target_kl}")
-        from fastppo.envs.pettingzoo_vec import is_pettingzoo  # lazy: fastppo.envs imports this module
-
         if not is_pettingzoo(self.env.env_id):  # else once its agents are known (trainer.train_rank)
             self.check_batch(minibatches_from=minibatches_from)
         if self.num_iterations < 1:
@@ -308,8 +307,6 @@ class Config:
             )
 
     def _validate_multi_agent(self) -> None:
-        from fastppo.envs.pettingzoo_vec import is_pettingzoo  # lazy: fastppo.envs imports this module
-
         if not is_pettingzoo(self.env.env_id):
             return
         if self.env.backend not in ("sync", "async"):
@@ -463,9 +460,6 @@ def preset_for_env(env_id: str, continuous: bool) -> str:
     version; a PettingZoo ``pz:mpe2.simple_spread_v3`` also by its module's last component,
     ``simple_spread_v3`` or ``simple_spread``), else the family's (``atari`` for every ALE
     game), else CleanRL's defaults for the action type."""
-    from fastppo.envs.atari import is_atari  # lazy: fastppo.envs imports this module
-    from fastppo.envs.pettingzoo_vec import is_pettingzoo
-
     names = available_presets()
     base = env_id.split(":")[-1].split("/")[-1]
     candidates = [base, base.rsplit("-v", 1)[0]]

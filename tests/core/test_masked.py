@@ -106,7 +106,7 @@ def test_non_finite_values_in_masked_entries_do_not_leak():
 
 def test_normalize_advantages_from_moments_summed_over_parts_equals_normalising_the_joined_batch():
     # Two "ranks" hold halves of one minibatch; summing their (count, sum, sum of squares) is what
-    # the all-reduce of fastppo.update.rank_shares does.
+    # the all-reduce of fastppo.training.update.rank_shares does.
     x, mask = make(5, shape=(40,))
     for valid in (mask, torch.ones_like(mask)):
         halves = [slice(0, 20), slice(20, 40)]

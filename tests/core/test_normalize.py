@@ -155,7 +155,7 @@ def test_reward_scaler_leaves_reset_rows_out_of_the_return_statistics():
 
 
 def test_moments_of_several_processes_fold_into_the_statistics_of_all_their_batches():
-    # Data-parallel ranks (fastppo.distributed.SyncedStatistics): each starts from the same base,
+    # Data-parallel ranks (fastppo.training.distributed.SyncedStatistics): each starts from the same base,
     # folds in its own batches (masked ones too), and the summed moments_since fold back into the
     # statistics one process gets from the base's data plus every rank's batches.
     rng = np.random.default_rng(7)

@@ -23,12 +23,10 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 
 from fastppo.errors import FastPPOError
-from fastppo.rlhf import dpo as dpo_module
-from fastppo.rlhf import trainer as trainer_module
-from fastppo.rlhf.config import DPOConfig, DPOTrainerConfig, ModelConfig, RunConfig
+from fastppo.rlhf import dpo as dpo_module, trainer as trainer_module
+from fastppo.rlhf.config import DPOConfig, DPOTrainerConfig, ModelConfig, RunConfig, validate_parallel
 from fastppo.rlhf.data import PreferencePair, batch_indices
 from fastppo.rlhf.models import Precision, load_models
-from fastppo.rlhf.parallel import validate_parallel
 from fastppo.rlhf.rewards import compute_scores, shape_scores
 from fastppo.rlhf.rollout import Rollout, collect_rollout
 from tests.rlhf.tiny import PROMPTS, early_letters, tiny_config

@@ -140,7 +140,7 @@ def test_wandb_missing_is_a_one_line_error(monkeypatch) -> None:
 def test_wandb_refusing_to_start_is_a_one_line_error(tmp_path, monkeypatch) -> None:
     """No API key (wandb.init's UsageError) or any other W&B error: a FastPPOError, not a traceback."""
     wandb = pytest.importorskip("wandb")
-    from fastppo.logger import RunLogger
+    from fastppo.training.logger import RunLogger
 
     def refuse(**kwargs):
         raise wandb.errors.UsageError("No API key configured. Use `wandb login` to log in.")

@@ -10,6 +10,7 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
+from fastppo.core import ppo_loss
 from fastppo.rlhf.config import DPOConfig, DPOTrainerConfig, ModelConfig, RunConfig
 from fastppo.rlhf.data import PreferencePair
 from fastppo.rlhf.dpo import train_dpo
@@ -17,7 +18,6 @@ from fastppo.rlhf.models import Precision, load_models
 from fastppo.rlhf.rewards import sequence_advantages
 from fastppo.rlhf.tokens import encode_completions, encode_prompts, forward_tokens
 from fastppo.rlhf.trainer import train
-from fastppo.core import ppo_loss
 from tests.rlhf.tiny import PROMPTS, early_letters, tiny_config
 
 CPU = torch.device("cpu")

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-import fastppo.checkpoint as ppo_checkpoint
+import fastppo.training.checkpoint as ppo_checkpoint
 from fastppo.errors import FastPPOError
 from fastppo.rlhf.checkpoint import LATEST, latest_checkpoint, load_training_state, save_checkpoint
 from fastppo.rlhf.config import ModelConfig
@@ -49,7 +49,7 @@ COMMANDS = ["rlhf", "dpo", "reward-model"]
 @pytest.fixture(scope="module")
 def ppo_run(tmp_path_factory) -> Path:
     """A real `fastppo train` run folder (agent.json, policy.safetensors, metrics.jsonl, checkpoints/)."""
-    from fastppo.cli import main
+    from fastppo.cli.main import main
 
     run_dir = tmp_path_factory.mktemp("ppo") / "run"
     argv = ["train", "CartPole-v1", "--run-dir", str(run_dir), "--total-timesteps", "256", "--num-envs", "2", "--num-steps", "64", "--no-tensorboard", "--no-progress"]
@@ -112,8 +112,8 @@ def test_a_save_killed_before_its_rename_leaves_the_last_checkpoint(tiny_model, 
             raise KeyboardInterrupt  # the process dies here: the folder is written and fsynced, not yet renamed
         real_replace(src, dst)
 
-    monkeypatch.setattr("fastppo.checkpoint._fsync_file", recording_fsync)
-    monkeypatch.setattr("fastppo.checkpoint.os.replace", killed_at_the_rename)
+    monkeypatch.setattr("fastppo.training.checkpoint._fsync_file", recording_fsync)
+    monkeypatch.setattr("fastppo.training.checkpoint.os.replace", killed_at_the_rename)
     with pytest.raises(KeyboardInterrupt):
         save_checkpoint(tmp_path, 2, models, optimizer, {"kl_coef": 0.2}, keep=2)
     monkeypatch.undo()

@@ -78,7 +78,7 @@ def run_cli(argv: list[str]) -> int:
 def cli_error(argv: list[str], capsys) -> str:
     """``fastppo ARGV`` through the real entry point, failing as a user error must: exit code 2 and
     one line on stderr, no traceback. Returns that line."""
-    from fastppo.cli import main
+    from fastppo.cli.main import main
 
     capsys.readouterr()
     assert main(argv) == 2
@@ -88,8 +88,8 @@ def cli_error(argv: list[str], capsys) -> str:
 
 
 def parse_cli(argv: list[str]):
-    from fastppo.cli import OneLineErrorParser
-    from fastppo.rlhf.cli import register
+    from fastppo.cli.flags import OneLineErrorParser
+    from fastppo.cli.rlhf import register
 
     parser = OneLineErrorParser(prog="fastppo")
     register(parser.add_subparsers(dest="command", required=True, parser_class=OneLineErrorParser))

@@ -3,7 +3,7 @@
 Each takes tensors of any common shape ([B] for gymnasium minibatches, [B, L] for LM tokens) and
 an optional validity mask, and returns ``(loss, metrics)``; metrics are detached tensors so that a
 trainer can sum them without a host sync per minibatch. With ``dim`` the means run along that axis
-only: a stack of seeds (fastppo.seed_stack) gets one loss and one metric per seed.
+only: a stack of seeds (fastppo.training.seed_stack) gets one loss and one metric per seed.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 One mask serves every caller: gymnasium reset rows (NEXT_STEP autoreset), padded recurrent
 sequences and the prompt/padding/post-EOS tokens of a language-model rollout. ``dim`` reduces
-along one axis instead of over everything: seeds trained as one stack (fastppo.seed_stack) keep one
+along one axis instead of over everything: seeds trained as one stack (fastppo.training.seed_stack) keep one
 statistic per seed, rows ``[seeds, rows]`` reduced along ``dim=-1``.
 """
 

@@ -20,7 +20,7 @@ class RunningMeanStd:
     def __init__(
         self, shape: tuple[int, ...] = (), device: torch.device | str = "cpu", epsilon: float = 1e-4, norm_epsilon: float = 1e-8, groups: int | None = None
     ):
-        """``groups``: one statistic per group of rows (a stack of seeds, fastppo.seed_stack): a
+        """``groups``: one statistic per group of rows (a stack of seeds, fastppo.training.seed_stack): a
         batch's rows are ``groups`` equal blocks, block g feeding statistic g only."""
         self.groups = groups
         full = shape if groups is None else (groups, *shape)
@@ -37,7 +37,7 @@ class RunningMeanStd:
 
     def _extra_columns(self, x: Tensor) -> int:
         """How many trailing columns of ``x`` lie past the statistics (0 for a matching shape):
-        rows may end in columns kept raw (the agent-id one-hots of fastppo.layout.ObservationLayout)."""
+        rows may end in columns kept raw (the agent-id one-hots of fastppo.envs.layout.ObservationLayout)."""
         return x.shape[-1] - self.mean.shape[-1] if self.mean.dim() - (self.groups is not None) == 1 and x.dim() == 2 else 0
 
     def update(self, batch: Tensor, mask: Tensor | None = None) -> None:
@@ -111,7 +111,7 @@ class RunningMeanStd:
         """What the batches folded in since ``base`` (a ``snapshot``) add up to, recovered from the
         statistics alone: ``[n, sum(x - m0)..., sum((x - m0)^2)...]`` with m0 the base's mean, as one
         float64 vector. Sums of these over processes that all started from ``base`` fold back in
-        with ``fold_moments`` (data-parallel ranks: fastppo.distributed.SyncedStatistics)."""
+        with ``fold_moments`` (data-parallel ranks: fastppo.training.distributed.SyncedStatistics)."""
         count0, mean0, var0 = base
         count = torch.as_tensor(self.count, dtype=torch.float64, device=self.mean.device)
         shift = self.mean - mean0

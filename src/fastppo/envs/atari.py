@@ -30,37 +30,13 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from fastppo.envs.video import RecordEpisodeVideo
 from fastppo.errors import FastPPOError
-from fastppo.video import RecordEpisodeVideo
 
-ALE_ENTRY_POINT = "ale_py.env:AtariEnv"
 FRAME_SKIP = 4
 NOOP_MAX = 30
 SCREEN_SIZE = 84
 FIRE = "FIRE"
-
-
-def register_ale_envs() -> None:
-    """Make ``ALE/*`` and ``*NoFrameskip-v4`` ids known to gymnasium when ale-py is installed
-    (gymnasium 1.x no longer loads plugins by itself). Called for ids gymnasium does not know yet
-    (``is_atari``, ``gym_make``), not on import: ale-py and its ~400 ids cost every other run
-    ~30-90 ms of start-up."""
-    try:
-        import ale_py
-    except ImportError:
-        return
-    gym.register_envs(ale_py)
-
-
-def is_atari(env_id: str) -> bool:
-    """True for ids built by ale-py (ALE/Pong-v5, PongNoFrameskip-v4, ...)."""
-    if env_id not in gym.registry:
-        register_ale_envs()
-    try:
-        spec = gym.spec(env_id)
-    except gym.error.Error:
-        return False
-    return spec.entry_point == ALE_ENTRY_POINT
 
 
 def make_atari_env(env_id: str, frame_stack: int, render_mode: str | None = None, video_dir: Any = None, for_eval: bool = False) -> gym.Env:

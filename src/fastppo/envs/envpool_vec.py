@@ -22,7 +22,8 @@ import numpy as np
 import torch
 
 from fastppo.config import EnvConfig
-from fastppo.envs.atari import FRAME_SKIP, NOOP_MAX, SCREEN_SIZE, is_atari
+from fastppo.env_ids import is_atari
+from fastppo.envs.atari import FRAME_SKIP, NOOP_MAX, SCREEN_SIZE
 from fastppo.envs.vector import Episodes, HostCopies, StepResult
 from fastppo.errors import FastPPOError
 

@@ -14,10 +14,10 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from fastppo.env_ids import file_spec, named_object
 from fastppo.envs.tensor.base import TensorEnv
 from fastppo.envs.vector import Episodes, HostCopies, StepResult
 from fastppo.errors import FastPPOError
-from fastppo.loading import file_spec, named_object
 
 ACTION_MASK_KEY = "action_mask"
 
@@ -114,7 +114,7 @@ def gym_make(env_id: str, **kwargs) -> gym.Env:
     try:
         resolved = resolve_env_id(env_id)
         if resolved not in gym.registry:
-            from fastppo.envs.atari import register_ale_envs  # ale-py's ids, only when an id needs them
+            from fastppo.env_ids import register_ale_envs  # ale-py's ids, only when an id needs them
 
             register_ale_envs()
         return gym.make(resolved, **kwargs)

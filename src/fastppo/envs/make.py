@@ -8,15 +8,17 @@ from pathlib import Path
 import gymnasium as gym
 import torch
 
-from fastppo.config import Config, EnvConfig, MultiAgentConfig
-from fastppo.envs.atari import is_atari, make_atari_env
+from fastppo.config import Config, EnvConfig, MultiAgentConfig, available_cpus
+from fastppo.env_ids import is_atari, is_pettingzoo
+from fastppo.envs.atari import make_atari_env
 from fastppo.envs.gymnasium_vec import GymnasiumVecEnv, flatten_if_needed, gym_make
+from fastppo.envs.layout import ObservationLayout
 from fastppo.envs.partial import CARTPOLE_NO_VELOCITY
-from fastppo.envs.pettingzoo_vec import is_pettingzoo
+from fastppo.envs.pettingzoo_vec import PettingZooVecEnv, make_parallel_env
+from fastppo.envs.pettingzoo_workers import PettingZooWorkers
 from fastppo.envs.vector import VecEnv
+from fastppo.envs.video import RecordEpisodeVideo
 from fastppo.errors import FastPPOError
-from fastppo.layout import ObservationLayout
-from fastppo.video import RecordEpisodeVideo
 
 LUNAR_LANDER_CONTINUOUS = "LunarLanderContinuous-v3"
 
@@ -109,7 +111,7 @@ def make_vec_env(cfg: EnvConfig, device: torch.device, video_dir: Path | None = 
     """A VecEnv for ``cfg`` on ``device``; seeding happens at the first ``reset``. A PettingZoo
     env (``pz:<module>``) makes ``num_envs`` copies of agent rows as ``multi_agent`` says.
     ``seed_blocks`` > 1 (tensor envs only): that many blocks of ``num_envs`` envs, each with its
-    own random stream, for a stack of seeds (fastppo.seed_stack)."""
+    own random stream, for a stack of seeds (fastppo.training.seed_stack)."""
     # Here, not in Config.validate, which checks values without looking envs up.
     if cfg.frame_stack != EnvConfig.frame_stack and not is_atari(cfg.env_id):
         raise FastPPOError(f"--env.frame-stack {cfg.frame_stack} applies to Atari ids only, and {cfg.env_id} is not one: leave it at {EnvConfig.frame_stack}")
@@ -121,8 +123,6 @@ def make_vec_env(cfg: EnvConfig, device: torch.device, video_dir: Path | None = 
     if seed_blocks != 1 and (cfg.backend != "tensor" or is_pettingzoo(cfg.env_id)):
         raise FastPPOError(f"seeds train as stacks on tensor envs only, not on the {cfg.backend} backend: train one run per seed on another --backend (sync, async)")
     if is_pettingzoo(cfg.env_id):
-        from fastppo.envs.pettingzoo_vec import make_pettingzoo_env
-
         return make_pettingzoo_env(cfg, multi_agent or MultiAgentConfig(), device)
     if cfg.backend == "tensor":
         from fastppo.envs.tensor import make_tensor_env
@@ -144,3 +144,12 @@ def make_vec_env(cfg: EnvConfig, device: torch.device, video_dir: Path | None = 
 # Registered on import, as gymnasium registers its own envs, so that every id above resolves in
 # gym_make before any env is built (fastppo.envs imports this module first).
 register_envs()
+
+
+def make_pettingzoo_env(cfg: EnvConfig, multi_agent: MultiAgentConfig, device: torch.device, render_mode: str | None = None) -> VecEnv:
+    """``cfg.num_envs`` copies as agent rows: in this process (``sync``) or in worker processes
+    (``async``, fastppo.envs.pettingzoo_workers)."""
+    env_fns = [partial(make_parallel_env, cfg.env_id, cfg.env_kwargs, render_mode) for _ in range(cfg.num_envs)]
+    if cfg.backend == "async":
+        return PettingZooWorkers(env_fns, multi_agent, device, cpus=available_cpus())
+    return PettingZooVecEnv(env_fns, multi_agent, device)

@@ -6,7 +6,7 @@ for ``possible_agents[i]``, so the trainer, GAE, the loss and every speed layer 
 batch and one shared policy (IPPO/MAPPO with parameter sharing, Yu et al. 2022).
 
 A row's observation is ``[global state | the agent's observation | agent-id one-hot]``
-(``fastppo.layout.ObservationLayout``); the global state is there for MAPPO only: the env's
+(``fastppo.envs.layout.ObservationLayout``); the global state is there for MAPPO only: the env's
 ``state()``, or all agents' observations concatenated when it has none. An mpe2 env's
 ``state()`` *is* its agents' observations concatenated; for those the rows build it from the
 observations the step returned rather than have the env compute them all again, and their step
@@ -25,7 +25,6 @@ its next step (a reset row for every agent, as a gymnasium env's).
 
 from __future__ import annotations
 
-import functools
 import importlib
 import inspect
 import re
@@ -36,19 +35,15 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from fastppo.config import EnvConfig, MultiAgentConfig, available_cpus
+from fastppo.config import EnvConfig, MultiAgentConfig
+from fastppo.env_ids import PREFIX, named_object, split_spec
 from fastppo.envs import mpe
+from fastppo.envs.layout import ObservationLayout
 from fastppo.envs.vector import Episodes, HostCopies, StepResult, VecEnv
 from fastppo.errors import FastPPOError
-from fastppo.layout import ObservationLayout
-from fastppo.loading import PREFIX, named_object, split_spec
 
 ACTION_MASK_KEY = "action_mask"
 MASKS_SOMETIMES = "the PettingZoo env published action masks at some steps and not at others: publish one for every agent at every step"
-
-
-def is_pettingzoo(env_id: str) -> bool:
-    return env_id.startswith(PREFIX)
 
 
 def make_parallel_env(env_id: str, env_kwargs: dict[str, Any], render_mode: str | None = None) -> Any:
@@ -350,7 +345,7 @@ class PettingZooVecEnv(HostCopies):
     """``len(env_fns)`` copies of a PettingZoo ParallelEnv as ``copies * agents`` rows (see the module docstring)."""
 
     CHECKPOINTED = ("envs", "_finished", "_returns", "_lengths", "_episodes", "_masked")
-    """What ``fastppo.checkpoint.snapshot_envs`` saves: the copies and the episodes in flight."""
+    """What ``fastppo.training.checkpoint.snapshot_envs`` saves: the copies and the episodes in flight."""
 
     def __init__(self, env_fns: list[Callable[[], Any]], cfg: MultiAgentConfig, device: torch.device):
         self.envs = [fn() for fn in env_fns]
@@ -482,17 +477,6 @@ class PettingZooVecEnv(HostCopies):
     def close(self) -> None:
         for env in self.envs:
             env.close()
-
-
-def make_pettingzoo_env(cfg: EnvConfig, multi_agent: MultiAgentConfig, device: torch.device, render_mode: str | None = None) -> VecEnv:
-    """``cfg.num_envs`` copies as agent rows: in this process (``sync``) or in worker processes
-    (``async``, fastppo.envs.pettingzoo_workers)."""
-    env_fns = [functools.partial(make_parallel_env, cfg.env_id, cfg.env_kwargs, render_mode) for _ in range(cfg.num_envs)]
-    if cfg.backend == "async":
-        from fastppo.envs.pettingzoo_workers import PettingZooWorkers
-
-        return PettingZooWorkers(env_fns, multi_agent, device, cpus=available_cpus())
-    return PettingZooVecEnv(env_fns, multi_agent, device)
 
 
 def pettingzoo_spaces(cfg: EnvConfig, multi_agent: MultiAgentConfig) -> AgentSpaces:

@@ -14,7 +14,7 @@ masks, episodes, hence weights), only the env time is divided among the workers.
 Workers ignore SIGINT: Ctrl-C reaches the whole process group, and the trainer, not the workers,
 decides when to stop (it checkpoints, then closes them). A worker whose trainer died sees its
 pipe close and exits. A checkpoint of an async run does not hold the envs' state (as for
-gymnasium's async envs): a resumed run restarts fresh episodes (fastppo.checkpoint).
+gymnasium's async envs): a resumed run restarts fresh episodes (fastppo.training.checkpoint).
 """
 
 from __future__ import annotations

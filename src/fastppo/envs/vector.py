@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from fastppo.layout import ObservationLayout
+from fastppo.envs.layout import ObservationLayout
 from fastppo.profiling import SectionTimer
 
 
@@ -57,7 +57,7 @@ class VecEnv(Protocol):
     single_action_space: gym.Space
     device: torch.device
     layout: ObservationLayout
-    """What the observation columns are (fastppo.layout); all observation but for multi-agent rows."""
+    """What the observation columns are (fastppo.envs.layout); all observation but for multi-agent rows."""
 
     def reset(self, seed: int | None = None) -> StepResult:
         """Reset all envs (reward 0, flags false); seeded envs are reproducible."""

@@ -9,8 +9,8 @@ import torch
 from torch import Tensor, nn
 
 from fastppo.config import PolicyConfig
+from fastppo.envs.layout import ObservationLayout
 from fastppo.errors import FastPPOError
-from fastppo.layout import ObservationLayout
 from fastppo.policies.activations import ACTIVATIONS
 from fastppo.policies.distributions import layer_init, make_action_head
 from fastppo.policies.memory import RecurrentCore, Segments
@@ -51,7 +51,7 @@ class ActorCritic(nn.Module):
     def __init__(self, obs_space: gym.Space, action_space: gym.Space, cfg: PolicyConfig | None = None, layout: ObservationLayout | None = None):
         super().__init__()
         cfg = cfg or PolicyConfig()
-        # The actor skips the leading columns only a centralised critic reads (MAPPO, see fastppo.layout).
+        # The actor skips the leading columns only a centralised critic reads (MAPPO, see fastppo.envs.layout).
         layout = layout or ObservationLayout()
         self.critic_only = layout.critic_only
         if self.critic_only and cfg.shared_trunk:

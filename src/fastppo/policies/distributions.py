@@ -35,7 +35,7 @@ def _mask_logits(logits: Tensor, action_mask: Tensor | None) -> Tensor:
 
 class Noise:
     """Where the heads' random draws come from: torch's global generator here (a run of one seed);
-    one generator per seed for a stack of seeds (``fastppo.seed_stack.SeedNoise``), so that each
+    one generator per seed for a stack of seeds (``fastppo.training.seed_stack.SeedNoise``), so that each
     seed draws what it would draw alone."""
 
     def exponential(self, like: Tensor) -> Tensor:

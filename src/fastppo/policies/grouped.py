@@ -1,6 +1,6 @@
 """One actor-critic per agent group (``--multi-agent.policies group``), behind ActorCritic's interface.
 
-A multi-agent row ends in its agent's one-hot id (fastppo.layout, never normalised), so the
+A multi-agent row ends in its agent's one-hot id (fastppo.envs.layout, never normalised), so the
 group of every row is data the policy reads, whatever the shuffling of the update or the
 time-major order of recurrent sequences. Each group's network runs on all rows and each row keeps
 its own group's outputs: G forward passes instead of one, for no gather/scatter bookkeeping, and
@@ -15,7 +15,7 @@ import torch
 from torch import Tensor, nn
 
 from fastppo.config import PolicyConfig
-from fastppo.layout import ObservationLayout
+from fastppo.envs.layout import ObservationLayout
 from fastppo.policies.actor_critic import ActorCritic
 from fastppo.policies.distributions import ActionHead
 

@@ -12,7 +12,7 @@ form for a 2-action output layer) and 4.6 µs for the same product as ``[2, 512]
 A CartPole minibatch step of 512 rows (forward, backward, clip, Adam): 1 000 -> 910 µs
 (benchmarks/README.md, "One autograd node per MLP pair").
 
-The same node trains a stack of seeds (``fastppo.seed_stack``: ``[S, rows, in]`` rows, ``[S, out,
+The same node trains a stack of seeds (``fastppo.training.seed_stack``: ``[S, rows, in]`` rows, ``[S, out,
 in]`` weights, batched matmuls). There each activation is an 8 MB tensor that the cache does not
 keep, so the node also saves passes over memory: activations and their gradients are written over
 the fresh products they come from, and a tanh layer's bias goes in with its activation

@@ -1,7 +1,7 @@
 """Typed settings for the RLHF and DPO trainers, one dataclass per concern.
 
 Each field's ``help`` metadata is its documentation and the text of its CLI flag (see
-:mod:`fastppo.rlhf.cli`); :func:`validate` checks the values once, with messages that say how to fix them.
+:mod:`fastppo.cli.rlhf`); :func:`validate` checks the values once, with messages that say how to fix them.
 """
 
 from __future__ import annotations
@@ -221,7 +221,7 @@ def validate_reward_model(model: ModelConfig, reward_model: RewardModelConfig) -
         raise FastPPOError(f"--eval-split must be in [0, 1), got {reward_model.eval_split}")
     if model.lora or model.gradient_checkpointing:
         raise FastPPOError("fastppo reward-model trains every weight without activation checkpointing: drop --lora and --gradient-checkpointing")
-    from fastppo.distributed import launched_world_size  # imports torch: not at config import time
+    from fastppo.training.distributed import launched_world_size  # imports torch: not at config import time
 
     if model.fsdp or launched_world_size() > 1:
         raise FastPPOError("fastppo reward-model trains in one process: drop --fsdp and run it without torchrun")
@@ -290,8 +290,6 @@ def validate_ppo(model: ModelConfig, sampling: SamplingConfig, ppo: PPOConfig) -
     if not 0.0 < sampling.vllm_gpu_memory <= 1.0:
         raise FastPPOError(f"--vllm-gpu-memory must be in (0, 1], got {sampling.vllm_gpu_memory}")
     if sampling.generator == "vllm":
-        from fastppo.rlhf.generation import require_vllm  # imports torch: not at config import time
-
         require_vllm(model)
     check_model_path(model.model, "--model")  # before any loading, as the flags above
     if ppo.critic_model is not None:
@@ -322,7 +320,7 @@ def validate_run(run: RunConfig, schedule: LRScheduleConfig, monitor: MonitorCon
         _positive("num_samples", monitor.num_samples)
         _positive("eval_every", monitor.eval_every)
     if run.report_to == "wandb":
-        from fastppo.logger import import_wandb
+        from fastppo.training.logger import import_wandb
 
         import_wandb()
 
@@ -343,8 +341,7 @@ def validate_dpo(model: ModelConfig, dpo: DPOConfig) -> None:
 
 
 def _validate_parallel(model: ModelConfig, generator: str) -> None:
-    from fastppo.distributed import launched_world_size  # imports torch: not at config import time
-    from fastppo.rlhf.parallel import validate_parallel
+    from fastppo.training.distributed import launched_world_size  # imports torch: not at config import time
 
     validate_parallel(model, launched_world_size(), generator)
 
@@ -379,3 +376,30 @@ class RewardModelTrainerConfig:
     reward_model: RewardModelConfig = field(default_factory=RewardModelConfig)
     run: RunConfig = field(default_factory=lambda: RunConfig(output_dir="runs/reward-model"))
     schedule: LRScheduleConfig = field(default_factory=LRScheduleConfig)
+
+
+def require_vllm(model: ModelConfig) -> None:
+    """The one-line errors of ``--generator vllm`` where it cannot run, before anything is loaded."""
+    if model.lora:
+        raise FastPPOError("--generator vllm does not support --lora yet (the adapters would have to be merged into the engine after every update): use --generator hf")
+    from fastppo.devices import resolve_device  # imports torch: not at config import time
+
+    if resolve_device(model.device).type != "cuda":
+        raise FastPPOError("--generator vllm needs a CUDA GPU and this run is on the CPU: use --generator hf")
+    try:
+        import vllm  # noqa: F401  # imported, not just found: a broken install fails here too
+    except ImportError as exc:
+        raise FastPPOError("--generator vllm needs vLLM, which is not installed: pip install 'fastppo[vllm]' (on a GPU machine; it brings its own CUDA build of torch)") from exc
+
+
+def validate_parallel(model: ModelConfig, world_size: int, generator: str = "hf") -> None:
+    """What torchrun and ``--fsdp`` cannot do, said before any loading."""
+    if model.fsdp and world_size < 2:
+        raise FastPPOError("--fsdp shards the model over the processes of a torchrun launch: run under torchrun --nproc-per-node N (N >= 2), or drop --fsdp")
+    if model.fsdp and model.lora:
+        raise FastPPOError("--fsdp does not take --lora: LoRA already trains a small share of the weights; drop one of them")
+    if model.fsdp and model.dtype == "fp16":
+        # GradScaler would see only this rank's shard of the gradients: the ranks could disagree on skipping a step.
+        raise FastPPOError("--fsdp does not take --dtype fp16 (its loss scaling is per process): use --dtype bf16 or fp32")
+    if world_size > 1 and generator != "hf":
+        raise FastPPOError(f"--generator {generator} is not supported under torchrun: use --generator hf")

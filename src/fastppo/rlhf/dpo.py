@@ -16,7 +16,6 @@ from torch import Tensor
 
 from fastppo.core.preference import dpo_loss
 from fastppo.devices import resolve_device
-from fastppo.distributed import joined, rank_device
 from fastppo.errors import FastPPOError
 from fastppo.rlhf.checkpoint import resume_point
 from fastppo.rlhf.config import DPOConfig, DPOTrainerConfig, validate_dpo, validate_run
@@ -25,6 +24,7 @@ from fastppo.rlhf.models import Models, Precision, load_models, reference_model,
 from fastppo.rlhf.pair_training import PairSteps, train_on_pairs
 from fastppo.rlhf.parallel import Ranks
 from fastppo.rlhf.tokens import encode_completions, encode_prompts, forward_tokens
+from fastppo.training.distributed import joined, rank_device
 
 
 def completion_logps(model, query: Tensor, query_mask: Tensor, response: Tensor, response_mask: Tensor) -> Tensor:

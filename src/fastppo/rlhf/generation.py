@@ -7,7 +7,6 @@ forward pass (``collect_rollout``), so PPO's old log-probs never depend on the g
 
 from __future__ import annotations
 
-import importlib
 import os
 from collections.abc import Callable
 from contextlib import AbstractContextManager
@@ -18,7 +17,6 @@ from torch import Tensor
 from torch.nn.utils.rnn import pad_sequence
 from transformers import AutoConfig, GenerationConfig, StopStringCriteria
 
-from fastppo.devices import resolve_device
 from fastppo.errors import FastPPOError
 from fastppo.rlhf.config import ModelConfig, SamplingConfig
 from fastppo.rlhf.models import Models
@@ -132,18 +130,6 @@ class VLLMGenerator:
         ]
         self.llm.apply_model(lambda model: model.load_weights(weights))
         self.llm.reset_prefix_cache()  # cached prompt KV was computed with the old weights
-
-
-def require_vllm(model: ModelConfig) -> None:
-    """The one-line errors of ``--generator vllm`` where it cannot run, before anything is loaded."""
-    if model.lora:
-        raise FastPPOError("--generator vllm does not support --lora yet (the adapters would have to be merged into the engine after every update): use --generator hf")
-    if resolve_device(model.device).type != "cuda":
-        raise FastPPOError("--generator vllm needs a CUDA GPU and this run is on the CPU: use --generator hf")
-    try:
-        importlib.import_module("vllm")  # imported, not just found: a broken install fails here too
-    except ImportError as exc:
-        raise FastPPOError("--generator vllm needs vLLM, which is not installed: pip install 'fastppo[vllm]' (on a GPU machine; it brings its own CUDA build of torch)") from exc
 
 
 def make_generator(models: Models, model_cfg: ModelConfig, sampling: SamplingConfig, seed: int, autocast: Autocast) -> Generator:

@@ -16,14 +16,14 @@ import torch
 from torch import Tensor
 
 from fastppo.core import warmup_scheduled
-from fastppo.logger import RunLogger
 from fastppo.rlhf.checkpoint import due, last_checkpoint_named, load_training_state, save_checkpoint
 from fastppo.rlhf.config import LRScheduleConfig, RunConfig
 from fastppo.rlhf.data import batch_indices
 from fastppo.rlhf.health import check_finite
 from fastppo.rlhf.models import Models, Precision
 from fastppo.rlhf.parallel import Ranks
-from fastppo.update import set_learning_rate
+from fastppo.training.logger import RunLogger
+from fastppo.training.update import set_learning_rate
 
 
 @dataclass

@@ -8,7 +8,7 @@ RLHF step is mostly generation, so DDP's overlap of the all-reduce with the back
 little, while its wrapper would stand between the trainer and what it calls on the models besides
 their forward (``generate``, peft's ``disable_adapter``, ``save_pretrained``, the shared critic's
 head read from the policy's hidden states), and need ``no_sync`` around every accumulating
-micro-batch. It is also how the Gymnasium trainer averages its gradient (:mod:`fastppo.distributed`).
+micro-batch. It is also how the Gymnasium trainer averages its gradient (:mod:`fastppo.training.distributed`).
 
 With ``--fsdp`` the policy, the reference and the critic are sharded instead (FSDP2's
 ``fully_shard``, i.e. FULL_SHARD: each transformer block its own unit, all-gathered for its forward
@@ -25,26 +25,12 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from fastppo.distributed import World
-from fastppo.errors import FastPPOError
 from fastppo.rlhf.config import ModelConfig
+from fastppo.training.distributed import World
 
 BUCKET_BYTES = 25 << 20
 """Gradients are all-reduced in flat buckets of about this size (DDP's default): few collectives,
 and at most one bucket of extra memory."""
-
-
-def validate_parallel(model: ModelConfig, world_size: int, generator: str = "hf") -> None:
-    """What torchrun and ``--fsdp`` cannot do, said before any loading."""
-    if model.fsdp and world_size < 2:
-        raise FastPPOError("--fsdp shards the model over the processes of a torchrun launch: run under torchrun --nproc-per-node N (N >= 2), or drop --fsdp")
-    if model.fsdp and model.lora:
-        raise FastPPOError("--fsdp does not take --lora: LoRA already trains a small share of the weights; drop one of them")
-    if model.fsdp and model.dtype == "fp16":
-        # GradScaler would see only this rank's shard of the gradients: the ranks could disagree on skipping a step.
-        raise FastPPOError("--fsdp does not take --dtype fp16 (its loss scaling is per process): use --dtype bf16 or fp32")
-    if world_size > 1 and generator != "hf":
-        raise FastPPOError(f"--generator {generator} is not supported under torchrun: use --generator hf")
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,8 @@ from torch import Tensor
 
 from fastppo.core import compute_gae, kl_estimate, normalize_advantages
 from fastppo.core.kl import KLEstimator
+from fastppo.env_ids import named_object, split_spec
 from fastppo.errors import FastPPOError
-from fastppo.loading import named_object, split_spec
 from fastppo.rlhf.config import looks_like_path
 from fastppo.rlhf.data import Conversations
 from fastppo.rlhf.models import load_reward_model

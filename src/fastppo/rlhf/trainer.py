@@ -16,9 +16,7 @@ from torch import Tensor
 
 from fastppo.core import explained_variance, masked_mean, policy_loss, ppo_loss, proportional_kl_beta, reference_kl_penalty, warmup_scheduled
 from fastppo.devices import resolve_device
-from fastppo.distributed import joined, rank_device
 from fastppo.errors import FastPPOError
-from fastppo.logger import RunLogger
 from fastppo.rlhf.checkpoint import due, last_checkpoint_named, load_training_state, resume_point, save_checkpoint
 from fastppo.rlhf.config import PPOConfig, RLHFConfig, validate_ppo, validate_run
 from fastppo.rlhf.data import batch_indices
@@ -27,6 +25,8 @@ from fastppo.rlhf.generation import make_generator
 from fastppo.rlhf.health import HealthMonitor, check_finite
 from fastppo.rlhf.models import Models, Precision, load_models, start_run
 from fastppo.rlhf.parallel import Ranks
+from fastppo.training.distributed import joined, rank_device
+from fastppo.training.logger import RunLogger
 from fastppo.rlhf.rewards import (
     RewardFn,
     compute_scores,
@@ -39,7 +39,7 @@ from fastppo.rlhf.rewards import (
 )
 from fastppo.rlhf.rollout import Rollout, collect_rollout
 from fastppo.rlhf.tokens import forward_tokens
-from fastppo.update import set_learning_rate
+from fastppo.training.update import set_learning_rate
 
 # core's metric names -> the logged names CleanRL uses
 LOSS_METRIC_NAMES = {"pg_loss": "losses/policy_loss", "v_loss": "losses/value_loss"}

@@ -20,14 +20,13 @@ from types import MappingProxyType
 
 import torch
 
+from fastppo.env_ids import is_pettingzoo, named_object
 from fastppo.envs.tensor.acrobot import Acrobot
 from fastppo.envs.tensor.base import TensorEnv
 from fastppo.envs.tensor.cartpole import CartPole, CartPoleNoVelocity
 from fastppo.envs.tensor.mountain_car import MountainCar
 from fastppo.envs.tensor.pendulum import Pendulum
 from fastppo.errors import FastPPOError
-from fastppo.envs.pettingzoo_vec import is_pettingzoo
-from fastppo.loading import named_object
 
 TENSOR_ENVS: Mapping[str, type[TensorEnv]] = MappingProxyType(
     {
@@ -73,7 +72,7 @@ def make_tensor_env(
 
     ``dtype=torch.float64`` is for checking against gymnasium; training wants float32.
     ``seed_blocks``: the envs form that many equal blocks, each with its own random stream (a
-    stack of seeds, fastppo.seed_stack).
+    stack of seeds, fastppo.training.seed_stack).
     """
     env_class = tensor_env_class(env_id)
     if num_envs < 1:

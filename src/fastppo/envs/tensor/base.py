@@ -30,9 +30,9 @@ import gymnasium as gym
 import torch
 from torch import Tensor
 
+from fastppo.envs.layout import ObservationLayout
 from fastppo.envs.vector import Episodes, StepResult
 from fastppo.errors import FastPPOError
-from fastppo.layout import ObservationLayout
 
 
 class TensorEnv(ABC):
@@ -76,7 +76,7 @@ class TensorEnv(ABC):
             self.max_episode_steps = max_episode_steps
         if seed_blocks < 1 or num_envs % seed_blocks:
             raise FastPPOError(f"{num_envs} envs do not split into {seed_blocks} equal seed blocks")
-        # One generator per block of rows (a stack of seeds, fastppo.seed_stack: each seed's envs
+        # One generator per block of rows (a stack of seeds, fastppo.training.seed_stack: each seed's envs
         # draw what its single run's envs draw); usually just one, ``generator``.
         self.generators = [torch.Generator(device=self.device) for _ in range(seed_blocks)]
         self._seed(seed)
@@ -112,7 +112,7 @@ class TensorEnv(ABC):
     def seed_block(self, index: int) -> TensorEnv:
         """Seed block ``index`` as an env of its own (a shallow copy holding that block's rows and
         generator, at an iteration boundary): a stack of seeds checkpoints each seed as the single
-        run it stands for (fastppo.seed_stack)."""
+        run it stands for (fastppo.training.seed_stack)."""
         block = copy.copy(self)
         rows = self.num_envs // len(self.generators)
         block.num_envs = rows

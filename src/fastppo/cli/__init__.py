@@ -1,0 +1,1 @@
+"""The ``fastppo`` command: one module per group of subcommands."""

@@ -1,0 +1,1 @@
+"""Many runs: stacked or parallel seeds, hyperparameter sweeps, reports and plots across run folders."""

@@ -1,0 +1,110 @@
+"""What a run folder holds, named once. A new run started over a run's files would replace its
+policy and cut its metrics.jsonl back to nothing, and a run inside a folder of runs (or runs inside
+a run) makes ``fastppo report`` read one and miss the others: ``fastppo train`` and ``--seeds``
+(``fastppo.train``, ``fastppo.train_seeds``) refuse such a folder unless they resume it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import time
+from pathlib import Path
+
+from fastppo.config import Config
+from fastppo.env_ids import file_spec
+from fastppo.errors import FastPPOError
+
+# Names only, no imports from the layers that write them (agent, checkpoint): they import these.
+POLICY_FILE = "policy.safetensors"
+AGENT_FILE = "agent.json"
+CHECKPOINT_DIR = "checkpoints"
+CHECKPOINT_NAME = re.compile(r"^\d{6,}$")
+"""A complete checkpoint folder's name: its iteration, zero-padded."""
+TRAINER_JSON = "trainer.json"
+
+SEEDS_PLAN = "seeds.json"
+"""A --seeds job's plan in its parent folder (fastppo.experiments.seeds), written before any seed starts."""
+RUN_FILES = ("config.yaml", "metrics.jsonl", AGENT_FILE, POLICY_FILE, CHECKPOINT_DIR, SEEDS_PLAN)
+"""What ``fastppo train`` writes into a run folder, TensorBoard's event files aside."""
+TENSORBOARD_EVENTS = "events.out.tfevents.*"
+SEED_FOLDER = re.compile(r"seed_\d+")
+"""A ``--seeds`` run's part: ``--resume`` on its parent continues it."""
+
+
+def own_run_files(folder: Path) -> list[str]:
+    """The names of a run's files in ``folder`` itself (not below it)."""
+    return [name for name in RUN_FILES if (folder / name).exists()] + sorted(p.name for p in folder.glob(TENSORBOARD_EVENTS))
+
+
+def check_no_run(folder: str | Path) -> None:
+    """A FastPPOError naming what is there when ``folder`` holds a run's files, a ``--seeds``
+    run's seed folders, or runs one level below it; a missing folder, an empty one or one of
+    unrelated files passes. Called before anything is written there."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return
+    try:
+        below = sorted(p for p in folder.iterdir() if p.is_dir() and p.name != CHECKPOINT_DIR and own_run_files(p))
+    except OSError as exc:
+        raise FastPPOError(f"cannot read {folder}: {exc.strerror or exc}: pick a readable --run-dir") from None
+    seeds = [f"{p.name}/" for p in below if SEED_FOLDER.fullmatch(p.name)]
+    found = own_run_files(folder) + seeds
+    if found:
+        raise FastPPOError(f"{folder} already holds a run ({_first(found)}): continue it with 'fastppo train --resume {folder}' or pick another --run-dir")
+    if below:  # e.g. --run-dir runs: a run there would make runs/ a run and a folder of runs at once
+        raise FastPPOError(f"{folder} holds runs ({_first([f'{p.name}/' for p in below])}): pick another --run-dir, a folder of its own for the new run")
+
+
+def _first(names: list[str], shown: int = 3) -> str:
+    return ", ".join(names[:shown]) + (", ..." if len(names) > shown else "")
+
+
+def default_run_dir(config: Config, seed: str | None = None) -> Path:
+    """runs/<env>__<exp>__<seed>__<timestamp>, CleanRL's naming (``seed``: the --seeds spec of a
+    folder of seeds instead of the run's own), with -2, -3, ... after the timestamp where that
+    folder exists already (a run of the same name started in the same second): a new run never
+    lands in another's folder, which training would refuse."""
+    env = config.env.env_id
+    if (parts := file_spec(env)) is not None:  # an absolute path: the file's name is name enough
+        env = f"{Path(parts[0]).name}:{parts[1]}"
+    env = env.replace("/", "_").replace(":", "_")
+    name = f"{env}__{config.run.exp_name}__{seed or config.run.seed}__{int(time.time())}"
+    candidates = (Path(config.run.run_root) / (name if n == 1 else f"{name}-{n}") for n in itertools.count(1))
+    return next(path for path in candidates if not path.exists())
+
+
+def checkpoint_root(run_dir: Path) -> Path:
+    return Path(run_dir) / CHECKPOINT_DIR
+
+
+def list_checkpoints(run_dir: Path) -> list[Path]:
+    """Complete checkpoint folders, oldest first (temporary folders of interrupted saves excluded)."""
+    root = checkpoint_root(run_dir)
+    if not root.is_dir():
+        return []
+    return sorted((p for p in root.iterdir() if p.is_dir() and CHECKPOINT_NAME.match(p.name)), key=lambda p: int(p.name))
+
+
+def seed_folders(run_dir: str | Path) -> list[Path]:
+    """The seed folders (``seed_<n>``, in seed order) with checkpoints of a ``--seeds`` run's folder
+    that holds none itself; empty for an ordinary run. Every seed run has one: the last is written
+    as it ends, whatever ``--checkpoint-every`` says."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir() or list_checkpoints(run_dir):
+        return []
+    found = [d for d in run_dir.glob("seed_*") if d.name.removeprefix("seed_").isdigit() and list_checkpoints(d)]
+    return sorted(found, key=lambda d: int(d.name.removeprefix("seed_")))
+
+
+def find_checkpoint(path: str | Path) -> Path:
+    """The newest complete checkpoint of a run directory, or ``path`` itself if it is one."""
+    path = Path(path)
+    if not path.exists():
+        raise FastPPOError(f"{path} does not exist: give a run directory (runs/...) or a checkpoint folder")
+    if (path / TRAINER_JSON).is_file():
+        return path
+    found = list_checkpoints(path)
+    if not found:
+        raise FastPPOError(f"no checkpoint in {path}: expected {path / CHECKPOINT_DIR}/NNNNNN/ (written by 'fastppo train')")
+    return found[-1]

@@ -1,0 +1,1 @@
+"""PPO training: the loop and what it drives (rollout, update, checkpoints, runs, distributed ranks, logging)."""

@@ -1,0 +1,796 @@
+"""Checkpoints that restore a run exactly, written atomically, read without pickle.
+
+Layout of a run directory::
+
+    RUN_DIR/checkpoints/000050/    one complete checkpoint per folder, named by iteration
+        policy.safetensors         weights + observation statistics (the ``Agent.save`` format,
+        agent.json                 so ``fastppo.load`` reads a checkpoint folder directly)
+        trainer.safetensors        optimizer moments, reward scaler, torch RNG, the env cursor
+        trainer.json               counters, kl_beta, the schedules' anchor, optimizer
+                                   hyperparameters, python/numpy RNG, the env snapshot (see
+                                   ``snapshot_envs``)
+    RUN_DIR/checkpoints/latest     a one-line pointer to the newest folder (for humans and scripts)
+
+A checkpoint is written into ``checkpoints/.tmp-000050-<pid>/``, every file fsynced, then the
+folder is renamed into place with ``os.replace``: a folder with a final name is always complete,
+so a process killed at any moment (even SIGKILL) leaves the previous checkpoint loadable. Only
+safetensors and JSON are ever read: a file crafted to run code on unpickling is just a damaged
+file here.
+
+What resume restores: weights, optimizer, normaliser statistics, counters, ``kl_beta``, the
+schedules' anchor and every RNG (python, numpy, torch CPU and CUDA) exactly. The envs' state is
+restored exactly for the ``tensor`` backend and for envs whose whole state is plain data reachable
+from the env object (``EXACT_ENV_MODULES``): gymnasium's classic-control and toy-text envs on the
+``sync`` backend, PettingZoo's MPE tasks (``pz:mpe2.*``, with ``PettingZooVecEnv``'s episodes in
+flight) and any Gymnasium (``sync``) or PettingZoo env class that sets ``fastppo_plain_state =
+True``, each wrapper around a Gymnasium env being gym.make's, fastppo's, a stateless transform of
+gymnasium's (``STATELESS_WRAPPER_MODULES``) or a class with the same flag. Their snapshot
+walks the object graph (numbers, strings, numpy arrays, scalars and generators, lists, tuples,
+str-keyed dicts, objects of ``PLAIN_STATE_MODULES``) into JSON; a restore sets the saved
+attributes on the fresh env's own objects, in place, and what the env shared stays shared.
+Otherwise (Box2D, MuJoCo, Atari, other PettingZoo envs, async, EnvPool) the envs restart fresh
+episodes from a seed derived from the run seed and the iteration, and the rest of the run state is
+still exact.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+
+from fastppo.agents.agent import Agent, load_agent
+from fastppo.config import Config
+from fastppo.errors import FastPPOError
+from fastppo.files.run_folder import AGENT_FILE, CHECKPOINT_NAME, POLICY_FILE, TRAINER_JSON, checkpoint_root, find_checkpoint, list_checkpoints
+from fastppo.training.rollout import EnvCursor, ObservationNormalizer, fresh_state
+
+if TYPE_CHECKING:
+    from fastppo.envs.vector import VecEnv
+    from fastppo.training.state import TrainState
+
+LATEST = "latest"
+TRAINER_TENSORS = "trainer.safetensors"
+FORMAT_VERSION = 1
+
+
+# --- atomic files -------------------------------------------------------------------------------
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_file(path: Path) -> None:
+    with open(path, "rb+") as f:
+        os.fsync(f.fileno())
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Replace ``path`` by ``text`` so that a reader sees the old or the new file, never half."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
+def publish_folder(tmp: Path, final: Path) -> None:
+    """Give the complete folder ``tmp`` the name ``final``: every file and folder in it fsynced
+    first, so that a folder with a final name is complete even after a power cut. An existing
+    ``final`` (an iteration saved again after a resume) is moved aside before and deleted after,
+    never deleted while it is the only copy."""
+    for folder, _, files in os.walk(tmp, topdown=False):
+        for name in files:
+            _fsync_file(Path(folder, name))
+        _fsync_dir(Path(folder))
+    if final.exists():
+        old = final.with_name(f".old-{final.name}-{os.getpid()}")
+        os.replace(final, old)
+        try:
+            os.replace(tmp, final)
+        except OSError:
+            os.replace(old, final)  # the good one back under its name
+            raise
+        shutil.rmtree(old)
+    else:
+        os.replace(tmp, final)
+    _fsync_dir(final.parent)
+
+
+# --- state <-> tensors + JSON ---------------------------------------------------------------------
+
+
+def optimizer_to_tensors(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], list[dict[str, Any]]]:
+    """``optimizer.state_dict()`` split into flat tensors ('optim.<param>.<slot>') and the JSON part."""
+    state = optimizer.state_dict()
+    tensors = {
+        f"optim.{index}.{slot}": torch.as_tensor(value).detach().cpu().contiguous()
+        for index, slots in state["state"].items()
+        for slot, value in slots.items()
+    }
+    return tensors, state["param_groups"]
+
+
+def optimizer_from_tensors(optimizer: torch.optim.Optimizer, tensors: dict[str, torch.Tensor], param_groups: list[dict[str, Any]]) -> None:
+    state: dict[int, dict[str, torch.Tensor]] = {}
+    for name, value in tensors.items():
+        if name.startswith("optim."):
+            index, slot = name.removeprefix("optim.").split(".", 1)
+            state.setdefault(int(index), {})[slot] = value
+    # JSON turned tuples (Adam's betas) into lists.
+    groups = [{k: tuple(v) if isinstance(v, list) and k != "params" else v for k, v in g.items()} for g in param_groups]
+    optimizer.load_state_dict({"state": state, "param_groups": groups})
+
+
+def rng_state(device: torch.device) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """Every global RNG: torch (CPU, and CUDA when training there) as tensors, python and numpy as JSON."""
+    tensors = {"rng.torch": torch.get_rng_state()}
+    if device.type == "cuda":
+        tensors |= {f"rng.cuda.{i}": s for i, s in enumerate(torch.cuda.get_rng_state_all())}
+    version, internal, gauss = random.getstate()
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    meta = {
+        "python": [version, list(internal), gauss],
+        "numpy": [kind, keys.tolist(), int(pos), int(has_gauss), float(cached)],
+    }
+    return tensors, meta
+
+
+def restore_rng(tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
+    torch.set_rng_state(tensors["rng.torch"])
+    cuda = [tensors[k] for k in sorted(k for k in tensors if k.startswith("rng.cuda."))]
+    if cuda and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(cuda)
+    version, internal, gauss = meta["python"]
+    random.setstate((version, tuple(internal), gauss))
+    kind, keys, pos, has_gauss, cached = meta["numpy"]
+    np.random.set_state((kind, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
+
+
+# --- env snapshot -----------------------------------------------------------------------------------
+
+EXACT_ENV_MODULES = ("gymnasium.envs.classic_control", "gymnasium.envs.toy_text", "mpe2")
+"""Env modules whose whole state is plain data reachable from the env object, so ``snapshot_envs``
+captures it (MPE: the world's entities, step counter, agent lists, reward dicts, np_random)."""
+PLAIN_STATE_MODULES = ("mpe2", "pettingzoo.utils", "gymnasium.spaces")
+"""Modules whose objects a snapshot walks into: MPE's world and scenario, PettingZoo's wrappers and
+agent selector, spaces (their sampling RNG). Anything else is left as the fresh env holds it (in
+MPE a pygame surface and font), which is safe for the envs of ``EXACT_ENV_MODULES`` only."""
+PLAIN_STATE_FLAG = "fastppo_plain_state"
+"""A class attribute: True declares that the class's state is plain data (a user's or a test's
+Gymnasium or PettingZoo env, a wrapper of one, or an object it holds), so that snapshots walk into
+it and, on an env, resume it exactly."""
+STATELESS_WRAPPER_MODULES = (
+    "gymnasium.wrappers.common",  # TimeLimit, OrderEnforcing, PassiveEnvChecker, RecordEpisodeStatistics
+    "gymnasium.wrappers.transform_observation",
+    "gymnasium.wrappers.transform_action",
+    "gymnasium.wrappers.transform_reward",
+    "fastppo.",
+)
+"""Wrappers whose state a snapshot captures or that have none that matters: gym.make's and
+fastppo's own, and gymnasium's stateless transforms (RecordEpisodeStatistics' queues only feed its
+statistics). Any other wrapper (a frame stack's deque, say) keeps an env's resume fresh unless its
+class sets ``fastppo_plain_state = True``."""
+
+_SIMPLE = (type(None), bool, int, float, str)
+_MAX_ARRAY = 100_000
+
+
+def _plain_class(cls: type, modules: tuple[str, ...] = PLAIN_STATE_MODULES) -> bool:
+    return cls.__module__.startswith(modules) or getattr(cls, PLAIN_STATE_FLAG, False) is True
+
+
+def _plain(value: Any) -> bool:
+    """Whether ``_encode`` knows this kind of value (a restore leaves any other as the fresh env has it)."""
+    return isinstance(value, (*_SIMPLE, tuple, list, dict, np.ndarray, np.generic, np.random.Generator)) or _plain_class(type(value))
+
+
+def _encode(value: Any, memo: dict[int, int]) -> Any:
+    """Plain data as JSON, or ``...`` when it is not plain data. A mutable value met again is
+    ``{"ref": n}`` (n its ``"id"``), so that what the env shares stays shared once restored."""
+    if isinstance(value, _SIMPLE):
+        return value
+    if id(value) in memo:
+        return {"ref": memo[id(value)]}
+    mark = len(memo)
+    shared = not isinstance(value, (tuple, np.generic))
+    if shared:
+        memo[id(value)] = mark  # before the contents, which may refer back to it
+    encoded = _encode_contents(value, memo)
+    if encoded is ...:
+        for key in list(memo)[mark:]:  # the dropped value's contents were never written
+            del memo[key]
+        return ...
+    return {"id": mark} | encoded if shared else encoded
+
+
+def _encode_contents(value: Any, memo: dict[int, int]) -> Any:
+    if isinstance(value, np.ndarray):
+        if value.dtype.kind not in "biuf" or value.size > _MAX_ARRAY:
+            return ...
+        return {"ndarray": value.dtype.str, "shape": list(value.shape), "data": value.ravel().tolist()}
+    if isinstance(value, np.generic):
+        return {"scalar": value.dtype.str, "data": value.item()} if value.dtype.kind in "biuf" else ...
+    if isinstance(value, np.random.Generator):
+        return {"bit_generator": value.bit_generator.state}
+    if type(value) in (tuple, list, dict) and len(value) <= _MAX_ARRAY:
+        if isinstance(value, dict) and not all(isinstance(key, str) for key in value):
+            return ...
+        items = {}
+        for key, item in value.items() if isinstance(value, dict) else enumerate(value):
+            items[key] = _encode(item, memo)
+            if items[key] is ...:  # restoring part of a container would be worse than none of it
+                return ...
+        return {"dict": items} if isinstance(value, dict) else {type(value).__name__: list(items.values())}
+    if _plain_class(type(value)):
+        return _snapshot_object(value, memo)
+    return ...
+
+
+def _at(container: Any, key: int | str) -> Any:
+    """What the fresh env holds at ``key`` of a container being restored (None if nothing)."""
+    try:
+        return container[key]
+    except (TypeError, KeyError, IndexError):
+        return None
+
+
+@dataclass
+class _Restore:
+    """A restore under way: the values restored so far by snapshot id, and the ids of the fresh
+    env's objects already restored in place."""
+
+    by_id: dict[int, Any] = field(default_factory=dict)
+    taken: set[int] = field(default_factory=set)
+
+    def take(self, current: Any) -> Any:
+        """``current`` to restore in place, or a new instance of its class where it already stands
+        for another snapshot object: the fresh env may point to a different landmark than the
+        snapshot did (MPE's agent.goal_a), and the snapshot's structure is what must come back."""
+        if id(current) in self.taken:
+            twin = type(current).__new__(type(current))
+            vars(twin).update(vars(current))  # attributes the snapshot skips (a pygame surface)
+            current = twin
+        self.taken.add(id(current))
+        return current
+
+
+def _restore(current: Any, snap: Any, restore: _Restore) -> Any:
+    """The value ``snap`` encodes. Objects are restored into ``current`` (what the fresh env holds in
+    their place) in place, so that references from outside the snapshot hold; data is rebuilt."""
+    if not isinstance(snap, dict):
+        return snap
+    if "ref" in snap:
+        return restore.by_id[snap["ref"]]
+    if "scalar" in snap:
+        return np.dtype(snap["scalar"]).type(snap["data"])
+    if "tuple" in snap:
+        return tuple(_restore(_at(current, i), item, restore) for i, item in enumerate(snap["tuple"]))
+    if "class" in snap:
+        return _restore_object(current, snap, restore)
+    value: Any
+    if "ndarray" in snap:
+        value = np.asarray(snap["data"], dtype=np.dtype(snap["ndarray"])).reshape(snap["shape"])
+    elif "bit_generator" in snap:
+        value = np.random.Generator(getattr(np.random, snap["bit_generator"]["bit_generator"])())
+        value.bit_generator.state = snap["bit_generator"]
+    else:
+        value = [] if "list" in snap else {}
+    if "id" in snap:
+        restore.by_id[snap["id"]] = value  # before the contents, which may refer back to it
+    if isinstance(value, list):
+        value.extend(_restore(_at(current, i), item, restore) for i, item in enumerate(snap["list"]))
+    elif isinstance(value, dict):
+        value.update({key: _restore(_at(current, key), item, restore) for key, item in snap["dict"].items()})
+    return value
+
+
+def _layers(env: Any) -> list[Any]:
+    """The wrapper chain, outermost first, down to the unwrapped env."""
+    layers = [env]
+    while hasattr(layers[-1], "env") and layers[-1] is not layers[-1].unwrapped:
+        layers.append(layers[-1].env)
+    if layers[-1] is not env.unwrapped:
+        layers.append(env.unwrapped)
+    return layers
+
+
+def _snapshot_object(obj: Any, memo: dict[int, int], names: tuple[str, ...] | None = None) -> dict[str, Any]:
+    """The object's class and its plain attributes (those in ``names``, when given)."""
+    attrs = {}
+    for name, value in vars(obj).items() if names is None else ((name, getattr(obj, name)) for name in names):
+        encoded = _encode(value, memo)
+        if encoded is not ...:
+            attrs[name] = encoded
+    return {"class": type(obj).__qualname__, "attrs": attrs}
+
+
+def _restore_object(obj: Any, snap: dict[str, Any], restore: _Restore) -> Any:
+    """``obj`` (or its twin, see ``_Restore.take``) with the snapshot's attributes."""
+    if snap["class"] != type(obj).__qualname__:
+        raise FastPPOError(f"the checkpoint's env snapshot is for {snap['class']}, the env is {type(obj).__qualname__}")
+    obj = restore.take(obj)
+    if "id" in snap:
+        restore.by_id[snap["id"]] = obj
+    current = vars(obj)
+    for name, value in snap["attrs"].items():
+        restored = _restore(current.get(name), value, restore)
+        if name not in current or _plain(current[name]):  # never replace a pygame surface by a saved None
+            current[name] = restored
+    return obj
+
+
+def env_is_exact(envs: VecEnv) -> bool:
+    """Whether ``snapshot_envs`` captures the whole state of these envs (see the module docstring)."""
+    from fastppo.envs.gymnasium_vec import GymnasiumVecEnv
+    from fastppo.envs.pettingzoo_vec import PettingZooVecEnv
+    from fastppo.envs.tensor import TensorEnv
+
+    if isinstance(envs, TensorEnv):
+        return True
+    if isinstance(envs, GymnasiumVecEnv) and isinstance(envs.envs, __import__("gymnasium").vector.SyncVectorEnv):
+        return all(
+            _plain_class(type(e.unwrapped), EXACT_ENV_MODULES) and all(_plain_class(type(layer), STATELESS_WRAPPER_MODULES) for layer in _layers(e)[:-1])
+            for e in envs.envs.envs
+        )
+    if isinstance(envs, PettingZooVecEnv):  # the copies are walked from the outermost object
+        return all(_plain_class(type(e)) and _plain_class(type(e.unwrapped), EXACT_ENV_MODULES) for e in envs.envs)
+    return False
+
+
+def snapshot_envs(envs: VecEnv) -> tuple[dict[str, torch.Tensor], dict[str, Any] | None]:
+    """The envs' state as (tensors, JSON), or (empty, None) when it cannot be captured exactly."""
+    from fastppo.envs.pettingzoo_vec import PettingZooVecEnv
+    from fastppo.envs.tensor import TensorEnv
+
+    if not env_is_exact(envs):
+        return {}, None
+    if isinstance(envs, TensorEnv):
+        tensors = {f"env.{k}": v.detach().cpu().contiguous() for k, v in vars(envs).items() if isinstance(v, torch.Tensor)}
+        tensors["env.generator"] = envs.generator.get_state()
+        return tensors, {"kind": "tensor"}
+    memo: dict[int, int] = {}  # one for all copies: they may share (a class-level metadata dict)
+    if isinstance(envs, PettingZooVecEnv):
+        return {}, {"kind": "pettingzoo", "vec": _snapshot_object(envs, memo, envs.CHECKPOINTED)}
+    vec = envs.envs
+    meta = {
+        "kind": "sync",
+        "autoreset": vec._autoreset_envs.tolist(),
+        "envs": [[_snapshot_object(layer, memo) for layer in _layers(e)] for e in vec.envs],
+    }
+    return {}, meta
+
+
+def restore_envs(envs: VecEnv, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
+    if meta["kind"] == "tensor":
+        for key, value in tensors.items():
+            if key == "env.generator":
+                envs.generator.set_state(value)
+            elif key.startswith("env."):
+                setattr(envs, key.removeprefix("env."), value.to(envs.device))
+        return
+    restore = _Restore()
+    if meta["kind"] == "pettingzoo":
+        _restore_object(envs, meta["vec"], restore)
+        return
+    vec = envs.envs
+    if len(meta["envs"]) != len(vec.envs):
+        raise FastPPOError(f"the checkpoint holds {len(meta['envs'])} envs, the config makes {len(vec.envs)}")
+    vec._autoreset_envs = np.asarray(meta["autoreset"], dtype=np.bool_)
+    for env, layers in zip(vec.envs, meta["envs"]):
+        objects = _layers(env)
+        if len(objects) != len(layers):
+            raise FastPPOError("the checkpoint's env wrappers differ from this env's: resume with the same fastppo version")
+        for obj, snap in zip(objects, layers):
+            _restore_object(obj, snap, restore)
+
+
+# --- save / find / load ---------------------------------------------------------------------------
+
+
+def run_tensors(state: TrainState, envs: VecEnv, rng: dict[str, torch.Tensor] | None = None) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """What ``trainer.safetensors`` holds of ``state`` but the optimizer (RNG states, reward scaler,
+    env cursor, tensor envs), and ``trainer.json``'s RNG states and env snapshot; ``rng`` as
+    ``save_checkpoint``'s."""
+    rng_tensors, rng_meta = rng_state(state.agent.device)
+    env_tensors, env_meta = snapshot_envs(envs)
+    tensors = rng_tensors | (rng or {}) | env_tensors
+    if state.reward_scaler is not None:
+        tensors |= {f"reward_scaler.{k}": v.detach().cpu() for k, v in state.reward_scaler.state_dict().items()}
+    cursor = state.cursor
+    tensors |= {"cursor.obs": cursor.obs.cpu().contiguous(), "cursor.valid": cursor.valid.cpu().contiguous()}
+    if cursor.action_mask is not None:
+        tensors["cursor.action_mask"] = cursor.action_mask.cpu().contiguous()
+    if cursor.state is not None:  # a recurrent policy's live states are part of the run
+        tensors["cursor.state"] = cursor.state.cpu().contiguous()
+    return tensors, {"rng": rng_meta, "env": env_meta}
+
+
+def save_checkpoint(run_dir: Path, state: TrainState, envs: VecEnv, keep: int, rng: dict[str, torch.Tensor] | None = None, extra: dict[str, Any] | None = None) -> Path:
+    """Write the checkpoint of ``state`` (at an iteration boundary) atomically; keep the newest ``keep``.
+    ``rng`` replaces global RNG states (a seed of a stack saves its own generator as torch's);
+    ``extra`` joins the JSON metadata (a stack's seeds). A write that fails (a full disk, a
+    read-only folder) is one FastPPOError naming the checkpoint and the cause; the checkpoints
+    already written stay as they were."""
+    bad = [name for name, p in state.agent.policy.named_parameters() if not torch.isfinite(p).all()]
+    if bad:
+        raise FastPPOError(f"refusing to checkpoint non-finite parameters ({', '.join(bad)}); the previous checkpoint is kept")
+    root = checkpoint_root(run_dir)
+    name = f"{state.iteration:06d}"
+    tmp = root / f".tmp-{name}-{os.getpid()}"
+    try:
+        return _write_checkpoint(run_dir, state, envs, keep, rng, extra, tmp)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise FastPPOError(f"cannot write the checkpoint {root / name}: {exc.strerror or exc}") from None
+
+
+def _write_checkpoint(run_dir: Path, state: TrainState, envs: VecEnv, keep: int, rng: dict[str, torch.Tensor] | None, extra: dict[str, Any] | None, tmp: Path) -> Path:
+    root, name = tmp.parent, f"{state.iteration:06d}"
+    root.mkdir(parents=True, exist_ok=True)
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    state.agent.save(tmp)
+
+    optim_tensors, param_groups = optimizer_to_tensors(state.optimizer)
+    tensors, rng_and_env = run_tensors(state, envs, rng)
+    save_file(optim_tensors | tensors, str(tmp / TRAINER_TENSORS))
+    meta = {
+        "format": FORMAT_VERSION,
+        "iteration": state.iteration,
+        "global_step": state.global_step,
+        "kl_beta": state.kl_beta,
+        "schedule_anchor": list(state.schedule_anchor),
+        "param_groups": param_groups,
+        **rng_and_env,
+        "episode_returns": state.agent.episode_returns[-100:],
+        "world_size": state.world_size,
+        **(extra or {}),
+    }
+    (tmp / TRAINER_JSON).write_text(json.dumps(meta))
+    final = root / name
+    publish_folder(tmp, final)
+    atomic_write_text(root / LATEST, name + "\n")
+    for stale in list_checkpoints(run_dir)[:-keep]:
+        # Renamed first, so that no numbered folder is ever seen half deleted.
+        trash = root / f".old-{stale.name}-{os.getpid()}"
+        os.replace(stale, trash)
+    for leftover in [*root.glob(".tmp-*"), *root.glob(".old-*")]:
+        if leftover.is_dir():  # ours, or left by a killed process
+            shutil.rmtree(leftover, ignore_errors=True)
+    return final
+
+
+@dataclass
+class Checkpoint:
+    """A loaded checkpoint: the agent (weights, statistics, config) and the trainer's state."""
+
+    path: Path
+    agent: Agent
+    iteration: int
+    global_step: int
+    kl_beta: float
+    param_groups: list[dict[str, Any]]
+    tensors: dict[str, torch.Tensor]
+    meta: dict[str, Any] = field(default_factory=dict)
+    schedule_anchor: tuple[int, float] = (0, 0.0)
+
+    @property
+    def config(self) -> Config:
+        return self.agent.config
+
+
+def load_checkpoint(path: str | Path, device: str | torch.device = "cpu", env_id: str | None = None) -> Checkpoint:
+    """Read a checkpoint (a run directory's newest, or a checkpoint folder); FastPPOError if damaged:
+    a file missing or unreadable, a field of trainer.json missing or wrong (``check_trainer_json``),
+    a tensor not finite. ``check_fits_run`` then checks its tensors against the run it resumes.
+    ``env_id`` is the env the caller names (``load_agent``: a folder written before agent.json held
+    its spaces rebuilds them from it)."""
+    folder = find_checkpoint(path)
+    for name in (AGENT_FILE, POLICY_FILE, TRAINER_JSON, TRAINER_TENSORS):
+        if not (folder / name).is_file():
+            raise FastPPOError(f"checkpoint {folder} is incomplete: {name} is missing; delete it to use the previous one")
+    agent = load_agent(folder, device, env_id)
+    try:
+        meta = json.loads((folder / TRAINER_JSON).read_text())
+        tensors = load_file(str(folder / TRAINER_TENSORS))
+    except FileNotFoundError as exc:
+        raise FastPPOError(f"checkpoint {folder} is incomplete: {Path(exc.filename).name} is missing") from None
+    except (json.JSONDecodeError, ValueError, UnicodeDecodeError, SafetensorError, OSError) as exc:
+        raise FastPPOError(f"checkpoint {folder} is damaged or not a fastppo checkpoint ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__}); delete it to use the previous one") from None
+    check_trainer_json(folder, meta, agent.config)
+    weights = agent.policy.state_dict() | ({} if agent.obs_rms is None else {f"obs_rms.{k}": v for k, v in agent.obs_rms.state_dict().items()})
+    for file, named in ((POLICY_FILE, weights), (TRAINER_TENSORS, tensors)):
+        bad = [name for name, t in named.items() if t.is_floating_point() and not torch.isfinite(t).all()]
+        if bad:
+            raise _damaged(folder, f"{file} holds NaN/Inf in {', '.join(bad[:3])}")
+    done, at = meta.get("schedule_anchor", (0, 0.0))  # absent from checkpoints written before it existed
+    return Checkpoint(folder, agent, meta["iteration"], meta["global_step"], float(meta["kl_beta"]), meta["param_groups"], tensors, meta, (done, float(at)))
+
+
+# --- validation: a damaged checkpoint is refused before anything is restored or written ------------
+
+REQUIRED_FIELDS = ("format", "iteration", "global_step", "kl_beta", "param_groups", "rng", "env", "episode_returns")
+"""trainer.json's fields since its first format. ``schedule_anchor`` and ``world_size`` came later:
+absent, they mean a run that kept its horizon and trained in one process."""
+ADAM_HYPERPARAMETERS = ("lr", "betas", "eps", "weight_decay")
+_BIT_GENERATORS = ("MT19937", "PCG64", "PCG64DXSM", "Philox", "SFC64")
+_SNAPSHOT_KINDS = ("ref", "scalar", "tuple", "class", "ndarray", "bit_generator", "list", "dict")
+Spec = tuple[tuple[int, ...], torch.dtype]
+
+
+def _damaged(folder: Path, problem: str) -> FastPPOError:
+    return FastPPOError(f"checkpoint {folder} is damaged: {problem}; delete it to use the previous one")
+
+
+def _integer(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def check_trainer_json(folder: Path, meta: Any, config: Config) -> None:
+    """Every field of trainer.json, against ``config`` (the checkpoint's agent.json): counters that
+    are the folder's iteration and the steps that many iterations take, finite coefficients, Adam
+    hyperparameters, RNG states that python and numpy accept, an env snapshot that
+    ``restore_envs`` can rebuild. FastPPOError naming the field."""
+
+    def damaged(problem: str) -> FastPPOError:
+        return _damaged(folder, f"{TRAINER_JSON}'s {problem}")
+
+    if not isinstance(meta, dict):
+        raise _damaged(folder, f"{TRAINER_JSON} is not an object")
+    missing = [name for name in REQUIRED_FIELDS if name not in meta]
+    if missing:
+        raise _damaged(folder, f"{TRAINER_JSON} lacks {', '.join(missing)}")
+    if meta["format"] != FORMAT_VERSION:
+        raise damaged(f"format is {meta['format']!r}, not {FORMAT_VERSION}: written by another fastppo version")
+    iteration, world_size = meta["iteration"], meta.get("world_size", 1)
+    # 0: a run stopped during its start-up (a --seeds job's signal) saves its initial state.
+    if not (_integer(iteration) and iteration >= 0) or (CHECKPOINT_NAME.match(folder.name) and iteration != int(folder.name)):
+        raise damaged(f"iteration is {iteration!r}, not the folder's {folder.name}")
+    if not (_integer(world_size) and world_size >= 1):
+        raise damaged(f"world_size is {world_size!r}, not a positive integer")
+    steps = iteration * config.batch_size * world_size
+    if meta["global_step"] != steps or not _integer(meta["global_step"]):
+        raise damaged(f"global_step is {meta['global_step']!r}, not {steps} ({iteration} iterations of {config.batch_size} x {world_size} steps)")
+    if not (_number(meta["kl_beta"]) and meta["kl_beta"] >= 0):
+        raise damaged(f"kl_beta is {meta['kl_beta']!r}, not a finite number >= 0")
+    anchor = meta.get("schedule_anchor", [0, 0.0])
+    if not (isinstance(anchor, list) and len(anchor) == 2 and _integer(anchor[0]) and 0 <= anchor[0] <= iteration and _number(anchor[1]) and 0 <= anchor[1] <= 1):
+        raise damaged(f"schedule_anchor is {anchor!r}, not [iterations done, progress in 0..1]")
+    groups = meta["param_groups"]
+    if not (isinstance(groups, list) and groups and all(isinstance(g, dict) for g in groups)):
+        raise damaged("param_groups is not a list of parameter groups")
+    for i, group in enumerate(groups):
+        lacking = [key for key in (*ADAM_HYPERPARAMETERS, "params") if key not in group]
+        if lacking:
+            raise damaged(f"param_groups[{i}] lacks {', '.join(lacking)}")
+        betas = group["betas"]
+        fine = (
+            _number(group["lr"]) and group["lr"] >= 0 and _number(group["eps"]) and group["eps"] > 0 and _number(group["weight_decay"]) and group["weight_decay"] >= 0
+            and isinstance(betas, list) and len(betas) == 2 and all(_number(b) and 0 <= b < 1 for b in betas)
+            and isinstance(group["params"], list) and all(_integer(p) for p in group["params"])
+        )  # fmt: skip
+        if not fine:
+            raise damaged(f"param_groups[{i}] is {({k: group[k] for k in (*ADAM_HYPERPARAMETERS, 'params')})}, not Adam's settings")
+    returns = meta["episode_returns"]
+    if not (isinstance(returns, list) and all(_number(r) for r in returns)):
+        raise damaged("episode_returns is not a list of finite returns")
+    if "stack" in meta and not (isinstance(meta["stack"], list) and all(_integer(s) for s in meta["stack"])):
+        raise damaged(f"stack is {meta['stack']!r}, not a list of seeds")
+    rng = meta["rng"]
+    try:  # throwaway generators: they check the states as the global ones would, and nothing global moves
+        version, internal, gauss = rng["python"]
+        random.Random().setstate((version, tuple(internal), gauss))
+        kind, keys, pos, has_gauss, cached = rng["numpy"]
+        np.random.RandomState().set_state((kind, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
+    except (TypeError, ValueError, KeyError, IndexError, OverflowError) as exc:
+        raise damaged(f"rng is not a python and a numpy RNG state ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from None
+    if meta["env"] is not None:
+        try:
+            _check_env_snapshot(meta["env"], config.env.num_envs)
+        except (TypeError, ValueError, KeyError, IndexError, AttributeError, OverflowError) as exc:
+            raise damaged(f"env snapshot {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+
+
+def _check_env_snapshot(meta: dict[str, Any], num_envs: int) -> None:
+    """ValueError (or a TypeError/KeyError on the way) where ``restore_envs`` could not rebuild ``meta``."""
+    kind = meta["kind"]
+    ids: set[int] = set()  # one memo for all copies, as ``snapshot_envs`` wrote them
+    if kind == "pettingzoo":
+        _check_snapshot_node(meta["vec"], ids)
+    elif kind == "sync":
+        if not (len(meta["autoreset"]) == len(meta["envs"]) == num_envs and all(isinstance(a, bool) for a in meta["autoreset"])):
+            raise ValueError(f"holds {len(meta['envs'])} envs, the config makes {num_envs}")
+        for layers in meta["envs"]:
+            for layer in layers:
+                _check_snapshot_node(layer, ids)
+    elif kind != "tensor":
+        raise ValueError(f"is of unknown kind {kind!r}")
+
+
+def _check_snapshot_node(node: Any, ids: set[int]) -> None:
+    """Walk ``node`` (``_encode``'s output) as ``_restore`` would: ValueError for what it cannot
+    rebuild (a value of no known kind, a reference to an object not defined before it, array data
+    that does not fill its shape, a generator state numpy refuses)."""
+    if isinstance(node, _SIMPLE):
+        return
+    if not isinstance(node, dict):
+        raise ValueError(f"holds a bare {type(node).__name__}")
+    kind = next((k for k in _SNAPSHOT_KINDS if k in node), None)
+    if kind is None:
+        raise ValueError(f"holds a value of no known kind ({', '.join(map(str, node))})")
+    if kind == "ref":
+        if node["ref"] not in ids:
+            raise ValueError(f"refers to object {node['ref']!r}, which it does not define before")
+        return
+    if "id" in node:  # before the contents, which may refer back to it
+        if not _integer(node["id"]) or node["id"] in ids:
+            raise ValueError(f"defines object {node['id']!r} twice or with a bad id")
+        ids.add(node["id"])
+    if kind == "scalar":
+        np.dtype(node["scalar"]).type(node["data"])
+    elif kind == "ndarray":
+        np.asarray(node["data"], dtype=np.dtype(node["ndarray"])).reshape(node["shape"])
+    elif kind == "bit_generator":
+        state = node["bit_generator"]
+        if state["bit_generator"] not in _BIT_GENERATORS:
+            raise ValueError(f"holds a generator of unknown kind {state['bit_generator']!r}")
+        getattr(np.random, state["bit_generator"])().state = state
+    elif kind == "class":
+        if not isinstance(node["class"], str):
+            raise ValueError(f"names class {node['class']!r}")
+        for value in node["attrs"].values():
+            _check_snapshot_node(value, ids)
+    else:  # tuple, list, dict
+        items = node[kind]
+        if not isinstance(items, dict if kind == "dict" else list):
+            raise ValueError(f"holds a {kind} that is a {type(items).__name__}")
+        for value in items.values() if kind == "dict" else items:
+            _check_snapshot_node(value, ids)
+
+
+def _spec(tensor: torch.Tensor) -> Spec:
+    return tuple(tensor.shape), tensor.dtype
+
+
+def _shown(spec: Spec) -> str:
+    return f"{list(spec[0])} {str(spec[1]).removeprefix('torch.')}"
+
+
+def adam_specs(optimizer: Any) -> dict[str, Spec]:
+    """The tensors Adam's state holds for each parameter (``step``, ``exp_avg``, ``exp_avg_sq``:
+    torch.optim.Adam's layout, FusedAdam's too), named as ``optimizer_to_tensors`` names them."""
+    params = [p for group in optimizer.param_groups for p in group["params"]]  # state_dict numbers them in this order
+    return {
+        f"optim.{i}.{slot}": spec
+        for i, p in enumerate(params)
+        for slot, spec in (("step", ((), torch.float32)), ("exp_avg", _spec(p)), ("exp_avg_sq", _spec(p)))
+    }
+
+
+def check_fits_run(checkpoint: Checkpoint, state: TrainState, envs: VecEnv, rng: dict[str, torch.Tensor] | None = None) -> None:
+    """Refuse a checkpoint whose tensors do not fit ``state``, the freshly built run it resumes:
+    trainer.safetensors must hold the tensors a checkpoint of that run holds (Adam's moments and
+    step per parameter, the RNG states, the reward scaler, the env cursor, tensor envs), each with
+    their shape and dtype, and nothing else; its param_groups must number the optimizer's
+    parameters. (A moment of another size crashed the optimizer's native code.) Together with
+    ``load_checkpoint``'s checks, a restore that follows cannot fail halfway. ``rng`` as
+    ``save_checkpoint``'s (a seed of a stack)."""
+    tensors, json_part = run_tensors(state, envs, rng)
+    saved_env, fresh_env = checkpoint.meta["env"], json_part["env"]
+    if saved_env is not None and fresh_env is not None and saved_env["kind"] != fresh_env["kind"]:
+        raise _damaged(checkpoint.path, f"its env snapshot is of {saved_env['kind']} envs, the config makes {fresh_env['kind']} envs")
+    # Adam makes its state at the first update: a checkpoint of iteration 0 (a run stopped in its start-up) has none.
+    moments = adam_specs(state.optimizer) if checkpoint.iteration > 0 else {}
+    expected = {name: _spec(t) for name, t in tensors.items() if not name.startswith("env.") or saved_env is not None} | moments
+    found = {name: _spec(t) for name, t in checkpoint.tensors.items()}
+    # CUDA RNG states come and go with the device ("auto" on another machine); restore_rng sets those it can.
+    optional = {name for name in found.keys() | expected.keys() if name.startswith("rng.cuda.") or (name.startswith("env.") and fresh_env is None)}
+    lacking = sorted(expected.keys() - found.keys() - optional)
+    if lacking:
+        raise _damaged(checkpoint.path, f"{TRAINER_TENSORS} lacks {', '.join(lacking[:3])}")
+    unknown = sorted(found.keys() - expected.keys() - optional)
+    if unknown:
+        raise _damaged(checkpoint.path, f"{TRAINER_TENSORS} holds {', '.join(unknown[:3])}, which this run does not have")
+    for name in sorted(found.keys() & expected.keys()):
+        if found[name] != expected[name]:
+            raise _damaged(checkpoint.path, f"{TRAINER_TENSORS} holds {name} as {_shown(found[name])} where this run needs {_shown(expected[name])}")
+    numbering = [group["params"] for group in state.optimizer.state_dict()["param_groups"]]
+    if [group["params"] for group in checkpoint.param_groups] != numbering:
+        raise _damaged(checkpoint.path, f"{TRAINER_JSON}'s param_groups number the parameters {[g['params'] for g in checkpoint.param_groups]}, the optimizer {numbering}")
+
+
+def restore_train_state(state: TrainState, envs: VecEnv, checkpoint: Checkpoint, normalize_obs: ObservationNormalizer, fresh_seed: int | None = None) -> bool:
+    """Put a freshly built run into the checkpoint's state, once ``check_fits_run`` has found that it
+    fits (nothing is changed otherwise); RNGs last. Returns whether the envs were
+    restored exactly (else they restart fresh episodes, seeded from the run seed and the iteration).
+
+    With ``fresh_seed`` (a torchrun rank: the checkpoint's envs and RNG states are rank 0's) the
+    envs restart fresh episodes from that seed and the RNGs are left as the caller seeded them."""
+    check_fits_run(checkpoint, state, envs)
+    agent, tensors, meta = state.agent, checkpoint.tensors, checkpoint.meta
+    device = envs.device  # the rollout's (fastppo.envs.make.rollout_device)
+    agent.policy.load_state_dict(checkpoint.agent.policy.state_dict())
+    if agent.obs_rms is not None and checkpoint.agent.obs_rms is not None:
+        agent.obs_rms.load_state_dict(checkpoint.agent.obs_rms.state_dict())
+    agent.episode_returns = list(meta["episode_returns"])
+    optimizer_from_tensors(state.optimizer, tensors, checkpoint.param_groups)
+    if state.reward_scaler is not None:
+        state.reward_scaler.load_state_dict({k.removeprefix("reward_scaler."): v.to(device) for k, v in tensors.items() if k.startswith("reward_scaler.")})
+    state.iteration, state.global_step, state.kl_beta = checkpoint.iteration, checkpoint.global_step, checkpoint.kl_beta
+    state.schedule_anchor = checkpoint.schedule_anchor
+    exact = fresh_seed is None and meta["env"] is not None and env_is_exact(envs)
+    if exact:
+        restore_envs(envs, tensors, meta["env"])
+        mask, memory = tensors.get("cursor.action_mask"), tensors.get("cursor.state")
+        state.cursor = EnvCursor(
+            tensors["cursor.obs"].to(device), None if mask is None else mask.to(device), tensors["cursor.valid"].to(device), None if memory is None else memory.to(device)
+        )
+    else:  # fresh episodes start from fresh recurrent states
+        first = envs.reset(seed=checkpoint.config.run.seed + checkpoint.iteration if fresh_seed is None else fresh_seed)
+        state.cursor = EnvCursor.at_reset(first, normalize_obs, update=False, state=fresh_state(agent.policy, envs.num_envs, device))
+        if state.reward_scaler is not None:
+            state.reward_scaler.discounted_return.zero_()
+    if fresh_seed is None:
+        restore_rng(tensors, meta["rng"])
+    return exact
+
+
+def rewind_metrics(run_dir: Path, global_step: int) -> list[dict[str, Any]]:
+    """Cut ``metrics.jsonl`` back to the records at or before ``global_step`` (a process killed after
+    its last checkpoint logged iterations that the resumed run logs again) and return them."""
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.exists():
+        return []
+    kept, lines = [], []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a line cut short by a kill
+        if record.get("global_step", math.inf) <= global_step:
+            kept.append(record)
+            lines.append(line)
+    atomic_write_text(path, "".join(f"{line}\n" for line in lines))
+    return kept
+
+
+__all__ = [
+    "AGENT_FILE",
+    "POLICY_FILE",
+    "Checkpoint",
+    "atomic_write_text",
+    "check_fits_run",
+    "check_trainer_json",
+    "env_is_exact",
+    "find_checkpoint",
+    "list_checkpoints",
+    "load_checkpoint",
+    "restore_envs",
+    "restore_rng",
+    "restore_train_state",
+    "rewind_metrics",
+    "save_checkpoint",
+    "snapshot_envs",
+]

@@ -1,0 +1,272 @@
+"""The preallocated [T, N] rollout buffer and the collector that fills it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import Tensor
+
+from fastppo.core.normalize import RewardScaler, RunningMeanStd
+from fastppo.envs.vector import StepResult, VecEnv
+from fastppo.policies import ActorCritic
+from fastppo.policies.fused import FusedActorCritic
+from fastppo.policies.memory import carry
+from fastppo.profiling import SectionTimer
+from fastppo.training.cuda_graphs import COMPILE_MODE, capture_graph, check_cudagraphs, on_side_stream
+
+ActFn = Callable[[Tensor, Tensor | None], tuple[Tensor, Tensor, Tensor]]
+
+
+@dataclass
+class RolloutBuffer:
+    """One rollout in [T, N, ...] layout, allocated once on the training device.
+
+    ``valid`` is false on NEXT_STEP reset rows (see fastppo.envs.vector): they hold no real
+    transition, so GAE never crosses them and the loss masks them out. A recurrent policy's
+    ``initial_state`` [N, state_size] is its state at the rollout's first row, from which the
+    update re-runs each env's T rows as one sequence.
+    """
+
+    obs: Tensor
+    actions: Tensor
+    logprobs: Tensor
+    values: Tensor
+    rewards: Tensor
+    terminated: Tensor
+    truncated: Tensor
+    valid: Tensor
+    action_masks: Tensor | None
+    initial_state: Tensor | None = None
+
+    @classmethod
+    def allocate(cls, num_steps: int, envs: VecEnv, device: torch.device, action_mask_dim: int | None, state_size: int = 0) -> RolloutBuffer:
+        T, N = num_steps, envs.num_envs
+        obs_space, act_space = envs.single_observation_space, envs.single_action_space
+        obs_dtype = torch.uint8 if obs_space.dtype == np.uint8 else torch.float32
+        if isinstance(act_space, gym.spaces.Discrete):
+            actions = torch.zeros((T, N), dtype=torch.long, device=device)
+        elif isinstance(act_space, gym.spaces.MultiDiscrete):
+            actions = torch.zeros((T, N, *act_space.shape), dtype=torch.long, device=device)
+        else:
+            actions = torch.zeros((T, N, *act_space.shape), dtype=torch.float32, device=device)
+
+        def floats() -> Tensor:
+            return torch.zeros((T, N), device=device)
+
+        def flags() -> Tensor:
+            return torch.zeros((T, N), dtype=torch.bool, device=device)
+
+        return cls(
+            obs=torch.zeros((T, N, *obs_space.shape), dtype=obs_dtype, device=device),
+            actions=actions,
+            logprobs=floats(),
+            values=floats(),
+            rewards=floats(),
+            terminated=flags(),
+            truncated=flags(),
+            valid=flags(),
+            action_masks=None if action_mask_dim is None else torch.ones((T, N, action_mask_dim), dtype=torch.bool, device=device),
+            initial_state=torch.zeros((N, state_size), device=device) if state_size else None,
+        )
+
+    def _fields(self, extra: dict[str, Tensor], initial_state: bool = False) -> dict[str, Tensor]:
+        """The buffer's tensors (``initial_state`` only if asked for) plus ``extra``, None ones left out."""
+        tensors = {f.name: getattr(self, f.name) for f in fields(self) if initial_state or f.name != "initial_state"} | extra
+        return {k: v for k, v in tensors.items() if v is not None}
+
+    def flatten(self, **extra: Tensor) -> dict[str, Tensor]:
+        """Every [T, N, ...] field (plus ``extra`` ones like advantages) as [T*N, ...] views."""
+        return {k: v.flatten(0, 1) for k, v in self._fields(extra).items()}
+
+    def batch(self, seeds: int | None = None, **extra: Tensor) -> dict[str, Tensor]:
+        """What ``ppo_update`` takes: the flattened rows, or for a recurrent policy the [T, N, ...]
+        fields and ``initial_state``, so that minibatches can take whole env sequences, or for a
+        stack of ``seeds`` (fastppo.training.seed_stack) each seed's rows ``[seeds, T * N_seed, ...]``, in the
+        order its single run flattens them (row t * N_seed + n); a recurrent stack's are each seed's
+        ``[seeds, T, N_seed, ...]`` fields and ``[seeds, N_seed, state_size]`` initial states."""
+        if seeds is not None and self.initial_state is None:
+            return {k: v.unflatten(1, (seeds, -1)).transpose(0, 1).flatten(1, 2) for k, v in self._fields(extra).items()}
+        if seeds is not None:  # recurrent: each seed's [T, N_seed, ...] fields and [N_seed, state_size] states
+            fields = self._fields(extra, initial_state=True)
+            return {k: v.unflatten(0, (seeds, -1)) if k == "initial_state" else v.unflatten(1, (seeds, -1)).transpose(0, 1) for k, v in fields.items()}
+        if self.initial_state is None:
+            return self.flatten(**extra)
+        return self._fields(extra, initial_state=True)
+
+
+@dataclass
+class EnvCursor:
+    """Where the vector env stands between steps: the (normalised) observation to act on, its
+    action mask, whether it is a real decision or a NEXT_STEP reset row, and a recurrent
+    policy's state to act with."""
+
+    obs: Tensor
+    action_mask: Tensor | None
+    valid: Tensor
+    state: Tensor | None = None
+
+    @classmethod
+    def at_reset(cls, first: StepResult, normalize_obs: ObservationNormalizer, update: bool, state: Tensor | None = None) -> EnvCursor:
+        """The cursor on a reset's rows: every row a decision, but those of a multi-agent env's
+        agents not in play yet (``StepResult.live``), which join no statistics either."""
+        valid = torch.ones_like(first.terminated) if first.live is None else first.live
+        return cls(normalize_obs(first.obs, update=update, mask=first.live), first.action_mask, valid, state)
+
+
+class ObservationNormalizer:
+    """Optional running normalisation of observations, shared by all envs; frozen when not training."""
+
+    def __init__(self, rms: RunningMeanStd | None, clip: float):
+        self.rms = rms
+        self.clip = clip
+
+    def __call__(self, obs: Tensor, update: bool, mask: Tensor | None = None) -> Tensor:
+        """Normalised ``obs``; with ``update``, the rows ``mask`` keeps (all by default) first
+        join the statistics."""
+        if self.rms is None:
+            return obs
+        if update:
+            self.rms.update(obs, mask)
+        return self.rms.normalize(obs.float(), self.clip)
+
+
+class PolicyStep:
+    """The rollout's policy forward, ``policy.act``: eager (with actor and critic merged into one
+    stack of matmuls for MLP policies, see ``fastppo.policies.fused``), compiled, and/or captured
+    in a CUDA graph. ``refresh`` must run before each rollout: it picks up the updated weights.
+
+    With ``cudagraphs`` (CUDA only) the forward and the sampling are captured once per input
+    signature after a few eager warm-up calls on a side stream; a replay copies the observation
+    (and mask) into static inputs. The outputs are the graph's static tensors, overwritten by the
+    next call: the collector copies them into the buffer at once. Sampling draws from the default
+    CUDA generator, whose seed/offset CUDA graphs advance at every replay.
+    """
+
+    WARMUP_CALLS = 3
+
+    def __init__(self, policy: ActorCritic, compile: bool = False, cudagraphs: bool = False):
+        on_cuda = next(policy.parameters()).device.type == "cuda"
+        # On CUDA, compiling and CUDA graphs remove the per-kernel overhead the merged weights
+        # save: they keep the module forward (and need no refresh). On the CPU the merged eager
+        # forward beats the compiled one up to hundreds of rows (64-64 MLPs, 1 to 512 rows: 1.1-2.4x
+        # less time per call; the compiled call's guards and wrappers cost more than it saves; at
+        # 4 096 rows CartPole's compiled forward wins, HalfCheetah's still loses), so --compile
+        # there compiles the update alone, unless the policy has no merged forward.
+        self._fused = None if cudagraphs or (compile and on_cuda) else FusedActorCritic.build(policy)
+        self.act: ActFn = self._fused or (torch.compile(policy.act, mode=COMPILE_MODE) if compile else policy.act)
+        self.cudagraphs = cudagraphs
+        if cudagraphs:
+            check_cudagraphs(next(policy.parameters()).device)
+        self._calls = 0
+        self._graphs: dict[tuple, tuple[torch.cuda.CUDAGraph, list[Tensor], tuple[Tensor, Tensor, Tensor]]] = {}
+
+    def refresh(self) -> None:
+        if self._fused is not None:
+            self._fused.refresh()
+
+    def __call__(self, obs: Tensor, action_mask: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        if not self.cudagraphs:
+            return self.act(obs, action_mask)
+        self._calls += 1
+        if self._calls <= self.WARMUP_CALLS:
+            return on_side_stream(self.act, obs, action_mask)
+        inputs = [obs] if action_mask is None else [obs, action_mask]
+        key = tuple((x.shape, x.dtype) for x in inputs)
+        if key not in self._graphs:
+            static = [x.clone() for x in inputs]
+            graph, outputs = capture_graph(self.act, *static) if action_mask is not None else capture_graph(self.act, static[0], None)
+            self._graphs[key] = (graph, static, outputs)
+        graph, static, outputs = self._graphs[key]
+        for target, value in zip(static, inputs):
+            target.copy_(value)
+        graph.replay()
+        return outputs
+
+
+def fresh_state(policy: ActorCritic, num_envs: int, device: torch.device) -> Tensor | None:
+    """A recurrent policy's zero state for ``num_envs`` fresh episodes on the rollout's ``device``
+    (None without memory)."""
+    state = policy.initial_state(num_envs)
+    return None if state is None else state.to(device)
+
+
+def packed_copy(tensors: tuple[Tensor, ...], device: torch.device) -> list[Tensor]:
+    """``tensors`` (one row per env each) on ``device`` in one copy, so one host sync per step
+    instead of one per tensor: packed as float32 columns (integer actions are small, exact in
+    float32), then split and cast back."""
+    flat = [x.reshape(x.shape[0], -1) for x in tensors]
+    packed = torch.cat([x.float() for x in flat], 1).to(device)
+    return [part.to(x.dtype).view_as(x) for part, x in zip(packed.split([x.shape[1] for x in flat], 1), tensors)]
+
+
+def collect_rollout(
+    policy: ActorCritic,
+    envs: VecEnv,
+    buf: RolloutBuffer,
+    cursor: EnvCursor,
+    normalize_obs: ObservationNormalizer,
+    reward_scaler: RewardScaler | None,
+    timer: SectionTimer,
+    act: PolicyStep | None = None,
+) -> tuple[EnvCursor, Tensor]:
+    """Fill ``buf`` with T steps from ``cursor``; return the new cursor and V(s_T) for GAE.
+
+    ``act`` is the trainer's ``PolicyStep`` (kept across iterations: it holds compiled code and
+    CUDA graphs); by default an eager one. The buffer, the cursor and the statistics live on the
+    rollout's device (fastppo.envs.make.rollout_device); a policy elsewhere (a GPU beside host
+    envs) gets each step's inputs there and hands its outputs back, both timed as "copy".
+    """
+    act = act or PolicyStep(policy)
+    act.refresh()
+    here, policy_device = buf.obs.device, next(policy.parameters()).device
+    hop = here != policy_device
+
+    def decide(cursor: EnvCursor, value_only: bool = False) -> tuple[Tensor, ...]:
+        obs, mask, state = cursor.obs, cursor.action_mask, cursor.state
+        if hop:
+            with timer.section("copy"):
+                obs, mask, state = (None if x is None else x.to(policy_device, non_blocking=True) for x in (obs, mask, state))
+        if value_only:
+            outputs = (policy.get_value(obs, state),)
+        elif state is None:
+            outputs = act(obs, mask)
+        else:  # recurrent: eager (config refuses --compile/--cudagraphs with memory)
+            outputs = policy.step(obs, state, mask)
+        if hop:
+            with timer.section("copy"):
+                outputs = packed_copy(outputs, here)
+        return outputs
+
+    with torch.inference_mode():
+        if buf.initial_state is not None:
+            buf.initial_state.copy_(cursor.state)
+        for t in range(buf.obs.shape[0]):
+            buf.obs[t] = cursor.obs
+            buf.valid[t] = cursor.valid
+            if buf.action_masks is not None and cursor.action_mask is not None:
+                buf.action_masks[t] = cursor.action_mask
+            with timer.section("policy"):
+                action, logprob, value, *state = decide(cursor)
+            buf.actions[t] = action
+            buf.logprobs[t] = logprob
+            buf.values[t] = value
+            with timer.section("env"):
+                step = envs.step(policy.action_head.env_action(action))
+            done = step.terminated | step.truncated
+            buf.rewards[t] = step.reward if reward_scaler is None else reward_scaler(step.reward, done, valid=cursor.valid)
+            buf.terminated[t] = step.terminated
+            buf.truncated[t] = step.truncated
+            # A reset row's successor is an episode's first observation: its state starts at zeros.
+            next_state = None if cursor.state is None else carry(state[0], cursor.valid)
+            # Rows of agents out of play (multi-agent envs) are no decisions either, and no
+            # statistics; a finishing agent's final observation is one.
+            valid = ~done if step.live is None else ~done & step.live
+            seen = None if step.live is None else step.live | done
+            cursor = EnvCursor(normalize_obs(step.obs, update=True, mask=seen), step.action_mask, valid, next_state)
+        with timer.section("policy"):
+            (last_value,) = decide(cursor, value_only=True)
+    return cursor, last_value

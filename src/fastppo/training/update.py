@@ -1,0 +1,347 @@
+"""The PPO update: epochs of shuffled minibatches over one flattened rollout.
+
+``ppo_update`` is the loop; ``MinibatchStep`` is one optimisation step (loss -> backward ->
+grad-norm clip -> optimizer step), eager by default, with two opt-in speed layers that leave the
+loop's shape alone (LeanRL's recipe): ``compile`` wraps the minibatch loss in ``torch.compile``
+and ``cudagraphs`` captures the whole step, optimizer included, in one CUDA graph.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, NamedTuple
+
+import torch
+from torch import Tensor, nn
+
+from fastppo.config import PPOConfig
+from fastppo.core import kl_estimate, normalize_advantages, ppo_loss
+from fastppo.errors import FastPPOError
+from fastppo.policies import ActorCritic
+from fastppo.training.cuda_graphs import COMPILE_MODE, capture_graph, check_cudagraphs, on_side_stream
+from fastppo.training.optim import FusedAdam, flatten_parameters, fused_adam_available
+from fastppo.training.seed_stack import SeedAdam, SeedMinibatches, StackedActorCritic
+
+if TYPE_CHECKING:
+    from fastppo.training.distributed import World
+
+MINIBATCH_KEYS = ("obs", "actions", "logprobs", "values", "advantages", "returns", "valid", "action_masks", "initial_state")
+"""The flattened rollout fields one minibatch step reads (rewards and flags are GAE's only)."""
+
+
+
+
+@dataclass
+class UpdateCoefficients:
+    """This iteration's values of the scheduled/adapted coefficients."""
+
+    clip_coef: float
+    ent_coef: float
+    kl_beta: float | list[float] | Tensor
+    """A stack of seeds: each seed's (a list, which ``ppo_update`` puts on the device as ``[seeds]``)."""
+
+
+
+
+
+def make_optimizer(policy: nn.Module, lr: float, eps: float, device: torch.device, cudagraphs: bool = False) -> torch.optim.Adam | FusedAdam:
+    """Adam over the policy's parameters, flattened into one tensor (``flatten_parameters``).
+
+    ``fused=True`` runs the whole Adam update as one kernel per dtype/device instead of ~10 small
+    ops per parameter tensor. On CPU and CUDA that kernel runs through ``fastppo.training.optim.FusedAdam``
+    (bit-identical, and without the ~1.3 s ``torch._dynamo`` import that ``torch.optim``'s first
+    use costs a fresh process). With ``cudagraphs`` the step counter lives on the GPU
+    (``capturable``) so that a captured step can be replayed: ``torch.optim.Adam`` does that. (A
+    tensor lr would avoid recapturing when the lr schedule moves, but would not survive the JSON
+    checkpoint of the param groups.) A stack of seeds gets one Adam per seed (``SeedAdam``).
+    """
+    if isinstance(policy, StackedActorCritic):
+        return SeedAdam([flatten_parameters(policy)], policy.seeds, lr=lr, eps=eps)
+    capturable = cudagraphs and device.type == "cuda"
+    if not capturable and fused_adam_available(device):
+        return FusedAdam([flatten_parameters(policy)], lr=lr, eps=eps)
+    return torch.optim.Adam([flatten_parameters(policy)], lr=lr, eps=eps, fused=True, capturable=capturable)
+
+
+def set_learning_rate(optimizer: torch.optim.Optimizer, lr: float) -> None:
+    """Set every group's lr (a captured update step notices the change and recaptures)."""
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+
+
+class RankShare(NamedTuple):
+    """Under torchrun, what a rank needs to know of the other ranks' parts of a minibatch
+    (``rank_shares``)."""
+
+    weight: Tensor
+    """This rank's valid rows x ranks / every rank's valid rows: the ranks' mean of weight x
+    (this rank's mean over its rows) is the mean over all the rows."""
+    advantage_moments: Tensor
+    """(count, sum, sum of squares) of the advantages on every rank's valid rows."""
+
+
+def minibatch_loss(
+    policy: ActorCritic, mb: dict[str, Tensor], cfg: PPOConfig, coefs: UpdateCoefficients, advantage_moments: Tensor | None = None
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """The PPO loss of one minibatch and its metrics (detached tensors, no host sync). Under
+    torchrun ``advantage_moments`` normalise the advantages over every rank's part of the minibatch."""
+    mask = mb.get("valid")  # None once ppo_update has dropped the reset rows
+    newlogprob, entropy, newvalue = policy.evaluate(mb["obs"], mb["actions"], mb.get("action_masks"), mb.get("initial_state"), mask)
+    # A stack of seeds' minibatch is [seeds, rows] (fastppo.training.seed_stack): one loss per seed (their sum
+    # is minimised, so each seed's weights get its own loss's gradient), one advantage normalisation per seed.
+    dim = -1 if mb["advantages"].dim() == 2 else None
+    mb_advantages = normalize_advantages(mb["advantages"], mask, moments=advantage_moments, dim=dim) if cfg.norm_adv else mb["advantages"]
+    loss, metrics = ppo_loss(
+        newlogprob,
+        mb["logprobs"],
+        mb_advantages,
+        entropy,
+        newvalue,
+        mb["values"],
+        mb["returns"],
+        clip_coef=coefs.clip_coef,
+        ent_coef=coefs.ent_coef,
+        vf_coef=cfg.vf_coef,
+        clip_vloss=cfg.clip_vloss,
+        mask=mask,
+        objective=cfg.objective,
+        kl_beta=coefs.kl_beta,
+        dim=dim,
+    )
+    return (loss if dim is None else loss.sum()), metrics
+
+
+class MinibatchStep:
+    """One optimisation step on one minibatch; returns its metrics (plus ``grad_norm``).
+
+    - eager: the reference path.
+    - ``compile``: the loss (policy forward + PPO loss) runs under ``torch.compile``; backward goes
+      through the compiled graph's AOT-autograd backward. The optimizer stays the fused Adam.
+    - ``cudagraphs`` (CUDA only): after ``WARMUP_STEPS`` eager steps on a side stream (real steps
+      on real minibatches, as CUDA graphs require), the whole step — forward, backward, clip,
+      Adam — is captured once and replayed; each replay only copies the minibatch into static
+      inputs. The learning rate and the coefficients are baked into the graph as constants, so a
+      change of any of them (a schedule, PPO-KL's beta) recaptures: once per iteration at most,
+      against tens to hundreds of replays per iteration.
+
+    With a ``world`` (torchrun), each rank holds part of every minibatch: the advantages are
+    normalised over all the parts, and the gradient is all-reduced between backward and the clip,
+    so every rank clips and applies the same gradient and the weights stay equal.
+    """
+
+    WARMUP_STEPS = 3
+
+    def __init__(
+        self, policy: ActorCritic, optimizer: torch.optim.Optimizer, cfg: PPOConfig, compile: bool = False, cudagraphs: bool = False, world: World | None = None
+    ):
+        self.policy, self.optimizer, self.cfg, self.world = policy, optimizer, cfg, world
+        # make_optimizer's one flat parameter: its gradient is every layer's gradient.
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        if len(params) != 1 or params[0].grad is None:
+            raise FastPPOError("the PPO update needs the optimizer from fastppo.training.update.make_optimizer(policy, ...): one flat parameter with its gradient")
+        self.flat_parameter = params[0]
+        # A stack of seeds' flat parameter is seed-major: one gradient-norm clip per seed.
+        self.seeds = policy.seeds if isinstance(policy, StackedActorCritic) else None
+        self.loss_fn: Callable[..., tuple[Tensor, dict[str, Tensor]]] = minibatch_loss
+        if compile:
+            self.loss_fn = torch.compile(minibatch_loss, mode=COMPILE_MODE)
+        self.cudagraphs = cudagraphs
+        if cudagraphs:
+            check_cudagraphs(next(policy.parameters()).device)
+            if world is not None:
+                raise FastPPOError("--cudagraphs captures a one-process update: it does not run under torchrun, drop it")
+        self._steps = 0
+        self._graph: torch.cuda.CUDAGraph | None = None
+        self._graph_key: tuple | None = None
+        self._static_in: dict[str, Tensor] = {}
+        self._static_out: dict[str, Tensor] = {}
+
+    def _eager(self, mb: dict[str, Tensor], coefs: UpdateCoefficients, share: RankShare | None = None, active: list[bool] | None = None) -> dict[str, Tensor]:
+        loss, metrics = self.loss_fn(self.policy, mb, self.cfg, coefs, None if share is None else share.advantage_moments)
+        grad = self.flat_parameter.grad
+        grad.zero_()  # in place, never None: see flatten_parameters
+        loss.backward()
+        if share is not None:
+            # The loss is this rank's mean over its valid rows: weighted, the ranks' mean is the
+            # gradient of the mean over all their rows. The run's one collective per minibatch.
+            self.world.mean_(grad.mul_(share.weight))
+        # clip_grad_norm_'s formula on the one flat gradient, as 3 ops instead of its per-call
+        # bookkeeping (a quarter of the optimizer's overhead on small MLPs).
+        rows = grad.view(self.seeds or 1, -1)
+        grad_norm = torch.linalg.vector_norm(rows, dim=-1)
+        rows.mul_(torch.clamp(self.cfg.max_grad_norm / (grad_norm + 1e-6), max=1.0).unsqueeze(-1))
+        metrics["grad_norm"] = grad_norm if self.seeds else grad_norm[0]
+        if active is None:
+            self.optimizer.step()
+        else:  # a stack's seeds that have stopped sit the step out (SeedAdam)
+            self.optimizer.step(active)
+        return metrics
+
+    def __call__(self, mb: dict[str, Tensor], coefs: UpdateCoefficients, share: RankShare | None = None, active: list[bool] | None = None) -> dict[str, Tensor]:
+        """One step; ``share``: under torchrun, this rank's part of the minibatch (``rank_shares``);
+        ``active``: of a stack of seeds, those that take it (None: all)."""
+        if not self.cudagraphs:
+            return self._eager(mb, coefs, share, active)
+        self._steps += 1
+        lrs = tuple(group["lr"] for group in self.optimizer.param_groups)
+        key = (lrs, coefs.clip_coef, coefs.ent_coef, coefs.kl_beta, tuple((k, v.shape) for k, v in mb.items()))
+        if self._steps <= self.WARMUP_STEPS:
+            return on_side_stream(self._eager, mb, coefs)
+        if key != self._graph_key:
+            self._capture(mb, coefs)
+            self._graph_key = key
+        for name, value in mb.items():
+            self._static_in[name].copy_(value)
+        self._graph.replay()
+        return self._static_out
+
+    def _capture(self, mb: dict[str, Tensor], coefs: UpdateCoefficients) -> None:
+        self._static_in = {name: value.clone() for name, value in mb.items()}
+        self._graph, self._static_out = capture_graph(self._eager, self._static_in, coefs)
+
+
+def ppo_update(
+    policy: ActorCritic,
+    optimizer: torch.optim.Optimizer,
+    batch: dict[str, Tensor],
+    cfg: PPOConfig,
+    coefs: UpdateCoefficients,
+    step: MinibatchStep | None = None,
+) -> dict[str, float]:
+    """Run ``cfg.update_epochs`` epochs of ``cfg.num_minibatches`` shuffled minibatches; return the
+    mean of each loss metric over the minibatches that ran, plus ``epochs`` (fewer than asked when
+    target_kl stopped early).
+
+    A stack of seeds (``StackedActorCritic``) returns a list per metric, one value per seed, and
+    each seed stops where its single run would: once target_kl has stopped a seed, it sits out the
+    remaining steps (no Adam step, no count of its own: ``SeedAdam``) and its means are over the
+    steps it took, while the others go on.
+
+    ``step`` is the minibatch step to use (compiled / CUDA-graph one from the trainer); eager by default.
+
+    A recurrent policy's batch (``RolloutBuffer.batch``) holds [T, N, ...] fields and the
+    rollout's ``initial_state``: its minibatches are then whole env sequences (all T rows of a
+    random subset of the envs, CleanRL's env-major scheme), which the policy re-runs from their
+    initial states with the resets the rollout saw, reset rows masked. Chosen over fixed-length
+    chunks with stored mid-rollout states (sb3-contrib): nothing but the first state is stored,
+    and the re-run gives the rollout's own log-probs, so the first ratio is 1.
+
+    Under torchrun (``step.world``) every rank runs this on its own batch: minibatch i of the run is
+    the union of the ranks' minibatches i, its advantages normalised over all of it and each rank's
+    gradient weighted by its share of the valid rows (``rank_shares``); the target-KL decision and
+    the returned metrics are the ranks' means.
+    """
+    step = step or MinibatchStep(policy, optimizer, cfg)
+    world = step.world
+    batch = {k: batch[k] for k in MINIBATCH_KEYS if k in batch}
+    sequences = "initial_state" in batch
+    seeds = SeedMinibatches(batch, policy.noise, cfg.num_minibatches) if isinstance(policy, StackedActorCritic) else None
+    if not step.cudagraphs and not sequences and world is None and seeds is None:
+        # Drop the NEXT_STEP reset rows once (one host sync per update): every minibatch is then
+        # all valid and the loss takes plain means, ~10% cheaper than masked ones on small MLPs.
+        # CUDA graphs need fixed shapes, and under torchrun every rank must run as many
+        # minibatches as the others: those paths keep the rows and mask them instead.
+        valid = batch.pop("valid")
+        batch = {k: v[valid] for k, v in batch.items()}
+    batch_size = batch["initial_state"].shape[0] if sequences else batch["obs"].shape[0]  # envs or rows
+    # Minibatch sizes differ by at most one when the valid rows do not divide evenly.
+    bounds = [batch_size * i // cfg.num_minibatches for i in range(cfg.num_minibatches + 1)]
+    if isinstance(coefs.kl_beta, list):  # a stack's betas, on the device once per update
+        coefs = replace(coefs, kl_beta=torch.tensor(coefs.kl_beta, device=batch["obs"].device))
+    runs = 1 if seeds is None else policy.seeds
+    going = [True] * runs  # the runs (a stack's seeds) target_kl has not stopped yet
+    minibatches, epochs = [0] * runs, [0] * runs  # each run's steps and epochs
+    sums: Tensor | None = None
+    names: list[str] = []
+    for _ in range(cfg.update_epochs):
+        active = None if all(going) else going
+        stopped = None if active is None else ~torch.tensor(going, device=batch["obs"].device)
+        share = None
+        epoch_steps = 0
+        for mb, share in seeds.epoch(active) if seeds is not None else row_minibatches(batch, bounds, sequences, cfg.num_minibatches > 1, world):
+            metrics = step(mb, coefs, share, active)
+            # All metrics in one stacked tensor: one add per minibatch, one host sync per update.
+            names = names or list(metrics)
+            values = torch.stack([metrics[name] for name in names])
+            if stopped is not None:  # a stopped seed's metrics of a step it did not take
+                values = values.masked_fill(stopped, 0.0)
+            sums = values.clone() if sums is None else sums + values
+            epoch_steps += 1
+        minibatches = [n + epoch_steps * g for n, g in zip(minibatches, going)]
+        epochs = [n + g for n, g in zip(epochs, going)]
+        # One host sync per epoch, for the early stop only (CleanRL checks the last minibatch).
+        if cfg.target_kl is not None:
+            approx_kl = metrics["approx_kl"] if world is None else world.mean_(metrics["approx_kl"] * share.weight)
+            going = [g and kl <= cfg.target_kl for g, kl in zip(going, approx_kl.view(-1).tolist())]
+            if not any(going):
+                break
+    if world is not None:
+        world.mean_(sums)
+    means = dict(zip(names, (sums / torch.tensor(minibatches, device=sums.device)).tolist()))
+    means["epochs"] = float(epochs[0]) if seeds is None else [float(n) for n in epochs]
+    if cfg.objective == "kl":
+        in_order = seeds.in_order() if seeds is not None else (minibatch(batch, start, end, sequences) for start, end in zip(bounds[:-1], bounds[1:]))
+        means["kl_after_update"] = kl_after_update(policy, in_order, world)
+    return means
+
+
+def rank_shares(world: World, shuffled: dict[str, Tensor], bounds: list[int], sequences: bool) -> list[RankShare]:
+    """This rank's ``RankShare`` of each minibatch of an epoch, from one all-reduce of every
+    minibatch's (valid rows, advantages' sum, sum of squares); with equal valid rows on every rank
+    each weight is exactly 1."""
+    valid = shuffled["valid"]
+    advantages = torch.where(valid, shuffled["advantages"].double(), 0.0)  # where: a reset row's value never leaks
+    moments = torch.stack([valid.double(), advantages, advantages.square()], dim=-1)
+    if sequences:  # [T, N, 3]: minibatches are sets of envs
+        moments = moments.sum(0)
+    ends = nn.functional.pad(moments.cumsum(0), (0, 0, 1, 0))[bounds]
+    local = ends[1:] - ends[:-1]
+    total = world.sum_(local.clone())
+    weights = (local[:, 0] * world.size / total[:, 0].clamp_min(1)).float()
+    return [RankShare(weight, everyone) for weight, everyone in zip(weights, total)]
+
+
+def row_minibatches(
+    batch: dict[str, Tensor], bounds: list[int], sequences: bool, shuffle: bool, world: World | None
+) -> Iterator[tuple[dict[str, Tensor], RankShare | None]]:
+    """One epoch's minibatches (rows, or env sequences) between ``bounds``, shuffled first when
+    ``shuffle`` (one full-batch minibatch's mean loss does not depend on the order), each with this
+    rank's ``RankShare`` under torchrun."""
+    if shuffle:
+        # One gather per field per epoch, then contiguous slices: not one gather per minibatch.
+        batch_size = bounds[-1]
+        perm = torch.randperm(batch_size, device=batch["obs"].device)
+        batch = {k: v[:, perm] if sequences and k != "initial_state" else v[perm] for k, v in batch.items()}
+    shares = None if world is None else rank_shares(world, batch, bounds, sequences)
+    for i, (start, end) in enumerate(zip(bounds[:-1], bounds[1:])):
+        if start < end:
+            yield minibatch(batch, start, end, sequences), None if shares is None else shares[i]
+
+
+def minibatch(batch: dict[str, Tensor], start: int, end: int, sequences: bool) -> dict[str, Tensor]:
+    """Rows ``start:end`` of a flat batch, or envs ``start:end`` of a sequence batch with their
+    T rows flattened time-major (row t * B + b, the order ``recurrent_forward`` reads)."""
+    if not sequences:
+        return {k: v[start:end] for k, v in batch.items()}
+    return {k: v[start:end] if k == "initial_state" else v[:, start:end].flatten(0, 1) for k, v in batch.items()}
+
+
+@torch.no_grad()
+def kl_after_update(policy: ActorCritic, minibatches: Iterable[dict[str, Tensor]], world: World | None = None) -> float | list[float]:
+    """KL(old || new) over the whole batch once the epochs are done: the mean k3 estimate
+    (``core.kl_estimate``) of the rollout's actions under the updated policy, one forward per
+    minibatch of the batch in order. The adaptive-KL rule (Schulman et al. 2017, sec. 4) adapts
+    beta from this KL; the per-minibatch ``approx_kl`` is measured before each step and runs
+    several times lower. Under torchrun, over every rank's batch: each rank then adapts beta
+    alike. A stack of seeds' minibatches (``[seeds, rows]``) give one KL per seed."""
+    total = count = torch.zeros((), device=next(policy.parameters()).device)
+    for mb in minibatches:
+        newlogprob = policy.evaluate(mb["obs"], mb["actions"], mb.get("action_masks"), mb.get("initial_state"), mb.get("valid"))[0]
+        kl = kl_estimate(mb["logprobs"], newlogprob, "k3")
+        valid = mb.get("valid")  # only the CUDA-graph, sequence and stack paths keep reset rows in the batch
+        total = total + (kl if valid is None else torch.where(valid, kl, 0.0)).sum(-1)
+        count = count + (kl.shape[-1] if valid is None else valid.sum(-1))
+    if world is not None:
+        total, count = world.sum_(torch.stack([total, count]))
+    return (total / count).tolist()
