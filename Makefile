@@ -8,12 +8,16 @@ TORCH ?= torch==2.13.0
 ENV ?= CartPole-v1
 ARGS ?=
 
-.PHONY: train test test-slow bench clean
+.PHONY: train test test-slow docs bench clean
 
 $(VENV)/.base: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) $(TORCH)
 	$(PIP) -e ".[box2d,video,plot]"
+	touch $@
+
+$(VENV)/.docs: $(VENV)/.base
+	$(PIP) -e ".[docs]"
 	touch $@
 
 $(VENV)/.dev: $(VENV)/.base
@@ -29,5 +33,10 @@ test: $(VENV)/.dev
 test-slow: $(VENV)/.dev
 	$(PY) -m pytest -q -m slow
 
+# The documentation site into site/ (offline: no fonts or scripts fetched at build time); --strict
+# fails on any broken link, reference or warning. `$(VENV)/bin/mkdocs serve` previews it.
+docs: $(VENV)/.docs
+	$(VENV)/bin/mkdocs build --strict
+
 clean:
-	rm -rf $(VENV) runs
+	rm -rf $(VENV) runs site

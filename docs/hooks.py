@@ -1,0 +1,74 @@
+"""MkDocs hooks: the pages and files the site takes from the code and the repository at build time.
+
+- ``reference/cli.md`` is written from ``fastppo.cli.main.build_parser()``: every subcommand, its
+  usage and every flag with its help, so a flag added in code appears without editing the docs.
+- ``benchmarks/*.png`` are served from the repository's ``benchmarks/`` folder, where the benchmark
+  scripts write them, so the pages show the committed images without a copy to keep in step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import html
+import sys
+from pathlib import Path
+
+from mkdocs.structure.files import File, Files
+
+ROOT = Path(__file__).resolve().parent.parent
+CLI_PAGE = "reference/cli.md"
+
+
+def cell(text: str) -> str:
+    """Plain help text as one Markdown table cell: no HTML, no pipes, no emphasis."""
+    return html.escape(" ".join(text.split()), quote=False).replace("|", "\\|").replace("*", "\\*").replace("_", "\\_")
+
+
+def flag_row(parser: argparse.ArgumentParser, action: argparse.Action) -> str:
+    flags = ", ".join(f"`{flag}`" for flag in action.option_strings) or f"`{action.metavar or action.dest}`"
+    if action.option_strings and action.nargs != 0:
+        flags += f" `{action.metavar or action.dest.upper()}`"
+    text = parser._get_formatter()._expand_help(action) if action.help else ""
+    return f"| {flags} | {cell(text)} |"
+
+
+def subcommand_section(name: str, parser: argparse.ArgumentParser, summary: str) -> list[str]:
+    usage = parser.format_usage().removeprefix("usage: ").strip()
+    lines = [f"## fastppo {name}", "", cell(summary or "") if summary else "", "", parser.description or "", "", "```text", usage, "```", ""]
+    for group in parser._action_groups:
+        actions = [a for a in group._group_actions if a.help != argparse.SUPPRESS and not isinstance(a, argparse._HelpAction)]
+        if not actions:
+            continue
+        title = {"positional arguments": "Arguments", "options": "Options"}.get(group.title, group.title)
+        lines += [f"**{cell(title)}**", "", "| flag | meaning |", "|---|---|"]
+        lines += [flag_row(parser, action) for action in actions]
+        lines.append("")
+    return lines
+
+
+def cli_reference() -> str:
+    sys.path.insert(0, str(ROOT / "src"))
+    from fastppo.cli.main import build_parser
+
+    parser = build_parser()
+    subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    summaries = {choice.dest: choice.help for choice in subparsers._choices_actions}
+    lines = [
+        "# CLI reference",
+        "",
+        "Written from the command's own parsers when the site is built (`docs/hooks.py`), so it",
+        "lists every subcommand and flag of this version; `fastppo COMMAND --help` prints the same.",
+        "A boolean flag also takes `--no-FLAG` for false. Bad input to any of them is one line on",
+        "stderr and exit code 2.",
+        "",
+    ]
+    for name, sub in subparsers.choices.items():
+        lines += subcommand_section(name, sub, summaries.get(name, ""))
+    return "\n".join(lines) + "\n"
+
+
+def on_files(files: Files, config) -> Files:
+    files.append(File.generated(config, CLI_PAGE, content=cli_reference()))
+    for image in sorted((ROOT / "benchmarks").glob("*.png")):
+        files.append(File.generated(config, f"benchmarks/{image.name}", abs_src_path=str(image)))
+    return files
