@@ -21,7 +21,7 @@ from fastppo.training.trainer import progress_summary, train
 CHASE = "pz:tests.fake_pz_teams"
 RELAY = "pz:tests.fake_pz_envs"
 TINY = ["--num-envs", "2", "--num-steps", "8", "--num-minibatches", "2", "--update-epochs", "1", "--no-progress", "--no-tensorboard"]
-README = Path(__file__).parent.parent / "README.md"
+GUIDE = Path(__file__).parent.parent / "docs" / "guides" / "multi-agent.md"
 
 
 def records(run: Path) -> list[dict]:
@@ -217,8 +217,8 @@ def test_act_refuses_what_it_cannot_read():
 
 
 def test_the_readme_loop_runs_a_trained_agent_in_a_pettingzoo_env(tmp_path):
-    """The README's deployment loop, as written there, on simple_spread."""
-    text = README.read_text()
+    """The multi-agent guide's deployment loop, as written there, on simple_spread."""
+    text = GUIDE.read_text()
     loop = re.search(r"<!-- deploy-loop -->\n```python\n(.*?)```", text, re.S).group(1)
     assert len(loop.strip().splitlines()) <= 12
     run = tmp_path / "spread"

@@ -186,8 +186,8 @@ def test_the_default_space_covers_each_group():
     space = load_space(DEFAULT_SPACE)
     assert {"ppo.learning_rate", "ppo.num_steps", "ppo.num_minibatches", "policy.hidden_sizes", "env.normalize_obs"} <= set(space)
     assert space["ppo.learning_rate"].log and space["policy.hidden_sizes"].choices == ("64,64", "128,128", "256,256")
-    readme = (Path(__file__).parent.parent / "README.md").read_text()
-    assert all(f"| {key.split('.')[0]} | `{key.split('.')[1]}` |" in readme for key in space), "README's default search space table is out of date"
+    readme = (Path(__file__).parent.parent / "docs" / "guides" / "sweeps.md").read_text()
+    assert all(f"| {key.split('.')[0]} | `{key.split('.')[1]}` |" in readme for key in space), "docs/guides/sweeps.md's default search space table is out of date"
 
 
 class FakeTrial:
