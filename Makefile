@@ -36,7 +36,7 @@ test-slow: $(VENV)/.dev
 # The documentation site into site/ (offline: no fonts or scripts fetched at build time); --strict
 # fails on any broken link, reference or warning. `$(VENV)/bin/mkdocs serve` previews it.
 docs: $(VENV)/.docs
-	$(VENV)/bin/mkdocs build --strict
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 clean:
 	rm -rf $(VENV) runs site
