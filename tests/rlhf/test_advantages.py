@@ -14,6 +14,7 @@ from fastppo.rlhf.rewards import (
     rloo_advantages,
     sequence_advantages,
     shape_scores,
+    token_kl,
     token_rewards,
     whiten_advantages,
 )
@@ -90,11 +91,11 @@ def test_grpo_group_with_equal_scores_gets_zero_advantages() -> None:
     rollout = _rollout_with_kl()
     scores = torch.full((4,), 0.7)
     ppo = PPOConfig(estimator="grpo", num_generations=4)
-    advantages, _, kl = compute_advantages(rollout, scores, kl_coef=0.1, ppo=ppo)
-    assert kl.abs().sum() > 0.1
+    advantages, _ = compute_advantages(rollout, scores, kl_coef=0.1, ppo=ppo)
+    assert token_kl(rollout.logprobs, rollout.ref_logprobs, rollout.response_mask, "k1").abs().sum() > 0.1
     assert torch.equal(advantages, torch.zeros_like(advantages))
     # the reward-side form, kept as an explicit option, normalises score - kl_coef * KL
-    advantages, _, _ = compute_advantages(rollout, scores, kl_coef=0.1, ppo=PPOConfig(estimator="grpo", num_generations=4, kl_in="reward"))
+    advantages, _ = compute_advantages(rollout, scores, kl_coef=0.1, ppo=PPOConfig(estimator="grpo", num_generations=4, kl_in="reward"))
     assert advantages[rollout.response_mask].abs().min() > 0.1
 
 
@@ -146,7 +147,7 @@ def test_rloo_keeps_a_short_good_answer_positive_by_default() -> None:
     logprobs = torch.where(mask, -1.0, 0.0)
     rollout = synthetic_rollout(logprobs, logprobs.clone(), mask)  # no KL
     scores = torch.tensor([0.55, 0.45, 1.0, 0.0])
-    advantages, _, _ = compute_advantages(rollout, scores, kl_coef=0.1, ppo=PPOConfig(estimator="rloo", num_generations=2))
+    advantages, _ = compute_advantages(rollout, scores, kl_coef=0.1, ppo=PPOConfig(estimator="rloo", num_generations=2))
     assert torch.allclose(advantages[:, 0], torch.tensor([0.1, -0.1, 1.0, -1.0]))
-    whitened, _, _ = compute_advantages(rollout, scores, kl_coef=0.1, ppo=PPOConfig(estimator="rloo", num_generations=2, whiten_advantages=True))
+    whitened, _ = compute_advantages(rollout, scores, kl_coef=0.1, ppo=PPOConfig(estimator="rloo", num_generations=2, whiten_advantages=True))
     assert whitened[0, 0] < 0, "the opt-in token whitening still does what it says"

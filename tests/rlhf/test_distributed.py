@@ -131,7 +131,7 @@ def one_process_ppo_step(model: Path, out: Path, monkeypatch: pytest.MonkeyPatch
     rollout = joined(rollouts, models.tokenizer.pad_token_id)
     raw_scores = compute_scores(early_letters, rollout.prompts, rollout.completions, torch.device("cpu"))
     scores = shape_scores(raw_scores, rollout.has_eos, None, None, False)
-    advantages, returns, _ = trainer_module.compute_advantages(rollout, scores, cfg.ppo.kl_coef, cfg.ppo)
+    advantages, returns = trainer_module.compute_advantages(rollout, scores, cfg.ppo.kl_coef, cfg.ppo)
     monkeypatch.setattr(torch, "randperm", lambda n, device=None: torch.arange(n, device=device))
     losses = trainer_module.ppo_update(models, optimizer, rollout, advantages, returns, cfg.ppo, cfg.ppo.kl_coef, cfg.sampling.temperature, precision)
     monkeypatch.undo()

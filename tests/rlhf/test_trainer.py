@@ -7,6 +7,7 @@ from dataclasses import replace
 
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from fastppo.rlhf import trainer
 from fastppo.rlhf.checkpoint import latest_checkpoint
@@ -94,6 +95,60 @@ def test_first_ppo_epoch_starts_at_ratio_one(tiny_model, tmp_path) -> None:
     history = train(cfg, early_letters, PROMPTS)
     assert history[0]["losses/ratio_mean"] == pytest.approx(1.0, abs=1e-6)
     assert history[0]["losses/approx_kl"] == pytest.approx(0.0, abs=1e-7)
+
+
+@pytest.mark.parametrize(
+    ("settings", "skips"),
+    [
+        ({"estimator": "grpo"}, True),  # KL in the loss
+        ({"estimator": "rloo", "kl_coef": 0.0}, True),
+        ({"estimator": "rloo"}, False),  # KL in the return: advantages need the old log-probs
+        ({"estimator": "rloo", "kl_coef": 0.0, "kl_target": 1.0}, False),  # the controller may make it non-zero
+        ({"estimator": "gae", "kl_in": "loss"}, False),  # GAE needs the values of that pass
+        ({"estimator": "grpo", "ppo_epochs": 2}, False),
+        ({"estimator": "grpo", "mini_batch_size": 4}, False),  # the second minibatch is scored after a step
+    ],
+)
+def test_which_settings_take_the_old_logprobs_from_the_update(settings, skips) -> None:
+    ppo = PPOConfig(**{"prompts_per_step": 4, "num_generations": 2, "mini_batch_size": 8, "ppo_epochs": 1, **settings})
+    assert ppo.old_logprobs_from_update is skips
+
+
+@pytest.mark.parametrize("settings", [{"estimator": "grpo", "kl_target": 1.0}, {"estimator": "rloo", "kl_coef": 0.0}])
+def test_one_pass_over_one_minibatch_scores_the_rollout_once(tiny_model, tmp_path, monkeypatch, settings) -> None:
+    """With one epoch over one minibatch the rollout skips its policy pass and the update's supplies
+    the old log-probs: one policy pass per step fewer, and the same run (metrics, KL to the
+    reference, the adaptive coefficient, final weights) as with the rollout's own pass."""
+    from fastppo.rlhf import rollout as rollout_module
+
+    def run(name: str) -> tuple[list[dict[str, float]], int, dict[str, torch.Tensor]]:
+        passes = []
+
+        def counted(forward):
+            def forward_tokens(model, *args):
+                passes.append(any(p.requires_grad for p in model.parameters()))  # the policy, not the frozen reference
+                return forward(model, *args)
+
+            return forward_tokens
+
+        for module in (trainer, rollout_module):
+            monkeypatch.setattr(module, "forward_tokens", counted(module.forward_tokens))
+        cfg = tiny_config(tiny_model, tmp_path / name, steps=3, mini_batch_size=8, learning_rate=1e-2, **settings)
+        history = [{k: v for k, v in h.items() if not k.startswith(("time/", "perf/"))} for h in train(cfg, early_letters, PROMPTS)]
+        monkeypatch.undo()
+        weights = load_file(str(latest_checkpoint(tmp_path / name) / "policy" / "model.safetensors"))
+        return history, sum(passes), weights
+
+    skipped, skipped_passes, skipped_weights = run("skip")
+    monkeypatch.setattr(PPOConfig, "old_logprobs_from_update", property(lambda self: False))
+    kept, kept_passes, kept_weights = run("keep")
+    assert (skipped_passes, kept_passes) == (3, 6), "one policy pass per step instead of two"
+    assert all(h["losses/approx_kl"] == 0.0 for h in skipped), "the ratio is 1 exactly"
+    assert [h.keys() for h in skipped] == [h.keys() for h in kept]
+    for a, b in zip(skipped, kept):
+        assert a == pytest.approx(b, rel=1e-5, abs=1e-6)
+    assert skipped[-1]["rlhf/kl_ref"] > 0.01, "the policy moved: the comparison covers a real KL"
+    torch.testing.assert_close(skipped_weights, kept_weights, rtol=1e-5, atol=1e-6)
 
 
 def test_target_kl_stops_on_the_mean_kl_of_the_epoch(monkeypatch) -> None:

@@ -121,6 +121,17 @@ class PPOConfig:
         # GRPO normalises returns by the group's std: a KL in the return would be amplified by it.
         return (self.kl_in or ("loss" if self.estimator == "grpo" else "reward")) == "loss"
 
+    @property
+    def old_logprobs_from_update(self) -> bool:
+        """One epoch over one minibatch: the update's only forward pass scores the rollout under the
+        weights that sampled it, so its log-probs (detached) are the old ones (ratio 1 exactly) and
+        the rollout skips its own policy pass, as TRL does. Only where nothing before the update
+        needs that pass: a critic-free estimator (GAE's advantages need its values) whose return
+        holds no KL (KL in the loss, or in the reward with kl_coef 0 and no kl_target)."""
+        one_pass = self.ppo_epochs == 1 and self.mini_batch_size == self.prompts_per_step * self.num_generations
+        kl_free_return = self.kl_in_loss or (self.kl_coef == 0 and self.kl_target is None)
+        return one_pass and self.estimator != "gae" and kl_free_return
+
 
 @dataclass
 class RunConfig:

@@ -96,11 +96,16 @@ def last_token_index(mask: Tensor) -> Tensor:
     return mask.long().sum(dim=1).clamp_min(1) - 1
 
 
+def token_kl(logprobs: Tensor, ref_logprobs: Tensor, mask: Tensor, estimator: KLEstimator) -> Tensor:
+    """[B, R] per-token estimate of KL(policy || reference) from the sampled tokens, zero on masked ones."""
+    return torch.where(mask, kl_estimate(logprobs, ref_logprobs, estimator), 0.0)  # where, not *: 0 * inf is nan
+
+
 def token_rewards(scores: Tensor, logprobs: Tensor, ref_logprobs: Tensor, mask: Tensor, kl_coef: float, estimator: KLEstimator) -> tuple[Tensor, Tensor]:
     """Per-token rewards r_t = -kl_coef * KL_t, plus the score at the last real token
     (Ziegler et al. 2019). KL_t estimates KL(policy || reference) from the sampled token.
     Returns ``(rewards, kl)``, both [B, R] and zero on masked tokens."""
-    kl = torch.where(mask, kl_estimate(logprobs, ref_logprobs, estimator), 0.0)  # where, not *: 0 * inf is nan
+    kl = token_kl(logprobs, ref_logprobs, mask, estimator)
     rewards = -kl_coef * kl
     rows = torch.arange(scores.shape[0], device=scores.device)
     rewards[rows, last_token_index(mask)] += scores
@@ -132,10 +137,11 @@ def rloo_advantages(returns: Tensor, group_size: int) -> Tensor:
     return (groups - baseline).flatten()
 
 
-def sequence_advantages(estimator: str, scores: Tensor, kl: Tensor, kl_coef: float, mask: Tensor, group_size: int) -> Tensor:
+def sequence_advantages(estimator: str, scores: Tensor, kl: Tensor | None, kl_coef: float, mask: Tensor, group_size: int) -> Tensor:
     """Critic-free advantages, one per completion, broadcast to its tokens. The return is the
-    score minus the summed KL penalty: the same reward the GAE path distributes over tokens."""
-    returns = scores - kl_coef * kl.sum(dim=1)
+    score minus the summed KL penalty (``kl`` None: no penalty): the same reward the GAE path
+    distributes over tokens."""
+    returns = scores if kl is None else scores - kl_coef * kl.sum(dim=1)
     adv = grpo_advantages(returns, group_size) if estimator == "grpo" else rloo_advantages(returns, group_size)
     return adv.unsqueeze(1) * mask
 

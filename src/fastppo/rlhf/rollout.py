@@ -23,7 +23,7 @@ class Rollout:
     query_mask: Tensor  # [B, P]
     response: Tensor  # [B, R] sampled ids, padding after EOS
     response_mask: Tensor  # [B, R] bool, real tokens up to and including the first EOS
-    logprobs: Tensor  # [B, R] log-probs under the policy that sampled them
+    logprobs: Tensor | None  # [B, R] log-probs under the policy that sampled them; None until the update fills them (PPOConfig.old_logprobs_from_update)
     ref_logprobs: Tensor  # [B, R] log-probs under the frozen reference
     values: Tensor | None  # [B, R] critic values, None for critic-free estimators
     has_eos: Tensor  # [B] bool: the completion ended with EOS or a stop string rather than at max_new_tokens
@@ -42,12 +42,13 @@ def score_tokens(model, critic, query: Tensor, query_mask: Tensor, response: Ten
 
 def collect_rollout(
     models: Models, prompts: list[str], num_generations: int, sampling: SamplingConfig, micro_batch_size: int, autocast: Autocast,
-    generator: Generator | None = None,
+    generator: Generator | None = None, old_logprobs: bool = True,
 ) -> Rollout:
     """Generate ``num_generations`` completions per prompt (with ``generator``, by default the
     policy's own generate()), then recompute their old log-probs, reference log-probs and values
     with the same forward pass the update uses, so the first PPO ratio is exactly 1 (generate()'s
-    own scores go through a different code path)."""
+    own scores go through a different code path). ``old_logprobs=False`` skips the policy's pass
+    (no critic): the update's first pass supplies the old log-probs (``ppo_update``)."""
     tokenizer, policy = models.tokenizer, models.policy
     device = next(policy.parameters()).device
     query, query_mask = encode_prompts(tokenizer, prompts, sampling.max_prompt_length, device)
@@ -58,7 +59,7 @@ def collect_rollout(
     response_mask, stopped = stops.mask(tokenizer, response)
     response = response.masked_fill(~response_mask, tokenizer.pad_token_id)
     with autocast():
-        new = score_tokens(policy, models.critic, query, query_mask, response, response_mask, sampling.temperature, micro_batch_size)
+        new = score_tokens(policy, models.critic, query, query_mask, response, response_mask, sampling.temperature, micro_batch_size) if old_logprobs else None
         with reference_model(models) as reference:
             ref = score_tokens(reference, None, query, query_mask, response, response_mask, sampling.temperature, micro_batch_size)
 
@@ -73,8 +74,8 @@ def collect_rollout(
         query_mask=query_mask,
         response=response,
         response_mask=response_mask,
-        logprobs=valid(new.logprobs),
+        logprobs=None if new is None else valid(new.logprobs),
         ref_logprobs=valid(ref.logprobs),
-        values=valid(new.values),
+        values=None if new is None else valid(new.values),
         has_eos=stopped,
     )

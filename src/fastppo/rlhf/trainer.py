@@ -34,6 +34,7 @@ from fastppo.rlhf.rewards import (
     sequence_advantages,
     sequence_kl,
     shape_scores,
+    token_kl,
     token_rewards,
     whiten_advantages,
 )
@@ -45,22 +46,24 @@ from fastppo.training.update import set_learning_rate
 LOSS_METRIC_NAMES = {"pg_loss": "losses/policy_loss", "v_loss": "losses/value_loss"}
 
 
-def compute_advantages(rollout: Rollout, scores: Tensor, kl_coef: float, ppo: PPOConfig, ranks: Ranks = Ranks()) -> tuple[Tensor, Tensor | None, Tensor]:
+def compute_advantages(rollout: Rollout, scores: Tensor, kl_coef: float, ppo: PPOConfig, ranks: Ranks = Ranks()) -> tuple[Tensor, Tensor | None]:
     """Advantages [B, R] (and returns for the critic) from scores and, unless it goes in the loss, the
-    KL penalty; also the per-token KL. Whitened over every rank's tokens."""
+    KL penalty. Whitened over every rank's tokens."""
     mask = rollout.response_mask
     reward_kl_coef = 0.0 if ppo.kl_in_loss else kl_coef
-    rewards, kl = token_rewards(scores, rollout.logprobs, rollout.ref_logprobs, mask, reward_kl_coef, ppo.kl_estimator)
     if ppo.estimator == "gae":
+        rewards, _ = token_rewards(scores, rollout.logprobs, rollout.ref_logprobs, mask, reward_kl_coef, ppo.kl_estimator)
         advantages, returns = gae_advantages(rewards, rollout.values, mask, ppo.gamma, ppo.gae_lambda)
     else:
+        # A return without KL needs no old log-probs: the rollout may not have them yet (PPOConfig.old_logprobs_from_update).
+        kl = token_kl(rollout.logprobs, rollout.ref_logprobs, mask, ppo.kl_estimator) if reward_kl_coef else None
         advantages, returns = sequence_advantages(ppo.estimator, scores, kl, reward_kl_coef, mask, ppo.num_generations), None
     # Critic-free advantages are one number per completion: whitening them over tokens weighs long
     # completions more and, when length goes with score, flips the sign of short good answers.
     whiten = ppo.whiten_advantages if ppo.whiten_advantages is not None else ppo.estimator == "gae"
     if whiten:
         advantages = whiten_advantages(advantages, mask, ranks.advantage_moments(advantages, mask))
-    return advantages, returns, kl
+    return advantages, returns
 
 
 def ppo_update(
@@ -72,7 +75,9 @@ def ppo_update(
     whose mean approx_kl exceeds ``ppo.target_kl``. Returns the mean of the loss metrics over all
     micro-batches and the number of epochs run. Under torchrun minibatch i of the step is every
     rank's minibatch i: the gradients and the early-stop KL are averaged over the ranks.
-    ``max_new_tokens``: the normaliser of ``--loss-aggregation constant``."""
+    ``max_new_tokens``: the normaliser of ``--loss-aggregation constant``. A rollout collected
+    without old log-probs (``PPOConfig.old_logprobs_from_update``: one pass, under the weights that
+    sampled it) gets this pass's, detached, in ``rollout.logprobs``."""
     batch_size = rollout.response.shape[0]
     micro_batch_size = ppo.mini_batch_size // ppo.gradient_accumulation_steps
     # The optimizer's own: with FSDP a model's parameters are swapped for unsharded ones between a
@@ -82,6 +87,9 @@ def ppo_update(
     grad_norms: list[Tensor] = []
     count = epochs = 0
     aggregation = {"aggregation": ppo.loss_aggregation, "max_length": max_new_tokens}
+    fill_old_logprobs = rollout.logprobs is None
+    if fill_old_logprobs:
+        rollout.logprobs = torch.zeros_like(rollout.ref_logprobs)
     for epochs in range(1, ppo.ppo_epochs + 1):
         kl_before, count_before = totals.get("approx_kl", 0.0), count
         order = torch.randperm(batch_size, device=rollout.response.device)
@@ -90,6 +98,8 @@ def ppo_update(
                 mask = rollout.response_mask[mb]
                 with precision.autocast():
                     new = forward_tokens(models.policy, models.critic, rollout.query[mb], rollout.query_mask[mb], rollout.response[mb], mask, temperature)
+                if fill_old_logprobs:
+                    rollout.logprobs[mb] = new.logprobs.detach().masked_fill(~mask, 0.0)
                 if new.values is None:  # critic-free (GRPO/RLOO): surrogate and entropy only
                     loss, metrics = policy_loss(new.logprobs, rollout.logprobs[mb], advantages[mb], ppo.clip_coef, mask, **aggregation)
                     entropy = masked_mean(new.entropy, mask)
@@ -166,19 +176,20 @@ def _train(cfg: RLHFConfig, reward_fn: RewardFn, prompts: list[str], eval_prompt
             learning_rate = warmup_scheduled(cfg.schedule.lr_schedule, ppo.learning_rate, step, ppo.steps, cfg.schedule.lr_warmup_steps)
             set_learning_rate(optimizer, learning_rate)
             step_prompts = [prompts[i] for i in ranks.share(batch_indices(len(prompts), ranks.size * ppo.prompts_per_step, step, run.seed))]
-            rollout = collect_rollout(models, step_prompts, ppo.num_generations, sampling, micro_batch_size, precision.autocast, generator)
+            rollout = collect_rollout(models, step_prompts, ppo.num_generations, sampling, micro_batch_size, precision.autocast, generator, not ppo.old_logprobs_from_update)
             raw_scores = compute_scores(reward_fn, rollout.prompts, rollout.completions, device)
             # Every rank's scores: the step's statistics (whitening, the log) are over all of them.
             all_scores, all_eos = ranks.gather(raw_scores), ranks.gather(rollout.has_eos.float()).bool()
             shaped = shape_scores(all_scores, all_eos, sampling.missing_eos_penalty, ppo.reward_clip, ppo.whiten_rewards)
             check_finite(step, {"the shaped scores": shaped}, non_finite_fix)  # before they reach the weights
             scores = ranks.own(shaped)
-            advantages, returns, kl = compute_advantages(rollout, scores, state["kl_coef"], ppo, ranks)
+            advantages, returns = compute_advantages(rollout, scores, state["kl_coef"], ppo, ranks)
             t_rollout = time.perf_counter()
             losses = ppo_update(models, optimizer, rollout, advantages, returns, ppo, state["kl_coef"], sampling.temperature, precision, ranks, sampling.max_new_tokens)
             generator.sync_weights()
             t_update = time.perf_counter()
 
+            kl = token_kl(rollout.logprobs, rollout.ref_logprobs, rollout.response_mask, ppo.kl_estimator)  # the old log-probs: ppo_update may have filled them
             kl_ref = sequence_kl(ranks.gather(kl.sum(dim=1, keepdim=True)))  # summed per completion first: the ranks' R differ
             response_tokens, query_tokens = ranks.sum(torch.stack([rollout.response_mask.sum(), rollout.query_mask.sum()])).tolist()
             completions = all_scores.numel()
