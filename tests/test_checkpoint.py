@@ -17,9 +17,10 @@ import torch
 import fastppo
 from fastppo.config import EnvConfig
 from fastppo.envs import make_vec_env
+from fastppo.envs.snapshot import restore_envs, snapshot_envs
 from fastppo.errors import FastPPOError
 from fastppo.files.run_folder import list_checkpoints
-from fastppo.training.checkpoint import load_checkpoint, restore_envs, snapshot_envs
+from fastppo.training.checkpoint import load_checkpoint
 from fastppo.training.trainer import train
 
 

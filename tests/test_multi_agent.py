@@ -20,9 +20,9 @@ from fastppo.agents.agent import build_agent
 from fastppo.cli.main import main
 from fastppo.core import compute_gae, shift_values
 from fastppo.envs import make_vec_env
+from fastppo.envs.snapshot import restore_envs, snapshot_envs
 from fastppo.errors import FastPPOError
 from fastppo.profiling import SectionTimer
-from fastppo.training.checkpoint import restore_envs, snapshot_envs
 from fastppo.training.rollout import EnvCursor, ObservationNormalizer, RolloutBuffer, collect_rollout
 from fastppo.training.trainer import check_finite_rollout, resume_config, train
 from tests.test_resume import ITERATIONS, assert_same_run, stop_after

@@ -122,7 +122,7 @@ def test_a_user_env_that_does_not_declare_plain_state_resumes_with_fresh_episode
 def test_which_gymnasium_envs_resume_exactly(env_id, exact):
     from fastppo.config import EnvConfig
     from fastppo.envs import make_vec_env
-    from fastppo.training.checkpoint import env_is_exact
+    from fastppo.envs.snapshot import env_is_exact
 
     envs = make_vec_env(EnvConfig(env_id=env_id, num_envs=2), torch.device("cpu"))
     try:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-import fastppo.training.checkpoint as ppo_checkpoint
+import fastppo.files.atomic as atomic
 from fastppo.errors import FastPPOError
 from fastppo.rlhf.checkpoint import LATEST, latest_checkpoint, load_training_state, save_checkpoint
 from fastppo.rlhf.config import ModelConfig
@@ -101,7 +101,7 @@ def test_a_save_killed_before_its_rename_leaves_the_last_checkpoint(tiny_model, 
     first = save_checkpoint(tmp_path, 1, models, optimizer, {"kl_coef": 0.1}, keep=2)
     saved = folder_bytes(first)
     fsynced: list[Path] = []
-    real_replace, real_fsync_file = os.replace, ppo_checkpoint._fsync_file
+    real_replace, real_fsync_file = os.replace, atomic._fsync_file
 
     def recording_fsync(path: Path) -> None:
         fsynced.append(Path(path))
@@ -112,8 +112,8 @@ def test_a_save_killed_before_its_rename_leaves_the_last_checkpoint(tiny_model, 
             raise KeyboardInterrupt  # the process dies here: the folder is written and fsynced, not yet renamed
         real_replace(src, dst)
 
-    monkeypatch.setattr("fastppo.training.checkpoint._fsync_file", recording_fsync)
-    monkeypatch.setattr("fastppo.training.checkpoint.os.replace", killed_at_the_rename)
+    monkeypatch.setattr("fastppo.files.atomic._fsync_file", recording_fsync)
+    monkeypatch.setattr("fastppo.files.atomic.os.replace", killed_at_the_rename)
     with pytest.raises(KeyboardInterrupt):
         save_checkpoint(tmp_path, 2, models, optimizer, {"kl_coef": 0.2}, keep=2)
     monkeypatch.undo()

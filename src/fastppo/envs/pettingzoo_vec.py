@@ -39,7 +39,7 @@ from fastppo.config import EnvConfig, MultiAgentConfig
 from fastppo.env_ids import PREFIX, named_object, split_spec
 from fastppo.envs import mpe
 from fastppo.envs.layout import ObservationLayout
-from fastppo.envs.vector import Episodes, HostCopies, StepResult, VecEnv
+from fastppo.envs.vector import Episodes, HostCopies, StepResult
 from fastppo.errors import FastPPOError
 
 ACTION_MASK_KEY = "action_mask"
@@ -345,7 +345,7 @@ class PettingZooVecEnv(HostCopies):
     """``len(env_fns)`` copies of a PettingZoo ParallelEnv as ``copies * agents`` rows (see the module docstring)."""
 
     CHECKPOINTED = ("envs", "_finished", "_returns", "_lengths", "_episodes", "_masked")
-    """What ``fastppo.training.checkpoint.snapshot_envs`` saves: the copies and the episodes in flight."""
+    """What ``fastppo.envs.snapshot.snapshot_envs`` saves: the copies and the episodes in flight."""
 
     def __init__(self, env_fns: list[Callable[[], Any]], cfg: MultiAgentConfig, device: torch.device):
         self.envs = [fn() for fn in env_fns]

@@ -205,7 +205,7 @@ PLAN_FILE = SEEDS_PLAN
 
 
 def save_plan(plan: SeedPlan) -> None:
-    from fastppo.training.checkpoint import atomic_write_text
+    from fastppo.files.atomic import atomic_write_text
 
     plan.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(plan.parent / PLAN_FILE, json.dumps({"seeds": plan.seeds, "workers": plan.workers, "config": plan.config.to_dict()}, indent=1))

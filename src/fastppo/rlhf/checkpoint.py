@@ -2,7 +2,7 @@
 counters, KL coefficient, fp16 loss scale and RNG states. Safetensors and JSON only, no pickle.
 
 Layout: ``output_dir/checkpoint-000050/`` written under a temporary name, every file fsynced, and
-renamed into place (:func:`fastppo.training.checkpoint.publish_folder`), then ``output_dir/latest`` (a
+renamed into place (:func:`fastppo.files.atomic.publish_folder`), then ``output_dir/latest`` (a
 one-line file, replaced atomically) points to it. A crash at any moment leaves the previous
 checkpoint intact and ``latest`` pointing to a complete folder.
 """
@@ -23,9 +23,9 @@ from safetensors.torch import load_file, save_file
 
 from fastppo.errors import FastPPOError
 from fastppo.files import outputs
+from fastppo.files.atomic import atomic_write_text, publish_folder
 from fastppo.rlhf.models import Models, save_models
 from fastppo.rlhf.parallel import Ranks
-from fastppo.training.checkpoint import atomic_write_text, publish_folder
 from fastppo.training.distributed import check_world_size
 
 LATEST = "latest"
