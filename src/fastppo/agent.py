@@ -24,7 +24,7 @@ from fastppo.errors import FastPPOError
 from fastppo.layout import ObservationLayout
 from fastppo.loading import folder_env_id, names_user_code
 from fastppo.policies import ActorCritic
-from fastppo.policies.grouped import GroupedActorCritic
+from fastppo.policies.population import GroupedActorCritic
 from fastppo.run_folder import AGENT_FILE, POLICY_FILE
 from fastppo.space_data import spaces_from_data, spaces_to_data
 
