@@ -3,8 +3,8 @@ in PyTorch): ``fastppo train CartPole-v1 --backend tensor --seeds 1-64``.
 
 The seeds enter the ordinary trainer as data. Their envs are rows of one tensor env, seed-major
 (seed s owns rows ``s*N .. s*N+N-1``), each seed's block drawing its resets from its own
-generator; their policies are one ``StackedActorCritic`` whose weights are one ``[seeds, P]``
-parameter, each MLP layer (and LSTM/GRU cell) a batched matmul over the seeds; the update shuffles
+generator; their policies are one ``StackedActorCritic`` (``policies.population``: the one
+``ActorCritic`` definition vmapped over views of one ``[seeds, P]`` parameter); the update shuffles
 each seed's rows (a recurrent stack: its env sequences) with that seed's generator and reduces the
 loss along the seed axis (``core`` functions' ``dim=-1``), so the gradient of seed s is the
 gradient its single run would take, the gradient clip is per seed and Adam, being elementwise, is
