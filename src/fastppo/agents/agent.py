@@ -26,7 +26,7 @@ from fastppo.envs.layout import ObservationLayout
 from fastppo.errors import FastPPOError
 from fastppo.files.run_folder import AGENT_FILE, POLICY_FILE
 from fastppo.policies import ActorCritic
-from fastppo.policies.grouped import GroupedActorCritic
+from fastppo.policies.population import GroupedActorCritic
 
 
 

@@ -22,7 +22,10 @@ SIGMOID_TANH_MIN_ELEMENTS = 8192
 def _from_sigmoid_(s: Tensor) -> Tensor:
     """2s - 1 over s (2s is exact: one rounding), with no Python-scalar operand:
     s.mul_(2).sub_(1) paid scalar-to-tensor wrappings, each about as costly as a small op on CPU
-    (17.0 -> 13.8 us for the whole tanh of a 512x64 float32 tensor)."""
+    (17.0 -> 13.8 us for the whole tanh of a 512x64 float32 tensor). Under vmap (a population,
+    ``policies.population``), which batches no ``out=`` op, the same sum into a new tensor."""
+    if torch._C._functorch.is_batchedtensor(s):
+        return torch.add(s.new_full((), -1.0), s, alpha=2)
     return torch.add(s.new_full((), -1.0), s, alpha=2, out=s)
 
 
@@ -50,13 +53,17 @@ def tanh_of_sum_(z: Tensor, bias: Tensor) -> Tensor:
 
 
 class _SigmoidTanh(torch.autograd.Function):
+    generate_vmap_rule = True  # a population's members run it under vmap
+
     @staticmethod
-    def forward(ctx, x: Tensor, in_place: bool) -> Tensor:
-        if in_place:
-            ctx.mark_dirty(x)
-        y = _sigmoid_tanh_(x) if in_place else _sigmoid_tanh(x)
-        ctx.save_for_backward(y)
-        return y
+    def forward(x: Tensor, in_place: bool) -> Tensor:
+        return _sigmoid_tanh_(x) if in_place else _sigmoid_tanh(x)
+
+    @staticmethod
+    def setup_context(ctx, inputs: tuple[Tensor, bool], output: Tensor) -> None:
+        if inputs[1]:
+            ctx.mark_dirty(inputs[0])
+        ctx.save_for_backward(output)
 
     @staticmethod
     def backward(ctx, grad: Tensor) -> tuple[Tensor, None]:
@@ -64,8 +71,15 @@ class _SigmoidTanh(torch.autograd.Function):
         return torch.ops.aten.tanh_backward(grad, y), None
 
 
+def _elements(x: Tensor) -> int:
+    """What a kernel over ``x`` runs on: under vmap (a population) every member's elements."""
+    while torch._C._functorch.is_batchedtensor(x):
+        x = torch._C._functorch.get_unwrapped(x)
+    return x.numel()
+
+
 def _tanh(x: Tensor, in_place: bool) -> Tensor:
-    if not x.is_cpu or x.numel() < SIGMOID_TANH_MIN_ELEMENTS or torch.compiler.is_compiling() or torch.jit.is_tracing():
+    if not x.is_cpu or _elements(x) < SIGMOID_TANH_MIN_ELEMENTS or torch.compiler.is_compiling() or torch.jit.is_tracing():
         return torch.tanh_(x) if in_place else torch.tanh(x)
     if torch.is_grad_enabled() and x.requires_grad:
         return _SigmoidTanh.apply(x, in_place)

@@ -94,13 +94,15 @@ class ActorCritic(nn.Module):
             return None
         return torch.zeros(batch_size, self.state_size, device=self.value_head.weight.device)
 
-    def recurrent_forward(self, obs: Tensor, state: Tensor, keep: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor | None]:
+    def recurrent_forward(self, obs: Tensor, state: Tensor, keep: Tensor | None = None, cells: bool = False) -> tuple[Tensor, Tensor, Tensor | None]:
         """(distribution parameters, value, final state) for ``obs`` rows that are T steps of B
         sequences in time-major order (row t * B + b), starting from ``state`` [B, state_size].
 
         Without ``keep`` the sequences run on unbroken (a rollout step, evaluation). With
         ``keep`` (rows, bool: the update) the state is zeroed after each row that is not a real
-        transition, as ``memory.carry`` does in the rollout, and no final state is returned."""
+        transition, as ``memory.carry`` does in the rollout, and no final state is returned.
+        ``cells`` steps the cores' cells in plain tensor ops instead (``RecurrentCore.cell_steps``,
+        what a population vmaps), which always return the final state."""
         batch = state.shape[0]
         actor_x = self.actor_encoder(self.actor_input(obs))
         critic_x = actor_x if self.shared_trunk else self.critic_encoder(obs)
@@ -108,7 +110,11 @@ class ActorCritic(nn.Module):
         states = (state,) if self.shared_trunk else (state[:, :split], state[:, split:])
         cores = (self.actor_memory,) if self.shared_trunk else (self.actor_memory, self.critic_memory)
         inputs = (actor_x,) if self.shared_trunk else (actor_x, critic_x)
-        if keep is None:
+        if cells:
+            runs = [core.cell_steps(x, s, keep) for core, x, s in zip(cores, inputs, states)]
+            outputs = [out for out, _ in runs]
+            final = torch.cat([s for _, s in runs], dim=-1)
+        elif keep is None:
             runs = [core(x.view(-1, batch, x.shape[-1]), s) for core, x, s in zip(cores, inputs, states)]
             outputs = [out.reshape(-1, out.shape[-1]) for out, _ in runs]
             final: Tensor | None = torch.cat([s for _, s in runs], dim=-1)
@@ -123,9 +129,22 @@ class ActorCritic(nn.Module):
         if self._mlps is not None and one_node_pays(obs.flatten(1)):  # the CPU update's forward
             params, value = mlps_one_node(obs.flatten(1), *self._mlps)
             return params, value.squeeze(-1)
+        return self.layers_forward(obs)
+
+    def layers_forward(self, obs: Tensor) -> tuple[Tensor, Tensor]:
+        """``forward`` through the modules themselves, without the one-node speed layer (which
+        a population under vmap cannot run)."""
         actor_features = self.actor_encoder(self.actor_input(obs))
         critic_features = actor_features if self.shared_trunk else self.critic_encoder(obs)
         return self.action_head(actor_features), self.value_head(critic_features).squeeze(-1)
+
+    def member_forward(self, obs: Tensor, state: Tensor | None = None, keep: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor | None]:
+        """(distribution parameters, value, final state or None) in plain tensor ops only: the
+        forward ``policies.population`` vmaps over its members' weights (no one-node MLP,
+        no nn.LSTM/GRU, no sampling)."""
+        if state is None:
+            return (*self.layers_forward(obs), None)
+        return self.recurrent_forward(obs, state, keep, cells=True)
 
     def actor_input(self, obs: Tensor) -> Tensor:
         """The columns of the observation rows the actor reads."""

@@ -19,6 +19,7 @@ from typing import Literal
 import numpy as np
 import torch
 from torch import Tensor, nn
+from torch.nn import functional as F
 
 MemoryKind = Literal["lstm", "gru"]
 
@@ -111,3 +112,36 @@ class RecurrentCore(nn.Module):
         first = carry(state[segments.env], segments.continues)
         out = self.rnn(x[segments.gather], self._hx(first))[0]
         return out.reshape(-1, self.hidden_size)[segments.scatter]
+
+    def cell(self, gi: Tensor, state: Tensor) -> Tensor:
+        """One step of nn.LSTM/nn.GRU's cell (its gate order and formulas, its weights) in plain
+        tensor ops: ``gi`` [B, gates] the input's part (x W_ih^T + b_ih), ``state`` [B, state_size];
+        returns the next state (LSTM: h, c side by side)."""
+        hidden = self.hidden_size
+        gh = F.linear(state[..., :hidden], self.rnn.weight_hh_l0, self.rnn.bias_hh_l0)
+        if self.kind == "lstm":
+            i, f, g, o = (gi + gh).chunk(4, dim=-1)
+            c = torch.sigmoid(f) * state[..., hidden:] + torch.sigmoid(i) * torch.tanh(g)
+            return torch.cat([torch.sigmoid(o) * torch.tanh(c), c], dim=-1)
+        r_i, z_i, n_i = gi.chunk(3, dim=-1)
+        r_h, z_h, n_h = gh.chunk(3, dim=-1)
+        z = torch.sigmoid(z_i + z_h)
+        n = torch.tanh(n_i + torch.sigmoid(r_i + r_h) * n_h)
+        return n + z * (state - n)
+
+    def cell_steps(self, x: Tensor, state: Tensor, keep: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """(outputs [T * B, hidden], final state) of rows ``x`` [T * B, F] that are T steps of B
+        sequences (time-major) from ``state`` [B, state_size], stepped cell by cell, the state
+        zeroed after each row ``keep`` [T * B] marks false (the rule ``Segments`` applies by
+        cutting). The formulation a population vmaps, nn.LSTM's C++ loop taking one weight only;
+        a single run keeps nn.LSTM (``forward``, ``sequences``)."""
+        batch = state.shape[0]
+        gi = F.linear(x, self.rnn.weight_ih_l0, self.rnn.bias_ih_l0)  # every step's input part at once
+        keeps = None if keep is None else keep.to(state.dtype).unsqueeze(-1).split(batch)
+        steps = []
+        for t, gi_t in enumerate(gi.split(batch)):
+            state = self.cell(gi_t, state)
+            steps.append(state[..., : self.hidden_size])
+            if keeps is not None:
+                state = state * keeps[t]
+        return torch.cat(steps), state

@@ -87,21 +87,27 @@ def _weight_grad(grad: Tensor, inputs: Tensor) -> Tensor:
     return torch.matmul(inputs.mT, grad).mT
 
 
+def _forward(activation: str | None, depths: tuple[int, ...], x: Tensor, weights_and_biases: tuple[Tensor, ...]) -> tuple[list[Tensor], list[Tensor]]:
+    """The nets' outputs, and what their backward reads (each net's hidden activations, then its weights)."""
+    outputs, saved, offset = [], [], 0
+    for depth in depths:
+        weights, biases = weights_and_biases[offset : offset + 2 * depth : 2], weights_and_biases[offset + 1 : offset + 2 * depth : 2]
+        offset += 2 * depth
+        h = x
+        for weight, bias in zip(weights[:-1], biases[:-1]):
+            h = _hidden(bias, h, weight, activation)
+            saved.append(h)
+        outputs.append(affine(biases[-1], h, weights[-1]))
+        saved.extend(weights)
+    return outputs, saved
+
+
 class _MLPsFunction(torch.autograd.Function):
     """Several MLPs reading the same input, as one node (one node less of Python overhead per extra net)."""
 
     @staticmethod
     def forward(ctx, activation: str | None, depths: tuple[int, ...], x: Tensor, *weights_and_biases: Tensor) -> tuple[Tensor, ...]:
-        outputs, saved, offset = [], [], 0
-        for depth in depths:
-            weights, biases = weights_and_biases[offset : offset + 2 * depth : 2], weights_and_biases[offset + 1 : offset + 2 * depth : 2]
-            offset += 2 * depth
-            h = x
-            for weight, bias in zip(weights[:-1], biases[:-1]):
-                h = _hidden(bias, h, weight, activation)
-                saved.append(h)
-            outputs.append(affine(biases[-1], h, weights[-1]))
-            saved.extend(weights)
+        outputs, saved = _forward(activation, depths, x, weights_and_biases)
         ctx.activation, ctx.depths = activation, depths
         ctx.save_for_backward(x, *saved)
         return tuple(outputs)
@@ -135,4 +141,7 @@ def mlps_one_node(x: Tensor, networks: list[list[nn.Linear]] | list[list[tuple[T
     if activation not in ACTIVATIONS and any(len(net) > 1 for net in networks):
         raise ValueError(f"unknown activation {activation!r}: choose one of {sorted(ACTIVATIONS)}")
     params = [p for net in networks for layer in net for p in ((layer.weight, layer.bias) if isinstance(layer, nn.Linear) else layer)]
-    return _MLPsFunction.apply(activation, tuple(len(net) for net in networks), x, *params)
+    depths = tuple(len(net) for net in networks)
+    if not torch.is_grad_enabled():  # a stack's rollout: the same forward without the node's bookkeeping
+        return tuple(_forward(activation, depths, x, tuple(params))[0])
+    return _MLPsFunction.apply(activation, depths, x, *params)

@@ -3,8 +3,8 @@ in PyTorch): ``fastppo train CartPole-v1 --backend tensor --seeds 1-64``.
 
 The seeds enter the ordinary trainer as data. Their envs are rows of one tensor env, seed-major
 (seed s owns rows ``s*N .. s*N+N-1``), each seed's block drawing its resets from its own
-generator; their policies are one ``StackedActorCritic`` whose weights are one ``[seeds, P]``
-parameter, each MLP layer (and LSTM/GRU cell) a batched matmul over the seeds; the update shuffles
+generator; their policies are one ``StackedActorCritic`` (``policies.population``: the one
+``ActorCritic`` definition vmapped over views of one ``[seeds, P]`` parameter); the update shuffles
 each seed's rows (a recurrent stack: its env sequences) with that seed's generator and reduces the
 loss along the seed axis (``core`` functions' ``dim=-1``), so the gradient of seed s is the
 gradient its single run would take, the gradient clip is per seed and Adam, being elementwise, is
@@ -24,8 +24,6 @@ final agent), which ``fastppo eval``, ``plot``, ``report`` and ``fastppo.load`` 
 
 from __future__ import annotations
 
-import copy
-import math
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -42,234 +40,9 @@ from fastppo.core.normalize import RewardScaler, RunningMeanStd
 from fastppo.envs.vector import Episodes
 from fastppo.errors import FastPPOError
 from fastppo.policies import ActorCritic
-from fastppo.policies.activations import IN_PLACE_ACTIVATIONS
-from fastppo.policies.distributions import GaussianHead, Noise
-from fastppo.policies.mlp_autograd import affine, mlp_layers, mlps_one_node, one_node_pays
+from fastppo.policies.population import SeedNoise, StackedActorCritic, seed_policy
 from fastppo.training.logger import RunLogger
 from fastppo.training.optim import DEVICES, FusedAdam, adam_step
-
-
-class SeedNoise(Noise):
-    """The heads' draws for a ``[seeds, ...]`` tensor, block s from seed s's generator (the
-    draws seed s's single run makes from torch's global generator), and each seed's permutations."""
-
-    def __init__(self, generators: list[torch.Generator]):
-        self.generators = generators
-
-    def _draw(self, like: Tensor, fill: str) -> Tensor:
-        """A tensor like ``like`` whose block s is filled in place by ``fill`` from generator s."""
-        out = torch.empty_like(like)
-        for block, generator in zip(out, self.generators):
-            getattr(block, fill)(generator=generator)
-        return out
-
-    def exponential(self, like: Tensor) -> Tensor:
-        return self._draw(like, "exponential_")
-
-    def normal(self, like: Tensor) -> Tensor:
-        return self._draw(like, "normal_")
-
-    def uniform(self, like: Tensor) -> Tensor:
-        return self._draw(like, "uniform_")
-
-    def randperm(self, n: int, seed_index: int, device: torch.device) -> Tensor:
-        return torch.randperm(n, generator=self.generators[seed_index], device=device)
-
-
-def seed_policy(config: Config, seed: int, observation_space: gym.Space, action_space: gym.Space, device: torch.device) -> tuple[ActorCritic, torch.Generator]:
-    """The policy a single run of ``seed`` starts with, and a generator standing where torch's
-    global one stands in that run once the policy is built."""
-    torch.manual_seed(seed)
-    policy = ActorCritic(observation_space, action_space, config.policy).to(device)
-    generator = torch.Generator(device=device)
-    if device.type == "cpu":
-        generator.set_state(torch.get_rng_state())  # after the initialisation's draws
-    else:
-        generator.manual_seed(seed)  # a single run's device generator: seeded, nothing drawn yet
-    return policy, generator
-
-
-class StackedActorCritic(nn.Module):
-    """S actor-critics as one module of batched matmuls: MLP encoders (one per head, or one trunk
-    shared by both), an optional LSTM/GRU core after them, and the heads.
-
-    Takes rows seed-major, flat (``[S * n, ...]``, the rollout's env rows) or stacked
-    (``[S, n, ...]``, the update's minibatches), and returns per-row outputs of the same layout.
-    All weights are views of one ``[S, P]`` parameter, seed s's row holding its policy's
-    parameters in ``ActorCritic.parameters()`` order (so ``unstack`` can rebuild it).
-
-    A recurrent stack's cores are ``torch.nn.LSTM``/``GRU`` cells written as batched matmuls (one
-    weight per seed; nn.LSTM takes one), stepped over the time steps of a minibatch's sequences
-    with the state zeroed after each row that is no real transition: the rule the single run's
-    ``memory.Segments`` applies by cutting the rows into episodes.
-    """
-
-    def __init__(self, policies: list[ActorCritic], generators: list[torch.Generator]):
-        super().__init__()
-        base = policies[0]
-        actor, critic = mlp_layers(base.actor_encoder), mlp_layers(base.critic_encoder)
-        if actor is None or critic is None or actor[1] != critic[1]:
-            raise FastPPOError("--seeds on tensor envs stacks MLP policies: drop --policy.encoder cnn, or train one run per seed on another --backend (sync, async)")
-        self.seeds = len(policies)
-        self._activation = actor[1]  # a name; None without hidden layers
-        self._shapes = {name: p.shape for name, p in base.named_parameters()}
-        names = {id(p): name for name, p in base.named_parameters()}
-
-        def layers(modules: list[nn.Linear]) -> list[tuple[str, str]]:
-            return [(names[id(m.weight)], names[id(m.bias)]) for m in modules]
-
-        # A shared trunk (and its core) runs once and feeds both heads.
-        shared = base.shared_trunk
-        self._trunk = layers(actor[0]) if shared else []
-        self._encoders = ([], []) if shared else (layers(actor[0]), layers(critic[0]))
-        self._heads = (layers([base.action_head.linear]), layers([base.value_head]))
-        self.recurrent, self.state_size = base.recurrent, base.state_size
-        # Separate MLPs and their heads train as one autograd node on the CPU, as a single run's do.
-        self._one_node = not shared and not base.recurrent
-        self._cores: tuple[tuple[str, str, str, str], ...] = ()
-        if base.recurrent:
-            cores = (base.actor_memory,) if shared else (base.actor_memory, base.critic_memory)
-            rnn = ("weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0")
-            self._cores = tuple(tuple(names[id(getattr(core.rnn, w))] for w in rnn) for core in cores)
-            self._kind, self._hidden = base.actor_memory.kind, base.actor_memory.hidden_size
-        self.flat = nn.Parameter(torch.stack([torch.cat([p.detach().reshape(-1) for p in policy.parameters()]) for policy in policies]))
-        # The head's math (sampling, log-probs) on [S, n, ...] parameters; its weights live in
-        # ``flat``. A plain attribute: the stack's only parameter is ``flat``.
-        head = copy.deepcopy(base.action_head)
-        head.linear = None
-        if isinstance(head, GaussianHead):
-            del head.log_std  # bound to this seed stack's view at each use (_head)
-        object.__setattr__(self, "action_head", head)
-        object.__setattr__(self, "_template", base)
-        self.noise = SeedNoise(generators)
-
-    def _views(self) -> dict[str, Tensor]:
-        """Each parameter of the seeds' policies as a ``[S, *shape]`` view of ``flat``, from one
-        split: its backward writes the gradient of ``flat`` in one concatenation, where a slice per
-        parameter would each backpropagate a zero-filled ``[S, P]`` gradient, summed one by one
-        (64-seed CartPole update on one core: 0.68-0.72 -> 0.64-0.65 s per iteration)."""
-        parts = self.flat.split([math.prod(shape) for shape in self._shapes.values()], dim=1)
-        return {name: part.view(self.seeds, *shape) for (name, shape), part in zip(self._shapes.items(), parts)}
-
-    def _head(self, views: dict[str, Tensor]):
-        if isinstance(self.action_head, GaussianHead):
-            self.action_head.log_std = views["action_head.log_std"].unsqueeze(1)  # [S, 1, A]: broadcasts over rows
-        return self.action_head
-
-    def _mlp(self, x: Tensor, layers: list[tuple[str, str]], views: dict[str, Tensor], activate_last: bool) -> Tensor:
-        for depth, (weight, bias) in enumerate(layers):
-            x = affine(views[bias], x, views[weight])
-            if activate_last or depth < len(layers) - 1:
-                x = IN_PLACE_ACTIVATIONS[self._activation](x)  # over its fresh product
-        return x
-
-    def _features(self, obs: Tensor, views: dict[str, Tensor]) -> tuple[Tensor, ...]:
-        """What the cores (or, without memory, the heads) read for stacked ``obs``: one tensor
-        with a shared trunk, else the actor's and the critic's."""
-        x = self._mlp(obs.flatten(2).float(), self._trunk, views, activate_last=True)
-        if self._trunk:
-            return (x,)
-        return tuple(self._mlp(x, encoder, views, activate_last=True) for encoder in self._encoders)
-
-    def _cell(self, gi: Tensor, h: Tensor, core: tuple[str, str, str, str], views: dict[str, Tensor]) -> Tensor:
-        """One step of nn.LSTM/nn.GRU's cell (its gate order and formulas) for every seed:
-        ``gi`` [S, B, gates] the input's part, ``h`` [S, B, state] the state (LSTM: h, c)."""
-        gh = affine(views[core[3]], h[..., : self._hidden], views[core[1]])
-        if self._kind == "lstm":
-            i, f, g, o = (gi + gh).chunk(4, dim=-1)
-            c = torch.sigmoid(f) * h[..., self._hidden :] + torch.sigmoid(i) * torch.tanh(g)
-            return torch.cat([torch.sigmoid(o) * torch.tanh(c), c], dim=-1)
-        r_i, z_i, n_i = gi.chunk(3, dim=-1)
-        r_h, z_h, n_h = gh.chunk(3, dim=-1)
-        z = torch.sigmoid(z_i + z_h)
-        n = torch.tanh(n_i + torch.sigmoid(r_i + r_h) * n_h)
-        return n + z * (h - n)
-
-    def _recurrent(self, obs: Tensor, state: Tensor, keep: Tensor | None, views: dict[str, Tensor]) -> tuple[tuple[Tensor, ...], Tensor]:
-        """The cores' outputs ``[S, T * B, hidden]`` (one per core) for stacked rows ``obs`` that are
-        T steps of B sequences in time-major order, from ``state`` [S, B, state_size], and the final
-        state. With ``keep`` [S, T * B] the state is zeroed after each row it marks false."""
-        batch = state.shape[1]
-        width = self.state_size // len(self._cores)
-        # The resets as one float tensor per time step, made once for every core: [S, B, 1] each.
-        keeps = None if keep is None else keep.to(state.dtype).unsqueeze(-1).split(batch, dim=1)
-        outputs, finals = [], []
-        for x, core, h in zip(self._features(obs, views), self._cores, state.split(width, dim=-1)):
-            gi = affine(views[core[2]], x, views[core[0]])  # every step's input part at once
-            steps = []
-            for t, gi_t in enumerate(gi.split(batch, dim=1)):
-                h = self._cell(gi_t, h, core, views)
-                steps.append(h[..., : self._hidden])
-                if keeps is not None:
-                    h = h * keeps[t]
-            outputs.append(torch.cat(steps, dim=1))
-            finals.append(h)
-        return tuple(outputs), torch.cat(finals, dim=-1)
-
-    def _outputs(self, obs: Tensor, views: dict[str, Tensor], state: Tensor | None = None, keep: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor | None]:
-        """(distribution parameters [S, n, ...], value [S, n], final state or None)."""
-        if state is None and self._one_node and one_node_pays(obs.flatten(2)):
-            # The update's forward: mlp_autograd's one node, as a single run's (a stack's
-            # activations are 8 MB tensors: the node works over them in place).
-            nets = [[(views[w], views[b]) for w, b in encoder + head] for encoder, head in zip(self._encoders, self._heads)]
-            params, value = mlps_one_node(obs.flatten(2).float(), nets, self._activation)
-            return params, value.squeeze(-1), None
-        features, final = (self._features(obs, views), None) if state is None else self._recurrent(obs, state, keep, views)
-        actor, critic = features[0], features[-1]
-        params = self._mlp(actor, self._heads[0], views, activate_last=False)
-        return params, self._mlp(critic, self._heads[1], views, activate_last=False).squeeze(-1), final
-
-    def _stacked(self, rows: Tensor | None) -> Tensor | None:
-        return None if rows is None else rows.view(self.seeds, -1, *rows.shape[1:])
-
-    def act(self, obs: Tensor, action_mask: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
-        """The rollout step on flat rows: (action, logprob, value) per row."""
-        return self.step(obs, None, action_mask)[:3]
-
-    def step(self, obs: Tensor, state: Tensor | None, action_mask: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
-        """The rollout step on flat rows (and, recurrent, their states): (action, logprob, value, next state) per row."""
-        views = self._views()
-        params, value, state = self._outputs(self._stacked(obs), views, self._stacked(state))
-        action, logprob = self._head(views).sample(params, self._stacked(action_mask), self.noise)
-        return action.flatten(0, 1), logprob.flatten(0, 1), value.flatten(0, 1), None if state is None else state.flatten(0, 1)
-
-    def get_value(self, obs: Tensor, state: Tensor | None = None) -> Tensor:
-        views = self._views()
-        if state is not None:
-            return self._outputs(self._stacked(obs), views, self._stacked(state))[1].flatten(0, 1)
-        critic = self._features(self._stacked(obs), views)[-1]
-        return self._mlp(critic, self._heads[1], views, activate_last=False).squeeze(-1).flatten(0, 1)
-
-    def evaluate(
-        self, obs: Tensor, action: Tensor, action_mask: Tensor | None = None, state: Tensor | None = None, keep: Tensor | None = None
-    ) -> tuple[Tensor, Tensor, Tensor]:
-        """The update's forward on stacked minibatch rows ``[S, n, ...]`` (recurrent: time-major
-        sequences from ``state`` [S, B, state_size], reset after the rows ``keep`` marks false):
-        (logprob, entropy, value), each ``[S, n]``."""
-        views = self._views()
-        params, value, _ = self._outputs(obs, views, state, keep)
-        logprob, entropy = self._head(views).logprob_entropy(params, action, action_mask)
-        return logprob, entropy, value
-
-    def initial_state(self, batch_size: int) -> Tensor | None:
-        """Zeros for ``batch_size`` flat rows (None without memory)."""
-        return torch.zeros(batch_size, self.state_size, device=self.flat.device) if self.recurrent else None
-
-    def keep(self, indices: list[int]) -> None:
-        """Keep only the seeds at ``indices`` (in that order): their rows of ``flat``, as a new
-        parameter (the optimizer follows with ``SeedAdam.keep``), and their generators."""
-        self.flat = nn.Parameter(self.flat.detach()[indices])
-        self.seeds = len(indices)
-        self.noise.generators = [self.noise.generators[i] for i in indices]
-
-    @torch.no_grad()
-    def unstack(self, index: int, into: ActorCritic | None = None) -> ActorCritic:
-        """Seed ``index``'s policy as an ordinary ``ActorCritic`` (a copy of its current weights),
-        written into ``into`` (an earlier ``unstack``'s: no new module, whose deepcopy costs ~1 ms)."""
-        policy, views = into or copy.deepcopy(self._template), self._views()
-        for name, p in policy.named_parameters():
-            p.copy_(views[name][index])
-        return policy
 
 
 class SeedMinibatches:
