@@ -39,6 +39,7 @@ from torch import Tensor, nn
 from fastppo.agent import Agent
 from fastppo.config import Config
 from fastppo.core.normalize import RewardScaler, RunningMeanStd
+from fastppo.distributed import LONE
 from fastppo.envs.vector import Episodes
 from fastppo.errors import FastPPOError
 from fastppo.logger import RunLogger
@@ -285,8 +286,11 @@ class SeedMinibatches:
     envs, so no padding.
     """
 
+    world = LONE  # a stack trains in one process
+
     def __init__(self, batch: dict[str, Tensor], noise: SeedNoise, num_minibatches: int):
         self.noise, self.num_minibatches = noise, num_minibatches
+        self.runs = batch["valid"].shape[0]
         self.sequences = "initial_state" in batch
         valid = batch["valid"]
         device = valid.device
@@ -319,6 +323,12 @@ class SeedMinibatches:
     def in_order(self) -> Iterator[dict[str, Tensor]]:
         """The minibatches of each seed's valid rows (or envs) in rollout order (``update.kl_after_update``)."""
         return self._cut(self.rows)
+
+    def across_ranks(self, value: Tensor, share: None) -> Tensor:
+        return value
+
+    def one_per_run(self, values: list[float]) -> list[float]:
+        return values
 
     def _cut(self, orders: list[Tensor]) -> Iterator[dict[str, Tensor]]:
         if self.sequences:
