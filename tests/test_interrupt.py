@@ -16,7 +16,7 @@ from fastppo.checkpoint import load_checkpoint
 from fastppo.cli import main
 from fastppo.errors import Interrupted
 from fastppo.logger import RunLogger
-from fastppo.trainer import StopRequest
+from fastppo.training.signals import StopRequest
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])

@@ -23,7 +23,8 @@ from fastppo.core import compute_gae, shift_values
 from fastppo.envs import make_vec_env
 from fastppo.errors import FastPPOError
 from fastppo.profiling import SectionTimer
-from fastppo.trainer import check_finite_rollout, resume_config, train
+from fastppo.trainer import check_finite_rollout, train
+from fastppo.training.resume import resume_config
 from fastppo.rollout import EnvCursor, ObservationNormalizer, RolloutBuffer, collect_rollout
 from tests.test_resume import ITERATIONS, assert_same_run, stop_after
 

@@ -20,7 +20,8 @@ from fastppo.config import EnvConfig, MultiAgentConfig
 from fastppo.envs.pettingzoo_vec import make_parallel_env, make_pettingzoo_env
 from fastppo.envs.pettingzoo_workers import PettingZooWorkers
 from fastppo.errors import FastPPOError
-from fastppo.trainer import resume_config, train
+from fastppo.trainer import train
+from fastppo.training.resume import resume_config
 from tests.test_multi_agent import RELAY, TINY
 from tests.test_resume import metrics, stop_after
 

@@ -31,6 +31,7 @@ import torch
 import fastppo.api
 import fastppo.train_cli
 import fastppo.trainer
+import fastppo.training.resume
 from fastppo.cli import main
 
 ROOT = Path(__file__).parent.parent
@@ -129,7 +130,7 @@ def short_budget(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     budget under one batch still fails as it would for a user), and failed where the budget as
     written gives too few updates to learn (``few_updates_warning``); a resume trains ``UPDATES``
     more at most; ``fastppo rlhf``/``dpo``/``reward-model`` take ``--steps`` up to ``UPDATES``."""
-    as_written, resumed = fastppo.api.resolved_config, fastppo.trainer.resume_config
+    as_written, resumed = fastppo.api.resolved_config, fastppo.training.resume.resume_config
 
     def short_config(env_id, preset=None, overrides=None):
         config, name = as_written(env_id, preset, overrides)
@@ -146,7 +147,7 @@ def short_budget(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     with monkeypatch.context() as patch:
         patch.setattr(fastppo.api, "resolved_config", short_config)
         patch.setattr(fastppo.train_cli, "resolved_config", short_config)
-        patch.setattr(fastppo.trainer, "resume_config", short_resume)
+        patch.setattr(fastppo.training.resume, "resume_config", short_resume)
         yield
 
 

@@ -14,7 +14,8 @@ import fastppo
 from fastppo.checkpoint import list_checkpoints
 from fastppo.cli import main
 from fastppo.logger import RunLogger
-from fastppo.trainer import resume_config, train
+from fastppo.trainer import train
+from fastppo.training.resume import resume_config
 
 ITERATIONS = 6  # of 32 steps x 4 envs
 UNTIMED = ("time", "charts/SPS")

@@ -137,7 +137,7 @@ def resume(run_dir: str | Path, env_id: str | None = None, **overrides: Any) -> 
     on your own code (``module:Class``, ``file.py:Class``) needs ``env_id`` naming it: fastppo
     never imports code that a run folder names.
     """
-    from fastppo.trainer import resume_config
+    from fastppo.training.resume import resume_config
     from fastppo.trainer import train as run_training
 
     config, checkpoint = resume_config(run_dir, overrides, env_id)

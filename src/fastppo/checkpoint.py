@@ -58,7 +58,7 @@ from fastppo.run_folder import AGENT_FILE, CHECKPOINT_DIR, POLICY_FILE
 
 if TYPE_CHECKING:
     from fastppo.envs.vector import VecEnv
-    from fastppo.trainer import TrainState
+    from fastppo.training.state import TrainState
 
 LATEST = "latest"
 TRAINER_TENSORS = "trainer.safetensors"

@@ -275,7 +275,7 @@ class StackedActorCritic(nn.Module):
 
 class SeedMinibatches:
     """The update's minibatches for a stack of seeds, from each seed's rows ``[S, R, ...]``
-    (``RolloutBuffer.batch(seeds=S)``), or a recurrent stack's env sequences ``[S, T, N, ...]``.
+    (``RolloutBuffer.seed_batch(S)``), or a recurrent stack's env sequences ``[S, T, N, ...]``.
 
     Each seed does what its single run's update does: keep its valid rows (its reset rows out),
     shuffle them with its own generator (not at all for one minibatch), and cut them into

@@ -80,7 +80,8 @@ def run(args: argparse.Namespace) -> int:
     from fastppo.distributed import launched_rank, launched_world_size
     from fastppo.checkpoint import seed_folders
     from fastppo.seeds import PLAN_FILE
-    from fastppo.trainer import resume_config, train
+    from fastppo.trainer import train
+    from fastppo.training.resume import resume_config
 
     main = launched_rank() == 0  # under torchrun, rank 0 speaks for the run
     overrides = {key.removeprefix("hp:"): value for key, value in vars(args).items() if key.startswith("hp:")}

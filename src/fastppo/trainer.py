@@ -1,16 +1,15 @@
-"""The PPO loop: collect_rollout -> compute_gae -> ppo_update -> log -> checkpoint. Nothing else lives here."""
+"""The PPO loop (``train_loop``: collect_rollout -> compute_gae -> ppo_update -> log -> checkpoint)
+and the setup that builds what it trains: envs, agent, optimizer, a restored checkpoint, loggers."""
 
 from __future__ import annotations
 
-import copy
 import math
 import random
 import signal
-import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass, replace
+from collections.abc import Callable
+from contextlib import nullcontext
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -21,18 +20,17 @@ import yaml
 from fastppo.agent import Agent, build_agent
 from fastppo.agent_rows import PettingZooAgents
 from fastppo.allocator import reuse_freed_memory
-from fastppo.checkpoint import Checkpoint, checkpoint_root, list_checkpoints, load_checkpoint, restore_train_state, rewind_metrics, seed_folders
-from fastppo.config import Config, apply_overrides, resolve_key
+from fastppo.checkpoint import Checkpoint, restore_train_state, rewind_metrics
+from fastppo.config import Config, RunConfig
 from fastppo.core import RewardScaler, compute_gae, schedule_progress, scheduled, shift_values
 from fastppo.cuda_graphs import check_cudagraphs
-from fastppo.distributed import LONE, World, check_world_size, launched_world_size, rank_device, ranks
+from fastppo.distributed import LONE, World, rank_device, ranks
 from fastppo.envs import make_vec_env
 from fastppo.envs.make import rollout_device
 from fastppo.envs.pettingzoo_vec import is_pettingzoo
 from fastppo.envs.vector import HostCopies
 from fastppo.devices import resolve_device
-from fastppo.errors import FastPPOError, Interrupted
-from fastppo.loading import absolute_spec, folder_env_id, names_user_code
+from fastppo.errors import FastPPOError
 from fastppo.envs.pettingzoo_vec import AgentSpaces
 from fastppo.logger import GROUP_RETURN, GYM_SUMMARY, RunLogger
 from fastppo.outputs import output_dir, removed_if_left_empty, writing
@@ -42,33 +40,10 @@ from fastppo.profiling import SectionTimer
 from fastppo.rollout import EnvCursor, ObservationNormalizer, PolicyStep, RolloutBuffer, collect_rollout, fresh_state
 from fastppo.run_folder import check_no_run
 from fastppo.seed_stack import SeedLoggers, check_seed_stack, keep_seeds, restore_seed_stack, stacked_agent
-from fastppo.training.runs import OnIteration, Runs, SeedRuns, SingleRun, reached_stop_return
+from fastppo.training.runs import OnIteration, Runs, SeedRuns, SingleRun
+from fastppo.training.signals import StopRequest, during_start_up, lost_since
+from fastppo.training.state import TrainState, planned_iterations
 from fastppo.update import MinibatchStep, UpdateCoefficients, make_optimizer, ppo_update, set_learning_rate
-
-RESUMABLE_OVERRIDES = (
-    "ppo.total_timesteps", "run.checkpoint_every", "run.keep_checkpoints", "run.progress", "run.tensorboard", "run.torch_threads", "run.stop_return", "run.stop_window",
-    "run.collective_timeout",
-)
-"""What may change on resume; anything else would make the resumed run a different experiment."""
-
-
-@dataclass
-class TrainState:
-    """Everything a run carries from one iteration to the next (and what a checkpoint holds)."""
-
-    agent: Agent
-    optimizer: torch.optim.Optimizer
-    reward_scaler: RewardScaler | None
-    cursor: EnvCursor
-    iteration: int = 0
-    global_step: int = 0
-    kl_beta: float | list[float] = 1.0
-    """PPO-KL's adaptive penalty coefficient; a stack of seeds: each seed's."""
-    schedule_anchor: tuple[int, float] = (0, 0.0)
-    """Where the lr/clip/entropy schedules' line starts (core.schedule_progress); moved by a resume
-    that changes total_timesteps."""
-    world_size: int = 1
-    """Ranks training together (torchrun); a resume needs as many."""
 
 
 def seed_everything(seed: int, deterministic: bool) -> None:
@@ -130,86 +105,6 @@ def check_finite_rollout(buf: RolloutBuffer, cursor: EnvCursor, iteration: int, 
             )
 
 
-class StopRequest:
-    """SIGINT/SIGTERM handlers that ask the loop to stop after the current iteration and save a
-    checkpoint, instead of dying mid-update.
-
-    A second signal stops at once where the state is half way through an iteration (``Interrupted``,
-    its note saying which iterations are lost); where the state is whole (the iteration's update is
-    done) and a save takes under a second, the loop goes on to its save (``at_once``).
-
-    Under torchrun (a ``world`` of several ranks) the ranks see a signal at different moments, or only some of them
-    do: a signal counts once ``agree`` (once per iteration, on every rank) has told every rank that
-    some rank saw one, so that all stop after the same iteration. There a repeat does not stop at
-    once: torchrun forwards the signal it gets, so a Ctrl-C reaches each rank twice (from the
-    terminal and from torchrun), and torchrun kills ranks still running 30 s later anyway.
-    """
-
-    SIGNALS = (signal.SIGINT, signal.SIGTERM)
-    repeat_grace = 0.0
-    """Seconds after the first signal in which a repeat is the same stop request arriving twice,
-    not a second one: 1 in a ``--seeds`` worker process (fastppo.seeds), whose parent passes on a
-    signal that the terminal (Ctrl-C) or a job scheduler (SIGTERM to every process) sent it too."""
-    job: Any = None
-    """In a ``--seeds`` worker, the stop of the whole job, shared by its processes: ``job.value`` is
-    the signal (0: none). A signal that came before this run's handlers were set (in its start-up)
-    stops it too, and one that this run took stops the worker's next seeds."""
-
-    def __init__(self, enabled: bool, world: World = LONE):
-        # Python only lets the main thread install signal handlers.
-        self.enabled = enabled and threading.current_thread() is threading.main_thread()
-        self.world = world
-        self.signal: int | None = None
-        self.at_once = False
-        """Whether a second signal raises ``Interrupted`` now (set by the loop while it would be lost)."""
-        self.lost = ""
-        """What a stop at once loses, in words (kept current by the loop)."""
-        self._seen: int | None = None  # under torchrun, until agreed
-        self._since = 0.0  # when the first signal came
-        self._previous: dict[int, Any] = {}
-
-    def _handle(self, signum: int, frame: Any) -> None:
-        if self.world.size > 1:
-            self._seen = self._seen or signum
-            return
-        if self.signal is not None:
-            if time.monotonic() - self._since >= self.repeat_grace and self.at_once:
-                raise Interrupted(signum, f"{signal.Signals(signum).name} again: stopped at once; {self.lost}")
-            return
-        self.signal, self._since = signum, time.monotonic()
-        if self.job is not None:
-            self.job.value = self.job.value or signum
-
-    def agree(self) -> None:
-        """Under torchrun, make a signal seen by any rank a stop request on every rank (a collective)."""
-        if self.enabled and self.world.size > 1 and self.signal is None:
-            self.signal = self.world.max(self._seen or 0) or None
-
-    @property
-    def requested(self) -> bool:
-        if self.signal is None and self.enabled and self.job is not None and self.job.value:
-            self.signal, self._since = self.job.value, time.monotonic()
-        return self.signal is not None
-
-    def __enter__(self) -> StopRequest:
-        if self.enabled:
-            self._previous = {s: signal.signal(s, self._handle) for s in self.SIGNALS}
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for s, handler in self._previous.items():
-            signal.signal(s, handler)
-
-
-def lost_since(checkpoint: Path | None, iteration: int, resume: str) -> str:
-    """What a stop at once in ``iteration`` (cut short, or done but not yet saved) loses, in words;
-    ``resume`` is the command that continues the run."""
-    if checkpoint is None:
-        return f"no checkpoint had been saved: the run's {iteration} iterations are lost"
-    lost = iteration - int(checkpoint.name)
-    return f"the {lost} iteration{'s' if lost > 1 else ''} since checkpoint {checkpoint.name} {'are' if lost > 1 else 'is'} lost; resume with: {resume}"
-
-
 def check_stop_return(run: RunConfig, envs: Any) -> None:
     """--run.stop-return reads the headline return: a multi-agent env without one (agents in
     several groups, --multi-agent.headline auto) must name the group it reads."""
@@ -219,17 +114,6 @@ def check_stop_return(run: RunConfig, envs: Any) -> None:
             f"--run.stop-return reads one return, and the agents are in {len(spaces.group_names)} groups ({', '.join(spaces.group_names)}) that may play against each other: "
             f"name the one it reads, e.g. --multi-agent.headline {spaces.group_names[0]} (or team for the sum of all agents')"
         )
-
-
-def planned_iterations(config: Config, world_size: int) -> int:
-    """Iterations of the run: --total-timesteps counts the steps of every rank's envs together."""
-    iterations = config.num_iterations // world_size
-    if iterations < 1:
-        raise FastPPOError(
-            f"--total-timesteps {config.ppo.total_timesteps} is less than one batch of the {world_size} ranks "
-            f"({world_size} x {config.batch_size} steps): raise it or shrink the batch"
-        )
-    return iterations
 
 
 FEW_UPDATES = 10
@@ -248,105 +132,6 @@ def few_updates_warning(config: Config, world_size: int = 1) -> str | None:
         f"of {batch} steps ({config.env.num_envs} envs x {config.ppo.num_steps} steps{f' x {world_size} ranks' if world_size > 1 else ''}): "
         f"PPO needs more to learn; raise --total-timesteps to {FEW_UPDATES * batch} or more, or lower --num-envs/--num-steps"
     )
-
-
-def resume_config(run_dir: str | Path, overrides: dict[str, Any] | None = None, env_id: str | None = None) -> tuple[Config, Checkpoint]:
-    """The config saved with a run's newest checkpoint (plus the few overrides that keep it the same
-    experiment: ``RESUMABLE_OVERRIDES``), and that checkpoint, its schedules re-anchored when
-    total_timesteps changes: a run stopped before its end goes on from the schedules' current values
-    in a straight line to 0 at the new end; a finished run (its linear lr, clip and entropy at 0)
-    restarts them from their configured start values, annealing to 0 at the new end (a warm
-    restart). An unchanged total resumes exactly. A finished run without a larger total is an error
-    that says how to train further; so is an ``env_id`` (as the command line names one) that
-    ``check_resumed_env`` refuses."""
-    checkpoint = load_checkpoint(run_dir, env_id=env_id)
-    config = checkpoint.config
-    check_resumed_env(run_dir, config.env.env_id, env_id)
-    check_world_size(run_dir, checkpoint.meta.get("world_size", 1))
-    world_size = launched_world_size()
-    planned = planned_iterations(config, world_size)  # the horizon the schedules have followed so far
-    for key, value in (overrides or {}).items():
-        full = resolve_key(config, key)
-        section, name = full.split(".")
-        unchanged = getattr(getattr(apply_overrides(Config(), {full: value}), section), name) == getattr(getattr(config, section), name)
-        if full not in RESUMABLE_OVERRIDES and not unchanged:
-            raise FastPPOError(f"cannot change {full} when resuming (allowed: {', '.join(RESUMABLE_OVERRIDES)}): start a new run instead")
-        apply_overrides(config, {full: value})
-    config.validate()
-    num_iterations = planned_iterations(config, world_size)
-    if checkpoint.iteration == planned and num_iterations <= planned:
-        raise FastPPOError(
-            f"{run_dir} is finished (trained its {checkpoint.global_step} steps); "
-            f"to train further, give it a larger budget: fastppo train --resume {run_dir} --total-timesteps {2 * checkpoint.global_step}"
-        )
-    if num_iterations <= checkpoint.iteration:
-        raise FastPPOError(
-            f"the checkpoint is at step {checkpoint.global_step}, --total-timesteps {config.ppo.total_timesteps} leaves nothing to train: raise it to train further"
-        )
-    if num_iterations != planned:  # a new horizon: the schedules' line goes to its end (core.schedule_progress)
-        # A run stopped early goes on from where its schedules stand; a finished one, whose linear
-        # schedules stand at 0 (no learning), restarts them from their configured start values.
-        at = 0.0 if checkpoint.iteration == planned else schedule_progress(checkpoint.iteration + 1, planned, checkpoint.schedule_anchor)
-        checkpoint.schedule_anchor = (checkpoint.iteration, at)
-    return config, checkpoint
-
-
-def finished_run(run_dir: Path, overrides: dict[str, Any] | None = None) -> bool:
-    """Whether the run in ``run_dir`` has nothing left to train: its newest checkpoint at the end of
-    its --total-timesteps, or past its --run.stop-return (each as ``overrides`` may move it)."""
-    checkpoint = load_checkpoint(run_dir)
-    config = copy.deepcopy(checkpoint.config)
-    moved = {resolve_key(config, key): value for key, value in (overrides or {}).items()}
-    apply_overrides(config, {key: value for key, value in moved.items() if key in ("ppo.total_timesteps", "run.stop_return", "run.stop_window")})
-    at_end = checkpoint.iteration >= config.num_iterations // checkpoint.meta.get("world_size", 1)
-    return at_end or reached_stop_return(config.run, checkpoint.meta.get("episode_returns", []))
-
-
-def every_seed_finished(run_dir: str | Path) -> FastPPOError:
-    return FastPPOError(
-        f"every seed in {run_dir} is finished (its --total-timesteps or --run.stop-return reached): nothing is left to train; "
-        f"to train further, give a larger budget: fastppo train --resume {run_dir} --total-timesteps N (or --stop-return none)"
-    )
-
-
-def check_resumed_env(run_dir: str | Path, own: str, env_id: str | None) -> None:
-    """The ENV_ID of ``fastppo train --resume RUN_DIR [ENV_ID]`` must be the run's ``own``, and is
-    required when that is user code: fastppo never imports code that a run folder names."""
-    if env_id is None:
-        folder_env_id(own, run_dir, f"if you trust it, name it yourself: fastppo train --resume {run_dir} {own} (in Python: env_id='{own}')")
-    elif absolute_spec(env_id) != own:  # a file env is saved with its absolute path
-        raise FastPPOError(f"{run_dir} trains {own}, not {env_id}: " + (f"give {own}" if names_user_code(own) else "drop ENV_ID when resuming"))
-
-
-def resume_seed_stack_config(run_dir: str | Path, overrides: dict[str, Any] | None = None, env_id: str | None = None) -> tuple[Config, list[int], list[Checkpoint]]:
-    """A stack of seeds to resume (``fastppo train --resume RUN_DIR`` on a ``--seeds`` folder): the
-    config, the seeds and each seed's checkpoint as ``resume_config`` gives it, at the newest
-    iteration every seed reached (a kill during a save can leave some seeds one checkpoint ahead)
-    where a seed still has it, else at the seed's newest (``fastppo.seeds.stacks`` groups the seeds
-    into the stacks they were saved from, each at one iteration).
-    Seeds that reached --run.stop-return (theirs, or the one ``overrides`` give) left the stack
-    finished and stay out."""
-    folders = seed_folders(run_dir)
-    first = load_checkpoint(folders[0]).config.env
-    if first.backend != "tensor":  # trained as separate processes (--workers): each is an ordinary run
-        raise FastPPOError(f"{run_dir} holds seeds trained one process each ({first.backend} envs): resume each alone, fastppo train --resume {run_dir}/seed_<n>")
-    check_resumed_env(run_dir, first.env_id, env_id)  # named for the stack, before each seed's resume_config names its own folder
-    folders = [folder for folder in folders if not finished_run(folder, overrides)]
-    if not folders:
-        raise every_seed_finished(run_dir)
-    iteration = min(int(list_checkpoints(d)[-1].name) for d in folders)
-    resumed = []
-    for folder in folders:
-        # A seed a checkpoint ahead (a kill during a save) goes back to where the others stand, so
-        # that the stack resumes as one; one without that checkpoint (trained in another process
-        # of the run, which stopped later) resumes from its own newest, in a stack of its own.
-        at = checkpoint_root(folder) / f"{iteration:06d}"
-        resumed.append(resume_config(at if at.is_dir() and list_checkpoints(folder)[-1] != at else folder, overrides, env_id))
-    config, first = resumed[0]
-    for other, _ in resumed[1:]:
-        if replace(other, run=replace(other.run, seed=config.run.seed)) != config:
-            raise FastPPOError(f"the seeds in {run_dir} were trained with different configs: resume each alone (fastppo train --resume {run_dir}/seed_<n>)")
-    return config, [c.config.run.seed for _, c in resumed], [c for _, c in resumed]
 
 
 def train(
@@ -387,19 +172,6 @@ def train_seed_stack(
     check_seed_stack(config)
     with during_start_up(), removed_if_left_empty(run_dir):
         return train_rank(config, run_dir, checkpoints, on_iteration, resolve_device(config.run.device), LONE, seeds)
-
-
-@contextmanager
-def during_start_up() -> Iterator[None]:
-    """A signal that stops a run before its loop's handlers are set (building envs and policy):
-    one line saying so. (Those the loop handles return normally, or raise ``Interrupted`` with a note.)"""
-    try:
-        yield
-    except KeyboardInterrupt as exc:
-        if getattr(exc, "note", None):
-            raise
-        name = signal.Signals(getattr(exc, "signum", signal.SIGINT)).name
-        raise Interrupted(getattr(exc, "signum", signal.SIGINT), f"{name} during start-up: stopped before the first iteration, nothing was trained") from None
 
 
 def train_rank(
@@ -502,12 +274,11 @@ def train_rank(
         logger.message(note)
     try:
         with StopRequest(enabled=run_dir is not None, world=world) as stop:
-            train_loop(training, runs, stop, out_dir)
+            train_loop(training, runs, stop)
             # A signal during the last iteration stopped nothing: the run is finished, not interrupted
             # (so is one whose runs all reached --stop-return).
             if stop.requested and state.iteration < training.num_iterations and runs.training:
-                if out_dir is not None and (runs.saved is None or not runs.saved.name.endswith(f"{state.iteration:06d}")):
-                    runs.save(state, envs, stop)
+                runs.checkpoint(state, envs, stop, due=runs.saved is None or not runs.saved.name.endswith(f"{state.iteration:06d}"))
                 agent.interrupted_by = signal.Signals(stop.signal)
     except FastPPOError as exc:
         kept = runs.kept_note()
@@ -515,7 +286,7 @@ def train_rank(
     finally:
         runs.close()
         envs.close()
-    return runs.result(state.iteration, agent.interrupted_by, out_dir, world)
+    return runs.result(state.iteration, agent.interrupted_by, world)
 
 
 class Training:
@@ -544,7 +315,7 @@ class Training:
         self.build()
 
 
-def train_loop(t: Training, runs: Runs, stop: StopRequest, out_dir: Path | None) -> None:
+def train_loop(t: Training, runs: Runs, stop: StopRequest) -> None:
     """The PPO loop, DESIGN.md's pseudocode: collect_rollout -> compute_gae -> ppo_update -> log ->
     checkpoint, each iteration, until the budget is spent, a signal asks to stop or no run is left.
     The same lines train a single run or a stack of seeds (``runs``), alone or as a torchrun rank
@@ -573,13 +344,11 @@ def train_loop(t: Training, runs: Runs, stop: StopRequest, out_dir: Path | None)
         metrics, state.kl_beta = runs.metrics(losses, coefs, batch, episodes, t.timer.pop(), time.perf_counter() - start, state.optimizer, t.steps_per_iteration)
         stop.at_once = False  # the state is whole again: a second signal waits for the save
 
-        runs.log(state.global_step, metrics, progress, out_dir)
+        runs.log(state.global_step, metrics, progress)
         stop.agree()
         last = state.iteration == t.num_iterations or runs.all_solved()
-        saving = out_dir is not None and (stop.requested or last or (every and state.iteration % every == 0))
-        if saving:
-            runs.save(state, t.envs, stop)
-        runs.finish_solved(state, t.envs, saving)
+        saved = runs.checkpoint(state, t.envs, stop, due=stop.requested or last or bool(every and state.iteration % every == 0))
+        runs.finish_solved(state, t.envs, saved)
 
 
 def progress_summary(spaces: AgentSpaces | None) -> tuple[tuple[str, str, str], ...]:

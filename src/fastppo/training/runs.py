@@ -96,8 +96,20 @@ class Runs:
     """The runs one loop trains (S >= 1), their loggers and health monitors; ``SingleRun`` and
     ``SeedRuns`` say what differs."""
 
-    def __init__(self, config: Config, agent: Agent, logger: RunLogger | SeedLoggers, run_dir: Path | None, labels: list[str], on_iteration: OnIteration | None, newest: Path | None):
+    def __init__(
+        self,
+        config: Config,
+        agent: Agent,
+        logger: RunLogger | SeedLoggers,
+        run_dir: Path | None,
+        out_dir: Path | None,
+        labels: list[str],
+        on_iteration: OnIteration | None,
+        newest: Path | None,
+    ):
         self.config, self.agent, self.logger, self.run_dir = config, agent, logger, run_dir
+        self.out_dir = out_dir
+        """Where this process writes: None on a torchrun rank but 0, or for a run without a folder."""
         self.labels = labels
         self.monitors = [HealthMonitor() for _ in labels]  # one per run: each run's own warnings
         self.on_iteration = on_iteration
@@ -132,9 +144,9 @@ class Runs:
             betas = [adaptive_kl_beta(c.kl_beta, run_losses["kl_after_update"], self.config.ppo.kl_target) for c, run_losses in zip(runs_coefs, runs_losses)]
         return runs_metrics, self.one_per_run(betas)
 
-    def log(self, step: int, runs_metrics: list[dict[str, float]], progress: float, out_dir: Path | None) -> None:
+    def log(self, step: int, runs_metrics: list[dict[str, float]], progress: float) -> None:
         """Each run's metrics to its log, its health monitor's warnings, then ``on_iteration``."""
-        with writing(out_dir, "the metrics in"):  # a full disk: one line, the last checkpoint kept
+        with writing(self.out_dir, "the metrics in"):  # a full disk: one line, the last checkpoint kept
             self.logger.log(step, self.one_per_run(runs_metrics))
         for label, monitor, run_metrics in zip(self.labels, self.monitors, runs_metrics):
             for warning in monitor.check(run_metrics, progress):
@@ -142,11 +154,15 @@ class Runs:
         if self.on_iteration is not None:
             self.on_iteration(step, self.by_run(runs_metrics))
 
-    def save(self, state: Any, envs: Any, stop: Any) -> None:
-        """Checkpoint every run; a second signal cuts a save that takes a second or more."""
+    def checkpoint(self, state: Any, envs: Any, stop: Any, due: bool) -> bool:
+        """Checkpoint every run where this process writes and a checkpoint is ``due``; whether it
+        did. A second signal cuts a save that takes a second or more."""
+        if self.out_dir is None or not due:
+            return False
         stop.at_once, began = self.save_seconds is not None and self.save_seconds >= 1.0, time.perf_counter()
         self.saved = self.newest = self.save_all(state, envs)
         stop.at_once, self.save_seconds = False, time.perf_counter() - began
+        return True
 
     def kept_note(self) -> str | None:
         """The last good checkpoint, for an error that stops training."""
@@ -181,9 +197,9 @@ class Runs:
         """Whether any run is left to train."""
         raise NotImplementedError
 
-    def finish_solved(self, state: Any, envs: Any, saved: bool) -> bool:
+    def finish_solved(self, state: Any, envs: Any, saved: bool) -> None:
         """Let the runs that reached --run.stop-return finish (``saved``: this iteration's
-        checkpoint is written already); whether any did."""
+        checkpoint is written already)."""
         raise NotImplementedError
 
     def all_solved(self) -> bool:
@@ -192,7 +208,8 @@ class Runs:
     def close(self) -> None:
         self.logger.close()
 
-    def result(self, iteration: int, interrupted_by: signal.Signals | None, out_dir: Path | None, world: World) -> Any:
+    def result(self, iteration: int, interrupted_by: signal.Signals | None, world: World) -> Any:
+        """The trained agents, saved (a single run's, or each seed's in seed order)."""
         raise NotImplementedError
 
 
@@ -201,8 +218,7 @@ class SingleRun(Runs):
     logger; --run.stop-return ends it."""
 
     def __init__(self, config: Config, agent: Agent, logger: RunLogger, run_dir: Path | None, out_dir: Path | None, on_iteration: OnIteration | None, newest: Path | None):
-        super().__init__(config, agent, logger, run_dir, [""], on_iteration, newest)
-        self.out_dir = out_dir
+        super().__init__(config, agent, logger, run_dir, out_dir, [""], on_iteration, newest)
 
     def batch(self, buf: RolloutBuffer, **extra: Tensor) -> dict[str, Tensor]:
         return buf.batch(**extra)
@@ -232,14 +248,12 @@ class SingleRun(Runs):
     def training(self) -> bool:
         return not self.all_solved()
 
-    def finish_solved(self, state: Any, envs: Any, saved: bool) -> bool:
-        solved = self.all_solved()
-        if solved:
+    def finish_solved(self, state: Any, envs: Any, saved: bool) -> None:
+        if self.all_solved():  # the loop ends: ``training`` is now False
             self.logger.message(stop_return_note(self.config.run, self.agent.episode_returns, state.global_step))
-        return solved
 
-    def result(self, iteration: int, interrupted_by: signal.Signals | None, out_dir: Path | None, world: World) -> Agent:
-        agent = self.agent
+    def result(self, iteration: int, interrupted_by: signal.Signals | None, world: World) -> Agent:
+        agent, out_dir = self.agent, self.out_dir
         if interrupted_by is not None and out_dir is not None:  # plain print, after the progress bar is gone: one unwrapped line to copy
             print(
                 f"fastppo: {interrupted_by.name}: stopped after iteration {iteration}, checkpoint saved in {self.saved}\n"
@@ -272,13 +286,13 @@ class SeedRuns(Runs):
         newest: Path | None,
         keep: Callable[[list[int]], None],
     ):
-        super().__init__(config, agent, logger, run_dir, [f"seed {s}: " for s in seeds], on_iteration, newest)
+        super().__init__(config, agent, logger, run_dir, run_dir, [f"seed {s}: " for s in seeds], on_iteration, newest)
         self.seeds, self.seeds_returns, self.keep = seeds, seeds_returns, keep
         self.seed_dirs = [run_dir / f"seed_{s}" for s in seeds]
         self.finished: list[Agent] = []  # the seeds that left at --run.stop-return, saved as they left
 
     def batch(self, buf: RolloutBuffer, **extra: Tensor) -> dict[str, Tensor]:
-        return buf.batch(seeds=len(self.seeds), **extra)
+        return buf.seed_batch(len(self.seeds), **extra)
 
     def split_episodes(self, episodes: Episodes) -> list[Episodes]:
         split = episodes_by_seed(episodes, self.seeds, self.config.env.num_envs)
@@ -309,10 +323,10 @@ class SeedRuns(Runs):
     def training(self) -> bool:
         return bool(self.seeds)
 
-    def finish_solved(self, state: Any, envs: Any, saved: bool) -> bool:
+    def finish_solved(self, state: Any, envs: Any, saved: bool) -> None:
         done = [i for i, returns in enumerate(self.seeds_returns) if reached_stop_return(self.config.run, returns)]
         if not done:
-            return False
+            return
         if not saved:  # those seeds are finished runs: their final checkpoint and agent
             save_seed_checkpoints(state, envs, self.seeds, self.seed_dirs, self.seeds_returns, self.config.run.keep_checkpoints, done)
         for i in done:
@@ -326,14 +340,13 @@ class SeedRuns(Runs):
         )
         if kept:  # the stack trains on without them
             self.keep(kept)
-        return True
 
     def kept_note(self) -> str | None:
         # A stack's seeds stand together: each seed's checkpoint of the same iteration.
         last_good = list_checkpoints(self.seed_dirs[0]) if self.seed_dirs else []
         return last_good and f"each seed's, {self.run_dir}/seed_<n>/checkpoints/{last_good[-1].name} (fastppo train --resume {self.run_dir})"
 
-    def result(self, iteration: int, interrupted_by: signal.Signals | None, out_dir: Path | None, world: World) -> list[Agent]:
+    def result(self, iteration: int, interrupted_by: signal.Signals | None, world: World) -> list[Agent]:
         if interrupted_by is not None:
             print(
                 f"fastppo: {interrupted_by.name}: stopped after iteration {iteration}, each seed checkpointed in {self.run_dir}/seed_<n>\n"
