@@ -344,7 +344,9 @@ class SeedRuns(Runs):
     def kept_note(self) -> str | None:
         # A stack's seeds stand together: each seed's checkpoint of the same iteration.
         last_good = list_checkpoints(self.seed_dirs[0]) if self.seed_dirs else []
-        return last_good and f"each seed's, {self.run_dir}/seed_<n>/checkpoints/{last_good[-1].name} (fastppo train --resume {self.run_dir})"
+        if not last_good:
+            return None
+        return f"each seed's, {self.run_dir}/seed_<n>/checkpoints/{last_good[-1].name} (fastppo train --resume {self.run_dir})"
 
     def result(self, iteration: int, interrupted_by: signal.Signals | None, world: World) -> list[Agent]:
         if interrupted_by is not None:
