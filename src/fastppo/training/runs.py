@@ -33,6 +33,8 @@ from fastppo.logger import GROUP_RETURN, RunLogger
 from fastppo.outputs import writing
 from fastppo.rollout import RolloutBuffer
 from fastppo.seed_stack import SeedLoggers, episodes_by_seed, per_seed, save_seed_agent, save_seed_checkpoints
+from fastppo.training.signals import StopRequest
+from fastppo.training.state import TrainState
 from fastppo.update import UpdateCoefficients
 
 OnIteration = Callable[[int, Any], None]
@@ -154,7 +156,7 @@ class Runs:
         if self.on_iteration is not None:
             self.on_iteration(step, self.by_run(runs_metrics))
 
-    def checkpoint(self, state: Any, envs: Any, stop: Any, due: bool) -> bool:
+    def checkpoint(self, state: TrainState, envs: Any, stop: StopRequest, due: bool) -> bool:
         """Checkpoint every run where this process writes and a checkpoint is ``due``; whether it
         did. A second signal cuts a save that takes a second or more."""
         if self.out_dir is None or not due:
@@ -189,7 +191,7 @@ class Runs:
     def by_run(self, runs_metrics: list[dict[str, float]]) -> Any:
         raise NotImplementedError
 
-    def save_all(self, state: Any, envs: Any) -> Path:
+    def save_all(self, state: TrainState, envs: Any) -> Path:
         raise NotImplementedError
 
     @property
@@ -197,7 +199,7 @@ class Runs:
         """Whether any run is left to train."""
         raise NotImplementedError
 
-    def finish_solved(self, state: Any, envs: Any, saved: bool) -> None:
+    def finish_solved(self, state: TrainState, envs: Any, saved: bool) -> None:
         """Let the runs that reached --run.stop-return finish (``saved``: this iteration's
         checkpoint is written already)."""
         raise NotImplementedError
@@ -238,7 +240,7 @@ class SingleRun(Runs):
     def by_run(self, runs_metrics: list[dict[str, float]]) -> dict[str, float]:
         return runs_metrics[0]
 
-    def save_all(self, state: Any, envs: Any) -> Path:
+    def save_all(self, state: TrainState, envs: Any) -> Path:
         return save_checkpoint(self.out_dir, state, envs, self.config.run.keep_checkpoints)
 
     def all_solved(self) -> bool:
@@ -248,7 +250,7 @@ class SingleRun(Runs):
     def training(self) -> bool:
         return not self.all_solved()
 
-    def finish_solved(self, state: Any, envs: Any, saved: bool) -> None:
+    def finish_solved(self, state: TrainState, envs: Any, saved: bool) -> None:
         if self.all_solved():  # the loop ends: ``training`` is now False
             self.logger.message(stop_return_note(self.config.run, self.agent.episode_returns, state.global_step))
 
@@ -313,7 +315,7 @@ class SeedRuns(Runs):
     def by_run(self, runs_metrics: list[dict[str, float]]) -> dict[int, dict[str, float]]:
         return dict(zip(self.seeds, runs_metrics))
 
-    def save_all(self, state: Any, envs: Any) -> Path:
+    def save_all(self, state: TrainState, envs: Any) -> Path:
         return save_seed_checkpoints(state, envs, self.seeds, self.seed_dirs, self.seeds_returns, self.config.run.keep_checkpoints)
 
     def all_solved(self) -> bool:
@@ -323,7 +325,7 @@ class SeedRuns(Runs):
     def training(self) -> bool:
         return bool(self.seeds)
 
-    def finish_solved(self, state: Any, envs: Any, saved: bool) -> None:
+    def finish_solved(self, state: TrainState, envs: Any, saved: bool) -> None:
         done = [i for i, returns in enumerate(self.seeds_returns) if reached_stop_return(self.config.run, returns)]
         if not done:
             return
