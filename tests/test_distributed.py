@@ -39,7 +39,7 @@ from fastppo.config import Config, PPOConfig
 from fastppo.core.normalize import RunningMeanStd
 from fastppo.errors import FastPPOError
 from fastppo.training.distributed import World, joined
-from fastppo.training.trainer import resume_config
+from fastppo.training.resume import resume_config
 from fastppo.training.update import MinibatchStep, UpdateCoefficients, make_optimizer, ppo_update
 
 ROWS, MINIBATCHES, EPOCHS = 64, 4, 3
@@ -371,3 +371,29 @@ def test_a_rank_without_its_own_gpu_is_a_one_line_error(device, local_rank, gpus
     monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
     with pytest.raises(FastPPOError, match=re.escape(message)):
         rank_device(torch.device(device))
+
+
+def test_a_lone_process_has_a_world_of_one_whose_collectives_are_identities(monkeypatch):
+    """Outside torchrun the trainer's world is the LoneWorld: rank 0 of 1, the run's own seed, and
+    collectives that hand back their input untouched (no arithmetic: a lone run's numbers stay bit
+    for bit what they were without a world)."""
+    from fastppo.envs.vector import Episodes
+    from fastppo.training.distributed import LONE, ranks
+
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    with ranks(torch.device("cpu")) as world:
+        assert world is LONE
+    assert (LONE.main, LONE.size, LONE.seed(7, 32, iteration=5), LONE.restart_seed(7), LONE.max(3)) == (True, 1, 7, None, 3)
+    tensor = torch.tensor([1.0, 2.0])
+    assert LONE.sum_(tensor) is tensor and LONE.mean_(tensor) is tensor and LONE.gather(tensor) is tensor
+    assert tensor.tolist() == [1.0, 2.0]
+    episodes = Episodes([1.0], [10])
+    assert LONE.gather_episodes(episodes) is episodes
+    rms = RunningMeanStd((2,), torch.device("cpu"))
+    rms.update(torch.tensor([[1.0, 2.0], [3.0, 5.0]]))
+    before = {k: v.clone() for k, v in rms.state_dict().items()}
+    statistics = LONE.synced([rms])
+    rms.update(torch.tensor([[0.0, 1.0]]))
+    after = {k: v.clone() for k, v in rms.state_dict().items()}
+    statistics.merge()
+    assert all(torch.equal(v, after[k]) for k, v in rms.state_dict().items()) and not all(torch.equal(v, before[k]) for k, v in after.items())

@@ -16,7 +16,7 @@ from fastppo.cli.main import main
 from fastppo.errors import Interrupted
 from fastppo.training.checkpoint import load_checkpoint
 from fastppo.training.logger import RunLogger
-from fastppo.training.trainer import StopRequest
+from fastppo.training.signals import StopRequest
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])

@@ -23,8 +23,9 @@ from fastppo.envs import make_vec_env
 from fastppo.envs.snapshot import restore_envs, snapshot_envs
 from fastppo.errors import FastPPOError
 from fastppo.profiling import SectionTimer
+from fastppo.training.resume import resume_config
 from fastppo.training.rollout import EnvCursor, ObservationNormalizer, RolloutBuffer, collect_rollout
-from fastppo.training.trainer import check_finite_rollout, resume_config, train
+from fastppo.training.trainer import check_finite_rollout, train
 from tests.test_resume import ITERATIONS, assert_same_run, stop_after
 
 RELAY = "pz:tests.fake_pz_envs"

@@ -21,7 +21,8 @@ from fastppo.envs.pettingzoo_vec import make_parallel_env
 from fastppo.envs.pettingzoo_workers import PettingZooWorkers
 from fastppo.errors import FastPPOError
 from fastppo.files.run_folder import list_checkpoints
-from fastppo.training.trainer import resume_config, train
+from fastppo.training.resume import resume_config
+from fastppo.training.trainer import train
 from tests.test_multi_agent import RELAY, TINY
 from tests.test_resume import metrics, stop_after
 

@@ -34,6 +34,7 @@ import yaml
 
 import fastppo.cli.train
 import fastppo.envs.env_config
+import fastppo.training.resume
 import fastppo.training.trainer
 from fastppo.cli.main import main
 
@@ -139,7 +140,7 @@ def short_budget(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     budget under one batch still fails as it would for a user), and failed where the budget as
     written gives too few updates to learn (``few_updates_warning``); a resume trains ``UPDATES``
     more at most; ``fastppo rlhf``/``dpo``/``reward-model`` take ``--steps`` up to ``UPDATES``."""
-    as_written, resumed = fastppo.envs.env_config.resolved_config, fastppo.training.trainer.resume_config
+    as_written, resumed = fastppo.envs.env_config.resolved_config, fastppo.training.resume.resume_config
 
     def short_config(env_id, preset=None, overrides=None):
         config, name = as_written(env_id, preset, overrides)
@@ -154,9 +155,9 @@ def short_budget(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
         return config, checkpoint
 
     with monkeypatch.context() as patch:
-        patch.setattr(fastppo.envs.env_config, "resolved_config", short_config)  # make_config, the API's
+        patch.setattr(fastppo.envs.env_config, "resolved_config", short_config)
         patch.setattr(fastppo.cli.train, "resolved_config", short_config)
-        patch.setattr(fastppo.training.trainer, "resume_config", short_resume)
+        patch.setattr(fastppo.training.resume, "resume_config", short_resume)
         yield
 
 

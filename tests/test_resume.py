@@ -14,7 +14,8 @@ import fastppo
 from fastppo.cli.main import main
 from fastppo.files.run_folder import list_checkpoints
 from fastppo.training.logger import RunLogger
-from fastppo.training.trainer import resume_config, train
+from fastppo.training.resume import resume_config
+from fastppo.training.trainer import train
 
 ITERATIONS = 6  # of 32 steps x 4 envs
 UNTIMED = ("time", "charts/SPS")

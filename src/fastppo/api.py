@@ -71,7 +71,8 @@ def resume(run_dir: str | Path, env_id: str | None = None, **overrides: Any) -> 
     on your own code (``module:Class``, ``file.py:Class``) needs ``env_id`` naming it: fastppo
     never imports code that a run folder names.
     """
-    from fastppo.training.trainer import resume_config, train as run_training
+    from fastppo.training.resume import resume_config
+    from fastppo.training.trainer import train as run_training
 
     config, checkpoint = resume_config(run_dir, overrides, env_id)
     return run_training(config, Path(run_dir), checkpoint)

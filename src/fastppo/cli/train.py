@@ -82,7 +82,8 @@ def run(args: argparse.Namespace) -> int:
     from fastppo.experiments.seeds import PLAN_FILE
     from fastppo.files.run_folder import seed_folders
     from fastppo.training.distributed import launched_rank, launched_world_size
-    from fastppo.training.trainer import resume_config, train
+    from fastppo.training.resume import resume_config
+    from fastppo.training.trainer import train
 
     main = launched_rank() == 0  # under torchrun, rank 0 speaks for the run
     overrides = {key.removeprefix("hp:"): value for key, value in vars(args).items() if key.startswith("hp:")}

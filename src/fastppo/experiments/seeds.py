@@ -233,7 +233,7 @@ def resume_plan(parent: Path, overrides: dict[str, Any], env_id: str | None) -> 
     import shutil
 
     from fastppo.files.run_folder import list_checkpoints, seed_folders
-    from fastppo.training.trainer import every_seed_finished, finished_run, resume_config, resume_seed_stack_config
+    from fastppo.training.resume import every_seed_finished, finished_run, resume_config, resume_seed_stack_config
 
     plan = read_plan(parent)
     started = {int(d.name.removeprefix("seed_")) for d in seed_folders(parent)}
@@ -260,9 +260,9 @@ def resume_plan(parent: Path, overrides: dict[str, Any], env_id: str | None) -> 
 
 def plan_config(config: Config, overrides: dict[str, Any], env_id: str | None, parent: Path) -> Config:
     """A saved plan's config for its seeds that never started, with the overrides a resume allows
-    (``fastppo.training.trainer.RESUMABLE_OVERRIDES``; ``resume_config`` checks the started seeds the same way)."""
+    (``fastppo.training.resume.RESUMABLE_OVERRIDES``; ``resume_config`` checks the started seeds the same way)."""
     from fastppo.config import apply_overrides, resolve_key
-    from fastppo.training.trainer import RESUMABLE_OVERRIDES, check_resumed_env
+    from fastppo.training.resume import RESUMABLE_OVERRIDES, check_resumed_env
 
     check_resumed_env(parent, config.env.env_id, env_id)  # seeds.json is data too: its user-code env only when named again
     for key, value in overrides.items():
@@ -421,7 +421,8 @@ def _unreported(seed: int, run_dir: Path, stopped: int | None, exit_codes: list[
 def _worker(config: Config, parent: Path, tasks: Any, reports: Any, job_stop: Any) -> None:
     """One worker process: train the tasks' seeds (a stack, or one run) until the stop mark or the
     job's stop, reporting each task's results."""
-    from fastppo.training.trainer import StopRequest, train, train_seed_stack
+    from fastppo.training.signals import StopRequest
+    from fastppo.training.trainer import train, train_seed_stack
 
     def stop_job(signum: int, frame: Any) -> None:  # between runs; a run's own handlers replace this one while it trains
         job_stop.value = job_stop.value or signum

@@ -11,8 +11,9 @@ only in these collectives (CleanRL's ppo_atari_multigpu.py scheme):
 - per iteration, the observation/return statistics (``SyncedStatistics``), the finished episodes
   (for rank 0's log), the logged losses and a stop signal.
 
-Outside torchrun (WORLD_SIZE unset or 1) there is no World: the trainer gets None and makes no
-collective call at all.
+Outside torchrun (WORLD_SIZE unset or 1) the trainer gets the ``LoneWorld``: a world of one whose
+collectives are identities, so the loop is the same code with or without torchrun and a lone
+process makes no collective call at all.
 """
 
 from __future__ import annotations
@@ -171,6 +172,18 @@ class World:
         dist.all_gather_object(parts, value)
         return parts
 
+    def synced(self, stats: list[RunningMeanStd]) -> SyncedStatistics | Unsynced:
+        """``stats`` kept identical on every rank (``SyncedStatistics``)."""
+        return SyncedStatistics(self, stats)
+
+    def restart_seed(self, seed: int) -> int | None:
+        """The seed a resumed rank restarts its envs and random streams from (the checkpoint holds
+        rank 0's); None where the checkpoint's own are restored (``LoneWorld``)."""
+        return seed
+
+    relaunch = "the same torchrun launch, -m "
+    """What a resume command needs before ``fastppo train --resume``."""
+
     def gather_episodes(self, episodes: Episodes) -> Episodes:
         """Every rank's finished episodes, rank 0's first, on every rank (for the log and the
         checkpoint's recent returns)."""
@@ -182,6 +195,57 @@ class World:
                 for name, returns in (own or {}).items():
                     merged.setdefault(name, []).extend(returns)
         return Episodes([r for p in parts for r in p.returns], [n for p in parts for n in p.lengths], by_agent or None, by_group=by_group or None)
+
+
+@dataclass(frozen=True)
+class LoneWorld(World):
+    """The world of a process training alone: rank 0 of 1, whose collectives are identities (no
+    arithmetic at all: a lone run's numbers are those it would have without a world)."""
+
+    rank: int = 0
+    size: int = 1
+    device: torch.device = torch.device("cpu")
+    relaunch = ""
+
+    def seed(self, seed: int, num_envs: int, iteration: int = 0) -> int:
+        return seed
+
+    def sum_(self, tensor: Tensor) -> Tensor:
+        return tensor
+
+    def mean_(self, tensor: Tensor) -> Tensor:
+        return tensor
+
+    def max(self, value: int) -> int:
+        return value
+
+    def broadcast_(self, tensors: Iterable[Tensor]) -> None:
+        pass
+
+    def gather(self, tensor: Tensor) -> Tensor:
+        return tensor
+
+    def gather_objects(self, value: object) -> list[object]:
+        return [value]
+
+    def gather_episodes(self, episodes: Episodes) -> Episodes:
+        return episodes
+
+    def synced(self, stats: list[RunningMeanStd]) -> Unsynced:
+        return Unsynced()
+
+    def restart_seed(self, seed: int) -> None:
+        return None
+
+
+LONE = LoneWorld()
+
+
+@contextmanager
+def ranks(device: torch.device, timeout_s: float = RunConfig.collective_timeout) -> Iterator[World]:
+    """``joined``, with the ``LoneWorld`` outside torchrun: the trainer's world."""
+    with joined(device, timeout_s) as world:
+        yield LONE if world is None else world
 
 
 @contextmanager
@@ -270,3 +334,13 @@ class SyncedStatistics:
         for rms, base, total in zip(self.stats, self._bases, summed):
             rms.fold_moments(base, total)
         self.rebase()
+
+
+class Unsynced:
+    """A lone process's statistics: nothing to merge with."""
+
+    def rebase(self) -> None:
+        pass
+
+    def merge(self) -> None:
+        pass

@@ -41,13 +41,14 @@ from fastppo.envs.vector import Episodes
 from fastppo.errors import FastPPOError
 from fastppo.policies import ActorCritic
 from fastppo.policies.population import SeedNoise, StackedActorCritic, seed_policy
+from fastppo.training.distributed import LONE
 from fastppo.training.logger import RunLogger
 from fastppo.training.optim import DEVICES, FusedAdam, adam_step
 
 
 class SeedMinibatches:
     """The update's minibatches for a stack of seeds, from each seed's rows ``[S, R, ...]``
-    (``RolloutBuffer.batch(seeds=S)``), or a recurrent stack's env sequences ``[S, T, N, ...]``.
+    (``RolloutBuffer.seed_batch(S)``), or a recurrent stack's env sequences ``[S, T, N, ...]``.
 
     Each seed does what its single run's update does: keep its valid rows (its reset rows out),
     shuffle them with its own generator (not at all for one minibatch), and cut them into
@@ -58,8 +59,11 @@ class SeedMinibatches:
     envs, so no padding.
     """
 
+    world = LONE  # a stack trains in one process
+
     def __init__(self, batch: dict[str, Tensor], noise: SeedNoise, num_minibatches: int):
         self.noise, self.num_minibatches = noise, num_minibatches
+        self.runs = batch["valid"].shape[0]
         self.sequences = "initial_state" in batch
         valid = batch["valid"]
         device = valid.device
@@ -92,6 +96,12 @@ class SeedMinibatches:
     def in_order(self) -> Iterator[dict[str, Tensor]]:
         """The minibatches of each seed's valid rows (or envs) in rollout order (``update.kl_after_update``)."""
         return self._cut(self.rows)
+
+    def across_ranks(self, value: Tensor, share: None) -> Tensor:
+        return value
+
+    def one_per_run(self, values: list[float]) -> list[float]:
+        return values
 
     def _cut(self, orders: list[Tensor]) -> Iterator[dict[str, Tensor]]:
         if self.sequences:

@@ -1,4 +1,4 @@
-"""What a run carries from one iteration to the next: the state a checkpoint saves and restores."""
+"""What a run carries from one iteration to the next, and how many iterations it has."""
 
 from __future__ import annotations
 
@@ -7,7 +7,9 @@ from dataclasses import dataclass
 import torch
 
 from fastppo.agents.agent import Agent
+from fastppo.config import Config
 from fastppo.core import RewardScaler
+from fastppo.errors import FastPPOError
 from fastppo.training.rollout import EnvCursor
 
 
@@ -28,3 +30,14 @@ class TrainState:
     that changes total_timesteps."""
     world_size: int = 1
     """Ranks training together (torchrun); a resume needs as many."""
+
+
+def planned_iterations(config: Config, world_size: int) -> int:
+    """Iterations of the run: --total-timesteps counts the steps of every rank's envs together."""
+    iterations = config.num_iterations // world_size
+    if iterations < 1:
+        raise FastPPOError(
+            f"--total-timesteps {config.ppo.total_timesteps} is less than one batch of the {world_size} ranks "
+            f"({world_size} x {config.batch_size} steps): raise it or shrink the batch"
+        )
+    return iterations

@@ -1,17 +1,15 @@
-"""The PPO loop: collect_rollout -> compute_gae -> ppo_update -> log -> checkpoint. Nothing else lives here."""
+"""The PPO loop (``train_loop``: collect_rollout -> compute_gae -> ppo_update -> log -> checkpoint)
+and the setup that builds what it trains: envs, agent, optimizer, a restored checkpoint, loggers."""
 
 from __future__ import annotations
 
-import copy
 import math
 import random
 import signal
-import sys
-import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, nullcontext
-from dataclasses import asdict, replace
+from collections.abc import Callable
+from contextlib import nullcontext
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -21,46 +19,31 @@ import yaml
 
 from fastppo.agents.agent import Agent, build_agent
 from fastppo.agents.agent_rows import PettingZooAgents
-from fastppo.config import Config, RunConfig, apply_overrides, resolve_key
-from fastppo.core import RewardScaler, adaptive_kl_beta, compute_gae, explained_variance, schedule_progress, scheduled, shift_values
+from fastppo.config import Config, RunConfig
+from fastppo.core import RewardScaler, compute_gae, schedule_progress, scheduled, shift_values
 from fastppo.devices import resolve_device
-from fastppo.env_ids import absolute_spec, folder_env_id, is_pettingzoo, names_user_code
+from fastppo.env_ids import is_pettingzoo
 from fastppo.envs import make_vec_env
 from fastppo.envs.make import rollout_device
 from fastppo.envs.pettingzoo_vec import AgentSpaces
 from fastppo.envs.vector import HostCopies
-from fastppo.errors import FastPPOError, Interrupted
+from fastppo.errors import FastPPOError
 from fastppo.files.outputs import output_dir, removed_if_left_empty, writing
-from fastppo.files.run_folder import check_no_run, checkpoint_root, list_checkpoints, seed_folders
+from fastppo.files.run_folder import check_no_run
 from fastppo.policies import ActorCritic
 from fastppo.policies.mlp_autograd import mlp_layers
 from fastppo.profiling import SectionTimer
 from fastppo.training.allocator import reuse_freed_memory
-from fastppo.training.checkpoint import Checkpoint, load_checkpoint, restore_train_state, rewind_metrics, save_checkpoint
+from fastppo.training.checkpoint import Checkpoint, restore_train_state, rewind_metrics
 from fastppo.training.cuda_graphs import check_cudagraphs
-from fastppo.training.diagnostics import HealthMonitor
-from fastppo.training.distributed import SyncedStatistics, World, check_world_size, joined, launched_world_size, rank_device
+from fastppo.training.distributed import LONE, World, rank_device, ranks
 from fastppo.training.logger import GROUP_RETURN, GYM_SUMMARY, RunLogger
 from fastppo.training.rollout import EnvCursor, ObservationNormalizer, PolicyStep, RolloutBuffer, collect_rollout, fresh_state
-from fastppo.training.state import TrainState
-from fastppo.training.seed_stack import (
-    SeedLoggers,
-    check_seed_stack,
-    episodes_by_seed,
-    keep_seeds,
-    per_seed,
-    restore_seed_stack,
-    save_seed_agent,
-    save_seed_checkpoints,
-    stacked_agent,
-)
+from fastppo.training.runs import OnIteration, Runs, SeedRuns, SingleRun
+from fastppo.training.seed_stack import SeedLoggers, check_seed_stack, keep_seeds, restore_seed_stack, stacked_agent
+from fastppo.training.signals import StopRequest, during_start_up, lost_since
+from fastppo.training.state import TrainState, planned_iterations
 from fastppo.training.update import MinibatchStep, UpdateCoefficients, make_optimizer, ppo_update, set_learning_rate
-
-RESUMABLE_OVERRIDES = (
-    "ppo.total_timesteps", "run.checkpoint_every", "run.keep_checkpoints", "run.progress", "run.tensorboard", "run.torch_threads", "run.stop_return", "run.stop_window",
-    "run.collective_timeout",
-)
-"""What may change on resume; anything else would make the resumed run a different experiment."""
 
 
 def seed_everything(seed: int, deterministic: bool) -> None:
@@ -122,97 +105,6 @@ def check_finite_rollout(buf: RolloutBuffer, cursor: EnvCursor, iteration: int, 
             )
 
 
-class StopRequest:
-    """SIGINT/SIGTERM handlers that ask the loop to stop after the current iteration and save a
-    checkpoint, instead of dying mid-update.
-
-    A second signal stops at once where the state is half way through an iteration (``Interrupted``,
-    its note saying which iterations are lost); where the state is whole (the iteration's update is
-    done) and a save takes under a second, the loop goes on to its save (``at_once``).
-
-    Under torchrun (``world``) the ranks see a signal at different moments, or only some of them
-    do: a signal counts once ``agree`` (once per iteration, on every rank) has told every rank that
-    some rank saw one, so that all stop after the same iteration. There a repeat does not stop at
-    once: torchrun forwards the signal it gets, so a Ctrl-C reaches each rank twice (from the
-    terminal and from torchrun), and torchrun kills ranks still running 30 s later anyway.
-    """
-
-    SIGNALS = (signal.SIGINT, signal.SIGTERM)
-    repeat_grace = 0.0
-    """Seconds after the first signal in which a repeat is the same stop request arriving twice,
-    not a second one: 1 in a ``--seeds`` worker process (fastppo.experiments.seeds), whose parent passes on a
-    signal that the terminal (Ctrl-C) or a job scheduler (SIGTERM to every process) sent it too."""
-    job: Any = None
-    """In a ``--seeds`` worker, the stop of the whole job, shared by its processes: ``job.value`` is
-    the signal (0: none). A signal that came before this run's handlers were set (in its start-up)
-    stops it too, and one that this run took stops the worker's next seeds."""
-
-    def __init__(self, enabled: bool, world: World | None = None):
-        # Python only lets the main thread install signal handlers.
-        self.enabled = enabled and threading.current_thread() is threading.main_thread()
-        self.world = world
-        self.signal: int | None = None
-        self.at_once = False
-        """Whether a second signal raises ``Interrupted`` now (set by the loop while it would be lost)."""
-        self.lost = ""
-        """What a stop at once loses, in words (kept current by the loop)."""
-        self._seen: int | None = None  # under torchrun, until agreed
-        self._since = 0.0  # when the first signal came
-        self._previous: dict[int, Any] = {}
-
-    def _handle(self, signum: int, frame: Any) -> None:
-        if self.world is not None:
-            self._seen = self._seen or signum
-            return
-        if self.signal is not None:
-            if time.monotonic() - self._since >= self.repeat_grace and self.at_once:
-                raise Interrupted(signum, f"{signal.Signals(signum).name} again: stopped at once; {self.lost}")
-            return
-        self.signal, self._since = signum, time.monotonic()
-        if self.job is not None:
-            self.job.value = self.job.value or signum
-
-    def agree(self) -> None:
-        """Under torchrun, make a signal seen by any rank a stop request on every rank (a collective)."""
-        if self.enabled and self.world is not None and self.signal is None:
-            self.signal = self.world.max(self._seen or 0) or None
-
-    @property
-    def requested(self) -> bool:
-        if self.signal is None and self.enabled and self.job is not None and self.job.value:
-            self.signal, self._since = self.job.value, time.monotonic()
-        return self.signal is not None
-
-    def __enter__(self) -> StopRequest:
-        if self.enabled:
-            self._previous = {s: signal.signal(s, self._handle) for s in self.SIGNALS}
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for s, handler in self._previous.items():
-            signal.signal(s, handler)
-
-
-def resume_command(run_dir: Path | None, env_id: str) -> str:
-    """The command that resumes ``run_dir``: a run on user code names it again, as fastppo never
-    imports code that a run folder names (``check_resumed_env``)."""
-    return f"fastppo train --resume {run_dir}" + (f" {env_id}" if names_user_code(env_id) else "")
-
-
-def lost_since(checkpoint: Path | None, iteration: int, resume: str) -> str:
-    """What a stop at once in ``iteration`` (cut short, or done but not yet saved) loses, in words;
-    ``resume`` is the command that continues the run."""
-    if checkpoint is None:
-        return f"no checkpoint had been saved: the run's {iteration} iterations are lost"
-    lost = iteration - int(checkpoint.name)
-    return f"the {lost} iteration{'s' if lost > 1 else ''} since checkpoint {checkpoint.name} {'are' if lost > 1 else 'is'} lost; resume with: {resume}"
-
-
-def reached_stop_return(run: RunConfig, returns: list[float]) -> bool:
-    """Whether a run's finished episodes have reached --run.stop-return (never without one)."""
-    return run.stop_return is not None and len(returns) >= run.stop_window and float(np.mean(returns[-run.stop_window :])) >= run.stop_return
-
-
 def check_stop_return(run: RunConfig, envs: Any) -> None:
     """--run.stop-return reads the headline return: a multi-agent env without one (agents in
     several groups, --multi-agent.headline auto) must name the group it reads."""
@@ -222,21 +114,6 @@ def check_stop_return(run: RunConfig, envs: Any) -> None:
             f"--run.stop-return reads one return, and the agents are in {len(spaces.group_names)} groups ({', '.join(spaces.group_names)}) that may play against each other: "
             f"name the one it reads, e.g. --multi-agent.headline {spaces.group_names[0]} (or team for the sum of all agents')"
         )
-
-
-def stop_return_note(run: RunConfig, returns: list[float], global_step: int) -> str:
-    return f"mean return {np.mean(returns[-run.stop_window :]):.1f} over the last {run.stop_window} episodes reached --run.stop-return {run.stop_return:g} at step {global_step}: stopped"
-
-
-def planned_iterations(config: Config, world_size: int) -> int:
-    """Iterations of the run: --total-timesteps counts the steps of every rank's envs together."""
-    iterations = config.num_iterations // world_size
-    if iterations < 1:
-        raise FastPPOError(
-            f"--total-timesteps {config.ppo.total_timesteps} is less than one batch of the {world_size} ranks "
-            f"({world_size} x {config.batch_size} steps): raise it or shrink the batch"
-        )
-    return iterations
 
 
 FEW_UPDATES = 10
@@ -255,105 +132,6 @@ def few_updates_warning(config: Config, world_size: int = 1) -> str | None:
         f"of {batch} steps ({config.env.num_envs} envs x {config.ppo.num_steps} steps{f' x {world_size} ranks' if world_size > 1 else ''}): "
         f"PPO needs more to learn; raise --total-timesteps to {FEW_UPDATES * batch} or more, or lower --num-envs/--num-steps"
     )
-
-
-def resume_config(run_dir: str | Path, overrides: dict[str, Any] | None = None, env_id: str | None = None) -> tuple[Config, Checkpoint]:
-    """The config saved with a run's newest checkpoint (plus the few overrides that keep it the same
-    experiment: ``RESUMABLE_OVERRIDES``), and that checkpoint, its schedules re-anchored when
-    total_timesteps changes: a run stopped before its end goes on from the schedules' current values
-    in a straight line to 0 at the new end; a finished run (its linear lr, clip and entropy at 0)
-    restarts them from their configured start values, annealing to 0 at the new end (a warm
-    restart). An unchanged total resumes exactly. A finished run without a larger total is an error
-    that says how to train further; so is an ``env_id`` (as the command line names one) that
-    ``check_resumed_env`` refuses."""
-    checkpoint = load_checkpoint(run_dir, env_id=env_id)
-    config = checkpoint.config
-    check_resumed_env(run_dir, config.env.env_id, env_id)
-    check_world_size(run_dir, checkpoint.meta.get("world_size", 1))
-    world_size = launched_world_size()
-    planned = planned_iterations(config, world_size)  # the horizon the schedules have followed so far
-    for key, value in (overrides or {}).items():
-        full = resolve_key(config, key)
-        section, name = full.split(".")
-        unchanged = getattr(getattr(apply_overrides(Config(), {full: value}), section), name) == getattr(getattr(config, section), name)
-        if full not in RESUMABLE_OVERRIDES and not unchanged:
-            raise FastPPOError(f"cannot change {full} when resuming (allowed: {', '.join(RESUMABLE_OVERRIDES)}): start a new run instead")
-        apply_overrides(config, {full: value})
-    config.validate()
-    num_iterations = planned_iterations(config, world_size)
-    if checkpoint.iteration == planned and num_iterations <= planned:
-        raise FastPPOError(
-            f"{run_dir} is finished (trained its {checkpoint.global_step} steps); "
-            f"to train further, give it a larger budget: fastppo train --resume {run_dir} --total-timesteps {2 * checkpoint.global_step}"
-        )
-    if num_iterations <= checkpoint.iteration:
-        raise FastPPOError(
-            f"the checkpoint is at step {checkpoint.global_step}, --total-timesteps {config.ppo.total_timesteps} leaves nothing to train: raise it to train further"
-        )
-    if num_iterations != planned:  # a new horizon: the schedules' line goes to its end (core.schedule_progress)
-        # A run stopped early goes on from where its schedules stand; a finished one, whose linear
-        # schedules stand at 0 (no learning), restarts them from their configured start values.
-        at = 0.0 if checkpoint.iteration == planned else schedule_progress(checkpoint.iteration + 1, planned, checkpoint.schedule_anchor)
-        checkpoint.schedule_anchor = (checkpoint.iteration, at)
-    return config, checkpoint
-
-
-def finished_run(run_dir: Path, overrides: dict[str, Any] | None = None) -> bool:
-    """Whether the run in ``run_dir`` has nothing left to train: its newest checkpoint at the end of
-    its --total-timesteps, or past its --run.stop-return (each as ``overrides`` may move it)."""
-    checkpoint = load_checkpoint(run_dir)
-    config = copy.deepcopy(checkpoint.config)
-    moved = {resolve_key(config, key): value for key, value in (overrides or {}).items()}
-    apply_overrides(config, {key: value for key, value in moved.items() if key in ("ppo.total_timesteps", "run.stop_return", "run.stop_window")})
-    at_end = checkpoint.iteration >= config.num_iterations // checkpoint.meta.get("world_size", 1)
-    return at_end or reached_stop_return(config.run, checkpoint.meta.get("episode_returns", []))
-
-
-def every_seed_finished(run_dir: str | Path) -> FastPPOError:
-    return FastPPOError(
-        f"every seed in {run_dir} is finished (its --total-timesteps or --run.stop-return reached): nothing is left to train; "
-        f"to train further, give a larger budget: fastppo train --resume {run_dir} --total-timesteps N (or --stop-return none)"
-    )
-
-
-def check_resumed_env(run_dir: str | Path, own: str, env_id: str | None) -> None:
-    """The ENV_ID of ``fastppo train --resume RUN_DIR [ENV_ID]`` must be the run's ``own``, and is
-    required when that is user code: fastppo never imports code that a run folder names."""
-    if env_id is None:
-        folder_env_id(own, run_dir, f"if you trust it, name it yourself: fastppo train --resume {run_dir} {own} (in Python: env_id='{own}')")
-    elif absolute_spec(env_id) != own:  # a file env is saved with its absolute path
-        raise FastPPOError(f"{run_dir} trains {own}, not {env_id}: " + (f"give {own}" if names_user_code(own) else "drop ENV_ID when resuming"))
-
-
-def resume_seed_stack_config(run_dir: str | Path, overrides: dict[str, Any] | None = None, env_id: str | None = None) -> tuple[Config, list[int], list[Checkpoint]]:
-    """A stack of seeds to resume (``fastppo train --resume RUN_DIR`` on a ``--seeds`` folder): the
-    config, the seeds and each seed's checkpoint as ``resume_config`` gives it, at the newest
-    iteration every seed reached (a kill during a save can leave some seeds one checkpoint ahead)
-    where a seed still has it, else at the seed's newest (``fastppo.experiments.seeds.stacks`` groups the seeds
-    into the stacks they were saved from, each at one iteration).
-    Seeds that reached --run.stop-return (theirs, or the one ``overrides`` give) left the stack
-    finished and stay out."""
-    folders = seed_folders(run_dir)
-    first = load_checkpoint(folders[0]).config.env
-    if first.backend != "tensor":  # trained as separate processes (--workers): each is an ordinary run
-        raise FastPPOError(f"{run_dir} holds seeds trained one process each ({first.backend} envs): resume each alone, fastppo train --resume {run_dir}/seed_<n>")
-    check_resumed_env(run_dir, first.env_id, env_id)  # named for the stack, before each seed's resume_config names its own folder
-    folders = [folder for folder in folders if not finished_run(folder, overrides)]
-    if not folders:
-        raise every_seed_finished(run_dir)
-    iteration = min(int(list_checkpoints(d)[-1].name) for d in folders)
-    resumed = []
-    for folder in folders:
-        # A seed a checkpoint ahead (a kill during a save) goes back to where the others stand, so
-        # that the stack resumes as one; one without that checkpoint (trained in another process
-        # of the run, which stopped later) resumes from its own newest, in a stack of its own.
-        at = checkpoint_root(folder) / f"{iteration:06d}"
-        resumed.append(resume_config(at if at.is_dir() and list_checkpoints(folder)[-1] != at else folder, overrides, env_id))
-    config, first = resumed[0]
-    for other, _ in resumed[1:]:
-        if replace(other, run=replace(other.run, seed=config.run.seed)) != config:
-            raise FastPPOError(f"the seeds in {run_dir} were trained with different configs: resume each alone (fastppo train --resume {run_dir}/seed_<n>)")
-    return config, [c.config.run.seed for _, c in resumed], [c for _, c in resumed]
 
 
 def train(
@@ -379,7 +157,7 @@ def train(
     config.validate()
     device = rank_device(resolve_device(config.run.device))
     # Only the process that writes the run folder may take it away again (torchrun: rank 0).
-    with during_start_up(), joined(device, config.run.collective_timeout) as world, removed_if_left_empty(run_dir if world is None or world.main else None):
+    with during_start_up(), ranks(device, config.run.collective_timeout) as world, removed_if_left_empty(run_dir if world.main else None):
         return train_rank(config, run_dir, checkpoint, on_iteration, device, world, on_start=on_start)
 
 
@@ -393,55 +171,42 @@ def train_seed_stack(
     config.validate()
     check_seed_stack(config)
     with during_start_up(), removed_if_left_empty(run_dir):
-        return train_rank(config, run_dir, checkpoints, on_iteration, resolve_device(config.run.device), None, seeds)
-
-
-@contextmanager
-def during_start_up() -> Iterator[None]:
-    """A signal that stops a run before its loop's handlers are set (building envs and policy):
-    one line saying so. (Those the loop handles return normally, or raise ``Interrupted`` with a note.)"""
-    try:
-        yield
-    except KeyboardInterrupt as exc:
-        if getattr(exc, "note", None):
-            raise
-        name = signal.Signals(getattr(exc, "signum", signal.SIGINT)).name
-        raise Interrupted(getattr(exc, "signum", signal.SIGINT), f"{name} during start-up: stopped before the first iteration, nothing was trained") from None
+        return train_rank(config, run_dir, checkpoints, on_iteration, resolve_device(config.run.device), LONE, seeds)
 
 
 def train_rank(
     config: Config,
     run_dir: Path | None,
     checkpoint: Checkpoint | list[Checkpoint] | None,
-    on_iteration: Callable[[int, dict[str, float]], None] | None,
+    on_iteration: OnIteration | None,
     device: torch.device,
-    world: World | None,
+    world: World,
     seeds: list[int] | None = None,
     on_start: Callable[[], None] | None = None,
 ) -> Any:
-    """``train`` on ``device``, as one rank of ``world`` (None: the only process); with ``seeds``,
-    as a stack of those seeds (``train_seed_stack``; ``checkpoint`` is then one per seed)."""
+    """``train`` on ``device``, as one rank of ``world``; with ``seeds``, as a stack of those seeds
+    (``train_seed_stack``; ``checkpoint`` is then one per seed): the setup, then ``train_loop``."""
     reuse_freed_memory()  # the update's large temporaries: no fresh page faults each time (fastppo.training.allocator)
-    world_size = 1 if world is None else world.size
-    out_dir = run_dir if world is None or world.main else None  # where this process writes
-    seed_dirs = None if seeds is None else [run_dir / f"seed_{s}" for s in seeds]
-    directories = [d for d in seed_dirs or [out_dir] if d is not None]
+    out_dir = run_dir if world.main else None  # where this process writes
+    stacked = seeds is not None
+    seed_dirs = [run_dir / f"seed_{s}" for s in seeds] if stacked else []
+    directories = seed_dirs if stacked else [d for d in [out_dir] if d is not None]
     for directory in directories if checkpoint is None else []:
         check_no_run(directory)  # before anything is written to any of them
     for directory in directories:
         output_dir(directory, "the run directory")  # before a single step is spent
-    if on_start is not None and (world is None or world.main):
+    if on_start is not None and world.main:
         on_start()
     cfg = config.ppo
-    num_iterations, steps_per_iteration = planned_iterations(config, world_size), config.batch_size * world_size
     # Each rank its own envs and random streams; a resumed rank restarts them (the checkpoint holds rank 0's).
-    seed = config.run.seed if world is None else world.seed(config.run.seed, config.env.num_envs, checkpoint.iteration if checkpoint else 0)
-    seed_everything(seed if seeds is None else seeds[0], config.run.torch_deterministic)
-    torch.set_num_threads(config.intra_op_threads(stacked=seeds is not None))
+    seed = world.seed(config.run.seed, config.env.num_envs, checkpoint.iteration if checkpoint and not stacked else 0)
+    seed_everything(seeds[0] if stacked else seed, config.run.torch_deterministic)
+    torch.set_num_threads(config.intra_op_threads(stacked=stacked))
     if config.run.cudagraphs:
         check_cudagraphs(device)
     collect_on = rollout_device(config.env, device)  # where the rollout lives: the CPU for numpy envs
-    envs = make_vec_env(config.env, collect_on, video_dir=out_dir / "videos" if out_dir and seeds is None else None, multi_agent=config.multi_agent, seed_blocks=len(seeds or [seed]))
+    video_dir = out_dir / "videos" if out_dir and not stacked else None
+    envs = make_vec_env(config.env, collect_on, video_dir=video_dir, multi_agent=config.multi_agent, seed_blocks=len(seeds or [seed]))
     try:
         if is_pettingzoo(config.env.env_id):  # a row per agent: the batch is known now (Config.validate left it)
             config.check_batch(agents=envs.num_envs // config.env.num_envs)
@@ -449,214 +214,141 @@ def train_rank(
     except FastPPOError:
         envs.close()
         raise
-    first = envs.reset(seed=seed if seeds is None else seeds)
-    if seeds is None:
-        agent = build_agent(config, envs.single_observation_space, envs.single_action_space, device, envs.layout, statistics_device=collect_on)
-    else:
+    first = envs.reset(seed=seeds if stacked else seed)
+    if stacked:
         agent = stacked_agent(config, envs.single_observation_space, envs.single_action_space, device, seeds)
+    else:
+        agent = build_agent(config, envs.single_observation_space, envs.single_action_space, device, envs.layout, statistics_device=collect_on)
     agent.run_dir = run_dir
     agent.action_masks = first.action_mask is not None
     if isinstance(spaces := getattr(envs, "spaces", None), AgentSpaces):  # agent.act on PettingZoo's own observations
         agent.pettingzoo = PettingZooAgents.of(spaces)
     normalize_obs = ObservationNormalizer(agent.obs_rms, config.env.clip_obs)
     reward_scaler = RewardScaler(envs.num_envs, cfg.gamma, config.env.clip_reward, collect_on, groups=seeds and len(seeds)) if config.env.normalize_reward else None
-    statistics = None
-    if world is not None:  # the same start on every rank: rank 0's weights, and statistics merged each iteration
-        world.broadcast_module(agent.policy)
-        statistics = SyncedStatistics(world, [rms for rms in (agent.obs_rms, reward_scaler and reward_scaler.return_rms) if rms is not None])
+    world.broadcast_module(agent.policy)  # the same start on every rank: rank 0's weights, and statistics merged each iteration
+    statistics = world.synced([rms for rms in (agent.obs_rms, reward_scaler and reward_scaler.return_rms) if rms is not None])
     state = TrainState(
         agent=agent,
         optimizer=make_optimizer(agent.policy, cfg.learning_rate, cfg.adam_eps, device, config.run.cudagraphs),
         reward_scaler=reward_scaler,
         cursor=EnvCursor.at_reset(first, normalize_obs, update=True, state=fresh_state(agent.policy, envs.num_envs, collect_on)),
-        kl_beta=cfg.kl_beta if seeds is None else [cfg.kl_beta] * len(seeds),
-        world_size=world_size,
+        kl_beta=[cfg.kl_beta] * len(seeds) if stacked else cfg.kl_beta,
+        world_size=world.size,
     )
-    mask_dim = None if first.action_mask is None else first.action_mask.shape[-1]
-    buf = RolloutBuffer.allocate(cfg.num_steps, envs, collect_on, mask_dim, agent.policy.state_size)
     seeds_returns: list[list[float]] = [[] for _ in seeds or []]  # a stack's finished episodes, per seed
     # The checkpoint is checked whole and restored before the logger rewinds metrics.jsonl and
     # TensorBoard and rewrites config.yaml: a damaged one leaves the run folder as it was.
+    exact = True
     try:
-        if checkpoint is not None and seeds is not None:
+        if checkpoint is not None and stacked:
             seeds_returns = restore_seed_stack(state, envs, checkpoint)
         elif checkpoint is not None:
-            exact = restore_train_state(state, envs, checkpoint, normalize_obs, fresh_seed=None if world is None else seed)
-            if statistics is not None:
-                statistics.rebase()  # the checkpoint's, on every rank
+            exact = restore_train_state(state, envs, checkpoint, normalize_obs, fresh_seed=world.restart_seed(seed))
+            statistics.rebase()  # the checkpoint's, on every rank
     except BaseException:
         envs.close()
         raise
-    if seeds is None:
-        logger = open_logger(config, out_dir, checkpoint, quiet=world is not None and not world.main, summary=progress_summary(getattr(envs, "spaces", None)))
-    else:  # one run folder per seed, one progress bar for them all
+    newest = None if checkpoint is None else (checkpoint[0] if stacked else checkpoint).path
+    training = Training(config, state, envs, world, device, collect_on, normalize_obs, statistics, first.action_mask)
+    if stacked:  # one run folder per seed, one progress bar for them all
         logger = SeedLoggers(
             [open_logger(replace(config, run=replace(config.run, seed=s, progress=False)), d, c) for s, d, c in zip(seeds, seed_dirs, checkpoint or [None] * len(seeds))],
             RunLogger(None, config.ppo.total_timesteps, False, config.run.progress),
         )
-    if checkpoint is not None and seeds is None:
-        if world is not None:
-            logger.message(
-                "[yellow]note:[/] under torchrun every rank restarts fresh episodes and random streams (the checkpoint holds "
-                "rank 0's); weights, optimizer, statistics and counters are restored exactly"
-            )
-        elif not exact:
-            logger.message(
-                f"[yellow]note:[/] {config.env.env_id} ({config.env.backend} backend) cannot be snapshot: its envs restart fresh "
-                "episodes; weights, optimizer, statistics, counters and RNGs are restored exactly"
-            )
-    timer = SectionTimer()
-    runs = 1 if seeds is None else len(seeds)
-    monitor_labels = [""] if seeds is None else [f"seed {s}: " for s in seeds]
-    monitors = [HealthMonitor() for _ in monitor_labels]  # one per seed of a stack: each run's own warnings
+        runs: Runs = SeedRuns(config, agent, logger, run_dir, seeds, seeds_returns, on_iteration, newest, training.keep_runs)
+    else:
+        logger = open_logger(config, out_dir, checkpoint, quiet=not world.main, summary=progress_summary(getattr(envs, "spaces", None)))
+        runs = SingleRun(config, agent, logger, run_dir, out_dir, on_iteration, newest)
+    if not exact:
+        logger.message(
+            "[yellow]note:[/] under torchrun every rank restarts fresh episodes and random streams (the checkpoint holds "
+            "rank 0's); weights, optimizer, statistics and counters are restored exactly"
+            if world.size > 1
+            else f"[yellow]note:[/] {config.env.env_id} ({config.env.backend} backend) cannot be snapshot: its envs restart fresh "
+            "episodes; weights, optimizer, statistics, counters and RNGs are restored exactly"
+        )
     if isinstance(envs, HostCopies):
-        envs.timer = timer  # numpy-backed envs time their host<->device copies ("copy")
+        envs.timer = training.timer  # numpy-backed envs time their host<->device copies ("copy")
     note = gpu_note(device, envs, agent.policy)
     if note is not None:
         logger.message(note)
-    # Opt-in speed layers (--compile, --cudagraphs); eager by default.
-    policy_step = PolicyStep(agent.policy, config.run.compile, config.run.cudagraphs)
-    update_step = MinibatchStep(agent.policy, state.optimizer, cfg, config.run.compile, config.run.cudagraphs, world)
-    saved: Path | None = None
-    # The newest checkpoint, and how long a save takes (None: not measured yet): what a second signal would lose.
-    newest = None if checkpoint is None else (checkpoint if seeds is None else checkpoint[0]).path
-    save_seconds: float | None = None
-    finished: list[Agent] = []  # a stack's seeds that reached --run.stop-return, saved as they left it
-
-    def solved() -> bool:  # a single run that reached --run.stop-return (a stack's seeds leave one by one)
-        return seeds is None and reached_stop_return(config.run, agent.episode_returns)
-
-    def save(state: TrainState, envs: Any) -> Path:  # a stack: each seed's folder gets its single run's checkpoint
-        if seeds is None:
-            return save_checkpoint(out_dir, state, envs, config.run.keep_checkpoints)
-        return save_seed_checkpoints(state, envs, seeds, seed_dirs, seeds_returns, config.run.keep_checkpoints)
-
     try:
         with StopRequest(enabled=run_dir is not None, world=world) as stop:
-            while state.iteration < num_iterations and not stop.requested and not solved():
-                state.iteration += 1
-                stop.lost, stop.at_once = lost_since(newest, state.iteration, resume_command(run_dir, config.env.env_id)), True  # until the update is done
-                progress = schedule_progress(state.iteration, num_iterations, state.schedule_anchor)
-                start = time.perf_counter()
-                set_learning_rate(state.optimizer, scheduled(cfg.lr_schedule, cfg.learning_rate, progress))
-                coefs = UpdateCoefficients(
-                    clip_coef=scheduled(cfg.clip_schedule, cfg.clip_coef, progress),
-                    ent_coef=scheduled(cfg.ent_schedule, cfg.ent_coef, progress),
-                    kl_beta=state.kl_beta,
-                )
-
-                state.cursor, last_value = collect_rollout(agent.policy, envs, buf, state.cursor, normalize_obs, state.reward_scaler, timer, policy_step)
-                check_finite_rollout(buf, state.cursor, state.iteration, state.global_step, envs.agents if is_pettingzoo(config.env.env_id) else None)
-                episodes = envs.pop_episodes()  # those the rollout finished, played by the policy before this update
-                if world is not None:  # every rank: the same statistics, and every rank's episodes
-                    statistics.merge()
-                    episodes = world.gather_episodes(episodes)
-                agent.episode_returns += episodes.returns
-                for group, returns in (episodes.by_group or {}).items():
-                    agent.group_returns.setdefault(group, []).extend(returns)
-                advantages, returns = compute_gae(
-                    buf.rewards, buf.values, shift_values(buf.values, last_value), buf.terminated, buf.truncated, cfg.gamma, cfg.gae_lambda
-                )
-                with timer.section("update"):
-                    batch = {k: v.to(device, non_blocking=True) for k, v in buf.batch(seeds=seeds and runs, advantages=advantages, returns=returns).items()}
-                    losses = ppo_update(agent.policy, state.optimizer, batch, cfg, coefs, update_step)
-                state.global_step += steps_per_iteration
-                check_finite(losses, agent, state.optimizer, state.iteration, state.global_step)
-                # One losses dict and coefficients per run: the run itself, or each seed of a stack (its own beta).
-                runs_losses, runs_coefs = per_seed(losses, runs), [UpdateCoefficients(**c) for c in per_seed(asdict(coefs), runs)]
-                if cfg.objective == "kl":
-                    betas = [adaptive_kl_beta(c.kl_beta, run_losses["kl_after_update"], cfg.kl_target) for c, run_losses in zip(runs_coefs, runs_losses)]
-                    state.kl_beta = betas[0] if seeds is None else betas
-                stop.at_once = False  # the state is whole again: a second signal waits for the save
-
-                seconds, elapsed = timer.pop(), time.perf_counter() - start
-                # One metrics dict per run: the run itself, or each seed of a stack (its columns, its episodes).
-                runs_episodes = [episodes] if seeds is None else episodes_by_seed(episodes, seeds, config.env.num_envs)
-                # The critic's fit on the update's batch: a stack's is each seed's rows, [S, ...], all seeds at once.
-                rows = [batch[k] if seeds is None else batch[k].flatten(1) for k in ("values", "returns", "valid")]
-                explained = [explained_variance(*rows)] if seeds is None else explained_variance(*rows, dim=-1)
-                runs_metrics = [
-                    iteration_metrics(run_losses, run_episodes, seconds, state, run_coefs, run_explained, elapsed, steps_per_iteration)
-                    for run_losses, run_coefs, run_episodes, run_explained in zip(runs_losses, runs_coefs, runs_episodes, explained)
-                ]
-                for seed_returns, run_episodes in zip(seeds_returns, runs_episodes):  # a stack's seeds only
-                    seed_returns += run_episodes.returns
-                metrics = runs_metrics[0] if seeds is None else runs_metrics
-                with writing(out_dir, "the metrics in"):  # a full disk: one line, the last checkpoint kept
-                    logger.log(state.global_step, metrics)
-                for label, monitor, run_metrics in zip(monitor_labels, monitors, runs_metrics):
-                    for warning in monitor.check(run_metrics, progress):
-                        logger.message(f"[yellow]warning:[/] {label}{warning}")
-                if on_iteration is not None:  # a stack: {seed: its metrics}, for the seeds still training
-                    on_iteration(state.global_step, metrics if seeds is None else dict(zip(seeds, runs_metrics)))
-
-                stop.agree()
-                every, last = config.run.checkpoint_every, state.iteration == num_iterations or solved()
-                saving = out_dir is not None and (stop.requested or last or (every and state.iteration % every == 0))
-                if saving:  # a second signal cuts a save that takes a second or more
-                    stop.at_once, began = save_seconds is not None and save_seconds >= 1.0, time.perf_counter()
-                    saved = newest = save(state, envs)
-                    stop.at_once, save_seconds = False, time.perf_counter() - began
-                if solved():
-                    logger.message(stop_return_note(config.run, agent.episode_returns, state.global_step))
-                done = [] if seeds is None else [i for i, returns in enumerate(seeds_returns) if reached_stop_return(config.run, returns)]
-                if done:  # those seeds are finished runs: final checkpoint and agent, then the stack trains on without them
-                    if not saving:
-                        save_seed_checkpoints(state, envs, seeds, seed_dirs, seeds_returns, config.run.keep_checkpoints, done)
-                    for i in done:
-                        logger.message(f"seed {seeds[i]}: {stop_return_note(config.run, seeds_returns[i], state.global_step)}")
-                        with writing(seed_dirs[i], "the agent in"):
-                            finished.append(save_seed_agent(agent, i, seed_dirs[i], logger.loggers[i].history, seeds_returns[i]))
-                        logger.loggers[i].close()
-                    kept = [i for i in range(len(seeds)) if i not in done]
-                    seeds, seed_dirs, seeds_returns, monitors, monitor_labels, logger.loggers = (
-                        [items[i] for i in kept] for items in (seeds, seed_dirs, seeds_returns, monitors, monitor_labels, logger.loggers)
-                    )
-                    if not kept:
-                        break
-                    keep_seeds(state, envs, kept)
-                    runs = len(seeds)
-                    buf = RolloutBuffer.allocate(cfg.num_steps, envs, collect_on, mask_dim, agent.policy.state_size)
-                    policy_step = PolicyStep(agent.policy, config.run.compile, config.run.cudagraphs)
-                    update_step = MinibatchStep(agent.policy, state.optimizer, cfg, config.run.compile, config.run.cudagraphs, world)
+            train_loop(training, runs, stop)
             # A signal during the last iteration stopped nothing: the run is finished, not interrupted
-            # (so is one that reached --stop-return: a single run, or every seed of a stack).
-            if stop.requested and state.iteration < num_iterations and not solved() and seeds != []:
-                if out_dir is not None and (saved is None or not saved.name.endswith(f"{state.iteration:06d}")):
-                    saved = save(state, envs)
+            # (so is one whose runs all reached --stop-return).
+            if stop.requested and state.iteration < training.num_iterations and runs.training:
+                runs.checkpoint(state, envs, stop, due=runs.saved is None or not runs.saved.name.endswith(f"{state.iteration:06d}"))
                 agent.interrupted_by = signal.Signals(stop.signal)
     except FastPPOError as exc:
-        good = list_checkpoints((seed_dirs or [run_dir])[0]) if run_dir is not None else []  # a stack: its seeds stand together
-        kept = good and (good[-1] if seeds is None else f"each seed's, {run_dir}/seed_<n>/checkpoints/{good[-1].name} (fastppo train --resume {run_dir})")
+        kept = runs.kept_note()
         raise FastPPOError(f"{exc}; the last good checkpoint is kept: {kept}" if kept else str(exc)) from None
     finally:
-        logger.close()
+        runs.close()
         envs.close()
-    if agent.interrupted_by is not None and seeds is not None:
-        print(
-            f"fastppo: {agent.interrupted_by.name}: stopped after iteration {state.iteration}, each seed checkpointed in {run_dir}/seed_<n>\n"
-            f"fastppo: resume the stack with: {resume_command(run_dir, config.env.env_id)} (or one seed alone: --resume {run_dir}/seed_<n>)",
-            file=sys.stderr,
-            flush=True,
+    return runs.result(state.iteration, agent.interrupted_by, world)
+
+
+class Training:
+    """What the loop trains with, besides its runs: the state, envs, world, and the rollout buffer
+    and opt-in speed layers (--compile, --cudagraphs; eager by default) built for the policy."""
+
+    def __init__(
+        self, config: Config, state: TrainState, envs: Any, world: World, device: torch.device, collect_on: torch.device, normalize_obs: ObservationNormalizer, statistics: Any, action_mask: Any
+    ):
+        self.config, self.state, self.envs, self.world, self.device, self.collect_on = config, state, envs, world, device, collect_on
+        self.normalize_obs, self.statistics, self.timer = normalize_obs, statistics, SectionTimer()
+        self.num_iterations, self.steps_per_iteration = planned_iterations(config, world.size), config.batch_size * world.size
+        self.mask_dim = None if action_mask is None else action_mask.shape[-1]
+        self.agent_names = envs.agents if is_pettingzoo(config.env.env_id) else None  # rollout checks name a PettingZoo env's agents
+        self.build()
+
+    def build(self) -> None:
+        policy, run = self.state.agent.policy, self.config.run
+        self.buf = RolloutBuffer.allocate(self.config.ppo.num_steps, self.envs, self.collect_on, self.mask_dim, policy.state_size)
+        self.policy_step = PolicyStep(policy, run.compile, run.cudagraphs)
+        self.update_step = MinibatchStep(policy, self.state.optimizer, self.config.ppo, run.compile, run.cudagraphs, self.world)
+
+    def keep_runs(self, indices: list[int]) -> None:
+        """A stack trains on with the seeds at ``indices``: what holds the old parameter is rebuilt."""
+        keep_seeds(self.state, self.envs, indices)
+        self.build()
+
+
+def train_loop(t: Training, runs: Runs, stop: StopRequest) -> None:
+    """The PPO loop, DESIGN.md's pseudocode: collect_rollout -> compute_gae -> ppo_update -> log ->
+    checkpoint, each iteration, until the budget is spent, a signal asks to stop or no run is left.
+    The same lines train a single run or a stack of seeds (``runs``), alone or as a torchrun rank
+    (``t.world``: a lone process's collectives are identities), on env or agent rows."""
+    state, cfg, every = t.state, t.config.ppo, t.config.run.checkpoint_every
+    while state.iteration < t.num_iterations and not stop.requested and runs.training:
+        state.iteration += 1
+        stop.lost, stop.at_once = lost_since(runs.newest, state.iteration, runs.resume), True  # until the update is done
+        progress = schedule_progress(state.iteration, t.num_iterations, state.schedule_anchor)
+        start = time.perf_counter()
+        set_learning_rate(state.optimizer, scheduled(cfg.lr_schedule, cfg.learning_rate, progress))
+        coefs = UpdateCoefficients(
+            clip_coef=scheduled(cfg.clip_schedule, cfg.clip_coef, progress), ent_coef=scheduled(cfg.ent_schedule, cfg.ent_coef, progress), kl_beta=state.kl_beta
         )
-    elif agent.interrupted_by is not None and out_dir is not None:  # plain print, after the progress bar is gone: one unwrapped line to copy
-        print(
-            f"fastppo: {agent.interrupted_by.name}: stopped after iteration {state.iteration}, checkpoint saved in {saved}\n"
-            f"fastppo: resume with: {'' if world is None else 'the same torchrun launch, -m '}{resume_command(run_dir, config.env.env_id)}",
-            file=sys.stderr,
-            flush=True,
-        )
-    if seeds is not None:
-        with writing(run_dir, "the seeds' agents in"):
-            seed_agents = [save_seed_agent(agent, i, d, seed_logger.history, r) for i, (d, seed_logger, r) in enumerate(zip(seed_dirs, logger.loggers, seeds_returns))]
-        for seed_agent in seed_agents:
-            seed_agent.interrupted_by = agent.interrupted_by
-        return sorted(finished + seed_agents, key=lambda a: a.config.run.seed)
-    agent.history = logger.history
-    if out_dir is not None:
-        with writing(out_dir, "the agent in"):
-            agent.save(out_dir)
-    return agent
+
+        state.cursor, last_value = collect_rollout(state.agent.policy, t.envs, t.buf, state.cursor, t.normalize_obs, state.reward_scaler, t.timer, t.policy_step)
+        check_finite_rollout(t.buf, state.cursor, state.iteration, state.global_step, t.agent_names)
+        t.statistics.merge()  # every rank: the same statistics, and every rank's episodes
+        episodes = runs.take_episodes(t.world.gather_episodes(t.envs.pop_episodes()))  # played by the policy before this update
+        advantages, returns = compute_gae(t.buf.rewards, t.buf.values, shift_values(t.buf.values, last_value), t.buf.terminated, t.buf.truncated, cfg.gamma, cfg.gae_lambda)
+        with t.timer.section("update"):
+            batch = {k: v.to(t.device, non_blocking=True) for k, v in runs.batch(t.buf, advantages=advantages, returns=returns).items()}
+            losses = ppo_update(state.agent.policy, state.optimizer, batch, cfg, coefs, t.update_step)
+        state.global_step += t.steps_per_iteration
+        check_finite(losses, state.agent, state.optimizer, state.iteration, state.global_step)
+        metrics, state.kl_beta = runs.metrics(losses, coefs, batch, episodes, t.timer.pop(), time.perf_counter() - start, state.optimizer, t.steps_per_iteration)
+        stop.at_once = False  # the state is whole again: a second signal waits for the save
+
+        runs.log(state.global_step, metrics, progress)
+        stop.agree()
+        last = state.iteration == t.num_iterations or runs.all_solved()
+        saved = runs.checkpoint(state, t.envs, stop, due=stop.requested or last or bool(every and state.iteration % every == 0))
+        runs.finish_solved(state, t.envs, saved)
 
 
 def progress_summary(spaces: AgentSpaces | None) -> tuple[tuple[str, str, str], ...]:
@@ -687,39 +379,3 @@ def open_logger(config: Config, run_dir: Path | None, checkpoint: Checkpoint | N
     return logger
 
 
-def iteration_metrics(
-    losses, episodes, seconds, state: TrainState, coefs: UpdateCoefficients, explained: float, elapsed: float, batch_size: int
-) -> dict[str, float]:
-    """The logged scalars of one iteration, under CleanRL's names (``explained``: the critic's
-    explained variance on the rollout)."""
-    metrics = {
-        "charts/learning_rate": float(state.optimizer.param_groups[0]["lr"]),
-        "charts/clip_coef": coefs.clip_coef,
-        "charts/ent_coef": coefs.ent_coef,
-        "charts/SPS": batch_size / elapsed,
-        "charts/episodes": float(len(episodes.lengths)),
-        "losses/policy_loss": losses["pg_loss"],
-        "losses/value_loss": losses["v_loss"],
-        "losses/entropy": losses["entropy"],
-        "losses/approx_kl": losses["approx_kl"],
-        "losses/old_approx_kl": losses["old_approx_kl"],
-        "losses/clipfrac": losses["clipfrac"],
-        "losses/ratio_mean": losses["ratio_mean"],
-        "losses/ratio_std": losses["ratio_std"],
-        "losses/grad_norm": losses["grad_norm"],
-        "losses/epochs": losses["epochs"],
-        "losses/explained_variance": explained,
-        **{f"time/{name}": value for name, value in seconds.items()},
-    }
-    if state.agent.config.ppo.objective == "kl":
-        metrics["losses/kl_beta"] = coefs.kl_beta
-        metrics["losses/kl_after_update"] = losses["kl_after_update"]  # what beta adapts from
-    if episodes.returns:  # a multi-agent env's headline: none when its agents are not one team
-        metrics["charts/episodic_return"] = float(np.mean(episodes.returns))
-    if episodes.lengths:
-        metrics["charts/episodic_length"] = float(np.mean(episodes.lengths))
-        for name, returns in (episodes.by_group or {}).items():  # multi-agent: each group's, then each agent's
-            metrics[f"{GROUP_RETURN}{name}"] = float(np.mean(returns))
-        for name, returns in (episodes.by_agent or {}).items():
-            metrics[f"charts/agent_return/{name}"] = float(np.mean(returns))
-    return metrics

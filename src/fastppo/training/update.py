@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, NamedTuple
+from functools import partial
+from typing import NamedTuple, Protocol
 
 import torch
 from torch import Tensor, nn
@@ -19,12 +20,11 @@ from fastppo.config import PPOConfig
 from fastppo.core import kl_estimate, normalize_advantages, ppo_loss
 from fastppo.errors import FastPPOError
 from fastppo.policies import ActorCritic
+from fastppo.policies.population import StackedActorCritic
 from fastppo.training.cuda_graphs import COMPILE_MODE, capture_graph, check_cudagraphs, on_side_stream
+from fastppo.training.distributed import LONE, World
 from fastppo.training.optim import FusedAdam, flatten_parameters, fused_adam_available
-from fastppo.training.seed_stack import SeedAdam, SeedMinibatches, StackedActorCritic
-
-if TYPE_CHECKING:
-    from fastppo.training.distributed import World
+from fastppo.training.seed_stack import SeedAdam, SeedMinibatches
 
 MINIBATCH_KEYS = ("obs", "actions", "logprobs", "values", "advantages", "returns", "valid", "action_masks", "initial_state")
 """The flattened rollout fields one minibatch step reads (rewards and flags are GAE's only)."""
@@ -125,15 +125,18 @@ class MinibatchStep:
       change of any of them (a schedule, PPO-KL's beta) recaptures: once per iteration at most,
       against tens to hundreds of replays per iteration.
 
-    With a ``world`` (torchrun), each rank holds part of every minibatch: the advantages are
-    normalised over all the parts, and the gradient is all-reduced between backward and the clip,
-    so every rank clips and applies the same gradient and the weights stay equal.
+    With a ``world`` of several ranks (torchrun), each rank holds part of every minibatch: the
+    advantages are normalised over all the parts, and the gradient is all-reduced between backward
+    and the clip, so every rank clips and applies the same gradient and the weights stay equal.
+
+    ``minibatches`` makes the update's ``Minibatches`` from a batch: chosen here, once, for the
+    policy (a stack of seeds: each seed's own) and the world (``minibatch_source``).
     """
 
     WARMUP_STEPS = 3
 
     def __init__(
-        self, policy: ActorCritic, optimizer: torch.optim.Optimizer, cfg: PPOConfig, compile: bool = False, cudagraphs: bool = False, world: World | None = None
+        self, policy: ActorCritic, optimizer: torch.optim.Optimizer, cfg: PPOConfig, compile: bool = False, cudagraphs: bool = False, world: World = LONE
     ):
         self.policy, self.optimizer, self.cfg, self.world = policy, optimizer, cfg, world
         # make_optimizer's one flat parameter: its gradient is every layer's gradient.
@@ -149,13 +152,14 @@ class MinibatchStep:
         self.cudagraphs = cudagraphs
         if cudagraphs:
             check_cudagraphs(next(policy.parameters()).device)
-            if world is not None:
+            if world.size > 1:
                 raise FastPPOError("--cudagraphs captures a one-process update: it does not run under torchrun, drop it")
         self._steps = 0
         self._graph: torch.cuda.CUDAGraph | None = None
         self._graph_key: tuple | None = None
         self._static_in: dict[str, Tensor] = {}
         self._static_out: dict[str, Tensor] = {}
+        self.minibatches = minibatch_source(policy, cfg, cudagraphs, world)
 
     def _eager(self, mb: dict[str, Tensor], coefs: UpdateCoefficients, share: RankShare | None = None, active: list[bool] | None = None) -> dict[str, Tensor]:
         loss, metrics = self.loss_fn(self.policy, mb, self.cfg, coefs, None if share is None else share.advantage_moments)
@@ -218,7 +222,8 @@ def ppo_update(
     remaining steps (no Adam step, no count of its own: ``SeedAdam``) and its means are over the
     steps it took, while the others go on.
 
-    ``step`` is the minibatch step to use (compiled / CUDA-graph one from the trainer); eager by default.
+    ``step`` is the minibatch step to use (compiled / CUDA-graph one from the trainer); eager by
+    default. Its ``minibatches`` cut the batch (``Minibatches``).
 
     A recurrent policy's batch (``RolloutBuffer.batch``) holds [T, N, ...] fields and the
     rollout's ``initial_state``: its minibatches are then whole env sequences (all T rows of a
@@ -233,25 +238,11 @@ def ppo_update(
     the returned metrics are the ranks' means.
     """
     step = step or MinibatchStep(policy, optimizer, cfg)
-    world = step.world
-    batch = {k: batch[k] for k in MINIBATCH_KEYS if k in batch}
-    sequences = "initial_state" in batch
-    seeds = SeedMinibatches(batch, policy.noise, cfg.num_minibatches) if isinstance(policy, StackedActorCritic) else None
-    if not step.cudagraphs and not sequences and world is None and seeds is None:
-        # Drop the NEXT_STEP reset rows once (one host sync per update): every minibatch is then
-        # all valid and the loss takes plain means, ~10% cheaper than masked ones on small MLPs.
-        # CUDA graphs need fixed shapes, and under torchrun every rank must run as many
-        # minibatches as the others: those paths keep the rows and mask them instead.
-        valid = batch.pop("valid")
-        batch = {k: v[valid] for k, v in batch.items()}
-    batch_size = batch["initial_state"].shape[0] if sequences else batch["obs"].shape[0]  # envs or rows
-    # Minibatch sizes differ by at most one when the valid rows do not divide evenly.
-    bounds = [batch_size * i // cfg.num_minibatches for i in range(cfg.num_minibatches + 1)]
+    source = step.minibatches({k: batch[k] for k in MINIBATCH_KEYS if k in batch})
     if isinstance(coefs.kl_beta, list):  # a stack's betas, on the device once per update
         coefs = replace(coefs, kl_beta=torch.tensor(coefs.kl_beta, device=batch["obs"].device))
-    runs = 1 if seeds is None else policy.seeds
-    going = [True] * runs  # the runs (a stack's seeds) target_kl has not stopped yet
-    minibatches, epochs = [0] * runs, [0] * runs  # each run's steps and epochs
+    going = [True] * source.runs  # the runs (a stack's seeds) target_kl has not stopped yet
+    minibatches, epochs = [0] * source.runs, [0] * source.runs  # each run's steps and epochs
     sums: Tensor | None = None
     names: list[str] = []
     for _ in range(cfg.update_epochs):
@@ -259,7 +250,7 @@ def ppo_update(
         stopped = None if active is None else ~torch.tensor(going, device=batch["obs"].device)
         share = None
         epoch_steps = 0
-        for mb, share in seeds.epoch(active) if seeds is not None else row_minibatches(batch, bounds, sequences, cfg.num_minibatches > 1, world):
+        for mb, share in source.epoch(active):
             metrics = step(mb, coefs, share, active)
             # All metrics in one stacked tensor: one add per minibatch, one host sync per update.
             names = names or list(metrics)
@@ -272,18 +263,105 @@ def ppo_update(
         epochs = [n + g for n, g in zip(epochs, going)]
         # One host sync per epoch, for the early stop only (CleanRL checks the last minibatch).
         if cfg.target_kl is not None:
-            approx_kl = metrics["approx_kl"] if world is None else world.mean_(metrics["approx_kl"] * share.weight)
+            approx_kl = source.across_ranks(metrics["approx_kl"], share)
             going = [g and kl <= cfg.target_kl for g, kl in zip(going, approx_kl.view(-1).tolist())]
             if not any(going):
                 break
-    if world is not None:
-        world.mean_(sums)
+    source.world.mean_(sums)
     means = dict(zip(names, (sums / torch.tensor(minibatches, device=sums.device)).tolist()))
-    means["epochs"] = float(epochs[0]) if seeds is None else [float(n) for n in epochs]
+    means["epochs"] = source.one_per_run([float(n) for n in epochs])
     if cfg.objective == "kl":
-        in_order = seeds.in_order() if seeds is not None else (minibatch(batch, start, end, sequences) for start, end in zip(bounds[:-1], bounds[1:]))
-        means["kl_after_update"] = kl_after_update(policy, in_order, world)
+        means["kl_after_update"] = kl_after_update(policy, source.in_order(), source.world)
     return means
+
+
+class Minibatches(Protocol):
+    """What ``ppo_update`` cuts a batch with: one run's rows (``RowMinibatches``), a torchrun
+    rank's part of them (``RankMinibatches``) or each seed's of a stack (``SeedMinibatches``)."""
+
+    runs: int
+    """The runs trained together: 1, or a stack's seeds."""
+    world: World
+
+    def epoch(self, active: list[bool] | None = None) -> Iterator[tuple[dict[str, Tensor], RankShare | None]]:
+        """One epoch's minibatches, each with this rank's share of it (None alone); ``active``: the
+        runs whose epochs go on (None: all)."""
+
+    def in_order(self) -> Iterator[dict[str, Tensor]]:
+        """The minibatches of the batch in rollout order (``kl_after_update``)."""
+
+    def across_ranks(self, value: Tensor, share: RankShare | None) -> Tensor:
+        """A minibatch's ``value`` over every rank's part of it."""
+
+    def one_per_run(self, values: list[float]) -> float | list[float]:
+        """Per-run figures as ``ppo_update`` returns them (one run: a plain float)."""
+
+
+def minibatch_source(policy: nn.Module, cfg: PPOConfig, cudagraphs: bool, world: World) -> Callable[[dict[str, Tensor]], Minibatches]:
+    """How the update of ``policy`` on ``world`` cuts its batches (chosen once, by ``MinibatchStep``)."""
+    if isinstance(policy, StackedActorCritic):
+        return partial(SeedMinibatches, noise=policy.noise, num_minibatches=cfg.num_minibatches)
+    if world.size > 1:
+        return partial(RankMinibatches, num_minibatches=cfg.num_minibatches, world=world)
+    # CUDA graphs need fixed shapes: that path keeps the reset rows and masks them instead.
+    return partial(RowMinibatches, num_minibatches=cfg.num_minibatches, drop_reset_rows=not cudagraphs)
+
+
+class RowMinibatches:
+    """One run's minibatches (rows, or env sequences) in a lone process, shuffled each epoch when
+    there are several (one full-batch minibatch's mean loss does not depend on the order), sizes
+    differing by at most one when the rows do not divide evenly."""
+
+    runs = 1
+    world: World = LONE
+
+    def __init__(self, batch: dict[str, Tensor], num_minibatches: int, drop_reset_rows: bool = True):
+        self.sequences = "initial_state" in batch
+        if drop_reset_rows and not self.sequences:
+            # Drop the NEXT_STEP reset rows once (one host sync per update): every minibatch is then
+            # all valid and the loss takes plain means, ~10% cheaper than masked ones on small MLPs.
+            valid = batch.pop("valid")
+            batch = {k: v[valid] for k, v in batch.items()}
+        self.batch, self.shuffle = batch, num_minibatches > 1
+        batch_size = batch["initial_state"].shape[0] if self.sequences else batch["obs"].shape[0]  # envs or rows
+        self.bounds = [batch_size * i // num_minibatches for i in range(num_minibatches + 1)]
+
+    def epoch(self, active: list[bool] | None = None) -> Iterator[tuple[dict[str, Tensor], RankShare | None]]:
+        batch = self.batch
+        if self.shuffle:
+            # One gather per field per epoch, then contiguous slices: not one gather per minibatch.
+            perm = torch.randperm(self.bounds[-1], device=batch["obs"].device)
+            batch = {k: v[:, perm] if self.sequences and k != "initial_state" else v[perm] for k, v in batch.items()}
+        for (start, end), share in zip(zip(self.bounds[:-1], self.bounds[1:]), self.shares(batch)):
+            if start < end:
+                yield minibatch(batch, start, end, self.sequences), share
+
+    def shares(self, batch: dict[str, Tensor]) -> list[RankShare | None]:
+        return [None] * (len(self.bounds) - 1)
+
+    def in_order(self) -> Iterator[dict[str, Tensor]]:
+        return (minibatch(self.batch, start, end, self.sequences) for start, end in zip(self.bounds[:-1], self.bounds[1:]))
+
+    def across_ranks(self, value: Tensor, share: RankShare | None) -> Tensor:
+        return value
+
+    def one_per_run(self, values: list[float]) -> float:
+        return values[0]
+
+
+class RankMinibatches(RowMinibatches):
+    """A torchrun rank's part of the run's minibatches: reset rows kept and masked (every rank must
+    run as many minibatches as the others), each with this rank's ``RankShare``."""
+
+    def __init__(self, batch: dict[str, Tensor], num_minibatches: int, world: World):
+        super().__init__(batch, num_minibatches, drop_reset_rows=False)
+        self.world = world
+
+    def shares(self, batch: dict[str, Tensor]) -> list[RankShare]:
+        return rank_shares(self.world, batch, self.bounds, self.sequences)
+
+    def across_ranks(self, value: Tensor, share: RankShare | None) -> Tensor:
+        return self.world.mean_(value * share.weight)
 
 
 def rank_shares(world: World, shuffled: dict[str, Tensor], bounds: list[int], sequences: bool) -> list[RankShare]:
@@ -302,23 +380,6 @@ def rank_shares(world: World, shuffled: dict[str, Tensor], bounds: list[int], se
     return [RankShare(weight, everyone) for weight, everyone in zip(weights, total)]
 
 
-def row_minibatches(
-    batch: dict[str, Tensor], bounds: list[int], sequences: bool, shuffle: bool, world: World | None
-) -> Iterator[tuple[dict[str, Tensor], RankShare | None]]:
-    """One epoch's minibatches (rows, or env sequences) between ``bounds``, shuffled first when
-    ``shuffle`` (one full-batch minibatch's mean loss does not depend on the order), each with this
-    rank's ``RankShare`` under torchrun."""
-    if shuffle:
-        # One gather per field per epoch, then contiguous slices: not one gather per minibatch.
-        batch_size = bounds[-1]
-        perm = torch.randperm(batch_size, device=batch["obs"].device)
-        batch = {k: v[:, perm] if sequences and k != "initial_state" else v[perm] for k, v in batch.items()}
-    shares = None if world is None else rank_shares(world, batch, bounds, sequences)
-    for i, (start, end) in enumerate(zip(bounds[:-1], bounds[1:])):
-        if start < end:
-            yield minibatch(batch, start, end, sequences), None if shares is None else shares[i]
-
-
 def minibatch(batch: dict[str, Tensor], start: int, end: int, sequences: bool) -> dict[str, Tensor]:
     """Rows ``start:end`` of a flat batch, or envs ``start:end`` of a sequence batch with their
     T rows flattened time-major (row t * B + b, the order ``recurrent_forward`` reads)."""
@@ -328,7 +389,7 @@ def minibatch(batch: dict[str, Tensor], start: int, end: int, sequences: bool) -
 
 
 @torch.no_grad()
-def kl_after_update(policy: ActorCritic, minibatches: Iterable[dict[str, Tensor]], world: World | None = None) -> float | list[float]:
+def kl_after_update(policy: ActorCritic, minibatches: Iterable[dict[str, Tensor]], world: World = LONE) -> float | list[float]:
     """KL(old || new) over the whole batch once the epochs are done: the mean k3 estimate
     (``core.kl_estimate``) of the rollout's actions under the updated policy, one forward per
     minibatch of the batch in order. The adaptive-KL rule (Schulman et al. 2017, sec. 4) adapts
@@ -342,6 +403,5 @@ def kl_after_update(policy: ActorCritic, minibatches: Iterable[dict[str, Tensor]
         valid = mb.get("valid")  # only the CUDA-graph, sequence and stack paths keep reset rows in the batch
         total = total + (kl if valid is None else torch.where(valid, kl, 0.0)).sum(-1)
         count = count + (kl.shape[-1] if valid is None else valid.sum(-1))
-    if world is not None:
-        total, count = world.sum_(torch.stack([total, count]))
+    total, count = world.sum_(torch.stack([total, count]))
     return (total / count).tolist()
