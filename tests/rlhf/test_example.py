@@ -1,5 +1,5 @@
 """examples/rlhf_tiny.py: its reward is won by a real behaviour, the command it prints runs from
-any folder, and its docstring and the README show the same command."""
+any folder, and its docstring and the RLHF guide (docs/guides/rlhf.md) show the same command."""
 
 from __future__ import annotations
 
@@ -42,8 +42,8 @@ def _documented_command(text: str) -> list[str]:
     return re.search(r"^\s*(fastppo rlhf --model runs/tiny-gpt2 .*)$", joined, re.M).group(1).split()
 
 
-def test_docstring_and_readme_show_the_command_the_example_prints() -> None:
-    in_readme = _documented_command((ROOT / "README.md").read_text())
-    assert in_readme == _documented_command(rlhf_tiny.__doc__)
+def test_docstring_and_rlhf_guide_show_the_command_the_example_prints() -> None:
+    in_guide = _documented_command((ROOT / "docs" / "guides" / "rlhf.md").read_text())
+    assert in_guide == _documented_command(rlhf_tiny.__doc__)
     flags = rlhf_tiny.TRAIN_FLAGS.split()
-    assert any(in_readme[i : i + len(flags)] == flags for i in range(len(in_readme))), "the printed command's flags"
+    assert any(in_guide[i : i + len(flags)] == flags for i in range(len(in_guide))), "the printed command's flags"

@@ -186,11 +186,11 @@ def test_vllm_error_comes_before_any_loading(tiny_model, tmp_path) -> None:
         run_cli(["rlhf", "--model", str(tiny_model), "--reward", "x:y", "--prompts", str(tmp_path / "none.jsonl"), "--generator", "vllm", "--device", "cpu"])
 
 
-def test_readme_documents_every_new_flag() -> None:
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
+def test_the_rlhf_guide_documents_every_new_flag() -> None:
+    guide = (Path(__file__).parents[2] / "docs" / "guides" / "rlhf.md").read_text()
     flags = ["--eval-prompts", "--report-to", "--wandb-project", "--generator", "--vllm-gpu-memory"]
     flags += [f"--{f.name.replace('_', '-')}" for cls in (LRScheduleConfig, MonitorConfig) for f in fields(cls)]
-    assert [flag for flag in flags if f"`{flag}" not in readme] == []
+    assert [flag for flag in flags if f"`{flag}" not in guide] == []
 
 
 class _FakeLLM:
