@@ -11,6 +11,7 @@ without it.
 from __future__ import annotations
 
 import signal
+from abc import ABC, abstractmethod
 import sys
 import time
 from collections.abc import Callable
@@ -95,7 +96,7 @@ def iteration_metrics(
     return metrics
 
 
-class Runs:
+class Runs(ABC):
     """The runs one loop trains (S >= 1), their loggers and health monitors; ``SingleRun`` and
     ``SeedRuns`` say what differs."""
 
@@ -174,46 +175,57 @@ class Runs:
 
     # What differs: ------------------------------------------------------------------------------
 
+    @abstractmethod
     def batch(self, buf: RolloutBuffer, **extra: Tensor) -> dict[str, Tensor]:
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def split_episodes(self, episodes: Episodes) -> list[Episodes]:
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def split_losses(self, losses: dict, coefs: UpdateCoefficients) -> tuple[list[dict], list[UpdateCoefficients]]:
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def explained(self, batch: dict[str, Tensor]) -> list[float]:
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def one_per_run(self, values: list) -> Any:
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def by_run(self, runs_metrics: list[dict[str, float]]) -> Any:
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def save_all(self, state: TrainState, envs: Any) -> Path:
-        raise NotImplementedError
+        ...
 
     @property
+    @abstractmethod
     def training(self) -> bool:
         """Whether any run is left to train."""
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def finish_solved(self, state: TrainState, envs: Any, saved: bool) -> None:
         """Let the runs that reached --run.stop-return finish (``saved``: this iteration's
         checkpoint is written already)."""
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def all_solved(self) -> bool:
-        raise NotImplementedError
+        ...
 
     def close(self) -> None:
         self.logger.close()
 
+    @abstractmethod
     def result(self, iteration: int, interrupted_by: signal.Signals | None, world: World) -> Any:
         """The trained agents, saved (a single run's, or each seed's in seed order)."""
-        raise NotImplementedError
+        ...
 
 
 class SingleRun(Runs):
