@@ -155,3 +155,22 @@ def test_grouped_state_dict_keys_are_each_groups_actor_critic():
     policy, _ = grouped(PolicyConfig(), (0, 1, 1))
     names = [name for name, _ in ActorCritic(gym.spaces.Box(-1, 1, (8,)), DISCRETE).named_parameters()]
     assert sorted(policy.state_dict()) == sorted(["agent_group", *(f"policies.{k}.{n}" for k in range(2) for n in names)])
+
+
+@pytest.mark.parametrize("name", ["lstm", "gru-shared"])
+def test_a_recurrent_stack_runs_other_encoders_under_vmap_to_the_same_figures(name):
+    """Encoders other than MLPs (a CNN, a centralised critic's) run under vmap around the cores:
+    the same outputs and gradients as the MLP encoders' batched matmuls."""
+    stack, _ = stack_of(CONFIGS[name], DISCRETE)
+    torch.manual_seed(7)
+    obs, action = torch.randn(SEEDS, STEPS * ENVS, 5), torch.randint(0, 3, (SEEDS, STEPS * ENVS))
+    state, keep = torch.randn(SEEDS, ENVS, stack.state_size), torch.rand(SEEDS, STEPS * ENVS) > 0.2
+    results = []
+    for around_cores in (stack._around_cores, None):
+        stack._around_cores, stack.flat.grad = around_cores, None
+        outputs = stack.evaluate(obs, action, None, state, keep)
+        sum(t.sum() for t in outputs).backward()
+        results.append((*outputs, stack.flat.grad))
+    assert results[0][0].shape == (SEEDS, STEPS * ENVS)
+    for layered, vmapped in zip(*results):
+        torch.testing.assert_close(layered, vmapped, rtol=1e-5, atol=1e-6)

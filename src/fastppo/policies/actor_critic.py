@@ -80,6 +80,11 @@ class ActorCritic(nn.Module):
         self._mlps = None
         if not cfg.shared_trunk and not self.recurrent and not self.critic_only and actor is not None and critic is not None and actor[1] == critic[1]:
             self._mlps = ([actor[0] + [self.action_head.linear], critic[0] + [self.value_head]], actor[1])
+        # A recurrent policy's MLP encoders (one under a shared trunk) and its heads' Linear layers,
+        # which a population runs on stacked weights around its cores (policies.population).
+        self._recurrent_mlps = None
+        if self.recurrent and not self.critic_only and actor is not None and critic is not None and actor[1] == critic[1]:
+            self._recurrent_mlps = ([actor[0]] if cfg.shared_trunk else [actor[0], critic[0]], [self.action_head.linear, self.value_head], actor[1])
 
     @property
     def state_size(self) -> int:
@@ -94,35 +99,30 @@ class ActorCritic(nn.Module):
             return None
         return torch.zeros(batch_size, self.state_size, device=self.value_head.weight.device)
 
-    def recurrent_forward(self, obs: Tensor, state: Tensor, keep: Tensor | None = None, cells: bool = False) -> tuple[Tensor, Tensor, Tensor | None]:
+    @property
+    def cores(self) -> tuple[RecurrentCore, ...]:
+        """The recurrent cores, each reading one of ``features``' tensors: one under a shared trunk."""
+        return (self.actor_memory,) if self.shared_trunk else (self.actor_memory, self.critic_memory)
+
+    def recurrent_forward(self, obs: Tensor, state: Tensor, keep: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor | None]:
         """(distribution parameters, value, final state) for ``obs`` rows that are T steps of B
         sequences in time-major order (row t * B + b), starting from ``state`` [B, state_size].
 
         Without ``keep`` the sequences run on unbroken (a rollout step, evaluation). With
         ``keep`` (rows, bool: the update) the state is zeroed after each row that is not a real
-        transition, as ``memory.carry`` does in the rollout, and no final state is returned.
-        ``cells`` steps the cores' cells in plain tensor ops instead (``RecurrentCore.cell_steps``,
-        what a population vmaps), which always return the final state."""
+        transition, as ``memory.carry`` does in the rollout, and no final state is returned."""
         batch = state.shape[0]
-        actor_x = self.actor_encoder(self.actor_input(obs))
-        critic_x = actor_x if self.shared_trunk else self.critic_encoder(obs)
-        split = self.actor_memory.state_size
-        states = (state,) if self.shared_trunk else (state[:, :split], state[:, split:])
-        cores = (self.actor_memory,) if self.shared_trunk else (self.actor_memory, self.critic_memory)
-        inputs = (actor_x,) if self.shared_trunk else (actor_x, critic_x)
-        if cells:
-            runs = [core.cell_steps(x, s, keep) for core, x, s in zip(cores, inputs, states)]
-            outputs = [out for out, _ in runs]
-            final = torch.cat([s for _, s in runs], dim=-1)
-        elif keep is None:
-            runs = [core(x.view(-1, batch, x.shape[-1]), s) for core, x, s in zip(cores, inputs, states)]
-            outputs = [out.reshape(-1, out.shape[-1]) for out, _ in runs]
+        inputs = self.features(obs)
+        states = state.split(self.actor_memory.state_size, dim=-1)
+        if keep is None:
+            runs = [core(x.view(-1, batch, x.shape[-1]), s) for core, x, s in zip(self.cores, inputs, states)]
+            outputs = tuple(out.reshape(-1, out.shape[-1]) for out, _ in runs)
             final: Tensor | None = torch.cat([s for _, s in runs], dim=-1)
         else:
             segments = Segments.from_keep(keep.view(-1, batch))
-            outputs = [core.sequences(x, s, segments) for core, x, s in zip(cores, inputs, states)]
+            outputs = tuple(core.sequences(x, s, segments) for core, x, s in zip(self.cores, inputs, states))
             final = None
-        return self.action_head(outputs[0]), self.value_head(outputs[-1]).squeeze(-1), final
+        return (*self.heads(outputs), final)
 
     def forward(self, obs: Tensor) -> tuple[Tensor, Tensor]:
         """(distribution parameters, value) in one pass; the trunk runs once when shared."""
@@ -133,18 +133,20 @@ class ActorCritic(nn.Module):
 
     def layers_forward(self, obs: Tensor) -> tuple[Tensor, Tensor]:
         """``forward`` through the modules themselves, without the one-node speed layer (which
-        a population under vmap cannot run)."""
-        actor_features = self.actor_encoder(self.actor_input(obs))
-        critic_features = actor_features if self.shared_trunk else self.critic_encoder(obs)
-        return self.action_head(actor_features), self.value_head(critic_features).squeeze(-1)
+        a population under vmap cannot run): plain tensor ops only, what ``policies.population``
+        vmaps over its members' weights."""
+        return self.heads(self.features(obs))
 
-    def member_forward(self, obs: Tensor, state: Tensor | None = None, keep: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor | None]:
-        """(distribution parameters, value, final state or None) in plain tensor ops only: the
-        forward ``policies.population`` vmaps over its members' weights (no one-node MLP,
-        no nn.LSTM/GRU, no sampling)."""
-        if state is None:
-            return (*self.layers_forward(obs), None)
-        return self.recurrent_forward(obs, state, keep, cells=True)
+    def features(self, obs: Tensor) -> tuple[Tensor, ...]:
+        """The encoders' features: the actor's and the critic's, or the shared trunk's alone. With
+        memory, what the ``cores`` read."""
+        actor_features = self.actor_encoder(self.actor_input(obs))
+        return (actor_features,) if self.shared_trunk else (actor_features, self.critic_encoder(obs))
+
+    def heads(self, features: tuple[Tensor, ...]) -> tuple[Tensor, Tensor]:
+        """(distribution parameters, value) of ``features`` as ``features`` gives them (with
+        memory, the cores' outputs): the action head reads the first, the value head the last."""
+        return self.action_head(features[0]), self.value_head(features[-1]).squeeze(-1)
 
     def actor_input(self, obs: Tensor) -> Tensor:
         """The columns of the observation rows the actor reads."""

@@ -19,7 +19,8 @@ from typing import Literal
 import numpy as np
 import torch
 from torch import Tensor, nn
-from torch.nn import functional as F
+
+from fastppo.policies.mlp_autograd import affine
 
 MemoryKind = Literal["lstm", "gru"]
 
@@ -97,7 +98,7 @@ class RecurrentCore(nn.Module):
     def forward(self, x: Tensor, state: Tensor) -> tuple[Tensor, Tensor]:
         """T steps with no episode boundary inside: (outputs [T, B, hidden], final state [B, state_size])."""
         if x.shape[0] == 1:  # a rollout step: the bare cell costs under half of nn.LSTM's call on CPU (8 x 128 LSTM: ~100 vs ~240 us)
-            weights = (self.rnn.weight_ih_l0, self.rnn.weight_hh_l0, self.rnn.bias_ih_l0, self.rnn.bias_hh_l0)
+            weights = self.weights()
             if self.kind == "gru":
                 h = torch.gru_cell(x[0], state, *weights)
                 return h.unsqueeze(0), h
@@ -113,12 +114,17 @@ class RecurrentCore(nn.Module):
         out = self.rnn(x[segments.gather], self._hx(first))[0]
         return out.reshape(-1, self.hidden_size)[segments.scatter]
 
-    def cell(self, gi: Tensor, state: Tensor) -> Tensor:
-        """One step of nn.LSTM/nn.GRU's cell (its gate order and formulas, its weights) in plain
-        tensor ops: ``gi`` [B, gates] the input's part (x W_ih^T + b_ih), ``state`` [B, state_size];
-        returns the next state (LSTM: h, c side by side)."""
+    def weights(self) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """nn.LSTM/nn.GRU's (weight_ih, weight_hh, bias_ih, bias_hh), what ``cell_steps`` takes."""
+        return self.rnn.weight_ih_l0, self.rnn.weight_hh_l0, self.rnn.bias_ih_l0, self.rnn.bias_hh_l0
+
+    def cell(self, gi: Tensor, state: Tensor, weight_hh: Tensor, bias_hh: Tensor) -> Tensor:
+        """One step of nn.LSTM/nn.GRU's cell (its gate order and formulas) in plain tensor ops:
+        ``gi`` [..., B, gates] the input's part (x W_ih^T + b_ih), ``state`` [..., B, state_size];
+        returns the next state (LSTM: h, c side by side). One core's ``[B, ...]`` rows with its
+        own weights, or a population's ``[M, B, ...]`` with ``[M, gates, hidden]`` weights."""
         hidden = self.hidden_size
-        gh = F.linear(state[..., :hidden], self.rnn.weight_hh_l0, self.rnn.bias_hh_l0)
+        gh = affine(bias_hh, state[..., :hidden], weight_hh)
         if self.kind == "lstm":
             i, f, g, o = (gi + gh).chunk(4, dim=-1)
             c = torch.sigmoid(f) * state[..., hidden:] + torch.sigmoid(i) * torch.tanh(g)
@@ -129,19 +135,23 @@ class RecurrentCore(nn.Module):
         n = torch.tanh(n_i + torch.sigmoid(r_i + r_h) * n_h)
         return n + z * (state - n)
 
-    def cell_steps(self, x: Tensor, state: Tensor, keep: Tensor | None = None) -> tuple[Tensor, Tensor]:
-        """(outputs [T * B, hidden], final state) of rows ``x`` [T * B, F] that are T steps of B
-        sequences (time-major) from ``state`` [B, state_size], stepped cell by cell, the state
-        zeroed after each row ``keep`` [T * B] marks false (the rule ``Segments`` applies by
-        cutting). The formulation a population vmaps, nn.LSTM's C++ loop taking one weight only;
-        a single run keeps nn.LSTM (``forward``, ``sequences``)."""
-        batch = state.shape[0]
-        gi = F.linear(x, self.rnn.weight_ih_l0, self.rnn.bias_ih_l0)  # every step's input part at once
-        keeps = None if keep is None else keep.to(state.dtype).unsqueeze(-1).split(batch)
+    def cell_steps(
+        self, x: Tensor, state: Tensor, keep: Tensor | None = None, weights: tuple[Tensor, Tensor, Tensor, Tensor] | None = None
+    ) -> tuple[Tensor, Tensor]:
+        """(outputs [..., T * B, hidden], final state) of rows ``x`` [..., T * B, F] that are T steps
+        of B sequences (time-major) from ``state`` [..., B, state_size], stepped cell by cell, the
+        state zeroed after each row ``keep`` [..., T * B] marks false (the rule ``Segments`` applies
+        by cutting). ``weights`` (``weights()``'s order, default this core's) may be a population's,
+        stacked ``[M, ...]`` as ``x`` and ``state`` then are: nn.LSTM's C++ loop takes one weight
+        only. A single run keeps nn.LSTM (``forward``, ``sequences``)."""
+        weight_ih, weight_hh, bias_ih, bias_hh = weights or self.weights()
+        batch = state.shape[-2]
+        gi = affine(bias_ih, x, weight_ih)  # every step's input part at once
+        keeps = None if keep is None else keep.to(state.dtype).unsqueeze(-1).split(batch, dim=-2)
         steps = []
-        for t, gi_t in enumerate(gi.split(batch)):
-            state = self.cell(gi_t, state)
+        for t, gi_t in enumerate(gi.split(batch, dim=-2)):
+            state = self.cell(gi_t, state, weight_hh, bias_hh)
             steps.append(state[..., : self.hidden_size])
             if keeps is not None:
                 state = state * keeps[t]
-        return torch.cat(steps), state
+        return torch.cat(steps, dim=-2), state

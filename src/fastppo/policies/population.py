@@ -33,21 +33,31 @@ from fastppo.config import Config, PolicyConfig
 from fastppo.envs.layout import ObservationLayout
 from fastppo.policies.actor_critic import ActorCritic
 from fastppo.policies.distributions import ActionHead, GaussianHead, Noise
-from fastppo.policies.mlp_autograd import mlps_one_node
+from fastppo.policies.activations import IN_PLACE_ACTIVATIONS
+from fastppo.policies.mlp_autograd import affine, mlps_one_node
 
 Outputs = tuple[Tensor, Tensor, Tensor | None]
 """(distribution parameters [M, n, ...], values [M, n], final states [M, B, state_size] or None)."""
 
 
-class _Member(nn.Module):
-    """``ActorCritic.member_forward`` as a module call, which ``functional_call`` makes."""
+def _stacked_mlp(x: Tensor, layers: list[tuple[Tensor, Tensor]], activation: str | None) -> Tensor:
+    """act(... act(x W^T + b)) of an MLP encoder's stacked ``[M, out, in]`` weights on ``x`` [M, n, in]."""
+    for weight, bias in layers:
+        x = IN_PLACE_ACTIVATIONS[activation](affine(bias, x, weight))  # over its fresh product
+    return x
 
-    def __init__(self, policy: ActorCritic):
+
+class _Member(nn.Module):
+    """One of ``ActorCritic``'s plain-op parts (``part``, a method name) as a module call, which
+    ``functional_call`` makes."""
+
+    def __init__(self, policy: ActorCritic, part: str):
         super().__init__()
         self.policy = policy
+        self.part = part
 
-    def forward(self, obs: Tensor, state: Tensor | None, keep: Tensor | None) -> Outputs:
-        return self.policy.member_forward(obs, state, keep)
+    def forward(self, *args: Tensor | tuple[Tensor, ...]) -> tuple[Tensor, ...]:
+        return getattr(self.policy, self.part)(*args)
 
 
 class Population(nn.Module):
@@ -57,7 +67,7 @@ class Population(nn.Module):
     def __init__(self, template: ActorCritic):
         super().__init__()
         # Plain attributes: the definition whose modules functional_call runs, not registered weights.
-        object.__setattr__(self, "_member", _Member(template))
+        object.__setattr__(self, "_parts", {part: _Member(template, part) for part in ("layers_forward", "features", "heads")})
         object.__setattr__(self, "_template", template)
         self.recurrent, self.state_size = template.recurrent, template.state_size
         names = {id(p): name for name, p in template.named_parameters()}
@@ -66,6 +76,13 @@ class Population(nn.Module):
         if template._mlps is not None:
             nets, activation = template._mlps
             self._one_node = ([[(names[id(layer.weight)], names[id(layer.bias)]) for layer in net] for net in nets], activation)
+        # The recurrent cores, stepped outside vmap on stacked weights (``_recurrent_outputs``), and
+        # the MLP encoders and heads around them (None: other encoders, which run under vmap).
+        self._cores = [(core, [names[id(w)] for w in core.weights()]) for core in template.cores] if template.recurrent else []
+        self._around_cores = None
+        if template._recurrent_mlps is not None:
+            encoders, heads, activation = template._recurrent_mlps
+            self._around_cores = ([[(names[id(layer.weight)], names[id(layer.bias)]) for layer in net] for net in encoders], [(names[id(layer.weight)], names[id(layer.bias)]) for layer in heads], activation)
         # The head's math (sampling, log-probs) on [M, n, ...] parameters; its weights are the members'.
         head = copy.deepcopy(template.action_head)
         head.linear = None
@@ -91,13 +108,44 @@ class Population(nn.Module):
             nets, activation = self._one_node
             params, value = mlps_one_node(x, [[(weights[w], weights[b]) for w, b in net] for net in nets], activation)
             return params, value.squeeze(-1), None
-        rows = None if shared_rows else 0
-        in_dims = (0, rows, None if state is None else rows, None if keep is None else rows)
-        member = vmap(self._call_member, in_dims=in_dims, out_dims=(0, 0, None if state is None else 0))
-        return member(weights, obs, state, keep)
+        if state is not None:
+            return self._recurrent_outputs(weights, obs, state, keep, shared_rows)
+        member = vmap(self._call("layers_forward"), in_dims=(0, None if shared_rows else 0))
+        return (*member(weights, obs), None)
 
-    def _call_member(self, weights: dict[str, Tensor], obs: Tensor, state: Tensor | None, keep: Tensor | None) -> Outputs:
-        return functional_call(self._member, {f"policy.{name}": w for name, w in weights.items()}, (obs, state, keep))
+    def _recurrent_outputs(self, weights: dict[str, Tensor], obs: Tensor, state: Tensor, keep: Tensor | None, shared_rows: bool) -> Outputs:
+        """``_outputs`` with memory, every member's cores' cells (``RecurrentCore.cell_steps``)
+        stepped on stacked weights as batched matmuls, outside vmap: under vmap each small op of a
+        cell step paid vmap's dispatch at every time step. MLP encoders and the heads around the
+        cores run as batched matmuls too (the definition's layers, ``ActorCritic._recurrent_mlps``),
+        other encoders under vmap (``ActorCritic.features``). A 16-seed LSTM stack on one core:
+        rollout step 1.8 -> 0.9 ms, update 41-48 -> 33 ms, as the hand-written stack before it."""
+        if shared_rows:
+            obs, state = obs.expand(self.members, *obs.shape), state.expand(self.members, *state.shape)
+            keep = None if keep is None else keep.expand(self.members, *keep.shape)
+        if self._around_cores is None:
+            inputs = vmap(self._call("features"))(weights, obs)
+        else:
+            encoders, heads, activation = self._around_cores
+            inputs = tuple(_stacked_mlp(obs.flatten(2), [(weights[w], weights[b]) for w, b in net], activation) for net in encoders)
+        states = state.split(self._cores[0][0].state_size, dim=-1)
+        runs = [core.cell_steps(x, s, keep, tuple(weights[name] for name in names)) for (core, names), x, s in zip(self._cores, inputs, states)]
+        outputs = tuple(out for out, _ in runs)
+        if self._around_cores is None:
+            params, value = vmap(self._call("heads"))(weights, outputs)
+        else:
+            (action_w, action_b), (value_w, value_b) = heads
+            params, value = affine(weights[action_b], outputs[0], weights[action_w]), affine(weights[value_b], outputs[-1], weights[value_w]).squeeze(-1)
+        return params, value, torch.cat([s for _, s in runs], dim=-1)
+
+    def _call(self, part: str):
+        """``ActorCritic``'s method ``part`` as a function of the members' weights, to vmap."""
+        module = self._parts[part]
+
+        def call(weights: dict[str, Tensor], *args: Tensor | tuple[Tensor, ...]) -> tuple[Tensor, ...]:
+            return functional_call(module, {f"policy.{name}": w for name, w in weights.items()}, args)
+
+        return call
 
     def _head(self, log_std: Tensor | None) -> ActionHead:
         """The head's math, a Gaussian's bound to ``log_std`` (broadcasting over its parameters)."""
