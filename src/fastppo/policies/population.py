@@ -22,6 +22,7 @@ nn.LSTM), bit for bit.
 from __future__ import annotations
 
 import copy
+from abc import ABC, abstractmethod
 import math
 
 import gymnasium as gym
@@ -60,7 +61,7 @@ class _Member(nn.Module):
         return getattr(self.policy, self.part)(*args)
 
 
-class Population(nn.Module):
+class Population(nn.Module, ABC):
     """Members of ``template``'s architecture whose weights ``weights()`` gives stacked, ``[M, *shape]``
     per parameter name. Subclasses store the weights and route rows to members."""
 
@@ -91,12 +92,13 @@ class Population(nn.Module):
         object.__setattr__(self, "_head_math", head)
 
     @property
+    @abstractmethod
     def members(self) -> int:
-        raise NotImplementedError
+        """How many networks."""
 
+    @abstractmethod
     def weights(self) -> dict[str, Tensor]:
         """Each parameter of the members as one ``[M, *shape]`` tensor, by ``ActorCritic`` name."""
-        raise NotImplementedError
 
     def _outputs(self, weights: dict[str, Tensor], obs: Tensor, state: Tensor | None, keep: Tensor | None, shared_rows: bool) -> Outputs:
         """Every member's outputs for its rows: ``obs`` [M, n, ...] (and ``state``, ``keep``), or
