@@ -6,7 +6,7 @@ SB3 rl-zoo runs, CartPole-v1, wall time until every seed is solved.
     python benchmarks/seed_stack.py --seeds 8 --sb3-seeds 2 --single-seeds 8   # ~2 min
     python benchmarks/seed_stack.py --compile --threads 1 2   # a stack row per (compile, threads)
     python benchmarks/seed_stack.py --rows width         # seconds per seed-step vs stack width
-    python benchmarks/seed_stack.py --rows width --widths 1 8 64 --width-steps 8192 --plot seed_stack_width.png   # ~1 min, and its plot
+    python benchmarks/seed_stack.py --rows width --widths 1 8 64 --width-steps 8192 --threads 1 --plot seed_stack_width.png   # ~30 s, and its plot
     python benchmarks/seed_stack.py --preset cleanrl-discrete --single-seeds 16   # CleanRL's ppo.py settings
     python benchmarks/seed_stack.py --rows matmul        # the stack's update against its matmuls alone
 
