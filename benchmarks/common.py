@@ -17,7 +17,9 @@ import platform
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from datetime import date
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -80,6 +82,27 @@ def header(title: str) -> None:
 
 def footer() -> None:
     print(f"# end: {load()}", flush=True)
+
+
+def pyplot() -> Any:
+    """matplotlib's pyplot on the file-only backend (no display on the benchmark machines)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def save_figure(fig: Any, path: str | Path, title: str, recorded: str | None = None) -> None:
+    """Write ``fig`` as a small PNG titled with ``title``, this machine and today's date, so that
+    the image says where and when its figures were measured wherever it is shown. ``recorded``:
+    the figures were measured elsewhere, earlier (its machine and date), and only drawn here."""
+    where = f"{machine()}, {date.today().isoformat()}" if recorded is None else f"recorded figures measured on {recorded}; drawn {date.today().isoformat()}"
+    fig.suptitle(f"{title}\n{where}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    print(f"plot: {path}", flush=True)
 
 
 def raw_env_sps(env_id: str, backend: str, num_envs: int, seconds: float = 2.0, seed: int = 0) -> float:

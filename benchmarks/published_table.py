@@ -13,6 +13,11 @@ train --resume``; stacks of seeds as they were). ``--envs`` picks a subset.
 
     python published_table.py --out runs/published_table --workers 2
     python published_table.py --envs HalfCheetah-v4 --out runs/published_table   # later: the rest
+    python published_table.py --out runs/published_table --plot published_table.png   # and its chart
+
+``--plot`` draws each env's IQM with its 95% CI beside CleanRL's published mean ± std. With
+``--recorded`` it draws the table recorded on the docs' Benchmarks page instead of training (for
+when the runs are no longer on disk), titled with that table's machine and date.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -29,7 +35,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 import yaml
-from common import footer, header
+from common import footer, header, pyplot, save_figure
 
 SEEDS = range(1, 11)
 
@@ -53,6 +59,66 @@ TABLE = [
     Row("Hopper-v4", 1_000_000, "gymnasium", "2382.86 ± 271.74"),
     Row("Walker2d-v4", 1_000_000, "gymnasium", "2287.95 ± 571.78"),
 ]
+
+
+class Score(NamedTuple):
+    """An env's end-of-training figures over its seeds (``fastppo report``)."""
+
+    iqm: float
+    low: float  # the IQM's 95% CI
+    high: float
+    mean: float
+
+
+PAGE = Path(__file__).resolve().parent.parent / "docs" / "benchmarks" / "index.md"
+PAGE_SECTION = "## A published-style table"
+PAGE_ROW = re.compile(r"^\| (\S+) \| [\d,]+ \| \d+ \| ([-\d.]+) \[([-\d.]+), ([-\d.]+)\] \| ([-\d.]+) \|")
+
+
+def recorded_scores(page: Path = PAGE) -> tuple[dict[str, Score], str]:
+    """(each env's figures, "machine, date") as the Benchmarks page's table records them: its rows,
+    the date of its ``Command:`` line and the machine its next paragraph opens with."""
+    section = page.read_text().split(PAGE_SECTION, 1)[1].split("\n## ", 1)[0]
+    date = re.search(r"^Command: .*\((.+)\)\.$", section, re.MULTILINE)[1]
+    machine = re.search(r"^Command: .*\n\n([^;]+);", section, re.MULTILINE)[1].replace("\n", " ")
+    scores = {m[1]: Score(*map(float, m.groups()[1:])) for m in map(PAGE_ROW.match, section.splitlines()) if m}
+    return scores, f"{machine}, {date}"
+
+
+def plot_scores(scores: dict[str, Score], path: str, recorded: str | None = None) -> None:
+    """A panel per env: fastppo's IQM with its 95% CI and its mean, beside CleanRL's published mean
+    ± std where it publishes one. ``recorded``: the machine and date of figures measured earlier
+    (the page's table), drawn now."""
+    plt = pyplot()
+    published = {row.env: tuple(map(float, row.cleanrl.split(" ± "))) for row in TABLE if "±" in row.cleanrl}
+    envs = [row.env for row in TABLE if row.env in scores]
+    columns = (len(envs) + 1) // 2
+    fig, axes = plt.subplots(2, columns, figsize=(2.2 * columns, 5), squeeze=False)
+    for ax, env in zip(axes.flat, envs):
+        score = scores[env]
+        ax.errorbar([0], [score.iqm], yerr=[[score.iqm - score.low], [score.high - score.iqm]], fmt="o", color="tab:blue", capsize=4, label="fastppo IQM, 95% CI (10 seeds)")
+        ax.plot([0], [score.mean], "x", color="tab:blue", label="fastppo mean")
+        if env in published:
+            mean, std = published[env]
+            ax.errorbar([1], [mean], yerr=[std], fmt="s", color="tab:orange", capsize=4, label="CleanRL published mean ± std (3 seeds)")
+        else:
+            ax.text(1, score.iqm, "not\npublished", ha="center", va="center", fontsize=7, color="tab:orange")
+        budget = next(row.budget for row in TABLE if row.env == env)
+        ax.set_xticks([0, 1], ["fastppo", "CleanRL"], fontsize=8)
+        ax.set_xlim(-0.6, 1.6)
+        ax.set_title(f"{env}, {budget:,} steps", fontsize=8)
+        ax.tick_params(axis="y", labelsize=7)
+        ax.grid(True, axis="y", alpha=0.3)
+    for ax in axes[:, 0]:
+        ax.set_ylabel("episodic return", fontsize=8)
+    for ax in axes.flat[len(envs):]:
+        ax.axis("off")
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower right", fontsize=7, frameon=False)
+    title = "End-of-training return (last 10% of steps) at CleanRL's budgets vs CleanRL's published PPO"
+    if recorded:
+        title += "\nfrom the table of the docs' Benchmarks page"
+    save_figure(fig, path, title, recorded)
 
 
 def finished(run_dir: Path, budget: int) -> bool:
@@ -101,7 +167,15 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("runs/published_table"))
     parser.add_argument("--envs", nargs="+", default=[row.env for row in TABLE], choices=[row.env for row in TABLE])
     parser.add_argument("--workers", type=int, default=2, help="single runs trained at once (default: 2)")
+    parser.add_argument("--plot", metavar="PATH", help="also draw the table (IQM and CI beside CleanRL's published figures) as a PNG at PATH")
+    parser.add_argument("--recorded", action="store_true", help="with --plot: draw the table recorded on docs/benchmarks/index.md instead of training")
     args = parser.parse_args()
+    if args.recorded:
+        if not args.plot:
+            parser.error("--recorded draws the page's table: give --plot PATH")
+        scores, recorded = recorded_scores()
+        plot_scores(scores, args.plot, recorded)
+        return
     header(f"published-style table: {', '.join(args.envs)}, seeds {SEEDS[0]}-{SEEDS[-1]}")
     timings_file = args.out / "timings.json"
     args.out.mkdir(parents=True, exist_ok=True)
@@ -136,6 +210,8 @@ def main() -> None:
         wall = f"{spent['stack']:.0f} s, 10 seeds stacked" if "stack" in spent else f"{sum(spent.values()) / max(len(spent), 1):.0f} s per seed"
         print(f"| {row.env} | {row.budget:,} | {len(score['seeds'].split())} | {float(score['iqm']):.1f} [{float(score['iqm_low']):.1f}, {float(score['iqm_high']):.1f}] | {float(score['mean']):.1f} | {float(score['median']):.1f} | {row.cleanrl} | {wall} |")
     footer()
+    if args.plot:
+        plot_scores({row.env: Score(*(float(scores[row.env][key]) for key in ("iqm", "iqm_low", "iqm_high", "mean"))) for row in complete if row.env in scores}, args.plot)
 
 
 if __name__ == "__main__":

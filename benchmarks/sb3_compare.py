@@ -15,6 +15,7 @@
    library (common.py imports fastppo lazily), and neither pre-imports torch.optim.
 
     python benchmarks/sb3_compare.py --rows cold --seeds 1 2 3 4 5   # only the cold-process row
+    python benchmarks/sb3_compare.py --quick --plot sb3_compare.png  # and the rows as a picture
 
 Needs ``pip install stable-baselines3`` (see benchmarks/README.md for the torch caveat).
 """
@@ -33,7 +34,7 @@ from collections import deque
 import numpy as np
 import torch
 
-from common import SOLVED_RETURN, footer, header, run_fastppo
+from common import SOLVED_RETURN, footer, header, pyplot, run_fastppo, save_figure
 
 ZOO_CARTPOLE = dict(n_steps=32, batch_size=256, n_epochs=20, gae_lambda=0.8, gamma=0.98, ent_coef=0.0)
 """rl-zoo's CartPole-v1 PPO hyperparameters (8 envs; lr 1e-3 and clip range 0.2 linearly annealed)."""
@@ -111,6 +112,39 @@ def cold_solve(library: str, seed: int, zoo_budget: int, preset: str | None = No
     return (None if child["solved"] is None else child["solved"] - launch), child["started"] - launch, child["steps"], child["ended"] - launch
 
 
+def plot_rows(sps: dict[str, tuple[float, float]], solve: dict[str, dict[str, list[float]]], seeds: list[int], path: str) -> None:
+    """The rows run, side by side: SPS of fastppo and SB3 per env (identical hyperparameters), and
+    the median seconds to solve CartPole-v1 per library, warm and in a fresh process (an unsolved
+    seed counts as infinite; a median that is infinite is marked, not drawn)."""
+    plt = pyplot()
+    panels = [kind for kind, shown in (("sps", sps), ("solve", solve)) if shown]
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.8), squeeze=False)
+    for ax, panel in zip(axes[0], panels):
+        if panel == "sps":
+            envs = list(sps)
+            x = np.arange(len(envs))
+            for offset, (library, column) in zip((-0.2, 0.2), (("fastppo", 0), ("SB3", 1))):
+                bars = ax.bar(x + offset, [sps[env][column] for env in envs], 0.4, label=library)
+                ax.bar_label(bars, fmt="{:,.0f}", fontsize=7)
+            ax.set_xticks(x, [f"{env}\n{sps[env][0] / sps[env][1]:.2f}x" for env in envs])
+            ax.set(ylabel="environment steps per second (higher is better)", title="SPS, identical hyperparameters")
+        else:
+            x = np.arange(len(COLD_LIBRARIES))
+            width = 0.8 / len(solve)
+            ratios: dict[str, list[str]] = {library: [] for library in COLD_LIBRARIES[1:]}  # SB3's median / fastppo's
+            for i, ((kind, times), color) in enumerate(zip(solve.items(), ("tab:green", "tab:purple"))):
+                medians = dict(zip(COLD_LIBRARIES, (statistics.median(times[library]) for library in COLD_LIBRARIES)))
+                bars = ax.bar(x + (i - (len(solve) - 1) / 2) * width, [m if math.isfinite(m) else 0 for m in medians.values()], width, label=kind, color=color)
+                ax.bar_label(bars, labels=[f"{m:.2f} s" if math.isfinite(m) else "not solved" for m in medians.values()], fontsize=7)
+                for library in ratios:
+                    ratios[library].append(f"{medians['SB3 rl-zoo'] / medians[library]:.2f}x" if math.isfinite(medians[library]) else "-")
+            ax.set_xticks(x, [COLD_LIBRARIES[0]] + [f"{library}\n{' / '.join(ratios[library])} faster" for library in ratios], fontsize=8)
+            ax.set(ylabel="seconds to solve, median (lower is better)", title=f"time to solve CartPole-v1, seed{'s' if len(seeds) > 1 else ''} {' '.join(map(str, seeds))}")
+        ax.legend(fontsize=7)
+        ax.grid(True, axis="y", alpha=0.3)
+    save_figure(fig, path, "fastppo vs Stable-Baselines3, same machine, same run")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="smaller budgets")
@@ -122,6 +156,7 @@ def main() -> None:
         "but SB3 solves faster with 200 000 (median 3.6 vs 4.3 s over seeds 1-5), so the default is the faster one",
     )
     parser.add_argument("--rows", nargs="+", choices=("sps", "solve", "cold"), default=["sps", "solve", "cold"], help="which measurements to run (default: all)")
+    parser.add_argument("--plot", metavar="PATH", help="also draw the rows run (SPS side by side, median time to solve) as a PNG at PATH")
     parser.add_argument("--cold-child", choices=COLD_LIBRARIES, help=argparse.SUPPRESS)  # one run in a fresh process (cold_solve)
     parser.add_argument("--cold-preset", help=argparse.SUPPRESS)  # that run's fastppo preset
     args = parser.parse_args()
@@ -137,6 +172,8 @@ def main() -> None:
     hc_steps = 4096 if args.quick else 8192
 
     seeds = args.seeds or ([1] if args.quick else [1, 2])
+    sps: dict[str, tuple[float, float]] = {}  # env: (fastppo SPS, SB3 SPS)
+    solve: dict[str, dict[str, list[float]]] = {}  # warm / fresh process: library: seconds per seed (inf: unsolved)
     if "sps" in args.rows:
         print("\n## identical hyperparameters: SPS (higher is better)")
         cleanrl = dict(n_steps=128, batch_size=128, n_epochs=4, learning_rate=2.5e-4, gamma=0.99, gae_lambda=0.95, clip_range=0.2, ent_coef=0.01, vf_coef=0.5, max_grad_norm=0.5)
@@ -144,15 +181,18 @@ def main() -> None:
         cfg = make_config("CartPole-v1", "cleanrl-discrete", {"total_timesteps": cart_steps, "lr_schedule": "constant", "clip_vloss": False, "checkpoint_every": 0})
         ours = run_fastppo(cfg)
         print(f"CartPole-v1  4 envs x 128, {cart_steps} steps: fastppo {ours.sps:8.0f} SPS  SB3 {sb3_steps / sb3_wall:8.0f} SPS  ratio {ours.sps / (sb3_steps / sb3_wall):.2f}x", flush=True)
+        sps["CartPole-v1"] = (ours.sps, sb3_steps / sb3_wall)
 
         hc = dict(n_steps=2048, batch_size=64, n_epochs=10, learning_rate=3e-4, gamma=0.99, gae_lambda=0.95, clip_range=0.2, ent_coef=0.0, vf_coef=0.5, max_grad_norm=0.5)
         sb3_wall, sb3_steps, _ = sb3_run(args.halfcheetah, 1, hc_steps, normalize=True, **hc)
         cfg = make_config(args.halfcheetah, "HalfCheetah", {"total_timesteps": hc_steps, "lr_schedule": "constant", "clip_vloss": False, "checkpoint_every": 0})
         ours = run_fastppo(cfg)
         print(f"{args.halfcheetah} 1 env x 2048, {hc_steps} steps: fastppo {ours.sps:8.0f} SPS  SB3 {sb3_steps / sb3_wall:8.0f} SPS  ratio {ours.sps / (sb3_steps / sb3_wall):.2f}x", flush=True)
+        sps[args.halfcheetah] = (ours.sps, sb3_steps / sb3_wall)
 
     if "solve" in args.rows:
         print("\n## time to solve CartPole-v1 (last 20 episodes >= 475), seconds from the call (lower is better)")
+        warm = solve.setdefault("warm process", {library: [] for library in COLD_LIBRARIES})
         for seed in seeds:
             sb3_wall, sb3_steps, sb3_solved = sb3_run("CartPole-v1", 8, args.zoo_budget, solve=True, seed=seed, **zoo_cartpole())
             gym_run = run_fastppo(fastppo_solve_config(seed, "sync"), stop_when_solved=True)
@@ -166,11 +206,13 @@ def main() -> None:
                 show("fastppo preset (sync)", gym_run.solved_s, gym_run.solved_steps or gym_run.steps, gym_run.wall_s),
                 show("fastppo preset (tensor)", tensor_run.solved_s, tensor_run.solved_steps or tensor_run.steps, tensor_run.wall_s),
             ]), flush=True)
+            for library, solved in zip(COLD_LIBRARIES, (sb3_solved, gym_run.solved_s, tensor_run.solved_s)):
+                warm[library].append(math.inf if solved is None else solved)
             if sb3_solved and gym_run.solved_s:
                 print(f"    ratio SB3 / fastppo sync {sb3_solved / gym_run.solved_s:.2f}x" + (f", SB3 / fastppo tensor {sb3_solved / tensor_run.solved_s:.2f}x" if tensor_run.solved_s else ""), flush=True)
     if "cold" in args.rows:
         print("\n## time to solve CartPole-v1 in a fresh process: seconds from launching python to solved, start-up, imports and set-up included (lower is better)")
-        cold: dict[str, list[float]] = {library: [] for library in COLD_LIBRARIES}
+        cold = solve.setdefault("fresh process, start-up included", {library: [] for library in COLD_LIBRARIES})
         for seed in seeds:
             cells = []
             for library in COLD_LIBRARIES:
@@ -186,6 +228,8 @@ def main() -> None:
             for library in COLD_LIBRARIES
         ), flush=True)
     footer()
+    if args.plot:
+        plot_rows(sps, solve, seeds, args.plot)
 
 
 if __name__ == "__main__":

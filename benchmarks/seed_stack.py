@@ -6,6 +6,7 @@ SB3 rl-zoo runs, CartPole-v1, wall time until every seed is solved.
     python benchmarks/seed_stack.py --seeds 8 --sb3-seeds 2 --single-seeds 8   # ~2 min
     python benchmarks/seed_stack.py --compile --threads 1 2   # a stack row per (compile, threads)
     python benchmarks/seed_stack.py --rows width         # seconds per seed-step vs stack width
+    python benchmarks/seed_stack.py --rows width --widths 1 8 64 --width-steps 8192 --threads 1 --plot seed_stack_width.png   # ~30 s, and its plot
     python benchmarks/seed_stack.py --preset cleanrl-discrete --single-seeds 16   # CleanRL's ppo.py settings
     python benchmarks/seed_stack.py --rows matmul        # the stack's update against its matmuls alone
 
@@ -51,7 +52,7 @@ from pathlib import Path
 
 import numpy as np
 
-from common import SOLVED_RETURN, check_device, footer, header, nonnegative, positive
+from common import SOLVED_RETURN, check_device, footer, header, nonnegative, positive, pyplot, save_figure
 from fastppo.envs.env_config import make_config
 from fastppo.errors import FastPPOError
 from sb3_compare import cold_solve
@@ -116,7 +117,9 @@ def width_child(preset: str, seeds: int, threads: int, steps: int, device: str) 
     print(json.dumps({"seconds": time.perf_counter() - start}))
 
 
-def width_rows(widths: list[int], threads: list[int], steps: int, device: str = "cpu", presets: list[str] = list(WIDTH_PRESETS)) -> None:
+def width_rows(widths: list[int], threads: list[int], steps: int, device: str = "cpu", presets: list[str] = list(WIDTH_PRESETS)) -> dict[str, list[float]]:
+    """Print the table; return each row's seconds per seed-step by width, keyed by its label."""
+    rows: dict[str, list[float]] = {}
     print(f"\n## seconds per seed-step on {device}, {steps} steps per seed, start-up left out (lower is better)")
     print("| settings | torch threads | " + " | ".join("single run" if w == 1 else f"stack of {w}" for w in widths) + f" | {widths[0]} / {widths[-1]} seeds |")
     print("|---|--:|" + "--:|" * len(widths) + "--:|")
@@ -128,6 +131,25 @@ def width_rows(widths: list[int], threads: list[int], steps: int, device: str = 
                 out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
                 cells.append(json.loads(out.strip().splitlines()[-1])["seconds"] / (width * steps))
             print(f"| {preset} | {'one per CPU' if n == 0 else n} | " + " | ".join(f"{c * 1e6:.2f} us" for c in cells) + f" | {cells[0] / cells[-1]:.2f}x |", flush=True)
+            settings = "fastppo's CartPole-v1 preset" if preset == "CartPole-v1" else "CleanRL ppo.py's settings"
+            rows[settings + ("" if n == 0 else f", {n} torch threads")] = cells
+    return rows
+
+
+def plot_width_rows(rows: dict[str, list[float]], widths: list[int], steps: int, device: str, path: str) -> None:
+    """Seconds per seed-step against stack width, log-log, each line labelled with its gain at the
+    widest stack: the seeds-at-once scaling as a picture."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(6, 3.8))
+    for label, cells in rows.items():
+        ax.plot(widths, [c * 1e6 for c in cells], "-o", label=f"{label}: {cells[0] / cells[-1]:.1f}x less at {widths[-1]} seeds")
+    ax.set(xscale="log", yscale="log", xlabel="seeds trained at once in one process (1: a single run)", ylabel="microseconds per seed-step (lower is better)")
+    ax.set_xticks(widths, [str(w) for w in widths])
+    ax.yaxis.set_major_formatter("{x:g}")
+    ax.yaxis.set_minor_formatter("{x:g}")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7)
+    save_figure(fig, path, f"CartPole-v1 seeds at once on {device}: {steps} steps per seed, start-up left out")
 
 
 def matmul_rows(seeds: int, preset: str | None, device: str, repeats: int = 10) -> None:
@@ -239,6 +261,7 @@ def main() -> None:
     parser.add_argument("--stack-runs", type=positive, default=2, help="solve rows: times each stack runs, spread over the single runs (default 2: before and after them); its row is their mean")
     parser.add_argument("--widths", type=positive, nargs="+", default=[1, 8, 64], help="width rows: seeds per process (1: a single run)")
     parser.add_argument("--width-steps", type=positive, default=32_768, help="width rows: steps per seed")
+    parser.add_argument("--plot", metavar="PATH", help="width rows: also draw them (seconds per seed-step vs stack width) as a PNG at PATH")
     parser.add_argument("--width-child", nargs=5, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.width_child:
@@ -250,9 +273,13 @@ def main() -> None:
     except FastPPOError as exc:
         parser.error(str(exc))
     check_device(parser, args.device)
+    if args.plot and "width" not in args.rows:
+        parser.error("--plot draws the width rows: add --rows width")
     header("fastppo: many CartPole-v1 seeds at once")
     if "width" in args.rows:
-        width_rows(args.widths, args.threads, args.width_steps, args.device)
+        rows = width_rows(args.widths, args.threads, args.width_steps, args.device)
+        if args.plot:
+            plot_width_rows(rows, args.widths, args.width_steps, args.device, args.plot)
     if "matmul" in args.rows:
         matmul_rows(args.seeds, args.preset, args.device)
     if "solve" in args.rows:

@@ -23,6 +23,8 @@ NO_CUDA = "torch sees no CUDA GPU"
         ("seed_stack", ["--widths", "1", "x"], "argument --widths: invalid positive value: 'x'"),
         ("seed_stack", ["--device", "meta"], "unknown device 'meta'"),
         ("seed_stack", ["--device", "cuda"], NO_CUDA),
+        ("seed_stack", ["--plot", "width.png"], "--plot draws the width rows: add --rows width"),
+        ("published_table", ["--recorded"], "--recorded draws the page's table: give --plot PATH"),
         ("gpu", ["--device", "cpu", "--halfcheetah-steps", "0"], "argument --halfcheetah-steps: must be at least 1, got 0"),
         ("gpu", ["--device", "cpu", "--seeds", "-3"], "argument --seeds: must be at least 1, got -3"),
         ("gpu", [], NO_CUDA),  # its default device
