@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import footer, header
+from common import footer, header, positive
 
 ROWS = {
     "solve-sync": ["train", "CartPole-v1", "--run.stop-return", "475"],
@@ -35,6 +35,15 @@ ROWS = {
     "halfcheetah-cpu": ["train", "HalfCheetah-v5", "--preset", "cleanrl-continuous", "--total-timesteps", "20480", "--device", "cpu"],
 }
 QUICK = {"cleanrl-sps": ("100000", "25000"), "stack-64": ("65536", "16384"), "halfcheetah-cpu": ("20480", "4096")}
+
+
+def checkout(path: str) -> Path:
+    """A folder with fastppo's sources (``src/fastppo``): without it the child processes would
+    import the installed fastppo and time it against itself."""
+    tree = Path(path)
+    if not (tree / "src" / "fastppo" / "__init__.py").is_file():
+        raise argparse.ArgumentTypeError(f"{path} is not a fastppo checkout (no src/fastppo/__init__.py)")
+    return tree
 
 
 def run_once(tree: Path, args: list[str], folder: Path) -> tuple[float, float | None]:
@@ -54,10 +63,10 @@ def run_once(tree: Path, args: list[str], folder: Path) -> tuple[float, float | 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--before", type=Path, required=True, help="checkout of the reference commit")
-    parser.add_argument("--after", type=Path, required=True, help="checkout of the commit to compare")
+    parser.add_argument("--before", type=checkout, required=True, help="checkout of the reference commit")
+    parser.add_argument("--after", type=checkout, required=True, help="checkout of the commit to compare")
     parser.add_argument("--rows", nargs="+", choices=tuple(ROWS), default=list(ROWS))
-    parser.add_argument("--pairs", type=int, default=3, help="A B pairs per row (default 3)")
+    parser.add_argument("--pairs", type=positive, default=3, help="A B pairs per row (default 3)")
     parser.add_argument("--quick", action="store_true", help="smaller budgets, 2 pairs")
     args = parser.parse_args()
     pairs = 2 if args.quick else args.pairs

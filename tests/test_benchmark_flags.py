@@ -25,6 +25,8 @@ NO_CUDA = "torch sees no CUDA GPU"
         ("seed_stack", ["--device", "cuda"], NO_CUDA),
         ("seed_stack", ["--plot", "width.png"], "--plot draws the width rows: add --rows width"),
         ("published_table", ["--recorded"], "--recorded draws the page's table: give --plot PATH"),
+        ("before_after", ["--before", "/nonexistent", "--after", "."], "argument --before: /nonexistent is not a fastppo checkout (no src/fastppo/__init__.py)"),
+        ("before_after", ["--before", str(BENCHMARKS.parent), "--after", str(BENCHMARKS.parent), "--pairs", "0"], "argument --pairs: must be at least 1, got 0"),
         ("gpu", ["--device", "cpu", "--halfcheetah-steps", "0"], "argument --halfcheetah-steps: must be at least 1, got 0"),
         ("gpu", ["--device", "cpu", "--seeds", "-3"], "argument --seeds: must be at least 1, got -3"),
         ("gpu", [], NO_CUDA),  # its default device
