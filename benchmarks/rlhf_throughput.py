@@ -74,8 +74,8 @@ def length_reward(prompts: list[str], completions: list[str]) -> list[float]:
 def generate_tokens_per_s(folder: Path, device: str, generator_kind: str = "hf", batch: int = len(PROMPTS), repeats: int = 3) -> float:
     """Median new tokens (up to and including EOS) per second of ``batch`` prompts through the
     ``generator_kind`` generator fastppo rlhf would build."""
-    from fastppo.rlhf.config import ModelConfig, SamplingConfig
-    from fastppo.rlhf.generation import make_generator, require_vllm
+    from fastppo.rlhf.config import ModelConfig, SamplingConfig, require_vllm
+    from fastppo.rlhf.generation import make_generator
     from fastppo.rlhf.models import load_models
     from fastppo.rlhf.tokens import encode_prompts, mask_after_eos
 
