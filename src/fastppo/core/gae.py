@@ -53,3 +53,59 @@ def compute_gae(
 def shift_values(values: Tensor, last_value: Tensor) -> Tensor:
     """V(s_{t+1}) for every t of a [T, N] rollout whose rows are consecutive observations."""
     return torch.cat((values[1:], last_value.unsqueeze(0)), dim=0)
+
+
+def compute_decision_gae(
+    rewards: Tensor,
+    values: Tensor,
+    next_values: Tensor,
+    terminated: Tensor,
+    truncated: Tensor,
+    decisions: Tensor,
+    gamma: float,
+    gae_lambda: float,
+) -> tuple[Tensor, Tensor]:
+    """GAE over each column's own decisions, for turn-based games: a column is one seat of one
+    game copy, and ``decisions[t]`` says whether the seat chose an action at step t (its turn);
+    at the other steps the opponents move. A decision's transition runs until the seat's next
+    decision, so
+
+        r_k     = the rewards of every step from decision k up to (not including) decision k+1,
+                  or up to and including the step that ends the episode
+        delta_k = r_k + gamma * (1 - terminated_k) * V(next) - V_k
+        A_k     = delta_k + gamma * lambda * (1 - done_k) * A_{k+1}
+
+    with V(next) the value at decision k+1, or ``next_values`` at the step that ended the episode
+    (a truncation bootstraps from it, a termination does not), or at the rollout's last step. The
+    result the opponent's last move brings (a loss, arriving on a step that is not the seat's
+    turn) so belongs to the seat's last action, and gamma discounts per decision, not per step
+    of the copy. Where every step is a decision this is ``compute_gae``. Non-decision rows get 0.
+
+    Args: as ``compute_gae``, plus ``decisions`` [T, N] bool.
+    """
+    with torch.no_grad():
+        advantages = torch.zeros_like(values)
+        zeros = torch.zeros_like(values[0])
+        ahead_reward = zeros.clone()  # rewards after this step up to the next decision or the end
+        ahead_value = next_values[-1].clone()  # what the next decision (or the end) bootstraps from
+        ahead_bootstrap = torch.ones_like(zeros)  # 0 once the transition terminated
+        ahead_advantage, ahead_continues = zeros.clone(), zeros.clone()
+        done = terminated.bool() | truncated.bool()
+        for t in range(values.shape[0] - 1, -1, -1):
+            ended = done[t]
+            # A step that ends the episode cuts what lies beyond it (the next episode's rows).
+            ahead_reward = torch.where(ended, rewards[t], rewards[t] + ahead_reward)
+            ahead_value = torch.where(ended, next_values[t], ahead_value)
+            ahead_bootstrap = torch.where(ended, 1.0 - terminated[t].to(values.dtype), ahead_bootstrap)
+            ahead_continues = torch.where(ended, zeros, ahead_continues)
+            decided = decisions[t].bool()
+            delta = ahead_reward + gamma * ahead_bootstrap * ahead_value - values[t]
+            advantage = delta + gamma * gae_lambda * ahead_continues * ahead_advantage
+            advantages[t] = torch.where(decided, advantage, zeros)
+            # Seen from the step before, a decision here is the next decision.
+            ahead_advantage = torch.where(decided, advantage, ahead_advantage)
+            ahead_value = torch.where(decided, values[t], ahead_value)
+            ahead_reward = torch.where(decided, zeros, ahead_reward)
+            ahead_bootstrap = torch.where(decided, torch.ones_like(zeros), ahead_bootstrap)
+            ahead_continues = torch.where(decided, torch.ones_like(zeros), ahead_continues)
+        return advantages, advantages + values
