@@ -76,6 +76,26 @@ class MultiAgentConfig:
 
 
 @dataclass
+class SelfPlayConfig:
+    """Self-play in turn-based games (pz: modules with only env(), e.g. pz:pettingzoo.classic.connect_four_v3): the learner plays every seat against itself, and against a pool of its past snapshots."""
+
+    pool_size: int = 0
+    """Past snapshots of the learner kept as opponents (0: it plays only itself); a pool needs a two-seat game."""
+    snapshot_every: int = 10
+    """Iterations between snapshots of the learner into the pool (the oldest leaves a full pool)."""
+    sampling: Literal["latest", "uniform", "prioritised"] = "prioritised"
+    """How a game's opponent is drawn from the pool: the newest snapshot, uniformly, or prioritised: in proportion to (1 - the learner's score against it)^2, so the snapshots it still loses to come up most."""
+    latest_share: float = 0.5
+    """Share of games the learner plays against its latest self (every seat trained); the others against the pool, its own seat alone trained."""
+    eval_every: int = 0
+    """Iterations between rated evaluation games against fixed players (0: none); ratings are logged under ratings/."""
+    eval_games: int = 20
+    """Games per fixed player at each evaluation, half in each seat."""
+    eval_opponents: tuple[str, ...] = ("random",)
+    """Fixed players the learner is rated against: random (uniform legal moves), mcts:N (OpenSpiel's MCTS with N simulations), minimax (tic-tac-toe)."""
+
+
+@dataclass
 class PPOConfig:
     """The PPO algorithm."""
 
@@ -185,6 +205,7 @@ class Config:
     ppo: PPOConfig = field(default_factory=PPOConfig)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     multi_agent: MultiAgentConfig = field(default_factory=MultiAgentConfig)
+    self_play: SelfPlayConfig = field(default_factory=SelfPlayConfig)
     run: RunConfig = field(default_factory=RunConfig)
 
     @property
@@ -276,6 +297,7 @@ class Config:
             if self.run.compile or self.run.cudagraphs:
                 raise FastPPOError("--compile and --cudagraphs do not support --policy.memory yet: drop them for a recurrent policy")
         self._validate_multi_agent()
+        self._validate_self_play()
         if any(w <= 0 for w in self.policy.hidden_sizes):
             raise FastPPOError(f"--policy.hidden-sizes must be positive widths, got {self.policy.hidden_sizes}")
         return self
@@ -306,6 +328,23 @@ class Config:
                 f"exceeds {what}; pick at most {sequences}"
             )
 
+    def _validate_self_play(self) -> None:
+        sp = self.self_play
+        if sp != SelfPlayConfig() and not is_pettingzoo(self.env.env_id):
+            raise FastPPOError(f"--self-play.* flags apply to turn-based PettingZoo games (pz:<module>), and {self.env.env_id} is not one: drop them")
+        for name in ("snapshot_every", "eval_games"):
+            if getattr(sp, name) < 1:
+                raise FastPPOError(f"--self-play.{name.replace('_', '-')} must be a positive integer, got {getattr(sp, name)}")
+        for name in ("pool_size", "eval_every"):
+            if getattr(sp, name) < 0:
+                raise FastPPOError(f"--self-play.{name.replace('_', '-')} must be 0 or more, got {getattr(sp, name)}")
+        if not 0.0 <= sp.latest_share <= 1.0:
+            raise FastPPOError(f"--self-play.latest-share must be in [0, 1], got {sp.latest_share}")
+        if sp.pool_size == 0 and (sp.sampling, sp.snapshot_every) != (SelfPlayConfig.sampling, SelfPlayConfig.snapshot_every):
+            raise FastPPOError("--self-play.sampling and --self-play.snapshot-every need a pool: give --self-play.pool-size N (N >= 1)")
+        if sp.eval_every and not sp.eval_opponents:
+            raise FastPPOError("--self-play.eval-every needs fixed players to rate against: give --self-play.eval-opponents, e.g. random,mcts:100")
+
     def _validate_multi_agent(self) -> None:
         if not is_pettingzoo(self.env.env_id):
             return
@@ -330,13 +369,18 @@ class Config:
         if not isinstance(data, dict) or not all(isinstance(values, dict) for values in data.values()):
             raise ValueError("the config is not a mapping of sections")
         given = {f"{section}.{key}": value for section, values in data.items() for key, value in values.items()}
-        missing = [key for key in field_index(config) if key not in given]
+        # A section newer than the folder is the defaults: the run trained without it.
+        missing = [key for key in field_index(config) if key not in given and key.split(".")[0] not in set(SECTIONS_ADDED) - set(data)]
         if missing:
             raise ValueError(f"the config lacks {', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}")
         try:
             return apply_overrides(config, given).validate()
         except FastPPOError as exc:
             raise ValueError(f"the config is invalid: {exc}") from None
+
+
+SECTIONS_ADDED = ("self_play",)
+"""Config sections added after run folders were first written (fastppo 0.1.0's run folders lack them)."""
 
 
 def check_seed(seed: int, flag: str) -> int:

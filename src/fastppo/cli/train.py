@@ -195,7 +195,7 @@ def start_header(config: Config, source: str, run_dir: Path | None, world_size: 
     defaults, values = Config().to_dict(), config.to_dict()
     changed = [
         f"{name}={shown(value)}"
-        for section in ("env", "ppo", "policy", "multi_agent")
+        for section in ("env", "ppo", "policy", "multi_agent", "self_play")
         for name, value in values[section].items()
         if value != defaults[section][name] and f"{section}.{name}" not in HEADER_SIZES
     ]

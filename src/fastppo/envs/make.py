@@ -14,8 +14,9 @@ from fastppo.envs.atari import make_atari_env
 from fastppo.envs.gymnasium_vec import GymnasiumVecEnv, flatten_if_needed, gym_make
 from fastppo.envs.layout import ObservationLayout
 from fastppo.envs.partial import CARTPOLE_NO_VELOCITY
-from fastppo.envs.pettingzoo_vec import PettingZooVecEnv, make_parallel_env
+from fastppo.envs.pettingzoo_vec import PettingZooVecEnv, is_turn_based, make_parallel_env, make_pettingzoo
 from fastppo.envs.pettingzoo_workers import PettingZooWorkers
+from fastppo.envs.turn_based import TurnBasedVecEnv
 from fastppo.envs.vector import VecEnv
 from fastppo.envs.video import RecordEpisodeVideo
 from fastppo.errors import FastPPOError
@@ -149,6 +150,13 @@ register_envs()
 def make_pettingzoo_env(cfg: EnvConfig, multi_agent: MultiAgentConfig, device: torch.device, render_mode: str | None = None) -> VecEnv:
     """``cfg.num_envs`` copies as agent rows: in this process (``sync``) or in worker processes
     (``async``, fastppo.envs.pettingzoo_workers)."""
+    first = make_pettingzoo(cfg.env_id, cfg.env_kwargs, render_mode)
+    if is_turn_based(first):
+        if cfg.backend != "sync":
+            first.close()
+            raise FastPPOError(f"{cfg.env_id} is a turn-based game, whose copies step in the training process: use --backend sync, not {cfg.backend}")
+        return TurnBasedVecEnv([lambda: first] + [partial(make_pettingzoo, cfg.env_id, cfg.env_kwargs, render_mode)] * (cfg.num_envs - 1), multi_agent, device)
+    first.close()
     env_fns = [partial(make_parallel_env, cfg.env_id, cfg.env_kwargs, render_mode) for _ in range(cfg.num_envs)]
     if cfg.backend == "async":
         return PettingZooWorkers(env_fns, multi_agent, device, cpus=available_cpus())

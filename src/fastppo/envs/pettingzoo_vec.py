@@ -43,13 +43,18 @@ from fastppo.envs.vector import Episodes, HostCopies, StepResult
 from fastppo.errors import FastPPOError
 
 ACTION_MASK_KEY = "action_mask"
+MAX_FLAT_BOARD = 16_384
+"""The most inputs a PettingZoo observation of 3 or more dimensions and no pixels (uint8) may
+flatten to: a board's planes (go 19x19x17: 6 137), not a frame."""
 MASKS_SOMETIMES = "the PettingZoo env published action masks at some steps and not at others: publish one for every agent at every step"
 
 
-def make_parallel_env(env_id: str, env_kwargs: dict[str, Any], render_mode: str | None = None) -> Any:
-    """The ParallelEnv ``env_id`` names, built with ``env_kwargs``, or a one-line FastPPOError:
-    ``pz:<module>`` builds ``<module>.parallel_env(**env_kwargs)``; ``pz:<module>:<function>`` or
-    ``pz:<path/file.py>:<function>`` calls that function, which returns a ParallelEnv."""
+def make_pettingzoo(env_id: str, env_kwargs: dict[str, Any], render_mode: str | None = None) -> Any:
+    """The PettingZoo env ``env_id`` names, built with ``env_kwargs``: a ParallelEnv, or an AECEnv
+    for a turn-based game (``fastppo.envs.turn_based``); else a one-line FastPPOError.
+    ``pz:<module>`` builds ``<module>.parallel_env(**env_kwargs)``, or ``<module>.env()`` for a
+    module with no parallel_env (PettingZoo's classic games); ``pz:<module>:<function>`` or
+    ``pz:<path/file.py>:<function>`` calls that function."""
     maker, module = _env_maker(env_id)
     _check_kwarg_types(env_id, env_kwargs, maker, module)
     kwargs = dict(env_kwargs) | ({"render_mode": render_mode} if render_mode else {})
@@ -61,13 +66,17 @@ def make_parallel_env(env_id: str, env_kwargs: dict[str, Any], render_mode: str 
         raise _import_error(env_id, exc) from None
     except gym.error.DependencyNotInstalled as exc:
         raise FastPPOError(f"{env_id} needs a package that is not installed: {_one_line(exc)}") from None
-    if _aec(env):
-        raise FastPPOError(
-            f"{env_id} built an AECEnv (PettingZoo's turn-based API), and fastppo trains ParallelEnvs: "
-            "return one (pettingzoo.utils.aec_to_parallel converts an AEC env whose agents act at once)"
-        )
     if not callable(getattr(env, "step", None)) or not hasattr(env, "possible_agents"):
-        raise FastPPOError(f"{env_id} built a {type(env).__name__}, not a PettingZoo ParallelEnv: return one from {env_id.removeprefix(PREFIX)}")
+        raise FastPPOError(f"{env_id} built a {type(env).__name__}, not a PettingZoo ParallelEnv or AECEnv: return one from {env_id.removeprefix(PREFIX)}")
+    return env
+
+
+def make_parallel_env(env_id: str, env_kwargs: dict[str, Any], render_mode: str | None = None) -> Any:
+    """``make_pettingzoo`` for a ParallelEnv only (worker processes, whose copies act at once)."""
+    env = make_pettingzoo(env_id, env_kwargs, render_mode)
+    if is_turn_based(env):
+        env.close()
+        raise FastPPOError(f"{env_id} built an AECEnv (PettingZoo's turn-based API) where a ParallelEnv was expected: turn-based games train with --backend sync")
     return env
 
 
@@ -88,18 +97,12 @@ def _env_maker(env_id: str) -> tuple[Callable[..., Any], Any]:
     if callable(getattr(module, "parallel_env", None)):
         return module.parallel_env, module
     if callable(getattr(module, "env", None)):  # PettingZoo's AEC-only modules (classic board games)
-        raise FastPPOError(_turn_based_message(env_id))
-    raise FastPPOError(f"{target} has no parallel_env(): name a PettingZoo env module, e.g. pz:mpe2.simple_spread_v3, or pz:<module>:<function> for your own")
+        return module.env, module
+    raise FastPPOError(f"{target} has neither parallel_env() nor env(): name a PettingZoo env module, e.g. pz:mpe2.simple_spread_v3, or pz:<module>:<function> for your own")
 
 
-def _turn_based_message(env_id: str) -> str:
-    return (
-        f"{env_id} is a turn-based (AEC) env, and fastppo trains PettingZoo Parallel envs, whose agents act at once "
-        "(modules with a parallel_env(), e.g. pz:mpe2.simple_spread_v3, pz:pettingzoo.sisl.multiwalker_v9): turn-based games are not supported yet"
-    )
-
-
-def _aec(env: Any) -> bool:
+def is_turn_based(env: Any) -> bool:
+    """Whether a built PettingZoo env is an AECEnv (turn-based: one agent acts at a time)."""
     try:
         from pettingzoo import AECEnv
     except ImportError:
@@ -189,9 +192,10 @@ def _kind(value: Any) -> str | None:
 def _flat_size(space: gym.Space, agent: str) -> int:
     if isinstance(space, gym.spaces.Dict) and "observation" in space.spaces:  # PettingZoo's masked observations
         space = space["observation"]
-    if isinstance(space, gym.spaces.Box) and len(space.shape) >= 3:
+    if isinstance(space, gym.spaces.Box) and len(space.shape) >= 3 and (space.dtype == np.uint8 or int(np.prod(space.shape)) > MAX_FLAT_BOARD):
         # A row per agent is one flat vector: [state | observation | id] for an MLP; frames would
         # be hundreds of thousands of inputs (cooperative_pong: 403 k), and ids do not fit an image.
+        # A board game's planes are small and not pixels (tic-tac-toe 3x3x2 int8, chess 8x8x111).
         raise FastPPOError(
             f"agent {agent} observes images ({space.shape} {space.dtype}), and fastppo's multi-agent rows are flat vectors for an MLP: "
             "PettingZoo envs with image observations are not supported yet; train one whose agents observe vectors "
@@ -480,7 +484,7 @@ class PettingZooVecEnv(HostCopies):
 
 
 def pettingzoo_spaces(cfg: EnvConfig, multi_agent: MultiAgentConfig) -> AgentSpaces:
-    env = make_parallel_env(cfg.env_id, cfg.env_kwargs)
+    env = make_pettingzoo(cfg.env_id, cfg.env_kwargs)
     try:
         return AgentSpaces(env, multi_agent)
     finally:

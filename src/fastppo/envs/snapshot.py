@@ -15,10 +15,12 @@ if TYPE_CHECKING:
     from fastppo.envs.vector import VecEnv
 
 
-EXACT_ENV_MODULES = ("gymnasium.envs.classic_control", "gymnasium.envs.toy_text", "mpe2")
+BOARD_GAMES = ("pettingzoo.classic.tictactoe", "pettingzoo.classic.connect_four")
+"""PettingZoo's classic games whose state is a board and the agent lists (no RNG, no engine)."""
+EXACT_ENV_MODULES = ("gymnasium.envs.classic_control", "gymnasium.envs.toy_text", "mpe2", *BOARD_GAMES)
 """Env modules whose whole state is plain data reachable from the env object, so ``snapshot_envs``
 captures it (MPE: the world's entities, step counter, agent lists, reward dicts, np_random)."""
-PLAIN_STATE_MODULES = ("mpe2", "pettingzoo.utils", "gymnasium.spaces")
+PLAIN_STATE_MODULES = ("mpe2", "pettingzoo.utils", "gymnasium.spaces", *BOARD_GAMES)
 """Modules whose objects a snapshot walks into: MPE's world and scenario, PettingZoo's wrappers and
 agent selector, spaces (their sampling RNG). Anything else is left as the fresh env holds it (in
 MPE a pygame surface and font), which is safe for the envs of ``EXACT_ENV_MODULES`` only."""
@@ -191,6 +193,7 @@ def env_is_exact(envs: VecEnv) -> bool:
     from fastppo.envs.gymnasium_vec import GymnasiumVecEnv
     from fastppo.envs.pettingzoo_vec import PettingZooVecEnv
     from fastppo.envs.tensor import TensorEnv
+    from fastppo.envs.turn_based import TurnBasedVecEnv
 
     if isinstance(envs, TensorEnv):
         return True
@@ -199,7 +202,7 @@ def env_is_exact(envs: VecEnv) -> bool:
             _plain_class(type(e.unwrapped), EXACT_ENV_MODULES) and all(_plain_class(type(layer), STATELESS_WRAPPER_MODULES) for layer in _layers(e)[:-1])
             for e in envs.envs.envs
         )
-    if isinstance(envs, PettingZooVecEnv):  # the copies are walked from the outermost object
+    if isinstance(envs, (PettingZooVecEnv, TurnBasedVecEnv)):  # the copies are walked from the outermost object
         return all(_plain_class(type(e)) and _plain_class(type(e.unwrapped), EXACT_ENV_MODULES) for e in envs.envs)
     return False
 
@@ -208,6 +211,7 @@ def snapshot_envs(envs: VecEnv) -> tuple[dict[str, torch.Tensor], dict[str, Any]
     """The envs' state as (tensors, JSON), or (empty, None) when it cannot be captured exactly."""
     from fastppo.envs.pettingzoo_vec import PettingZooVecEnv
     from fastppo.envs.tensor import TensorEnv
+    from fastppo.envs.turn_based import TurnBasedVecEnv
 
     if not env_is_exact(envs):
         return {}, None
@@ -216,7 +220,7 @@ def snapshot_envs(envs: VecEnv) -> tuple[dict[str, torch.Tensor], dict[str, Any]
         tensors["env.generator"] = envs.generator.get_state()
         return tensors, {"kind": "tensor"}
     memo: dict[int, int] = {}  # one for all copies: they may share (a class-level metadata dict)
-    if isinstance(envs, PettingZooVecEnv):
+    if isinstance(envs, (PettingZooVecEnv, TurnBasedVecEnv)):
         return {}, {"kind": "pettingzoo", "vec": _snapshot_object(envs, memo, envs.CHECKPOINTED)}
     vec = envs.envs
     meta = {

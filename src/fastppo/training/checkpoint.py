@@ -134,7 +134,9 @@ def run_tensors(state: TrainState, envs: VecEnv, rng: dict[str, torch.Tensor] | 
         tensors["cursor.action_mask"] = cursor.action_mask.cpu().contiguous()
     if cursor.state is not None:  # a recurrent policy's live states are part of the run
         tensors["cursor.state"] = cursor.state.cpu().contiguous()
-    return tensors, {"rng": rng_meta, "env": env_meta}
+    league_tensors, league_meta = state.league.state()
+    tensors |= league_tensors
+    return tensors, {"rng": rng_meta, "env": env_meta} | ({} if league_meta is None else {"self_play": league_meta})
 
 
 def save_checkpoint(run_dir: Path, state: TrainState, envs: VecEnv, keep: int, rng: dict[str, torch.Tensor] | None = None, extra: dict[str, Any] | None = None) -> Path:
@@ -444,6 +446,7 @@ def restore_train_state(state: TrainState, envs: VecEnv, checkpoint: Checkpoint,
     envs restart fresh episodes from that seed and the RNGs are left as the caller seeded them."""
     check_fits_run(checkpoint, state, envs)
     agent, tensors, meta = state.agent, checkpoint.tensors, checkpoint.meta
+    state.league.load(tensors, meta.get("self_play"))  # first: a damaged pool stops the resume before anything changes
     device = envs.device  # the rollout's (fastppo.envs.make.rollout_device)
     agent.policy.load_state_dict(checkpoint.agent.policy.state_dict())
     if agent.obs_rms is not None and checkpoint.agent.obs_rms is not None:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -11,6 +12,7 @@ from fastppo.config import Config
 from fastppo.core import RewardScaler
 from fastppo.errors import FastPPOError
 from fastppo.training.rollout import EnvCursor
+from fastppo.training.self_play import NoLeague
 
 
 @dataclass
@@ -30,6 +32,8 @@ class TrainState:
     that changes total_timesteps."""
     world_size: int = 1
     """Ranks training together (torchrun); a resume needs as many."""
+    league: Any = field(default_factory=NoLeague)
+    """A turn-based game's self-play league (fastppo.training.self_play.League): its pool is part of the run."""
 
 
 def planned_iterations(config: Config, world_size: int) -> int:

@@ -20,12 +20,13 @@ import yaml
 from fastppo.agents.agent import Agent, build_agent
 from fastppo.agents.agent_rows import PettingZooAgents
 from fastppo.config import Config, RunConfig
-from fastppo.core import RewardScaler, compute_gae, schedule_progress, scheduled, shift_values
+from fastppo.core import RewardScaler, compute_decision_gae, compute_gae, schedule_progress, scheduled, shift_values
 from fastppo.devices import resolve_device
 from fastppo.env_ids import is_pettingzoo
 from fastppo.envs import make_vec_env
 from fastppo.envs.make import rollout_device
 from fastppo.envs.pettingzoo_vec import AgentSpaces
+from fastppo.envs.turn_based import TurnBasedVecEnv
 from fastppo.envs.vector import HostCopies
 from fastppo.errors import FastPPOError
 from fastppo.files.outputs import output_dir, removed_if_left_empty, writing
@@ -41,6 +42,7 @@ from fastppo.training.logger import GROUP_RETURN, GYM_SUMMARY, RunLogger
 from fastppo.training.rollout import EnvCursor, ObservationNormalizer, PolicyStep, RolloutBuffer, collect_rollout, fresh_state
 from fastppo.training.runs import OnIteration, Runs, SeedRuns, SingleRun
 from fastppo.training.seed_stack import SeedLoggers, check_seed_stack, keep_seeds, restore_seed_stack, stacked_agent
+from fastppo.training.self_play import League
 from fastppo.training.signals import StopRequest, during_start_up, lost_since
 from fastppo.training.state import TrainState, planned_iterations
 from fastppo.training.update import MinibatchStep, UpdateCoefficients, make_optimizer, ppo_update, set_learning_rate
@@ -235,6 +237,11 @@ def train_rank(
         kl_beta=[cfg.kl_beta] * len(seeds) if stacked else cfg.kl_beta,
         world_size=world.size,
     )
+    if isinstance(envs, TurnBasedVecEnv):  # the learner's opponents: itself, and its snapshots
+        if world.size > 1 and config.self_play.pool_size:
+            envs.close()
+            raise FastPPOError("a self-play pool trains in one process: drop --self-play.pool-size or train without torchrun")
+        state.league = envs.opponents = League(config.self_play, agent, config.env.num_envs, len(envs.agents), seed)
     seeds_returns: list[list[float]] = [[] for _ in seeds or []]  # a stack's finished episodes, per seed
     # The checkpoint is checked whole and restored before the logger rewinds metrics.jsonl and
     # TensorBoard and rewrites config.yaml: a damaged one leaves the run folder as it was.
@@ -301,6 +308,7 @@ class Training:
         self.num_iterations, self.steps_per_iteration = planned_iterations(config, world.size), config.batch_size * world.size
         self.mask_dim = None if action_mask is None else action_mask.shape[-1]
         self.agent_names = envs.agents if is_pettingzoo(config.env.env_id) else None  # rollout checks name a PettingZoo env's agents
+        self.turn_based = isinstance(envs, TurnBasedVecEnv)
         self.build()
 
     def build(self) -> None:
@@ -308,6 +316,15 @@ class Training:
         self.buf = RolloutBuffer.allocate(self.config.ppo.num_steps, self.envs, self.collect_on, self.mask_dim, policy.state_size)
         self.policy_step = PolicyStep(policy, run.compile, run.cudagraphs)
         self.update_step = MinibatchStep(policy, self.state.optimizer, self.config.ppo, run.compile, run.cudagraphs, self.world)
+
+    def advantages(self, last_value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """GAE over the rollout; in a turn-based game over each seat's own decisions (its rows
+        are decisions on its turns only: fastppo.envs.turn_based)."""
+        buf, cfg = self.buf, self.config.ppo
+        next_values = shift_values(buf.values, last_value)
+        if self.turn_based:
+            return compute_decision_gae(buf.rewards, buf.values, next_values, buf.terminated, buf.truncated, buf.valid, cfg.gamma, cfg.gae_lambda)
+        return compute_gae(buf.rewards, buf.values, next_values, buf.terminated, buf.truncated, cfg.gamma, cfg.gae_lambda)
 
     def keep_runs(self, indices: list[int]) -> None:
         """A stack trains on with the seeds at ``indices``: what holds the old parameter is rebuilt."""
@@ -335,13 +352,14 @@ def train_loop(t: Training, runs: Runs, stop: StopRequest) -> None:
         check_finite_rollout(t.buf, state.cursor, state.iteration, state.global_step, t.agent_names)
         t.statistics.merge()  # every rank: the same statistics, and every rank's episodes
         episodes = runs.take_episodes(t.world.gather_episodes(t.envs.pop_episodes()))  # played by the policy before this update
-        advantages, returns = compute_gae(t.buf.rewards, t.buf.values, shift_values(t.buf.values, last_value), t.buf.terminated, t.buf.truncated, cfg.gamma, cfg.gae_lambda)
+        advantages, returns = t.advantages(last_value)
         with t.timer.section("update"):
             batch = {k: v.to(t.device, non_blocking=True) for k, v in runs.batch(t.buf, advantages=advantages, returns=returns).items()}
             losses = ppo_update(state.agent.policy, state.optimizer, batch, cfg, coefs, t.update_step)
         state.global_step += t.steps_per_iteration
         check_finite(losses, state.agent, state.optimizer, state.iteration, state.global_step)
         metrics, state.kl_beta = runs.metrics(losses, coefs, batch, episodes, t.timer.pop(), time.perf_counter() - start, state.optimizer, t.steps_per_iteration)
+        state.league.after_update(state.iteration, metrics[0])  # self-play: snapshots, games, ratings
         stop.at_once = False  # the state is whole again: a second signal waits for the save
 
         runs.log(state.global_step, metrics, progress)
