@@ -337,7 +337,7 @@ def shown(state_history: list[int]) -> dict:
     state = pyspiel.load_game("leduc_poker").new_initial_state()
     for action in state_history:
         state.apply_action(action)
-    return leduc.openspiel_observation(state)
+    return leduc.observation_of(state)
 
 
 def one_hot_at(*indices: int) -> np.ndarray:
@@ -439,3 +439,59 @@ def test_a_policy_that_plays_illegal_actions_is_refused():
 def test_a_rule_beats_random_at_leduc_per_hand():
     results = play_games(LEDUC, [PolicyPlayer(rule_on_rlcard_observations, "rule"), RandomPlayer()], 1000, seed=0)
     assert results.total.mean_return > 0.5  # big blinds per hand
+
+
+def card_id(card) -> int:
+    """rlcard's card (suit S/H, rank J/Q/K) as a card 0-5 of rank ``card // 2``."""
+    return 2 * "JQK".index(card.rank) + "SH".index(card.suit)
+
+
+def test_rlcards_rules_as_an_openspiel_game_replay_pettingzoo_move_for_move():
+    """Hands dealt by PettingZoo's env, random legal moves (folds rarer): the same player to move, the same
+    observation and mask at every decision, the end at the same move with the same payoffs (rlcard
+    pays big blinds, half the chips)."""
+    from fastppo.agents.rlcard_leduc import RlcardLeducGame
+
+    game = RlcardLeducGame()
+    env = make_game(LEDUC)
+    rng = np.random.default_rng(0)
+    folds = showdowns = 0
+    for hand in range(300):
+        env.reset(seed=hand)
+        dealt = env.unwrapped.env.game
+        state = game.new_initial_state()
+        state.apply_action(env.possible_agents.index(env.agent_selection))  # the small blind acts first
+        for player in dealt.players:
+            state.apply_action(card_id(player.hand))
+        returns = dict.fromkeys(env.possible_agents, 0.0)
+        for agent in env.agent_iter():
+            observation, reward, terminated, truncated, _ = env.last()
+            returns[agent] += reward
+            if terminated or truncated:
+                env.step(None)
+                continue
+            if state.is_chance_node():
+                state.apply_action(card_id(dealt.public_card))
+            assert state.current_player() == env.possible_agents.index(agent)
+            shown = leduc.observation_of(state, "rlcard")
+            np.testing.assert_array_equal(shown["observation"], observation["observation"])
+            assert shown["action_mask"].tolist() == observation["action_mask"].tolist()
+            legal = legal_actions(env, agent)
+            weights = np.where(legal == leduc.FOLD, 0.1, 1.0)  # random play folds most hands before the showdown
+            move = int(rng.choice(legal, p=weights / weights.sum()))
+            env.step(move)
+            state.apply_action(move)
+        assert state.is_terminal()
+        assert [2 * returns[agent] for agent in env.possible_agents] == state.returns()
+        folds += state.folded is not None
+        showdowns += state.folded is None
+    assert folds > 50 and showdowns > 100
+
+
+def test_exploitability_in_rlcards_rules():
+    """The uniform policy's table is OpenSpiel's uniform one over the game's 1 872 information
+    states (936 per small blind seat), and its exploitability 2.9432 chips per hand."""
+    table = leduc.tabular_policy(leduc.uniform_policy, "rlcard")
+    assert len(table.states) == 1872
+    np.testing.assert_array_equal(table.action_probability_array, openspiel_policy.TabularPolicy(table.game).action_probability_array)
+    assert openspiel_exploitability.exploitability(table.game, table) == pytest.approx(2.9432098765, abs=1e-9)

@@ -1,5 +1,6 @@
 """How exploitable a Leduc hold'em policy is: OpenSpiel's exploitability of a policy that acts on
-PettingZoo's ``leduc_holdem_v4`` observations (rlcard's), in OpenSpiel's ``leduc_poker``.
+PettingZoo's ``leduc_holdem_v4`` observations (rlcard's), in OpenSpiel's ``leduc_poker`` or in
+rlcard's own rules.
 
 Exploitability is what a best-responding opponent wins per hand against the policy, averaged over
 the two seats (OpenSpiel's ``exploitability`` = NashConv / 2, in chips): 0 for a Nash equilibrium,
@@ -35,13 +36,16 @@ ranks split), and differ in:
 4. units: rlcard's payoffs (PettingZoo's rewards) are in big blinds (chips / 2), OpenSpiel's in
    chips.
 
-So ``exploitability`` scores the policy's rules of play in OpenSpiel's game: exact for that game,
-and for a policy trained in PettingZoo's an approximation of its quality, not a measurement in the
-game it was trained on."""
+So ``exploitability(policy)`` scores the policy's rules of play in OpenSpiel's game: exact for that
+game, and for a policy trained in PettingZoo's an approximation of its quality, not a measurement in
+the game it was trained on. ``exploitability(policy, rules="rlcard")`` is that measurement: the
+same OpenSpiel computation in rlcard's rules, written as an OpenSpiel game
+(``fastppo.agents.rlcard_leduc``, replayed move for move against PettingZoo in tests), where every
+state is shown exactly as PettingZoo shows it (its fold included). Both are in chips per hand."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -59,6 +63,8 @@ CHIP_SLOTS = 15
 """Chips 0-14 (rlcard's most: blinds, two raises of 2, two of 4)."""
 ANTE = 1
 RAISE_SIZES = (2, 4)
+Rules = Literal["openspiel", "rlcard"]
+"""Whose Leduc rules to score a policy in (see the module docstring)."""
 
 
 def rlcard_observation(hand_rank: int, public_rank: int | None, my_chips: int, opponent_chips: int) -> np.ndarray:
@@ -89,33 +95,63 @@ def openspiel_chips(state: Any) -> tuple[list[int], int | None]:
     return chips, public
 
 
-def openspiel_observation(state: Any) -> dict[str, np.ndarray]:
-    """What the player to move in OpenSpiel's ``leduc_poker`` ``state`` would see in PettingZoo:
+def observation_of(state: Any, rules: Rules = "openspiel") -> dict[str, np.ndarray]:
+    """What the player to move in ``state`` (of ``leduc_game(rules)``) would see in PettingZoo:
     ``{"observation": 36 floats, "action_mask": over call, raise, fold, check}``."""
-    return _shown(state)[0]
+    return VIEWS[rules](state)[0]
 
 
-def _shown(state: Any) -> tuple[dict[str, np.ndarray], dict[int, int]]:
-    """(``openspiel_observation``, OpenSpiel's legal actions -> rlcard's numbers for them)."""
+View = tuple[dict[str, np.ndarray], dict[int, int]]
+"""(the observation shown for a state, its legal actions -> rlcard's numbers for them)."""
+
+
+def _openspiel_view(state: Any) -> View:
     player = state.current_player()
     chips, public = openspiel_chips(state)
     facing_bet = chips[player] < max(chips)
     to_rlcard = {OPENSPIEL_FOLD: FOLD, OPENSPIEL_CALL: CALL if facing_bet else CHECK, OPENSPIEL_RAISE: RAISE}
     legal = {action: to_rlcard[action] for action in state.legal_actions()}
-    observation = rlcard_observation(state.history()[player] // 2, None if public is None else public // 2, chips[player], chips[1 - player])
+    return _shown(state.history()[player], public, chips[player], chips[1 - player], legal), legal
+
+
+def _rlcard_view(state: Any) -> View:
+    """``fastppo.agents.rlcard_leduc``'s states hold rlcard's fields and actions as they are."""
+    player = state.current_player()
+    legal = {action: action for action in state.legal_actions()}
+    return _shown(state.cards[player], state.public, state.chips[player], state.chips[1 - player], legal), legal
+
+
+def _shown(card: int, public: int | None, mine: int, theirs: int, legal: dict[int, int]) -> dict[str, np.ndarray]:
     mask = np.zeros(len(RLCARD_ACTIONS), dtype=np.int8)
     mask[list(legal.values())] = 1
-    return {"observation": observation, "action_mask": mask}, legal
+    return {"observation": rlcard_observation(card // 2, None if public is None else public // 2, mine, theirs), "action_mask": mask}
 
 
-def tabular_policy(policy: PolicyFn) -> Any:
-    """``policy`` as OpenSpiel's ``TabularPolicy`` of ``leduc_poker``: asked once per information
-    state. It must give legal actions all the probability (ValueError otherwise, naming the state)."""
+VIEWS = {"openspiel": _openspiel_view, "rlcard": _rlcard_view}
+
+
+def leduc_game(rules: Rules = "openspiel") -> Any:
+    """The OpenSpiel game of ``rules``: OpenSpiel's ``leduc_poker``, or rlcard's Leduc
+    (``fastppo.agents.rlcard_leduc``, what PettingZoo plays)."""
+    if rules == "rlcard":
+        load_openspiel_game("leduc_poker")  # a one-line error without OpenSpiel, before rlcard_leduc imports it
+        from fastppo.agents.rlcard_leduc import RlcardLeducGame  # needs OpenSpiel: imported when asked for
+
+        return RlcardLeducGame()
+    if rules != "openspiel":
+        raise ValueError(f"rules must be 'openspiel' or 'rlcard', got {rules!r}")
+    return load_openspiel_game("leduc_poker")
+
+
+def tabular_policy(policy: PolicyFn, rules: Rules = "openspiel") -> Any:
+    """``policy`` as OpenSpiel's ``TabularPolicy`` of ``leduc_game(rules)``: asked once per
+    information state. It must give legal actions all the probability (ValueError otherwise,
+    naming the state)."""
     from open_spiel.python.policy import TabularPolicy
 
-    table = TabularPolicy(load_openspiel_game("leduc_poker"))
+    table = TabularPolicy(leduc_game(rules))
     for row, state in enumerate(table.states):
-        shown, legal = _shown(state)
+        shown, legal = VIEWS[rules](state)
         probabilities = np.asarray(policy(SEATS[state.current_player()], shown), dtype=np.float64)
         if probabilities.shape != (len(RLCARD_ACTIONS),) or not np.all(np.isfinite(probabilities)) or np.any(probabilities < 0):
             raise ValueError(f"the policy gave {probabilities.tolist()} for {state.information_state_string()}: give 4 probabilities, one per action (call, raise, fold, check)")
@@ -128,12 +164,13 @@ def tabular_policy(policy: PolicyFn) -> Any:
     return table
 
 
-def exploitability(policy: PolicyFn) -> float:
-    """OpenSpiel's exploitability of ``policy`` in ``leduc_poker``, chips per hand (the uniform
-    random policy's: 2.3736; a Nash equilibrium's: 0)."""
+def exploitability(policy: PolicyFn, rules: Rules = "openspiel") -> float:
+    """OpenSpiel's exploitability of ``policy``, chips per hand: in ``leduc_poker`` (the uniform
+    random policy's: 2.3736), or with ``rules="rlcard"`` in the game PettingZoo plays (the uniform
+    policy's: 2.9432; several seconds: a Python game). A Nash equilibrium's is 0."""
     from open_spiel.python.algorithms.exploitability import exploitability as openspiel_exploitability
 
-    table = tabular_policy(policy)
+    table = tabular_policy(policy, rules)
     return float(openspiel_exploitability(table.game, table))
 
 
