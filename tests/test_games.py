@@ -252,7 +252,7 @@ def test_results_swap_seats_add_up_and_replay_from_the_seed():
     assert [(s.wins, s.draws, s.losses) for s in again.seats] == [(s.wins, s.draws, s.losses) for s in results.seats]
     assert play_games(TICTACTOE, [RandomPlayer(), RandomPlayer()], 101, seed=4).moves != results.moves
     table = results.table().splitlines()
-    assert table[0].startswith("pz:pettingzoo.classic.tictactoe_v3: random vs random, 101 games") and len(table) == 5
+    assert table[0].startswith("pz:pettingzoo.classic.tictactoe_v3: player random vs opponent random, 101 games") and len(table) == 5
     assert re.match(r"player_1\s+51\s+\d+\s+\d+\s+\d+\s+-?\d\.\d{3}$", table[2])
 
 

@@ -79,12 +79,13 @@ class GameResults:
 
     def table(self) -> str:
         """A short text table: one line per seat and the total."""
+        seat = "player's seat"
         lines = [
-            f"{self.game}: {self.player} vs {self.opponent}, {self.games} games, {self.moves} moves, {self.seconds:.1f} s ({self.games_per_second:.1f} games/s)",
-            f"{self.player + ' in seat':<24}{'games':>7}{'wins':>7}{'draws':>7}{'losses':>7}{'mean return':>13}",
+            f"{self.game}: player {self.player} vs opponent {self.opponent}, {self.games} games, {self.moves} moves, {self.seconds:.1f} s ({self.games_per_second:.1f} games/s)",
+            f"{seat:<16}{'games':>8}{'wins':>8}{'draws':>8}{'losses':>8}{'mean return':>13}",
         ]
         for row in (*self.seats, self.total):
-            lines.append(f"{row.seat:<24}{row.games:>7}{row.wins:>7}{row.draws:>7}{row.losses:>7}{row.mean_return:>13.3f}")
+            lines.append(f"{row.seat:<16}{row.games:>8}{row.wins:>8}{row.draws:>8}{row.losses:>8}{row.mean_return:>13.3f}")
         return "\n".join(lines)
 
     __str__ = table
