@@ -20,6 +20,7 @@ from open_spiel.python import policy as openspiel_policy  # noqa: E402
 from open_spiel.python.algorithms import exploitability as openspiel_exploitability  # noqa: E402
 
 from fastppo.agents import leduc  # noqa: E402
+from fastppo.agents import leduc_rules  # noqa: E402
 from fastppo.agents.agent import Agent, build_agent  # noqa: E402
 from fastppo.agents.agent_rows import PettingZooAgents  # noqa: E402
 from fastppo.agents.game_env import legal_actions, make_game  # noqa: E402
@@ -33,7 +34,7 @@ from fastppo.errors import FastPPOError  # noqa: E402
 
 TICTACTOE = "pz:pettingzoo.classic.tictactoe_v3"
 CONNECT_FOUR = "pz:pettingzoo.classic.connect_four_v3"
-LEDUC = leduc.LEDUC_ENV_ID
+LEDUC = leduc_rules.LEDUC_ENV_ID
 
 # PettingZoo's leduc_holdem_v4 module warns that it is imported without its registry.
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -173,13 +174,13 @@ def test_an_agent_plays_through_the_dict_api_with_its_masks():
     seats = {seat for seat, _, _ in agent.moves}
     assert seats == {"player_0", "player_1"}
     for _, legal, move in agent.moves:
-        assert move == (leduc.RAISE if leduc.RAISE in legal else min(legal))  # argmax of equal logits: the first legal
+        assert move == (leduc_rules.RAISE if leduc_rules.RAISE in legal else min(legal))  # argmax of equal logits: the first legal
 
 
 def test_agent_policy_gives_the_masked_softmax():
     probabilities = agent_policy(leduc_agent())
     mask = np.array([0, 1, 0, 1], dtype=np.int8)  # check or raise
-    shown = {"observation": leduc.rlcard_observation(0, None, 1, 2), "action_mask": mask}
+    shown = {"observation": leduc_rules.rlcard_observation(0, None, 1, 2), "action_mask": mask}
     expected = np.exp([0.0, 5.0, 0.0, 0.0]) * mask
     np.testing.assert_allclose(probabilities("player_0", shown), expected / expected.sum(), rtol=1e-6)
 
@@ -280,7 +281,7 @@ class CallingStation:
         game = env.unwrapped.env.game
         self.hands.append((self.game, agent, game.players[env.possible_agents.index(agent)].hand.get_index()))
         legal = legal_actions(env, agent)
-        return leduc.CALL if leduc.CALL in legal else leduc.CHECK
+        return leduc_rules.CALL if leduc_rules.CALL in legal else leduc_rules.CHECK
 
 
 def test_leduc_games_deal_the_same_cards_to_both_seats_of_a_pair():
@@ -326,7 +327,7 @@ def test_the_observation_encoding_is_rlcards():
             game = env.unwrapped.env.game
             me, other = game.players[env.possible_agents.index(agent)], game.players[1 - env.possible_agents.index(agent)]
             public = None if game.public_card is None else "JQK".index(game.public_card.rank)
-            expected = leduc.rlcard_observation("JQK".index(me.hand.rank), public, me.in_chips, other.in_chips)
+            expected = leduc_rules.rlcard_observation("JQK".index(me.hand.rank), public, me.in_chips, other.in_chips)
             np.testing.assert_array_equal(env.observe(agent)["observation"], expected)
             decisions += 1
             env.step(int(rng.choice(legal_actions(env, agent))))
@@ -408,7 +409,7 @@ def rule_on_rlcard_observations(agent: str, observation: dict) -> np.ndarray:
     facing_bet = np.argmax(obs[21:36]) > np.argmax(obs[6:21])  # from the chips, not the mask: the mask is under test
     probabilities = np.zeros(4)
     for name, p in choice.items():
-        probabilities[{"call": leduc.CALL if facing_bet else leduc.CHECK, "raise": leduc.RAISE, "fold": leduc.FOLD}[name]] += p
+        probabilities[{"call": leduc_rules.CALL if facing_bet else leduc_rules.CHECK, "raise": leduc_rules.RAISE, "fold": leduc_rules.FOLD}[name]] += p
     return probabilities
 
 
@@ -477,7 +478,7 @@ def test_rlcards_rules_as_an_openspiel_game_replay_pettingzoo_move_for_move():
             np.testing.assert_array_equal(shown["observation"], observation["observation"])
             assert shown["action_mask"].tolist() == observation["action_mask"].tolist()
             legal = legal_actions(env, agent)
-            weights = np.where(legal == leduc.FOLD, 0.1, 1.0)  # random play folds most hands before the showdown
+            weights = np.where(legal == leduc_rules.FOLD, 0.1, 1.0)  # random play folds most hands before the showdown
             move = int(rng.choice(legal, p=weights / weights.sum()))
             env.step(move)
             state.apply_action(move)

@@ -8,10 +8,10 @@ and the one figure for a poker policy that no choice of opponents can flatter. O
 it exactly for a tabular policy, so the policy function is asked once for every information state
 of ``leduc_poker``, shown as the observation PettingZoo would give.
 
-**The observation** (rlcard's ``LeducholdemEnv._extract_state``, 36 floats, one-hots): ``[0:3]``
-the private card's rank (J, Q, K; rlcard's ``card2index.json``), ``[3:6]`` the public card's rank
-(all 0 before it is dealt), ``[6:21]`` the chips the player has put in (0-14), ``[21:36]`` the
-opponent's; with an ``action_mask`` over rlcard's actions ``call, raise, fold, check``.
+**The observation** (rlcard's ``LeducholdemEnv._extract_state``, 36 floats:
+``fastppo.agents.leduc_rules.rlcard_observation``): the ranks of the private and the public card
+and the chips each player has put in, one-hot; with an ``action_mask`` over rlcard's actions
+``call, raise, fold, check``.
 
 **From OpenSpiel's state to it**: OpenSpiel's cards are 0-5, rank ``card // 2`` (J J Q Q K K; two
 cards of a rank tie, and a card pairs with the other of its rank); the history is ``[private card
@@ -49,33 +49,13 @@ from typing import Any, Literal
 
 import numpy as np
 
+from fastppo.agents.leduc_rules import ANTE, CALL, CHECK, FOLD, RAISE, RAISE_SIZES, RLCARD_ACTIONS, SEATS, shown
 from fastppo.agents.openspiel_games import load_openspiel_game
 from fastppo.agents.players import PolicyFn
 
-LEDUC_ENV_ID = "pz:pettingzoo.classic.leduc_holdem_v4"
-SEATS = ("player_0", "player_1")
-"""PettingZoo's seat names; OpenSpiel's player ``i`` is shown as ``SEATS[i]``."""
-RLCARD_ACTIONS = ("call", "raise", "fold", "check")
-CALL, RAISE, FOLD, CHECK = range(4)
 OPENSPIEL_FOLD, OPENSPIEL_CALL, OPENSPIEL_RAISE = range(3)
-RANKS = 3
-CHIP_SLOTS = 15
-"""Chips 0-14 (rlcard's most: blinds, two raises of 2, two of 4)."""
-ANTE = 1
-RAISE_SIZES = (2, 4)
 Rules = Literal["openspiel", "rlcard"]
 """Whose Leduc rules to score a policy in (see the module docstring)."""
-
-
-def rlcard_observation(hand_rank: int, public_rank: int | None, my_chips: int, opponent_chips: int) -> np.ndarray:
-    """The 36 floats rlcard's ``LeducholdemEnv._extract_state`` gives (ranks 0-2: J, Q, K)."""
-    observation = np.zeros(2 * RANKS + 2 * CHIP_SLOTS, dtype=np.float32)
-    observation[hand_rank] = 1
-    if public_rank is not None:
-        observation[RANKS + public_rank] = 1
-    observation[2 * RANKS + my_chips] = 1
-    observation[2 * RANKS + CHIP_SLOTS + opponent_chips] = 1
-    return observation
 
 
 def openspiel_chips(state: Any) -> tuple[list[int], int | None]:
@@ -111,20 +91,14 @@ def _openspiel_view(state: Any) -> View:
     facing_bet = chips[player] < max(chips)
     to_rlcard = {OPENSPIEL_FOLD: FOLD, OPENSPIEL_CALL: CALL if facing_bet else CHECK, OPENSPIEL_RAISE: RAISE}
     legal = {action: to_rlcard[action] for action in state.legal_actions()}
-    return _shown(state.history()[player], public, chips[player], chips[1 - player], legal), legal
+    return shown(state.history()[player], public, chips[player], chips[1 - player], list(legal.values())), legal
 
 
 def _rlcard_view(state: Any) -> View:
     """``fastppo.agents.rlcard_leduc``'s states hold rlcard's fields and actions as they are."""
     player = state.current_player()
     legal = {action: action for action in state.legal_actions()}
-    return _shown(state.cards[player], state.public, state.chips[player], state.chips[1 - player], legal), legal
-
-
-def _shown(card: int, public: int | None, mine: int, theirs: int, legal: dict[int, int]) -> dict[str, np.ndarray]:
-    mask = np.zeros(len(RLCARD_ACTIONS), dtype=np.int8)
-    mask[list(legal.values())] = 1
-    return {"observation": rlcard_observation(card // 2, None if public is None else public // 2, mine, theirs), "action_mask": mask}
+    return shown(state.cards[player], state.public, state.chips[player], state.chips[1 - player], list(legal)), legal
 
 
 VIEWS = {"openspiel": _openspiel_view, "rlcard": _rlcard_view}
@@ -151,13 +125,13 @@ def tabular_policy(policy: PolicyFn, rules: Rules = "openspiel") -> Any:
 
     table = TabularPolicy(leduc_game(rules))
     for row, state in enumerate(table.states):
-        shown, legal = VIEWS[rules](state)
-        probabilities = np.asarray(policy(SEATS[state.current_player()], shown), dtype=np.float64)
+        observation, legal = VIEWS[rules](state)
+        probabilities = np.asarray(policy(SEATS[state.current_player()], observation), dtype=np.float64)
         if probabilities.shape != (len(RLCARD_ACTIONS),) or not np.all(np.isfinite(probabilities)) or np.any(probabilities < 0):
             raise ValueError(f"the policy gave {probabilities.tolist()} for {state.information_state_string()}: give 4 probabilities, one per action (call, raise, fold, check)")
         legal_mass = probabilities[list(legal.values())].sum()
         if legal_mass <= 0 or probabilities.sum() - legal_mass > 1e-6 * probabilities.sum():
-            raise ValueError(f"the policy gave {probabilities.tolist()} for {state.information_state_string()}, whose legal actions are {shown['action_mask'].tolist()}: give illegal actions probability 0")
+            raise ValueError(f"the policy gave {probabilities.tolist()} for {state.information_state_string()}, whose legal actions are {observation['action_mask'].tolist()}: give illegal actions probability 0")
         table.action_probability_array[row] = 0
         for action, rlcard_action in legal.items():
             table.action_probability_array[row, action] = probabilities[rlcard_action] / legal_mass

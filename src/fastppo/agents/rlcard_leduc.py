@@ -22,13 +22,10 @@ from typing import Any
 
 import pyspiel
 
-CALL, RAISE, FOLD, CHECK = range(4)
-SMALL_BLIND, BIG_BLIND = 1, 2
-RAISE_SIZES = (2, 4)
-MAX_RAISES = 2
-CARDS = 6
-ACTION_NAMES = ("call", "raise", "fold", "check")
+from fastppo.agents.leduc_rules import BIG_BLIND, CALL, CARDS, CHECK, FOLD, MAX_RAISES, RAISE, RAISE_SIZES, RLCARD_ACTIONS, SMALL_BLIND, rank
+
 MOVE_LETTERS = "crfk"
+"""call, raise, fold, check, in a state's ``moves``."""
 
 _GAME_TYPE = pyspiel.GameType(
     short_name="fastppo_rlcard_leduc_poker",
@@ -152,8 +149,8 @@ class RlcardLeducState(pyspiel.State):
         if self.folded is not None:
             winners = [1 - self.folded]
         else:
-            ranks = [card // 2 for card in self.cards]
-            pair = [p for p in (0, 1) if ranks[p] == self.public // 2]
+            ranks = [rank(card) for card in self.cards]
+            pair = [p for p in (0, 1) if ranks[p] == rank(self.public)]
             winners = pair or [p for p in (0, 1) if ranks[p] == max(ranks)]
         pot = sum(self.chips)
         return [pot / len(winners) * (p in winners) - self.chips[p] for p in (0, 1)]
@@ -161,7 +158,7 @@ class RlcardLeducState(pyspiel.State):
     def _action_to_string(self, player: int, action: int) -> str:
         if player == pyspiel.PlayerId.CHANCE:
             return f"small blind {action}" if self.small_blind is None else f"card {action}"
-        return ACTION_NAMES[action]
+        return RLCARD_ACTIONS[action]
 
     def __str__(self) -> str:
         return f"small blind {self.small_blind} cards {self.cards} public {self.public} chips {self.chips} moves {self.moves}"
