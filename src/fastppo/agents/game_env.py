@@ -1,0 +1,65 @@
+"""A turn-based PettingZoo game (an AECEnv) as fastppo names it, for playing whole games outside
+training: ``pz:<module>`` builds ``<module>.env()``, the module function PettingZoo's classic games
+(tic-tac-toe, connect four, Leduc hold'em, chess, go) provide, with its usual wrappers (order
+enforcing, illegal moves end the game).
+
+Players and ``play_games`` (``fastppo.agents.games``) read an AECEnv the way PettingZoo's own docs
+loop does: ``env.agent_iter()``, ``env.last()``, the seat to move's ``action_mask``."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from fastppo.env_ids import PREFIX
+from fastppo.errors import FastPPOError
+
+GameSource = str | Callable[[], Any]
+"""A game: its fastppo env id (``pz:pettingzoo.classic.connect_four_v3``), or a function that
+returns a fresh AECEnv (e.g. with keyword arguments of your own)."""
+
+
+def game_module(env_id: str) -> str:
+    """``pz:pettingzoo.classic.tictactoe_v3`` -> ``pettingzoo.classic.tictactoe_v3``, or a
+    one-line FastPPOError for an id that names no PettingZoo module."""
+    module = env_id.removeprefix(PREFIX)
+    if not env_id.startswith(PREFIX) or not module or ":" in module or module.startswith("."):
+        raise FastPPOError(f"{env_id} names no turn-based PettingZoo game: write pz:<module>, e.g. pz:pettingzoo.classic.connect_four_v3")
+    return module
+
+
+def make_game(game: GameSource) -> Any:
+    """A fresh AECEnv of ``game`` (not reset), or a one-line FastPPOError."""
+    if callable(game):
+        env = game()
+        name = getattr(game, "__name__", repr(game))
+    else:
+        name = game
+        module_name = game_module(game)
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:
+            missing = getattr(exc, "name", None) or module_name
+            fix = "pip install 'fastppo[games]'" if missing.split(".")[0] in ("pettingzoo", "rlcard", "pygame", "chess") else f"install the package that provides '{missing}'"
+            raise FastPPOError(f"cannot import the PettingZoo game {game}: {exc} ({fix})") from None
+        if not callable(getattr(module, "env", None)):
+            raise FastPPOError(f"{game} has no env(): name a PettingZoo turn-based game module, e.g. pz:pettingzoo.classic.connect_four_v3")
+        env = module.env()
+    if not all(hasattr(env, attr) for attr in ("agent_iter", "last", "observe", "possible_agents")):
+        raise FastPPOError(f"{name} built a {type(env).__name__}, not a PettingZoo AECEnv (turn-based): name a game such as pz:pettingzoo.classic.tictactoe_v3")
+    return env
+
+
+def require_two_seats(env: Any, game: str, what: str) -> None:
+    """A one-line FastPPOError unless ``env`` seats two players (``what``: who needs two, for the message)."""
+    seats = list(env.possible_agents)
+    if len(seats) != 2:
+        raise FastPPOError(f"{game} seats {len(seats)} players ({', '.join(seats)}): {what} needs a two-player game")
+
+
+def legal_actions(env: Any, agent: str) -> np.ndarray:
+    """The moves ``agent`` (the seat to move) may play now: its observation's ``action_mask``."""
+    return np.flatnonzero(env.observe(agent)["action_mask"])

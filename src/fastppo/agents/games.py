@@ -1,0 +1,156 @@
+"""Whole games between two players on a turn-based PettingZoo game, seats swapped, with the
+results per seat: what ``fastppo eval --opponent`` and the self-play ratings report.
+
+Seats matter in turn-based games (the first mover wins tic-tac-toe and connect four more often
+against a random player, and Leduc's blinds depend on the deal), so player A sits in the first seat
+in even games and in the second in odd ones, and the results keep the two apart. Games ``2k`` and
+``2k + 1`` start from the same env seed: in a game of chance (Leduc hold'em) the two players then
+hold each deal once from each seat, which cancels much of the luck of the cards (duplicate poker).
+
+The loop is PettingZoo's own AEC loop: ``env.agent_iter()``, ``env.last()``, ``env.step(None)``
+for a seat whose game is over; a seat's return is the sum of the rewards ``last()`` gives it."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from fastppo.agents.game_env import GameSource, legal_actions, make_game, require_two_seats
+from fastppo.agents.players import Player
+
+
+@dataclass
+class SeatResults:
+    """Player A's games from one seat; a game is won when A's return beats the opponent's."""
+
+    seat: str
+    games: int = 0
+    wins: int = 0
+    draws: int = 0
+    losses: int = 0
+    total_return: float = 0.0
+
+    @property
+    def mean_return(self) -> float:
+        return self.total_return / self.games if self.games else float("nan")
+
+    def add(self, own: float, other: float) -> None:
+        self.games += 1
+        self.wins += own > other
+        self.draws += own == other
+        self.losses += own < other
+        self.total_return += own
+
+
+@dataclass
+class GameResults:
+    """``play_games``' outcome for player A against player B (the opponent)."""
+
+    game: str
+    player: str
+    opponent: str
+    seats: list[SeatResults]
+    """A's results from each seat, in the env's ``possible_agents`` order."""
+    moves: int = 0
+    seconds: float = 0.0
+    total: SeatResults = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.total = SeatResults("all")
+        for seat in self.seats:
+            for name in ("games", "wins", "draws", "losses", "total_return"):
+                setattr(self.total, name, getattr(self.total, name) + getattr(seat, name))
+
+    @property
+    def games(self) -> int:
+        return self.total.games
+
+    @property
+    def win_rate(self) -> float:
+        return self.total.wins / self.games if self.games else float("nan")
+
+    @property
+    def games_per_second(self) -> float:
+        return self.games / self.seconds if self.seconds else float("nan")
+
+    def table(self) -> str:
+        """A short text table: one line per seat and the total."""
+        seat = "player's seat"
+        lines = [
+            f"{self.game}: player {self.player} vs opponent {self.opponent}, {self.games} games, {self.moves} moves, {self.seconds:.1f} s ({self.games_per_second:.1f} games/s)",
+            f"{seat:<16}{'games':>8}{'wins':>8}{'draws':>8}{'losses':>8}{'mean return':>13}",
+        ]
+        for row in (*self.seats, self.total):
+            lines.append(f"{row.seat:<16}{row.games:>8}{row.wins:>8}{row.draws:>8}{row.losses:>8}{row.mean_return:>13.3f}")
+        return "\n".join(lines)
+
+    __str__ = table
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data for JSON and metrics: the totals at the top level, each seat under ``seats``."""
+        def counts(row: SeatResults) -> dict[str, Any]:
+            return {k: v for k, v in asdict(row).items() if k not in ("seat", "total_return")} | {"mean_return": row.mean_return}
+
+        return {
+            "game": self.game,
+            "player": self.player,
+            "opponent": self.opponent,
+            **counts(self.total),
+            "win_rate": self.win_rate,
+            "seats": {row.seat: counts(row) for row in self.seats},
+            "moves": self.moves,
+            "seconds": self.seconds,
+            "games_per_second": self.games_per_second,
+        }
+
+
+def play_games(game: GameSource, players: Sequence[Player], games: int, seed: int = 0) -> GameResults:
+    """``games`` games of ``players[0]`` (A) against ``players[1]`` (B): A in the first seat in
+    even games, in the second in odd ones. Everything random follows from ``seed``: the env's
+    deal (the same for games ``2k`` and ``2k + 1``) and each player's choices (``reset``)."""
+    if len(players) != 2:
+        raise ValueError(f"play_games takes two players (A, B), got {len(players)}")
+    if games < 1:
+        raise ValueError(f"play_games needs at least one game, got {games}")
+    env = make_game(game)
+    name = game if isinstance(game, str) else getattr(game, "__name__", "game")
+    require_two_seats(env, name, "play_games")
+    seats = list(env.possible_agents)
+    results = [SeatResults(seat) for seat in seats]
+    moves = 0
+    start = time.perf_counter()
+    for index in range(games):
+        a_seat = index % 2
+        seated = {seats[a_seat]: players[0], seats[1 - a_seat]: players[1]}
+        for k, player in enumerate(players):
+            player.reset(_seed(1 + k, seed, index))
+        env.reset(seed=_seed(0, seed, index // 2))
+        returns = dict.fromkeys(seats, 0.0)
+        history: list[int] = []
+        for agent in env.agent_iter():
+            _, reward, terminated, truncated, _ = env.last()
+            returns[agent] += float(reward)
+            if terminated or truncated:
+                env.step(None)
+                continue
+            action = seated[agent].act(env, agent, history)
+            if action not in legal_actions(env, agent):
+                raise ValueError(f"{seated[agent].name} played {action} as {agent}, an illegal move (legal: {legal_actions(env, agent).tolist()})")
+            history.append(action)
+            env.step(action)
+        moves += len(history)
+        results[a_seat].add(returns[seats[a_seat]], returns[seats[1 - a_seat]])
+    seconds = time.perf_counter() - start
+    env.close()
+    return GameResults(name, players[0].name, players[1].name, results, moves, seconds)
+
+
+def _seed(stream: int, seed: int, index: int) -> int:
+    """A 32-bit seed for game ``index`` of ``stream`` (0: the env's deals, 1 + k: player k's
+    choices); distinct words give unrelated seeds (the stream comes first because SeedSequence
+    ignores trailing zeros)."""
+    return int(np.random.SeedSequence([stream, seed, index]).generate_state(1)[0])

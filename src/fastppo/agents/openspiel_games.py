@@ -1,0 +1,107 @@
+"""OpenSpiel's MCTS bot as an outside opponent for PettingZoo's tic-tac-toe and connect four.
+
+OpenSpiel (``pyspiel``) implements the same two games with its own action numbers, so the bot
+plays OpenSpiel's game and a table translates moves. The tables were checked against both
+libraries' sources and by replaying random games in both (tests/test_games.py: the same board
+after every move, the same legal moves, the same final step and the same returns):
+
+- tic-tac-toe: PettingZoo numbers the cells column by column (``pettingzoo.classic.tictactoe.board``:
+  ``0 3 6 / 1 4 7 / 2 5 8``, which its renderer draws), OpenSpiel row by row (``0 1 2 / 3 4 5 /
+  6 7 8``): PettingZoo's cell ``3 * column + row`` is OpenSpiel's ``3 * row + column``, the
+  transpose (its own inverse). Any permutation that keeps the eight lines would give the same
+  rules; the transpose also gives the same picture.
+- connect four: both number the 7 columns 0-6 from the left, 6 rows; the same numbers.
+- In both games PettingZoo's first seat (``possible_agents[0]``: player_1 in tic-tac-toe,
+  player_0 in connect four) moves first, as OpenSpiel's player 0 (x) does, and a win is +1/-1,
+  a draw 0, in both.
+
+The bot sees the position as an OpenSpiel state rebuilt from the game's history each move, so it
+keeps no state of its own between moves (``MCTSBot`` with ``RandomRolloutEvaluator``: OpenSpiel's
+usual settings, UCT constant 2, one random rollout per leaf, solving proven wins/losses)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from fastppo.agents.game_env import game_module
+from fastppo.errors import FastPPOError
+
+
+@dataclass(frozen=True)
+class SameRules:
+    """A PettingZoo game and OpenSpiel's game of the same rules: ``to_openspiel[a]`` is
+    OpenSpiel's number for PettingZoo's move ``a``."""
+
+    openspiel: str
+    to_openspiel: tuple[int, ...]
+
+    @property
+    def to_pettingzoo(self) -> tuple[int, ...]:
+        return tuple(int(a) for a in np.argsort(self.to_openspiel))
+
+
+SAME_RULES = {
+    "pettingzoo.classic.tictactoe_v3": SameRules("tic_tac_toe", tuple(3 * (cell % 3) + cell // 3 for cell in range(9))),
+    "pettingzoo.classic.connect_four_v3": SameRules("connect_four", tuple(range(7))),
+}
+"""PettingZoo module -> OpenSpiel's game of the same rules (see the module docstring)."""
+
+
+def same_rules(env_id: str) -> SameRules | None:
+    """The OpenSpiel twin of ``pz:<module>``, or None when OpenSpiel's mapping does not cover it."""
+    return SAME_RULES.get(game_module(env_id))
+
+
+def load_openspiel_game(name: str) -> Any:
+    """OpenSpiel's game ``name``; a one-line FastPPOError when open_spiel is not installed (it is
+    imported here, not with this module, so that fastppo's other players work without it)."""
+    try:
+        import pyspiel
+    except ImportError:
+        raise FastPPOError("OpenSpiel is not installed: pip install 'fastppo[games]'") from None
+    return pyspiel.load_game(name)
+
+
+def openspiel_state(rules: SameRules, game: Any, history: list[int]) -> Any:
+    """OpenSpiel's state after the PettingZoo moves ``history`` (both seats', in order)."""
+    state = game.new_initial_state()
+    for action in history:
+        state.apply_action(rules.to_openspiel[action])
+    return state
+
+
+class MCTSPlayer:
+    """OpenSpiel's MCTS bot with ``simulations`` per move, the strength knob (10 is weak, 1 000
+    strong at connect four). ``game``: the fastppo env id of tic-tac-toe or connect four."""
+
+    def __init__(self, game: str, simulations: int, seed: int = 0, uct_c: float = 2.0, rollouts: int = 1):
+        rules = same_rules(game)
+        if rules is None:
+            covered = ", ".join(f"pz:{module}" for module in SAME_RULES)
+            raise FastPPOError(f"MCTS plays {covered} (OpenSpiel's games of the same rules), not {game}")
+        if isinstance(simulations, bool) or not isinstance(simulations, int) or simulations < 1:
+            raise FastPPOError(f"MCTS needs a positive number of simulations per move (the strength knob, e.g. mcts:100), got {simulations!r}")
+        self.name = f"mcts:{simulations}"
+        self.rules = rules
+        self.simulations = simulations
+        self.uct_c = uct_c
+        self.rollouts = rollouts
+        self.game = load_openspiel_game(rules.openspiel)
+        self.reset(seed)
+
+    def reset(self, seed: int) -> None:
+        from open_spiel.python.algorithms import mcts  # importable once load_openspiel_game was
+
+        random_state = np.random.RandomState(seed)
+        evaluator = mcts.RandomRolloutEvaluator(n_rollouts=self.rollouts, random_state=random_state)
+        self._bot = mcts.MCTSBot(self.game, self.uct_c, self.simulations, evaluator, random_state=random_state)
+
+    def act(self, env: Any, agent: str, history: list[int]) -> int:
+        state = openspiel_state(self.rules, self.game, history)
+        seat = list(env.possible_agents).index(agent)
+        if state.current_player() != seat:
+            raise ValueError(f"the history has OpenSpiel's player {state.current_player()} to move, not {agent} (seat {seat}): pass every move of this game, both seats', in order")
+        return self.rules.to_pettingzoo[self._bot.step(state)]

@@ -1,0 +1,157 @@
+"""Who sits at a turn-based game: a ``Player`` chooses the move of the seat to move, and
+``player_from_spec`` builds one from the words a command line gives (``--opponent random``,
+``mcts:100``, ``minimax``, a run folder).
+
+A player sees the PettingZoo AECEnv itself (its observation of the seat it plays, the action
+mask) and the moves played so far: an agent acts on its observation, a search engine (OpenSpiel's
+MCTS, minimax) rebuilds the position from the history. Every move a player returns must be legal
+(the seat's ``action_mask``); ``fastppo.agents.games.play_games`` checks that."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+
+from fastppo.agents.agent import Agent, load_agent
+from fastppo.agents.game_env import game_module, legal_actions, make_game, require_two_seats
+from fastppo.agents.minimax import MinimaxPlayer
+from fastppo.agents.openspiel_games import MCTSPlayer
+from fastppo.errors import FastPPOError
+
+PolicyFn = Callable[[str, dict[str, np.ndarray]], np.ndarray]
+"""A policy as a function: (the seat's name, its PettingZoo observation ``{"observation": ...,
+"action_mask": ...}``) -> the probability of each of the game's actions (0 on illegal ones)."""
+
+TICTACTOE = "pettingzoo.classic.tictactoe_v3"
+
+
+class Player(Protocol):
+    """One side of a turn-based game."""
+
+    name: str
+    """How tables and logs call it (``random``, ``mcts:100``, a run folder)."""
+
+    def reset(self, seed: int) -> None:
+        """A new game starts; ``seed`` seeds the player's random choices in it."""
+
+    def act(self, env: Any, agent: str, history: list[int]) -> int:
+        """The move of ``agent``, the seat to move (``env.agent_selection == agent``), after the
+        moves ``history`` (every move of this game so far, both seats', in order)."""
+
+
+class RandomPlayer:
+    """A uniformly random legal move: the floor every trained agent must beat."""
+
+    name = "random"
+
+    def __init__(self, seed: int = 0):
+        self.reset(seed)
+
+    def reset(self, seed: int) -> None:
+        self._random = np.random.default_rng(seed)
+
+    def act(self, env: Any, agent: str, history: list[int]) -> int:
+        return int(self._random.choice(legal_actions(env, agent)))
+
+
+class PolicyPlayer:
+    """Plays a ``PolicyFn``: samples each move from its probabilities (e.g. a tabular policy, or a
+    trained agent's through ``agent_policy``), the same function an exploitability figure scores
+    (``fastppo.agents.leduc``)."""
+
+    def __init__(self, policy: PolicyFn, name: str = "policy", seed: int = 0):
+        self.policy = policy
+        self.name = name
+        self.reset(seed)
+
+    def reset(self, seed: int) -> None:
+        self._random = np.random.default_rng(seed)
+
+    def act(self, env: Any, agent: str, history: list[int]) -> int:
+        probabilities = np.asarray(self.policy(agent, env.observe(agent)), dtype=np.float64)
+        return int(self._random.choice(len(probabilities), p=probabilities / probabilities.sum()))
+
+
+class AgentPlayer:
+    """A trained fastppo agent, through its dict API: ``agent.act({seat: observation})``, the rows
+    training built (``fastppo.agents.agent_rows``). ``deterministic``: its most likely legal move
+    (evaluation); else a sample, as in training."""
+
+    def __init__(self, agent: Agent, deterministic: bool = True, name: str | None = None):
+        if agent.policy.recurrent:
+            raise FastPPOError("this agent has a recurrent policy, and a game player acts on one observation at a time: train it without --policy.memory")
+        self.agent = agent
+        self.deterministic = deterministic
+        self.name = name or (str(agent.run_dir) if agent.run_dir is not None else "agent")
+        self.reset(0)
+
+    def reset(self, seed: int) -> None:
+        self._torch_random = torch.Generator().manual_seed(seed).get_state()
+
+    def act(self, env: Any, agent: str, history: list[int]) -> int:
+        # A sampled move draws from torch's global generator (fastppo.policies.distributions): run
+        # it on this player's own stream, so games replay from their seed and the caller's
+        # generator is left as it was.
+        with torch.random.fork_rng(devices=[]):
+            torch.set_rng_state(self._torch_random)
+            action = self.agent.act({agent: env.observe(agent)}, deterministic=self.deterministic)[agent]
+            self._torch_random = torch.get_rng_state()
+        return int(action)
+
+
+def agent_policy(agent: Agent) -> PolicyFn:
+    """``agent``'s action probabilities as a ``PolicyFn`` (its masked softmax, what ``act``
+    samples from), for scores that need the whole distribution (exploitability)."""
+    if agent.pettingzoo is None or agent.policy.recurrent:
+        raise ValueError("agent_policy takes a feed-forward agent trained on a PettingZoo game")
+
+    @torch.no_grad()
+    def probabilities(name: str, observation: dict[str, np.ndarray]) -> np.ndarray:
+        _, rows, masks = agent.pettingzoo.rows(agent.config.multi_agent, {name: observation}, None)
+        n = int(agent.action_space.n)
+        obs = agent.normalize(torch.as_tensor(rows, device=agent.device)).expand(n, -1)
+        mask = None if masks is None else torch.as_tensor(masks, device=agent.device).expand(n, -1)
+        logprob, _, _ = agent.policy.evaluate(obs, torch.arange(n, device=agent.device), mask)
+        return logprob.exp().cpu().numpy().astype(np.float64)
+
+    return probabilities
+
+
+def player_from_spec(spec: str, env_id: str, seed: int = 0) -> Player:
+    """The player ``--opponent SPEC`` names for the game ``env_id``: ``random``, ``mcts:N``
+    (OpenSpiel's MCTS with N simulations per move; tic-tac-toe and connect four), ``minimax``
+    (tic-tac-toe) or a run folder (its agent, trained on ``env_id``); a one-line FastPPOError
+    ``--opponent SPEC: why`` otherwise."""
+    try:
+        env = make_game(env_id)
+        try:
+            require_two_seats(env, env_id, "a game against an opponent")
+        finally:
+            env.close()
+        return _player(spec, env_id, seed)
+    except FastPPOError as exc:
+        raise FastPPOError(f"--opponent {spec}: {exc}") from None
+
+
+def _player(spec: str, env_id: str, seed: int) -> Player:
+    kind, _, argument = spec.partition(":")
+    if spec == "random":
+        return RandomPlayer(seed)
+    if spec == "minimax":
+        if game_module(env_id) != TICTACTOE:
+            raise FastPPOError(f"minimax plays pz:{TICTACTOE} only, not {env_id}: use random or mcts:N")
+        return MinimaxPlayer(seed)
+    if kind == "mcts":
+        if not argument.lstrip("-").isdigit():
+            raise FastPPOError("give the number of simulations per move as an integer, e.g. mcts:100")
+        return MCTSPlayer(env_id, int(argument), seed)
+    if Path(spec).is_dir():
+        agent = load_agent(spec)
+        if agent.config.env.env_id != env_id:
+            raise FastPPOError(f"{spec} holds an agent trained on {agent.config.env.env_id}, not on {env_id}: give an agent of this game")
+        return AgentPlayer(agent)
+    raise FastPPOError("unknown opponent, and no such folder: give random, mcts:N (OpenSpiel's MCTS, N simulations per move), minimax (tic-tac-toe) or a run folder of an agent trained on this game")
