@@ -8,13 +8,13 @@ loop does: ``env.agent_iter()``, ``env.last()``, the seat to move's ``action_mas
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from fastppo.env_ids import PREFIX
+from fastppo.envs.pettingzoo_vec import is_turn_based, make_pettingzoo
 from fastppo.errors import FastPPOError
 
 GameSource = str | Callable[[], Any]
@@ -23,32 +23,25 @@ returns a fresh AECEnv (e.g. with keyword arguments of your own)."""
 
 
 def game_module(env_id: str) -> str:
-    """``pz:pettingzoo.classic.tictactoe_v3`` -> ``pettingzoo.classic.tictactoe_v3``, or a
+    """``pz:pettingzoo.classic.tictactoe_v3`` -> ``pettingzoo.classic.tictactoe_v3`` (``pz:<module>:<function>`` keeps its function), or a
     one-line FastPPOError for an id that names no PettingZoo module."""
     module = env_id.removeprefix(PREFIX)
-    if not env_id.startswith(PREFIX) or not module or ":" in module or module.startswith("."):
+    if not env_id.startswith(PREFIX) or not module or module.startswith("."):
         raise FastPPOError(f"{env_id} names no turn-based PettingZoo game: write pz:<module>, e.g. pz:pettingzoo.classic.connect_four_v3")
     return module
 
 
-def make_game(game: GameSource) -> Any:
-    """A fresh AECEnv of ``game`` (not reset), or a one-line FastPPOError."""
+def make_game(game: GameSource, env_kwargs: dict[str, Any] | None = None) -> Any:
+    """A fresh AECEnv of ``game`` (not reset), built as training builds it
+    (``fastppo.envs.pettingzoo_vec.make_pettingzoo``: ``pz:<module>``, ``pz:<module>:<function>``,
+    ``--env-kwargs``), or a one-line FastPPOError."""
     if callable(game):
-        env = game()
-        name = getattr(game, "__name__", repr(game))
+        env, name = game(), getattr(game, "__name__", repr(game))
     else:
-        name = game
-        module_name = game_module(game)
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError as exc:
-            missing = getattr(exc, "name", None) or module_name
-            fix = "pip install 'fastppo[games]'" if missing.split(".")[0] in ("pettingzoo", "rlcard", "pygame", "chess") else f"install the package that provides '{missing}'"
-            raise FastPPOError(f"cannot import the PettingZoo game {game}: {exc} ({fix})") from None
-        if not callable(getattr(module, "env", None)):
-            raise FastPPOError(f"{game} has no env(): name a PettingZoo turn-based game module, e.g. pz:pettingzoo.classic.connect_four_v3")
-        env = module.env()
-    if not all(hasattr(env, attr) for attr in ("agent_iter", "last", "observe", "possible_agents")):
+        game_module(game)  # a one-line error for an id that names no PettingZoo module
+        env, name = make_pettingzoo(game, env_kwargs or {}), game
+    if not is_turn_based(env) or not all(hasattr(env, attr) for attr in ("agent_iter", "last", "observe", "possible_agents")):
+        env.close()
         raise FastPPOError(f"{name} built a {type(env).__name__}, not a PettingZoo AECEnv (turn-based): name a game such as pz:pettingzoo.classic.tictactoe_v3")
     return env
 
