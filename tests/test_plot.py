@@ -96,3 +96,18 @@ def test_a_damaged_metrics_line_is_named_by_its_number(runs, tmp_path, capsys, d
         err = capsys.readouterr().err.strip()
         assert err.startswith(f"fastppo: error: {run / message.split(' ', 1)[0]} {message.split(' ', 1)[1]}") and len(err.splitlines()) == 1, err
     assert not (tmp_path / "p.png").exists()
+
+
+def test_a_self_play_run_plots_its_ratings_beside_the_return(tmp_path, monkeypatch):
+    run = tmp_path / "ttt"
+    fastppo.train(
+        "pz:pettingzoo.classic.tictactoe_v3", run_dir=run, total_timesteps=6144, num_envs=4, num_steps=64, progress=False, tensorboard=False,
+        **{"self_play.pool_size": 2, "self_play.snapshot_every": 2},
+    )  # fmt: skip
+    assert read_run(run).ratings == ["ratings/learner"]
+    import matplotlib.figure
+
+    titles = []
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", lambda fig, *a, **k: titles.extend(ax.get_title() for ax in fig.axes))
+    assert main(["plot", str(run), "--out", str(tmp_path / "p.png")]) == 0
+    assert "openskill rating (mu - 3 sigma)" in titles

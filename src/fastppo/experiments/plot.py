@@ -19,6 +19,7 @@ from fastppo.errors import FastPPOError
 from fastppo.files.outputs import output_file, writing
 
 RETURN = "charts/episodic_return"
+RATINGS = "ratings/"
 DIAGNOSTICS = (
     ("losses/approx_kl", "approx KL"),
     ("losses/clipfrac", "clip fraction"),
@@ -52,6 +53,11 @@ class Run:
         data = np.asarray(rows, dtype=float).reshape(-1, 2)
         finite = np.isfinite(data[:, 1])
         return data[finite, 0], data[finite, 1]
+
+    @property
+    def ratings(self) -> list[str]:
+        """A self-play run's ratings (ratings/learner, ratings/<fixed player>), in logged order."""
+        return list(dict.fromkeys(name for record in self.records for name in record if name.startswith(RATINGS)))
 
     @property
     def group_returns(self) -> list[str]:
@@ -233,7 +239,10 @@ def plot_runs(run_dirs: list[str | Path], out: str | Path, smooth: int = 10) -> 
     labels = _labels(groups)
     fig = plt.figure(figsize=(16, 9), layout="constrained")
     grid = fig.add_gridspec(2, len(DIAGNOSTICS), height_ratios=(2.2, 1))
-    ax_return = fig.add_subplot(grid[0, :])
+    # Self-play runs: the openskill ratings beside the return (against the pool).
+    rated = any(run.ratings for group in groups for run in group)
+    ax_return = fig.add_subplot(grid[0, :3] if rated else grid[0, :])
+    ax_ratings = fig.add_subplot(grid[0, 3:]) if rated else None
     diag_axes = [fig.add_subplot(grid[1, i]) for i in range(len(DIAGNOSTICS))]
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for index, (group, label) in enumerate(zip(groups, labels)):
@@ -247,6 +256,10 @@ def plot_runs(run_dirs: list[str | Path], out: str | Path, smooth: int = 10) -> 
                 ax_return.plot(steps, mean, color=color, lw=2, ls=style, label=label if name == RETURN else f"{label}: {name.removeprefix(RETURN + '/')}")
                 if len(group) > 1:
                     ax_return.fill_between(steps, low, high, color=color, alpha=0.2, lw=0)
+        for name, style in zip(group[0].ratings if ax_ratings else [], ("-", "--", ":", "-.") * 4):
+            curve = _aggregate(group, name, smooth)
+            if curve is not None:
+                ax_ratings.plot(curve[0], curve[1], color=color, lw=1.6, ls=style, label=f"{label}: {name.removeprefix(RATINGS)}")
         for ax, (name, _) in zip(diag_axes, DIAGNOSTICS):
             curve = _aggregate(group, name, smooth)
             if curve is not None:
@@ -260,6 +273,11 @@ def plot_runs(run_dirs: list[str | Path], out: str | Path, smooth: int = 10) -> 
     ax_return.set_ylabel("episodic return")
     ax_return.grid(alpha=0.3)
     ax_return.legend(loc="best")
+    if ax_ratings is not None:
+        ax_ratings.set_title("openskill rating (mu - 3 sigma)", fontsize=11)
+        ax_ratings.set_xlabel("environment steps")
+        ax_ratings.grid(alpha=0.3)
+        ax_ratings.legend(loc="best", fontsize=8)
     for ax, (_, title) in zip(diag_axes, DIAGNOSTICS):
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("environment steps", fontsize=8)
