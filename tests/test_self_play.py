@@ -334,9 +334,11 @@ TINY_CLI = ["--env.num-envs", "2", "--ppo.num-steps", "8", "--ppo.total-timestep
         ([TICTACTOE, "--self-play.sampling", "uniform"], "--self-play.sampling and --self-play.snapshot-every need a pool: give --self-play.pool-size N"),
         ([TICTACTOE, "--self-play.sampling", "best"], "--self-play.sampling"),
         ([TICTACTOE, "--env.backend", "async"], "pz:pettingzoo.classic.tictactoe_v3 is a turn-based game, whose copies step in the training process: use --backend sync, not async"),
-        ([TICTACTOE, "--policy.memory", "lstm"], "--policy.memory on a turn-based game"),
+        ([TICTACTOE, "--policy.memory", "lstm"], "--policy.memory on a turn-based game would carry nothing from one of a seat's turns to the next"),
+        ([TICTACTOE, "--run.stop-return", "0.5"], "--run.stop-return reads the learner's return in games against its past snapshots, and this run plays none"),
+        ([TICTACTOE, "--run.stop-return", "0.5", "--self-play.pool-size", "1", "--self-play.latest-share", "1"], "and this run plays none"),
     ],
-    ids=["three-seats", "gymnasium", "parallel", "negative-pool", "snapshot-every-0", "latest-share", "sampling-without-pool", "sampling-unknown", "async", "memory"],
+    ids=["three-seats", "gymnasium", "parallel", "negative-pool", "snapshot-every-0", "latest-share", "sampling-without-pool", "sampling-unknown", "async", "memory", "stop-return-no-pool", "stop-return-latest-only"],
 )
 def test_bad_self_play_input_is_one_line_and_exit_2(tmp_path, capsys, argv, message):
     run = tmp_path / "run"

@@ -57,7 +57,8 @@ class Snapshot:
 def check_league(config: Config, envs: VecEnv, processes: int) -> None:
     """Refuse, once the envs are built, what a league cannot do (``Config.validate`` checks the
     flags alone): --self-play.* on an env that is no turn-based game (they would be ignored), a
-    pool in a game of other than two seats or over several processes, and memory."""
+    pool in a game of other than two seats or over several processes, memory, and a
+    --run.stop-return that no game would ever reach."""
     sp = config.self_play
     if not isinstance(envs, TurnBasedVecEnv):
         if sp != SelfPlayConfig():
@@ -70,6 +71,9 @@ def check_league(config: Config, envs: VecEnv, processes: int) -> None:
         raise FastPPOError(f"--self-play.pool-size needs a two-seat game (the learner in one seat, a snapshot in the other), and this one has {len(envs.agents)} seats: drop it to train by self-play alone")
     if sp.pool_size and processes > 1:
         raise FastPPOError("a self-play pool trains in one process: drop --self-play.pool-size or train without torchrun")
+    if config.run.stop_return is not None and (not sp.pool_size or sp.latest_share == 1.0):
+        # fastppo.envs.turn_based.game_episodes: a game against itself has no return of the learner's.
+        raise FastPPOError("--run.stop-return reads the learner's return in games against its past snapshots, and this run plays none: give --self-play.pool-size N and --self-play.latest-share below 1")
 
 
 class NoLeague:
