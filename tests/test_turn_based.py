@@ -125,13 +125,19 @@ def test_an_opponent_moves_inside_step_and_the_learner_sees_only_its_own_turns()
 
 def test_an_opponent_that_opens_moves_before_the_learners_first_row():
     envs = race_env(goal=5)
-    envs.opponents = opponent = ScriptedOpponent([ADD_TWO, ADD_ONE], seats=(False, True))
+    envs.opponents = opponent = ScriptedOpponent([ADD_TWO, ADD_ONE, ADD_ONE], seats=(False, True))
     first = envs.reset(seed=0)  # player_0 is the opponent: it has moved (+2) before the reset returns
     assert first.live.tolist() == [False, True] and first.obs[1].tolist() == [2, 1, 0, 1]
     assert opponent.shown == [([0], [[0, 1, 1, 0]], [[True, True]])]
     second = envs.step(moves(ADD_ONE, ADD_ONE))  # 3, then the opponent: 4
     assert second.live.tolist() == [False, True] and second.obs[1, COUNT] == 4
     assert second.action_mask.tolist() == [[True, True], [True, False]]
+    end = envs.step(moves(ADD_ONE, ADD_ONE))  # the learner reaches 5 and wins
+    assert end.reward.tolist() == [-1, 1] and end.terminated.tolist() == [True, True]
+    assert opponent.results == [(0, [-1.0, 1.0 + Race.BONUS])]  # the opening +2 was the learner's bonus
+    reset = envs.step(moves(ADD_ONE, ADD_ONE))  # the reset row: the opponent opens the next game inside it (+1)
+    assert reset.live.tolist() == [False, True] and reset.obs[1].tolist() == [1, 1, 0, 1]
+    assert not reset.terminated.any() and not reset.truncated.any()
 
 
 def test_the_learner_everywhere_plays_no_opponent_moves():
