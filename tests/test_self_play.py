@@ -29,15 +29,15 @@ TICTACTOE = "pz:pettingzoo.classic.tictactoe_v3"
 WIN, DRAW, LOSS = 1, 0, -1
 
 
-def learner() -> Agent:
-    config = fastppo.make_config(RACE, "cleanrl-discrete", {"num_envs": 1})
+def learner(normalize_obs: bool = False) -> Agent:
+    config = fastppo.make_config(RACE, "cleanrl-discrete", {"num_envs": 1, "normalize_obs": normalize_obs})
     envs = make_vec_env(config.env, torch.device("cpu"), multi_agent=config.multi_agent)
     torch.manual_seed(0)
     return build_agent(config, envs.single_observation_space, envs.single_action_space, torch.device("cpu"), envs.layout)
 
 
-def league(copies: int = 1, seed: int = 0, **cfg) -> League:
-    return League(SelfPlayConfig(**({"snapshot_every": 1} | cfg)), learner(), copies, 2, seed)
+def league(copies: int = 1, seed: int = 0, normalize_obs: bool = False, **cfg) -> League:
+    return League(SelfPlayConfig(**({"snapshot_every": 1} | cfg)), learner(normalize_obs), copies, 2, seed)
 
 
 def snapshots_at(league: League, *iterations: int) -> League:
@@ -140,14 +140,17 @@ def test_without_a_pool_the_learner_plays_every_seat_and_nothing_is_snapshot():
 
 
 def test_snapshots_are_taken_every_snapshot_every_iterations_and_frozen():
-    sp = league(pool_size=5, snapshot_every=2)
+    sp = league(pool_size=5, snapshot_every=2, normalize_obs=True)
     snapshots_at(sp, 1, 2, 3, 4)
     assert sp.pool_ids == [2, 4]
     frozen = {k: v.clone() for k, v in sp.snapshots[4].policy.state_dict().items()}
+    statistics = {k: v.clone() for k, v in sp.snapshots[4].obs_rms.state_dict().items()}
     with torch.no_grad():
         for p in sp.learner.policy.parameters():
             p.add_(1.0)  # the learner trains on
+    sp.learner.obs_rms.update(torch.full((8, 2), 3.0))  # and sees more observations
     assert all(torch.equal(v, frozen[k]) for k, v in sp.snapshots[4].policy.state_dict().items())
+    assert all(torch.equal(v, statistics[k]) for k, v in sp.snapshots[4].obs_rms.state_dict().items())
     assert not any(p.requires_grad for p in sp.snapshots[4].policy.parameters())
 
 
@@ -172,6 +175,18 @@ def test_an_evicted_snapshot_finishes_its_game_then_is_forgotten():
     sp.new_game(0)  # its next game draws from the pool: snapshot 1 is forgotten
     assert sp.opponent.tolist() == [2, 2] and sorted(sp.snapshots) == [2]
     assert not any(name.startswith("pool.1.") for name in sp.state()[0])
+
+
+def test_a_snapshot_plays_on_its_own_observation_statistics():
+    sp = league(pool_size=1, latest_share=0.0, normalize_obs=True)
+    snapshots_at(sp, 1)
+    sp.learner.obs_rms.update(torch.full((4, 2), 7.0))  # the learner's statistics move on
+    own, shown = sp.snapshots[1].obs_rms, []
+    normalize = own.normalize
+    own.normalize = lambda obs, clip: shown.append(obs) or normalize(obs, clip)
+    sp.new_game(0)
+    opponents_move(sp, [0])
+    assert shown and shown[0].shape == (1, 4)  # the row it moves on
 
 
 def test_records_count_wins_draws_and_losses_from_the_learners_seat():
@@ -229,13 +244,16 @@ def test_after_update_logs_the_iterations_games_against_the_pool_and_the_ratings
 
 
 def test_state_and_load_restore_the_pool_and_draw_on_alike():
-    sp = snapshots_at(league(copies=2, pool_size=2, latest_share=0.5), 1, 2, 3)
+    sp = league(copies=2, pool_size=2, latest_share=0.5, normalize_obs=True)
+    for iteration in (1, 2, 3):
+        sp.learner.obs_rms.update(torch.full((4, 2), float(iteration)))  # each snapshot its own statistics
+        snapshots_at(sp, iteration)
     for _ in range(5):
         sp.new_game(0)
         sp.game_over(0, result(sp, 0, WIN))
     sp.new_game(1)
     tensors, meta = sp.state()
-    twin = league(copies=2, pool_size=2, latest_share=0.5, seed=99)
+    twin = league(copies=2, pool_size=2, latest_share=0.5, seed=99, normalize_obs=True)
     twin.load(tensors, json.loads(json.dumps(meta)))  # as trainer.json holds it
     assert twin.pool_ids == sp.pool_ids and twin.opponent.tolist() == sp.opponent.tolist() and twin.learner_seat.tolist() == sp.learner_seat.tolist()
     assert {i: s.record for i, s in twin.snapshots.items()} == {i: s.record for i, s in sp.snapshots.items()}
@@ -243,6 +261,7 @@ def test_state_and_load_restore_the_pool_and_draw_on_alike():
     assert twin.learner_rating == sp.learner_rating
     for i, s in sp.snapshots.items():
         assert all(torch.equal(v, twin.snapshots[i].policy.state_dict()[k]) for k, v in s.policy.state_dict().items())
+        assert all(torch.equal(v, twin.snapshots[i].obs_rms.state_dict()[k]) for k, v in s.obs_rms.state_dict().items())
     assert [tuple(twin.new_game(0)) + (twin.opponent[0],) for _ in range(20)] == [tuple(sp.new_game(0)) + (sp.opponent[0],) for _ in range(20)]
 
 
@@ -254,14 +273,16 @@ SELF_PLAY = {"self_play.pool_size": 2, "self_play.snapshot_every": 1}
 
 def test_stop_and_resume_with_a_pool_equals_one_go(tmp_path, monkeypatch):
     """Stopped after 3 of 6 iterations: games in flight (some against snapshots), a pool of 2 of
-    3 snapshots, records, ratings and the league's RNG must all come back."""
-    overrides = RUN | SELF_PLAY | {"num_steps": 7, "total_timesteps": ITERATIONS * 2 * 7, "checkpoint_every": 0}
+    3 snapshots (weights and observation statistics), records, ratings and the league's RNG must
+    all come back."""
+    overrides = RUN | SELF_PLAY | {"num_steps": 7, "total_timesteps": ITERATIONS * 2 * 7, "checkpoint_every": 0, "normalize_obs": True}
     train(fastppo.make_config(TICTACTOE, "cleanrl-discrete", overrides), tmp_path / "one_go")
     with monkeypatch.context() as patch:
         stop_after(patch, ITERATIONS // 2)
         train(fastppo.make_config(TICTACTOE, "cleanrl-discrete", overrides), tmp_path / "split")
     resumed_config, checkpoint = resume_config(tmp_path / "split")
     assert checkpoint.meta["env"]["kind"] == "pettingzoo" and checkpoint.meta["self_play"]["pool"] == [2, 3]
+    assert "pool.3.obs_rms.mean" in checkpoint.tensors
     train(resumed_config, tmp_path / "split", checkpoint)
     assert_same_run(tmp_path / "one_go", tmp_path / "split")
     logged = [json.loads(line) for line in (tmp_path / "one_go" / "metrics.jsonl").read_text().splitlines()]

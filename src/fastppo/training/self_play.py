@@ -34,6 +34,12 @@ LATEST = -1
 """A copy's opponent id when the learner plays every seat."""
 START_RATING = (25.0, 25.0 / 3.0)
 """openskill's default (mu, sigma)."""
+POOL_TENSORS = "pool."
+"""The league's tensors in a checkpoint: ``pool.<iteration>.policy.<name>`` and ``pool.<iteration>.obs_rms.<name>``."""
+
+
+class Damaged(ValueError):
+    """What a league's checkpoint JSON gets wrong, phrased after "trainer.json's self_play"."""
 
 
 @dataclass
@@ -259,10 +265,8 @@ class League:
             rng = np.random.default_rng()
             rng.bit_generator.state = meta["rng"]
             fixed = {str(k): _rating(v) for k, v in meta["fixed_ratings"].items()}
-            return {
-                "snapshots": snapshots, "pool": pool_ids, "opponent": opponent, "learner_seat": seats, "rng": rng,
-                "learner_rating": _rating(meta["learner_rating"]), "fixed_ratings": fixed,
-            }  # fmt: skip
+            learner_rating = _rating(meta["learner_rating"])
+            return {"snapshots": snapshots, "pool": pool_ids, "opponent": opponent, "learner_seat": seats, "rng": rng, "learner_rating": learner_rating, "fixed_ratings": fixed}
         except Damaged:
             raise
         except KeyError as exc:
@@ -280,20 +284,12 @@ class League:
         return Snapshot(iteration, policy, obs_rms, entry["record"], entry["rating"])
 
 
-POOL_TENSORS = "pool."
-"""The league's tensors in a checkpoint: ``pool.<iteration>.policy.<name>`` and ``pool.<iteration>.obs_rms.<name>``."""
-
-
 def snapshot_tensors(iteration: int, policy: torch.nn.Module, obs_rms: Any) -> dict[str, torch.Tensor]:
     """A snapshot's weights and statistics as a checkpoint names them."""
     tensors = {f"{POOL_TENSORS}{iteration}.policy.{k}": v.detach().cpu().contiguous() for k, v in policy.state_dict().items()}
     if obs_rms is not None:
         tensors |= {f"{POOL_TENSORS}{iteration}.obs_rms.{k}": v.detach().cpu().contiguous() for k, v in obs_rms.state_dict().items()}
     return tensors
-
-
-class Damaged(ValueError):
-    """What a league's checkpoint JSON gets wrong, phrased after "trainer.json's self_play"."""
 
 
 def _record(value: Any) -> list[int]:
