@@ -1,4 +1,5 @@
-"""Tiny PettingZoo Parallel envs for the multi-agent tests, named as ``pz:tests.fake_pz_envs``.
+"""Tiny PettingZoo envs for the multi-agent tests, named as ``pz:tests.fake_pz_envs``: the
+Parallel env Relay below, and the turn-based (AEC) game Race at the end (``pz:tests.fake_pz_envs:race``).
 
 Three agents (``agents``, by default agent_0..2) walk a counter; the second finishes at step ``die_at`` (terminated) while the
 others play on until ``length`` (truncated). With ``join_at`` > 1 the last agent is absent at
@@ -12,7 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 from gymnasium import spaces
-from pettingzoo import ParallelEnv
+from pettingzoo import AECEnv, ParallelEnv
+from pettingzoo.utils import AgentSelector
 
 AGENTS = ("agent_0", "agent_1", "agent_2")
 
@@ -99,3 +101,78 @@ class ImageRelay(Relay):
 
 def image_relay(**kwargs) -> ImageRelay:
     return ImageRelay(**kwargs)
+
+
+class Race(AECEnv):
+    """A turn-based race to ``goal``: the seats take turns adding 1 (action 0) or 2 (action 1) to a
+    shared count, and the seat that brings it to ``goal`` wins (+1, every other seat -1); adding 2
+    past the goal is illegal (the observation's ``action_mask``). A move that adds 2 hands the next
+    seat a consolation of ``BONUS`` at once: a reward on another seat's move, mid-game. After
+    ``max_moves`` moves without a winner the game is truncated, reward 0. Each seat observes
+    [count, 1 if it is to move]; the agents stay in ``agents`` once the game is over (as
+    PettingZoo's classic games do), so their final observations can be read."""
+
+    metadata = {"name": "race_v0", "render_modes": ["ansi"], "is_parallelizable": False}
+    fastppo_plain_state = True  # its state is plain attributes: checkpoints snapshot it (exact resume)
+    BONUS = 0.25
+
+    def __init__(self, goal: int = 5, seats: int = 2, max_moves: int = 100, render_mode: str | None = None):
+        self.goal, self.max_moves, self.render_mode = goal, max_moves, render_mode
+        self.possible_agents = [f"player_{i}" for i in range(seats)]
+        self.agents: list[str] = []
+        self.count = self.moves = 0
+        self._selector = AgentSelector(self.possible_agents)
+        observation = {"observation": spaces.Box(0.0, float(goal), (2,), np.float32), "action_mask": spaces.Box(0, 1, (2,), np.int8)}
+        self.observation_spaces = {agent: spaces.Dict(observation) for agent in self.possible_agents}
+        self.action_spaces = {agent: spaces.Discrete(2) for agent in self.possible_agents}
+
+    def observation_space(self, agent: str) -> spaces.Dict:
+        return self.observation_spaces[agent]
+
+    def action_space(self, agent: str) -> spaces.Discrete:
+        return self.action_spaces[agent]
+
+    def observe(self, agent: str) -> dict:
+        to_move = agent == self.agent_selection
+        mask = np.array([1, self.count + 2 <= self.goal], dtype=np.int8) if to_move else np.zeros(2, dtype=np.int8)
+        return {"observation": np.array([self.count, to_move], dtype=np.float32), "action_mask": mask}
+
+    def reset(self, seed: int | None = None, options: dict | None = None) -> None:
+        self.agents = list(self.possible_agents)
+        self.count = self.moves = 0
+        self.rewards = dict.fromkeys(self.agents, 0.0)
+        self._cumulative_rewards = dict.fromkeys(self.agents, 0.0)
+        self.terminations = dict.fromkeys(self.agents, False)
+        self.truncations = dict.fromkeys(self.agents, False)
+        self.infos = {agent: {} for agent in self.agents}
+        self._selector.reinit(self.agents)
+        self.agent_selection = self._selector.reset()
+
+    def step(self, action: int) -> None:
+        mover = self.agent_selection
+        if self.terminations[mover] or self.truncations[mover]:
+            return self._was_dead_step(action)  # PettingZoo's way out of a finished game (fastppo never takes it)
+        assert self.observe(mover)["action_mask"][int(action)], f"illegal move {action} at count {self.count}"
+        self._cumulative_rewards[mover] = 0.0
+        self._clear_rewards()
+        self.count += int(action) + 1
+        self.moves += 1
+        self.agent_selection = self._selector.next()
+        if self.count == self.goal:
+            self.rewards = {agent: 1.0 if agent == mover else -1.0 for agent in self.agents}
+            self.terminations = dict.fromkeys(self.agents, True)
+        elif self.moves >= self.max_moves:
+            self.truncations = dict.fromkeys(self.agents, True)
+        elif action == 1:
+            self.rewards[self.agent_selection] = self.BONUS
+        self._accumulate_rewards()
+
+    def render(self) -> str:
+        return f"count {self.count} of {self.goal}, {self.agent_selection} to move"
+
+    def close(self) -> None:
+        pass
+
+
+def race(**kwargs) -> Race:
+    return Race(**kwargs)

@@ -56,6 +56,7 @@ from fastppo.errors import FastPPOError
 from fastppo.files.atomic import atomic_write_text, publish_folder
 from fastppo.files.run_folder import AGENT_FILE, CHECKPOINT_NAME, POLICY_FILE, TRAINER_JSON, checkpoint_root, find_checkpoint, list_checkpoints
 from fastppo.training.rollout import EnvCursor, ObservationNormalizer, fresh_state
+from fastppo.training.self_play import Damaged
 
 if TYPE_CHECKING:
     from fastppo.envs.vector import VecEnv
@@ -408,12 +409,16 @@ def adam_specs(optimizer: Any) -> dict[str, Spec]:
 def check_fits_run(checkpoint: Checkpoint, state: TrainState, envs: VecEnv, rng: dict[str, torch.Tensor] | None = None) -> None:
     """Refuse a checkpoint whose tensors do not fit ``state``, the freshly built run it resumes:
     trainer.safetensors must hold the tensors a checkpoint of that run holds (Adam's moments and
-    step per parameter, the RNG states, the reward scaler, the env cursor, tensor envs), each with
-    their shape and dtype, and nothing else; its param_groups must number the optimizer's
+    step per parameter, the RNG states, the reward scaler, the env cursor, tensor envs, the self-play
+    pool's snapshots), each with their shape and dtype, and nothing else; its param_groups must number the optimizer's
     parameters. (A moment of another size crashed the optimizer's native code.) Together with
     ``load_checkpoint``'s checks, a restore that follows cannot fail halfway. ``rng`` as
     ``save_checkpoint``'s (a seed of a stack)."""
     tensors, json_part = run_tensors(state, envs, rng)
+    try:  # the self-play pool's snapshots: as many as the checkpoint's league lists
+        tensors |= state.league.expected_tensors(checkpoint.meta.get("self_play"))
+    except Damaged as exc:
+        raise _damaged(checkpoint.path, f"{TRAINER_JSON}'s self_play {exc}") from None
     saved_env, fresh_env = checkpoint.meta["env"], json_part["env"]
     if saved_env is not None and fresh_env is not None and saved_env["kind"] != fresh_env["kind"]:
         raise _damaged(checkpoint.path, f"its env snapshot is of {saved_env['kind']} envs, the config makes {fresh_env['kind']} envs")
@@ -446,7 +451,7 @@ def restore_train_state(state: TrainState, envs: VecEnv, checkpoint: Checkpoint,
     envs restart fresh episodes from that seed and the RNGs are left as the caller seeded them."""
     check_fits_run(checkpoint, state, envs)
     agent, tensors, meta = state.agent, checkpoint.tensors, checkpoint.meta
-    state.league.load(tensors, meta.get("self_play"))  # first: a damaged pool stops the resume before anything changes
+    state.league.load(tensors, meta.get("self_play"))
     device = envs.device  # the rollout's (fastppo.envs.make.rollout_device)
     agent.policy.load_state_dict(checkpoint.agent.policy.state_dict())
     if agent.obs_rms is not None and checkpoint.agent.obs_rms is not None:

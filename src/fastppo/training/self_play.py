@@ -25,13 +25,21 @@ import numpy as np
 import torch
 
 from fastppo.agents.agent import Agent
-from fastppo.config import SelfPlayConfig
+from fastppo.config import Config, SelfPlayConfig
+from fastppo.envs.turn_based import TurnBasedVecEnv
+from fastppo.envs.vector import VecEnv
 from fastppo.errors import FastPPOError
 
 LATEST = -1
 """A copy's opponent id when the learner plays every seat."""
 START_RATING = (25.0, 25.0 / 3.0)
 """openskill's default (mu, sigma)."""
+POOL_TENSORS = "pool."
+"""The league's tensors in a checkpoint: ``pool.<iteration>.policy.<name>`` and ``pool.<iteration>.obs_rms.<name>``."""
+
+
+class Damaged(ValueError):
+    """What a league's checkpoint JSON gets wrong, phrased after "trainer.json's self_play"."""
 
 
 @dataclass
@@ -52,6 +60,28 @@ class Snapshot:
         return 0.5 if games == 0 else (wins + 0.5 * draws) / games
 
 
+def check_league(config: Config, envs: VecEnv, processes: int) -> None:
+    """Refuse, once the envs are built, what a league cannot do (``Config.validate`` checks the
+    flags alone): --self-play.* on an env that is no turn-based game (they would be ignored), a
+    pool in a game of other than two seats or over several processes, memory, and a
+    --run.stop-return that no game would ever reach."""
+    sp = config.self_play
+    if not isinstance(envs, TurnBasedVecEnv):
+        if sp != SelfPlayConfig():
+            raise FastPPOError(f"--self-play.* flags apply to turn-based games, and {config.env.env_id} is a Parallel env: drop them")
+        return
+    if config.policy.memory != "none":
+        # A seat's rows are decisions on its turns only, and a state restarts after every row that is none.
+        raise FastPPOError(f"--policy.memory on a turn-based game would carry nothing from one of a seat's turns to the next: drop --policy.memory {config.policy.memory}")
+    if sp.pool_size and len(envs.agents) != 2:
+        raise FastPPOError(f"--self-play.pool-size needs a two-seat game (the learner in one seat, a snapshot in the other), and this one has {len(envs.agents)} seats: drop it to train by self-play alone")
+    if sp.pool_size and processes > 1:
+        raise FastPPOError("a self-play pool trains in one process: drop --self-play.pool-size or train without torchrun")
+    if config.run.stop_return is not None and (not sp.pool_size or sp.latest_share == 1.0):
+        # fastppo.envs.turn_based.game_episodes: a game against itself has no return of the learner's.
+        raise FastPPOError("--run.stop-return reads the learner's return in games against its past snapshots, and this run plays none: give --self-play.pool-size N and --self-play.latest-share below 1")
+
+
 class NoLeague:
     """Training without a league: nothing to snapshot, rate or save."""
 
@@ -61,6 +91,11 @@ class NoLeague:
     def state(self) -> tuple[dict[str, torch.Tensor], dict[str, Any] | None]:
         return {}, None
 
+    def expected_tensors(self, meta: Any) -> dict[str, torch.Tensor]:
+        if meta is not None:
+            raise Damaged("is there, and this run plays no turn-based game")
+        return {}
+
     def load(self, tensors: dict[str, torch.Tensor], meta: Any) -> None:
         pass
 
@@ -69,8 +104,7 @@ class League:
     """The self-play pool of one run (module docstring); ``Opponents`` of its turn-based env."""
 
     def __init__(self, cfg: SelfPlayConfig, learner: Agent, copies: int, seats: int, seed: int):
-        if cfg.pool_size and seats != 2:
-            raise FastPPOError(f"--self-play.pool-size needs a two-seat game (the learner in one seat, a snapshot in the other), and this one has {seats} seats: drop it to train by self-play alone")
+        """``check_league`` has passed: with a pool, ``seats`` is 2."""
         self.cfg, self.learner, self.seats = cfg, learner, seats
         self.snapshots: dict[int, Snapshot] = {}  # by iteration: the pool's and any a game in flight still plays
         self.pool_ids: list[int] = []  # the pool, oldest first: what new games draw from
@@ -181,9 +215,7 @@ class League:
         """(tensors, JSON) of the whole league, for a checkpoint."""
         tensors: dict[str, torch.Tensor] = {}
         for s in self.snapshots.values():
-            tensors |= {f"pool.{s.iteration}.policy.{k}": v.detach().cpu().contiguous() for k, v in s.policy.state_dict().items()}
-            if s.obs_rms is not None:
-                tensors |= {f"pool.{s.iteration}.obs_rms.{k}": v.detach().cpu().contiguous() for k, v in s.obs_rms.state_dict().items()}
+            tensors |= snapshot_tensors(s.iteration, s.policy, s.obs_rms)
         meta = {
             "snapshots": [{"iteration": s.iteration, "record": list(s.record), "rating": list(s.rating)} for s in self.snapshots.values()],
             "pool": list(self.pool_ids),
@@ -195,49 +227,81 @@ class League:
         }
         return tensors, meta
 
+    def expected_tensors(self, meta: Any) -> dict[str, torch.Tensor]:
+        """The tensors a checkpoint whose league JSON is ``meta`` holds (each snapshot's weights
+        and statistics, shaped as the learner's), for ``check_fits_run`` to check them with the
+        run's others; ``Damaged`` if ``meta`` is."""
+        saved = self._parse(meta)
+        return {name: t for entry in saved["snapshots"] for name, t in snapshot_tensors(entry["iteration"], self.learner.policy, self.learner.obs_rms).items()}
+
     def load(self, tensors: dict[str, torch.Tensor], meta: Any) -> None:
-        """``state()``'s output back; a damaged or foreign one is one FastPPOError, the league unchanged."""
+        """``state()``'s output back, once ``expected_tensors`` has passed (then it cannot fail)."""
+        saved = self._parse(meta)
+        self.snapshots = {e["iteration"]: self._snapshot_of(e, tensors) for e in saved["snapshots"]}
+        self.pool_ids, self.opponent, self.learner_seat, self.rng = saved["pool"], saved["opponent"], saved["learner_seat"], saved["rng"]
+        self.learner_rating, self.fixed_ratings = saved["learner_rating"], saved["fixed_ratings"]
+
+    def _parse(self, meta: Any) -> dict[str, Any]:
+        """``state()``'s JSON as values, or ``Damaged``."""
         if meta is None:
-            raise FastPPOError("the checkpoint holds no self-play pool, and this run plays a turn-based game with one: resume the run that wrote it")
+            raise Damaged("is missing (every checkpoint of a turn-based game's run holds its league)")
         try:
-            snapshots = {s.iteration: s for s in (self._snapshot_of(entry, tensors) for entry in meta["snapshots"])}
+            snapshots = [{"iteration": int(e["iteration"]), "record": _record(e["record"]), "rating": _rating(e["rating"])} for e in meta["snapshots"]]
+            iterations = [e["iteration"] for e in snapshots]
             pool_ids = [int(i) for i in meta["pool"]]
-            if not set(pool_ids) <= set(snapshots) or len(pool_ids) > max(self.cfg.pool_size, 0):
-                raise ValueError(f"its pool {pool_ids} is not among its snapshots or holds more than --self-play.pool-size {self.cfg.pool_size}")
+            if len(set(iterations)) != len(iterations) or len(set(pool_ids)) != len(pool_ids):
+                raise Damaged(f"lists a snapshot twice ({iterations}, pool {pool_ids})")
+            if not set(pool_ids) <= set(iterations):
+                raise Damaged(f"keeps {pool_ids} in its pool, not all among its snapshots {iterations}")
+            if len(pool_ids) > self.cfg.pool_size:
+                raise Damaged(f"keeps {len(pool_ids)} snapshots in its pool, more than --self-play.pool-size {self.cfg.pool_size}")
             opponent, seats = np.asarray(meta["opponent"], dtype=int), np.asarray(meta["learner_seat"], dtype=int)
             if opponent.shape != self.opponent.shape or seats.shape != self.learner_seat.shape:
-                raise ValueError(f"it plays {opponent.size} copies, this run {self.opponent.size}")
-            if not set(opponent.tolist()) <= {LATEST, *snapshots}:
-                raise ValueError("a copy plays a snapshot the pool lacks")
+                raise Damaged(f"plays {opponent.size} game copies, this run {self.opponent.size}")
+            if not set(opponent.tolist()) <= {LATEST, *iterations}:
+                raise Damaged(f"has a copy play a snapshot it lacks (opponents {opponent.tolist()}, snapshots {iterations})")
+            if not ((seats >= 0) & (seats < self.seats)).all():
+                raise Damaged(f"seats the learner at {seats.tolist()}, in a game of {self.seats} seats")
             rng = np.random.default_rng()
             rng.bit_generator.state = meta["rng"]
-            learner_rating = _rating(meta["learner_rating"])
             fixed = {str(k): _rating(v) for k, v in meta["fixed_ratings"].items()}
-        except (KeyError, TypeError, ValueError, RuntimeError) as exc:
-            raise FastPPOError(f"the checkpoint's self-play pool is damaged ({exc}): resume from another checkpoint") from None
-        self.snapshots, self.pool_ids, self.opponent, self.learner_seat, self.rng = snapshots, pool_ids, opponent, seats, rng
-        self.learner_rating, self.fixed_ratings = learner_rating, fixed
+            learner_rating = _rating(meta["learner_rating"])
+            return {"snapshots": snapshots, "pool": pool_ids, "opponent": opponent, "learner_seat": seats, "rng": rng, "learner_rating": learner_rating, "fixed_ratings": fixed}
+        except Damaged:
+            raise
+        except KeyError as exc:
+            raise Damaged(f"lacks {exc}") from None
+        except (TypeError, ValueError, AttributeError) as exc:  # from int(), numpy, the RNG state's setter
+            raise Damaged(f"is malformed ({str(exc).splitlines()[0]})") from None
 
     def _snapshot_of(self, entry: dict[str, Any], tensors: dict[str, torch.Tensor]) -> Snapshot:
-        iteration = int(entry["iteration"])
-        policy = self._frozen(self.learner.policy)
-        prefix = f"pool.{iteration}.policy."
-        policy.load_state_dict({k.removeprefix(prefix): v for k, v in tensors.items() if k.startswith(prefix)})  # RuntimeError on a missing or misshapen tensor
-        obs_rms = copy.deepcopy(self.learner.obs_rms)
-        if obs_rms is not None:
-            prefix = f"pool.{iteration}.obs_rms."
-            obs_rms.load_state_dict({k.removeprefix(prefix): v for k, v in tensors.items() if k.startswith(prefix)})
-        record = [int(x) for x in entry["record"]]
-        if len(record) != 3 or min(record) < 0:
-            raise ValueError(f"snapshot {iteration}'s record {record} is not three counts")
-        return Snapshot(iteration, policy, obs_rms, record, _rating(entry["rating"]))
+        iteration = entry["iteration"]
+        policy, obs_rms = self._frozen(self.learner.policy), copy.deepcopy(self.learner.obs_rms)
+        for name, module in (("policy", policy), ("obs_rms", obs_rms)):
+            if module is not None:
+                prefix = f"{POOL_TENSORS}{iteration}.{name}."
+                module.load_state_dict({k.removeprefix(prefix): v for k, v in tensors.items() if k.startswith(prefix)})
+        return Snapshot(iteration, policy, obs_rms, entry["record"], entry["rating"])
+
+
+def snapshot_tensors(iteration: int, policy: torch.nn.Module, obs_rms: Any) -> dict[str, torch.Tensor]:
+    """A snapshot's weights and statistics as a checkpoint names them."""
+    tensors = {f"{POOL_TENSORS}{iteration}.policy.{k}": v.detach().cpu().contiguous() for k, v in policy.state_dict().items()}
+    if obs_rms is not None:
+        tensors |= {f"{POOL_TENSORS}{iteration}.obs_rms.{k}": v.detach().cpu().contiguous() for k, v in obs_rms.state_dict().items()}
+    return tensors
+
+
+def _record(value: Any) -> list[int]:
+    if not (isinstance(value, list) and len(value) == 3 and all(isinstance(x, int) and x >= 0 for x in value)):
+        raise Damaged(f"holds the record {value}, not three counts")
+    return list(value)
 
 
 def _rating(value: Any) -> tuple[float, float]:
-    mu, sigma = (float(x) for x in value)
-    if not (np.isfinite(mu) and np.isfinite(sigma) and sigma > 0):
-        raise ValueError(f"rating {value} is not (mu, sigma > 0)")
-    return mu, sigma
+    if not (isinstance(value, list) and len(value) == 2 and all(isinstance(x, (int, float)) and np.isfinite(x) for x in value) and value[1] > 0):
+        raise Damaged(f"holds the rating {value}, not (mu, sigma > 0)")
+    return float(value[0]), float(value[1])
 
 
 def ordinal(rating: tuple[float, float]) -> float:

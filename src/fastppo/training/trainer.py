@@ -42,7 +42,7 @@ from fastppo.training.logger import GROUP_RETURN, GYM_SUMMARY, RunLogger
 from fastppo.training.rollout import EnvCursor, ObservationNormalizer, PolicyStep, RolloutBuffer, collect_rollout, fresh_state
 from fastppo.training.runs import OnIteration, Runs, SeedRuns, SingleRun
 from fastppo.training.seed_stack import SeedLoggers, check_seed_stack, keep_seeds, restore_seed_stack, stacked_agent
-from fastppo.training.self_play import League
+from fastppo.training.self_play import League, check_league
 from fastppo.training.signals import StopRequest, during_start_up, lost_since
 from fastppo.training.state import TrainState, planned_iterations
 from fastppo.training.update import MinibatchStep, UpdateCoefficients, make_optimizer, ppo_update, set_learning_rate
@@ -213,6 +213,7 @@ def train_rank(
         if is_pettingzoo(config.env.env_id):  # a row per agent: the batch is known now (Config.validate left it)
             config.check_batch(agents=envs.num_envs // config.env.num_envs)
         check_stop_return(config.run, envs)
+        check_league(config, envs, world.size)
     except FastPPOError:
         envs.close()
         raise
@@ -238,9 +239,6 @@ def train_rank(
         world_size=world.size,
     )
     if isinstance(envs, TurnBasedVecEnv):  # the learner's opponents: itself, and its snapshots
-        if world.size > 1 and config.self_play.pool_size:
-            envs.close()
-            raise FastPPOError("a self-play pool trains in one process: drop --self-play.pool-size or train without torchrun")
         state.league = envs.opponents = League(config.self_play, agent, config.env.num_envs, len(envs.agents), seed)
     seeds_returns: list[list[float]] = [[] for _ in seeds or []]  # a stack's finished episodes, per seed
     # The checkpoint is checked whole and restored before the logger rewinds metrics.jsonl and

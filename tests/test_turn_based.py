@@ -1,0 +1,235 @@
+"""Turn-based (AEC) PettingZoo games as rows (fastppo.envs.turn_based), on the two-seat race of
+tests/fake_pz_envs.py: only the seat to move is a decision, every reward on its own seat's row,
+the result on both rows with the flags, NEXT_STEP reset rows, the episodes, opponents played
+inside ``step``; and the advantages of a scripted game by hand, through the real collector."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+import fastppo
+import fastppo.training.trainer
+from fastppo.core import compute_decision_gae, shift_values
+from fastppo.envs import make_vec_env
+from fastppo.envs.turn_based import LearnerEverywhere, Opponents, TurnBasedVecEnv
+from fastppo.profiling import SectionTimer
+from fastppo.training.rollout import EnvCursor, ObservationNormalizer, RolloutBuffer, collect_rollout
+from fastppo.training.trainer import train
+from tests.fake_pz_envs import Race
+
+RACE = "pz:tests.fake_pz_envs:race"
+GAMMA, LAMBDA = 0.9, 0.8
+ADD_ONE, ADD_TWO = 0, 1
+# The race's rows: [count, 1 if the seat is to move, one-hot seat id of 2].
+COUNT, TO_MOVE = 0, 1
+
+
+def race_env(copies: int = 1, **kwargs) -> TurnBasedVecEnv:
+    config = fastppo.make_config(RACE, "cleanrl-discrete", {"num_envs": copies, "env_kwargs": json.dumps(kwargs)})
+    envs = make_vec_env(config.env, torch.device("cpu"), multi_agent=config.multi_agent)
+    assert isinstance(envs, TurnBasedVecEnv) and envs.agents == ["player_0", "player_1"]
+    return envs
+
+
+def moves(*actions: int) -> torch.Tensor:
+    """One copy's step: both seats' rows get ``actions`` (only the mover's is played)."""
+    return torch.tensor(actions)
+
+
+def test_only_the_seat_to_move_is_live_and_masks_are_its_legal_moves():
+    envs = race_env(goal=5)
+    first = envs.reset(seed=0)
+    assert first.live.tolist() == [True, False]
+    assert first.obs.tolist() == [[0, 1, 1, 0], [0, 0, 0, 1]]  # the waiting seat's row holds its own observation
+    assert first.action_mask.tolist() == [[True, True], [True, True]]
+    steps = [envs.step(moves(ADD_ONE, ADD_ONE)), envs.step(moves(ADD_TWO, ADD_TWO)), envs.step(moves(ADD_ONE, ADD_ONE))]
+    assert [s.live.tolist() for s in steps] == [[False, True], [True, False], [False, True]]
+    assert [s.obs[:, COUNT].tolist() for s in steps] == [[1, 1], [3, 3], [4, 4]]
+    # At 4 of 5 only +1 is legal for the mover (player_1); the waiting seat's mask is all allowed
+    # (the env says all-illegal: an empty mask has no distribution).
+    assert steps[-1].action_mask.tolist() == [[True, True], [True, False]]
+    assert [s.terminated.any().item() or s.truncated.any().item() for s in steps] == [False] * 3
+
+
+def test_each_reward_lands_on_its_seats_row_and_the_result_on_both_rows_with_the_reset_row_after():
+    envs = race_env(goal=5)
+    envs.reset(seed=0)
+    rewards = [envs.step(moves(a, a)).reward.tolist() for a in (ADD_ONE, ADD_ONE)]
+    bonus = envs.step(moves(ADD_TWO, ADD_TWO))  # player_0 adds 2: player_1's consolation, on player_0's move
+    assert rewards == [[0, 0], [0, 0]] and bonus.reward.tolist() == [0, Race.BONUS]
+    end = envs.step(moves(ADD_ONE, ADD_ONE))  # player_1 reaches 5 and wins
+    assert end.reward.tolist() == [-1, 1]
+    assert end.terminated.tolist() == [True, True] and end.truncated.tolist() == [False, False]
+    assert end.live.tolist() == [False, False]  # no decision on the final observations
+    assert end.obs[:, COUNT].tolist() == [5, 5]
+    reset = envs.step(moves(ADD_TWO, ADD_TWO))  # the reset row: its actions are ignored
+    assert reset.reward.tolist() == [0, 0] and not reset.terminated.any() and not reset.truncated.any()
+    assert reset.live.tolist() == [True, False] and reset.obs[:, COUNT].tolist() == [0, 0]
+    episodes = envs.pop_episodes()
+    assert episodes.by_agent == {"player_0": [-1.0], "player_1": [1.0 + Race.BONUS]}
+    assert episodes.lengths == [4]
+    assert episodes.returns == []  # the learner played both seats: its games against itself tell nothing
+    assert envs.pop_episodes().lengths == []
+
+
+def test_a_truncated_game_sets_truncated_on_both_rows():
+    envs = race_env(goal=5, max_moves=3)
+    envs.reset(seed=0)
+    steps = [envs.step(moves(ADD_ONE, ADD_ONE)) for _ in range(3)]
+    assert steps[-1].truncated.tolist() == [True, True] and not steps[-1].terminated.any()
+    assert [s.truncated.any().item() for s in steps[:-1]] == [False, False]
+    assert envs.pop_episodes().by_agent == {"player_0": [0.0], "player_1": [0.0]}
+
+
+class ScriptedOpponent(Opponents):
+    """Plays player_1 in every game with the moves it is given, and records what it is shown."""
+
+    def __init__(self, actions: list[int], seats: tuple[bool, bool] = (True, False)):
+        self.actions, self.seats = list(actions), np.array(seats)
+        self.shown: list[tuple[list[int], list[list[float]], list[list[bool]]]] = []
+        self.results: list[tuple[int, list[float]]] = []
+
+    def new_game(self, copy: int) -> np.ndarray:
+        return self.seats.copy()
+
+    def act(self, copies: np.ndarray, rows: np.ndarray, masks: np.ndarray | None) -> np.ndarray:
+        self.shown.append((copies.tolist(), rows.tolist(), masks.tolist()))
+        return np.array([self.actions.pop(0) for _ in copies])
+
+    def game_over(self, copy: int, returns: np.ndarray) -> None:
+        self.results.append((copy, returns.tolist()))
+
+
+def test_an_opponent_moves_inside_step_and_the_learner_sees_only_its_own_turns():
+    envs = race_env(goal=5)
+    envs.opponents = opponent = ScriptedOpponent([ADD_ONE, ADD_TWO])
+    first = envs.reset(seed=0)
+    assert first.live.tolist() == [True, False] and opponent.shown == []
+    after = envs.step(moves(ADD_ONE, ADD_TWO))  # the learner adds 1; the opponent replies +1: count 2
+    assert opponent.shown == [([0], [[1, 1, 0, 1]], [[True, True]])]  # its own row (seat 1, to move) and its legal moves
+    assert after.live.tolist() == [True, False] and after.obs[0, COUNT] == 2
+    # The learner adds 1 (3), the opponent adds 2 (5) and wins: the result comes back in the same step.
+    end = envs.step(moves(ADD_ONE, ADD_ONE))
+    assert opponent.shown[-1][2] == [[True, True]]
+    assert end.reward.tolist() == [-1, 1] and end.terminated.tolist() == [True, True]
+    assert opponent.results == [(0, [-1.0, 1.0])]
+    episodes = envs.pop_episodes()
+    assert episodes.returns == [-1.0]  # the headline: the learner's return in its game against an opponent
+    assert episodes.by_agent == {"player_0": [-1.0], "player_1": [1.0]} and episodes.lengths == [4]
+
+
+def test_an_opponent_that_opens_moves_before_the_learners_first_row():
+    envs = race_env(goal=5)
+    envs.opponents = opponent = ScriptedOpponent([ADD_TWO, ADD_ONE, ADD_ONE], seats=(False, True))
+    first = envs.reset(seed=0)  # player_0 is the opponent: it has moved (+2) before the reset returns
+    assert first.live.tolist() == [False, True] and first.obs[1].tolist() == [2, 1, 0, 1]
+    assert opponent.shown == [([0], [[0, 1, 1, 0]], [[True, True]])]
+    second = envs.step(moves(ADD_ONE, ADD_ONE))  # 3, then the opponent: 4
+    assert second.live.tolist() == [False, True] and second.obs[1, COUNT] == 4
+    assert second.action_mask.tolist() == [[True, True], [True, False]]
+    end = envs.step(moves(ADD_ONE, ADD_ONE))  # the learner reaches 5 and wins
+    assert end.reward.tolist() == [-1, 1] and end.terminated.tolist() == [True, True]
+    assert opponent.results == [(0, [-1.0, 1.0 + Race.BONUS])]  # the opening +2 was the learner's bonus
+    reset = envs.step(moves(ADD_ONE, ADD_ONE))  # the reset row: the opponent opens the next game inside it (+1)
+    assert reset.live.tolist() == [False, True] and reset.obs[1].tolist() == [1, 1, 0, 1]
+    assert not reset.terminated.any() and not reset.truncated.any()
+
+
+def test_the_learner_everywhere_plays_no_opponent_moves():
+    with pytest.raises(AssertionError):
+        LearnerEverywhere(2).act(np.array([0]), np.zeros((1, 4)), None)
+
+
+# Advantages by hand, through the real collector -------------------------------------------------
+
+
+def value(rows: torch.Tensor) -> torch.Tensor:
+    """A known value of every row: 0.1 count + 0.01 to-move + 0.001 seat (row = [count, to move, id])."""
+    return 0.1 * rows[:, COUNT] + 0.01 * rows[:, TO_MOVE] + 0.001 * rows[:, 3]
+
+
+class ScriptedPolicy(torch.nn.Module):
+    """Plays ``script[t]`` on every row at step t, with ``value`` as its critic."""
+
+    def __init__(self, script: list[int]):
+        super().__init__()
+        self.anchor = torch.nn.Parameter(torch.zeros(()))  # where the collector looks for the device
+        self.script = iter(script)
+        self.action_head = SimpleNamespace(env_action=lambda action: action)
+        self.recurrent = False
+
+    def act(self, obs: torch.Tensor, action_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        return torch.full((obs.shape[0],), next(self.script)), torch.zeros(obs.shape[0]), value(obs)
+
+    def get_value(self, obs: torch.Tensor, state: torch.Tensor | None = None) -> torch.Tensor:
+        return value(obs)
+
+
+def scripted_rollout(script: list[int], **kwargs) -> tuple[RolloutBuffer, torch.Tensor, torch.Tensor]:
+    """``collect_rollout`` of the scripted policy on one race; (buffer, last value, advantages as the trainer computes them)."""
+    envs = race_env(**kwargs)
+    first = envs.reset(seed=0)
+    normalize = ObservationNormalizer(None, 10.0)
+    buf = RolloutBuffer.allocate(len(script), envs, torch.device("cpu"), first.action_mask.shape[-1])
+    _, last_value = collect_rollout(ScriptedPolicy(script), envs, buf, EnvCursor.at_reset(first, normalize, update=True), normalize, None, SectionTimer())
+    advantages, _ = compute_decision_gae(buf.rewards, buf.values, shift_values(buf.values, last_value), buf.terminated, buf.truncated, buf.valid, GAMMA, LAMBDA)
+    return buf, last_value, advantages
+
+
+def test_advantages_of_a_scripted_game_by_hand():
+    # t0 p0 +1 (1), t1 p1 +1 (2), t2 p0 +2 (4: p1's bonus, on p0's move), t3 p1 +1 (5: p1 wins),
+    # t4 the reset row, t5 p0 opens the next game; the rollout ends with p1 to move at 1.
+    buf, last_value, adv = scripted_rollout([ADD_ONE, ADD_ONE, ADD_TWO, ADD_ONE, ADD_TWO, ADD_ONE], goal=5)
+    assert buf.valid.tolist() == [[True, False], [False, True], [True, False], [False, True], [False, False], [True, False]]
+    assert buf.rewards.tolist() == [[0, 0], [0, 0], [0, Race.BONUS], [-1, 1], [0, 0], [0, 0]]
+    assert buf.terminated[3].tolist() == [True, True] and buf.terminated.sum() == 2 and not buf.truncated.any()
+
+    def v(count: int, to_move: int, seat: int) -> float:
+        return 0.1 * count + 0.01 * to_move + 0.001 * seat
+
+    torch.testing.assert_close(last_value, torch.tensor([v(1, 0, 0), v(1, 1, 1)]))
+    p0_t5 = 0 + GAMMA * v(1, 0, 0) - v(0, 1, 0)  # bootstraps from its row at the rollout's end
+    p0_t2 = -1 - v(2, 1, 0)  # p1's winning move is p0's last transition: terminated, no bootstrap
+    p0_t0 = (0 + GAMMA * v(2, 1, 0) - v(0, 1, 0)) + GAMMA * LAMBDA * p0_t2  # its next decision is t2: one gamma
+    p1_t3 = 1 - v(4, 1, 1)
+    p1_t1 = (Race.BONUS + GAMMA * v(4, 1, 1) - v(1, 1, 1)) + GAMMA * LAMBDA * p1_t3  # the bonus of p0's move is p1's
+    expected = torch.tensor([[p0_t0, 0], [0, p1_t1], [p0_t2, 0], [0, p1_t3], [0, 0], [p0_t5, 0]])
+    torch.testing.assert_close(adv, expected)
+
+
+def test_a_truncated_game_bootstraps_each_seat_from_its_final_observation():
+    # t0 p0 +1, t1 p1 +1, t2 p0 +1: the third move truncates the game at 3; t3 the reset row,
+    # whose rows hold the final observations (p1 to move at 3).
+    buf, _, adv = scripted_rollout([ADD_ONE] * 4, goal=5, max_moves=3)
+    assert buf.truncated[2].tolist() == [True, True] and buf.valid[3].tolist() == [False, False]
+
+    def v(count: int, to_move: int, seat: int) -> float:
+        return 0.1 * count + 0.01 * to_move + 0.001 * seat
+
+    p0_t2 = GAMMA * v(3, 0, 0) - v(2, 1, 0)
+    p0_t0 = (GAMMA * v(2, 1, 0) - v(0, 1, 0)) + GAMMA * LAMBDA * p0_t2
+    p1_t1 = GAMMA * v(3, 1, 1) - v(1, 1, 1)  # truncated on p0's move: p1 bootstraps from its own final row
+    torch.testing.assert_close(adv, torch.tensor([[p0_t0, 0], [0, p1_t1], [p0_t2, 0], [0, 0]]))
+
+
+def test_training_a_turn_based_game_computes_gae_over_each_seats_decisions(tmp_path, monkeypatch):
+    """The trainer's wiring: a turn-based game's advantages come from compute_decision_gae with
+    the rollout's decisions (valid = live and not after an ending), not from compute_gae."""
+    calls = []
+
+    def spy(rewards, values, next_values, terminated, truncated, decisions, gamma, gae_lambda):
+        calls.append(decisions.clone())
+        return compute_decision_gae(rewards, values, next_values, terminated, truncated, decisions, gamma, gae_lambda)
+
+    monkeypatch.setattr(fastppo.training.trainer, "compute_decision_gae", spy)
+    monkeypatch.setattr(fastppo.training.trainer, "compute_gae", None)  # called: a TypeError
+    config = fastppo.make_config(RACE, "cleanrl-discrete", {"num_envs": 2, "num_steps": 8, "total_timesteps": 32, "progress": False, "tensorboard": False})
+    train(config, tmp_path / "run")
+    assert len(calls) == 2 and all(d.shape == (8, 4) for d in calls)
+    for decisions in calls:  # at most one seat of a copy decides at a step
+        assert decisions.view(8, 2, 2).sum(-1).max() == 1
