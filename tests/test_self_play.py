@@ -26,6 +26,7 @@ from tests.test_resume import ITERATIONS, assert_same_run, stop_after
 
 RACE = "pz:tests.fake_pz_envs:race"
 TICTACTOE = "pz:pettingzoo.classic.tictactoe_v3"
+CONNECT_FOUR = "pz:pettingzoo.classic.connect_four_v3"
 WIN, DRAW, LOSS = 1, 0, -1
 
 
@@ -358,8 +359,13 @@ TINY_CLI = ["--env.num-envs", "2", "--ppo.num-steps", "8", "--ppo.total-timestep
         ([TICTACTOE, "--policy.memory", "lstm"], "--policy.memory on a turn-based game would carry nothing from one of a seat's turns to the next"),
         ([TICTACTOE, "--run.stop-return", "0.5"], "--run.stop-return reads the learner's return in games against its past snapshots, and this run plays none"),
         ([TICTACTOE, "--run.stop-return", "0.5", "--self-play.pool-size", "1", "--self-play.latest-share", "1"], "and this run plays none"),
+        ([TICTACTOE, "--self-play.eval-every", "2", "--self-play.eval-opponents", "mcts:0"], "--self-play.eval-opponents mcts:0: MCTS needs a positive number of simulations per move"),
+        ([CONNECT_FOUR, "--self-play.eval-every", "2", "--self-play.eval-opponents", "minimax"], "--self-play.eval-opponents minimax: minimax plays pz:pettingzoo.classic.tictactoe_v3 only"),
     ],
-    ids=["three-seats", "gymnasium", "parallel", "negative-pool", "snapshot-every-0", "latest-share", "sampling-without-pool", "sampling-unknown", "async", "memory", "stop-return-no-pool", "stop-return-latest-only"],
+    ids=[
+        "three-seats", "gymnasium", "parallel", "negative-pool", "snapshot-every-0", "latest-share", "sampling-without-pool", "sampling-unknown", "async", "memory",
+        "stop-return-no-pool", "stop-return-latest-only", "eval-mcts-0", "eval-minimax-off-tictactoe",
+    ],  # fmt: skip
 )
 def test_bad_self_play_input_is_one_line_and_exit_2(tmp_path, capsys, argv, message):
     run = tmp_path / "run"
@@ -368,3 +374,30 @@ def test_bad_self_play_input_is_one_line_and_exit_2(tmp_path, capsys, argv, mess
     assert len(err.splitlines()) == 1 and err.startswith("fastppo: error: "), err
     assert message in err, err
     assert not run.exists()
+
+
+def test_evaluation_games_rate_the_learner_against_fixed_players():
+    """--self-play.eval-every: the learner (deterministic) plays each fixed player with seats
+    swapped, the rates are logged, and every game rates both: an untrained learner never beats
+    perfect play, so minimax's rating climbs above where it started."""
+    config = fastppo.make_config(TICTACTOE, "cleanrl-discrete", {"num_envs": 1})
+    envs = make_vec_env(config.env, torch.device("cpu"), multi_agent=config.multi_agent)
+    torch.manual_seed(0)
+    agent = build_agent(config, envs.single_observation_space, envs.single_action_space, torch.device("cpu"), envs.layout)
+    from fastppo.agents.agent_rows import PettingZooAgents
+
+    agent.pettingzoo = PettingZooAgents.of(envs.spaces)
+    cfg = SelfPlayConfig(eval_every=2, eval_games=6, eval_opponents=("random", "minimax"))
+    first, again = (League(cfg, agent, 1, 2, seed=5, game=TICTACTOE) for _ in range(2))
+    metrics: dict[str, float] = {}
+    first.after_update(1, metrics)
+    assert not any(name.startswith("eval/") for name in metrics)  # not due at iteration 1
+    first.after_update(2, metrics)
+    for spec in ("random", "minimax"):
+        rates = [metrics[f"eval/{spec}/{kind}_rate"] for kind in ("win", "draw", "loss")]
+        assert sum(rates) == pytest.approx(1.0) and all(r * 6 == round(r * 6) for r in rates)
+    assert metrics["eval/minimax/win_rate"] == 0.0
+    assert ordinal(first.fixed_ratings["minimax"]) > ordinal(START_RATING) and metrics["ratings/minimax"] == ordinal(first.fixed_ratings["minimax"])
+    again_metrics: dict[str, float] = {}
+    again.after_update(2, again_metrics)
+    assert {k: v for k, v in again_metrics.items() if k.startswith("eval/")} == {k: v for k, v in metrics.items() if k.startswith("eval/")}  # seeded by the iteration

@@ -18,6 +18,7 @@ same opponents and plays the same games.
 from __future__ import annotations
 
 import copy
+from functools import partial
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +26,9 @@ import numpy as np
 import torch
 
 from fastppo.agents.agent import Agent
+from fastppo.agents.game_env import make_game
+from fastppo.agents.games import play_games
+from fastppo.agents.players import AgentPlayer, player_from_spec
 from fastppo.config import Config, SelfPlayConfig
 from fastppo.envs.turn_based import TurnBasedVecEnv
 from fastppo.envs.vector import VecEnv
@@ -80,6 +84,11 @@ def check_league(config: Config, envs: VecEnv, processes: int) -> None:
     if config.run.stop_return is not None and (not sp.pool_size or sp.latest_share == 1.0):
         # fastppo.envs.turn_based.game_episodes: a game against itself has no return of the learner's.
         raise FastPPOError("--run.stop-return reads the learner's return in games against its past snapshots, and this run plays none: give --self-play.pool-size N and --self-play.latest-share below 1")
+    for spec in sp.eval_opponents if sp.eval_every else ():
+        try:
+            player_from_spec(spec, config.env.env_id)  # mcts:0, minimax off tic-tac-toe, ...
+        except FastPPOError as exc:
+            raise FastPPOError(str(exc).replace("--opponent", "--self-play.eval-opponents", 1)) from None
 
 
 class NoLeague:
@@ -103,9 +112,12 @@ class NoLeague:
 class League:
     """The self-play pool of one run (module docstring); ``Opponents`` of its turn-based env."""
 
-    def __init__(self, cfg: SelfPlayConfig, learner: Agent, copies: int, seats: int, seed: int):
-        """``check_league`` has passed: with a pool, ``seats`` is 2."""
-        self.cfg, self.learner, self.seats = cfg, learner, seats
+    def __init__(self, cfg: SelfPlayConfig, learner: Agent, copies: int, seats: int, seed: int, game: str = "", env_kwargs: dict[str, Any] | None = None):
+        """``check_league`` has passed: with a pool, ``seats`` is 2. ``game`` and ``env_kwargs``
+        build the game the evaluation games (``--self-play.eval-every``) are played on."""
+        self.cfg, self.learner, self.seats, self.seed = cfg, learner, seats, seed
+        self.game, self.env_kwargs = game, env_kwargs or {}
+        self.fixed = [player_from_spec(spec, game, seed) for spec in cfg.eval_opponents] if cfg.eval_every else []
         self.snapshots: dict[int, Snapshot] = {}  # by iteration: the pool's and any a game in flight still plays
         self.pool_ids: list[int] = []  # the pool, oldest first: what new games draw from
         self.opponent = np.full(copies, LATEST)  # the pool snapshot (its iteration) each copy plays, or LATEST
@@ -199,10 +211,29 @@ class League:
             self.snapshots[iteration] = Snapshot(iteration, self._frozen(self.learner.policy), copy.deepcopy(self.learner.obs_rms), rating=self.learner_rating)
             self.pool_ids = [*self.pool_ids, iteration][-self.cfg.pool_size :]
             self._forget_unused()
+        if self.cfg.eval_every and iteration % self.cfg.eval_every == 0:
+            self.evaluate(iteration, metrics)
         metrics["self_play/pool_size"] = float(len(self.pool_ids))
         metrics["ratings/learner"] = ordinal(self.learner_rating)
         for name, rating in self.fixed_ratings.items():
             metrics[f"ratings/{name}"] = ordinal(rating)
+
+    def evaluate(self, iteration: int, metrics: dict[str, float]) -> None:
+        """The learner (deterministic) against each fixed player, ``eval_games`` games with seats
+        swapped, seeded by the iteration (a resumed run plays the same games); every game rates
+        the learner and that player, which anchors the pool's ratings to players that do not
+        change (random, MCTS-N)."""
+        learner = AgentPlayer(self.learner, deterministic=True, name="learner")
+        for spec, player in zip(self.cfg.eval_opponents, self.fixed):
+            results = play_games(partial(make_game, self.game, self.env_kwargs), (learner, player), self.cfg.eval_games, seed=self.seed + iteration)
+            wins, draws, losses = (sum(getattr(seat, field) for seat in results.seats) for field in ("wins", "draws", "losses"))
+            rating = self.fixed_ratings.get(spec, START_RATING)
+            for result, count in ((1, wins), (0, draws), (-1, losses)):
+                for _ in range(count):
+                    self.learner_rating, rating = self.rate(self.learner_rating, rating, result)
+            self.fixed_ratings[spec] = rating
+            games = max(wins + draws + losses, 1)
+            metrics |= {f"eval/{spec}/win_rate": wins / games, f"eval/{spec}/draw_rate": draws / games, f"eval/{spec}/loss_rate": losses / games}
 
     def _frozen(self, policy: torch.nn.Module) -> torch.nn.Module:
         frozen = copy.deepcopy(policy).eval()

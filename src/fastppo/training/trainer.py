@@ -239,7 +239,7 @@ def train_rank(
         world_size=world.size,
     )
     if isinstance(envs, TurnBasedVecEnv):  # the learner's opponents: itself, and its snapshots
-        state.league = envs.opponents = League(config.self_play, agent, config.env.num_envs, len(envs.agents), seed)
+        state.league = envs.opponents = League(config.self_play, agent, config.env.num_envs, len(envs.agents), seed, config.env.env_id, config.env.env_kwargs)
     seeds_returns: list[list[float]] = [[] for _ in seeds or []]  # a stack's finished episodes, per seed
     # The checkpoint is checked whole and restored before the logger rewinds metrics.jsonl and
     # TensorBoard and rewrites config.yaml: a damaged one leaves the run folder as it was.
