@@ -38,6 +38,8 @@ NO_CUDA = "torch sees no CUDA GPU"
         ("tune_solve_time", ["--configs", "[{"], "argument --configs: invalid loads value"),
         ("tune_solve_time", ["--search", "cnn"], "argument --search: invalid choice: 'cnn'"),
         ("tune_solve_time", ["--env", "NoSuchEnv-v9"], "NoSuchEnv-v9"),
+        ("games", ["/nonexistent/run"], "/nonexistent/run"),
+        ("games", [str(BENCHMARKS), "--mcts", "10,0"], "argument --mcts: must be at least 1, got 0"),
     ],
 )
 def test_a_bad_benchmark_flag_is_one_line_and_exit_2(script, argv, message, monkeypatch, capsys):
@@ -58,3 +60,16 @@ def test_an_unknown_gpu_session_stage_is_one_line_and_exit_2():
     done = subprocess.run(["bash", str(BENCHMARKS / "gpu_session.sh"), "tests", "bogus"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == ["gpu_session.sh: error: unknown stage 'bogus': pick from tests gpu seeds atari rlhf"]
+
+
+def test_the_games_benchmark_measures_a_trained_game_agent(tmp_path, monkeypatch, capsys):
+    import fastppo
+
+    run = tmp_path / "ttt"
+    fastppo.train("pz:pettingzoo.classic.tictactoe_v3", run_dir=run, total_timesteps=4096, num_envs=4, num_steps=64, progress=False, tensorboard=False)
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    monkeypatch.setattr(sys, "argv", ["games.py", str(run), "--games", "4"])
+    importlib.import_module("games").main()
+    out = capsys.readouterr().out
+    assert "games/s, env" in out
+    assert [line.split("|")[1].strip() for line in out.splitlines() if line.startswith("| random") or line.startswith("| minimax")] == ["random", "minimax"]
