@@ -102,11 +102,11 @@ def test_a_headline_that_cannot_be_read_is_one_line(tmp_path, capsys, argv, mess
 def test_the_progress_bar_shows_each_groups_return():
     config = fastppo.make_config(CHASE, "cleanrl-discrete", {})
     envs = agent_rows_env_for(config)
-    assert [label for label, _, _ in progress_summary(envs.spaces)] == ["SPS", "adversary", "agent", "kl", "clip"]
+    assert [label for label, _, _ in progress_summary(envs)] == ["SPS", "adversary", "agent", "kl", "clip"]
     envs.close()
     config.multi_agent.headline = "team"
     envs = agent_rows_env_for(config)
-    assert [label for label, _, _ in progress_summary(envs.spaces)] == ["SPS", "return", "adversary", "agent", "kl", "clip"]
+    assert [label for label, _, _ in progress_summary(envs)] == ["SPS", "return", "adversary", "agent", "kl", "clip"]
     envs.close()
 
 

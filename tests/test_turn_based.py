@@ -233,3 +233,16 @@ def test_training_a_turn_based_game_computes_gae_over_each_seats_decisions(tmp_p
     assert len(calls) == 2 and all(d.shape == (8, 4) for d in calls)
     for decisions in calls:  # at most one seat of a copy decides at a step
         assert decisions.view(8, 2, 2).sum(-1).max() == 1
+
+
+def test_a_games_progress_bar_and_last_line_speak_of_games(tmp_path, capsys):
+    from fastppo.cli.main import main
+    from fastppo.training.trainer import progress_summary
+
+    config = fastppo.make_config("pz:pettingzoo.classic.tictactoe_v3", "cleanrl-discrete", {"num_envs": 2})
+    envs = make_vec_env(config.env, torch.device("cpu"), multi_agent=config.multi_agent)
+    assert [label for label, _, _ in progress_summary(envs)] == ["SPS", "win vs pool", "rating", "kl", "clip"]
+    envs.close()
+    argv = ["train", "pz:pettingzoo.classic.tictactoe_v3", "--total-timesteps", "1024", "--num-envs", "4", "--num-steps", "64", "--run-dir", str(tmp_path / "r")]
+    assert main(argv) == 0
+    assert " games of self-play, " in capsys.readouterr().out

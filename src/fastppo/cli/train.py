@@ -118,6 +118,8 @@ def run(args: argparse.Namespace) -> int:
             last = f"{np.mean(returns):.1f} mean return over the last {len(returns)} episodes"
         elif any(groups.values()):  # agents in several groups, no headline: each group's
             last = f"mean returns over the last {len(next(iter(groups.values())))} episodes: " + ", ".join(f"{group} {np.mean(r):.1f}" for group, r in groups.items())
+        elif games := sum(m.get("charts/episodes", 0.0) for m in agent.history):  # a game against itself alone: no learner's return
+            last = f"{games:.0f} games of self-play"
         else:
             last = "no episode finished"
         sps = np.mean([m["charts/SPS"] for m in agent.history]) if agent.history else float("nan")

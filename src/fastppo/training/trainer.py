@@ -262,7 +262,7 @@ def train_rank(
         )
         runs: Runs = SeedRuns(config, agent, logger, run_dir, seeds, seeds_returns, on_iteration, newest, training.keep_runs)
     else:
-        logger = open_logger(config, out_dir, checkpoint, quiet=not world.main, summary=progress_summary(getattr(envs, "spaces", None)))
+        logger = open_logger(config, out_dir, checkpoint, quiet=not world.main, summary=progress_summary(envs))
         runs = SingleRun(config, agent, logger, run_dir, out_dir, on_iteration, newest)
     if not exact:
         logger.message(
@@ -367,13 +367,17 @@ def train_loop(t: Training, runs: Runs, stop: StopRequest) -> None:
         runs.finish_solved(state, t.envs, saved)
 
 
-def progress_summary(spaces: AgentSpaces | None) -> tuple[tuple[str, str, str], ...]:
-    """The progress bar's figures: a gymnasium run's, and for agents in several groups each
-    group's return beside the headline (in its place when there is none)."""
+def progress_summary(envs: Any) -> tuple[tuple[str, str, str], ...]:
+    """The progress bar's figures: a gymnasium run's; for agents in several groups each group's
+    return beside the headline (in its place when there is none); for a game the learner's
+    record against its pool and its rating."""
+    sps, headline, *rest = GYM_SUMMARY
+    if isinstance(envs, TurnBasedVecEnv):
+        return (sps, ("win vs pool", "self_play/win_vs_pool", ".2f"), ("rating", "ratings/learner", ".1f"), *rest)
+    spaces = getattr(envs, "spaces", None)
     if not isinstance(spaces, AgentSpaces) or len(spaces.group_names) == 1:
         return GYM_SUMMARY
     groups = tuple((group, f"{GROUP_RETURN}{group}", ".1f") for group in spaces.group_names)
-    sps, headline, *rest = GYM_SUMMARY
     return (sps, *([headline] if spaces.headline else []), *groups, *rest)
 
 
