@@ -17,6 +17,7 @@ from fastppo.envs.turn_based import TurnBasedVecEnv, game_episodes
 
 pytest.importorskip("pettingzoo.classic")
 from pettingzoo.utils.env_logger import EnvLogger  # noqa: E402
+from pettingzoo.utils.wrappers import BaseWrapper  # noqa: E402
 
 STEPS = 300
 COPIES = 4
@@ -45,10 +46,16 @@ class ScriptedOpponent:
         self.calls.append(("game_over", copy, returns.tolist()))
 
 
-def trace(module: str, seed: int = 3) -> dict[str, str]:
+class OwnWrapper(BaseWrapper):
+    """A wrapper the env does not know: its copies are stepped through every layer."""
+
+
+def trace(module: str, seed: int = 3, wrapped: bool = False) -> dict[str, str]:
     """Digests of everything the env returned over the trace, one per kind."""
     env_id = f"pz:pettingzoo.classic.{module}"
-    envs = TurnBasedVecEnv([lambda: make_pettingzoo(env_id, {})] * COPIES, MultiAgentConfig(), torch.device("cpu"))
+    make = (lambda: OwnWrapper(make_pettingzoo(env_id, {}))) if wrapped else (lambda: make_pettingzoo(env_id, {}))
+    envs = TurnBasedVecEnv([make] * COPIES, MultiAgentConfig(), torch.device("cpu"))
+    assert envs._direct == [not wrapped] * COPIES
     opponent = envs.opponents = ScriptedOpponent(len(envs.agents), seed)
     rng = np.random.default_rng(seed + 1)
     parts: dict[str, list[bytes]] = {k: [] for k in ("rows", "reward", "terminated", "truncated", "masks", "live", "games", "episodes")}
@@ -90,3 +97,7 @@ def test_steps_return_what_the_plain_implementation_returned(module: str) -> Non
     if module == "leduc_holdem_v4":
         pytest.importorskip("rlcard")
     assert trace(module) == PLAIN[module]
+
+
+def test_a_copy_behind_a_wrapper_of_its_own_returns_the_same() -> None:
+    assert trace("tictactoe_v3", wrapped=True) == PLAIN["tictactoe_v3"]

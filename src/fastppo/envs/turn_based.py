@@ -101,16 +101,21 @@ class TurnBasedVecEnv(HostCopies):
         # A seat's row is its own observation alone unless the rows carry a state: an opponent's
         # move then needs only the observation of the seat to move.
         self._observe_alone = not self.spaces.state_size
+        self._blank = self.spaces.blank_rows(len(self.envs))
 
-    def _game(self, c: int) -> Any:
-        """What copy ``c`` is read (and, for a legal move, stepped) through: the game itself where
+    def _new_rows(self, copies: int) -> np.ndarray:
+        """Blank rows [copies, seats, width] (``AgentSpaces.blank_rows``), fresh each time: the
+        device tensor may share their memory (numpy_to_device on CPU)."""
+        return self._blank[:copies].copy()
+
+    def _game_objects(self) -> list[Any]:
+        """What each copy is read (and, for a legal move, stepped) through: the game itself where
         the wrappers only check (``only_checking_wrappers``), else the env as built."""
-        env = self.envs[c]
-        return env.unwrapped if self._direct[c] else env
+        return [env.unwrapped if direct else env for env, direct in zip(self.envs, self._direct)]
 
-    def _to_move(self) -> np.ndarray:
+    def _to_move(self, games: list[Any]) -> np.ndarray:
         """Each copy's seat to move (a finished copy's: whatever its game names)."""
-        return np.array([self._seat_of[self._game(c).agent_selection] for c in range(len(self.envs))])
+        return np.array([self._seat_of[game.agent_selection] for game in games])
 
     def _start(self, c: int, seed: int | None) -> None:
         self.envs[c].reset(seed=seed)
@@ -119,10 +124,10 @@ class TurnBasedVecEnv(HostCopies):
         self._lengths[c] = 0
         self._learner[c] = self.opponents.new_game(c)
 
-    def _play(self, c: int, action: Any, reward: np.ndarray, terminated: np.ndarray, truncated: np.ndarray) -> None:
-        """One move in copy ``c``; every seat's reward of it joins ``reward[c]``; a game that ends
-        sets the flags and is recorded."""
-        env = game = self._game(c)
+    def _play(self, c: int, game: Any, action: Any, reward: np.ndarray, terminated: np.ndarray, truncated: np.ndarray) -> None:
+        """One move in copy ``c`` (its ``game``, see ``_game_objects``); every seat's reward of it joins
+        ``reward[c]``; a game that ends sets the flags and is recorded."""
+        env = game
         if not self._direct[c] or not self._is_legal(c, game, action):
             env = self.envs[c]  # the wrappers' checks: an illegal move loses, one out of bounds asserts
         env.step(action)
@@ -149,31 +154,30 @@ class TurnBasedVecEnv(HostCopies):
             return False
         return 0 <= action < self._moves[self._seat_of[agent]] and bool(self._legal[c, action])
 
-    def _opponents_move(self, reward: np.ndarray, terminated: np.ndarray, truncated: np.ndarray) -> None:
+    def _opponents_move(self, games: list[Any], reward: np.ndarray, terminated: np.ndarray, truncated: np.ndarray) -> None:
         """Play the opponents' moves, all waiting copies in one batch each round, until every copy
         waits for the learner or is over."""
         while True:
-            to_move = self._to_move()
+            to_move = self._to_move(games)
             waiting = np.flatnonzero(~self._finished & ~self._learner[np.arange(len(self.envs)), to_move])
             if not waiting.size:
                 return
-            rows = self.spaces.blank_rows(waiting.size)
+            rows = self._new_rows(waiting.size)
             seats = to_move[waiting]
             masks = []
             for k, (c, seat) in enumerate(zip(waiting, seats)):
-                copy_masks = self._observe(c, rows[k], seat, alone=self._observe_alone)
+                copy_masks = self._observe(c, games[c], rows[k], seat, alone=self._observe_alone)
                 masks.append(None if copy_masks is None else copy_masks[seat])
             seat_rows = rows[np.arange(waiting.size), seats]
             actions = self.opponents.act(waiting, seat_rows, None if masks[0] is None else np.stack(masks))
             for c, action in zip(waiting, actions):
-                self._play(c, action, reward, terminated, truncated)
+                self._play(c, games[c], action, reward, terminated, truncated)
 
-    def _observe(self, c: int, rows: np.ndarray, to_move: int, alone: bool = False) -> np.ndarray | None:
+    def _observe(self, c: int, game: Any, rows: np.ndarray, to_move: int, alone: bool = False) -> np.ndarray | None:
         """Fills ``rows`` [seats, width] with the current observation of each seat in play (or,
         ``alone``, of the seat ``to_move``); returns the masks [seats, actions] (or None): only
         the seat to move has its legal moves, the others' are all allowed (they choose nothing,
         and an empty mask has no distribution)."""
-        game = self._game(c)
         agents = [self.agents[to_move]] if alone else game.agents
         observations = {agent: game.observe(agent) for agent in agents}
         masks = self.spaces.rows(game, observations, {}, rows)
@@ -194,10 +198,10 @@ class TurnBasedVecEnv(HostCopies):
             legal = np.asarray(mask[:moves], dtype=bool)
             self._legal[c, : legal.size] = legal
 
-    def _rows(self) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
-        rows = self.spaces.blank_rows(len(self.envs))
-        to_move = self._to_move()
-        masks = [self._observe(c, rows[c], to_move[c]) for c in range(len(self.envs))]
+    def _rows(self, games: list[Any]) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+        rows = self._new_rows(len(self.envs))
+        to_move = self._to_move(games)
+        masks = [self._observe(c, game, rows[c], to_move[c]) for c, game in enumerate(games)]
         live = np.zeros((len(self.envs), len(self.agents)), dtype=bool)
         playing = np.flatnonzero(~self._finished)
         live[playing, to_move[playing]] = True  # the opponents have moved: a learner's seat
@@ -212,9 +216,9 @@ class TurnBasedVecEnv(HostCopies):
         """``reset``'s (rows, masks, live) as numpy; copy ``c`` is seeded ``seed + c``."""
         for c in range(len(self.envs)):
             self._start(c, None if seed is None else seed + c)
-        shape = (len(self.envs), len(self.agents))
-        self._opponents_move(np.zeros(shape), np.zeros(shape, dtype=bool), np.zeros(shape, dtype=bool))
-        return self._rows()
+        shape, games = (len(self.envs), len(self.agents)), self._game_objects()
+        self._opponents_move(games, np.zeros(shape), np.zeros(shape, dtype=bool), np.zeros(shape, dtype=bool))
+        return self._rows(games)
 
     def step(self, actions: torch.Tensor) -> StepResult:
         return self.to_device(*self.step_host(self.to_host(actions)))
@@ -228,14 +232,15 @@ class TurnBasedVecEnv(HostCopies):
         reward = np.zeros((len(self.envs), seats), dtype=np.float32)
         terminated = np.zeros((len(self.envs), seats), dtype=bool)
         truncated = np.zeros((len(self.envs), seats), dtype=bool)
-        to_move = self._to_move()
-        for c in range(len(self.envs)):
+        games = self._game_objects()
+        to_move = self._to_move(games)
+        for c, game in enumerate(games):
             if self._finished[c]:
                 self._start(c, None)
             else:
-                self._play(c, host[c, to_move[c]], reward, terminated, truncated)
-        self._opponents_move(reward, terminated, truncated)
-        rows, masks, live = self._rows()
+                self._play(c, game, host[c, to_move[c]], reward, terminated, truncated)
+        self._opponents_move(games, reward, terminated, truncated)
+        rows, masks, live = self._rows(games)
         return rows, reward.ravel(), terminated.ravel(), truncated.ravel(), masks, live
 
     def pop_games(self) -> list[GameRecord]:
