@@ -215,6 +215,8 @@ def _flatten(space: gym.Space, obs: Any) -> tuple[np.ndarray, np.ndarray | None]
     if isinstance(space, gym.spaces.Dict) and "observation" in space.spaces:
         mask = None if ACTION_MASK_KEY not in obs else np.asarray(obs[ACTION_MASK_KEY], dtype=bool)
         space, obs = space["observation"], obs["observation"]
+    if type(space) is gym.spaces.Box:  # gym.spaces.flatten's Box case without its dispatch (a board's planes)
+        return np.asarray(obs, dtype=space.dtype).astype(np.float32).ravel(), mask
     return np.asarray(gym.spaces.flatten(space, obs), dtype=np.float32), mask
 
 
@@ -328,7 +330,7 @@ class AgentSpaces:
             if mask is not None:
                 masks = np.ones((n, self.action_space.n), dtype=bool) if masks is None else masks
                 masks[i, : len(mask)] &= np.asarray(mask, dtype=bool)
-            rows[i, own][: flat.shape[0]] = flat
+            rows[i, self.state_size : self.state_size + flat.shape[0]] = flat
         if self.state_from_observations and len(flats) == n:
             rows[:, : self.state_size] = np.concatenate(flats)
         elif self.state_size:

@@ -24,11 +24,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol
 
+import gymnasium as gym
 import numpy as np
 import torch
 
 from fastppo.config import MultiAgentConfig
-from fastppo.envs.pettingzoo_vec import AgentSpaces
+from fastppo.envs.pettingzoo_vec import ACTION_MASK_KEY, AgentSpaces
 from fastppo.envs.vector import Episodes, HostCopies, StepResult
 
 
@@ -71,7 +72,7 @@ GameRecord = tuple[np.ndarray, np.ndarray, int]
 class TurnBasedVecEnv(HostCopies):
     """``len(env_fns)`` copies of a PettingZoo AECEnv as ``copies * seats`` rows (module docstring)."""
 
-    CHECKPOINTED = ("envs", "_finished", "_returns", "_lengths", "_learner", "_games")
+    CHECKPOINTED = ("envs", "_finished", "_returns", "_lengths", "_learner", "_games", "_legal")
     """What ``fastppo.envs.snapshot.snapshot_envs`` saves: the copies and the games in flight."""
 
     def __init__(self, env_fns: list[Callable[[], Any]], cfg: MultiAgentConfig, device: torch.device):
@@ -90,9 +91,31 @@ class TurnBasedVecEnv(HostCopies):
         self._lengths = np.zeros(len(self.envs), dtype=int)
         self._learner = np.ones((len(self.envs), seats), dtype=bool)  # the seats the learner plays, per copy
         self._games: list[GameRecord] = []
+        self._seat_of = {agent: i for i, agent in enumerate(self.agents)}
+        discrete = isinstance(self.single_action_space, gym.spaces.Discrete)
+        self._direct = [discrete and only_checking_wrappers(env) for env in self.envs]
+        self._moves = [int(space.n) for space in self.spaces.action_spaces] if discrete else []  # each seat's own actions
+        # The legal moves of each copy's seat to move, as its latest observation gave them (none
+        # known: all False); a direct copy plays a move found here on the game itself.
+        self._legal = np.zeros((len(self.envs), int(self.single_action_space.n) if discrete else 0), dtype=bool)
+        # A seat's row is its own observation alone unless the rows carry a state: an opponent's
+        # move then needs only the observation of the seat to move.
+        self._observe_alone = not self.spaces.state_size
+        self._blank = self.spaces.blank_rows(len(self.envs))
 
-    def _seat(self, c: int) -> int:
-        return self.agents.index(self.envs[c].agent_selection)
+    def _new_rows(self, copies: int) -> np.ndarray:
+        """Blank rows [copies, seats, width] (``AgentSpaces.blank_rows``), fresh each time: the
+        device tensor may share their memory (numpy_to_device on CPU)."""
+        return self._blank[:copies].copy()
+
+    def _game_objects(self) -> list[Any]:
+        """What each copy is read (and, for a legal move, stepped) through: the game itself where
+        the wrappers only check (``only_checking_wrappers``), else the env as built."""
+        return [env.unwrapped if direct else env for env, direct in zip(self.envs, self._direct)]
+
+    def _to_move(self, games: list[Any]) -> np.ndarray:
+        """Each copy's seat to move (a finished copy's: whatever its game names)."""
+        return np.array([self._seat_of[game.agent_selection] for game in games])
 
     def _start(self, c: int, seed: int | None) -> None:
         self.envs[c].reset(seed=seed)
@@ -101,63 +124,87 @@ class TurnBasedVecEnv(HostCopies):
         self._lengths[c] = 0
         self._learner[c] = self.opponents.new_game(c)
 
-    def _play(self, c: int, action: Any, reward: np.ndarray, terminated: np.ndarray, truncated: np.ndarray) -> None:
-        """One move in copy ``c``; every seat's reward of it joins ``reward[c]``; a game that ends
-        sets the flags and is recorded."""
-        env = self.envs[c]
+    def _play(self, c: int, game: Any, action: Any, reward: np.ndarray, terminated: np.ndarray, truncated: np.ndarray) -> None:
+        """One move in copy ``c`` (its ``game``, see ``_game_objects``); every seat's reward of it joins
+        ``reward[c]``; a game that ends sets the flags and is recorded."""
+        env = game
+        if not self._direct[c] or not self._is_legal(c, game, action):
+            env = self.envs[c]  # the wrappers' checks: an illegal move loses, one out of bounds asserts
         env.step(action)
-        rewards = env.rewards
+        self._legal[c] = False
+        rewards = game.rewards
         step_rewards = np.array([float(rewards.get(agent, 0.0)) for agent in self.agents])
         reward[c] += step_rewards
         self._returns[c] += step_rewards
         self._lengths[c] += 1
-        over = not env.agents or all(env.terminations.get(a, False) or env.truncations.get(a, False) for a in env.agents)
+        terminations, truncations = game.terminations, game.truncations
+        over = not game.agents or all(terminations.get(a, False) or truncations.get(a, False) for a in game.agents)
         if over:
-            truncated[c] = [bool(env.truncations.get(a, False)) and not env.terminations.get(a, False) for a in self.agents]
+            truncated[c] = [bool(truncations.get(a, False)) and not terminations.get(a, False) for a in self.agents]
             terminated[c] = ~truncated[c]
             self._games.append((self._learner[c].copy(), self._returns[c].copy(), int(self._lengths[c])))
             self.opponents.game_over(c, self._returns[c].copy())
             self._finished[c] = True
 
-    def _opponent_to_move(self) -> np.ndarray:
-        return np.array([not self._finished[c] and not self._learner[c, self._seat(c)] for c in range(len(self.envs))], dtype=bool)
+    def _is_legal(self, c: int, game: Any, action: Any) -> bool:
+        """Whether ``action`` is a legal move, in bounds, of copy ``c``'s seat to move, which is
+        in play: then PettingZoo's checking wrappers pass it to the game unchanged."""
+        agent = game.agent_selection
+        if game.terminations[agent] or game.truncations[agent] or not isinstance(action, (int, np.integer)):
+            return False
+        return 0 <= action < self._moves[self._seat_of[agent]] and bool(self._legal[c, action])
 
-    def _opponents_move(self, reward: np.ndarray, terminated: np.ndarray, truncated: np.ndarray) -> None:
+    def _opponents_move(self, games: list[Any], reward: np.ndarray, terminated: np.ndarray, truncated: np.ndarray) -> None:
         """Play the opponents' moves, all waiting copies in one batch each round, until every copy
         waits for the learner or is over."""
-        waiting = np.flatnonzero(self._opponent_to_move())
-        while waiting.size:
-            rows = self.spaces.blank_rows(waiting.size)
+        while True:
+            to_move = self._to_move(games)
+            waiting = np.flatnonzero(~self._finished & ~self._learner[np.arange(len(self.envs)), to_move])
+            if not waiting.size:
+                return
+            rows = self._new_rows(waiting.size)
+            seats = to_move[waiting]
             masks = []
-            for k, c in enumerate(waiting):
-                copy_masks = self._observe(c, rows[k])
-                masks.append(None if copy_masks is None else copy_masks[self._seat(c)])
-            seats = np.array([self._seat(c) for c in waiting])
+            for k, (c, seat) in enumerate(zip(waiting, seats)):
+                copy_masks = self._observe(c, games[c], rows[k], seat, alone=self._observe_alone)
+                masks.append(None if copy_masks is None else copy_masks[seat])
             seat_rows = rows[np.arange(waiting.size), seats]
             actions = self.opponents.act(waiting, seat_rows, None if masks[0] is None else np.stack(masks))
             for c, action in zip(waiting, actions):
-                self._play(c, action, reward, terminated, truncated)
-            waiting = np.flatnonzero(self._opponent_to_move())
+                self._play(c, games[c], action, reward, terminated, truncated)
 
-    def _observe(self, c: int, rows: np.ndarray) -> np.ndarray | None:
-        """Fills ``rows`` [seats, width] with each seat's current observation; returns the masks
-        [seats, actions] (or None): only the seat to move has its legal moves, the others' are
-        all allowed (they choose nothing, and an empty mask has no distribution)."""
-        env = self.envs[c]
-        observations = {agent: env.observe(agent) for agent in env.agents}
-        masks = self.spaces.rows(env, observations, {}, rows)
+    def _observe(self, c: int, game: Any, rows: np.ndarray, to_move: int, alone: bool = False) -> np.ndarray | None:
+        """Fills ``rows`` [seats, width] with the current observation of each seat in play (or,
+        ``alone``, of the seat ``to_move``); returns the masks [seats, actions] (or None): only
+        the seat to move has its legal moves, the others' are all allowed (they choose nothing,
+        and an empty mask has no distribution)."""
+        agents = [self.agents[to_move]] if alone else game.agents
+        observations = {agent: game.observe(agent) for agent in agents}
+        masks = self.spaces.rows(game, observations, {}, rows)
+        if not game.agents or self._finished[c]:
+            to_move = -1
+        elif self._direct[c]:
+            self._keep_legal(c, observations.get(self.agents[to_move]), self._moves[to_move])
         if masks is not None:
-            to_move = self._seat(c) if env.agents and not self._finished[c] else -1
             masks[np.arange(len(self.agents)) != to_move] = True
         return masks
 
-    def _rows(self) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
-        rows = self.spaces.blank_rows(len(self.envs))
-        masks = [self._observe(c, rows[c]) for c in range(len(self.envs))]
+    def _keep_legal(self, c: int, observation: Any, moves: int) -> None:
+        """Keeps the legal moves of the seat to move where its observation carries them, as
+        PettingZoo's illegal-move check reads them (``observation["action_mask"]``)."""
+        self._legal[c] = False
+        mask = observation.get(ACTION_MASK_KEY) if isinstance(observation, dict) else None
+        if mask is not None:
+            legal = np.asarray(mask[:moves], dtype=bool)
+            self._legal[c, : legal.size] = legal
+
+    def _rows(self, games: list[Any]) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+        rows = self._new_rows(len(self.envs))
+        to_move = self._to_move(games)
+        masks = [self._observe(c, game, rows[c], to_move[c]) for c, game in enumerate(games)]
         live = np.zeros((len(self.envs), len(self.agents)), dtype=bool)
-        for c in range(len(self.envs)):
-            if not self._finished[c]:
-                live[c, self._seat(c)] = True  # the opponents have moved: a learner's seat
+        playing = np.flatnonzero(~self._finished)
+        live[playing, to_move[playing]] = True  # the opponents have moved: a learner's seat
         joined = None if masks[0] is None else np.concatenate(masks)
         return rows.reshape(self.num_envs, -1), joined, live.ravel()
 
@@ -169,9 +216,9 @@ class TurnBasedVecEnv(HostCopies):
         """``reset``'s (rows, masks, live) as numpy; copy ``c`` is seeded ``seed + c``."""
         for c in range(len(self.envs)):
             self._start(c, None if seed is None else seed + c)
-        shape = (len(self.envs), len(self.agents))
-        self._opponents_move(np.zeros(shape), np.zeros(shape, dtype=bool), np.zeros(shape, dtype=bool))
-        return self._rows()
+        shape, games = (len(self.envs), len(self.agents)), self._game_objects()
+        self._opponents_move(games, np.zeros(shape), np.zeros(shape, dtype=bool), np.zeros(shape, dtype=bool))
+        return self._rows(games)
 
     def step(self, actions: torch.Tensor) -> StepResult:
         return self.to_device(*self.step_host(self.to_host(actions)))
@@ -185,13 +232,15 @@ class TurnBasedVecEnv(HostCopies):
         reward = np.zeros((len(self.envs), seats), dtype=np.float32)
         terminated = np.zeros((len(self.envs), seats), dtype=bool)
         truncated = np.zeros((len(self.envs), seats), dtype=bool)
-        for c in range(len(self.envs)):
+        games = self._game_objects()
+        to_move = self._to_move(games)
+        for c, game in enumerate(games):
             if self._finished[c]:
                 self._start(c, None)
             else:
-                self._play(c, host[c, self._seat(c)], reward, terminated, truncated)
-        self._opponents_move(reward, terminated, truncated)
-        rows, masks, live = self._rows()
+                self._play(c, game, host[c, to_move[c]], reward, terminated, truncated)
+        self._opponents_move(games, reward, terminated, truncated)
+        rows, masks, live = self._rows(games)
         return rows, reward.ravel(), terminated.ravel(), truncated.ravel(), masks, live
 
     def pop_games(self) -> list[GameRecord]:
@@ -216,3 +265,18 @@ def game_episodes(games: list[GameRecord], agents: list[str]) -> Episodes:
     by_agent = {agent: [float(g[1][i]) for g in games] for i, agent in enumerate(agents)}
     against = [float(returns[learner].sum()) for learner, returns, _ in games if learner.sum() == 1]
     return Episodes(against, [g[2] for g in games], by_agent)
+
+
+def only_checking_wrappers(env: Any) -> bool:
+    """Whether ``env``'s wrappers are PettingZoo's order, bounds and illegal-move checks alone
+    (classic games' ``env()``): for a legal move in bounds they pass the step to the game
+    unchanged, and every attribute read goes down to it, so those can skip their layers."""
+    from pettingzoo.utils.wrappers import AssertOutOfBoundsWrapper, OrderEnforcingWrapper, TerminateIllegalWrapper
+
+    checking = (OrderEnforcingWrapper, AssertOutOfBoundsWrapper, TerminateIllegalWrapper)
+    layer, game = env, env.unwrapped
+    while layer is not game:
+        if type(layer) not in checking:
+            return False
+        layer = layer.env
+    return True

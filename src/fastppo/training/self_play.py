@@ -169,8 +169,8 @@ class League:
             if snapshot.obs_rms is not None:
                 obs = snapshot.obs_rms.normalize(obs, self.learner.config.env.clip_obs)
             mask = None if masks is None else torch.as_tensor(masks[at])
-            with torch.inference_mode():
-                action, _, _ = snapshot.policy.act(obs.to(self.learner.device), None if mask is None else mask.to(self.learner.device))
+            with torch.inference_mode():  # the actor alone: the sample act() draws, without the critic's forward
+                action, _ = snapshot.policy.predict(obs.to(self.learner.device), None if mask is None else mask.to(self.learner.device))
             actions[at] = action.cpu().numpy()
         return actions
 
