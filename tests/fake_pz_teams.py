@@ -19,6 +19,7 @@ AGENTS = ("adversary_0", "adversary_1", "agent_0")
 
 class Chase(ParallelEnv):
     metadata = {"name": "chase_v0", "render_modes": []}
+    fastppo_plain_state = True  # its state is plain attributes: checkpoints snapshot it (exact resume)
 
     def __init__(self, length: int = 3, masked: bool = False, agents: tuple[str, ...] = AGENTS):
         self.possible_agents = list(agents)

@@ -27,6 +27,7 @@ from tests.test_resume import ITERATIONS, assert_same_run, stop_after
 RACE = "pz:tests.fake_pz_envs:race"
 TICTACTOE = "pz:pettingzoo.classic.tictactoe_v3"
 CONNECT_FOUR = "pz:pettingzoo.classic.connect_four_v3"
+CHASE = "pz:tests.fake_pz_teams"  # adversary_0, adversary_1 | agent_0: two sides
 WIN, DRAW, LOSS = 1, 0, -1
 
 
@@ -349,7 +350,10 @@ TINY_CLI = ["--env.num-envs", "2", "--ppo.num-steps", "8", "--ppo.total-timestep
     [
         ([RACE, "--env-kwargs", '{"seats": 3}', "--self-play.pool-size", "2"], "--self-play.pool-size needs a two-seat game (the learner in one seat, a snapshot in the other), and this one has 3 seats"),
         (["CartPole-v1", "--self-play.pool-size", "2"], "--self-play.* flags apply to turn-based PettingZoo games (pz:<module>), and CartPole-v1 is not one"),
-        (["pz:tests.fake_pz_envs", "--self-play.pool-size", "2"], "--self-play.* flags apply to turn-based games, and pz:tests.fake_pz_envs is a Parallel env"),
+        (["pz:tests.fake_pz_envs", "--self-play.pool-size", "2"], "--self-play.pool-size on a Parallel env plays one group of agents against the other, and pz:tests.fake_pz_envs's agents form 1 group(s)"),
+        ([CHASE, "--self-play.pool-size", "2", "--env.backend", "async"], "--self-play.* flags apply to PettingZoo games and Parallel envs stepped in the training process, and pz:tests.fake_pz_teams is a Parallel env on the async backend"),
+        ([CHASE, "--self-play.pool-size", "2", "--self-play.eval-every", "2"], "--self-play.eval-every plays games against fixed players (random, MCTS), which need a turn-based game"),
+        ([CHASE, "--self-play.latest-share", "0.3"], "on a Parallel env the learner already plays every agent: --self-play.* flags need a pool"),
         ([TICTACTOE, "--self-play.pool-size", "-1"], "--self-play.pool-size must be 0 or more, got -1"),
         ([TICTACTOE, "--self-play.snapshot-every", "0", "--self-play.pool-size", "1"], "--self-play.snapshot-every must be a positive integer, got 0"),
         ([TICTACTOE, "--self-play.latest-share", "1.5"], "--self-play.latest-share must be in [0, 1], got 1.5"),
@@ -363,7 +367,7 @@ TINY_CLI = ["--env.num-envs", "2", "--ppo.num-steps", "8", "--ppo.total-timestep
         ([CONNECT_FOUR, "--self-play.eval-every", "2", "--self-play.eval-opponents", "minimax"], "--self-play.eval-opponents minimax: minimax plays pz:pettingzoo.classic.tictactoe_v3 only"),
     ],
     ids=[
-        "three-seats", "gymnasium", "parallel", "negative-pool", "snapshot-every-0", "latest-share", "sampling-without-pool", "sampling-unknown", "async", "memory",
+        "three-seats", "gymnasium", "parallel-one-group", "parallel-async", "parallel-eval", "parallel-no-pool", "negative-pool", "snapshot-every-0", "latest-share", "sampling-without-pool", "sampling-unknown", "async", "memory",
         "stop-return-no-pool", "stop-return-latest-only", "eval-mcts-0", "eval-minimax-off-tictactoe",
     ],  # fmt: skip
 )
@@ -401,3 +405,63 @@ def test_evaluation_games_rate_the_learner_against_fixed_players():
     again_metrics: dict[str, float] = {}
     again.after_update(2, again_metrics)
     assert {k: v for k, v in again_metrics.items() if k.startswith("eval/")} == {k: v for k, v in metrics.items() if k.startswith("eval/")}  # seeded by the iteration
+
+
+class Adversaries:
+    """Opponents that play the adversaries of copy 0 (the learner the agent); copy 1 is the
+    learner's alone. Plays each row's one allowed action, and records what it was shown."""
+
+    def __init__(self):
+        self.shown: list[tuple[list[int], np.ndarray]] = []
+        self.ended: list[tuple[int, list[float]]] = []
+
+    def new_game(self, copy: int) -> np.ndarray:
+        return np.array([copy == 1, copy == 1, True])
+
+    def act(self, copies, rows, masks):
+        self.shown.append((copies.tolist(), rows.copy()))
+        return masks.argmax(axis=1)
+
+    def game_over(self, copy: int, returns: np.ndarray) -> None:
+        self.ended.append((copy, returns.tolist()))
+
+
+def test_a_parallel_env_plays_a_group_by_its_opponents_on_the_rows_it_showed():
+    config = fastppo.make_config(CHASE, "cleanrl-discrete", {"num_envs": 2, "env_kwargs": json.dumps({"masked": True})})
+    envs = make_vec_env(config.env, torch.device("cpu"), multi_agent=config.multi_agent)
+    envs.opponents = opponents = Adversaries()
+    step = envs.reset(seed=0)
+    assert step.live.tolist() == [False, False, True, True, True, True]  # copy 0: the learner plays agent_0 alone
+    for t in range(3):
+        shown = step.obs.view(2, 3, -1)[0, :2].numpy()
+        step = envs.step(step.action_mask.float().argmax(1))  # the learner's allowed actions; Chase asserts every action is allowed
+        assert opponents.shown[-1][0] == [0, 0] and np.array_equal(opponents.shown[-1][1], shown)
+    assert opponents.ended == [(0, [6.0, 6.0, -6.0]), (1, [6.0, 6.0, -6.0])]
+    step = envs.step(torch.zeros(6, dtype=torch.long))  # the reset row: a new episode, sides drawn again
+    assert step.live.tolist() == [False, False, True, True, True, True] and len(opponents.shown) == 3  # no opponent moves on a reset row
+
+
+def test_a_league_on_a_parallel_env_plays_one_group_against_the_other():
+    config = fastppo.make_config(CHASE, "cleanrl-discrete", {"num_envs": 1})
+    envs = make_vec_env(config.env, torch.device("cpu"), multi_agent=config.multi_agent)
+    torch.manual_seed(0)
+    agent = build_agent(config, envs.single_observation_space, envs.single_action_space, torch.device("cpu"), envs.layout)
+    league = League(SelfPlayConfig(pool_size=2, latest_share=0.0), agent, 1, [0, 0, 1], seed=0)
+    league.after_update(10, {})
+    sides = {tuple(league.new_game(0).tolist()) for _ in range(40)}
+    assert sides == {(True, True, False), (False, False, True)}  # the learner is one whole group, either
+    league.learner_seat[0] = 0  # the adversaries: 6 + 6 beat the agent's -6
+    league.game_over(0, np.array([6.0, 6.0, -6.0]))
+    assert league.snapshots[10].record == [1, 0, 0]
+
+
+def test_stop_and_resume_of_a_parallel_pool_equals_one_go(tmp_path, monkeypatch):
+    overrides = RUN | SELF_PLAY | {"num_steps": 7, "total_timesteps": ITERATIONS * 2 * 7, "checkpoint_every": 0, "self_play.latest_share": 0.3}
+    train(fastppo.make_config(CHASE, "cleanrl-discrete", overrides), tmp_path / "one_go")
+    with monkeypatch.context() as patch:
+        stop_after(patch, ITERATIONS // 2)
+        train(fastppo.make_config(CHASE, "cleanrl-discrete", overrides), tmp_path / "split")
+    resumed_config, checkpoint = resume_config(tmp_path / "split", env_id=CHASE)
+    assert checkpoint.meta["self_play"]["pool"] == [2, 3]
+    train(resumed_config, tmp_path / "split", checkpoint)
+    assert_same_run(tmp_path / "one_go", tmp_path / "split")

@@ -39,6 +39,7 @@ from fastppo.config import EnvConfig, MultiAgentConfig
 from fastppo.env_ids import PREFIX, named_object, split_spec
 from fastppo.envs import mpe
 from fastppo.envs.layout import ObservationLayout
+from fastppo.envs.opponents import LearnerEverywhere, Opponents
 from fastppo.envs.vector import Episodes, HostCopies, StepResult
 from fastppo.errors import FastPPOError
 
@@ -350,7 +351,7 @@ class AgentSpaces:
 class PettingZooVecEnv(HostCopies):
     """``len(env_fns)`` copies of a PettingZoo ParallelEnv as ``copies * agents`` rows (see the module docstring)."""
 
-    CHECKPOINTED = ("envs", "_finished", "_returns", "_lengths", "_episodes", "_masked")
+    CHECKPOINTED = ("envs", "_finished", "_returns", "_lengths", "_episodes", "_masked", "_learner", "_shown")
     """What ``fastppo.envs.snapshot.snapshot_envs`` saves: the copies and the episodes in flight."""
 
     def __init__(self, env_fns: list[Callable[[], Any]], cfg: MultiAgentConfig, device: torch.device):
@@ -374,6 +375,11 @@ class PettingZooVecEnv(HostCopies):
         rows_ok = not self.spaces.state_size or self.spaces.state_from_observations
         self._batched = mpe.BatchedWorlds.of(self.envs) if rows_ok else None
         self._blank = self.spaces.blank_rows(len(self.envs))
+        # Self-play (fastppo.training.self_play): the agents the learner plays in each copy; the
+        # others act through ``opponents`` on the rows and masks the last step showed.
+        self.opponents: Opponents = LearnerEverywhere(n)
+        self._learner = np.ones((len(self.envs), n), dtype=bool)
+        self._shown: tuple[np.ndarray, np.ndarray | None] | None = None
 
     def _new_rows(self) -> np.ndarray:
         """A step's observation rows [copies, agents, width], blank: fresh each step, since the
@@ -397,7 +403,27 @@ class PettingZooVecEnv(HostCopies):
         rows = self._new_rows()
         masks = tuple(self._reset_copy(c, None if seed is None else seed + c, rows[c]) for c in range(len(self.envs)))
         live = np.stack([self._in_play(env) for env in self.envs])
-        return rows.reshape(self.num_envs, -1), self._join(masks), live.ravel()
+        for c in range(len(self.envs)):
+            self._learner[c] = self.opponents.new_game(c)
+        return self._shown_to_learner(rows, self._join(masks), live)
+
+    def _shown_to_learner(self, rows: np.ndarray, masks: np.ndarray | None, live: np.ndarray) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+        """What a step returns: the opponents' agents are no decisions of the learner's."""
+        self._shown = (rows, masks)
+        return rows.reshape(self.num_envs, -1), masks, (live & self._learner).ravel()
+
+    def _with_opponents(self, host: np.ndarray) -> np.ndarray:
+        """``host`` [copies, agents, ...] with the opponents' actions in their agents' places,
+        chosen on the rows and masks the last step showed."""
+        playing = ~self._learner & ~self._finished[:, None]
+        if not playing.any():
+            return host
+        copies, agents = np.nonzero(playing)
+        rows, masks = self._shown
+        shown_masks = None if masks is None else masks.reshape(len(self.envs), len(self.agents), -1)[copies, agents]
+        host = host.copy()
+        host[copies, agents] = self.opponents.act(copies, rows[copies, agents], shown_masks)
+        return host
 
     def _in_play(self, env: Any) -> np.ndarray:
         """[agents]: which agents act on the copy's next step (``env.agents``): its live rows."""
@@ -421,7 +447,7 @@ class PettingZooVecEnv(HostCopies):
         """``step`` on numpy: actions [rows, ...] in, (rows, reward, terminated, truncated, masks, live) out;
         batched MPE copies keep every agent in play (``BatchedWorlds.playable``)."""
         n = len(self.agents)
-        host = host.reshape(len(self.envs), n, *host.shape[1:])
+        host = self._with_opponents(host.reshape(len(self.envs), n, *host.shape[1:]))
         rows, all_masks = self._new_rows(), []
         reward = np.zeros((len(self.envs), n), dtype=np.float32)
         terminated = np.zeros((len(self.envs), n), dtype=bool)
@@ -441,6 +467,7 @@ class PettingZooVecEnv(HostCopies):
             if self._finished[c]:  # the reset row: actions ignored, first observations, reward 0
                 masks = self._reset_copy(c, None, rows[c])
                 live[c] = self._in_play(env)
+                self._learner[c] = self.opponents.new_game(c)
             else:
                 acting = set(env.agents)
                 actions = {a: host[c, i] for i, a in enumerate(self.agents) if a in acting}
@@ -458,9 +485,11 @@ class PettingZooVecEnv(HostCopies):
                 self._lengths[c] += 1
                 if not env.agents:
                     self._episodes.append((float(self._returns[c].sum()), int(self._lengths[c]), self._returns[c].copy()))
+                    self.opponents.game_over(c, self._returns[c].copy())
                     self._finished[c] = True
             all_masks.append(masks)
-        return rows.reshape(self.num_envs, -1), reward.ravel(), terminated.ravel(), truncated.ravel(), self._join(tuple(all_masks)), live.ravel()
+        rows, masks, live = self._shown_to_learner(rows, self._join(tuple(all_masks)), live)
+        return rows, reward.ravel(), terminated.ravel(), truncated.ravel(), masks, live
 
     def _batched_copies(self, host: np.ndarray) -> np.ndarray:
         """The copies ``mpe.BatchedWorlds`` steps now (``playable`` ones not about to reset)."""

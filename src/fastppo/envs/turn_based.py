@@ -22,47 +22,16 @@ step returns with every copy at a learner's turn or over. By default the learner
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import torch
 
 from fastppo.config import MultiAgentConfig
+from fastppo.envs.opponents import LearnerEverywhere, Opponents
 from fastppo.envs.pettingzoo_vec import ACTION_MASK_KEY, AgentSpaces
 from fastppo.envs.vector import Episodes, HostCopies, StepResult
-
-
-class Opponents(Protocol):
-    """Who plays the seats the learner does not (see the module docstring)."""
-
-    def new_game(self, copy: int) -> np.ndarray:
-        """bool [seats]: the seats the learner plays in the game copy ``copy`` starts now."""
-        ...
-
-    def act(self, copies: np.ndarray, rows: np.ndarray, masks: np.ndarray | None) -> np.ndarray:
-        """Actions [k] of the opponents to move in ``copies`` [k], from their rows [k, width]."""
-        ...
-
-    def game_over(self, copy: int, returns: np.ndarray) -> None:
-        """The game in ``copy`` ended with ``returns`` [seats]."""
-        ...
-
-
-class LearnerEverywhere:
-    """Self-play against itself alone: the learner plays every seat of every game."""
-
-    def __init__(self, seats: int):
-        self.seats = seats
-
-    def new_game(self, copy: int) -> np.ndarray:
-        return np.ones(self.seats, dtype=bool)
-
-    def act(self, copies: np.ndarray, rows: np.ndarray, masks: np.ndarray | None) -> np.ndarray:
-        raise AssertionError("the learner plays every seat: no opponent moves")
-
-    def game_over(self, copy: int, returns: np.ndarray) -> None:
-        pass
 
 
 GameRecord = tuple[np.ndarray, np.ndarray, int]

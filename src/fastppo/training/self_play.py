@@ -18,8 +18,9 @@ same opponents and plays the same games.
 from __future__ import annotations
 
 import copy
-from functools import partial
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -30,6 +31,8 @@ from fastppo.agents.game_env import make_game
 from fastppo.agents.games import play_games
 from fastppo.agents.players import AgentPlayer, player_from_spec
 from fastppo.config import Config, SelfPlayConfig
+from fastppo.env_ids import is_pettingzoo
+from fastppo.envs.pettingzoo_vec import PettingZooVecEnv
 from fastppo.envs.turn_based import TurnBasedVecEnv
 from fastppo.envs.vector import VecEnv
 from fastppo.errors import FastPPOError
@@ -66,22 +69,24 @@ class Snapshot:
 
 def check_league(config: Config, envs: VecEnv, processes: int) -> None:
     """Refuse, once the envs are built, what a league cannot do (``Config.validate`` checks the
-    flags alone): --self-play.* on an env that is no turn-based game (they would be ignored), a
-    pool in a game of other than two seats or over several processes, memory, and a
-    --run.stop-return that no game would ever reach."""
+    flags alone): --self-play.* where they would be ignored, a pool of other than two sides or
+    over several processes, memory, and a --run.stop-return that no game would ever reach."""
     sp = config.self_play
-    if not isinstance(envs, TurnBasedVecEnv):
-        if sp != SelfPlayConfig():
-            raise FastPPOError(f"--self-play.* flags apply to turn-based games, and {config.env.env_id} is a Parallel env: drop them")
+    turn_based = isinstance(envs, TurnBasedVecEnv)
+    if sp == SelfPlayConfig() and not turn_based:
         return
-    if config.policy.memory != "none":
+    if not turn_based:
+        _check_parallel_league(config, envs)
+    if config.policy.memory != "none" and turn_based:
         # A seat's rows are decisions on its turns only, and a state restarts after every row that is none.
         raise FastPPOError(f"--policy.memory on a turn-based game would carry nothing from one of a seat's turns to the next: drop --policy.memory {config.policy.memory}")
-    if sp.pool_size and len(envs.agents) != 2:
+    if config.policy.memory != "none":
+        raise FastPPOError(f"a self-play pool's snapshots act on one observation at a time, without memory: drop --policy.memory {config.policy.memory}")
+    if sp.pool_size and turn_based and len(envs.agents) != 2:
         raise FastPPOError(f"--self-play.pool-size needs a two-seat game (the learner in one seat, a snapshot in the other), and this one has {len(envs.agents)} seats: drop it to train by self-play alone")
     if sp.pool_size and processes > 1:
         raise FastPPOError("a self-play pool trains in one process: drop --self-play.pool-size or train without torchrun")
-    if config.run.stop_return is not None and (not sp.pool_size or sp.latest_share == 1.0):
+    if turn_based and config.run.stop_return is not None and (not sp.pool_size or sp.latest_share == 1.0):
         # fastppo.envs.turn_based.game_episodes: a game against itself has no return of the learner's.
         raise FastPPOError("--run.stop-return reads the learner's return in games against its past snapshots, and this run plays none: give --self-play.pool-size N and --self-play.latest-share below 1")
     for spec in sp.eval_opponents if sp.eval_every else ():
@@ -89,6 +94,39 @@ def check_league(config: Config, envs: VecEnv, processes: int) -> None:
             player_from_spec(spec, config.env.env_id)  # mcts:0, minimax off tic-tac-toe, ...
         except FastPPOError as exc:
             raise FastPPOError(str(exc).replace("--opponent", "--self-play.eval-opponents", 1)) from None
+
+
+def _check_parallel_league(config: Config, envs: VecEnv) -> None:
+    """A Parallel env plays a pool side against side: its agent groups are the two sides."""
+    sp, env_id = config.self_play, config.env.env_id
+    if not isinstance(envs, PettingZooVecEnv):
+        what = "a Parallel env on the async backend" if is_pettingzoo(env_id) else "not a PettingZoo env"
+        raise FastPPOError(f"--self-play.* flags apply to PettingZoo games and Parallel envs stepped in the training process, and {env_id} is {what}: drop them, or use --backend sync")
+    if sp.eval_every:
+        raise FastPPOError(f"--self-play.eval-every plays games against fixed players (random, MCTS), which need a turn-based game, and {env_id} is a Parallel env: drop it")
+    if not sp.pool_size:
+        raise FastPPOError(f"on a Parallel env the learner already plays every agent: --self-play.* flags need a pool, --self-play.pool-size N, for {env_id}")
+    groups = envs.spaces.group_names
+    if len(groups) != 2:
+        raise FastPPOError(
+            f"--self-play.pool-size on a Parallel env plays one group of agents against the other, and {env_id}'s agents form {len(groups)} group(s) "
+            f"({', '.join(groups)}): a pool needs two, e.g. adversary_* | agent_* in pz:mpe2.simple_tag_v3"
+        )
+
+
+def make_league(config: Config, envs: VecEnv, learner: Agent, seed: int) -> NoLeague | League:
+    """The run's league, set as its envs' opponents: every turn-based game has one (the learner
+    plays every seat, and with a pool its snapshots); a Parallel env with a pool plays one of its
+    two agent groups (sides) against a snapshot playing the other; any other run has none."""
+    if isinstance(envs, TurnBasedVecEnv):
+        sides: int | list[int] = len(envs.agents)
+    elif isinstance(envs, PettingZooVecEnv) and config.self_play.pool_size:
+        sides = [envs.spaces.group_names.index(group) for group in envs.spaces.agent_groups]
+    else:
+        return NoLeague()
+    league = League(config.self_play, learner, config.env.num_envs, sides, seed, config.env.env_id, config.env.env_kwargs)
+    envs.opponents = league
+    return league
 
 
 class NoLeague:
@@ -112,10 +150,15 @@ class NoLeague:
 class League:
     """The self-play pool of one run (module docstring); ``Opponents`` of its turn-based env."""
 
-    def __init__(self, cfg: SelfPlayConfig, learner: Agent, copies: int, seats: int, seed: int, game: str = "", env_kwargs: dict[str, Any] | None = None):
-        """``check_league`` has passed: with a pool, ``seats`` is 2. ``game`` and ``env_kwargs``
+    def __init__(
+        self, cfg: SelfPlayConfig, learner: Agent, copies: int, sides: int | Sequence[int], seed: int, game: str = "", env_kwargs: dict[str, Any] | None = None
+    ):
+        """``sides``: a game's number of seats, or the side of each agent of a Parallel env (its
+        group); ``check_league`` has passed: with a pool, two sides. ``game`` and ``env_kwargs``
         build the game the evaluation games (``--self-play.eval-every``) are played on."""
-        self.cfg, self.learner, self.seats, self.seed = cfg, learner, seats, seed
+        self.sides = np.arange(sides) if isinstance(sides, int) else np.asarray(sides)
+        self.seats = int(self.sides.max()) + 1  # the learner takes one side of a game against a snapshot
+        self.cfg, self.learner, self.seed = cfg, learner, seed
         self.game, self.env_kwargs = game, env_kwargs or {}
         self.fixed = [player_from_spec(spec, game, seed) for spec in cfg.eval_opponents] if cfg.eval_every else []
         self.snapshots: dict[int, Snapshot] = {}  # by iteration: the pool's and any a game in flight still plays
@@ -140,17 +183,14 @@ class League:
         self.snapshots = {i: s for i, s in self.snapshots.items() if i in used}
 
     def new_game(self, copy: int) -> np.ndarray:
-        seats = np.ones(self.seats, dtype=bool)
         if not self.pool_ids or self.rng.random() < self.cfg.latest_share:
             self.opponent[copy] = LATEST
             self._forget_unused()
-            return seats
+            return np.ones(len(self.sides), dtype=bool)
         self.opponent[copy] = self._draw().iteration
         self.learner_seat[copy] = self.rng.integers(self.seats)
-        seats[:] = False
-        seats[self.learner_seat[copy]] = True
         self._forget_unused()
-        return seats
+        return self.sides == self.learner_seat[copy]
 
     def _draw(self) -> Snapshot:
         if self.cfg.sampling == "latest":
@@ -161,7 +201,7 @@ class League:
         return self.pool[self.rng.choice(len(self.pool), p=weights / weights.sum())]
 
     def act(self, copies: np.ndarray, rows: np.ndarray, masks: np.ndarray | None) -> np.ndarray:
-        actions = np.zeros(len(copies), dtype=np.int64)
+        actions: np.ndarray | None = None
         for iteration in np.unique(self.opponent[copies]):
             at = np.flatnonzero(self.opponent[copies] == iteration)
             snapshot = self.snapshots[int(iteration)]
@@ -171,14 +211,18 @@ class League:
             mask = None if masks is None else torch.as_tensor(masks[at])
             with torch.inference_mode():  # the actor alone: the sample act() draws, without the critic's forward
                 action, _ = snapshot.policy.predict(obs.to(self.learner.device), None if mask is None else mask.to(self.learner.device))
-            actions[at] = action.cpu().numpy()
+            action = snapshot.policy.action_head.env_action(action).cpu().numpy()
+            actions = np.zeros((len(copies), *action.shape[1:]), dtype=action.dtype) if actions is None else actions
+            actions[at] = action
         return actions
 
     def game_over(self, copy: int, returns: np.ndarray) -> None:
         if self.opponent[copy] == LATEST:
             return
-        mine = float(returns[self.learner_seat[copy]])
-        result = int(np.sign(mine))
+        # A side wins when its return beats the other side's (agents.games scores games alike).
+        mine = float(returns[self.sides == self.learner_seat[copy]].sum())
+        theirs = float(returns[self.sides != self.learner_seat[copy]].sum())
+        result = int(np.sign(mine - theirs))
         snapshot = self.snapshots[int(self.opponent[copy])]
         snapshot.record[1 - result] += 1  # +1 -> wins, 0 -> draws, -1 -> losses
         self._results.append(result)

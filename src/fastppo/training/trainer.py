@@ -42,7 +42,7 @@ from fastppo.training.logger import GROUP_RETURN, GYM_SUMMARY, RunLogger
 from fastppo.training.rollout import EnvCursor, ObservationNormalizer, PolicyStep, RolloutBuffer, collect_rollout, fresh_state
 from fastppo.training.runs import OnIteration, Runs, SeedRuns, SingleRun
 from fastppo.training.seed_stack import SeedLoggers, check_seed_stack, keep_seeds, restore_seed_stack, stacked_agent
-from fastppo.training.self_play import League, check_league
+from fastppo.training.self_play import check_league, make_league
 from fastppo.training.signals import StopRequest, during_start_up, lost_since
 from fastppo.training.state import TrainState, planned_iterations
 from fastppo.training.update import MinibatchStep, UpdateCoefficients, make_optimizer, ppo_update, set_learning_rate
@@ -238,8 +238,7 @@ def train_rank(
         kl_beta=[cfg.kl_beta] * len(seeds) if stacked else cfg.kl_beta,
         world_size=world.size,
     )
-    if isinstance(envs, TurnBasedVecEnv):  # the learner's opponents: itself, and its snapshots
-        state.league = envs.opponents = League(config.self_play, agent, config.env.num_envs, len(envs.agents), seed, config.env.env_id, config.env.env_kwargs)
+    state.league = make_league(config, envs, agent, seed)  # self-play: the learner's opponents, its past snapshots
     seeds_returns: list[list[float]] = [[] for _ in seeds or []]  # a stack's finished episodes, per seed
     # The checkpoint is checked whole and restored before the logger rewinds metrics.jsonl and
     # TensorBoard and rewrites config.yaml: a damaged one leaves the run folder as it was.
