@@ -13,7 +13,7 @@ for a seat whose game is over; a seat's return is the sum of the rewards ``last(
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -108,15 +108,16 @@ class GameResults:
         }
 
 
-def play_games(game: GameSource, players: Sequence[Player], games: int, seed: int = 0) -> GameResults:
+def play_games(game: GameSource, players: Sequence[Player], games: int, seed: int = 0, env_kwargs: dict[str, Any] | None = None) -> GameResults:
     """``games`` games of ``players[0]`` (A) against ``players[1]`` (B): A in the first seat in
     even games, in the second in odd ones. Everything random follows from ``seed``: the env's
-    deal (the same for games ``2k`` and ``2k + 1``) and each player's choices (``reset``)."""
+    deal (the same for games ``2k`` and ``2k + 1``) and each player's choices (``reset``).
+    ``env_kwargs``: the game's keyword arguments (a run's ``--env-kwargs``)."""
     if len(players) != 2:
         raise ValueError(f"play_games takes two players (A, B), got {len(players)}")
     if games < 1:
         raise ValueError(f"play_games needs at least one game, got {games}")
-    env = make_game(game)
+    env = make_game(game, env_kwargs)
     name = game if isinstance(game, str) else getattr(game, "__name__", "game")
     require_two_seats(env, name, "play_games")
     seats = list(env.possible_agents)
@@ -129,24 +130,31 @@ def play_games(game: GameSource, players: Sequence[Player], games: int, seed: in
         for k, player in enumerate(players):
             player.reset(_seed(1 + k, seed, index))
         env.reset(seed=_seed(0, seed, index // 2))
-        returns = dict.fromkeys(seats, 0.0)
-        history: list[int] = []
-        for agent in env.agent_iter():
-            _, reward, terminated, truncated, _ = env.last()
-            returns[agent] += float(reward)
-            if terminated or truncated:
-                env.step(None)
-                continue
-            action = seated[agent].act(env, agent, history)
-            if action not in legal_actions(env, agent):
-                raise ValueError(f"{seated[agent].name} played {action} as {agent}, an illegal move (legal: {legal_actions(env, agent).tolist()})")
-            history.append(action)
-            env.step(action)
+        returns, history = play_game(env, seated)
         moves += len(history)
         results[a_seat].add(returns[seats[a_seat]], returns[seats[1 - a_seat]])
     seconds = time.perf_counter() - start
     env.close()
     return GameResults(name, players[0].name, players[1].name, results, moves, seconds)
+
+
+def play_game(env: Any, seated: Mapping[str, Player]) -> tuple[dict[str, float], list[int]]:
+    """One game on ``env`` (reset by the caller), ``seated[seat]`` choosing each move of
+    ``seat``: each seat's return and every move played, in order."""
+    returns = dict.fromkeys(env.possible_agents, 0.0)
+    history: list[int] = []
+    for agent in env.agent_iter():
+        _, reward, terminated, truncated, _ = env.last()
+        returns[agent] += float(reward)
+        if terminated or truncated:
+            env.step(None)
+            continue
+        action = seated[agent].act(env, agent, history)
+        if action not in legal_actions(env, agent):
+            raise ValueError(f"{seated[agent].name} played {action} as {agent}, an illegal move (legal: {legal_actions(env, agent).tolist()})")
+        history.append(action)
+        env.step(action)
+    return returns, history
 
 
 def _seed(stream: int, seed: int, index: int) -> int:
