@@ -19,8 +19,10 @@ from typing import Any
 
 import numpy as np
 
+from fastppo.agents.agent import Agent
 from fastppo.agents.game_env import GameSource, legal_actions, make_game, require_two_seats
-from fastppo.agents.players import Player
+from fastppo.agents.players import AgentPlayer, Player, player_from_spec
+from fastppo.errors import FastPPOError
 
 
 @dataclass
@@ -57,6 +59,8 @@ class GameResults:
     """A's results from each seat, in the env's ``possible_agents`` order."""
     moves: int = 0
     seconds: float = 0.0
+    seed: int = 0
+    """``play_games``' seed: the same games again from it."""
     total: SeatResults = field(init=False)
 
     def __post_init__(self) -> None:
@@ -105,6 +109,7 @@ class GameResults:
             "moves": self.moves,
             "seconds": self.seconds,
             "games_per_second": self.games_per_second,
+            "seed": self.seed,
         }
 
 
@@ -135,7 +140,26 @@ def play_games(game: GameSource, players: Sequence[Player], games: int, seed: in
         results[a_seat].add(returns[seats[a_seat]], returns[seats[1 - a_seat]])
     seconds = time.perf_counter() - start
     env.close()
-    return GameResults(name, players[0].name, players[1].name, results, moves, seconds)
+    return GameResults(name, players[0].name, players[1].name, results, moves, seconds, seed)
+
+
+def evaluate_games(agent: Agent, env_id: str, opponent: str | Player = "random", games: int = 100, deterministic: bool = True, seed: int | None = None) -> GameResults:
+    """``games`` games of ``agent`` on its game ``env_id`` against ``opponent`` (a ``Player``, or
+    the spec ``player_from_spec`` reads: ``random``, ``mcts:N``, ``minimax``, a run folder), seats
+    swapped: what ``fastppo eval`` reports on a turn-based game. ``deterministic``: the agent's
+    most likely legal move, else a sample; ``seed`` None: a fresh one."""
+    if games < 1:
+        raise FastPPOError(f"--games must be >= 1, got {games}")
+    if env_id != agent.config.env.env_id:
+        raise FastPPOError(f"the agent was trained on {agent.config.env.env_id}, not on {env_id}: a game's agent plays the game it was trained on")
+    player = AgentPlayer(agent, deterministic)
+    if not deterministic:  # said in the table's title line
+        player.name += " (sampling)"
+    if isinstance(opponent, str):
+        opponent = player_from_spec(opponent, env_id)
+    if seed is None:
+        seed = int(np.random.SeedSequence().generate_state(1)[0])
+    return play_games(env_id, [player, opponent], games, seed, agent.config.env.env_kwargs)
 
 
 def play_game(env: Any, seated: Mapping[str, Player]) -> tuple[dict[str, float], list[int]]:
