@@ -61,6 +61,7 @@ class HumanPlayer:
     def game_over(self, env: Any, seat: str, own: float, other: float) -> None:
         """Show the final position and the result of a game the person played from ``seat``
         (their return ``own``, the opponent's ``other``)."""
+        self.write("")
         self.write(self.text.position(env, seat))
         outcome = "you won" if own > other else "you lost" if own < other else "a draw"
         self.write(f"{outcome} (your return {own:+g})")
