@@ -19,7 +19,7 @@ pytest.importorskip("rlcard")
 import fastppo  # noqa: E402
 from fastppo.agents.board_text import board_text  # noqa: E402
 from fastppo.agents.game_env import legal_actions, make_game  # noqa: E402
-from fastppo.agents.human import HumanPlayer, Quit  # noqa: E402
+from fastppo.agents.human import HumanPlayer, Quit, play_against  # noqa: E402
 from fastppo.agents.players import AgentPlayer  # noqa: E402
 from fastppo.cli.main import main  # noqa: E402
 
@@ -212,7 +212,7 @@ def test_a_person_plays_a_whole_game_of_tictactoe_typed_on_stdin(runs, monkeypat
     monkeypatch.setattr("sys.stdin", io.StringIO("x\n" + "".join(f"{cell}\n" for cell in range(9)) * 9))
     assert main(["play", str(runs["tictactoe"]), "--seat", seat, "--seed", "0"]) == 0
     out = capsys.readouterr().out
-    assert f"game 1 of 1: you play player_{int(seat) + 1}, {'first' if seat == '0' else 'second'}" in out
+    assert f"game 1 of 1: you play player_{int(seat) + 1}" in out
     assert "'x' is not a move: type one of " in out
     lines = out.splitlines()
     result = next(i for i, line in enumerate(lines) if line.startswith(("you won", "you lost", "a draw")))
@@ -256,3 +256,28 @@ def test_the_documented_loop_plays_a_trained_agent_in_pettingzoos_own_loop(runs,
     exec(code.replace('"runs/tictactoe"', repr(str(runs["tictactoe"]))), {})
     returns = eval(capsys.readouterr().out)  # noqa: S307 - the dict the loop printed
     assert set(returns) == {"player_1", "player_2"} and sum(returns.values()) == 0 and set(returns.values()) <= {-1.0, 0.0, 1.0}
+
+
+def test_leduc_games_show_the_opponents_card_at_the_end_and_score_the_showdown():
+    """The person calls or checks (typing 0, then 3 when 0 is refused, and so on), the agent raises
+    where it may and calls otherwise: every hand reaches the showdown, which the cards shown
+    decide (a pair with the public card, else the higher card)."""
+    from tests.test_games import leduc_agent
+
+    typist = Typist(*["0", "3"] * 60)
+    score = play_against(leduc_agent(), HumanPlayer(LEDUC, typist.read, typist.write), games=6, seed=0)
+    shown = [line for line in typist.shown if line]
+    ends = [i for i, line in enumerate(shown) if line.startswith(("you won", "you lost", "a draw"))]
+    assert len(ends) == score.games == 6
+    outcomes = []
+    for end in ends:
+        final, revealed = shown[end - 2], shown[end - 1]
+        mine, public = re.match(r"you are player_\d: your card ([JQK]), public card ([JQK]);", final).groups()
+        theirs = re.fullmatch(r"the opponent held ([JQK])", revealed).group(1)
+        if mine == public or theirs == public:
+            expected = "you won" if mine == public else "you lost"
+        else:
+            expected = "a draw" if mine == theirs else "you won" if "JQK".index(mine) > "JQK".index(theirs) else "you lost"
+        assert shown[end].startswith(expected)
+        outcomes.append(expected)
+    assert (score.wins, score.draws, score.losses) == tuple(outcomes.count(o) for o in ("you won", "a draw", "you lost"))

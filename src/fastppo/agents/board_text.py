@@ -24,10 +24,12 @@ MARKS = ".XO"
 @dataclass(frozen=True)
 class BoardText:
     """How one game is shown: ``position(env, seat)`` the lines ``seat`` sees, ``move(action)``
-    an action as the person types and reads it."""
+    an action as the person types and reads it, ``revealed(env, seat)`` what the game hid from
+    ``seat`` until its end (the opponent's cards), if anything."""
 
     position: Callable[[Any, str], str]
     move: Callable[[int], str] = str
+    revealed: Callable[[Any, str], str] | None = None
 
 
 def _you(env: Any, seat: str) -> str:
@@ -63,10 +65,16 @@ def leduc(env: Any, seat: str) -> str:
     return f"you are {seat}: your card {'JQK'[hand[0]]}, public card {public_card}; chips in: you {mine}, the opponent {theirs}"
 
 
+def leduc_opponent_card(env: Any, seat: str) -> str:
+    """The opponent's card, from rlcard's game state (no observation of ``seat`` shows it)."""
+    opponent = env.unwrapped.env.game.players[1 - env.possible_agents.index(seat)]
+    return f"the opponent held {opponent.hand.rank}"
+
+
 BOARDS = {
     "pz:pettingzoo.classic.tictactoe_v3": BoardText(tictactoe),
     "pz:pettingzoo.classic.connect_four_v3": BoardText(connect_four),
-    LEDUC_ENV_ID: BoardText(leduc, lambda action: f"{action} {RLCARD_ACTIONS[action]}"),
+    LEDUC_ENV_ID: BoardText(leduc, lambda action: f"{action} {RLCARD_ACTIONS[action]}", leduc_opponent_card),
 }
 
 

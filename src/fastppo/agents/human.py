@@ -58,21 +58,24 @@ class HumanPlayer:
             else:
                 return int(entry)
 
-    def game_over(self, env: Any, seat: str, own: float, other: float) -> None:
-        """Show the final position and the result of a game the person played from ``seat``
-        (their return ``own``, the opponent's ``other``)."""
+    def game_over(self, env: Any, seat: str, history: list[int], own: float, other: float) -> None:
+        """Show how a game the person played from ``seat`` ended: the last move, the final
+        position, what was hidden, the result (their return ``own``, the opponent's ``other``)."""
         self.write("")
+        self.write(f"last move: {self.text.move(history[-1])}")
         self.write(self.text.position(env, seat))
+        if self.text.revealed is not None:
+            self.write(self.text.revealed(env, seat))
         outcome = "you won" if own > other else "you lost" if own < other else "a draw"
         self.write(f"{outcome} (your return {own:+g})")
 
 
 def play_against(agent: Agent, human: HumanPlayer, games: int = 1, seat: int | None = None, deterministic: bool = True, seed: int | None = None) -> SeatResults:
     """``games`` games of a person (``human``) against ``agent`` on the agent's game: the person
-    in seat ``seat`` (0 moves first), else in seats 0 and 1 by turns; the agent plays its most
-    likely move unless not ``deterministic``; ``seed`` None: fresh deals and draws. After each
-    game: its final position, result and the score so far. Returns the person's results; ``Quit``
-    (``q``, end of input) ends it early and is raised on."""
+    in seat ``seat`` (0: the game's first player, ``possible_agents[0]``), else in seats 0 and 1
+    by turns; the agent plays its most likely move unless not ``deterministic``; ``seed`` None:
+    fresh deals and draws. After each game: how it ended and the score so far. Returns the
+    person's results; ``Quit`` (``q``, end of input) ends it early and is raised on."""
     if games < 1:
         raise FastPPOError(f"--games must be >= 1, got {games}")
     opponent = AgentPlayer(agent, deterministic)
@@ -87,10 +90,10 @@ def play_against(agent: Agent, human: HumanPlayer, games: int = 1, seat: int | N
             game_seed = int(seeds.integers(2**32))
             opponent.reset(game_seed)
             env.reset(seed=game_seed)
-            human.write(f"game {index + 1} of {games}: you play {mine}, {'first' if mine == seats[0] else 'second'}")
-            returns, _ = play_game(env, {name: human if name == mine else opponent for name in seats})
+            human.write(f"game {index + 1} of {games}: you play {mine}")
+            returns, history = play_game(env, {name: human if name == mine else opponent for name in seats})
             own, other = returns[mine], max(value for name, value in returns.items() if name != mine)
-            human.game_over(env, mine, own, other)
+            human.game_over(env, mine, history, own, other)
             score.add(own, other)
             human.write(f"score: {score.wins} won, {score.draws} drawn, {score.losses} lost")
     finally:
