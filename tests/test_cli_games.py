@@ -10,7 +10,6 @@ import re
 import textwrap
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 pytest.importorskip("pyspiel")
