@@ -213,6 +213,7 @@ def base_command(command: str, artefacts: Artefacts) -> list[Value]:
         "record": [run, "--out", out("video.mp4")],
         "plot": [run, "--out", out("plot.png")],
         "export": [run, "--onnx", out("policy.onnx")],
+        "play": [run],  # a CartPole run: refused before any input is read (a game's run would wait for typed moves)
         "report": [run, "--out", out("report"), "--reps", "10"],
         "rlhf": ["--model", model, "--reward", "tests.rlhf.tiny:early_letters", "--prompts", prompts, "--steps", "1", "--prompts-per-step", "2",
                  "--num-generations", "2", "--mini-batch-size", "2", "--ppo-epochs", "1", "--max-new-tokens", "4", "--output-dir", out("rlhf"), "--no-progress"],

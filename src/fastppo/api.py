@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from fastppo.agents.agent import Agent, load_agent
+from fastppo.agents.players import Player
 from fastppo.envs.env_config import make_config
 
 
@@ -86,15 +87,29 @@ def load(run_dir: str | Path, device: str = "cpu", env_id: str | None = None) ->
     return load_agent(run_dir, device, env_id)
 
 
-def evaluate(agent: Agent | str | Path, env_id: str | None = None, episodes: int = 10, deterministic: bool = False, seed: int | None = None):
-    """Play ``episodes`` episodes (default env: the agent's own; a run folder trained on your own
-    code needs ``env_id`` naming it) with frozen observation statistics; returns an ``EvalResult``
-    (returns, lengths, mean_return, std_return, mean_length, std_length; a multi-agent env's
-    group_returns and mean_group_returns, its mean_return None without a headline:
-    --multi-agent.headline)."""
+def evaluate(
+    agent: Agent | str | Path,
+    env_id: str | None = None,
+    episodes: int | None = None,
+    deterministic: bool | None = None,
+    seed: int | None = None,
+    opponent: str | Player | None = None,
+    games: int | None = None,
+):
+    """Play ``episodes`` episodes (default 10; default env: the agent's own; a run folder trained
+    on your own code needs ``env_id`` naming it) with frozen observation statistics, sampling
+    actions unless ``deterministic``; returns an ``EvalResult`` (returns, lengths, mean_return,
+    std_return, mean_length, std_length; a multi-agent env's group_returns and
+    mean_group_returns, its mean_return None without a headline: --multi-agent.headline).
+
+    An agent of a turn-based game plays ``games`` games (default 100) against ``opponent``
+    (``"random"`` by default, ``"mcts:N"``, ``"minimax"``, a run folder, or a ``Player``),
+    seats swapped, its most likely move unless ``deterministic=False``; returns a
+    ``GameResults`` (wins, draws, losses per seat: ``seats``, ``total``, ``win_rate``,
+    ``table()``, ``to_dict()``)."""
     from fastppo.agents.evaluation import evaluate as run_evaluation
 
-    return run_evaluation(agent, env_id, episodes, deterministic, seed)
+    return run_evaluation(agent, env_id, episodes, deterministic, seed, opponent, games)
 
 
 def record(agent: Agent | str | Path, out: str | Path, episodes: int = 1, deterministic: bool = True, seed: int | None = None, env_id: str | None = None) -> Path:

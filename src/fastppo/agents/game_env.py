@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from fastppo.env_ids import PREFIX
+from fastppo.env_ids import PREFIX, is_pettingzoo
 from fastppo.envs.pettingzoo_vec import is_turn_based, make_pettingzoo
 from fastppo.errors import FastPPOError
 
@@ -44,6 +44,17 @@ def make_game(game: GameSource, env_kwargs: dict[str, Any] | None = None) -> Any
         env.close()
         raise FastPPOError(f"{name} built a {type(env).__name__}, not a PettingZoo AECEnv (turn-based): name a game such as pz:pettingzoo.classic.tictactoe_v3")
     return env
+
+
+def is_game(env_id: str, env_kwargs: dict[str, Any] | None = None) -> bool:
+    """Whether ``env_id`` is a turn-based PettingZoo game (its env an AECEnv): builds one to tell."""
+    if not is_pettingzoo(env_id):
+        return False
+    env = make_pettingzoo(env_id, env_kwargs or {})
+    try:
+        return is_turn_based(env)
+    finally:
+        env.close()
 
 
 def require_two_seats(env: Any, game: str, what: str) -> None:

@@ -13,14 +13,16 @@ for a seat whose game is over; a seat's return is the sum of the rewards ``last(
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 
+from fastppo.agents.agent import Agent
 from fastppo.agents.game_env import GameSource, legal_actions, make_game, require_two_seats
-from fastppo.agents.players import Player
+from fastppo.agents.players import AgentPlayer, Player, player_from_spec
+from fastppo.errors import FastPPOError
 
 
 @dataclass
@@ -57,6 +59,8 @@ class GameResults:
     """A's results from each seat, in the env's ``possible_agents`` order."""
     moves: int = 0
     seconds: float = 0.0
+    seed: int = 0
+    """``play_games``' seed: the same games again from it."""
     total: SeatResults = field(init=False)
 
     def __post_init__(self) -> None:
@@ -105,18 +109,20 @@ class GameResults:
             "moves": self.moves,
             "seconds": self.seconds,
             "games_per_second": self.games_per_second,
+            "seed": self.seed,
         }
 
 
-def play_games(game: GameSource, players: Sequence[Player], games: int, seed: int = 0) -> GameResults:
+def play_games(game: GameSource, players: Sequence[Player], games: int, seed: int = 0, env_kwargs: dict[str, Any] | None = None) -> GameResults:
     """``games`` games of ``players[0]`` (A) against ``players[1]`` (B): A in the first seat in
     even games, in the second in odd ones. Everything random follows from ``seed``: the env's
-    deal (the same for games ``2k`` and ``2k + 1``) and each player's choices (``reset``)."""
+    deal (the same for games ``2k`` and ``2k + 1``) and each player's choices (``reset``).
+    ``env_kwargs``: the game's keyword arguments (a run's ``--env-kwargs``)."""
     if len(players) != 2:
         raise ValueError(f"play_games takes two players (A, B), got {len(players)}")
     if games < 1:
         raise ValueError(f"play_games needs at least one game, got {games}")
-    env = make_game(game)
+    env = make_game(game, env_kwargs)
     name = game if isinstance(game, str) else getattr(game, "__name__", "game")
     require_two_seats(env, name, "play_games")
     seats = list(env.possible_agents)
@@ -129,24 +135,50 @@ def play_games(game: GameSource, players: Sequence[Player], games: int, seed: in
         for k, player in enumerate(players):
             player.reset(_seed(1 + k, seed, index))
         env.reset(seed=_seed(0, seed, index // 2))
-        returns = dict.fromkeys(seats, 0.0)
-        history: list[int] = []
-        for agent in env.agent_iter():
-            _, reward, terminated, truncated, _ = env.last()
-            returns[agent] += float(reward)
-            if terminated or truncated:
-                env.step(None)
-                continue
-            action = seated[agent].act(env, agent, history)
-            if action not in legal_actions(env, agent):
-                raise ValueError(f"{seated[agent].name} played {action} as {agent}, an illegal move (legal: {legal_actions(env, agent).tolist()})")
-            history.append(action)
-            env.step(action)
+        returns, history = play_game(env, seated)
         moves += len(history)
         results[a_seat].add(returns[seats[a_seat]], returns[seats[1 - a_seat]])
     seconds = time.perf_counter() - start
     env.close()
-    return GameResults(name, players[0].name, players[1].name, results, moves, seconds)
+    return GameResults(name, players[0].name, players[1].name, results, moves, seconds, seed)
+
+
+def evaluate_games(agent: Agent, env_id: str, opponent: str | Player = "random", games: int = 100, deterministic: bool = True, seed: int | None = None) -> GameResults:
+    """``games`` games of ``agent`` on its game ``env_id`` against ``opponent`` (a ``Player``, or
+    the spec ``player_from_spec`` reads: ``random``, ``mcts:N``, ``minimax``, a run folder), seats
+    swapped: what ``fastppo eval`` reports on a turn-based game. ``deterministic``: the agent's
+    most likely legal move, else a sample; ``seed`` None: a fresh one."""
+    if games < 1:
+        raise FastPPOError(f"--games must be >= 1, got {games}")
+    if env_id != agent.config.env.env_id:
+        raise FastPPOError(f"the agent was trained on {agent.config.env.env_id}, not on {env_id}: a game's agent plays the game it was trained on")
+    player = AgentPlayer(agent, deterministic)
+    if not deterministic:  # said in the table's title line
+        player.name += " (sampling)"
+    if isinstance(opponent, str):
+        opponent = player_from_spec(opponent, env_id)
+    if seed is None:
+        seed = int(np.random.SeedSequence().generate_state(1)[0])
+    return play_games(env_id, [player, opponent], games, seed, agent.config.env.env_kwargs)
+
+
+def play_game(env: Any, seated: Mapping[str, Player]) -> tuple[dict[str, float], list[int]]:
+    """One game on ``env`` (reset by the caller), ``seated[seat]`` choosing each move of
+    ``seat``: each seat's return and every move played, in order."""
+    returns = dict.fromkeys(env.possible_agents, 0.0)
+    history: list[int] = []
+    for agent in env.agent_iter():
+        _, reward, terminated, truncated, _ = env.last()
+        returns[agent] += float(reward)
+        if terminated or truncated:
+            env.step(None)
+            continue
+        action = seated[agent].act(env, agent, history)
+        if action not in legal_actions(env, agent):
+            raise ValueError(f"{seated[agent].name} played {action} as {agent}, an illegal move (legal: {legal_actions(env, agent).tolist()})")
+        history.append(action)
+        env.step(action)
+    return returns, history
 
 
 def _seed(stream: int, seed: int, index: int) -> int:

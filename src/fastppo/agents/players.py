@@ -79,7 +79,30 @@ class PolicyPlayer:
 class AgentPlayer:
     """A trained fastppo agent, through its dict API: ``agent.act({seat: observation})``, the rows
     training built (``fastppo.agents.agent_rows``). ``deterministic``: its most likely legal move
-    (evaluation); else a sample, as in training."""
+    (evaluation); else a sample, as in training.
+
+    The same dict API in PettingZoo's own loop, the agent as X against random legal moves::
+
+        import fastppo
+        from pettingzoo.classic import tictactoe_v3
+
+        agent = fastppo.load("runs/tictactoe")  # fastppo train pz:pettingzoo.classic.tictactoe_v3 --run-dir runs/tictactoe
+        env = tictactoe_v3.env()
+        env.reset(seed=0)
+        returns = dict.fromkeys(env.possible_agents, 0.0)
+        for seat in env.agent_iter():
+            observation, reward, termination, truncation, info = env.last()
+            returns[seat] += reward
+            if termination or truncation:
+                action = None  # PettingZoo's turn for a seat whose game is over
+            elif seat == "player_1":  # the agent: its most likely legal move (observation["action_mask"])
+                action = agent.act({seat: observation}, deterministic=True)[seat]
+            else:  # the other seat: here a random legal move
+                action = env.action_space(seat).sample(observation["action_mask"])
+            env.step(action)
+        env.close()
+        print(returns)  # e.g. {'player_1': 1.0, 'player_2': -1.0}: the agent won
+    """
 
     def __init__(self, agent: Agent, deterministic: bool = True, name: str | None = None):
         if agent.policy.recurrent:

@@ -23,9 +23,9 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", required=True, parser_class=OneLineErrorParser)
     # Each module adds its subcommand(s) and sets `func` (args -> exit code); none imports a
     # heavy optional dependency (transformers, matplotlib, onnx) until its command runs.
-    from fastppo.cli import report, rlhf, run, sweep, train
+    from fastppo.cli import play, report, rlhf, run, sweep, train
 
-    for module in (train, run, report, sweep, rlhf):
+    for module in (train, run, play, report, sweep, rlhf):
         module.register(subparsers)
     return parser
 

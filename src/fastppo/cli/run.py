@@ -21,10 +21,22 @@ ENV_ID_HELP = (
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    ev = subparsers.add_parser("eval", help="evaluate a trained run: mean ± std return and length", allow_abbrev=False)
+    ev = subparsers.add_parser(
+        "eval", help="evaluate a trained run: mean ± std return and length; a turn-based game's: wins, draws and losses per seat against --opponent", allow_abbrev=False
+    )
     ev.add_argument("run_dir", metavar="RUN_DIR", help="run directory (or a checkpoint folder in it); a --seeds folder: each seed's run")
-    ev.add_argument("--episodes", type=int, default=10, help="episodes to play (default: 10)")
-    ev.add_argument("--deterministic", action="store_true", help="take the most likely action instead of sampling")
+    ev.add_argument("--episodes", type=int, default=None, help="episodes to play (default: 10; a turn-based game counts --games)")
+    mode = ev.add_mutually_exclusive_group()
+    mode.add_argument("--deterministic", action="store_true", default=None, help="take the most likely action instead of sampling (a turn-based game's default)")
+    mode.add_argument("--stochastic", dest="deterministic", action="store_false", help="sample actions (the default, except on a turn-based game)")
+    ev.add_argument(
+        "--opponent",
+        default=None,
+        metavar="SPEC",
+        help="a turn-based game's opponent: random (uniform legal moves), mcts:N (OpenSpiel's MCTS, N simulations per move; tic-tac-toe, connect four), "
+        "minimax (perfect tic-tac-toe) or the run folder of an agent of the same game (default: random)",
+    )
+    ev.add_argument("--games", type=int, default=None, help="a turn-based game's games against --opponent, seats swapped every game (default: 100)")
     ev.add_argument("--seed", type=seed, default=None, help="seed the env and the policy's sampling (default: unseeded)")
     ev.add_argument("--env-id", default=None, help=ENV_ID_HELP.format(verb="evaluate"))
     ev.add_argument("--json", action="store_true", help="print the result as one JSON object (a --seeds folder: one line per seed)")
@@ -56,20 +68,24 @@ def run_eval(args: argparse.Namespace) -> int:
     import numpy as np
 
     from fastppo.agents.evaluation import evaluate
+    from fastppo.agents.games import GameResults
     from fastppo.files.run_folder import seed_folders
 
     seeds = seed_folders(args.run_dir)  # a --seeds folder: each seed's run, with the same episodes and env seed
-    means = []
+    headlines = []  # (what, value, format): each seed's headline for the summary line
     for run_dir in seeds or [Path(args.run_dir)]:
-        result = evaluate(run_dir, env_id=args.env_id, episodes=args.episodes, deterministic=args.deterministic, seed=args.seed)
-        if result.mean_return is not None:  # None: agents in several groups, no headline (each group's is printed)
-            means.append(result.mean_return)
+        result = evaluate(run_dir, args.env_id, args.episodes, args.deterministic, args.seed, args.opponent, args.games)
+        headline = ("win rate", result.win_rate, ".2f") if isinstance(result, GameResults) else ("return", result.mean_return, ".1f")
+        if headline[1] is not None:  # None: agents in several groups, no headline (each group's is printed)
+            headlines.append(headline)
         if args.json:
             print(json.dumps({**result.to_dict(), **({"run_dir": str(run_dir)} if seeds else {})}))
         else:
             print(f"fastppo: {result}" + (f" ({run_dir.name})" if seeds else ""))
-    if seeds and means and not args.json:
-        print(f"fastppo: mean return over the {len(seeds)} seeds {np.mean(means):.1f} (min {min(means):.1f}, max {max(means):.1f}); statistics: fastppo report {args.run_dir}")
+    if seeds and headlines and not args.json:
+        what, _, form = headlines[0]
+        values = [value for _, value, _ in headlines]
+        print(f"fastppo: mean {what} over the {len(seeds)} seeds {np.mean(values):{form}} (min {min(values):{form}}, max {max(values):{form}}); statistics: fastppo report {args.run_dir}")
     return 0
 
 
