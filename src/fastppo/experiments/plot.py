@@ -272,12 +272,14 @@ def plot_runs(run_dirs: list[str | Path], out: str | Path, smooth: int = 10) -> 
     ax_return.set_xlabel("environment steps")
     ax_return.set_ylabel("episodic return")
     ax_return.grid(alpha=0.3)
-    ax_return.legend(loc="best")
+    if ax_return.get_legend_handles_labels()[0]:  # a game against itself alone has no return to draw
+        ax_return.legend(loc="best")
     if ax_ratings is not None:
         ax_ratings.set_title("openskill rating (mu - 3 sigma)", fontsize=11)
         ax_ratings.set_xlabel("environment steps")
         ax_ratings.grid(alpha=0.3)
-        ax_ratings.legend(loc="best", fontsize=8)
+        if ax_ratings.get_legend_handles_labels()[0]:
+            ax_ratings.legend(loc="best", fontsize=8)
     for ax, (_, title) in zip(diag_axes, DIAGNOSTICS):
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("environment steps", fontsize=8)
