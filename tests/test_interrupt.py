@@ -176,3 +176,17 @@ def test_a_stopped_run_on_user_code_says_the_resume_command_that_works(tmp_path,
     monkeypatch.setattr(RunLogger, "log", log)
     assert main(["train", "--resume", str(run), env]) == 0
     assert load_checkpoint(run).global_step == 128
+
+
+def test_a_signal_once_the_command_is_done_exits_with_its_code_without_a_traceback():
+    """torchrun ends the other ranks of a failed launch with SIGTERM: one that arrives while a
+    finished command shuts down must not print a traceback (it did, from threading._shutdown)."""
+    script = (
+        "import atexit, os, signal, time\n"
+        "import fastppo.cli.main as cli\n"
+        "cli.main = lambda: 2\n"
+        "atexit.register(lambda: (os.kill(os.getpid(), signal.SIGTERM), time.sleep(5)))\n"
+        "cli.console()\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stderr) == (2, "")

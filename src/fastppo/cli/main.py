@@ -60,11 +60,20 @@ def console() -> None:
     """
     signal.signal(signal.SIGTERM, _stop_at_once)  # as Ctrl-C: one line and exit 143, not a silent death
     code = main()
+    # The command is done: a signal now (torchrun ending the other ranks of a failed launch) only
+    # hurries the exit, with the command's own code, never a traceback from the shutdown below.
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: _exit(code))
     # In the interpreter's order: threads, atexit, streams. threading._shutdown first runs the
     # threads' exit hooks, which tell idle thread pools (torch.compile's) to stop, then joins the
     # non-daemon threads: joining those pools' workers directly would wait forever.
     threading._shutdown()
     atexit._run_exitfuncs()
+    _exit(code)
+
+
+def _exit(code: int) -> None:
+    """Flush the streams and end the process with ``code`` at once."""
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
