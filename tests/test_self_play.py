@@ -19,7 +19,7 @@ from fastppo.cli.main import main
 from fastppo.config import SelfPlayConfig
 from fastppo.envs import make_vec_env
 from fastppo.training.resume import resume_config
-from fastppo.training.self_play import LATEST, START_RATING, League, ordinal
+from fastppo.training.self_play import LATEST, RANDOM, START_RATING, League, ordinal
 from fastppo.training.trainer import train
 from tests.test_damaged_checkpoints import fields, snapshot, tensors
 from tests.test_resume import ITERATIONS, assert_same_run, stop_after
@@ -354,6 +354,8 @@ TINY_CLI = ["--env.num-envs", "2", "--ppo.num-steps", "8", "--ppo.total-timestep
         ([CHASE, "--self-play.pool-size", "2", "--env.backend", "async"], "--self-play.* flags apply to PettingZoo games and Parallel envs stepped in the training process, and pz:tests.fake_pz_teams is a Parallel env on the async backend"),
         ([CHASE, "--self-play.pool-size", "2", "--self-play.eval-every", "2"], "--self-play.eval-every plays games against fixed players (random, MCTS), which need a turn-based game"),
         ([CHASE, "--self-play.latest-share", "0.3"], "on a Parallel env the learner already plays every agent: --self-play.* flags need a pool"),
+        ([CHASE, "--self-play.pool-size", "2", "--self-play.random-share", "0.2"], "--self-play.random-share plays games against fixed players (random, MCTS), which need a turn-based game"),
+        ([TICTACTOE, "--self-play.random-share", "1.5"], "--self-play.random-share must be in [0, 1], got 1.5"),
         ([TICTACTOE, "--self-play.pool-size", "-1"], "--self-play.pool-size must be 0 or more, got -1"),
         ([TICTACTOE, "--self-play.snapshot-every", "0", "--self-play.pool-size", "1"], "--self-play.snapshot-every must be a positive integer, got 0"),
         ([TICTACTOE, "--self-play.latest-share", "1.5"], "--self-play.latest-share must be in [0, 1], got 1.5"),
@@ -367,7 +369,7 @@ TINY_CLI = ["--env.num-envs", "2", "--ppo.num-steps", "8", "--ppo.total-timestep
         ([CONNECT_FOUR, "--self-play.eval-every", "2", "--self-play.eval-opponents", "minimax"], "--self-play.eval-opponents minimax: minimax plays pz:pettingzoo.classic.tictactoe_v3 only"),
     ],
     ids=[
-        "three-seats", "gymnasium", "parallel-one-group", "parallel-async", "parallel-eval", "parallel-no-pool", "negative-pool", "snapshot-every-0", "latest-share", "sampling-without-pool", "sampling-unknown", "async", "memory",
+        "three-seats", "gymnasium", "parallel-one-group", "parallel-async", "parallel-eval", "parallel-no-pool", "parallel-random", "random-share", "negative-pool", "snapshot-every-0", "latest-share", "sampling-without-pool", "sampling-unknown", "async", "memory",
         "stop-return-no-pool", "stop-return-latest-only", "eval-mcts-0", "eval-minimax-off-tictactoe",
     ],  # fmt: skip
 )
@@ -465,3 +467,34 @@ def test_stop_and_resume_of_a_parallel_pool_equals_one_go(tmp_path, monkeypatch)
     assert checkpoint.meta["self_play"]["pool"] == [2, 3]
     train(resumed_config, tmp_path / "split", checkpoint)
     assert_same_run(tmp_path / "one_go", tmp_path / "split")
+
+
+def test_a_random_share_plays_uniform_legal_moves_rated_as_random():
+    league_ = league(copies=4, pool_size=2, random_share=0.5)
+    snapshots_at(league_, 1)
+    opponents = Counter()
+    for _ in range(400):
+        league_.new_game(0)
+        opponents["random" if league_.opponent[0] == RANDOM else "other"] += 1
+    assert 160 < opponents["random"] < 240  # about half
+    league_.opponent[:] = RANDOM
+    masks = np.zeros((4, 2), dtype=bool)
+    masks[[0, 1], [0, 0]] = True
+    masks[[2, 3], [1, 1]] = True
+    assert league_.act(np.arange(4), np.zeros((4, 3), dtype=np.float32), masks).tolist() == [0, 0, 1, 1]  # the one legal move
+    league_.learner_seat[0] = 0
+    league_.game_over(0, np.array([1.0, -1.0]))
+    metrics: dict[str, float] = {}
+    league_.after_update(2, metrics)
+    assert metrics["self_play/win_vs_random"] == 1.0 and ordinal(league_.fixed_ratings["random"]) < ordinal(START_RATING)
+    again = league(copies=4, pool_size=2, random_share=0.5)
+    tensors, meta = league_.state()
+    again.load(tensors, json.loads(json.dumps(meta)))  # a copy playing random is part of the state
+    assert again.opponent.tolist() == [RANDOM] * 4
+
+
+def test_a_run_with_a_random_share_trains_and_logs_its_games(tmp_path):
+    run = tmp_path / "ttt"
+    fastppo.train(TICTACTOE, run_dir=run, total_timesteps=2048, num_envs=8, num_steps=32, progress=False, tensorboard=False, **{"self_play.random_share": 0.5})
+    logged = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert any("self_play/win_vs_random" in m for m in logged) and any("charts/episodic_return" in m for m in logged)

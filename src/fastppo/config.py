@@ -87,6 +87,8 @@ class SelfPlayConfig:
     """How a game's opponent is drawn from the pool: the newest snapshot, uniformly, or prioritised: in proportion to (1 - the learner's score against it)^2, so the snapshots it still loses to come up most."""
     latest_share: float = 0.5
     """Share of games the learner plays against its latest self (every seat trained); the others against the pool, its own seat alone trained."""
+    random_share: float = 0.0
+    """Turn-based games: share of games against uniform legal moves (the learner's seat alone trained), so that positions its own play never reaches are seen too; drawn before the latest/pool split."""
     eval_every: int = 0
     """Iterations between rated evaluation games against fixed players (0: none); ratings are logged under ratings/."""
     eval_games: int = 20
@@ -338,8 +340,9 @@ class Config:
         for name in ("pool_size", "eval_every"):
             if getattr(sp, name) < 0:
                 raise FastPPOError(f"--self-play.{name.replace('_', '-')} must be 0 or more, got {getattr(sp, name)}")
-        if not 0.0 <= sp.latest_share <= 1.0:
-            raise FastPPOError(f"--self-play.latest-share must be in [0, 1], got {sp.latest_share}")
+        for name in ("latest_share", "random_share"):
+            if not 0.0 <= getattr(sp, name) <= 1.0:
+                raise FastPPOError(f"--self-play.{name.replace('_', '-')} must be in [0, 1], got {getattr(sp, name)}")
         if sp.pool_size == 0 and (sp.sampling, sp.snapshot_every) != (SelfPlayConfig.sampling, SelfPlayConfig.snapshot_every):
             raise FastPPOError("--self-play.sampling and --self-play.snapshot-every need a pool: give --self-play.pool-size N (N >= 1)")
         if sp.eval_every and not sp.eval_opponents:

@@ -39,6 +39,8 @@ from fastppo.errors import FastPPOError
 
 LATEST = -1
 """A copy's opponent id when the learner plays every seat."""
+RANDOM = -2
+"""A copy's opponent id when the other side plays uniform legal moves (--self-play.random-share)."""
 START_RATING = (25.0, 25.0 / 3.0)
 """openskill's default (mu, sigma)."""
 POOL_TENSORS = "pool."
@@ -86,9 +88,9 @@ def check_league(config: Config, envs: VecEnv, processes: int) -> None:
         raise FastPPOError(f"--self-play.pool-size needs a two-seat game (the learner in one seat, a snapshot in the other), and this one has {len(envs.agents)} seats: drop it to train by self-play alone")
     if sp.pool_size and processes > 1:
         raise FastPPOError("a self-play pool trains in one process: drop --self-play.pool-size or train without torchrun")
-    if turn_based and config.run.stop_return is not None and (not sp.pool_size or sp.latest_share == 1.0):
+    if turn_based and config.run.stop_return is not None and (not sp.pool_size or sp.latest_share == 1.0) and not sp.random_share:
         # fastppo.envs.turn_based.game_episodes: a game against itself has no return of the learner's.
-        raise FastPPOError("--run.stop-return reads the learner's return in games against its past snapshots, and this run plays none: give --self-play.pool-size N and --self-play.latest-share below 1")
+        raise FastPPOError("--run.stop-return reads the learner's return in games against its past snapshots, and this run plays none: give --self-play.pool-size N and --self-play.latest-share below 1, or --self-play.random-share")
     for spec in sp.eval_opponents if sp.eval_every else ():
         try:
             player_from_spec(spec, config.env.env_id)  # mcts:0, minimax off tic-tac-toe, ...
@@ -102,8 +104,9 @@ def _check_parallel_league(config: Config, envs: VecEnv) -> None:
     if not isinstance(envs, PettingZooVecEnv):
         what = "a Parallel env on the async backend" if is_pettingzoo(env_id) else "not a PettingZoo env"
         raise FastPPOError(f"--self-play.* flags apply to PettingZoo games and Parallel envs stepped in the training process, and {env_id} is {what}: drop them, or use --backend sync")
-    if sp.eval_every:
-        raise FastPPOError(f"--self-play.eval-every plays games against fixed players (random, MCTS), which need a turn-based game, and {env_id} is a Parallel env: drop it")
+    if sp.eval_every or sp.random_share:
+        flag = "--self-play.eval-every" if sp.eval_every else "--self-play.random-share"
+        raise FastPPOError(f"{flag} plays games against fixed players (random, MCTS), which need a turn-based game, and {env_id} is a Parallel env: drop it")
     if not sp.pool_size:
         raise FastPPOError(f"on a Parallel env the learner already plays every agent: --self-play.* flags need a pool, --self-play.pool-size N, for {env_id}")
     groups = envs.spaces.group_names
@@ -169,6 +172,7 @@ class League:
         self.learner_rating = START_RATING
         self.fixed_ratings: dict[str, tuple[float, float]] = {}
         self._results: list[int] = []  # this iteration's learner results against the pool: +1, 0, -1
+        self._random_results: list[int] = []  # and against uniform legal moves
         self._model: Any = None
 
     # The env's Opponents: ------------------------------------------------------------------------
@@ -183,11 +187,14 @@ class League:
         self.snapshots = {i: s for i, s in self.snapshots.items() if i in used}
 
     def new_game(self, copy: int) -> np.ndarray:
-        if not self.pool_ids or self.rng.random() < self.cfg.latest_share:
+        if self.cfg.random_share and self.rng.random() < self.cfg.random_share:
+            self.opponent[copy] = RANDOM
+        elif not self.pool_ids or self.rng.random() < self.cfg.latest_share:
             self.opponent[copy] = LATEST
             self._forget_unused()
             return np.ones(len(self.sides), dtype=bool)
-        self.opponent[copy] = self._draw().iteration
+        else:
+            self.opponent[copy] = self._draw().iteration
         self.learner_seat[copy] = self.rng.integers(self.seats)
         self._forget_unused()
         return self.sides == self.learner_seat[copy]
@@ -204,6 +211,12 @@ class League:
         actions: np.ndarray | None = None
         for iteration in np.unique(self.opponent[copies]):
             at = np.flatnonzero(self.opponent[copies] == iteration)
+            if iteration == RANDOM:  # a uniform legal move each (every move where the rows carry no mask)
+                allowed = np.ones((at.size, self.learner.action_space.n), dtype=bool) if masks is None else masks[at]
+                action = np.array([self.rng.choice(np.flatnonzero(legal)) for legal in allowed])
+                actions = np.zeros(len(copies), dtype=action.dtype) if actions is None else actions
+                actions[at] = action
+                continue
             snapshot = self.snapshots[int(iteration)]
             obs = torch.as_tensor(rows[at])
             if snapshot.obs_rms is not None:
@@ -223,6 +236,10 @@ class League:
         mine = float(returns[self.sides == self.learner_seat[copy]].sum())
         theirs = float(returns[self.sides != self.learner_seat[copy]].sum())
         result = int(np.sign(mine - theirs))
+        if self.opponent[copy] == RANDOM:  # rated as the evaluation games rate the fixed player 'random'
+            self._random_results.append(result)
+            self.learner_rating, self.fixed_ratings["random"] = self.rate(self.learner_rating, self.fixed_ratings.get("random", START_RATING), result)
+            return
         snapshot = self.snapshots[int(self.opponent[copy])]
         snapshot.record[1 - result] += 1  # +1 -> wins, 0 -> draws, -1 -> losses
         self._results.append(result)
@@ -247,10 +264,10 @@ class League:
 
     def after_update(self, iteration: int, metrics: dict[str, float]) -> None:
         """Log the iteration's games and ratings into ``metrics``; snapshot the learner when due."""
-        if self._results:
-            results = np.asarray(self._results)
-            metrics |= {f"self_play/{name}_vs_pool": float(np.mean(results == value)) for name, value in (("win", 1), ("draw", 0), ("loss", -1))}
-            self._results = []
+        for against, results in (("pool", self._results), ("random", self._random_results)):
+            if results:
+                metrics |= {f"self_play/{name}_vs_{against}": float(np.mean(np.asarray(results) == value)) for name, value in (("win", 1), ("draw", 0), ("loss", -1))}
+        self._results, self._random_results = [], []
         if self.cfg.pool_size and iteration % self.cfg.snapshot_every == 0:
             self.snapshots[iteration] = Snapshot(iteration, self._frozen(self.learner.policy), copy.deepcopy(self.learner.obs_rms), rating=self.learner_rating)
             self.pool_ids = [*self.pool_ids, iteration][-self.cfg.pool_size :]
@@ -333,7 +350,7 @@ class League:
             opponent, seats = np.asarray(meta["opponent"], dtype=int), np.asarray(meta["learner_seat"], dtype=int)
             if opponent.shape != self.opponent.shape or seats.shape != self.learner_seat.shape:
                 raise Damaged(f"plays {opponent.size} game copies, this run {self.opponent.size}")
-            if not set(opponent.tolist()) <= {LATEST, *iterations}:
+            if not set(opponent.tolist()) <= {LATEST, RANDOM, *iterations}:
                 raise Damaged(f"has a copy play a snapshot it lacks (opponents {opponent.tolist()}, snapshots {iterations})")
             if not ((seats >= 0) & (seats < self.seats)).all():
                 raise Damaged(f"seats the learner at {seats.tolist()}, in a game of {self.seats} seats")
