@@ -92,3 +92,10 @@ def test_all_decisions_is_plain_gae():
     plain, _ = compute_gae(rewards, values, next_values, terminated, truncated, GAMMA, LAMBDA)
     ours, _ = compute_decision_gae(rewards, values, next_values, terminated, truncated, torch.ones(T, N, dtype=torch.bool), GAMMA, LAMBDA)
     torch.testing.assert_close(ours, plain)
+
+
+def test_one_advantage_normalises_to_zero_not_nan():
+    from fastppo.core.masked import normalize_advantages
+
+    assert normalize_advantages(torch.tensor([0.7])).tolist() == [0.0]
+    torch.testing.assert_close(normalize_advantages(torch.tensor([1.0, 3.0])), torch.tensor([-1.0, 1.0]) / 2**0.5)  # std sqrt(2)

@@ -359,7 +359,7 @@ TINY_CLI = ["--env.num-envs", "2", "--ppo.num-steps", "8", "--ppo.total-timestep
         ([TICTACTOE, "--self-play.pool-size", "-1"], "--self-play.pool-size must be 0 or more, got -1"),
         ([TICTACTOE, "--self-play.snapshot-every", "0", "--self-play.pool-size", "1"], "--self-play.snapshot-every must be a positive integer, got 0"),
         ([TICTACTOE, "--self-play.latest-share", "1.5"], "--self-play.latest-share must be in [0, 1], got 1.5"),
-        ([TICTACTOE, "--self-play.sampling", "uniform"], "--self-play.sampling and --self-play.snapshot-every need a pool: give --self-play.pool-size N"),
+        ([RACE, "--self-play.sampling", "uniform"], "--self-play.sampling and --self-play.snapshot-every need a pool: give --self-play.pool-size N"),
         ([TICTACTOE, "--self-play.sampling", "best"], "--self-play.sampling"),
         ([TICTACTOE, "--env.backend", "async"], "pz:pettingzoo.classic.tictactoe_v3 is a turn-based game, whose copies step in the training process: use --backend sync, not async"),
         ([TICTACTOE, "--policy.memory", "lstm"], "--policy.memory on a turn-based game would carry nothing from one of a seat's turns to the next"),
@@ -498,3 +498,11 @@ def test_a_run_with_a_random_share_trains_and_logs_its_games(tmp_path):
     fastppo.train(TICTACTOE, run_dir=run, total_timesteps=2048, num_envs=8, num_steps=32, progress=False, tensorboard=False, **{"self_play.random_share": 0.5})
     logged = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert any("self_play/win_vs_random" in m for m in logged) and any("charts/episodic_return" in m for m in logged)
+
+
+def test_a_batch_with_fewer_decisions_than_minibatches_trains_without_nan(tmp_path):
+    """Two copies of tic-tac-toe for 8 steps give ~16 decisions for the preset's 8 minibatches,
+    some iterations fewer: no minibatch may be empty, nor one row's advantage be scaled by a NaN
+    std (the run stopped on NaN parameters at its first update)."""
+    argv = [TICTACTOE, "--env.num-envs", "2", "--ppo.num-steps", "4", "--ppo.total-timesteps", "64", "--run.progress", "false", "--run.tensorboard", "false"]
+    assert main(["train", *argv, "--run-dir", str(tmp_path / "run")]) == 0

@@ -70,6 +70,8 @@ def normalize_advantages(advantages: Tensor, mask: Tensor | None = None, eps: fl
     elif dim is not None:
         mean, std = masked_mean(advantages, mask, dim).unsqueeze(dim), masked_var(advantages, mask, dim).sqrt().unsqueeze(dim)
     elif mask is None:
+        if advantages.numel() < 2:  # one advantage has no spread to scale by (its std is NaN): centred, 0
+            return advantages - advantages
         std, mean = torch.std_mean(advantages)  # one op for both on the common unmasked path
     else:
         mean, std = masked_mean(advantages, mask), masked_var(advantages, mask).sqrt()

@@ -322,8 +322,11 @@ class RowMinibatches:
             # all valid and the loss takes plain means, ~10% cheaper than masked ones on small MLPs.
             valid = batch.pop("valid")
             batch = {k: v[valid] for k, v in batch.items()}
-        self.batch, self.shuffle = batch, num_minibatches > 1
         batch_size = batch["initial_state"].shape[0] if self.sequences else batch["obs"].shape[0]  # envs or rows
+        # Fewer decisions than minibatches (a tiny batch of a turn-based game, whose rows are
+        # decisions on their seat's turns only): one row each, never an empty minibatch's NaN mean.
+        num_minibatches = max(1, min(num_minibatches, batch_size))
+        self.batch, self.shuffle = batch, num_minibatches > 1
         self.bounds = [batch_size * i // num_minibatches for i in range(num_minibatches + 1)]
 
     def epoch(self, active: list[bool] | None = None) -> Iterator[tuple[dict[str, Tensor], RankShare | None]]:
