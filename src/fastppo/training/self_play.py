@@ -1,14 +1,17 @@
-"""Self-play in turn-based games: the pool of the learner's past snapshots it plays against, how
-each game's opponent is drawn, the opponents' moves, and the ratings (--self-play.*).
+"""Self-play: the pool of the learner's past snapshots it plays against, how each game's
+opponent is drawn, the opponents' moves, and the ratings (--self-play.*).
 
-The league is the turn-based env's ``Opponents`` (fastppo.envs.turn_based): at each new game it
-decides whether the learner plays every seat (a game against its latest self, each seat
-trained) or one seat against a snapshot, whose moves the env asks for in batches. A snapshot is
-the learner's weights (and observation statistics) at an iteration; the pool keeps the newest
-``pool_size``. Each snapshot keeps the learner's record against it (wins, draws, losses), which
-the prioritised sampling reads, and an openskill rating: every finished game against the pool
-rates the learner and that snapshot, a new snapshot starts from the learner's rating, and the
-evaluation games against fixed players (random, OpenSpiel's MCTS) anchor the scale.
+The league is its env's ``Opponents`` (fastppo.envs.opponents): at each new game (episode) it
+decides whether the learner plays every row (a game against its latest self, each seat
+trained) or one side against a snapshot (or, --self-play.random-share, uniform legal moves),
+whose moves the env asks for in batches. A side is a seat of a turn-based game
+(fastppo.envs.turn_based) or one of the two agent groups of a Parallel env
+(fastppo.envs.pettingzoo_vec). A snapshot is the learner's weights (and observation statistics)
+at an iteration; the pool keeps the newest ``pool_size``. Each snapshot keeps the learner's
+record against it (wins, draws, losses), which the prioritised sampling reads, and an openskill
+rating: every finished game against the pool rates the learner and that snapshot, a new snapshot
+starts from the learner's rating, and the games against fixed players (random, OpenSpiel's MCTS)
+anchor the scale.
 
 Everything here is part of the run's state: ``state()`` goes into each checkpoint (the snapshots'
 weights as tensors, the rest as JSON) and ``load`` restores it, so that a resumed run draws the
@@ -117,21 +120,6 @@ def _check_parallel_league(config: Config, envs: VecEnv) -> None:
         )
 
 
-def make_league(config: Config, envs: VecEnv, learner: Agent, seed: int) -> NoLeague | League:
-    """The run's league, set as its envs' opponents: every turn-based game has one (the learner
-    plays every seat, and with a pool its snapshots); a Parallel env with a pool plays one of its
-    two agent groups (sides) against a snapshot playing the other; any other run has none."""
-    if isinstance(envs, TurnBasedVecEnv):
-        sides: int | list[int] = len(envs.agents)
-    elif isinstance(envs, PettingZooVecEnv) and config.self_play.pool_size:
-        sides = [envs.spaces.group_names.index(group) for group in envs.spaces.agent_groups]
-    else:
-        return NoLeague()
-    league = League(config.self_play, learner, config.env.num_envs, sides, seed, config.env.env_id, config.env.env_kwargs)
-    envs.opponents = league
-    return league
-
-
 class NoLeague:
     """Training without a league: nothing to snapshot, rate or save."""
 
@@ -143,7 +131,7 @@ class NoLeague:
 
     def expected_tensors(self, meta: Any) -> dict[str, torch.Tensor]:
         if meta is not None:
-            raise Damaged("is there, and this run plays no turn-based game")
+            raise Damaged("is there, and this run has no self-play league")
         return {}
 
     def load(self, tensors: dict[str, torch.Tensor], meta: Any) -> None:
@@ -160,7 +148,7 @@ class League:
         group); ``check_league`` has passed: with a pool, two sides. ``game`` and ``env_kwargs``
         build the game the evaluation games (``--self-play.eval-every``) are played on."""
         self.sides = np.arange(sides) if isinstance(sides, int) else np.asarray(sides)
-        self.seats = int(self.sides.max()) + 1  # the learner takes one side of a game against a snapshot
+        self.seats = int(self.sides.max()) + 1  # sides to draw the learner's from (learner_seat: its side)
         self.cfg, self.learner, self.seed = cfg, learner, seed
         self.game, self.env_kwargs = game, env_kwargs or {}
         self.fixed = [player_from_spec(spec, game, seed) for spec in cfg.eval_opponents] if cfg.eval_every else []
@@ -399,3 +387,18 @@ def _rating(value: Any) -> tuple[float, float]:
 def ordinal(rating: tuple[float, float]) -> float:
     """openskill's conservative single figure, mu - 3 sigma."""
     return rating[0] - 3.0 * rating[1]
+
+
+def make_league(config: Config, envs: VecEnv, learner: Agent, seed: int) -> NoLeague | League:
+    """The run's league, set as its envs' opponents: every turn-based game has one (the learner
+    plays every seat, and with a pool its snapshots); a Parallel env with a pool plays one of its
+    two agent groups (sides) against a snapshot playing the other; any other run has none."""
+    if isinstance(envs, TurnBasedVecEnv):
+        sides: int | list[int] = len(envs.agents)
+    elif isinstance(envs, PettingZooVecEnv) and config.self_play.pool_size:
+        sides = [envs.spaces.group_names.index(group) for group in envs.spaces.agent_groups]
+    else:
+        return NoLeague()
+    league = League(config.self_play, learner, config.env.num_envs, sides, seed, config.env.env_id, config.env.env_kwargs)
+    envs.opponents = league
+    return league
