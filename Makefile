@@ -20,8 +20,13 @@ $(VENV)/.docs: $(VENV)/.base
 	$(PIP) -e ".[docs]"
 	touch $@
 
+# The docs tests look at the built site in headless Chromium, from the distribution's packages: installed
+# here where apt-get is and we are root; anywhere else (or if it fails) those tests skip, saying why.
 $(VENV)/.dev: $(VENV)/.base
 	$(PIP) -e ".[dev]"
+	command -v chromium >/dev/null || ! command -v apt-get >/dev/null || [ "$$(id -u)" != 0 ] || \
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } || \
+		echo "chromium not installed: the docs' browser checks will skip"
 	touch $@
 
 train: $(VENV)/.base

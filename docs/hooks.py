@@ -4,18 +4,25 @@
   usage and every flag with its help, so a flag added in code appears without editing the docs.
 - ``benchmarks/*.png`` are served from the repository's ``benchmarks/`` folder, where the benchmark
   scripts write them, so the pages show the committed images without a copy to keep in step.
+- ``javascripts/mathjax/`` is MathJax 3 copied from the installed ``django-static-mathjax`` package
+  (the ``[docs]`` extra; it ships MathJax's files and needs no Django), so the equations are typeset
+  by the site's own copy, with no network when the pages are read.
 """
 
 from __future__ import annotations
 
 import argparse
 import html
+import importlib.util
 import sys
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 CLI_PAGE = "reference/cli.md"
+MATHJAX_DIR = "javascripts/mathjax"
+MATHJAX_FILES = ("tex-mml-chtml.js", "output/chtml/fonts/woff-v2/*", "input/tex/extensions/*")
+"""The component the pages load, the fonts it draws with and the TeX packages it loads on demand."""
 
 
 def cell(text: str) -> str:
@@ -66,10 +73,27 @@ def cli_reference() -> str:
     return "\n".join(lines) + "\n"
 
 
+def mathjax_files() -> dict[str, Path]:
+    """Site path -> installed file, for MathJax's files the site serves (and its licence)."""
+    from mkdocs.exceptions import PluginError
+
+    spec = importlib.util.find_spec("mathjax")
+    if spec is None or not spec.submodule_search_locations:
+        raise PluginError("MathJax is not installed: pip install -e '.[docs]' (it brings django-static-mathjax)")
+    package = Path(next(iter(spec.submodule_search_locations))) / "static" / "mathjax"
+    es5 = package / "es5"
+    found = {f"{MATHJAX_DIR}/{path.relative_to(es5)}": path for pattern in MATHJAX_FILES for path in sorted(es5.glob(pattern))}
+    if f"{MATHJAX_DIR}/tex-mml-chtml.js" not in found:
+        raise PluginError(f"no MathJax 3 component tex-mml-chtml.js in {es5}: pip install -e '.[docs]'")
+    return found | {f"{MATHJAX_DIR}/LICENSE": package / "LICENSE"}
+
+
 def on_files(files: Any, config: Any) -> Any:
     from mkdocs.structure.files import File  # here, so that tests can read cli_reference() without mkdocs
 
     files.append(File.generated(config, CLI_PAGE, content=cli_reference()))
     for image in sorted((ROOT / "benchmarks").glob("*.png")):
         files.append(File.generated(config, f"benchmarks/{image.name}", abs_src_path=str(image)))
+    for site_path, path in mathjax_files().items():
+        files.append(File.generated(config, site_path, abs_src_path=str(path)))
     return files
