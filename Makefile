@@ -5,6 +5,9 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip install --quiet --disable-pip-version-check
 # Pinned only here: the CPU wheel of torch this machine has on disk. pyproject keeps a range.
 TORCH ?= torch==2.13.0
+# Where pip finds no CPU wheel first (Linux x86-64's PyPI wheel is the CUDA build), PyTorch's CPU
+# index gets it: make train TORCH_INDEX=https://download.pytorch.org/whl/cpu
+TORCH_INDEX ?=
 ENV ?= CartPole-v1
 ARGS ?=
 
@@ -12,7 +15,7 @@ ARGS ?=
 
 $(VENV)/.base: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PIP) $(TORCH)
+	$(PIP) $(TORCH) $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 	$(PIP) -e ".[box2d,video,plot]"
 	touch $@
 

@@ -211,3 +211,47 @@ def test_equations_are_typeset_from_the_site_itself(rendered):
     untypeset = [f"{page['url']}: {page['typeset']} of {page['equations']}" for page in rendered if page["typeset"] != page["equations"]]
     assert not untypeset, untypeset
     assert sum(page["equations"] for page in rendered) > 20
+
+
+GUIDES = ["README.md", "docs/index.md", "docs/getting-started", "docs/guides", "docs/how-it-works", "docs/coming-from.md"]
+NAMED_BY_THE_GUIDES = ["fastppo.agents.agent.Agent.history", "fastppo.agents.agent.Agent.config", "fastppo.agents.agent.Agent.run_dir",
+                       "fastppo.agents.evaluation.EvalResult", "fastppo.agents.games.GameResults", "fastppo.config.SelfPlayConfig"]
+"""What the guides tell users to use without writing its full path (`agent.history`, the result of `fastppo.evaluate`...)."""
+
+
+def is_module(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ImportError:  # a name under a module that is no package
+        return False
+
+
+def canonical(name: str) -> str | None:
+    """Where the object a dotted path names is defined (``module.qualname`` for a class or a
+    function, its owner's path plus the name for an attribute or a dataclass field); None for a
+    name that does not exist."""
+    parts = name.split(".")
+    cut = next((cut for cut in range(len(parts), 0, -1) if is_module(".".join(parts[:cut]))), 0)
+    if not cut:
+        return None
+    value, path = importlib.import_module(".".join(parts[:cut])), ".".join(parts[:cut])
+    for attribute in parts[cut:]:
+        if not hasattr(value, attribute) and attribute not in getattr(value, "__dataclass_fields__", {}):
+            return None
+        value = getattr(value, attribute, None)
+        defined = callable(value) and hasattr(value, "__qualname__") and hasattr(value, "__module__")
+        path = f"{value.__module__}.{value.__qualname__}" if defined else f"{path}.{attribute}"
+    return path
+
+
+def test_the_api_reference_documents_what_the_guides_name(build):
+    """Every `fastppo.x.y` the README and the guides name (a module aside) exists and has its entry
+    in the Python API reference, as do the things they use without a full path."""
+    assert build.returncode == 0, build.stderr[-3000:]
+    anchors = re.findall(r'id="(fastppo\.[^"]+)"', (build.site / "reference" / "api" / "index.html").read_text())
+    documented = {canonical(anchor) for anchor in anchors} - {None}
+    texts = [path.read_text() for entry in GUIDES for path in ([ROOT / entry] if entry.endswith(".md") else sorted((ROOT / entry).glob("*.md")))]
+    named = sorted({name.rstrip(".") for text in texts for name in re.findall(r"`(fastppo(?:\.\w+)+)", text)} | set(NAMED_BY_THE_GUIDES))
+    missing = [name for name in named if not is_module(name) and canonical(name) not in documented]
+    assert not missing, f"named by the guides, not in docs/reference/api.md (or not in the code): {missing}"
+

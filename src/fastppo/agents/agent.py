@@ -36,16 +36,20 @@ class Agent:
 
     policy: ActorCritic | GroupedActorCritic
     config: Config
+    """The run's hyperparameters, every section (``agent.config.ppo.learning_rate``...)."""
     observation_space: gym.spaces.Box
     """The rows the policy acts on (flattened; multi-agent rows: see ``layout``)."""
     action_space: gym.Space
     obs_rms: RunningMeanStd | None = None
     history: list[dict[str, float]] = field(default_factory=list)
+    """Every logged metric, one dict per iteration (CleanRL's names: ``charts/episodic_return``...);
+    an iteration that finished no episode has no return in it."""
     episode_returns: list[float] = field(default_factory=list)
     """The headline returns of the training episodes (a multi-agent run's: --multi-agent.headline)."""
     group_returns: dict[str, list[float]] = field(default_factory=dict)
     """A multi-agent run's training episodes: each agent group's returns (this process's, not a checkpoint's)."""
     run_dir: Path | None = None
+    """The run folder the agent was trained into or loaded from (None for an agent built in memory)."""
     action_masks: bool = False
     """Trained on an env that publishes action masks: ``act`` then needs one per observation."""
     layout: ObservationLayout = field(default_factory=ObservationLayout)
