@@ -11,7 +11,7 @@ TORCH_INDEX ?=
 ENV ?= CartPole-v1
 ARGS ?=
 
-.PHONY: train test test-slow docs bench clean
+.PHONY: train test test-slow docs cartpole-figure bench clean
 
 $(VENV)/.base: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -45,6 +45,16 @@ test-slow: $(VENV)/.dev
 # fails on any broken link, reference or warning. `$(VENV)/bin/mkdocs serve` previews it.
 docs: $(VENV)/.docs
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
+# docs/cartpole.png, the figure of docs/getting-started/evaluate-record-export.md, made by that page's own
+# commands (tests/test_readme.py checks they are the page's) in a scratch folder: 3 CartPole-v1 runs.
+FASTPPO := $(abspath $(VENV))/bin/fastppo
+cartpole-figure: $(VENV)/.base
+	set -e; scratch=$$(mktemp -d); cd $$scratch; \
+	$(FASTPPO) train CartPole-v1 --run-dir runs/cartpole; \
+	$(FASTPPO) train CartPole-v1 --seeds 2-3 --run-dir runs/cartpole-more; \
+	$(FASTPPO) plot runs/cartpole runs/cartpole-more --out cartpole.png; \
+	cp cartpole.png $(CURDIR)/docs/cartpole.png; rm -r $$scratch
 
 clean:
 	rm -rf $(VENV) runs site

@@ -112,3 +112,12 @@ def test_coming_from_sb3_gives_each_setting_its_true_name():
                             for lead in ("The CartPole SPS comparison", "SB3's own defaults"))
     assert settings(comparison) == CLEANRL_IN_SB3
     assert settings(defaults) == SB3_DEFAULTS
+
+
+def test_the_cartpole_figure_is_made_by_its_pages_commands():
+    """`make cartpole-figure` writes docs/cartpole.png with the commands the page shows beside it."""
+    recipe = page("Makefile").split("\ncartpole-figure:")[1].split("\n\n")[0]
+    commands = [line.split("; \\")[0].strip().replace("$(FASTPPO)", "fastppo") for line in recipe.splitlines() if "$(FASTPPO)" in line]
+    shown = [line.split("#")[0].strip() for line in page("docs/getting-started/evaluate-record-export.md").splitlines()]
+    assert len(commands) == 3 and all(command in shown for command in commands), commands
+    assert "cp cartpole.png $(CURDIR)/docs/cartpole.png" in recipe
