@@ -41,8 +41,9 @@ test: $(VENV)/.dev
 test-slow: $(VENV)/.dev
 	$(PY) -m pytest -q -m slow
 
-# The documentation site into site/ (offline: no fonts or scripts fetched at build time); --strict
-# fails on any broken link, reference or warning. `$(VENV)/bin/mkdocs serve` previews it.
+# The documentation site into site/ (offline: no fonts or scripts fetched at build time, and the pages
+# serve their own MathJax, so reading them needs no network either); --strict fails on any broken
+# link, reference or warning. `$(VENV)/bin/mkdocs serve` previews it.
 docs: $(VENV)/.docs
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
