@@ -13,12 +13,12 @@ import pytest
 import torch
 
 import fastppo
-import fastppo.training.trainer
-from fastppo.core import compute_decision_gae, shift_values
+import fastppo.training.rollout
+from fastppo.core import compute_decision_gae
 from fastppo.envs import make_vec_env
 from fastppo.envs.turn_based import LearnerEverywhere, Opponents, TurnBasedVecEnv
 from fastppo.profiling import SectionTimer
-from fastppo.training.rollout import EnvCursor, ObservationNormalizer, RolloutBuffer, collect_rollout
+from fastppo.training.rollout import EnvCursor, ObservationNormalizer, RolloutBuffer, collect_rollout, rollout_targets
 from fastppo.training.trainer import train
 from tests.fake_pz_envs import Race
 
@@ -170,51 +170,86 @@ class ScriptedPolicy(torch.nn.Module):
         return value(obs)
 
 
-def scripted_rollout(script: list[int], **kwargs) -> tuple[RolloutBuffer, torch.Tensor, torch.Tensor]:
-    """``collect_rollout`` of the scripted policy on one race; (buffer, last value, advantages as the trainer computes them)."""
+def v(count: int, to_move: int, seat: int) -> float:
+    """``value`` of a race row."""
+    return 0.1 * count + 0.01 * to_move + 0.001 * seat
+
+
+def scripted_rollouts(*scripts: list[int], **kwargs) -> list[tuple[RolloutBuffer, torch.Tensor, dict[str, torch.Tensor]]]:
+    """One rollout per script, each ``collect_rollout`` of the scripted policy on one race from
+    where the last one stopped, its cursor carrying the open decisions as the trainer's does;
+    (buffer, last value, ``rollout_targets``) of each."""
     envs = race_env(**kwargs)
     first = envs.reset(seed=0)
-    normalize = ObservationNormalizer(None, 10.0)
-    buf = RolloutBuffer.allocate(len(script), envs, torch.device("cpu"), first.action_mask.shape[-1])
-    _, last_value = collect_rollout(ScriptedPolicy(script), envs, buf, EnvCursor.at_reset(first, normalize, update=True), normalize, None, SectionTimer())
-    advantages, _ = compute_decision_gae(buf.rewards, buf.values, shift_values(buf.values, last_value), buf.terminated, buf.truncated, buf.valid, GAMMA, LAMBDA)
-    return buf, last_value, advantages
+    normalize, mask_dim, cpu = ObservationNormalizer(None, 10.0), first.action_mask.shape[-1], torch.device("cpu")
+    cursor = EnvCursor.at_reset(first, normalize, update=True, open=RolloutBuffer.allocate(1, envs, cpu, mask_dim))
+    policy = ScriptedPolicy([action for script in scripts for action in script])
+    rollouts = []
+    for script in scripts:
+        buf = RolloutBuffer.allocate(len(script), envs, cpu, mask_dim, turns=True)
+        cursor, last_value = collect_rollout(policy, envs, buf, cursor, normalize, None, SectionTimer())
+        rollouts.append((buf, last_value, rollout_targets(buf, last_value, GAMMA, LAMBDA)))
+    return rollouts
 
 
 def test_advantages_of_a_scripted_game_by_hand():
-    # t0 p0 +1 (1), t1 p1 +1 (2), t2 p0 +2 (4: p1's bonus, on p0's move), t3 p1 +1 (5: p1 wins),
-    # t4 the reset row, t5 p0 opens the next game; the rollout ends with p1 to move at 1.
-    buf, last_value, adv = scripted_rollout([ADD_ONE, ADD_ONE, ADD_TWO, ADD_ONE, ADD_TWO, ADD_ONE], goal=5)
-    assert buf.valid.tolist() == [[True, False], [False, True], [True, False], [False, True], [False, False], [True, False]]
-    assert buf.rewards.tolist() == [[0, 0], [0, 0], [0, Race.BONUS], [-1, 1], [0, 0], [0, 0]]
-    assert buf.terminated[3].tolist() == [True, True] and buf.terminated.sum() == 2 and not buf.truncated.any()
-
-    def v(count: int, to_move: int, seat: int) -> float:
-        return 0.1 * count + 0.01 * to_move + 0.001 * seat
-
+    # Row 0 holds the decisions carried in (none at the start); then t0 p0 +1 (1), t1 p1 +1 (2),
+    # t2 p0 +2 (4: p1's bonus, on p0's move), t3 p1 +1 (5: p1 wins), t4 the reset row, t5 p0
+    # opens the next game; the rollout ends with p1 to move at 1.
+    [(buf, last_value, targets)] = scripted_rollouts([ADD_ONE, ADD_ONE, ADD_TWO, ADD_ONE, ADD_TWO, ADD_ONE], goal=5)
+    assert buf.valid.tolist() == [[False, False], [True, False], [False, True], [True, False], [False, True], [False, False], [True, False]]
+    assert buf.rewards.tolist() == [[0, 0], [0, 0], [0, 0], [0, Race.BONUS], [-1, 1], [0, 0], [0, 0]]
+    assert buf.terminated[4].tolist() == [True, True] and buf.terminated.sum() == 2 and not buf.truncated.any()
     torch.testing.assert_close(last_value, torch.tensor([v(1, 0, 0), v(1, 1, 1)]))
-    p0_t5 = 0 + GAMMA * v(1, 0, 0) - v(0, 1, 0)  # bootstraps from its row at the rollout's end
     p0_t2 = -1 - v(2, 1, 0)  # p1's winning move is p0's last transition: terminated, no bootstrap
     p0_t0 = (0 + GAMMA * v(2, 1, 0) - v(0, 1, 0)) + GAMMA * LAMBDA * p0_t2  # its next decision is t2: one gamma
     p1_t3 = 1 - v(4, 1, 1)
     p1_t1 = (Race.BONUS + GAMMA * v(4, 1, 1) - v(1, 1, 1)) + GAMMA * LAMBDA * p1_t3  # the bonus of p0's move is p1's
-    expected = torch.tensor([[p0_t0, 0], [0, p1_t1], [p0_t2, 0], [0, p1_t3], [0, 0], [p0_t5, 0]])
-    torch.testing.assert_close(adv, expected)
+    # p0's move at t5 has no target yet: the rollout ends on p1's turn, whose value is no value of p0's.
+    expected = torch.tensor([[0, 0], [p0_t0, 0], [0, p1_t1], [p0_t2, 0], [0, p1_t3], [0, 0], [0, 0]])
+    torch.testing.assert_close(targets["advantages"], expected)
+    assert targets["valid"].tolist() == [[False, False], [True, False], [False, True], [True, False], [False, True], [False, False], [False, False]]
 
 
-def test_a_truncated_game_bootstraps_each_seat_from_its_final_observation():
-    # t0 p0 +1, t1 p1 +1, t2 p0 +1: the third move truncates the game at 3; t3 the reset row,
-    # whose rows hold the final observations (p1 to move at 3).
-    buf, _, adv = scripted_rollout([ADD_ONE] * 4, goal=5, max_moves=3)
-    assert buf.truncated[2].tolist() == [True, True] and buf.valid[3].tolist() == [False, False]
+def test_a_decision_open_at_a_rollouts_end_trains_in_the_next_bootstrapped_from_its_own_next_turn():
+    # Rollout 1: t0 p0 +1 (1), t1 p1 +2 (3, p0's bonus), t2 p0 +1 (4); it ends on p1's turn at 4.
+    # Rollout 2: t0 p1 +1 (5: p1 wins), t1 the reset row, t2 p0 +1 (1), t3 p1 +1 (2), t4 p0 +1 (3);
+    # it ends on p1's turn at 3. Rollout 3: t0 p1 +1 (4); it ends on p0's turn.
+    (buf1, _, targets1), (buf2, last2, targets2), (buf3, last3, targets3) = scripted_rollouts(
+        [ADD_ONE, ADD_TWO, ADD_ONE], [ADD_ONE, ADD_ONE, ADD_ONE, ADD_ONE, ADD_ONE], [ADD_ONE], goal=5
+    )
+    p0_t0 = Race.BONUS + GAMMA * v(3, 1, 0) - v(0, 1, 0)  # bootstraps from its open move's value, no tail
+    torch.testing.assert_close(targets1["advantages"][:, 0], torch.tensor([0, p0_t0, 0, 0]))
+    assert targets1["valid"].tolist() == [[False, False], [True, False], [False, True], [False, False]]  # p0's t2 waits
+    # p1's t1 ends on p1's turn after the rollout: it bootstraps from its own value there, as it always did.
+    torch.testing.assert_close(targets1["advantages"][2, 1], torch.tensor(GAMMA * v(4, 1, 1) - v(1, 1, 1)))
 
-    def v(count: int, to_move: int, seat: int) -> float:
-        return 0.1 * count + 0.01 * to_move + 0.001 * seat
+    # p0's move at 3 comes first in rollout 2, and p1's winning move ends its transition: -1, terminated.
+    assert buf2.valid[0].tolist() == [True, False] and buf2.obs[0, 0].tolist() == [3, 1, 1, 0]
+    assert buf2.values[0, 0] == pytest.approx(v(3, 1, 0)) and buf2.actions[0, 0] == ADD_ONE
+    assert targets2["advantages"][0, 0] == pytest.approx(-1 - v(3, 1, 0))
+    assert targets2["valid"][:, 0].tolist() == [True, False, False, True, False, False]  # p0's t4 waits again
+    p1_t3 = GAMMA * last2[1] - v(1, 1, 1)  # its next turn is the rollout's end: its own value
+    torch.testing.assert_close(targets2["advantages"][4, 1], p1_t3)
 
-    p0_t2 = GAMMA * v(3, 0, 0) - v(2, 1, 0)
-    p0_t0 = (GAMMA * v(2, 1, 0) - v(0, 1, 0)) + GAMMA * LAMBDA * p0_t2
-    p1_t1 = GAMMA * v(3, 1, 1) - v(1, 1, 1)  # truncated on p0's move: p1 bootstraps from its own final row
-    torch.testing.assert_close(adv, torch.tensor([[p0_t0, 0], [0, p1_t1], [p0_t2, 0], [0, 0]]))
+    # Rollout 3: p0's move at 2 trains, bootstrapped from its own next turn (at 4), not from
+    # rollout 2's last row, where p1 was to move at 3.
+    assert buf3.valid[0].tolist() == [True, False] and buf3.obs[0, 0].tolist() == [2, 1, 1, 0]
+    torch.testing.assert_close(last3, torch.tensor([v(4, 1, 0), v(4, 0, 1)]))
+    assert targets3["advantages"][0, 0] == pytest.approx(GAMMA * v(4, 1, 0) - v(2, 1, 0))
+    assert targets3["valid"].tolist() == [[True, False], [False, False]]  # p1's move at 3 waits for its turn
+
+
+def test_a_truncated_game_bootstraps_only_the_seat_at_its_turn_from_its_final_observation():
+    # t0 p0 +1, t1 p1 +1, t2 p0 +1: the third move truncates the game at 3 on p1's turn; t3 the
+    # reset row, whose rows hold the final observations.
+    [(buf, _, targets)] = scripted_rollouts([ADD_ONE] * 4, goal=5, max_moves=3)
+    assert buf.truncated[3].tolist() == [True, True] and buf.valid[4].tolist() == [False, False]
+    assert buf.at_turn[3].tolist() == [False, True]  # the final observation is p1's turn
+    p0_t0 = GAMMA * v(2, 1, 0) - v(0, 1, 0)  # p0's t2 has no target (no turn of p0's follows): no tail
+    p1_t1 = GAMMA * v(3, 1, 1) - v(1, 1, 1)  # truncated on p1's turn: it bootstraps from its own final row
+    torch.testing.assert_close(targets["advantages"], torch.tensor([[0, 0], [p0_t0, 0], [0, p1_t1], [0, 0], [0, 0]]))
+    assert targets["valid"].tolist() == [[False, False], [True, False], [False, True], [False, False], [False, False]]
 
 
 def test_training_a_turn_based_game_computes_gae_over_each_seats_decisions(tmp_path, monkeypatch):
@@ -222,17 +257,17 @@ def test_training_a_turn_based_game_computes_gae_over_each_seats_decisions(tmp_p
     the rollout's decisions (valid = live and not after an ending), not from compute_gae."""
     calls = []
 
-    def spy(rewards, values, next_values, terminated, truncated, decisions, gamma, gae_lambda):
+    def spy(rewards, values, next_values, terminated, truncated, decisions, gamma, gae_lambda, at_turn):
         calls.append(decisions.clone())
-        return compute_decision_gae(rewards, values, next_values, terminated, truncated, decisions, gamma, gae_lambda)
+        return compute_decision_gae(rewards, values, next_values, terminated, truncated, decisions, gamma, gae_lambda, at_turn)
 
-    monkeypatch.setattr(fastppo.training.trainer, "compute_decision_gae", spy)
-    monkeypatch.setattr(fastppo.training.trainer, "compute_gae", None)  # called: a TypeError
+    monkeypatch.setattr(fastppo.training.rollout, "compute_decision_gae", spy)
+    monkeypatch.setattr(fastppo.training.rollout, "compute_gae", None)  # called: a TypeError
     config = fastppo.make_config(RACE, "cleanrl-discrete", {"num_envs": 2, "num_steps": 8, "total_timesteps": 32, "progress": False, "tensorboard": False})
     train(config, tmp_path / "run")
-    assert len(calls) == 2 and all(d.shape == (8, 4) for d in calls)
+    assert len(calls) == 2 and all(d.shape == (9, 4) for d in calls)  # 8 steps after the row of carried decisions
     for decisions in calls:  # at most one seat of a copy decides at a step
-        assert decisions.view(8, 2, 2).sum(-1).max() == 1
+        assert decisions[1:].view(8, 2, 2).sum(-1).max() == 1
 
 
 def test_a_games_progress_bar_and_last_line_speak_of_games(tmp_path, capsys):
