@@ -20,7 +20,7 @@ from fastppo.envs.turn_based import LearnerEverywhere, Opponents, TurnBasedVecEn
 from fastppo.profiling import SectionTimer
 from fastppo.training.rollout import EnvCursor, ObservationNormalizer, RolloutBuffer, collect_rollout, rollout_targets
 from fastppo.training.trainer import train
-from tests.fake_pz_envs import Race
+from tests.fake_pz_envs import Race, TakeAway
 
 RACE = "pz:tests.fake_pz_envs:race"
 GAMMA, LAMBDA = 0.9, 0.8
@@ -250,6 +250,30 @@ def test_a_truncated_game_bootstraps_only_the_seat_at_its_turn_from_its_final_ob
     p1_t1 = GAMMA * v(3, 1, 1) - v(1, 1, 1)  # truncated on p1's turn: it bootstraps from its own final row
     torch.testing.assert_close(targets["advantages"], torch.tensor([[0, 0], [p0_t0, 0], [0, p1_t1], [0, 0], [0, 0]]))
     assert targets["valid"].tolist() == [[False, False], [True, False], [False, True], [False, False], [False, False]]
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_short_rollouts_learn_the_optimal_take_away_moves(seed):
+    """Take-away from up to 21 stones (tests/fake_pz_envs.py), whose observation hides whose turn
+    it is, with 8-step rollouts: most of them end in a game, on one seat's turn. Bootstrapping
+    the other seat from that position (its critic's value of a position the opponent moves in:
+    the wrong sign) left 11% of the winning positions played wrong in both seeds (0.893 of the
+    optimal moves in each; over seeds 1-5 0.79-0.96); carried to its own next turn, every one
+    is right."""
+    agent = fastppo.train(
+        "pz:tests.fake_pz_envs:take_away", preset="cleanrl-discrete", seed=seed, num_envs=16, num_steps=8, total_timesteps=10_000,
+        learning_rate=2e-3, num_minibatches=2, update_epochs=4, gamma=1.0, gae_lambda=0.8, env_kwargs='{"most": 21}', progress=False, tensorboard=False,
+    )  # fmt: skip
+    game, right, winning = TakeAway(most=21), 0, 0
+    game.reset(seed=0)
+    for seat in game.possible_agents:
+        game.agent_selection = seat
+        for pile in range(1, 22):
+            if pile % 3:  # the seat to move wins by taking pile % 3 stones
+                game.pile = pile
+                move = agent.act({seat: game.observe(seat)}, deterministic=True)[seat]
+                right, winning = right + (move + 1 == pile % 3), winning + 1
+    assert right == winning == 28
 
 
 def test_training_a_turn_based_game_computes_gae_over_each_seats_decisions(tmp_path, monkeypatch):
