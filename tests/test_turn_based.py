@@ -82,6 +82,9 @@ def test_a_truncated_game_sets_truncated_on_both_rows():
     envs.reset(seed=0)
     steps = [envs.step(moves(ADD_ONE, ADD_ONE)) for _ in range(3)]
     assert steps[-1].truncated.tolist() == [True, True] and not steps[-1].terminated.any()
+    # No decision on the final observations; live marks the seat the game names to move, whose
+    # turn they are: the one seat that may bootstrap from its final row.
+    assert steps[-1].live.tolist() == [False, True]
     assert [s.truncated.any().item() for s in steps[:-1]] == [False, False]
     assert envs.pop_episodes().by_agent == {"player_0": [0.0], "player_1": [0.0]}
 

@@ -83,8 +83,8 @@ class RolloutBuffer:
         )
 
     @property
-    def first_step(self) -> int:
-        """The row the rollout's first step fills: 1 where row 0 holds carried decisions."""
+    def first_row(self) -> int:
+        """The row the rollout's first step fills: 1 where row 0 holds the carried decisions."""
         return int(self.at_turn is not None)
 
     def carry_in(self, carried: RolloutBuffer) -> None:
@@ -291,7 +291,7 @@ def collect_rollout(
         carried = cursor.open
         if carried is not None:
             buf.carry_in(carried)
-        for t in range(buf.first_step, buf.obs.shape[0]):
+        for t in range(buf.first_row, buf.obs.shape[0]):
             buf.obs[t] = cursor.obs
             buf.valid[t] = cursor.valid
             if buf.action_masks is not None and cursor.action_mask is not None:

@@ -97,6 +97,7 @@ def check_finite_rollout(buf: RolloutBuffer, cursor: EnvCursor, iteration: int, 
         bad = ~torch.isfinite(values.reshape(values.shape[0], num_envs, -1)).all(dim=-1)
         if bad.any():
             t, row = (int(i) for i in bad.nonzero()[0])
+            t -= buf.first_row  # a game's rows of steps start after its carried decisions
             if agents:
                 what = f"the env returned a NaN/Inf {name} for agent {agents[row % len(agents)]} of copy {row // len(agents)}"
             else:
