@@ -1,7 +1,9 @@
 """Turn-based (AEC) PettingZoo games as rows (fastppo.envs.turn_based), on the two-seat race of
 tests/fake_pz_envs.py: only the seat to move is a decision, every reward on its own seat's row,
 the result on both rows with the flags, NEXT_STEP reset rows, the episodes, opponents played
-inside ``step``; and the advantages of a scripted game by hand, through the real collector."""
+inside ``step``; the advantages of scripted games by hand, through the real collector and
+targets (a seat bootstraps from its own turn only: a move a rollout's end leaves open trains in
+the next rollout); and short rollouts that learn take-away's optimal moves."""
 
 from __future__ import annotations
 
