@@ -1,5 +1,6 @@
 """Tiny PettingZoo envs for the multi-agent tests, named as ``pz:tests.fake_pz_envs``: the
-Parallel env Relay below, and the turn-based (AEC) game Race at the end (``pz:tests.fake_pz_envs:race``).
+Parallel env Relay below, and the turn-based (AEC) games Race (``pz:tests.fake_pz_envs:race``) and TakeAway
+(``pz:tests.fake_pz_envs:take_away``) at the end.
 
 Three agents (``agents``, by default agent_0..2) walk a counter; the second finishes at step ``die_at`` (terminated) while the
 others play on until ``length`` (truncated). With ``join_at`` > 1 the last agent is absent at
@@ -176,3 +177,75 @@ class Race(AECEnv):
 
 def race(**kwargs) -> Race:
     return Race(**kwargs)
+
+
+class TakeAway(AECEnv):
+    """A take-away game (Nim with one pile): two seats take turns taking 1 (action 0) or 2
+    (action 1) stones from a pile of 1 to ``most`` stones (drawn at reset), and the seat that takes
+    the last stone wins (+1, the other -1). The seat to move wins by leaving a multiple of 3: its
+    optimal move is to take ``pile % 3`` stones, and with a multiple of 3 before it, it loses. Each
+    seat observes the pile alone (one-hot), never whose turn it is: a seat's value of a position
+    where the other seat is to move has the sign of the mover's, flipped."""
+
+    metadata = {"name": "take_away_v0", "render_modes": ["ansi"], "is_parallelizable": False}
+    fastppo_plain_state = True  # plain attributes and a numpy generator: checkpoints snapshot it
+
+    def __init__(self, most: int = 9, render_mode: str | None = None):
+        self.most, self.render_mode = most, render_mode
+        self.possible_agents = ["player_0", "player_1"]
+        self.agents: list[str] = []
+        self.pile = 0
+        self.rng = np.random.default_rng()
+        self._selector = AgentSelector(self.possible_agents)
+        observation = {"observation": spaces.Box(0.0, 1.0, (most + 1,), np.float32), "action_mask": spaces.Box(0, 1, (2,), np.int8)}
+        self.observation_spaces = {agent: spaces.Dict(observation) for agent in self.possible_agents}
+        self.action_spaces = {agent: spaces.Discrete(2) for agent in self.possible_agents}
+
+    def observation_space(self, agent: str) -> spaces.Dict:
+        return self.observation_spaces[agent]
+
+    def action_space(self, agent: str) -> spaces.Discrete:
+        return self.action_spaces[agent]
+
+    def observe(self, agent: str) -> dict:
+        board = np.zeros(self.most + 1, dtype=np.float32)
+        board[self.pile] = 1.0
+        legal = agent == self.agent_selection and self.pile > 0
+        return {"observation": board, "action_mask": np.array([legal, legal and self.pile >= 2], dtype=np.int8)}
+
+    def reset(self, seed: int | None = None, options: dict | None = None) -> None:
+        if seed is not None:
+            self.rng = np.random.default_rng(seed)
+        self.agents = list(self.possible_agents)
+        self.pile = int(self.rng.integers(1, self.most + 1))
+        self.rewards = dict.fromkeys(self.agents, 0.0)
+        self._cumulative_rewards = dict.fromkeys(self.agents, 0.0)
+        self.terminations = dict.fromkeys(self.agents, False)
+        self.truncations = dict.fromkeys(self.agents, False)
+        self.infos = {agent: {} for agent in self.agents}
+        self._selector.reinit(self.agents)
+        self.agent_selection = self._selector.reset()
+
+    def step(self, action: int) -> None:
+        mover = self.agent_selection
+        if self.terminations[mover] or self.truncations[mover]:
+            return self._was_dead_step(action)
+        assert self.observe(mover)["action_mask"][int(action)], f"illegal move {action} at pile {self.pile}"
+        self._cumulative_rewards[mover] = 0.0
+        self._clear_rewards()
+        self.pile -= int(action) + 1
+        self.agent_selection = self._selector.next()
+        if self.pile == 0:
+            self.rewards = {agent: 1.0 if agent == mover else -1.0 for agent in self.agents}
+            self.terminations = dict.fromkeys(self.agents, True)
+        self._accumulate_rewards()
+
+    def render(self) -> str:
+        return f"{self.pile} stones, {self.agent_selection} to move"
+
+    def close(self) -> None:
+        pass
+
+
+def take_away(**kwargs) -> TakeAway:
+    return TakeAway(**kwargs)

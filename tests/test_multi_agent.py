@@ -283,7 +283,7 @@ def test_the_batch_counts_a_row_per_agent(tmp_path, capsys):
 
 def test_a_nan_from_a_pettingzoo_env_names_the_agent_and_its_copy():
     """Rows are copy-major (row copy * agents + i): row 4 of 2 copies x 3 agents is agent_1 of copy 1."""
-    buf = SimpleNamespace(obs=torch.zeros(4, 6, 5), rewards=torch.zeros(4, 6))
+    buf = SimpleNamespace(obs=torch.zeros(4, 6, 5), rewards=torch.zeros(4, 6), first_row=0)
     buf.rewards[2, 4] = float("nan")
     with pytest.raises(FastPPOError) as raised:
         check_finite_rollout(buf, SimpleNamespace(obs=torch.zeros(6, 5)), iteration=3, global_step=100, agents=["agent_0", "agent_1", "agent_2"])

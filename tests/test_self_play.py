@@ -26,6 +26,7 @@ from tests.test_resume import ITERATIONS, assert_same_run, stop_after
 
 RACE = "pz:tests.fake_pz_envs:race"
 TICTACTOE = "pz:pettingzoo.classic.tictactoe_v3"
+TAKE_AWAY = "pz:tests.fake_pz_envs:take_away"
 CONNECT_FOUR = "pz:pettingzoo.classic.connect_four_v3"
 CHASE = "pz:tests.fake_pz_teams"  # adversary_0, adversary_1 | agent_0: two sides
 WIN, DRAW, LOSS = 1, 0, -1
@@ -455,6 +456,21 @@ def test_a_league_on_a_parallel_env_plays_one_group_against_the_other():
     league.learner_seat[0] = 0  # the adversaries: 6 + 6 beat the agent's -6
     league.game_over(0, np.array([6.0, 6.0, -6.0]))
     assert league.snapshots[10].record == [1, 0, 0]
+
+
+def test_stop_and_resume_with_decisions_left_open_equals_one_go(tmp_path, monkeypatch):
+    """A rollout of the learner playing both seats ends on one seat's turn: the other seat's last
+    move is carried into the next rollout (its advantage waits for its own next turn). Stopped
+    there, the checkpoint holds it, and the resumed run trains it as the run in one go does."""
+    overrides = RUN | {"num_steps": 7, "total_timesteps": ITERATIONS * 2 * 7, "checkpoint_every": 0, "env_kwargs": json.dumps({"most": 9})}
+    train(fastppo.make_config(TAKE_AWAY, "cleanrl-discrete", overrides), tmp_path / "one_go")
+    with monkeypatch.context() as patch:
+        stop_after(patch, ITERATIONS // 2)
+        train(fastppo.make_config(TAKE_AWAY, "cleanrl-discrete", overrides), tmp_path / "split")
+    resumed_config, checkpoint = resume_config(tmp_path / "split", env_id=TAKE_AWAY)
+    assert checkpoint.tensors["cursor.open.valid"].any()  # a seat waits for its turn
+    train(resumed_config, tmp_path / "split", checkpoint)
+    assert_same_run(tmp_path / "one_go", tmp_path / "split")
 
 
 def test_stop_and_resume_of_a_parallel_pool_equals_one_go(tmp_path, monkeypatch):

@@ -1,7 +1,7 @@
 """Pure PPO math on tensors: no I/O, no environments. Used by the gymnasium and the RLHF trainers."""
 
 from fastppo.core.categorical import categorical_logprob_entropy
-from fastppo.core.gae import compute_decision_gae, compute_gae, shift_values
+from fastppo.core.gae import compute_decision_gae, compute_gae, open_decisions, shift_values
 from fastppo.core.kl import adaptive_kl_beta, kl_estimate, proportional_kl_beta
 from fastppo.core.losses import policy_loss, ppo_loss, reference_kl_penalty, value_loss
 from fastppo.core.masked import LossAggregation, aggregate_loss, explained_variance, masked_mean, masked_var, normalize_advantages
@@ -23,6 +23,7 @@ __all__ = [
     "masked_mean",
     "masked_var",
     "normalize_advantages",
+    "open_decisions",
     "policy_loss",
     "ppo_loss",
     "proportional_kl_beta",

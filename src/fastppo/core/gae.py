@@ -64,6 +64,7 @@ def compute_decision_gae(
     decisions: Tensor,
     gamma: float,
     gae_lambda: float,
+    at_turn: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """GAE over each column's own decisions, for turn-based games: a column is one seat of one
     game copy, and ``decisions[t]`` says whether the seat chose an action at step t (its turn);
@@ -81,7 +82,16 @@ def compute_decision_gae(
     turn) so belongs to the seat's last action, and gamma discounts per decision, not per step
     of the copy. Where every step is a decision this is ``compute_gae``. Non-decision rows get 0.
 
-    Args: as ``compute_gae``, plus ``decisions`` [T, N] bool.
+    A seat bootstraps only from its own value at its own turn: ``at_turn[t]`` says whether the
+    observation after step t (the final one where the episode ended) is the column's turn. A
+    transition that runs past the rollout's end, or ends in a truncation, where it is not (the
+    opponent is to move) has no target here (``open_decisions``): its decision gets 0, and the
+    decision before it bootstraps from its value, with no lambda-tail beyond it. (The trainer
+    carries a decision left open at the rollout's end into the next rollout, where its next
+    turn comes: ``fastppo.training.rollout``.) Without ``at_turn`` every such value is the
+    column's own.
+
+    Args: as ``compute_gae``, plus ``decisions`` [T, N] bool and ``at_turn`` [T, N] bool.
     """
     with torch.no_grad():
         advantages = torch.zeros_like(values)
@@ -91,6 +101,7 @@ def compute_decision_gae(
         ahead_bootstrap = torch.ones_like(zeros)  # 0 once the transition terminated
         ahead_advantage, ahead_continues = zeros.clone(), zeros.clone()
         done = terminated.bool() | truncated.bool()
+        unresolved = torch.zeros_like(done) if at_turn is None else open_decisions(decisions, terminated, truncated, at_turn)
         for t in range(values.shape[0] - 1, -1, -1):
             ended = done[t]
             # A step that ends the episode cuts what lies beyond it (the next episode's rows).
@@ -101,11 +112,31 @@ def compute_decision_gae(
             decided = decisions[t].bool()
             delta = ahead_reward + gamma * ahead_bootstrap * ahead_value - values[t]
             advantage = delta + gamma * gae_lambda * ahead_continues * ahead_advantage
-            advantages[t] = torch.where(decided, advantage, zeros)
-            # Seen from the step before, a decision here is the next decision.
-            ahead_advantage = torch.where(decided, advantage, ahead_advantage)
+            has_target = decided & ~unresolved[t]
+            advantages[t] = torch.where(has_target, advantage, zeros)
+            # Seen from the step before, a decision here is the next decision (an open one: its
+            # value alone, as at a rollout's end).
+            ahead_advantage = torch.where(decided, torch.where(has_target, advantage, zeros), ahead_advantage)
             ahead_value = torch.where(decided, values[t], ahead_value)
             ahead_reward = torch.where(decided, zeros, ahead_reward)
             ahead_bootstrap = torch.where(decided, torch.ones_like(zeros), ahead_bootstrap)
             ahead_continues = torch.where(decided, torch.ones_like(zeros), ahead_continues)
         return advantages, advantages + values
+
+
+def open_decisions(decisions: Tensor, terminated: Tensor, truncated: Tensor, at_turn: Tensor) -> Tensor:
+    """[T, N] bool: the decisions (``compute_decision_gae``) whose transition has no target in
+    this rollout, because it ends where the column is not at its turn (``at_turn`` false): past
+    the rollout's end (the column's last decision, with no ending after it, and the rollout
+    ends on another seat's turn) or at a truncation on another seat's turn. A termination needs
+    no bootstrap: its transition always has its target."""
+    with torch.no_grad():
+        unresolved = torch.zeros_like(decisions, dtype=torch.bool)
+        pending = ~at_turn[-1].bool()  # the transition running ahead ends off the column's turn
+        done = terminated.bool() | truncated.bool()
+        for t in range(decisions.shape[0] - 1, -1, -1):
+            pending = torch.where(done[t], truncated[t].bool() & ~terminated[t].bool() & ~at_turn[t].bool(), pending)
+            decided = decisions[t].bool()
+            unresolved[t] = decided & pending
+            pending = pending & ~decided
+        return unresolved

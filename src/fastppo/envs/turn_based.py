@@ -11,7 +11,10 @@ current observation (``env.observe``), which a rollout that ends mid-game bootst
 Credit: every reward PettingZoo gives a seat lands on that seat's row at the step it is given,
 whoever moved, and ``fastppo.core.compute_decision_gae`` sums a seat's rewards from one of its
 decisions to the next: the result of a game that the opponent's move ends belongs to the seat's
-last move, and gamma discounts per move of the seat, not per step of the copy.
+last move, and gamma discounts per move of the seat, not per step of the copy. A seat bootstraps
+from its own value at its own turn only: ``live`` says whose turn a row's observation is, and on
+a truncated game's final observation it marks the seat the game names to move (no decision, the
+game is over, but the value that seat's last transition bootstraps from).
 
 Opponents: a copy's seats are the learner's (its rows are decisions) or an opponent's
 (``Opponents``, e.g. a past snapshot from the self-play pool, ``fastppo.training.self_play``).
@@ -210,6 +213,11 @@ class TurnBasedVecEnv(HostCopies):
                 self._play(c, game, host[c, to_move[c]], reward, terminated, truncated)
         self._opponents_move(games, reward, terminated, truncated)
         rows, masks, live = self._rows(games)
+        # A truncated game's final observation is the turn of the seat it names to move: that
+        # seat may bootstrap from it, the others may not (fastppo.core.open_decisions).
+        to_move = self._to_move(games)
+        cut = np.flatnonzero(truncated[np.arange(len(self.envs)), to_move])
+        live.reshape(len(self.envs), seats)[cut, to_move[cut]] = True
         return rows, reward.ravel(), terminated.ravel(), truncated.ravel(), masks, live
 
     def pop_games(self) -> list[GameRecord]:

@@ -34,7 +34,9 @@ class StepResult(NamedTuple):
     live: Tensor | None = None
     """bool [N], multi-agent envs only: whether the row's agent is in play (it acts on this
     observation); false for an agent that had already finished while its team plays on, or that
-    has not joined yet: no observation, and the row is no decision (fastppo.envs.pettingzoo_vec)."""
+    has not joined yet: no observation, and the row is no decision (fastppo.envs.pettingzoo_vec).
+    In a turn-based game, whether it is the row's seat's turn; on a truncated game's final
+    observation, that of the seat named to move (fastppo.envs.turn_based)."""
 
 
 class Episodes(NamedTuple):

@@ -63,6 +63,8 @@ if TYPE_CHECKING:
     from fastppo.training.state import TrainState
 
 LATEST = "latest"
+OPEN_DECISIONS = "cursor.open."
+"""A turn-based game's open decisions in a checkpoint (``EnvCursor.open``): ``cursor.open.<field>``."""
 TRAINER_TENSORS = "trainer.safetensors"
 FORMAT_VERSION = 1
 
@@ -135,6 +137,8 @@ def run_tensors(state: TrainState, envs: VecEnv, rng: dict[str, torch.Tensor] | 
         tensors["cursor.action_mask"] = cursor.action_mask.cpu().contiguous()
     if cursor.state is not None:  # a recurrent policy's live states are part of the run
         tensors["cursor.state"] = cursor.state.cpu().contiguous()
+    if cursor.open is not None:  # a game's decisions a rollout left open: the next one trains them
+        tensors |= {f"{OPEN_DECISIONS}{name}": row.cpu().contiguous() for name, row in cursor.open.flatten().items()}
     league_tensors, league_meta = state.league.state()
     tensors |= league_tensors
     return tensors, {"rng": rng_meta, "env": env_meta} | ({} if league_meta is None else {"self_play": league_meta})
@@ -427,7 +431,12 @@ def check_fits_run(checkpoint: Checkpoint, state: TrainState, envs: VecEnv, rng:
     expected = {name: _spec(t) for name, t in tensors.items() if not name.startswith("env.") or saved_env is not None} | moments
     found = {name: _spec(t) for name, t in checkpoint.tensors.items()}
     # CUDA RNG states come and go with the device ("auto" on another machine); restore_rng sets those it can.
-    optional = {name for name in found.keys() | expected.keys() if name.startswith("rng.cuda.") or (name.startswith("env.") and fresh_env is None)}
+    # A game's checkpoint written before open decisions were carried has none: it resumes with none open.
+    no_open = not any(name.startswith(OPEN_DECISIONS) for name in found)
+    optional = {
+        name for name in found.keys() | expected.keys()
+        if name.startswith("rng.cuda.") or (name.startswith("env.") and fresh_env is None) or (name.startswith(OPEN_DECISIONS) and no_open)
+    }  # fmt: skip
     lacking = sorted(expected.keys() - found.keys() - optional)
     if lacking:
         raise _damaged(checkpoint.path, f"{TRAINER_TENSORS} lacks {', '.join(lacking[:3])}")
@@ -465,13 +474,15 @@ def restore_train_state(state: TrainState, envs: VecEnv, checkpoint: Checkpoint,
     exact = fresh_seed is None and meta["env"] is not None and env_is_exact(envs)
     if exact:
         restore_envs(envs, tensors, meta["env"])
-        mask, memory = tensors.get("cursor.action_mask"), tensors.get("cursor.state")
+        mask, memory, carried = tensors.get("cursor.action_mask"), tensors.get("cursor.state"), state.cursor.open
+        for name, row in carried.flatten().items() if carried is not None else ():
+            row.copy_(tensors.get(OPEN_DECISIONS + name, torch.zeros_like(row)))  # none saved: none open
         state.cursor = EnvCursor(
-            tensors["cursor.obs"].to(device), None if mask is None else mask.to(device), tensors["cursor.valid"].to(device), None if memory is None else memory.to(device)
+            tensors["cursor.obs"].to(device), None if mask is None else mask.to(device), tensors["cursor.valid"].to(device), None if memory is None else memory.to(device), carried
         )
-    else:  # fresh episodes start from fresh recurrent states
+    else:  # fresh episodes start from fresh recurrent states, with no decision open
         first = envs.reset(seed=checkpoint.config.run.seed + checkpoint.iteration if fresh_seed is None else fresh_seed)
-        state.cursor = EnvCursor.at_reset(first, normalize_obs, update=False, state=fresh_state(agent.policy, envs.num_envs, device))
+        state.cursor = EnvCursor.at_reset(first, normalize_obs, update=False, state=fresh_state(agent.policy, envs.num_envs, device), open=state.cursor.open)
         if state.reward_scaler is not None:
             state.reward_scaler.discounted_return.zero_()
     if fresh_seed is None:

@@ -10,6 +10,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from fastppo.core.gae import compute_decision_gae, compute_gae, open_decisions, shift_values
 from fastppo.core.normalize import RewardScaler, RunningMeanStd
 from fastppo.envs.vector import StepResult, VecEnv
 from fastppo.policies import ActorCritic
@@ -29,6 +30,12 @@ class RolloutBuffer:
     transition, so GAE never crosses them and the loss masks them out. A recurrent policy's
     ``initial_state`` [N, state_size] is its state at the rollout's first row, from which the
     update re-runs each env's T rows as one sequence.
+
+    A turn-based game's buffer (``turns``) has ``at_turn`` (``StepResult.live`` after each step:
+    whose turn the next observation is) and one more row, first: the decisions carried in from
+    the previous rollout, which ended before their seat's next turn (``carry_out``). Such a
+    decision trains in the rollout where its transition ends, its reward the sum of the seat's
+    rewards since it; ``valid`` marks the columns that carry one.
     """
 
     obs: Tensor
@@ -41,10 +48,11 @@ class RolloutBuffer:
     valid: Tensor
     action_masks: Tensor | None
     initial_state: Tensor | None = None
+    at_turn: Tensor | None = None
 
     @classmethod
-    def allocate(cls, num_steps: int, envs: VecEnv, device: torch.device, action_mask_dim: int | None, state_size: int = 0) -> RolloutBuffer:
-        T, N = num_steps, envs.num_envs
+    def allocate(cls, num_steps: int, envs: VecEnv, device: torch.device, action_mask_dim: int | None, state_size: int = 0, turns: bool = False) -> RolloutBuffer:
+        T, N = num_steps + turns, envs.num_envs
         obs_space, act_space = envs.single_observation_space, envs.single_action_space
         obs_dtype = torch.uint8 if obs_space.dtype == np.uint8 else torch.float32
         if isinstance(act_space, gym.spaces.Discrete):
@@ -71,7 +79,33 @@ class RolloutBuffer:
             valid=flags(),
             action_masks=None if action_mask_dim is None else torch.ones((T, N, action_mask_dim), dtype=torch.bool, device=device),
             initial_state=torch.zeros((N, state_size), device=device) if state_size else None,
+            at_turn=flags() if turns else None,
         )
+
+    @property
+    def first_row(self) -> int:
+        """The row the rollout's first step fills: 1 where row 0 holds the carried decisions."""
+        return int(self.at_turn is not None)
+
+    def carry_in(self, carried: RolloutBuffer) -> None:
+        """Row 0 := the decisions ``carry_out`` left in ``carried``."""
+        for name, row in carried.flatten().items():
+            getattr(self, name)[0] = row
+        self.at_turn[0] = False
+
+    def carry_out(self, into: RolloutBuffer) -> None:
+        """Into the one-row ``into``: each column's decision left open at the rollout's end
+        (``open_decisions``: no ending after it, and the rollout ends on another seat's turn),
+        with the sum of the column's rewards from it on; ``valid`` false where none is open."""
+        done = self.terminated | self.truncated
+        ending_ahead = done.flip(0).cumsum(0).flip(0) > 0  # an ending at or after the row
+        carried = open_decisions(self.valid, self.terminated, self.truncated, self.at_turn) & ~ending_ahead
+        rows, columns = carried.int().argmax(0), torch.arange(carried.shape[1], device=carried.device)
+        for name, row in into.flatten().items():
+            row.copy_(getattr(self, name)[rows, columns])
+        rewards_ahead = self.rewards.flip(0).cumsum(0).flip(0)[rows, columns]
+        into.valid[0] = carried.any(0)
+        into.rewards[0] = torch.where(into.valid[0], rewards_ahead, 0.0)
 
     def _fields(self, extra: dict[str, Tensor], initial_state: bool = False) -> dict[str, Tensor]:
         """The buffer's tensors (``initial_state`` only if asked for) plus ``extra``, None ones left out."""
@@ -110,13 +144,19 @@ class EnvCursor:
     action_mask: Tensor | None
     valid: Tensor
     state: Tensor | None = None
+    open: RolloutBuffer | None = None
+    """A turn-based game's decisions open at the rollout's end (``RolloutBuffer.carry_out``): one
+    row, part of the run's state."""
 
     @classmethod
-    def at_reset(cls, first: StepResult, normalize_obs: ObservationNormalizer, update: bool, state: Tensor | None = None) -> EnvCursor:
+    def at_reset(cls, first: StepResult, normalize_obs: ObservationNormalizer, update: bool, state: Tensor | None = None, open: RolloutBuffer | None = None) -> EnvCursor:
         """The cursor on a reset's rows: every row a decision, but those of a multi-agent env's
-        agents not in play yet (``StepResult.live``), which join no statistics either."""
+        agents not in play yet (``StepResult.live``), which join no statistics either; no
+        decision ``open``."""
         valid = torch.ones_like(first.terminated) if first.live is None else first.live
-        return cls(normalize_obs(first.obs, update=update, mask=first.live), first.action_mask, valid, state)
+        if open is not None:
+            open.valid.zero_()
+        return cls(normalize_obs(first.obs, update=update, mask=first.live), first.action_mask, valid, state, open)
 
 
 class ObservationNormalizer:
@@ -215,7 +255,9 @@ def collect_rollout(
     timer: SectionTimer,
     act: PolicyStep | None = None,
 ) -> tuple[EnvCursor, Tensor]:
-    """Fill ``buf`` with T steps from ``cursor``; return the new cursor and V(s_T) for GAE.
+    """Fill ``buf`` with T steps from ``cursor``; return the new cursor and V(s_T) for GAE. A turn-
+    based game's buffer first takes the decisions the cursor carries (``RolloutBuffer``), and
+    the new cursor carries those left open at the end.
 
     ``act`` is the trainer's ``PolicyStep`` (kept across iterations: it holds compiled code and
     CUDA graphs); by default an eager one. The buffer, the cursor and the statistics live on the
@@ -246,7 +288,10 @@ def collect_rollout(
     with torch.inference_mode():
         if buf.initial_state is not None:
             buf.initial_state.copy_(cursor.state)
-        for t in range(buf.obs.shape[0]):
+        carried = cursor.open
+        if carried is not None:
+            buf.carry_in(carried)
+        for t in range(buf.first_row, buf.obs.shape[0]):
             buf.obs[t] = cursor.obs
             buf.valid[t] = cursor.valid
             if buf.action_masks is not None and cursor.action_mask is not None:
@@ -262,6 +307,8 @@ def collect_rollout(
             buf.rewards[t] = step.reward if reward_scaler is None else reward_scaler(step.reward, done, valid=cursor.valid)
             buf.terminated[t] = step.terminated
             buf.truncated[t] = step.truncated
+            if buf.at_turn is not None:
+                buf.at_turn[t] = step.live
             # A reset row's successor is an episode's first observation: its state starts at zeros.
             next_state = None if cursor.state is None else carry(state[0], cursor.valid)
             # Rows of agents out of play (multi-agent envs) are no decisions either, and no
@@ -271,4 +318,20 @@ def collect_rollout(
             cursor = EnvCursor(normalize_obs(step.obs, update=True, mask=seen), step.action_mask, valid, next_state)
         with timer.section("policy"):
             (last_value,) = decide(cursor, value_only=True)
+        if carried is not None:
+            buf.carry_out(carried)
+            cursor.open = carried
     return cursor, last_value
+
+
+def rollout_targets(buf: RolloutBuffer, last_value: Tensor, gamma: float, gae_lambda: float) -> dict[str, Tensor]:
+    """What the update learns from the filled ``buf``: ``advantages`` and ``returns`` (GAE), and
+    for a turn-based game, over each seat's own decisions, ``valid``: the decisions with a
+    target (the open ones wait for the next rollout, ``RolloutBuffer.carry_out``)."""
+    next_values = shift_values(buf.values, last_value)
+    if buf.at_turn is None:
+        advantages, returns = compute_gae(buf.rewards, buf.values, next_values, buf.terminated, buf.truncated, gamma, gae_lambda)
+        return {"advantages": advantages, "returns": returns}
+    advantages, returns = compute_decision_gae(buf.rewards, buf.values, next_values, buf.terminated, buf.truncated, buf.valid, gamma, gae_lambda, buf.at_turn)
+    targeted = buf.valid & ~open_decisions(buf.valid, buf.terminated, buf.truncated, buf.at_turn)
+    return {"advantages": advantages, "returns": returns, "valid": targeted}

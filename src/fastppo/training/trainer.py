@@ -20,7 +20,7 @@ import yaml
 from fastppo.agents.agent import Agent, build_agent
 from fastppo.agents.agent_rows import PettingZooAgents
 from fastppo.config import Config, RunConfig
-from fastppo.core import RewardScaler, compute_decision_gae, compute_gae, schedule_progress, scheduled, shift_values
+from fastppo.core import RewardScaler, schedule_progress, scheduled
 from fastppo.devices import resolve_device
 from fastppo.env_ids import is_pettingzoo
 from fastppo.envs import make_vec_env
@@ -39,7 +39,7 @@ from fastppo.training.checkpoint import Checkpoint, restore_train_state, rewind_
 from fastppo.training.cuda_graphs import check_cudagraphs
 from fastppo.training.distributed import LONE, World, rank_device, ranks
 from fastppo.training.logger import GROUP_RETURN, GYM_SUMMARY, RunLogger
-from fastppo.training.rollout import EnvCursor, ObservationNormalizer, PolicyStep, RolloutBuffer, collect_rollout, fresh_state
+from fastppo.training.rollout import EnvCursor, ObservationNormalizer, PolicyStep, RolloutBuffer, collect_rollout, fresh_state, rollout_targets
 from fastppo.training.runs import OnIteration, Runs, SeedRuns, SingleRun
 from fastppo.training.seed_stack import SeedLoggers, check_seed_stack, keep_seeds, restore_seed_stack, stacked_agent
 from fastppo.training.self_play import check_league, make_league
@@ -97,6 +97,7 @@ def check_finite_rollout(buf: RolloutBuffer, cursor: EnvCursor, iteration: int, 
         bad = ~torch.isfinite(values.reshape(values.shape[0], num_envs, -1)).all(dim=-1)
         if bad.any():
             t, row = (int(i) for i in bad.nonzero()[0])
+            t -= buf.first_row  # a game's rows of steps start after its carried decisions
             if agents:
                 what = f"the env returned a NaN/Inf {name} for agent {agents[row % len(agents)]} of copy {row // len(agents)}"
             else:
@@ -230,11 +231,14 @@ def train_rank(
     reward_scaler = RewardScaler(envs.num_envs, cfg.gamma, config.env.clip_reward, collect_on, groups=seeds and len(seeds)) if config.env.normalize_reward else None
     world.broadcast_module(agent.policy)  # the same start on every rank: rank 0's weights, and statistics merged each iteration
     statistics = world.synced([rms for rms in (agent.obs_rms, reward_scaler and reward_scaler.return_rms) if rms is not None])
+    mask_dim = None if first.action_mask is None else first.action_mask.shape[-1]
+    # A turn-based game's cursor carries the decisions a rollout's end leaves open (fastppo.training.rollout).
+    open_decisions = RolloutBuffer.allocate(1, envs, collect_on, mask_dim) if isinstance(envs, TurnBasedVecEnv) else None
     state = TrainState(
         agent=agent,
         optimizer=make_optimizer(agent.policy, cfg.learning_rate, cfg.adam_eps, device, config.run.cudagraphs),
         reward_scaler=reward_scaler,
-        cursor=EnvCursor.at_reset(first, normalize_obs, update=True, state=fresh_state(agent.policy, envs.num_envs, collect_on)),
+        cursor=EnvCursor.at_reset(first, normalize_obs, update=True, state=fresh_state(agent.policy, envs.num_envs, collect_on), open=open_decisions),
         kl_beta=[cfg.kl_beta] * len(seeds) if stacked else cfg.kl_beta,
         world_size=world.size,
     )
@@ -253,7 +257,7 @@ def train_rank(
         envs.close()
         raise
     newest = None if checkpoint is None else (checkpoint[0] if stacked else checkpoint).path
-    training = Training(config, state, envs, world, device, collect_on, normalize_obs, statistics, first.action_mask)
+    training = Training(config, state, envs, world, device, collect_on, normalize_obs, statistics, mask_dim)
     if stacked:  # one run folder per seed, one progress bar for them all
         logger = SeedLoggers(
             [open_logger(replace(config, run=replace(config.run, seed=s, progress=False)), d, c) for s, d, c in zip(seeds, seed_dirs, checkpoint or [None] * len(seeds))],
@@ -298,30 +302,27 @@ class Training:
     and opt-in speed layers (--compile, --cudagraphs; eager by default) built for the policy."""
 
     def __init__(
-        self, config: Config, state: TrainState, envs: Any, world: World, device: torch.device, collect_on: torch.device, normalize_obs: ObservationNormalizer, statistics: Any, action_mask: Any
+        self, config: Config, state: TrainState, envs: Any, world: World, device: torch.device, collect_on: torch.device, normalize_obs: ObservationNormalizer, statistics: Any, mask_dim: int | None
     ):
         self.config, self.state, self.envs, self.world, self.device, self.collect_on = config, state, envs, world, device, collect_on
         self.normalize_obs, self.statistics, self.timer = normalize_obs, statistics, SectionTimer()
         self.num_iterations, self.steps_per_iteration = planned_iterations(config, world.size), config.batch_size * world.size
-        self.mask_dim = None if action_mask is None else action_mask.shape[-1]
+        self.mask_dim = mask_dim
         self.agent_names = envs.agents if is_pettingzoo(config.env.env_id) else None  # rollout checks name a PettingZoo env's agents
-        self.turn_based = isinstance(envs, TurnBasedVecEnv)
         self.build()
 
     def build(self) -> None:
         policy, run = self.state.agent.policy, self.config.run
-        self.buf = RolloutBuffer.allocate(self.config.ppo.num_steps, self.envs, self.collect_on, self.mask_dim, policy.state_size)
+        # A turn-based game's buffer: decisions counted per seat, those a rollout leaves open carried in.
+        self.buf = RolloutBuffer.allocate(self.config.ppo.num_steps, self.envs, self.collect_on, self.mask_dim, policy.state_size, turns=self.state.cursor.open is not None)
         self.policy_step = PolicyStep(policy, run.compile, run.cudagraphs)
         self.update_step = MinibatchStep(policy, self.state.optimizer, self.config.ppo, run.compile, run.cudagraphs, self.world)
 
-    def advantages(self, last_value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def targets(self, last_value: torch.Tensor) -> dict[str, torch.Tensor]:
         """GAE over the rollout; in a turn-based game over each seat's own decisions (its rows
-        are decisions on its turns only: fastppo.envs.turn_based)."""
-        buf, cfg = self.buf, self.config.ppo
-        next_values = shift_values(buf.values, last_value)
-        if self.turn_based:
-            return compute_decision_gae(buf.rewards, buf.values, next_values, buf.terminated, buf.truncated, buf.valid, cfg.gamma, cfg.gae_lambda)
-        return compute_gae(buf.rewards, buf.values, next_values, buf.terminated, buf.truncated, cfg.gamma, cfg.gae_lambda)
+        are decisions on its turns only: fastppo.envs.turn_based), with the decisions that have
+        a target (``rollout_targets``)."""
+        return rollout_targets(self.buf, last_value, self.config.ppo.gamma, self.config.ppo.gae_lambda)
 
     def keep_runs(self, indices: list[int]) -> None:
         """A stack trains on with the seeds at ``indices``: what holds the old parameter is rebuilt."""
@@ -349,9 +350,9 @@ def train_loop(t: Training, runs: Runs, stop: StopRequest) -> None:
         check_finite_rollout(t.buf, state.cursor, state.iteration, state.global_step, t.agent_names)
         t.statistics.merge()  # every rank: the same statistics, and every rank's episodes
         episodes = runs.take_episodes(t.world.gather_episodes(t.envs.pop_episodes()))  # played by the policy before this update
-        advantages, returns = t.advantages(last_value)
+        targets = t.targets(last_value)  # advantages, returns; a game's decisions with a target
         with t.timer.section("update"):
-            batch = {k: v.to(t.device, non_blocking=True) for k, v in runs.batch(t.buf, advantages=advantages, returns=returns).items()}
+            batch = {k: v.to(t.device, non_blocking=True) for k, v in runs.batch(t.buf, **targets).items()}
             losses = ppo_update(state.agent.policy, state.optimizer, batch, cfg, coefs, t.update_step)
         state.global_step += t.steps_per_iteration
         check_finite(losses, state.agent, state.optimizer, state.iteration, state.global_step)
