@@ -22,6 +22,14 @@ CHECKPOINT_DIR = "checkpoints"
 CHECKPOINT_NAME = re.compile(r"^\d{6,}$")
 """A complete checkpoint folder's name: its iteration, zero-padded."""
 TRAINER_JSON = "trainer.json"
+LATEST = "latest"
+"""checkpoints/latest: a one-line pointer to the newest checkpoint folder."""
+UNFINISHED_WRITE = re.compile(r"\.(tmp|old)-\d{6,}-\d+|\..+\.tmp-\d+")
+"""The name of a write in progress: a checkpoint folder before its rename, or the one it
+replaces (fastppo.training.checkpoint), a file before its rename (fastppo.files.atomic)."""
+VIDEO_DIR = "videos"
+VIDEO_FILE = re.compile(r"episode-\d{6,}\.mp4")
+"""A training video in RUN_DIR/videos (fastppo.envs.video)."""
 
 SEEDS_PLAN = "seeds.json"
 """A --seeds job's plan in its parent folder (fastppo.experiments.seeds), written before any seed starts."""
@@ -35,6 +43,29 @@ SEED_FOLDER = re.compile(r"seed_\d+")
 def own_run_files(folder: Path) -> list[str]:
     """The names of a run's files in ``folder`` itself (not below it)."""
     return [name for name in RUN_FILES if (folder / name).exists()] + sorted(p.name for p in folder.glob(TENSORBOARD_EVENTS))
+
+
+def failed_start_files(folder: Path) -> list[Path]:
+    """What a run that stopped before its first checkpoint (a seed of a --seeds job killed in its
+    start-up) wrote in ``folder``, which a resume deletes to start it again: its files, TensorBoard
+    events and videos, and unfinished saves. A FastPPOError where ``folder`` or anything in it is a
+    link or something else (a file of the user's): a resume deletes only what a run wrote."""
+    if folder.is_symlink():
+        raise FastPPOError(f"{folder} is a link, not a folder a run made: remove it yourself (fastppo deletes nothing through a link)")
+    foreign = []
+    for path in folder.iterdir():
+        if path.is_symlink():
+            foreign.append(path)
+        elif path.name == CHECKPOINT_DIR and path.is_dir():  # no complete checkpoint in it: the run would have started
+            foreign += [p for p in path.iterdir() if p.is_symlink() or not (UNFINISHED_WRITE.fullmatch(p.name) or p.name == LATEST)]
+        elif path.name == VIDEO_DIR and path.is_dir():
+            foreign += [p for p in path.iterdir() if p.is_symlink() or not (VIDEO_FILE.fullmatch(p.name) and p.is_file())]
+        elif not (path.is_file() and (path.name in RUN_FILES or path.match(TENSORBOARD_EVENTS) or UNFINISHED_WRITE.fullmatch(path.name))):
+            foreign.append(path)
+    if foreign:
+        names = sorted(str(p.relative_to(folder)) for p in foreign)
+        raise FastPPOError(f"{folder} holds {_first(names)}, which no fastppo run wrote: move it out of the folder (fastppo deletes only what a run wrote), or pick another --run-dir")
+    return sorted(folder.iterdir())
 
 
 def check_no_run(folder: str | Path) -> None:

@@ -56,7 +56,7 @@ from fastppo.config import Config
 from fastppo.envs.snapshot import SIMPLE_VALUES, SnapshotMismatch, env_is_exact, restore_envs, snapshot_envs
 from fastppo.errors import FastPPOError
 from fastppo.files.atomic import atomic_write_text, publish_folder
-from fastppo.files.run_folder import AGENT_FILE, CHECKPOINT_NAME, POLICY_FILE, TRAINER_JSON, checkpoint_root, find_checkpoint, list_checkpoints
+from fastppo.files.run_folder import AGENT_FILE, CHECKPOINT_NAME, LATEST, POLICY_FILE, TRAINER_JSON, checkpoint_root, find_checkpoint, list_checkpoints
 from fastppo.training.rollout import EnvCursor, ObservationNormalizer, fresh_state
 from fastppo.training.self_play import Damaged
 
@@ -64,7 +64,6 @@ if TYPE_CHECKING:
     from fastppo.envs.vector import VecEnv
     from fastppo.training.state import TrainState
 
-LATEST = "latest"
 TRAINER_TENSORS = "trainer.safetensors"
 FORMAT_VERSION = 1
 
