@@ -19,6 +19,7 @@ from optuna.trial import TrialState
 
 import fastppo.training.trainer
 from fastppo.cli.main import main
+import fastppo
 import fastppo.experiments.sweep
 from fastppo.config import available_cpus
 from fastppo.envs.env_config import make_config
@@ -340,6 +341,19 @@ def test_a_crafted_sweep_database_is_one_line_and_deletes_nothing(damage, proble
         err = capfd.readouterr().err
         assert err.startswith("fastppo: error: study 'CartPole-v1'") and "is damaged: " + problem in err and len(err.strip().splitlines()) == 1
         assert tree(tmp_path) == before and [(t.number, t.state) for t in study_trials(sweep)] == trials
+
+
+@pytest.mark.filterwarnings("ignore:--total-timesteps 128 gives only 1 update")  # the run is only there to be refused
+def test_a_sweep_into_a_run_folder_is_refused_and_writes_nothing(tmp_path, capfd):
+    """A finished run given as --run-dir got a sweep.db and the trials' runs among its files."""
+    run = tmp_path / "run"
+    fastppo.train("CartPole-v1", run_dir=run, total_timesteps=128, num_envs=2, num_steps=64, progress=False, tensorboard=False)
+    before = tree(run)
+    capfd.readouterr()
+    assert main(["sweep", "CartPole-v1", "--trials", "1", "--workers", "1", "--seeds", "1", *TINY, "--run-dir", str(run)]) == 2
+    err = capfd.readouterr().err
+    assert err.splitlines() == [f"fastppo: error: --run-dir {run} is a run's folder (config.yaml, metrics.jsonl, agent.json, ...): give --run-dir a folder of its own"]
+    assert tree(run) == before
 
 
 def test_a_missing_sweep_extra_is_one_line(capsys, monkeypatch):

@@ -31,11 +31,13 @@ def run(args: argparse.Namespace) -> int:
     from fastppo.experiments.report import collect, csv_table, markdown_table, normalized_profiles, read_references, require_stats
     from fastppo.experiments.report_figures import plot_curves, plot_profile
     from fastppo.files.outputs import output_dir, writing
+    from fastppo.files.run_folder import check_not_a_run
 
     require_stats()
     check_smooth(args.smooth)
     stats = collect(args.run_dirs, args.metric, args.final_window, args.reps, args.bootstrap_seed)
     references = read_references(args.normalize, sorted({s.env_id for s in stats})) if args.normalize else None
+    check_not_a_run(args.out, "--out")
     out = output_dir(args.out, "--out")
     caption = (
         f"Final {args.metric}: its mean over the last {args.final_window:.0%} of each run's steps. IQM, mean and median over seeds "

@@ -48,6 +48,7 @@ def run(args: argparse.Namespace) -> int:
     from fastppo.experiments.sweep import Sweep, best_table, open_study, run_workers, write_best_preset
     from fastppo.experiments.sweep_space import load_space
     from fastppo.files.outputs import output_dir
+    from fastppo.files.run_folder import check_not_a_run
 
     overrides = {key.removeprefix("hp:"): value for key, value in vars(args).items() if key.startswith("hp:")}
     if any(key in ("seed", "run.seed") for key in overrides):
@@ -68,6 +69,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.trials and args.storage is None and not database.exists():
         # Checked before anything is made: a mistyped folder must not leave an empty database behind.
         raise FastPPOError(f"no sweep in {folder} (no sweep.db there): start one with --trials N (N > 0), or give its --run-dir")
+    check_not_a_run(folder, "--run-dir")
     output_dir(folder, "--run-dir")
     storage = args.storage or f"sqlite:///{database.resolve()}"
     sweep = Sweep(base, space, tuple(seeds), args.trials, folder, storage, study_name, args.heartbeat, args.sampler_seed)

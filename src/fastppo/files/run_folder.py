@@ -87,6 +87,19 @@ def check_no_run(folder: str | Path) -> None:
         raise FastPPOError(f"{folder} holds runs ({_first([f'{p.name}/' for p in below])}): pick another --run-dir, a folder of its own for the new run")
 
 
+def check_not_a_run(folder: str | Path, what: str) -> None:
+    """A FastPPOError when ``folder``, where a command other than training writes (``what``: a
+    report's --out, a sweep's --run-dir), holds a run's files or a --seeds job's seed runs: its
+    files would mix with the run's (a sweep.db in a finished run). Called before anything is written."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return
+    seeds = [f"{p.name}/" for p in sorted(folder.iterdir()) if SEED_FOLDER.fullmatch(p.name) and p.is_dir() and own_run_files(p)]
+    found = own_run_files(folder) + seeds
+    if found:
+        raise FastPPOError(f"{what} {folder} is a run's folder ({_first(found)}): give {what} a folder of its own")
+
+
 def _first(names: list[str], shown: int = 3) -> str:
     return ", ".join(names[:shown]) + (", ..." if len(names) > shown else "")
 
