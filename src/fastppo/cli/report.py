@@ -16,7 +16,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         allow_abbrev=False,
     )
     report.add_argument("run_dirs", metavar="RUN_DIR", nargs="+", help="run directories, or folders holding runs")
-    report.add_argument("--out", default="report", metavar="DIR", help="output folder (default: report)")
+    report.add_argument("--out", default="report", metavar="DIR", help="output folder, not a run's (default: report)")
     report.add_argument("--metric", default=RETURN, help=f"metric of metrics.jsonl to score (default: {RETURN})")
     report.add_argument("--final-window", type=float, default=0.1, metavar="FRACTION", help="a run's final score is the metric's mean over this last fraction of its steps (default: 0.1)")
     report.add_argument("--normalize", default=None, metavar="FILE", help="YAML of reference scores 'ENV: [low, high]' for the performance profile (default: min-max per env over the runs)")

@@ -23,7 +23,9 @@
   fails at its start, uncounted.
 - **Kills.** A running trial's heartbeat goes to the database every ``heartbeat`` seconds; a
   trial silent for twice as long (its process killed) is failed and queued again with the same
-  hyperparameters (up to 3 times), its partial runs deleted when the retry starts. A retry
+  hyperparameters (up to 3 times), its partial runs deleted when the retry starts. The database
+  is data: what the sweep reads of it is checked first (``check_trial_data``), so a crafted one
+  names no folder to delete. A retry
   queued after other trials took the free slots stays queued for a later, larger sweep. Ctrl-C
   stops the runs after their iteration; their trials are failed, their runs deleted, and queued again.
 """
