@@ -24,9 +24,6 @@ CHECKPOINT_NAME = re.compile(r"^\d{6,}$")
 TRAINER_JSON = "trainer.json"
 LATEST = "latest"
 """checkpoints/latest: a one-line pointer to the newest checkpoint folder."""
-UNFINISHED_WRITE = re.compile(r"\.(tmp|old)-\d{6,}-\d+|\..+\.tmp-\d+")
-"""The name of a write in progress: a checkpoint folder before its rename, or the one it
-replaces (fastppo.training.checkpoint), a file before its rename (fastppo.files.atomic)."""
 VIDEO_DIR = "videos"
 VIDEO_FILE = re.compile(r"episode-\d{6,}\.mp4")
 """A training video in RUN_DIR/videos (fastppo.envs.video)."""
@@ -35,6 +32,9 @@ SEEDS_PLAN = "seeds.json"
 """A --seeds job's plan in its parent folder (fastppo.experiments.seeds), written before any seed starts."""
 RUN_FILES = ("config.yaml", "metrics.jsonl", AGENT_FILE, POLICY_FILE, CHECKPOINT_DIR, SEEDS_PLAN)
 """What ``fastppo train`` writes into a run folder, TensorBoard's event files aside."""
+UNFINISHED_WRITE = re.compile(rf"\.(tmp|old)-\d{{6,}}-\d+|\.({'|'.join(map(re.escape, (*RUN_FILES, LATEST)))})\.tmp-\d+")
+"""The name of a write in progress: a checkpoint folder before its rename, or the one it
+replaces (fastppo.training.checkpoint), a run's file before its rename (fastppo.files.atomic)."""
 TENSORBOARD_EVENTS = "events.out.tfevents.*"
 SEED_FOLDER = re.compile(r"seed_\d+")
 """A ``--seeds`` run's part: ``--resume`` on its parent continues it."""
