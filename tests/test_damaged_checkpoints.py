@@ -10,6 +10,7 @@ import json
 import math
 import os
 import shutil
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -123,6 +124,72 @@ def test_a_damaged_checkpoint_is_one_line_and_leaves_the_run_folder_as_it_was(ru
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1 and err.startswith("fastppo: error: "), err
     assert message in err and str(run / RESUMED) in err, err
+    assert snapshot(run) == before
+
+
+GAMES = {  # a turn-based game and a Parallel env, whose snapshots hold their copies and episodes in flight
+    "tictactoe": dict(env_id="pz:pettingzoo.classic.tictactoe_v3", preset="cleanrl-discrete", total_timesteps=384, num_envs=2, num_steps=32),
+    "mpe": dict(env_id="pz:mpe2.simple_spread_v3", preset=None, total_timesteps=288, num_envs=2, num_steps=48),
+}
+
+
+@pytest.fixture(scope="module")
+def trained_games(tmp_path_factory) -> dict[str, Path]:
+    runs = {}
+    for name, settings in GAMES.items():
+        runs[name] = tmp_path_factory.mktemp(name) / "run"
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", "--total-timesteps .* gives only")  # 3 updates are all it needs
+            fastppo.train(**settings, run_dir=runs[name], checkpoint_every=1, progress=False, tensorboard=False)
+    return runs
+
+
+def _cartpole(meta: dict) -> dict:
+    return meta["env"]["envs"][0][-1]["attrs"]  # the first copy's unwrapped CartPoleEnv
+
+
+def _game(meta: dict, copy: int = 0) -> dict:
+    """The attributes of the raw game under copy ``copy``'s wrappers."""
+    node = meta["env"]["vec"]["attrs"]["envs"]["list"][copy]
+    while node["class"] != "raw_env":
+        node = node["attrs"].get("env") or node["attrs"]["aec_env"]
+    return node["attrs"]
+
+
+def _state_of_three(meta: dict) -> None:
+    state = _cartpole(meta)["state"]
+    state.update(shape=[3], data=state["data"][:3])
+
+
+ENV_DAMAGES = {  # each trained on before its fix, and crashed after metrics.jsonl was rewound
+    "CartPole state of shape [3]": ("cartpole", _state_of_three, "sets envs[0].CartPoleEnv.state to an array [3] of numbers where the env has an array [4] of numbers"),
+    "action_space a text": ("cartpole", lambda m: _cartpole(m).__setitem__("action_space", "x"), "sets envs[0].CartPoleEnv.action_space to a text where the env has a Discrete"),
+    "step hides the method": ("cartpole", lambda m: _cartpole(m).__setitem__("step", "x"), "sets envs[0].CartPoleEnv.step, which is not part of the env's state"),
+    "num_envs": ("tictactoe", lambda m: m["env"]["vec"]["attrs"].__setitem__("num_envs", 3), "sets TurnBasedVecEnv.num_envs, which is not part of the env's state"),
+    "a game's agents": ("tictactoe", lambda m: _game(m)["agents"].__setitem__("list", ["a"]), "gives copy 0 the agents ['a'], not among the env's ['player_1', 'player_2']"),
+    "a game copy missing": ("tictactoe", lambda m: m["env"]["vec"]["attrs"]["envs"]["list"].pop(), "holds 1 copies of the env, the config makes 2"),
+    "junk in a game's list": ("tictactoe", lambda m: _game(m)["board"]["attrs"]["squares"]["list"].__setitem__(2, "junk"), "sets TurnBasedVecEnv.envs[0].env.env.env.board.squares[2] to a text where the env has a number"),
+    "junk in the finished games": ("tictactoe", lambda m: m["env"]["vec"]["attrs"]["_games"].__setitem__("list", ["junk"]), "holds finished games that are not (learner's seats, 2 seats' returns, moves)"),
+    "a Parallel env's agents": ("mpe", lambda m: _game(m)["agents"].__setitem__("list", ["a"]), "gives copy 0 the agents ['a'], not among the env's ['agent_0', 'agent_1', 'agent_2']"),
+}
+
+
+@pytest.mark.parametrize("case", ENV_DAMAGES)
+def test_an_env_snapshot_that_does_not_fit_the_env_is_one_line_and_leaves_the_run_folder_as_it_was(trained, trained_games, tmp_path, capsys, case):
+    """A snapshot restores only the state the built env has, each value of the kind and shape it
+    holds there: names that are methods or the vec env's own settings, other shapes and kinds,
+    other agents or copies, and malformed records are refused before anything is written."""
+    env, damage, message = ENV_DAMAGES[case]
+    run = tmp_path / "run"
+    shutil.copytree(trained if env == "cartpole" else trained_games[env], run)
+    *older, newest = sorted(p for p in (run / "checkpoints").iterdir() if p.name.isdigit())
+    shutil.rmtree(newest)  # the run then has an iteration left to train
+    fields(damage)(older[-1])
+    before = snapshot(run)
+    assert main(["train", "--resume", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and err.startswith(f"fastppo: error: checkpoint {older[-1]} is damaged: trainer.json's env snapshot "), err
+    assert message in err, err
     assert snapshot(run) == before
 
 

@@ -237,3 +237,22 @@ def test_a_folder_that_is_a_run_and_a_folder_of_runs_is_refused(root, tmp_path, 
         assert main(["report", str(target), "--out", str(tmp_path / "out"), "--reps", "10"]) == 2
         err = capsys.readouterr().err.strip()
         assert err == f"fastppo: error: {both.resolve()} is a run and a folder of runs at once (seed_2 inside it): move the run or the runs inside it into a folder of its own"
+
+
+def _files(folder: Path) -> dict[str, bytes | None]:
+    return {str(p.relative_to(folder)): p.read_bytes() if p.is_file() else None for p in sorted(folder.rglob("*"))}
+
+
+@pytest.mark.parametrize("target", ["lr-2/s1", "seeds"])
+def test_a_report_into_a_run_folder_is_refused_and_writes_nothing(root, tmp_path, capsys, target):
+    """--out a run's folder (or a --seeds job's) would mix report.md and its figures with the
+    run's files: one line, exit 2, the folder byte for byte as it was."""
+    (tmp_path / "seeds").mkdir()
+    shutil.copytree(root / "lr-2" / "s1", tmp_path / "seeds" / "seed_1")
+    shutil.copytree(root / "lr-2" / "s1", tmp_path / "lr-2" / "s1")
+    out = tmp_path / target
+    before = _files(out)
+    assert main(["report", str(root), "--out", str(out), "--reps", "10"]) == 2
+    err = capsys.readouterr().err
+    assert err.splitlines() == [f"fastppo: error: --out {out} is a run's folder ({'config.yaml, metrics.jsonl, agent.json, ...' if target != 'seeds' else 'seed_1/'}): give --out a folder of its own"]
+    assert _files(out) == before

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -192,3 +193,33 @@ def test_a_sigterm_stops_a_job_of_short_seeds_and_a_resume_trains_the_rest(tmp_p
         assert logged_steps(run) == [128, 256, 384, 512] and load_checkpoint(run).global_step == 512 and (run / "policy.safetensors").is_file()
     assert main(["train", "--resume", str(parent)]) == 2
     assert f"every seed in {parent} is finished" in capsys.readouterr().err
+
+
+def test_a_resume_deletes_only_what_a_seed_that_never_checkpointed_wrote_once_every_check_passed(tmp_path, capsys):
+    """A seed killed in its start-up left its first files and an unfinished save, no checkpoint: a
+    resume starts it again, deleting those, never a file of the user's, and nothing at all when it
+    refuses (it deleted the whole folder, user files in it, then refused a flag)."""
+    parent = tmp_path / "seeds"
+    argv = ["train", "CartPole-v1", "--backend", "sync", "--seeds", "1-2", "--workers", "1", *TINY, "--total-timesteps", "256", "--run-dir", str(parent)]
+    assert main(argv) == 0
+    seed = parent / "seed_2"
+    shutil.rmtree(seed / "checkpoints")
+    (seed / "agent.json").unlink()
+    (seed / "policy.safetensors").unlink()
+    (seed / "checkpoints" / ".tmp-000001-4242").mkdir(parents=True)
+    (seed / "checkpoints" / ".tmp-000001-4242" / "trainer.json").write_text("{")
+    (seed / "notes.txt").write_text("the user's")
+    before = {str(p.relative_to(parent)): p.read_bytes() if p.is_file() else None for p in sorted(parent.rglob("*"))}
+    capsys.readouterr()
+    for flags, message in (
+        (["--learning-rate", "0.1"], "cannot change ppo.learning_rate when resuming"),
+        ([], f"{seed} holds notes.txt, which no fastppo run wrote: move it out of the folder"),
+    ):
+        assert main(["train", "--resume", str(parent), *flags]) == 2
+        err = capsys.readouterr().err
+        assert message in err and len(err.strip().splitlines()) == 1, err
+        assert {str(p.relative_to(parent)): p.read_bytes() if p.is_file() else None for p in sorted(parent.rglob("*"))} == before
+    (seed / "notes.txt").unlink()
+    assert main(["train", "--resume", str(parent)]) == 0
+    assert "1 not started yet" in capsys.readouterr().out
+    assert logged_steps(seed) == [128, 256] and sorted(p.name for p in (seed / "checkpoints").iterdir()) == ["000002", "latest"]

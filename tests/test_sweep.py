@@ -19,6 +19,8 @@ from optuna.trial import TrialState
 
 import fastppo.training.trainer
 from fastppo.cli.main import main
+import fastppo
+import fastppo.experiments.sweep
 from fastppo.config import available_cpus
 from fastppo.envs.env_config import make_config
 from fastppo.experiments.report import collect
@@ -279,6 +281,79 @@ def test_bad_sweep_input_is_one_line_and_exit_2(argv, space, message, tmp_path, 
     assert message in err and len(err.strip().splitlines()) == 1
     if argv == ["--trials", "0"]:
         assert not Path("sweep").exists()  # nothing made for a sweep that is not there
+
+
+def tree(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def drawn(space: dict) -> dict:
+    """A value of each distribution of ``space``: its first choice, or its low end."""
+    return {key: d.choices[0] if isinstance(d, optuna.distributions.CategoricalDistribution) else d.low for key, d in space.items()}
+
+
+@pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")  # retry_history
+@pytest.mark.parametrize(
+    ("damage", "problem"),
+    [
+        # A retry's start deletes its earlier attempts' folders trial_<n>: read unchecked, a path
+        # deleted a folder outside the sweep, and other forms deleted a finished trial's runs.
+        ({"retry_history": ["0/../../victim"]}, "trial 2's retry history is ['0/../../victim']"),
+        ({"retry_history": [1]}, "trial 2's retry history is [1], not earlier failed trials' numbers"),
+        ({"retry_history": ["0"]}, "trial 2's retry history is ['0']"),
+        ({"retry_history": [True]}, "trial 2's retry history is [True]"),
+        ({"retry_history": "0"}, "trial 2's retry history is '0'"),
+        ({"fixed_params": {"ppo.learning_rate": 5.0}}, "trial 2's hyperparameters are not drawn from the sweep's space"),
+        ({"fixed_params": {"ppo.update_epochs": "4"}}, "trial 2's hyperparameters are not drawn from the sweep's space"),
+        ("settings", "its stored settings are 'x', not fastppo sweep's"),
+        ("seed scores", "trial 1's scores per seed are ['x'], not 1 numbers"),
+        ("best out of space", "trial 2's hyperparameters are not drawn from the sweep's space"),
+    ],
+)
+def test_a_crafted_sweep_database_is_one_line_and_deletes_nothing(damage, problem, tmp_path, capfd, monkeypatch):
+    """Everything a continued sweep reads from its database is data of checked types: a damaged or
+    crafted sweep.db is one line and exit 2, before any trial runs or any folder is deleted."""
+    sweep, victim = tmp_path / "sweep", tmp_path / "victim"
+    command = ["sweep", "CartPole-v1", "--workers", "1", "--seeds", "1", *TINY, "--run-dir", str(sweep)]
+    with monkeypatch.context() as patched:  # the study with its settings, no trial run
+        patched.setattr(fastppo.experiments.sweep, "run_workers", lambda *args: [])
+        assert main([*command, "--trials", "1"]) == 0
+    study = optuna.load_study(study_name="CartPole-v1", storage=f"sqlite:///{sweep}/sweep.db")
+    space = {key: d for key, d in load_space().items() if key != "ppo.num_steps"}  # TINY sets --num-steps
+    params = drawn(space)
+    study.add_trial(optuna.trial.create_trial(state=TrialState.FAIL, params=params, distributions=space))
+    scores = ["x"] if damage == "seed scores" else [20.0]
+    study.add_trial(optuna.trial.create_trial(value=20.0, params=params, distributions=space, user_attrs={"seed_scores": scores}))
+    if isinstance(damage, dict):
+        study.add_trial(optuna.trial.create_trial(state=TrialState.WAITING, system_attrs=damage))
+    elif damage == "settings":
+        study.set_user_attr("fastppo_settings", "x")
+    elif damage != "seed scores":  # a best trial whose learning rate the space never draws
+        wide = {**space, "ppo.learning_rate": optuna.distributions.FloatDistribution(1e-5, 100.0, log=True)}
+        study.add_trial(optuna.trial.create_trial(value=30.0, params={**params, "ppo.learning_rate": 50.0}, distributions=wide, user_attrs={"seed_scores": [30.0]}))
+    for folder in (sweep / "trial_0" / "seed_1", sweep / "trial_1" / "seed_1", victim):
+        folder.mkdir(parents=True)
+        (folder / "kept.txt").write_text(str(folder))
+    before, trials = tree(tmp_path), [(t.number, t.state) for t in study_trials(sweep)]
+    capfd.readouterr()
+    for trials_asked in ("3", "0"):  # continuing it, or only its table and preset
+        assert main([*command, "--trials", trials_asked]) == 2
+        err = capfd.readouterr().err
+        assert err.startswith("fastppo: error: study 'CartPole-v1'") and "is damaged: " + problem in err and len(err.strip().splitlines()) == 1
+        assert tree(tmp_path) == before and [(t.number, t.state) for t in study_trials(sweep)] == trials
+
+
+@pytest.mark.filterwarnings("ignore:--total-timesteps 128 gives only 1 update")  # the run is only there to be refused
+def test_a_sweep_into_a_run_folder_is_refused_and_writes_nothing(tmp_path, capfd):
+    """A finished run given as --run-dir got a sweep.db and the trials' runs among its files."""
+    run = tmp_path / "run"
+    fastppo.train("CartPole-v1", run_dir=run, total_timesteps=128, num_envs=2, num_steps=64, progress=False, tensorboard=False)
+    before = tree(run)
+    capfd.readouterr()
+    assert main(["sweep", "CartPole-v1", "--trials", "1", "--workers", "1", "--seeds", "1", *TINY, "--run-dir", str(run)]) == 2
+    err = capfd.readouterr().err
+    assert err.splitlines() == [f"fastppo: error: --run-dir {run} is a run's folder (config.yaml, metrics.jsonl, agent.json, ...): give --run-dir a folder of its own"]
+    assert tree(run) == before
 
 
 def test_a_missing_sweep_extra_is_one_line(capsys, monkeypatch):

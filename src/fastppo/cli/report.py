@@ -16,7 +16,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         allow_abbrev=False,
     )
     report.add_argument("run_dirs", metavar="RUN_DIR", nargs="+", help="run directories, or folders holding runs")
-    report.add_argument("--out", default="report", metavar="DIR", help="output folder (default: report)")
+    report.add_argument("--out", default="report", metavar="DIR", help="output folder, not a run's (default: report)")
     report.add_argument("--metric", default=RETURN, help=f"metric of metrics.jsonl to score (default: {RETURN})")
     report.add_argument("--final-window", type=float, default=0.1, metavar="FRACTION", help="a run's final score is the metric's mean over this last fraction of its steps (default: 0.1)")
     report.add_argument("--normalize", default=None, metavar="FILE", help="YAML of reference scores 'ENV: [low, high]' for the performance profile (default: min-max per env over the runs)")
@@ -31,11 +31,13 @@ def run(args: argparse.Namespace) -> int:
     from fastppo.experiments.report import collect, csv_table, markdown_table, normalized_profiles, read_references, require_stats
     from fastppo.experiments.report_figures import plot_curves, plot_profile
     from fastppo.files.outputs import output_dir, writing
+    from fastppo.files.run_folder import check_not_a_run
 
     require_stats()
     check_smooth(args.smooth)
     stats = collect(args.run_dirs, args.metric, args.final_window, args.reps, args.bootstrap_seed)
     references = read_references(args.normalize, sorted({s.env_id for s in stats})) if args.normalize else None
+    check_not_a_run(args.out, "--out")
     out = output_dir(args.out, "--out")
     caption = (
         f"Final {args.metric}: its mean over the last {args.final_window:.0%} of each run's steps. IQM, mean and median over seeds "

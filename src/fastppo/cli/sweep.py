@@ -26,7 +26,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--seeds", default="1-3", metavar="SPEC", help="seeds each trial trains, e.g. 1-3 or 1,5 (default: 1-3); a trial's value is the mean of their final returns")
     parser.add_argument("--space", default=None, metavar="FILE", help="search space YAML replacing the default (src/fastppo/sweep_space.yaml, which documents the format)")
     parser.add_argument("--preset", default=None, help="preset the trials start from (name or YAML file; default: the env's own, else CleanRL's)")
-    parser.add_argument("--run-dir", default=None, metavar="DIR", help="sweep folder (default: RUN_ROOT/sweep_<study name>)")
+    parser.add_argument("--run-dir", default=None, metavar="DIR", help="sweep folder, not a run's (default: RUN_ROOT/sweep_<study name>)")
     parser.add_argument("--storage", default=None, metavar="URL", help="Optuna storage URL (default: sqlite:///RUN_DIR/sweep.db); e.g. postgresql://user@host/db for workers on several machines")
     parser.add_argument("--study-name", default=None, metavar="NAME", help="study in the storage (default: the env id)")
     parser.add_argument("--sampler-seed", type=int, default=0, metavar="SEED", help="seed of the TPE sampler (default: 0)")
@@ -48,6 +48,7 @@ def run(args: argparse.Namespace) -> int:
     from fastppo.experiments.sweep import Sweep, best_table, open_study, run_workers, write_best_preset
     from fastppo.experiments.sweep_space import load_space
     from fastppo.files.outputs import output_dir
+    from fastppo.files.run_folder import check_not_a_run
 
     overrides = {key.removeprefix("hp:"): value for key, value in vars(args).items() if key.startswith("hp:")}
     if any(key in ("seed", "run.seed") for key in overrides):
@@ -68,6 +69,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.trials and args.storage is None and not database.exists():
         # Checked before anything is made: a mistyped folder must not leave an empty database behind.
         raise FastPPOError(f"no sweep in {folder} (no sweep.db there): start one with --trials N (N > 0), or give its --run-dir")
+    check_not_a_run(folder, "--run-dir")
     output_dir(folder, "--run-dir")
     storage = args.storage or f"sqlite:///{database.resolve()}"
     sweep = Sweep(base, space, tuple(seeds), args.trials, folder, storage, study_name, args.heartbeat, args.sampler_seed)

@@ -228,6 +228,25 @@ FinishedEpisode = tuple[float, int, np.ndarray]
 """(team return, length, each agent's return) of an episode, in the order the episodes ended."""
 
 
+def is_row(value: Any, dtype_kinds: str, size: int) -> bool:
+    """Whether ``value`` (restored from a snapshot) is an array of ``size`` values of ``dtype_kinds`` ("b", "fiu")."""
+    return isinstance(value, np.ndarray) and value.dtype.kind in dtype_kinds and value.shape == (size,)
+
+
+def is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def copies_problem(copies: list[Any], agents: list[str]) -> str | None:
+    """Where a restored copy's agents (``agents`` of a PettingZoo env, and of the game it wraps)
+    are not all of ``agents``, its possible ones: a line naming it, else None."""
+    for c, env in enumerate(copies):
+        for holder in (env, env.unwrapped):  # a wrapper may keep a list of its own (aec_to_parallel_wrapper)
+            if not all(agent in agents for agent in holder.agents):
+                return f"gives copy {c} the agents {holder.agents!r}, not among the env's {agents}"
+    return None
+
+
 def agent_group(agent: str) -> str:
     """An agent's group: its name without the trailing ``_<n>`` (adversary_0 -> adversary)."""
     return re.sub(r"_\d+$", "", agent)
@@ -496,6 +515,19 @@ class PettingZooVecEnv(HostCopies):
         if self._batched is None or host.dtype.kind not in "iu":
             return np.empty(0, dtype=int)
         return np.flatnonzero(self._batched.playable(host) & ~self._finished)
+
+    def restored_problem(self) -> str | None:
+        """What makes the state a snapshot restored (``fastppo.envs.snapshot.restore_envs``) one
+        these copies cannot go on from, else None: the copies' agents and the pending episodes'
+        records."""
+        n = len(self.agents)
+
+        def is_episode(e: Any) -> bool:  # a FinishedEpisode
+            return isinstance(e, tuple) and len(e) == 3 and isinstance(e[0], (int, float)) and not isinstance(e[0], bool) and is_count(e[1]) and is_row(e[2], "fiu", n)
+
+        if not all(is_episode(episode) for episode in self._episodes):
+            return f"holds pending episodes that are not (return, length, {n} agents' returns)"
+        return copies_problem(self.envs, self.agents)
 
     def pop_finished(self) -> list[FinishedEpisode]:
         """The episodes that ended since the last call, in the order they ended."""

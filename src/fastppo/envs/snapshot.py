@@ -1,5 +1,7 @@
 """A vector env's state as tensors and plain data (JSON), and back: what lets a checkpoint resume
-the envs exactly where their state allows it (see ``fastppo.training.checkpoint``)."""
+the envs exactly where their state allows it (see ``fastppo.training.checkpoint``). Back is into
+the envs built from the run's config, and only into the state they have: a checkpoint's snapshot
+is data that must fit them (``restore_envs``), never a way to set any attribute it names."""
 
 from __future__ import annotations
 
@@ -8,8 +10,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
-
-from fastppo.errors import FastPPOError
 
 if TYPE_CHECKING:
     from fastppo.envs.vector import VecEnv
@@ -95,6 +95,40 @@ def _encode_contents(value: Any, memo: dict[int, int]) -> Any:
     return ...
 
 
+class SnapshotMismatch(ValueError):
+    """A snapshot that does not fit the env built to resume it (a damaged or crafted checkpoint)."""
+
+
+def _kind(value: Any) -> str:
+    """What a restored value must share with the fresh env's value in its place: numbers stay
+    numbers, an array keeps its shape and holds numbers or bools, an object keeps its class."""
+    if isinstance(value, (bool, np.bool_)):
+        return "a bool"
+    if isinstance(value, (int, float, np.number)):
+        return "a number"
+    if isinstance(value, str):
+        return "a text"
+    if isinstance(value, np.ndarray):  # of any precision: Acrobot's state is float32 after a reset, float64 after a step
+        return f"an array {list(value.shape)} of {'bools' if value.dtype.kind == 'b' else 'numbers'}"
+    if isinstance(value, tuple):
+        return f"a tuple of {len(value)}"
+    if isinstance(value, np.random.Generator):
+        return f"a {type(value.bit_generator).__name__} generator"
+    return f"a {type(value).__qualname__}"
+
+
+def _check_fits(current: Any, value: Any, where: str) -> None:
+    """SnapshotMismatch unless ``value`` may stand where the fresh env holds ``current``: None on
+    either side fits (a value an episode sets, such as CartPole's steps_beyond_terminated), and a
+    tuple an array of its length (MountainCar's state: an array after a reset, a tuple after a step)."""
+    if current is None or value is None or _kind(current) == _kind(value):
+        return
+    pair = {type(current), type(value)}
+    if pair == {tuple, np.ndarray} and np.ndim(current if isinstance(current, np.ndarray) else value) == 1 and len(current) == len(value):
+        return
+    raise SnapshotMismatch(f"sets {where} to {_kind(value)} where the env has {_kind(current)}")
+
+
 def _at(container: Any, key: int | str) -> Any:
     """What the fresh env holds at ``key`` of a container being restored (None if nothing)."""
     try:
@@ -123,9 +157,27 @@ class _Restore:
         return current
 
 
-def _restore(current: Any, snap: Any, restore: _Restore) -> Any:
-    """The value ``snap`` encodes. Objects are restored into ``current`` (what the fresh env holds in
-    their place) in place, so that references from outside the snapshot hold; data is rebuilt."""
+def _restore(current: Any, snap: Any, restore: _Restore, where: str) -> Any:
+    """The value ``snap`` encodes, checked against ``current`` (what the fresh env holds in its
+    place, named ``where`` in errors). Objects are restored into ``current`` in place, so that
+    references from outside the snapshot hold; data is rebuilt."""
+    if isinstance(snap, dict) and "class" in snap:
+        return _restore_object(current, snap, restore, where)
+    value = _rebuilt(current, snap, restore, where)
+    _check_fits(current, value, where)  # a container before its contents, whose errors would say less
+    if not isinstance(snap, dict):
+        return value
+    if "id" in snap:
+        restore.by_id[snap["id"]] = value  # before a container's contents, which may refer back to it
+    if "list" in snap:
+        value.extend(_restore(_at(current, i), item, restore, f"{where}[{i}]") for i, item in enumerate(snap["list"]))
+    elif "dict" in snap:
+        value.update({key: _restore(_at(current, key), item, restore, f"{where}[{key!r}]") for key, item in snap["dict"].items()})
+    return value
+
+
+def _rebuilt(current: Any, snap: Any, restore: _Restore, where: str) -> Any:
+    """``_restore``'s value of a node other than an object; a list or dict still empty."""
     if not isinstance(snap, dict):
         return snap
     if "ref" in snap:
@@ -133,24 +185,14 @@ def _restore(current: Any, snap: Any, restore: _Restore) -> Any:
     if "scalar" in snap:
         return np.dtype(snap["scalar"]).type(snap["data"])
     if "tuple" in snap:
-        return tuple(_restore(_at(current, i), item, restore) for i, item in enumerate(snap["tuple"]))
-    if "class" in snap:
-        return _restore_object(current, snap, restore)
-    value: Any
+        return tuple(_restore(_at(current, i), item, restore, f"{where}[{i}]") for i, item in enumerate(snap["tuple"]))
     if "ndarray" in snap:
-        value = np.asarray(snap["data"], dtype=np.dtype(snap["ndarray"])).reshape(snap["shape"])
-    elif "bit_generator" in snap:
-        value = np.random.Generator(getattr(np.random, snap["bit_generator"]["bit_generator"])())
-        value.bit_generator.state = snap["bit_generator"]
-    else:
-        value = [] if "list" in snap else {}
-    if "id" in snap:
-        restore.by_id[snap["id"]] = value  # before the contents, which may refer back to it
-    if isinstance(value, list):
-        value.extend(_restore(_at(current, i), item, restore) for i, item in enumerate(snap["list"]))
-    elif isinstance(value, dict):
-        value.update({key: _restore(_at(current, key), item, restore) for key, item in snap["dict"].items()})
-    return value
+        return np.asarray(snap["data"], dtype=np.dtype(snap["ndarray"])).reshape(snap["shape"])
+    if "bit_generator" in snap:
+        generator = np.random.Generator(getattr(np.random, snap["bit_generator"]["bit_generator"])())
+        generator.bit_generator.state = snap["bit_generator"]
+        return generator
+    return [] if "list" in snap else {}
 
 
 def _layers(env: Any) -> list[Any]:
@@ -173,18 +215,22 @@ def _snapshot_object(obj: Any, memo: dict[int, int], names: tuple[str, ...] | No
     return {"class": type(obj).__qualname__, "attrs": attrs}
 
 
-def _restore_object(obj: Any, snap: dict[str, Any], restore: _Restore) -> Any:
-    """``obj`` (or its twin, see ``_Restore.take``) with the snapshot's attributes."""
+def _restore_object(obj: Any, snap: dict[str, Any], restore: _Restore, where: str, names: tuple[str, ...] | None = None) -> Any:
+    """``obj`` (or its twin, see ``_Restore.take``) with the snapshot's attributes (of ``names``,
+    when given), each of the kind the fresh ``obj`` holds. A name its class defines (``step``: a
+    method the attribute would hide) is a SnapshotMismatch; one the fresh object lacks is an
+    attribute the env makes as it runs (MPE's ``_skip_agent_selection``)."""
     if snap["class"] != type(obj).__qualname__:
-        raise FastPPOError(f"the checkpoint's env snapshot is for {snap['class']}, the env is {type(obj).__qualname__}")
+        raise SnapshotMismatch(f"holds a {snap['class']} as {where}, where the env has a {type(obj).__qualname__}")
     obj = restore.take(obj)
     if "id" in snap:
         restore.by_id[snap["id"]] = obj
     current = vars(obj)
     for name, value in snap["attrs"].items():
-        restored = _restore(current.get(name), value, restore)
+        if (names is not None and name not in names) or (name not in current and hasattr(type(obj), name)):
+            raise SnapshotMismatch(f"sets {where}.{name}, which is not part of the env's state")
         if name not in current or _plain(current[name]):  # never replace a pygame surface by a saved None
-            current[name] = restored
+            current[name] = _restore(current.get(name), value, restore, f"{where}.{name}")
     return obj
 
 
@@ -232,6 +278,12 @@ def snapshot_envs(envs: VecEnv) -> tuple[dict[str, torch.Tensor], dict[str, Any]
 
 
 def restore_envs(envs: VecEnv, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
+    """Put ``envs`` (built and reset from the run's config) into the state ``snapshot_envs`` saved
+    (tensors whose names and shapes ``check_fits_run`` has checked, and JSON that
+    ``check_trainer_json`` has). The JSON is checked against the envs as it is restored: only the
+    attributes they have, each of the kind and shape they hold, the same number of copies, and
+    what a PettingZoo vec env checks of its restored state (``restored_problem``). A snapshot
+    that does not fit is a SnapshotMismatch, and the envs, part restored, are to be discarded."""
     if meta["kind"] == "tensor":
         for key, value in tensors.items():
             if key == "env.generator":
@@ -241,15 +293,19 @@ def restore_envs(envs: VecEnv, tensors: dict[str, torch.Tensor], meta: dict[str,
         return
     restore = _Restore()
     if meta["kind"] == "pettingzoo":
-        _restore_object(envs, meta["vec"], restore)
+        copies = len(envs.envs)
+        _restore_object(envs, meta["vec"], restore, type(envs).__qualname__, names=envs.CHECKPOINTED)
+        problem = f"holds {len(envs.envs)} copies of the env, the config makes {copies}" if len(envs.envs) != copies else envs.restored_problem()
+        if problem is not None:
+            raise SnapshotMismatch(problem)
         return
     vec = envs.envs
     if len(meta["envs"]) != len(vec.envs):
-        raise FastPPOError(f"the checkpoint holds {len(meta['envs'])} envs, the config makes {len(vec.envs)}")
+        raise SnapshotMismatch(f"holds {len(meta['envs'])} envs, the config makes {len(vec.envs)}")
     vec._autoreset_envs = np.asarray(meta["autoreset"], dtype=np.bool_)
-    for env, layers in zip(vec.envs, meta["envs"]):
+    for index, (env, layers) in enumerate(zip(vec.envs, meta["envs"])):
         objects = _layers(env)
         if len(objects) != len(layers):
-            raise FastPPOError("the checkpoint's env wrappers differ from this env's: resume with the same fastppo version")
+            raise SnapshotMismatch("has other env wrappers than this env: resume with the same fastppo version")
         for obj, snap in zip(objects, layers):
-            _restore_object(obj, snap, restore)
+            _restore_object(obj, snap, restore, f"envs[{index}].{type(obj).__qualname__}")

@@ -33,7 +33,7 @@ import torch
 
 from fastppo.config import MultiAgentConfig
 from fastppo.envs.opponents import LearnerEverywhere, Opponents
-from fastppo.envs.pettingzoo_vec import ACTION_MASK_KEY, AgentSpaces
+from fastppo.envs.pettingzoo_vec import ACTION_MASK_KEY, AgentSpaces, copies_problem, is_count, is_row
 from fastppo.envs.vector import Episodes, HostCopies, StepResult
 
 
@@ -219,6 +219,22 @@ class TurnBasedVecEnv(HostCopies):
         cut = np.flatnonzero(truncated[np.arange(len(self.envs)), to_move])
         live.reshape(len(self.envs), seats)[cut, to_move[cut]] = True
         return rows, reward.ravel(), terminated.ravel(), truncated.ravel(), masks, live
+
+    def restored_problem(self) -> str | None:
+        """What makes the state a snapshot restored (``fastppo.envs.snapshot.restore_envs``) one
+        these copies cannot go on from, else None: each game's agents and seat to move, and the
+        finished games' records."""
+        seats, games = len(self.agents), self._game_objects()
+
+        def is_game(g: Any) -> bool:  # a GameRecord
+            return isinstance(g, tuple) and len(g) == 3 and is_row(g[0], "b", seats) and is_row(g[1], "fiu", seats) and is_count(g[2])
+
+        if not all(is_game(game) for game in self._games):
+            return f"holds finished games that are not (learner's seats, {seats} seats' returns, moves)"
+        moving = next((c for c, game in enumerate(games) if game.agent_selection not in self.agents), None)
+        if moving is not None:
+            return f"gives copy {moving} the seat to move {games[moving].agent_selection!r}, not one of the env's {self.agents}"
+        return copies_problem(games, self.agents)
 
     def pop_games(self) -> list[GameRecord]:
         """The games that ended since the last call, in the order they ended."""

@@ -16,6 +16,7 @@ import multiprocessing
 import os
 import queue
 import re
+import shutil
 import signal
 import sys
 import threading
@@ -28,7 +29,7 @@ from typing import Any, NamedTuple
 from fastppo.config import Config, available_cpus, check_seed
 from fastppo.errors import FastPPOError
 from fastppo.files.outputs import new_folders, remove_if_empty
-from fastppo.files.run_folder import SEEDS_PLAN
+from fastppo.files.run_folder import SEEDS_PLAN, failed_start_files
 
 _RANGE = re.compile(r"^(\d{1,20})(?:-(\d{1,20}))?$")  # 20 digits: past any seed, short of int()'s digit limit
 MAX_SEEDS = 10_000
@@ -230,9 +231,7 @@ def resume_plan(parent: Path, overrides: dict[str, Any], env_id: str | None) -> 
     each one that never started from scratch: None), the processes and the checkpoints. Finished
     seeds (their --total-timesteps or --run.stop-return reached, as ``overrides`` may move them)
     stay out; if every seed is finished, a one-line error."""
-    import shutil
-
-    from fastppo.files.run_folder import list_checkpoints, seed_folders
+    from fastppo.files.run_folder import seed_folders
     from fastppo.training.resume import every_seed_finished, finished_run, resume_config, resume_seed_stack_config
 
     plan = read_plan(parent)
@@ -240,10 +239,7 @@ def resume_plan(parent: Path, overrides: dict[str, Any], env_id: str | None) -> 
     if plan is None:  # a job from before plans were written: the seeds with checkpoints, as one stack or many
         config, seeds, checkpoints = resume_seed_stack_config(parent, overrides, env_id)
         return config, seeds, worker_count(config, len(seeds), None), checkpoints
-    fresh = [seed for seed in plan.seeds if seed not in started]
-    for seed in fresh:  # what a seed wrote before its first checkpoint (a kill) cannot be resumed: it starts again
-        if (parent / f"seed_{seed}").is_dir() and not list_checkpoints(parent / f"seed_{seed}"):
-            shutil.rmtree(parent / f"seed_{seed}")
+    fresh = [seed for seed in plan.seeds if seed not in started]  # train_seeds starts them again
     unfinished = [seed for seed in plan.seeds if seed in started and not finished_run(parent / f"seed_{seed}", overrides)]
     if not fresh and not unfinished:
         raise every_seed_finished(parent)
@@ -322,10 +318,14 @@ def train_seeds(config: Config, seeds: list[int], parent: Path, workers: int, ch
     if checkpoints is not None and all(c is None for c in checkpoints):  # a resume of seeds that all never started
         checkpoints = None
     by_seed = dict(zip(seeds, checkpoints or [None] * len(seeds)))
-    for seed in seeds:
-        run_dir = parent / f"seed_{seed}"
-        if by_seed[seed] is None and run_dir.exists() and any(run_dir.iterdir()):
-            raise FastPPOError(f"{run_dir} is not empty: pick another --run-dir for these seeds")
+    # A seed that never finished a checkpoint (a kill in its start-up) starts again: what it wrote
+    # goes, once every check has passed, here; a folder with anything else is refused.
+    restarted = [path for seed in seeds if by_seed[seed] is None and (parent / f"seed_{seed}").exists() for path in failed_start_files(parent / f"seed_{seed}")]
+    for path in restarted:  # none is a link (failed_start_files): nothing outside the folder goes
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
     fresh = new_folders(parent)
     planned = read_plan(parent)  # a resumed job keeps its seeds and processes on record
     save_plan(SeedPlan(config, planned.seeds + [s for s in seeds if s not in planned.seeds] if planned else seeds, parent, planned.workers if planned else workers))

@@ -23,7 +23,9 @@
   fails at its start, uncounted.
 - **Kills.** A running trial's heartbeat goes to the database every ``heartbeat`` seconds; a
   trial silent for twice as long (its process killed) is failed and queued again with the same
-  hyperparameters (up to 3 times), its partial runs deleted when the retry starts. A retry
+  hyperparameters (up to 3 times), its partial runs deleted when the retry starts. The database
+  is data: what the sweep reads of it is checked first (``check_trial_data``), so a crafted one
+  names no folder to delete. A retry
   queued after other trials took the free slots stays queued for a later, larger sweep. Ctrl-C
   stops the runs after their iteration; their trials are failed, their runs deleted, and queued again.
 """
@@ -34,8 +36,10 @@ import copy
 import dataclasses
 import functools
 import json
+import math
 import multiprocessing
 import shutil
+import sys
 import time
 import warnings
 from collections import Counter
@@ -47,7 +51,7 @@ import numpy as np
 import optuna
 import sqlalchemy  # its event and exc modules come with it
 import yaml
-from optuna.distributions import BaseDistribution, distribution_to_json
+from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution, distribution_to_json
 from optuna.exceptions import ExperimentalWarning
 from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.trial import FrozenTrial, TrialState
@@ -200,6 +204,8 @@ def open_study(sweep: Sweep, create: bool, sampler: optuna.samplers.BaseSampler 
         if any(sweep.folder.glob("trial_*")):
             raise FastPPOError(f"{sweep.folder} holds another sweep's trials: pick another --run-dir (or --study-name)")
         study.set_user_attr(SETTINGS, record)
+    elif not (isinstance(saved, dict) and saved.keys() == record.keys() and isinstance(saved["config"], dict)):
+        raise damaged(sweep, f"its stored settings are {excerpt(saved)}, not fastppo sweep's")
     elif saved != record:
         keys = sorted({*saved["config"], *record["config"]})
         changed = [k for k in keys if saved["config"].get(k) != record["config"].get(k)] + [part for part in ("space", "seeds") if saved[part] != record[part]]
@@ -207,7 +213,71 @@ def open_study(sweep: Sweep, create: bool, sampler: optuna.samplers.BaseSampler 
             f"study '{sweep.study_name}' was started with other settings ({', '.join(changed)} differ): "
             "continue it with the command that started it, or pick another --study-name"
         )
+    trials = study.get_trials(deepcopy=False)
+    for trial in trials:
+        check_trial_data(trial, trials, sweep)
     return study
+
+
+def damaged(sweep: Sweep, problem: str) -> FastPPOError:
+    return FastPPOError(
+        f"study '{sweep.study_name}' in {sweep.storage} is damaged: {problem} (fastppo sweep acts on none of it: "
+        "start a new sweep with another --run-dir or --study-name)"
+    )
+
+
+def check_trial_data(trial: FrozenTrial, trials: list[FrozenTrial], sweep: Sweep) -> None:
+    """A FastPPOError unless what the sweep reads of ``trial`` from the database is what fastppo
+    sweep writes: its hyperparameters drawn from the sweep's space, a complete trial's score per
+    seed, and its retry history (see ``retry_attempts``). A crafted database is data, never a
+    path to delete or a value taken on trust."""
+    if not drawn_from(sweep.space, trial):
+        raise damaged(sweep, f"trial {trial.number}'s hyperparameters are not drawn from the sweep's space")
+    scores = trial.user_attrs.get(SEED_SCORES)
+    if trial.state == TrialState.COMPLETE and not (
+        isinstance(scores, list) and len(scores) == len(sweep.seeds) and all(is_number(s) and math.isfinite(s) for s in scores)
+    ):
+        raise damaged(sweep, f"trial {trial.number}'s scores per seed are {excerpt(scores)}, not {len(sweep.seeds)} numbers")
+    retry_attempts(trial, trials, sweep)
+
+
+def drawn_from(space: dict[str, BaseDistribution], trial: FrozenTrial) -> bool:
+    """Whether ``trial``'s hyperparameters, drawn or enqueued (a retry's), are values of ``space``."""
+    fixed = trial.system_attrs.get("fixed_params", {})
+    if not isinstance(fixed, dict) or any(space.get(key) != distribution for key, distribution in trial.distributions.items()):
+        return False
+    return all(key in space and within(space[key], value) for key, value in {**trial.params, **fixed}.items())
+
+
+def excerpt(value: Any) -> str:
+    """``value`` as Python writes it, cut short: what a damaged database holds, shown in one line."""
+    text = repr(value)
+    return text if len(text) <= 80 else f"{text[:77]}..."
+
+
+def is_number(value: Any, kind: type | tuple[type, ...] = (int, float)) -> bool:
+    return isinstance(value, kind) and not isinstance(value, bool)  # True is an int to Python, not to a sweep
+
+
+def within(distribution: BaseDistribution, value: Any) -> bool:
+    """Whether ``value`` is one that ``distribution`` draws (of its type: 1 is not True)."""
+    if isinstance(distribution, CategoricalDistribution):
+        return any(type(value) is type(choice) and value == choice for choice in distribution.choices)
+    kind = int if isinstance(distribution, IntDistribution) else (int, float)
+    return is_number(value, kind) and distribution.low <= value <= distribution.high
+
+
+def retry_attempts(trial: FrozenTrial, trials: list[FrozenTrial], sweep: Sweep) -> list[int]:
+    """The numbers of the earlier attempts that ``trial`` retries (a killed worker's trials), whose
+    partial runs its start deletes: checked to be the numbers of failed, earlier trials of the
+    study (``trials``), never a text that could name a folder outside the sweep."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ExperimentalWarning)  # retry_history, like the heartbeats
+        attempts = RetryHeartbeatStaleTrialCallback.retry_history(trial)
+    failed = {t.number for t in trials if t.state == TrialState.FAIL and t.number < trial.number}
+    if not (isinstance(attempts, list) and all(is_number(n, int) and n in failed for n in attempts)):
+        raise damaged(sweep, f"trial {trial.number}'s retry history is {excerpt(attempts)}, not earlier failed trials' numbers")
+    return attempts
 
 
 def run_workers(sweep: Sweep, workers: int, study: optuna.Study) -> list[int]:
@@ -239,13 +309,13 @@ def run_worker(sweep: Sweep, index: int, started: int) -> None:
     # Seeded per worker (else parallel workers draw the same start-up trials) and per re-run
     # (else a continued sweep redraws the first trials' values).
     seed = int(np.random.SeedSequence([sweep.sampler_seed, started, index]).generate_state(1)[0])
-    storage = open_storage(sweep.storage, sweep.heartbeat)
-    study = open_study(sweep, create=False, sampler=optuna.samplers.TPESampler(seed=seed), storage=storage)
     objective = functools.partial(run_trial, sweep=sweep)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ExperimentalWarning)  # as fail_stale_trials is
         suspects: set[int] = set()
         try:
+            storage = open_storage(sweep.storage, sweep.heartbeat)
+            study = open_study(sweep, create=False, sampler=optuna.samplers.TPESampler(seed=seed), storage=storage)
             while True:
                 optuna.storages.fail_stale_trials(study)  # a killed worker's trials, also while this one waits
                 suspects = fail_orphaned_trials(study, storage, suspects)  # and those killed before their first heartbeat
@@ -259,6 +329,9 @@ def run_worker(sweep: Sweep, index: int, started: int) -> None:
                 study.optimize(objective, n_trials=1, catch=(SurplusTrial,), callbacks=[print_trial])
         except (Interrupted, KeyboardInterrupt):
             return
+        except FastPPOError as exc:  # the database damaged while the sweep ran: the command's one line, from this process
+            print(f"fastppo: error: {exc}", file=sys.stderr, flush=True)
+            sys.exit(2)
 
 
 def run_trial(trial: optuna.Trial, sweep: Sweep) -> float:
@@ -270,10 +343,7 @@ def run_trial(trial: optuna.Trial, sweep: Sweep) -> float:
     if sum(t.state in FINISHED or (t.state == TrialState.RUNNING and t.number < trial.number) for t in trials) >= sweep.n_trials:
         raise SurplusTrial(f"the study already has its {sweep.n_trials} trials")
     this = next(t for t in trials if t.number == trial.number)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ExperimentalWarning)  # retry_history, like the heartbeats
-        attempts = RetryHeartbeatStaleTrialCallback.retry_history(this)
-    for attempt in attempts:  # a killed attempt's partial runs
+    for attempt in retry_attempts(this, trials, sweep):  # a killed attempt's partial runs (rmtree never follows a link)
         shutil.rmtree(sweep.folder / f"trial_{attempt}", ignore_errors=True)
     folder = sweep.folder / f"trial_{trial.number}"
     try:

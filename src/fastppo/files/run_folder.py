@@ -22,11 +22,19 @@ CHECKPOINT_DIR = "checkpoints"
 CHECKPOINT_NAME = re.compile(r"^\d{6,}$")
 """A complete checkpoint folder's name: its iteration, zero-padded."""
 TRAINER_JSON = "trainer.json"
+LATEST = "latest"
+"""checkpoints/latest: a one-line pointer to the newest checkpoint folder."""
+VIDEO_DIR = "videos"
+VIDEO_FILE = re.compile(r"episode-\d{6,}\.mp4")
+"""A training video in RUN_DIR/videos (fastppo.envs.video)."""
 
 SEEDS_PLAN = "seeds.json"
 """A --seeds job's plan in its parent folder (fastppo.experiments.seeds), written before any seed starts."""
 RUN_FILES = ("config.yaml", "metrics.jsonl", AGENT_FILE, POLICY_FILE, CHECKPOINT_DIR, SEEDS_PLAN)
 """What ``fastppo train`` writes into a run folder, TensorBoard's event files aside."""
+UNFINISHED_WRITE = re.compile(rf"\.(tmp|old)-\d{{6,}}-\d+|\.({'|'.join(map(re.escape, (*RUN_FILES, LATEST)))})\.tmp-\d+")
+"""The name of a write in progress: a checkpoint folder before its rename, or the one it
+replaces (fastppo.training.checkpoint), a run's file before its rename (fastppo.files.atomic)."""
 TENSORBOARD_EVENTS = "events.out.tfevents.*"
 SEED_FOLDER = re.compile(r"seed_\d+")
 """A ``--seeds`` run's part: ``--resume`` on its parent continues it."""
@@ -35,6 +43,29 @@ SEED_FOLDER = re.compile(r"seed_\d+")
 def own_run_files(folder: Path) -> list[str]:
     """The names of a run's files in ``folder`` itself (not below it)."""
     return [name for name in RUN_FILES if (folder / name).exists()] + sorted(p.name for p in folder.glob(TENSORBOARD_EVENTS))
+
+
+def failed_start_files(folder: Path) -> list[Path]:
+    """What a run that stopped before its first checkpoint (a seed of a --seeds job killed in its
+    start-up) wrote in ``folder``, which a resume deletes to start it again: its files, TensorBoard
+    events and videos, and unfinished saves. A FastPPOError where ``folder`` or anything in it is a
+    link or something else (a file of the user's): a resume deletes only what a run wrote."""
+    if folder.is_symlink():
+        raise FastPPOError(f"{folder} is a link, not a folder a run made: remove it yourself (fastppo deletes nothing through a link)")
+    foreign = []
+    for path in folder.iterdir():
+        if path.is_symlink():
+            foreign.append(path)
+        elif path.name == CHECKPOINT_DIR and path.is_dir():  # no complete checkpoint in it: the run would have started
+            foreign += [p for p in path.iterdir() if p.is_symlink() or not (UNFINISHED_WRITE.fullmatch(p.name) or p.name == LATEST)]
+        elif path.name == VIDEO_DIR and path.is_dir():
+            foreign += [p for p in path.iterdir() if p.is_symlink() or not (VIDEO_FILE.fullmatch(p.name) and p.is_file())]
+        elif not (path.is_file() and (path.name in RUN_FILES or path.match(TENSORBOARD_EVENTS) or UNFINISHED_WRITE.fullmatch(path.name))):
+            foreign.append(path)
+    if foreign:
+        names = sorted(str(p.relative_to(folder)) for p in foreign)
+        raise FastPPOError(f"{folder} holds {_first(names)}, which no fastppo run wrote: move it out of the folder (fastppo deletes only what a run wrote), or pick another --run-dir")
+    return sorted(folder.iterdir())
 
 
 def check_no_run(folder: str | Path) -> None:
@@ -54,6 +85,19 @@ def check_no_run(folder: str | Path) -> None:
         raise FastPPOError(f"{folder} already holds a run ({_first(found)}): continue it with 'fastppo train --resume {folder}' or pick another --run-dir")
     if below:  # e.g. --run-dir runs: a run there would make runs/ a run and a folder of runs at once
         raise FastPPOError(f"{folder} holds runs ({_first([f'{p.name}/' for p in below])}): pick another --run-dir, a folder of its own for the new run")
+
+
+def check_not_a_run(folder: str | Path, what: str) -> None:
+    """A FastPPOError when ``folder``, where a command other than training writes (``what``: a
+    report's --out, a sweep's --run-dir), holds a run's files or a --seeds job's seed runs: its
+    files would mix with the run's (a sweep.db in a finished run). Called before anything is written."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return
+    seeds = [f"{p.name}/" for p in sorted(folder.iterdir()) if SEED_FOLDER.fullmatch(p.name) and p.is_dir() and own_run_files(p)]
+    found = own_run_files(folder) + seeds
+    if found:
+        raise FastPPOError(f"{what} {folder} is a run's folder ({_first(found)}): give {what} a folder of its own")
 
 
 def _first(names: list[str], shown: int = 3) -> str:

@@ -27,7 +27,9 @@ True``, each wrapper around a Gymnasium env being gym.make's, fastppo's, a state
 gymnasium's (``STATELESS_WRAPPER_MODULES``) or a class with the same flag. Their snapshot
 walks the object graph (numbers, strings, numpy arrays, scalars and generators, lists, tuples,
 str-keyed dicts, objects of ``PLAIN_STATE_MODULES``) into JSON; a restore sets the saved
-attributes on the fresh env's own objects, in place, and what the env shared stays shared.
+attributes on the fresh env's own objects, in place, and what the env shared stays shared, each
+checked against the fresh env's value in its place (``restore_envs``): a snapshot that does not
+fit is a damaged checkpoint.
 Otherwise (Box2D, MuJoCo, Atari, other PettingZoo envs, async, EnvPool) the envs restart fresh
 episodes from a seed derived from the run seed and the iteration, and the rest of the run state is
 still exact.
@@ -51,10 +53,10 @@ from safetensors.torch import load_file, save_file
 
 from fastppo.agents.agent import Agent, load_agent
 from fastppo.config import Config
-from fastppo.envs.snapshot import SIMPLE_VALUES, env_is_exact, restore_envs, snapshot_envs
+from fastppo.envs.snapshot import SIMPLE_VALUES, SnapshotMismatch, env_is_exact, restore_envs, snapshot_envs
 from fastppo.errors import FastPPOError
 from fastppo.files.atomic import atomic_write_text, publish_folder
-from fastppo.files.run_folder import AGENT_FILE, CHECKPOINT_NAME, POLICY_FILE, TRAINER_JSON, checkpoint_root, find_checkpoint, list_checkpoints
+from fastppo.files.run_folder import AGENT_FILE, CHECKPOINT_NAME, LATEST, POLICY_FILE, TRAINER_JSON, checkpoint_root, find_checkpoint, list_checkpoints
 from fastppo.training.rollout import EnvCursor, ObservationNormalizer, fresh_state
 from fastppo.training.self_play import Damaged
 
@@ -62,7 +64,6 @@ if TYPE_CHECKING:
     from fastppo.envs.vector import VecEnv
     from fastppo.training.state import TrainState
 
-LATEST = "latest"
 OPEN_DECISIONS = "cursor.open."
 """A turn-based game's open decisions in a checkpoint (``EnvCursor.open``): ``cursor.open.<field>``."""
 TRAINER_TENSORS = "trainer.safetensors"
@@ -453,13 +454,21 @@ def check_fits_run(checkpoint: Checkpoint, state: TrainState, envs: VecEnv, rng:
 
 def restore_train_state(state: TrainState, envs: VecEnv, checkpoint: Checkpoint, normalize_obs: ObservationNormalizer, fresh_seed: int | None = None) -> bool:
     """Put a freshly built run into the checkpoint's state, once ``check_fits_run`` has found that it
-    fits (nothing is changed otherwise); RNGs last. Returns whether the envs were
+    fits (nothing is changed otherwise); the envs first, whose snapshot is checked against them as
+    it is restored (a FastPPOError where it does not fit: the part-restored run is to be
+    discarded, nothing was written); RNGs last. Returns whether the envs were
     restored exactly (else they restart fresh episodes, seeded from the run seed and the iteration).
 
     With ``fresh_seed`` (a torchrun rank: the checkpoint's envs and RNG states are rank 0's) the
     envs restart fresh episodes from that seed and the RNGs are left as the caller seeded them."""
     check_fits_run(checkpoint, state, envs)
     agent, tensors, meta = state.agent, checkpoint.tensors, checkpoint.meta
+    exact = fresh_seed is None and meta["env"] is not None and env_is_exact(envs)
+    if exact:  # first: only a restore into the envs finds a snapshot that does not fit them
+        try:
+            restore_envs(envs, tensors, meta["env"])
+        except SnapshotMismatch as exc:
+            raise _damaged(checkpoint.path, f"{TRAINER_JSON}'s env snapshot {exc}") from None
     state.league.load(tensors, meta.get("self_play"))
     device = envs.device  # the rollout's (fastppo.envs.make.rollout_device)
     agent.policy.load_state_dict(checkpoint.agent.policy.state_dict())
@@ -471,9 +480,7 @@ def restore_train_state(state: TrainState, envs: VecEnv, checkpoint: Checkpoint,
         state.reward_scaler.load_state_dict({k.removeprefix("reward_scaler."): v.to(device) for k, v in tensors.items() if k.startswith("reward_scaler.")})
     state.iteration, state.global_step, state.kl_beta = checkpoint.iteration, checkpoint.global_step, checkpoint.kl_beta
     state.schedule_anchor = checkpoint.schedule_anchor
-    exact = fresh_seed is None and meta["env"] is not None and env_is_exact(envs)
     if exact:
-        restore_envs(envs, tensors, meta["env"])
         mask, memory, carried = tensors.get("cursor.action_mask"), tensors.get("cursor.state"), state.cursor.open
         for name, row in carried.flatten().items() if carried is not None else ():
             row.copy_(tensors.get(OPEN_DECISIONS + name, torch.zeros_like(row)))  # none saved: none open
