@@ -41,8 +41,8 @@ class EnvConfig:
     """A registered gymnasium id, or 'package.module:Class' (or 'file.py:Class') naming your own gymnasium.Env, or your own TensorEnv (trained on the tensor backend)."""
     num_envs: int = 4
     """Parallel environments."""
-    backend: Literal["sync", "async", "tensor", "envpool"] = "sync"
-    """Vector env: gymnasium sync (one process), async (one process per env; PettingZoo envs: one per CPU, the copies split among them), batched torch tensor envs, or EnvPool."""
+    backend: Literal["sync", "async", "tensor", "envpool", "ale"] = "sync"
+    """Vector env: gymnasium sync (one process), async (one process per env; PettingZoo envs: one per CPU, the copies split among them), batched torch tensor envs, EnvPool, or ale (Atari games in ale-py's C++ threads; the Atari presets' backend)."""
     normalize_obs: bool = False
     """Normalise observations by one running mean/std shared by all envs (frozen at evaluation)."""
     clip_obs: float = 10.0
@@ -275,7 +275,7 @@ class Config:
         for name, value in {"ppo.gamma": self.ppo.gamma, "ppo.gae_lambda": self.ppo.gae_lambda}.items():
             if not 0.0 <= value <= 1.0:
                 raise FastPPOError(f"--{name.replace('_', '-')} must be in [0, 1], got {value}")
-        if self.env.capture_video and self.env.backend in ("tensor", "envpool"):
+        if self.env.capture_video and self.env.backend in ("tensor", "envpool", "ale"):
             raise FastPPOError(
                 f"--capture-video needs gymnasium envs that render, and the {self.env.backend} backend has none: "
                 "drop it and record the trained run with 'fastppo record RUN_DIR' (it plays the gymnasium env), or train with --backend sync"
