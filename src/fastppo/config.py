@@ -178,7 +178,7 @@ class RunConfig:
     device: str = "cpu"
     """Torch device: cpu, cuda, cuda:1, or auto."""
     torch_threads: int = 0
-    """Intra-op threads; 0: 1 for one run (fastest for small MLPs on a few cores), every CPU for a stack of seeds (--seeds in one process: its batched matmuls share them; see benchmarks/README.md)."""
+    """Intra-op threads; 0: by what the policy costs: every CPU for a CNN (Atari) or a stack of seeds (--seeds in one process: its batched matmuls share them), 1 for one run of an MLP (fastest for small MLPs on a few cores; see benchmarks/README.md)."""
     torch_deterministic: bool = True
     """Use deterministic torch algorithms (cudnn)."""
     compile: bool = False
@@ -222,9 +222,18 @@ class Config:
     def num_iterations(self) -> int:
         return self.ppo.total_timesteps // self.batch_size
 
+    @property
+    def pixel_policy(self) -> bool:
+        """Whether the policy reads images through the Nature CNN: --policy.encoder cnn, or auto on an Atari id."""
+        return self.policy.encoder == "cnn" or (self.policy.encoder == "auto" and is_atari(self.env.env_id))
+
     def intra_op_threads(self, stacked: bool) -> int:
-        """--run.torch-threads, or for 0 its automatic value: 1 for one run, every CPU for a stack of seeds."""
-        return self.run.torch_threads or (available_cpus() if stacked else 1)
+        """--run.torch-threads, or for 0 its automatic value, by what the policy costs: every CPU
+        for a CNN (its convolutions split well over the cores; the envs step between its calls,
+        not beside them, so the two take turns on the cores) or a stack of seeds (its batched
+        matmuls share them); 1 for one run of an MLP (small matmuls: more threads cost more than
+        they save)."""
+        return self.run.torch_threads or (available_cpus() if stacked or self.pixel_policy else 1)
 
     def validate(self, minibatches_from: str | None = None) -> Config:
         """Check every value once; raise FastPPOError with the fix. ``minibatches_from`` names
