@@ -174,6 +174,16 @@ def test_nature_cnn_shapes_and_pixel_scaling():
         NatureCNN((84, 84))
 
 
+def test_nature_cnn_convolves_channels_last_frames_with_the_same_features():
+    cnn = NatureCNN((4, 84, 84))
+    layouts = []
+    cnn.convs[0].register_forward_pre_hook(lambda _, inputs: layouts.append(inputs[0].is_contiguous(memory_format=torch.channels_last)))
+    frames = torch.randint(0, 256, (6, 4, 84, 84), dtype=torch.uint8)
+    features = cnn(frames)
+    assert layouts == [True]
+    torch.testing.assert_close(features, cnn.linear(cnn.convs(frames.float() / 255.0)), rtol=1e-5, atol=1e-6)  # the default layout
+
+
 def test_actor_critic_on_pong_shares_the_cnn_trunk():
     env = make_single_env("ALE/Pong-v5")
     policy = ActorCritic(env.observation_space, env.action_space, PolicyConfig(shared_trunk=True, encoder="auto"))
