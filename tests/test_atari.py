@@ -411,3 +411,31 @@ def test_a_run_resumes_on_its_saved_backend_or_on_another_host_backend_when_aske
     assert main(["train", "--resume", str(run), "--total-timesteps", "256", "--backend", "tensor", "--progress", "false"]) == 2
     message = f"{run} was trained on the ale backend and cannot resume on tensor: a resume may move between sync, async, envpool, ale only; drop --backend"
     assert capsys.readouterr().err == f"fastppo: error: {message}\n"
+
+
+def test_a_cnn_run_collects_on_one_thread_and_updates_on_every_cpu(tmp_path, monkeypatch):
+    """The automatic threads: the rollout's forward on a step's few frames runs on one thread,
+    the update's minibatches on every CPU (3 here); --torch-threads N sets both."""
+    import fastppo.config as config_module
+
+    monkeypatch.setattr(config_module, "available_cpus", lambda: 3)
+    seen = []
+
+    def threads_of(explicit):
+        seen.clear()
+        original = NatureCNN.forward
+
+        def recorded(self, obs):
+            seen.append((torch.is_grad_enabled(), torch.get_num_threads()))
+            return original(self, obs)
+
+        monkeypatch.setattr(NatureCNN, "forward", recorded)
+        fastppo.train(
+            "BreakoutNoFrameskip-v4", run_dir=tmp_path / str(explicit), total_timesteps=64, num_envs=2, num_steps=32, num_minibatches=2, update_epochs=1,
+            progress=False, tensorboard=False, **({"torch_threads": explicit} if explicit else {}),
+        )  # fmt: skip
+        monkeypatch.setattr(NatureCNN, "forward", original)
+        return {"rollout": {n for grad, n in seen if not grad}, "update": {n for grad, n in seen if grad}}
+
+    assert threads_of(0) == {"rollout": {1}, "update": {3}}
+    assert threads_of(2) == {"rollout": {2}, "update": {2}}

@@ -235,6 +235,13 @@ class Config:
         they save)."""
         return self.run.torch_threads or (available_cpus() if stacked or self.pixel_policy else 1)
 
+    def rollout_threads(self, stacked: bool) -> int:
+        """Intra-op threads while the rollout collects: ``intra_op_threads``, but 1 for one run's
+        CNN when automatic: its forward on a step's few frames gains little from more threads and,
+        on a shared machine, loses much (threads waiting for each other), while the update's
+        minibatches keep every CPU."""
+        return self.run.torch_threads or (available_cpus() if stacked else 1)
+
     def validate(self, minibatches_from: str | None = None) -> Config:
         """Check every value once; raise FastPPOError with the fix. ``minibatches_from`` names
         where num_minibatches came from when the user did not give it (e.g. "the preset
