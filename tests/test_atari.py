@@ -439,3 +439,14 @@ def test_a_cnn_run_collects_on_one_thread_and_updates_on_every_cpu(tmp_path, mon
 
     assert threads_of(0) == {"rollout": {1}, "update": {3}}
     assert threads_of(2) == {"rollout": {2}, "update": {2}}
+
+
+def test_the_ale_backend_trains_without_opencv(tmp_path, monkeypatch):
+    """The C++ env preprocesses by itself: a machine without OpenCV (a lent GPU's) trains on it."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "cv2", None)
+    agent = fastppo.train(
+        "BreakoutNoFrameskip-v4", run_dir=tmp_path, total_timesteps=64, num_envs=2, num_steps=32, num_minibatches=2, update_epochs=1, progress=False, tensorboard=False
+    )
+    assert agent.config.env.backend == "ale" and agent.obs_shape == (4, 84, 84) and len(agent.history) == 1

@@ -24,6 +24,8 @@ lost life's reset row is one FIRE step (gymnasium: a NOOP step, then FIRE and UP
 
 from __future__ import annotations
 
+from typing import Any
+
 import gymnasium as gym
 import numpy as np
 import torch
@@ -46,35 +48,50 @@ def import_ale_vector_env() -> type:
     return AtariVectorEnv
 
 
+def ale_vector_env(env_id: str, num_envs: int, frame_stack: int, threads: int) -> Any:
+    """ale-py's ``AtariVectorEnv`` of ``env_id``'s game, set up as the module docstring says."""
+    vector_env = import_ale_vector_env()
+    if not is_atari(env_id):
+        raise FastPPOError(f"the ale backend steps Atari games (ALE/Pong-v5, BreakoutNoFrameskip-v4), and {env_id} is not one: use --env.backend sync")
+    kwargs = gym.spec(env_id).kwargs
+    return vector_env(
+        kwargs["game"],
+        num_envs,
+        num_threads=threads,
+        repeat_action_probability=float(kwargs.get("repeat_action_probability", 0.0)),
+        full_action_space=bool(kwargs.get("full_action_space", False)),
+        max_num_frames_per_episode=int(kwargs.get("max_num_frames_per_episode") or 108_000),
+        img_height=SCREEN_SIZE,
+        img_width=SCREEN_SIZE,
+        grayscale=True,
+        stack_num=frame_stack,
+        frameskip=FRAME_SKIP,
+        maxpool=True,
+        noop_max=NOOP_MAX,
+        episodic_life=False,  # would restart the whole game at a lost life
+        life_loss_info=True,
+        reward_clipping=False,
+        use_fire_reset=True,
+        autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP,
+    )
+
+
+def ale_spaces(env_id: str, frame_stack: int) -> tuple[gym.Space, gym.Space]:
+    """One env's (observation, action) spaces as the ale backend makes them: the gymnasium
+    stack's (tested), read without building it, so a machine without OpenCV trains on this backend."""
+    envs = ale_vector_env(env_id, 1, frame_stack, threads=1)
+    try:
+        return envs.single_observation_space, envs.single_action_space
+    finally:
+        envs.close()
+
+
 class AleVecEnv(HostCopies):
     """``num_envs`` copies of one Atari game in ale-py's C++ threads (module docstring). Seeded at
     ``reset(seed)``: copy i with ``seed + i``, as gymnasium's vector envs do."""
 
     def __init__(self, env_id: str, num_envs: int, frame_stack: int, device: torch.device, threads: int):
-        vector_env = import_ale_vector_env()
-        if not is_atari(env_id):
-            raise FastPPOError(f"the ale backend steps Atari games (ALE/Pong-v5, BreakoutNoFrameskip-v4), and {env_id} is not one: use --env.backend sync")
-        kwargs = gym.spec(env_id).kwargs
-        self.envs = vector_env(
-            kwargs["game"],
-            num_envs,
-            num_threads=threads,
-            repeat_action_probability=float(kwargs.get("repeat_action_probability", 0.0)),
-            full_action_space=bool(kwargs.get("full_action_space", False)),
-            max_num_frames_per_episode=int(kwargs.get("max_num_frames_per_episode") or 108_000),
-            img_height=SCREEN_SIZE,
-            img_width=SCREEN_SIZE,
-            grayscale=True,
-            stack_num=frame_stack,
-            frameskip=FRAME_SKIP,
-            maxpool=True,
-            noop_max=NOOP_MAX,
-            episodic_life=False,  # would restart the whole game at a lost life
-            life_loss_info=True,
-            reward_clipping=False,
-            use_fire_reset=True,
-            autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP,
-        )
+        self.envs = ale_vector_env(env_id, num_envs, frame_stack, threads)
         self.num_envs, self.device = num_envs, device
         self.single_observation_space = self.envs.single_observation_space
         self.single_action_space = self.envs.single_action_space

@@ -81,6 +81,10 @@ def env_spaces(env_id: str, backend: str, frame_stack: int = EnvConfig.frame_sta
 
         env_class = tensor_env_class(env_id)
         return env_class.single_observation_space, env_class.single_action_space
+    if backend == "ale" and is_atari(env_id):
+        from fastppo.envs.ale_vec import ale_spaces
+
+        return ale_spaces(env_id, frame_stack)
     env = make_single_env(env_id, for_eval=True, frame_stack=frame_stack)
     try:
         return env.observation_space, env.action_space
