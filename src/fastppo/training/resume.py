@@ -32,7 +32,7 @@ SWITCHABLE_BACKENDS = ("sync", "async", "envpool", "ale")
 
 def resume_config(run_dir: str | Path, overrides: dict[str, Any] | None = None, env_id: str | None = None) -> tuple[Config, Checkpoint]:
     """The config saved with a run's newest checkpoint (plus the few overrides that keep it the same
-    experiment: ``RESUMABLE_OVERRIDES``), and that checkpoint, its schedules re-anchored when
+    experiment: ``RESUMABLE_OVERRIDES``, and a backend asked for among ``SWITCHABLE_BACKENDS``), and that checkpoint, its schedules re-anchored when
     total_timesteps changes: a run stopped before its end goes on from the schedules' current values
     in a straight line to 0 at the new end; a finished run (its linear lr, clip and entropy at 0)
     restarts them from their configured start values, annealing to 0 at the new end (a warm
