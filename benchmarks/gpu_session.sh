@@ -13,17 +13,34 @@
 # default). 2026-11-26 on an H200 they took 95, 202 (before gpu.py's CPU row), 190 (94 once the
 # stacked seeds left at their solve), 38 and 29 s: near one call's 10-minute limit, so split them
 # over two calls on the warm machine if need be.
+# The atari stage trains Breakout on the atari preset's backend, ale-py's C++ vector env (it
+# comes with the ale-py wheel and needs no OpenCV), with 8 and with 32 envs, each run followed by
+# the env-only ceiling of the same envs in the same process (150 s at most).
+# `bash benchmarks/gpu_session.sh --dry-run [atari]` runs a stage's tiny CPU version here in
+# seconds, with this machine's packages (PYTHON names the interpreter, python3 by default): the
+# stage's check before a device call.
 # Each stage runs under its own timeout and writes its log to $OUT: one failure leaves the others.
 # Leave MUJOCO_GL unset: with =egl, `import mujoco` fails there (no libEGL in the image).
 set -o pipefail
 ALL="tests gpu seeds atari rlhf"
+DRY_RUNNABLE="atari"
+DRY=0
+if [[ ${1:-} == --dry-run ]]; then DRY=1; shift; fi
 for name in "$@"; do
   [[ " $ALL " == *" $name "* ]] || { echo "gpu_session.sh: error: unknown stage '$name': pick from $ALL" >&2; exit 2; }
+  if ((DRY)) && [[ " $DRY_RUNNABLE " != *" $name "* ]]; then
+    echo "gpu_session.sh: error: stage '$name' has no dry run: --dry-run runs $DRY_RUNNABLE" >&2; exit 2
+  fi
 done
-STAGES=" ${*:-$ALL} "
+if ((DRY)); then STAGES=" ${*:-$DRY_RUNNABLE} "; else STAGES=" ${*:-$ALL} "; fi
+PYTHON=${PYTHON:-python3}
 export PYTHONUNBUFFERED=1
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 9
-export PYTHONPATH=/tmp/site:$PWD/src:$PWD
+if ((DRY)); then
+  export PYTHONPATH=$PWD/src:$PWD${PYTHONPATH:+:$PYTHONPATH}
+else
+  "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 9
+  export PYTHONPATH=/tmp/site:$PWD/src:$PWD
+fi
 OUT=${OUT:-/tmp/gpu_session}
 mkdir -p "$OUT"
 
@@ -35,16 +52,25 @@ stage() {
   echo "=== $name (limit ${limit}s) $(date +%T)"
   local t0=$SECONDS
   timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
-  echo "=== $name rc=$? in $((SECONDS - t0))s"
+  local rc=$?
+  echo "=== $name rc=$rc in $((SECONDS - t0))s"
   tail -n 40 "$OUT/$name.log"
+  return $rc
 }
 
+cd benchmarks || exit 1
+if ((DRY)); then
+  stage atari 120 "$PYTHON" atari.py --games BreakoutNoFrameskip-v4 --device cpu --num-envs 2 --total-timesteps 256 --ceiling-seconds 0.5
+  exit
+fi
+cd .. || exit 1
 nvidia-smi -L
-stage tests 150 python3 -m pytest -q -rs -p no:cacheprovider --timeout 100 tests/test_cuda_graphs.py tests/test_optim.py \
+stage tests 150 "$PYTHON" -m pytest -q -rs -p no:cacheprovider --timeout 100 tests/test_cuda_graphs.py tests/test_optim.py \
   "tests/test_tensor_envs.py::test_cuda_steps_without_host_sync_and_matches_cpu" \
   "tests/test_compile.py::test_inductor_compiled_run_matches_eager_on_first_update"
 cd benchmarks || exit 1
-stage gpu 300 python3 gpu.py --halfcheetah-steps 40960
-stage seeds 240 python3 seed_stack.py --seeds 1024 --device cuda --single-seeds 2 --sb3-seeds 0
-stage atari 90 python3 atari.py --games BreakoutNoFrameskip-v4 --backend async --device cuda --total-timesteps 65536
-stage rlhf 90 python3 rlhf_throughput.py --device cuda --steps 3
+stage gpu 300 "$PYTHON" gpu.py --halfcheetah-steps 40960
+stage seeds 240 "$PYTHON" seed_stack.py --seeds 1024 --device cuda --single-seeds 2 --sb3-seeds 0
+stage atari 150 bash -c "'$PYTHON' atari.py --games BreakoutNoFrameskip-v4 --device cuda --num-envs 8 --total-timesteps 65536 --ceiling-seconds 10 && \
+  '$PYTHON' atari.py --games BreakoutNoFrameskip-v4 --device cuda --num-envs 32 --total-timesteps 131072 --ceiling-seconds 10"
+stage rlhf 90 "$PYTHON" rlhf_throughput.py --device cuda --steps 3

@@ -174,6 +174,16 @@ def test_nature_cnn_shapes_and_pixel_scaling():
         NatureCNN((84, 84))
 
 
+def test_nature_cnn_convolves_channels_last_frames_with_the_same_features():
+    cnn = NatureCNN((4, 84, 84))
+    layouts = []
+    cnn.convs[0].register_forward_pre_hook(lambda _, inputs: layouts.append(inputs[0].is_contiguous(memory_format=torch.channels_last)))
+    frames = torch.randint(0, 256, (6, 4, 84, 84), dtype=torch.uint8)
+    features = cnn(frames)
+    assert layouts == [True]
+    torch.testing.assert_close(features, cnn.linear(cnn.convs(frames.float() / 255.0)), rtol=1e-5, atol=1e-6)  # the default layout
+
+
 def test_actor_critic_on_pong_shares_the_cnn_trunk():
     env = make_single_env("ALE/Pong-v5")
     policy = ActorCritic(env.observation_space, env.action_space, PolicyConfig(shared_trunk=True, encoder="auto"))
@@ -236,3 +246,207 @@ def test_the_atari_lstm_preset_observes_one_frame_through_resume_load_eval_and_e
     assert session.get_inputs()[0].shape[1:] == [1, 84, 84]
     onnx_action, _ = session.run(None, {"obs": obs[None], "state": loaded.initial_state().numpy()})
     assert onnx_action[0] == action
+
+
+# The ale backend: ale-py's C++ vector env (fastppo.envs.ale_vec), side by side with the gymnasium path.
+
+CPU = torch.device("cpu")
+
+
+def random_steps(env_id: str, backend: str, num_envs: int, steps: int, seed: int = 0, frame_stack: int = 4):
+    """Random actions from ``seed``; returns (the step results, the finished episodes, the env's spaces)."""
+    envs = make_vec_env(EnvConfig(env_id=env_id, num_envs=num_envs, backend=backend, frame_stack=frame_stack), CPU)
+    results = [envs.reset(seed=seed)]
+    rng = np.random.default_rng(seed)
+    for _ in range(steps):
+        results.append(envs.step(torch.as_tensor(rng.integers(0, envs.single_action_space.n, size=num_envs))))
+    episodes = envs.pop_episodes()
+    spaces = (envs.single_observation_space, envs.single_action_space)
+    envs.close()
+    return results, episodes, spaces
+
+
+def test_the_atari_presets_step_on_the_ale_backend():
+    for preset in ("atari", "atari-lstm"):
+        assert fastppo.make_config("BreakoutNoFrameskip-v4", preset).env.backend == "ale"
+    assert fastppo.make_config("ALE/Pong-v5").env.backend == "ale"
+    assert fastppo.make_config("CartPole-v1").env.backend == "sync"
+
+
+@pytest.mark.parametrize("frame_stack", [4, 1])
+def test_ale_backend_has_the_gymnasium_paths_spaces_and_frames(frame_stack):
+    """Same spaces, uint8 frames of the same shape; the first observation of a seeded reset is the
+    same game screen on both engines (both reset with FIRE and a few no-ops: allow a few pixels)."""
+    sync, _, sync_spaces = random_steps("BreakoutNoFrameskip-v4", "sync", 2, 0, frame_stack=frame_stack)
+    ale, _, ale_spaces = random_steps("BreakoutNoFrameskip-v4", "ale", 2, 0, frame_stack=frame_stack)
+    assert ale_spaces == sync_spaces and ale_spaces[0].shape == (frame_stack, 84, 84) and ale_spaces[0].dtype == np.uint8
+    assert ale[0].obs.shape == sync[0].obs.shape == (2, frame_stack, 84, 84) and ale[0].obs.dtype == torch.uint8
+    newest_sync, newest_ale = sync[0].obs[:, -1].float(), ale[0].obs[:, -1].float()
+    assert newest_ale.mean() > 10 and (newest_ale - newest_sync).abs().gt(0).float().mean() < 0.02
+
+
+def test_ale_backend_is_reproducible_from_its_seed():
+    first, episodes, _ = random_steps("BreakoutNoFrameskip-v4", "ale", 2, 200, seed=3)
+    again, episodes_again, _ = random_steps("BreakoutNoFrameskip-v4", "ale", 2, 200, seed=3)
+    other, *_ = random_steps("BreakoutNoFrameskip-v4", "ale", 2, 200, seed=4)
+    assert all(torch.equal(a.obs, b.obs) and torch.equal(a.reward, b.reward) for a, b in zip(first, again))
+    assert episodes == episodes_again
+    assert not all(torch.equal(a.obs, b.obs) for a, b in zip(first, other))
+
+
+def test_ale_backend_ends_training_episodes_at_lost_lives_and_logs_whole_games_in_raw_points(monkeypatch):
+    """Space Invaders scores 5-30 points an alien. Every C++ step is recorded: training sees
+    sign(raw score), 0 on reset rows; a lost life is ``terminated`` with the game going on, its
+    reset row plays FIRE whatever the policy chose; a game's logged return is its raw score
+    summed over all its steps (lost lives' reset rows included), its length those steps."""
+    from fastppo.envs.ale_vec import AleVecEnv
+
+    sent, received = [], []
+    step = AleVecEnv.__init__
+
+    def recording_init(self, *args, **kwargs):
+        step(self, *args, **kwargs)
+        inner = self.envs.step
+
+        def recorded(action):
+            sent.append(np.array(action))
+            result = inner(action)
+            received.append(result)
+            return result
+
+        self.envs.step = recorded
+
+    monkeypatch.setattr(AleVecEnv, "__init__", recording_init)
+    results, episodes, _ = random_steps("SpaceInvadersNoFrameskip-v4", "ale", 2, 2500, seed=0)
+    steps = results[1:]
+    raw = np.stack([r[1] for r in received])
+    lives = np.stack([r[4]["lives"] for r in received])
+    frames = np.stack([r[4]["episode_frame_number"] for r in received])
+    terminated = np.stack([s.terminated.numpy() for s in steps])
+    truncated = np.stack([s.truncated.numpy() for s in steps])
+    rewards = np.stack([s.reward.numpy() for s in steps])
+    actions = np.stack(sent)
+    assert not truncated.any()
+    games, lost_lives = [], 0
+    for env in range(2):
+        total, length, after = 0.0, 0, None  # after: what the previous step ended (None, "life", "game")
+        for t in range(len(steps)):
+            if after == "game":  # the C++ env's own reset row: a new game, nothing scored
+                assert frames[t, env] < frames[t - 1, env] and raw[t, env] == 0
+                assert rewards[t, env] == 0 and not terminated[t, env]
+                after = None
+                continue
+            total += raw[t, env]
+            length += 1
+            if after == "life":  # a lost life's reset row: FIRE, the same game goes on
+                assert actions[t, env] == 1 and frames[t, env] > frames[t - 1, env]
+                assert rewards[t, env] == 0
+            else:
+                assert rewards[t, env] == np.sign(raw[t, env])
+            after = None
+            if terminated[t, env]:
+                if lives[t, env] > 0:
+                    after, lost_lives = "life", lost_lives + 1
+                else:
+                    after = "game"
+                    games.append((total, length))
+                    total, length = 0.0, 0
+    assert lost_lives >= 2 * len(games) and len(games) >= 2
+    assert sorted(zip(episodes.returns, episodes.lengths)) == sorted(games)
+    assert all(r > 30 and r % 5 == 0 for r, _ in games)
+    assert set(np.unique(rewards)) <= {0.0, 1.0} and rewards.max() == 1.0
+
+
+def test_ale_backend_truncates_at_the_ids_frame_limit_as_the_gymnasium_path_does():
+    """An episode that reaches its frame limit (a registered Pong with 400 frames: no game ends
+    sooner) is truncated, not terminated, on both engines, within the same few steps (the
+    engines' reset no-ops differ), and is logged with its raw score and length."""
+    import gymnasium as gym
+
+    short = "ALE/PongShortForTests-v5"
+    if short not in gym.registry:
+        base = gym.spec("PongNoFrameskip-v4")
+        gym.register(id=short, entry_point=base.entry_point, kwargs={**base.kwargs, "max_num_frames_per_episode": 400})
+    for backend in ("sync", "ale"):
+        results, episodes, _ = random_steps(short, backend, 2, 150, seed=0)
+        terminated = torch.stack([s.terminated for s in results])
+        truncated = torch.stack([s.truncated for s in results])
+        assert not terminated.any(), backend
+        truncated_at = truncated.nonzero()[:, 0].tolist()
+        assert len(truncated_at) == 2 and all(90 <= t <= 100 for t in truncated_at), (backend, truncated_at)
+        assert len(episodes.returns) == 2 and all(r <= 0 for r in episodes.returns), backend
+        # In agent steps; the gymnasium stack also counts its reset's FIRE and UP steps.
+        assert sorted(episodes.lengths) == [t + (2 if backend == "sync" else 0) for t in sorted(truncated_at)], backend
+
+
+def test_the_ale_backend_refuses_an_id_it_cannot_serve(tmp_path, capsys):
+    assert main(["train", "CartPole-v1", "--backend", "ale", "--run-dir", str(tmp_path / "run"), "--progress", "false"]) == 2
+    message = "the ale backend steps Atari games (ALE/Pong-v5, BreakoutNoFrameskip-v4), and CartPole-v1 is not one: use --env.backend sync"
+    assert capsys.readouterr().err == f"fastppo: error: {message}\n"
+
+
+@pytest.mark.parametrize("backend", [[], ["--backend", "ale"]])
+def test_an_atari_id_without_ale_py_is_one_line(tmp_path, backend):
+    import subprocess
+    import sys
+
+    hide_ale = "import sys; sys.modules['ale_py'] = None; from fastppo.cli.main import main; sys.exit(main(sys.argv[1:]))"
+    argv = ["train", "ALE/Pong-v5", *backend, "--run-dir", str(tmp_path / "run"), "--progress", "false"]
+    proc = subprocess.run([sys.executable, "-c", hide_ale, *argv], capture_output=True, text=True, timeout=120)
+    message = "env 'ALE/Pong-v5' is an Atari game, and ale-py (which plays them) is not installed: pip install 'fastppo[atari]'"
+    assert (proc.returncode, proc.stderr) == (2, f"fastppo: error: {message}\n")
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_run_resumes_on_its_saved_backend_or_on_another_host_backend_when_asked(tmp_path, capsys):
+    run = tmp_path / "run"
+    small = ["--num-envs", "2", "--num-steps", "32", "--num-minibatches", "2", "--progress", "false", "--tensorboard", "false"]
+    assert main(["train", "BreakoutNoFrameskip-v4", "--backend", "sync", "--total-timesteps", "64", "--run-dir", str(run), *small]) == 0
+    capsys.readouterr()
+    assert main(["train", "--resume", str(run), "--total-timesteps", "128", "--progress", "false"]) == 0
+    assert "(its saved config, sync backend)" in capsys.readouterr().out  # not the preset's ale
+    assert main(["train", "--resume", str(run), "--total-timesteps", "192", "--backend", "ale", "--progress", "false"]) == 0
+    assert "(its saved config, ale backend)" in capsys.readouterr().out
+    assert "backend: ale" in (run / "config.yaml").read_text() and len((run / "metrics.jsonl").read_text().splitlines()) == 3
+    assert main(["train", "--resume", str(run), "--total-timesteps", "256", "--backend", "tensor", "--progress", "false"]) == 2
+    message = f"{run} was trained on the ale backend and cannot resume on tensor: a resume may move between sync, async, envpool, ale only; drop --backend"
+    assert capsys.readouterr().err == f"fastppo: error: {message}\n"
+
+
+def test_a_cnn_run_collects_on_one_thread_and_updates_on_every_cpu(tmp_path, monkeypatch):
+    """The automatic threads: the rollout's forward on a step's few frames runs on one thread,
+    the update's minibatches on every CPU (3 here); --torch-threads N sets both."""
+    import fastppo.config as config_module
+
+    monkeypatch.setattr(config_module, "available_cpus", lambda: 3)
+    seen = []
+
+    def threads_of(explicit):
+        seen.clear()
+        original = NatureCNN.forward
+
+        def recorded(self, obs):
+            seen.append((torch.is_grad_enabled(), torch.get_num_threads()))
+            return original(self, obs)
+
+        monkeypatch.setattr(NatureCNN, "forward", recorded)
+        fastppo.train(
+            "BreakoutNoFrameskip-v4", run_dir=tmp_path / str(explicit), total_timesteps=64, num_envs=2, num_steps=32, num_minibatches=2, update_epochs=1,
+            progress=False, tensorboard=False, **({"torch_threads": explicit} if explicit else {}),
+        )  # fmt: skip
+        monkeypatch.setattr(NatureCNN, "forward", original)
+        return {"rollout": {n for grad, n in seen if not grad}, "update": {n for grad, n in seen if grad}}
+
+    assert threads_of(0) == {"rollout": {1}, "update": {3}}
+    assert threads_of(2) == {"rollout": {2}, "update": {2}}
+
+
+def test_the_ale_backend_trains_without_opencv(tmp_path, monkeypatch):
+    """The C++ env preprocesses by itself: a machine without OpenCV (a lent GPU's) trains on it."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "cv2", None)
+    agent = fastppo.train(
+        "BreakoutNoFrameskip-v4", run_dir=tmp_path, total_timesteps=64, num_envs=2, num_steps=32, num_minibatches=2, update_epochs=1, progress=False, tensorboard=False
+    )
+    assert agent.config.env.backend == "ale" and agent.obs_shape == (4, 84, 84) and len(agent.history) == 1

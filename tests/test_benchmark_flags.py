@@ -4,6 +4,7 @@ model is started (they used to fail deep inside, with a traceback or a child's).
 from __future__ import annotations
 
 import importlib
+import re
 import sys
 from pathlib import Path
 
@@ -60,6 +61,26 @@ def test_an_unknown_gpu_session_stage_is_one_line_and_exit_2():
     done = subprocess.run(["bash", str(BENCHMARKS / "gpu_session.sh"), "tests", "bogus"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == ["gpu_session.sh: error: unknown stage 'bogus': pick from tests gpu seeds atari rlhf"]
+
+
+def test_a_gpu_session_stage_without_a_dry_run_is_one_line_and_exit_2():
+    import subprocess
+
+    done = subprocess.run(["bash", str(BENCHMARKS / "gpu_session.sh"), "--dry-run", "gpu"], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stderr) == (2, "gpu_session.sh: error: stage 'gpu' has no dry run: --dry-run runs atari\n")
+
+
+def test_the_gpu_sessions_atari_stage_dry_runs_on_the_cpu(tmp_path):
+    """The stage's CPU version: Breakout trained on the ale backend, then the env-only ceiling of the same envs."""
+    import subprocess
+
+    pytest.importorskip("ale_py")
+    env = {**__import__("os").environ, "PYTHON": sys.executable, "OUT": str(tmp_path)}
+    done = subprocess.run(["bash", str(BENCHMARKS / "gpu_session.sh"), "--dry-run"], capture_output=True, text=True, timeout=300, cwd=BENCHMARKS.parent, env=env)
+    log = (tmp_path / "atari.log").read_text()
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "BreakoutNoFrameskip-v4 (ale backend): final return" in log and "time: update" in log
+    assert re.search(r"env-only ceiling \(the same 2 envs, random actions\): \d+ SPS; training makes \d+% of it", log)
 
 
 def test_the_games_benchmark_measures_a_trained_game_agent(tmp_path, monkeypatch, capsys):

@@ -64,7 +64,7 @@ def test_infinite_clips_and_extreme_seeds_stay_valid():
         apply_overrides(Config(), overrides).validate()
 
 
-def test_torch_threads_default_to_one_for_a_run_and_every_cpu_for_a_stack(monkeypatch):
+def test_torch_threads_default_to_one_for_an_mlp_run_and_every_cpu_for_a_cnn_or_a_stack(monkeypatch):
     import fastppo.config as config_module
 
     monkeypatch.setattr(config_module, "available_cpus", lambda: 6)
@@ -73,6 +73,10 @@ def test_torch_threads_default_to_one_for_a_run_and_every_cpu_for_a_stack(monkey
     assert automatic.intra_op_threads(stacked=False) == 1 and automatic.intra_op_threads(stacked=True) == 6
     chosen = apply_overrides(Config(), {"torch_threads": 3})
     assert chosen.intra_op_threads(stacked=False) == 3 and chosen.intra_op_threads(stacked=True) == 3
+    pixels = [apply_overrides(Config(), {"env_id": "BreakoutNoFrameskip-v4"}), apply_overrides(Config(), {"encoder": "cnn"})]
+    assert [config.intra_op_threads(stacked=False) for config in pixels] == [6, 6]
+    assert apply_overrides(Config(), {"env_id": "BreakoutNoFrameskip-v4", "encoder": "mlp"}).intra_op_threads(stacked=False) == 1
+    assert apply_overrides(Config(), {"env_id": "BreakoutNoFrameskip-v4", "torch_threads": 1}).intra_op_threads(stacked=False) == 1
     with pytest.raises(FastPPOError, match="--run.torch-threads must be 0 \\(automatic\\) or a positive integer, got -1"):
         apply_overrides(Config(), {"torch_threads": -1}).validate()
 

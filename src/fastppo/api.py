@@ -68,7 +68,8 @@ def resume(run_dir: str | Path, env_id: str | None = None, **overrides: Any) -> 
     """Continue the run in ``run_dir`` from its newest checkpoint, with its saved config.
 
     Only ``total_timesteps`` and the output settings (``progress``, ``tensorboard``,
-    ``checkpoint_every``, ``keep_checkpoints``, ``torch_threads``, ``collective_timeout``) may be overridden. A run trained
+    ``checkpoint_every``, ``keep_checkpoints``, ``torch_threads``, ``collective_timeout``) may be overridden, and
+    ``backend`` between sync, async, envpool and ale (the envs then restart fresh episodes). A run trained
     on your own code (``module:Class``, ``file.py:Class``) needs ``env_id`` naming it: fastppo
     never imports code that a run folder names.
     """

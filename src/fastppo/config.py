@@ -41,8 +41,8 @@ class EnvConfig:
     """A registered gymnasium id, or 'package.module:Class' (or 'file.py:Class') naming your own gymnasium.Env, or your own TensorEnv (trained on the tensor backend)."""
     num_envs: int = 4
     """Parallel environments."""
-    backend: Literal["sync", "async", "tensor", "envpool"] = "sync"
-    """Vector env: gymnasium sync (one process), async (one process per env; PettingZoo envs: one per CPU, the copies split among them), batched torch tensor envs, or EnvPool."""
+    backend: Literal["sync", "async", "tensor", "envpool", "ale"] = "sync"
+    """Vector env: gymnasium sync (one process), async (one process per env; PettingZoo envs: one per CPU, the copies split among them), batched torch tensor envs, EnvPool, or ale (Atari games in ale-py's C++ threads; the Atari presets' backend)."""
     normalize_obs: bool = False
     """Normalise observations by one running mean/std shared by all envs (frozen at evaluation)."""
     clip_obs: float = 10.0
@@ -178,7 +178,7 @@ class RunConfig:
     device: str = "cpu"
     """Torch device: cpu, cuda, cuda:1, or auto."""
     torch_threads: int = 0
-    """Intra-op threads; 0: 1 for one run (fastest for small MLPs on a few cores), every CPU for a stack of seeds (--seeds in one process: its batched matmuls share them; see benchmarks/README.md)."""
+    """Intra-op threads; 0: by what the policy costs: every CPU for a CNN (Atari) or a stack of seeds (--seeds in one process: its batched matmuls share them), 1 for one run of an MLP (fastest for small MLPs on a few cores; see benchmarks/README.md)."""
     torch_deterministic: bool = True
     """Use deterministic torch algorithms (cudnn)."""
     compile: bool = False
@@ -222,8 +222,24 @@ class Config:
     def num_iterations(self) -> int:
         return self.ppo.total_timesteps // self.batch_size
 
+    @property
+    def pixel_policy(self) -> bool:
+        """Whether the policy reads images through the Nature CNN: --policy.encoder cnn, or auto on an Atari id."""
+        return self.policy.encoder == "cnn" or (self.policy.encoder == "auto" and is_atari(self.env.env_id))
+
     def intra_op_threads(self, stacked: bool) -> int:
-        """--run.torch-threads, or for 0 its automatic value: 1 for one run, every CPU for a stack of seeds."""
+        """--run.torch-threads, or for 0 its automatic value, by what the policy costs: every CPU
+        for a CNN (its convolutions split well over the cores; the envs step between its calls,
+        not beside them, so the two take turns on the cores) or a stack of seeds (its batched
+        matmuls share them); 1 for one run of an MLP (small matmuls: more threads cost more than
+        they save)."""
+        return self.run.torch_threads or (available_cpus() if stacked or self.pixel_policy else 1)
+
+    def rollout_threads(self, stacked: bool) -> int:
+        """Intra-op threads while the rollout collects: ``intra_op_threads``, but 1 for one run's
+        CNN when automatic: its forward on a step's few frames gains little from more threads and,
+        on a shared machine, loses much (threads waiting for each other), while the update's
+        minibatches keep every CPU."""
         return self.run.torch_threads or (available_cpus() if stacked else 1)
 
     def validate(self, minibatches_from: str | None = None) -> Config:
@@ -275,7 +291,7 @@ class Config:
         for name, value in {"ppo.gamma": self.ppo.gamma, "ppo.gae_lambda": self.ppo.gae_lambda}.items():
             if not 0.0 <= value <= 1.0:
                 raise FastPPOError(f"--{name.replace('_', '-')} must be in [0, 1], got {value}")
-        if self.env.capture_video and self.env.backend in ("tensor", "envpool"):
+        if self.env.capture_video and self.env.backend in ("tensor", "envpool", "ale"):
             raise FastPPOError(
                 f"--capture-video needs gymnasium envs that render, and the {self.env.backend} backend has none: "
                 "drop it and record the trained run with 'fastppo record RUN_DIR' (it plays the gymnasium env), or train with --backend sync"

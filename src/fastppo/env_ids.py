@@ -27,6 +27,14 @@ def is_pettingzoo(env_id: str) -> bool:
     return env_id.startswith(PREFIX)
 
 
+def ale_installed() -> bool:
+    try:
+        import ale_py  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def register_ale_envs() -> None:
     """Make ``ALE/*`` and ``*NoFrameskip-v4`` ids known to gymnasium when ale-py is installed
     (gymnasium 1.x no longer loads plugins by itself). Called for ids gymnasium does not know yet
@@ -39,6 +47,12 @@ def register_ale_envs() -> None:
     import gymnasium as gym
 
     gym.register_envs(ale_py)
+
+
+def spelled_as_atari(env_id: str) -> bool:
+    """Whether ``env_id`` is spelled as ale-py names its games (``ALE/Pong-v5``,
+    ``PongNoFrameskip-v4``), registered or not: what tells a missing ale-py from a typo."""
+    return env_id.startswith("ALE/") or env_id.endswith("NoFrameskip-v4")
 
 
 def is_atari(env_id: str) -> bool:

@@ -8,7 +8,7 @@ from typing import Any
 import gymnasium as gym
 
 from fastppo.config import Config, EnvConfig, apply_overrides, load_preset, preset_for_env, resolve_key
-from fastppo.env_ids import absolute_spec
+from fastppo.env_ids import absolute_spec, is_atari
 from fastppo.envs.make import policy_spaces
 from fastppo.envs.tensor import TensorEnv, user_tensor_env
 
@@ -37,7 +37,8 @@ def resolved_config(env_id: str | type, preset: str | None = None, overrides: di
     if env_class is not None and issubclass(env_class, TensorEnv) and "backend" not in overrides and "env.backend" not in overrides:
         overrides["backend"] = "tensor"
     if preset is None:
-        preset = preset_for_env(env_id, continuous=isinstance(action_space(env_id, overrides), gym.spaces.Box))
+        # Atari games act discretely: no env is built to ask (the gymnasium stack needs OpenCV, the ale backend does not).
+        preset = preset_for_env(env_id, continuous=not is_atari(env_id) and isinstance(action_space(env_id, overrides), gym.spaces.Box))
     config = Config()
     preset_values = load_preset(preset)
     apply_overrides(config, preset_values)

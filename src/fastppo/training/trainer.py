@@ -39,7 +39,7 @@ from fastppo.training.checkpoint import Checkpoint, restore_train_state, rewind_
 from fastppo.training.cuda_graphs import check_cudagraphs
 from fastppo.training.distributed import LONE, World, rank_device, ranks
 from fastppo.training.logger import GROUP_RETURN, GYM_SUMMARY, RunLogger
-from fastppo.training.rollout import EnvCursor, ObservationNormalizer, PolicyStep, RolloutBuffer, collect_rollout, fresh_state, rollout_targets
+from fastppo.training.rollout import EnvCursor, ObservationNormalizer, PolicyStep, RolloutBuffer, collect_rollout, fresh_state, rollout_targets, torch_threads
 from fastppo.training.runs import OnIteration, Runs, SeedRuns, SingleRun
 from fastppo.training.seed_stack import SeedLoggers, check_seed_stack, keep_seeds, restore_seed_stack, stacked_agent
 from fastppo.training.self_play import check_league, make_league
@@ -257,7 +257,7 @@ def train_rank(
         envs.close()
         raise
     newest = None if checkpoint is None else (checkpoint[0] if stacked else checkpoint).path
-    training = Training(config, state, envs, world, device, collect_on, normalize_obs, statistics, mask_dim)
+    training = Training(config, state, envs, world, device, collect_on, normalize_obs, statistics, mask_dim, config.rollout_threads(stacked=stacked))
     if stacked:  # one run folder per seed, one progress bar for them all
         logger = SeedLoggers(
             [open_logger(replace(config, run=replace(config.run, seed=s, progress=False)), d, c) for s, d, c in zip(seeds, seed_dirs, checkpoint or [None] * len(seeds))],
@@ -302,9 +302,20 @@ class Training:
     and opt-in speed layers (--compile, --cudagraphs; eager by default) built for the policy."""
 
     def __init__(
-        self, config: Config, state: TrainState, envs: Any, world: World, device: torch.device, collect_on: torch.device, normalize_obs: ObservationNormalizer, statistics: Any, mask_dim: int | None
+        self,
+        config: Config,
+        state: TrainState,
+        envs: Any,
+        world: World,
+        device: torch.device,
+        collect_on: torch.device,
+        normalize_obs: ObservationNormalizer,
+        statistics: Any,
+        mask_dim: int | None,
+        rollout_threads: int,
     ):
         self.config, self.state, self.envs, self.world, self.device, self.collect_on = config, state, envs, world, device, collect_on
+        self.rollout_threads = rollout_threads  # torch's intra-op threads while collecting (Config.rollout_threads)
         self.normalize_obs, self.statistics, self.timer = normalize_obs, statistics, SectionTimer()
         self.num_iterations, self.steps_per_iteration = planned_iterations(config, world.size), config.batch_size * world.size
         self.mask_dim = mask_dim
@@ -346,7 +357,8 @@ def train_loop(t: Training, runs: Runs, stop: StopRequest) -> None:
             clip_coef=scheduled(cfg.clip_schedule, cfg.clip_coef, progress), ent_coef=scheduled(cfg.ent_schedule, cfg.ent_coef, progress), kl_beta=state.kl_beta
         )
 
-        state.cursor, last_value = collect_rollout(state.agent.policy, t.envs, t.buf, state.cursor, t.normalize_obs, state.reward_scaler, t.timer, t.policy_step)
+        with torch_threads(t.rollout_threads):
+            state.cursor, last_value = collect_rollout(state.agent.policy, t.envs, t.buf, state.cursor, t.normalize_obs, state.reward_scaler, t.timer, t.policy_step)
         check_finite_rollout(t.buf, state.cursor, state.iteration, state.global_step, t.agent_names)
         t.statistics.merge()  # every rank: the same statistics, and every rank's episodes
         episodes = runs.take_episodes(t.world.gather_episodes(t.envs.pop_episodes()))  # played by the policy before this update
