@@ -23,6 +23,7 @@ from fastppo.agents.space_data import spaces_from_data, spaces_to_data
 from fastppo.cli.main import main
 from fastppo.envs.layout import ObservationLayout
 from fastppo.errors import FastPPOError
+from fastppo.files.checksums import CHECKSUMS_FILE, write_checksums
 
 SRC = Path(fastppo.__file__).parents[1]
 # Importing this writes the marker file beside it: the payload a malicious folder would run.
@@ -42,9 +43,15 @@ def trained(tmp_path_factory) -> Path:
     return run
 
 
+def resealed(folder: Path) -> None:
+    """``folder``'s checksums made anew: its files edited by whoever sent it, not damaged on the way."""
+    write_checksums(folder, [line.split("  ", 1)[1] for line in (folder / CHECKSUMS_FILE).read_text().splitlines()])
+
+
 def sent_folder(trained: Path, tmp_path: Path, env_id: str) -> Path:
     """A copy of ``trained`` whose agent.json files (final and checkpoints) name ``env_id``, with
-    evil.py and evilmod.py (the payload) in ``tmp_path``, the working directory of the commands."""
+    evil.py and evilmod.py (the payload) in ``tmp_path``, the working directory of the commands;
+    its checksums match the edited files."""
     for name in ("evil.py", "evilmod.py"):
         (tmp_path / name).write_text(PAYLOAD)
     run = tmp_path / "run"
@@ -53,6 +60,7 @@ def sent_folder(trained: Path, tmp_path: Path, env_id: str) -> Path:
         meta = json.loads(path.read_text())
         meta["config"]["env"]["env_id"] = env_id.format(tmp=tmp_path)
         path.write_text(json.dumps(meta))
+        resealed(path.parent)
     return run
 
 
@@ -117,11 +125,12 @@ def test_python_load_imports_nothing_and_evaluate_needs_the_env_named(trained, t
 
 
 def drop_spaces(run: Path) -> None:
-    """``run`` as fastppo wrote it before agent.json stored the spaces."""
+    """``run`` as fastppo wrote it before agent.json stored the spaces (and checksums were kept)."""
     for path in run.rglob("agent.json"):
         meta = json.loads(path.read_text())
         del meta["spaces"]
         path.write_text(json.dumps(meta))
+        (path.parent / CHECKSUMS_FILE).unlink()
 
 
 def test_an_older_folder_rebuilds_its_spaces_from_an_installed_env_only(trained, tmp_path, monkeypatch):

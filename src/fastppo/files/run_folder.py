@@ -14,6 +14,7 @@ from pathlib import Path
 from fastppo.config import Config
 from fastppo.env_ids import file_spec
 from fastppo.errors import FastPPOError
+from fastppo.files.checksums import CHECKSUMS_FILE
 
 # Names only, no imports from the layers that write them (agent, checkpoint): they import these.
 POLICY_FILE = "policy.safetensors"
@@ -25,7 +26,7 @@ TRAINER_JSON = "trainer.json"
 
 SEEDS_PLAN = "seeds.json"
 """A --seeds job's plan in its parent folder (fastppo.experiments.seeds), written before any seed starts."""
-RUN_FILES = ("config.yaml", "metrics.jsonl", AGENT_FILE, POLICY_FILE, CHECKPOINT_DIR, SEEDS_PLAN)
+RUN_FILES = ("config.yaml", "metrics.jsonl", AGENT_FILE, POLICY_FILE, CHECKSUMS_FILE, CHECKPOINT_DIR, SEEDS_PLAN)
 """What ``fastppo train`` writes into a run folder, TensorBoard's event files aside."""
 TENSORBOARD_EVENTS = "events.out.tfevents.*"
 SEED_FOLDER = re.compile(r"seed_\d+")

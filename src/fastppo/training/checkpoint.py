@@ -9,6 +9,8 @@ Layout of a run directory::
         trainer.json               counters, kl_beta, the schedules' anchor, optimizer
                                    hyperparameters, python/numpy RNG, the env snapshot (see
                                    ``snapshot_envs``)
+        SHA256SUMS                 the four files' checksums, verified on load (a folder written
+                                   before they were kept loads without)
     RUN_DIR/checkpoints/latest     a one-line pointer to the newest folder (for humans and scripts)
 
 A checkpoint is written into ``checkpoints/.tmp-000050-<pid>/``, every file fsynced, then the
@@ -54,6 +56,7 @@ from fastppo.config import Config
 from fastppo.envs.snapshot import SIMPLE_VALUES, env_is_exact, restore_envs, snapshot_envs
 from fastppo.errors import FastPPOError
 from fastppo.files.atomic import atomic_write_text, publish_folder
+from fastppo.files.checksums import checksum_problem, write_checksums
 from fastppo.files.run_folder import AGENT_FILE, CHECKPOINT_NAME, POLICY_FILE, TRAINER_JSON, checkpoint_root, find_checkpoint, list_checkpoints
 from fastppo.training.rollout import EnvCursor, ObservationNormalizer, fresh_state
 from fastppo.training.self_play import Damaged
@@ -64,6 +67,7 @@ if TYPE_CHECKING:
 
 LATEST = "latest"
 TRAINER_TENSORS = "trainer.safetensors"
+CHECKPOINT_FILES = (POLICY_FILE, AGENT_FILE, TRAINER_JSON, TRAINER_TENSORS)
 FORMAT_VERSION = 1
 
 
@@ -182,6 +186,7 @@ def _write_checkpoint(run_dir: Path, state: TrainState, envs: VecEnv, keep: int,
         **(extra or {}),
     }
     (tmp / TRAINER_JSON).write_text(json.dumps(meta))
+    write_checksums(tmp, CHECKPOINT_FILES)
     final = root / name
     publish_folder(tmp, final)
     atomic_write_text(root / LATEST, name + "\n")
@@ -217,11 +222,11 @@ class Checkpoint:
 def load_checkpoint(path: str | Path, device: str | torch.device = "cpu", env_id: str | None = None) -> Checkpoint:
     """Read a checkpoint (a run directory's newest, or a checkpoint folder); FastPPOError if damaged:
     a file missing or unreadable, a field of trainer.json missing or wrong (``check_trainer_json``),
-    a tensor not finite. ``check_fits_run`` then checks its tensors against the run it resumes.
+    a tensor not finite, a file that does not match its checksum. ``check_fits_run`` then checks its tensors against the run it resumes.
     ``env_id`` is the env the caller names (``load_agent``: a folder written before agent.json held
     its spaces rebuilds them from it)."""
     folder = find_checkpoint(path)
-    for name in (AGENT_FILE, POLICY_FILE, TRAINER_JSON, TRAINER_TENSORS):
+    for name in CHECKPOINT_FILES:
         if not (folder / name).is_file():
             raise FastPPOError(f"checkpoint {folder} is incomplete: {name} is missing; delete it to use the previous one")
     agent = load_agent(folder, device, env_id)
@@ -238,6 +243,9 @@ def load_checkpoint(path: str | Path, device: str | torch.device = "cpu", env_id
         bad = [name for name, t in named.items() if t.is_floating_point() and not torch.isfinite(t).all()]
         if bad:
             raise _damaged(folder, f"{file} holds NaN/Inf in {', '.join(bad[:3])}")
+    # Last (load_agent checked its two files): what the checks above cannot see, a flipped bit in a plausible value.
+    if (problem := checksum_problem(folder, (TRAINER_JSON, TRAINER_TENSORS))) is not None:
+        raise _damaged(folder, problem)
     done, at = meta.get("schedule_anchor", (0, 0.0))  # absent from checkpoints written before it existed
     return Checkpoint(folder, agent, meta["iteration"], meta["global_step"], float(meta["kl_beta"]), meta["param_groups"], tensors, meta, (done, float(at)))
 
