@@ -175,6 +175,21 @@ def test_a_folder_without_checksums_loads_as_before(run):
     assert fastppo.load(run).config.env.env_id == "CartPole-v1"
 
 
+@pytest.mark.parametrize("records", [1, 0])
+def test_a_metrics_file_cut_short_before_the_checkpoint_is_one_line(run, capsys, records):
+    """Its records up to the checkpoint's step are lost: a resume would go on with a silent gap."""
+    lines = (run / "metrics.jsonl").read_text().splitlines(keepends=True)
+    (run / "metrics.jsonl").write_text("".join(lines[:records]) + lines[records][:20])  # cut inside the next record
+    before = snapshot(run)
+    assert main(["train", "--resume", str(run)]) == 2
+    ends = "ends at step 128" if records else "holds no records"
+    assert capsys.readouterr().err.splitlines() == [
+        f"fastppo: error: {run / 'metrics.jsonl'} {ends}, short of the step of its checkpoint {run / RESUMED} (256): the file was cut short, "
+        "and resuming would leave a gap in it; put the whole file back, or start a new run"
+    ]
+    assert snapshot(run) == before
+
+
 def test_an_undamaged_copy_resumes_to_the_uninterrupted_run(run, trained, capsys):
     assert main(["train", "--resume", str(run)]) == 0
     assert (run / "policy.safetensors").read_bytes() == (trained / "policy.safetensors").read_bytes()

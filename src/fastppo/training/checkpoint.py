@@ -487,20 +487,47 @@ def restore_train_state(state: TrainState, envs: VecEnv, checkpoint: Checkpoint,
     return exact
 
 
+def _metrics_lines(path: Path) -> list[tuple[str, dict[str, Any], float]]:
+    """(line, record, its global_step) of each record of a metrics.jsonl; a line that is no record
+    (cut short by a kill) left out, and a record without a numeric global_step placed after every step."""
+    found = []
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a line cut short by a kill
+        if isinstance(record, dict):
+            step = record.get("global_step")
+            found.append((line, record, step if _number(step) else math.inf))
+    return found
+
+
+def check_metrics_reach(run_dir: Path, checkpoint: Checkpoint) -> None:
+    """A FastPPOError unless ``run_dir``'s metrics.jsonl holds the record of the checkpoint's
+    iteration (logged before the checkpoint was saved): a file cut short would go on from the
+    checkpoint with a silent gap. Reads only: called before anything of the run is written."""
+    if checkpoint.iteration == 0:  # saved during start-up, before a first record
+        return
+    path = Path(run_dir) / "metrics.jsonl"
+    try:
+        steps = [step for _, _, step in _metrics_lines(path)] if path.exists() else []
+    except OSError as exc:
+        raise FastPPOError(f"cannot read {path}: {exc.strerror or exc}") from None
+    if checkpoint.global_step not in steps:
+        last = max((step for step in steps if step < checkpoint.global_step), default=None)
+        ends = "holds no records" if last is None else f"ends at step {last}"
+        raise FastPPOError(
+            f"{path} {ends}, short of the step of its checkpoint {checkpoint.path} ({checkpoint.global_step}): the file was cut short, "
+            "and resuming would leave a gap in it; put the whole file back, or start a new run"
+        )
+
+
 def rewind_metrics(run_dir: Path, global_step: int) -> list[dict[str, Any]]:
     """Cut ``metrics.jsonl`` back to the records at or before ``global_step`` (a process killed after
     its last checkpoint logged iterations that the resumed run logs again) and return them."""
     path = Path(run_dir) / "metrics.jsonl"
     if not path.exists():
         return []
-    kept, lines = [], []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # a line cut short by a kill
-        if record.get("global_step", math.inf) <= global_step:
-            kept.append(record)
-            lines.append(line)
-    atomic_write_text(path, "".join(f"{line}\n" for line in lines))
-    return kept
+    kept = [(line, record) for line, record, step in _metrics_lines(path) if step <= global_step]
+    atomic_write_text(path, "".join(f"{line}\n" for line, _ in kept))
+    return [record for _, record in kept]
