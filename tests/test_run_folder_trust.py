@@ -248,3 +248,27 @@ def test_a_seeds_job_that_never_started_does_not_import_the_code_its_plan_names(
     assert not (tmp_path / "MARKER").exists()
     assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr
     assert "fastppo never imports code that a run folder names" in done.stderr and f"fastppo train --resume job {tmp_path}/evil.py:Env" in done.stderr
+
+
+def test_outputs_in_a_run_folder_are_never_written_through_a_link(trained, tmp_path, capsys):
+    """RUN/plot.png, RUN/videos (record's default, --capture-video's folder): a link there would
+    take the file anywhere the link points. One line, exit 2, nothing written."""
+    run, outside = tmp_path / "run", tmp_path / "outside"
+    shutil.copytree(trained, run)
+    outside.mkdir()
+    (run / "plot.png").symlink_to(outside / "plot.png")
+    assert main(["plot", str(run)]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"fastppo: error: the plot {run / 'plot.png'} is a symbolic link, and fastppo writes no file through one: remove the link, or give another path"
+    ]
+    (run / "videos").symlink_to(outside, target_is_directory=True)
+    assert main(["record", str(run)]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"fastppo: error: the video {run / 'videos' / 'record.mp4'} lies in {run / 'videos'}, a symbolic link, and fastppo writes no file through one: remove the link, or give another path"
+    ]
+    new = tmp_path / "new"
+    new.mkdir()
+    (new / "videos").symlink_to(outside, target_is_directory=True)
+    with pytest.raises(FastPPOError, match="--capture-video's folder .*/new/videos is a symbolic link"):
+        fastppo.train("CartPole-v1", run_dir=new, total_timesteps=64, num_envs=1, num_steps=64, capture_video=True, progress=False, tensorboard=False)
+    assert list(outside.iterdir()) == []

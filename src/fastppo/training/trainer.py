@@ -28,7 +28,7 @@ from fastppo.envs.pettingzoo_vec import AgentSpaces
 from fastppo.envs.turn_based import TurnBasedVecEnv
 from fastppo.envs.vector import HostCopies
 from fastppo.errors import FastPPOError
-from fastppo.files.outputs import output_dir, removed_if_left_empty, writing
+from fastppo.files.outputs import no_links, output_dir, removed_if_left_empty, writing
 from fastppo.files.run_folder import check_no_run, write_config
 from fastppo.policies import ActorCritic
 from fastppo.policies.mlp_autograd import mlp_layers
@@ -209,6 +209,8 @@ def train_rank(
         check_cudagraphs(device)
     collect_on = rollout_device(config.env, device)  # where the rollout lives: the CPU for numpy envs
     video_dir = out_dir / "videos" if out_dir and not stacked else None
+    if video_dir is not None and config.env.capture_video:
+        no_links(video_dir, "--capture-video's folder", inside=out_dir)
     envs = make_vec_env(config.env, collect_on, video_dir=video_dir, multi_agent=config.multi_agent, seed_blocks=len(seeds or [seed]))
     try:
         if is_pettingzoo(config.env.env_id):  # a row per agent: the batch is known now (Config.validate left it)
