@@ -232,7 +232,10 @@ def _title(groups: list[list[Run]]) -> str:
 
 def plot_runs(run_dirs: list[str | Path], out: str | Path, smooth: int = 10) -> Path:
     """Episodic return vs env steps (mean and min-max band over seeds) above a row of diagnostics."""
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:
+        raise FastPPOError("fastppo plot needs matplotlib: pip install 'fastppo[plot]'") from None
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
