@@ -70,7 +70,7 @@ def test_a_new_run_refuses_a_used_folder_and_leaves_it_unchanged(tiny_model, tmp
     # Another command's run, and a `fastppo train` run, are refused alike (no --resume hint: there is no RLHF checkpoint).
     ppo_files = folder_bytes(ppo_run)
     message = cli_error(command_argv(command, tiny_model, inputs, ppo_run), capsys)
-    assert message == f"fastppo: error: --output-dir {ppo_run} is not empty (it holds agent.json, checkpoints, config.yaml, ...): give a new or empty folder"
+    assert message == f"fastppo: error: --output-dir {ppo_run} is not empty (it holds SHA256SUMS, agent.json, checkpoints, ...): give a new or empty folder"
     assert folder_bytes(ppo_run) == ppo_files
     # An empty folder is a new run's.
     (tmp_path / "empty").mkdir()
