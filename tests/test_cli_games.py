@@ -189,6 +189,14 @@ def test_an_entry_that_is_no_legal_move_is_asked_again_with_a_reason():
     assert typist.shown[:4] == ["", "last move: 4", board_text(TICTACTOE).position(env, "player_1"), "your moves: 1, 2, 3, 5, 6, 7, 8"]
 
 
+def test_an_entry_int_cannot_read_is_asked_again():
+    """'²' passes str.isdigit; int() refuses it, and a number of more than 4300 digits."""
+    typist = Typist("²", "9" * 5000, "003")
+    assert HumanPlayer(TICTACTOE, typist.read, typist.write).act(played(TICTACTOE, [0, 4]), "player_1", [0, 4]) == 3
+    legal = "1 2 3 5 6 7 8"
+    assert [line for line in typist.shown if "not a" in line] == [f"'²' is not a move: type one of {legal}", f"{'9' * 20}... is not a legal move now: type one of {legal}"]
+
+
 @pytest.mark.parametrize("entries", [("q",), ("Q",), ()])
 def test_q_or_the_end_of_input_quits(entries):
     typist = Typist(*entries)

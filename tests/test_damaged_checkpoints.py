@@ -1,7 +1,8 @@
 """A damaged checkpoint is refused whole before anything is restored or written: `fastppo train
 --resume` ends in one error line and exit code 2, and the run folder is byte for byte as it was
 (metrics.jsonl not rewound, config.yaml not rewritten, no folder made). A save that cannot write
-(a full disk, a read-only folder) is one line too, and the last good checkpoint stays loadable."""
+(a full disk, a read-only folder) is one line too, and the last good checkpoint stays loadable.
+A flipped bit that leaves every value plausible is caught by the checksums saved with the files."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import json
 import math
 import os
 import shutil
+import struct
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -22,7 +24,8 @@ import fastppo
 import fastppo.training.checkpoint
 import fastppo.training.trainer
 from fastppo.cli.main import main
-from fastppo.training.checkpoint import load_checkpoint
+from fastppo.files.checksums import CHECKSUMS_FILE, write_checksums
+from fastppo.training.checkpoint import CHECKPOINT_FILES, load_checkpoint
 
 RESUMED = "checkpoints/000002"  # the copy's newest: its 000003 is removed, so a resume has an iteration to train
 
@@ -47,11 +50,16 @@ def snapshot(folder: Path) -> dict[str, bytes | None]:
     return {str(p.relative_to(folder)): p.read_bytes() if p.is_file() else None for p in sorted(folder.rglob("*"))}
 
 
+# ``tensors`` and ``fields`` write a checkpoint wrong rather than damage it on disk: its checksums
+# are made anew, so that the checks that name the wrong field see it (as in a folder without checksums).
+
+
 def tensors(edit: Callable[[dict[str, torch.Tensor]], None], file: str = "trainer.safetensors") -> Callable[[Path], None]:
     def damage(checkpoint: Path) -> None:
         found = load_file(str(checkpoint / file))
         edit(found)
         save_file(found, str(checkpoint / file))
+        write_checksums(checkpoint, CHECKPOINT_FILES)
 
     return damage
 
@@ -61,8 +69,26 @@ def fields(edit: Callable[[dict], None], file: str = "trainer.json") -> Callable
         meta = json.loads((checkpoint / file).read_text())
         edit(meta)
         (checkpoint / file).write_text(json.dumps(meta))
+        write_checksums(checkpoint, CHECKPOINT_FILES)
 
     return damage
+
+
+def flip_bit(path: Path) -> None:
+    """Flip the lowest bit of the first tensor's first byte: the value stays finite and plausible."""
+    data = bytearray(path.read_bytes())
+    data[8 + struct.unpack("<Q", data[:8])[0]] ^= 1  # after the header's length and the header
+    path.write_bytes(bytes(data))
+
+
+def flipped(file: str) -> Callable[[Path], None]:
+    return lambda checkpoint: flip_bit(checkpoint / file)
+
+
+def _kl_beta_edited(checkpoint: Path) -> None:
+    meta = json.loads((checkpoint / "trainer.json").read_text())
+    meta["kl_beta"] *= 1.5
+    (checkpoint / "trainer.json").write_text(json.dumps(meta))
 
 
 def _set(key: str, value) -> Callable[[dict], None]:
@@ -112,6 +138,10 @@ DAMAGES = {
     "ppo section missing": (fields(lambda m: m["config"].pop("ppo"), "agent.json"), "the config lacks ppo.total_timesteps, ppo.num_steps, ppo.num_minibatches ..."),
     "field missing": (fields(lambda m: m["config"]["ppo"].pop("gamma"), "agent.json"), "the config lacks ppo.gamma"),
     "num_envs 0": (fields(lambda m: m["config"]["env"].__setitem__("num_envs", 0), "agent.json"), "the config is invalid: --env.num-envs must be a positive integer, got 0"),
+    "trainer bit": (flipped("trainer.safetensors"), "trainer.safetensors changed since it was written (its SHA-256 is not the one in SHA256SUMS)"),
+    "policy bit": (flipped("policy.safetensors"), "is damaged: policy.safetensors changed since it was written"),
+    "kl_beta edited": (_kl_beta_edited, "is damaged: trainer.json changed since it was written"),
+    "checksum gone": (lambda c: (c / CHECKSUMS_FILE).write_text((c / CHECKSUMS_FILE).read_text().replace("  trainer.json\n", "  other.json\n")), "SHA256SUMS lists no checksum for trainer.json"),
 }
 
 
@@ -190,6 +220,40 @@ def test_an_env_snapshot_that_does_not_fit_the_env_is_one_line_and_leaves_the_ru
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1 and err.startswith(f"fastppo: error: checkpoint {older[-1]} is damaged: trainer.json's env snapshot "), err
     assert message in err, err
+    assert snapshot(run) == before
+
+
+@pytest.mark.parametrize("command", [["eval", "{run}", "--episodes", "1"], ["export", "{run}", "--onnx", "{run}/policy.onnx"]])
+def test_a_flipped_bit_in_the_final_policy_is_one_line(run, capsys, command):
+    flip_bit(run / "policy.safetensors")
+    before = snapshot(run)
+    assert main([part.format(run=run) for part in command]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"fastppo: error: the agent in {run} is damaged: policy.safetensors changed since it was written (its SHA-256 is not the one in SHA256SUMS)"
+    ]
+    assert snapshot(run) == before
+
+
+def test_a_folder_without_checksums_loads_as_before(run):
+    """Folders written before checksums were kept (tests/test_old_run_folders.py resumes some)."""
+    for listing in run.rglob(CHECKSUMS_FILE):
+        listing.unlink()
+    flip_bit(run / "policy.safetensors")  # unseen without them, as it was
+    assert fastppo.load(run).config.env.env_id == "CartPole-v1"
+
+
+@pytest.mark.parametrize("records", [1, 0])
+def test_a_metrics_file_cut_short_before_the_checkpoint_is_one_line(run, capsys, records):
+    """Its records up to the checkpoint's step are lost: a resume would go on with a silent gap."""
+    lines = (run / "metrics.jsonl").read_text().splitlines(keepends=True)
+    (run / "metrics.jsonl").write_text("".join(lines[:records]) + lines[records][:20])  # cut inside the next record
+    before = snapshot(run)
+    assert main(["train", "--resume", str(run)]) == 2
+    ends = "ends at step 128" if records else "holds no records"
+    assert capsys.readouterr().err.splitlines() == [
+        f"fastppo: error: {run / 'metrics.jsonl'} {ends}, short of the step of its checkpoint {run / RESUMED} (256): the file was cut short, "
+        "and resuming would leave a gap in it; put the whole file back, or start a new run"
+    ]
     assert snapshot(run) == before
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import matplotlib.image as mpimg
@@ -65,6 +66,12 @@ def test_plot_errors_are_one_line(tmp_path, capsys, runs, setup, message):
     assert main(["plot", str(target), *(["--smooth", "-3"] if setup == "smooth" else [])]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and message in err, err
+
+
+def test_plot_without_matplotlib_is_one_line(runs, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now raises ImportError
+    assert main(["plot", str(runs[0])]) == 2
+    assert capsys.readouterr().err.splitlines() == ["fastppo: error: fastppo plot needs matplotlib: pip install 'fastppo[plot]'"]
 
 
 def test_a_last_line_cut_short_by_a_kill_is_skipped(runs, tmp_path):

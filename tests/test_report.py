@@ -196,6 +196,30 @@ def test_bad_input_is_one_line(root, tmp_path, capsys, monkeypatch, case, messag
     assert len(err.splitlines()) == 1 and message in err, err
 
 
+def _cut_at_line(text: str, start: str) -> str:
+    return text[: text.index(f"\n{start}") + 1]
+
+
+@pytest.mark.parametrize(
+    "cut, message",
+    [
+        (lambda text: _cut_at_line(text, "multi_agent:"), "config.yaml is cut short (its end marker '...' is missing)"),
+        (lambda text: text[: text.index("collective_timeout: ") + len("collective_timeout: ") + 1], "config.yaml is cut short (its end marker '...' is missing)"),
+        (lambda text: _cut_at_line(text.removeprefix("---\n"), "  stop_window:"), "the config lacks run.stop_window, run.collective_timeout"),  # no markers: as before them
+    ],
+    ids=["at a section", "in the last value", "unmarked"],
+)
+def test_a_config_cut_short_is_one_line_not_a_group_of_its_own(root, tmp_path, capsys, cut, message):
+    """What is left still parses as YAML; grouped by it, the run would be an experiment of its own."""
+    runs = tmp_path / "runs"
+    shutil.copytree(root / "lr-2", runs)
+    config = runs / "s2" / "config.yaml"
+    config.write_text(cut(config.read_text()))
+    assert main(["report", str(runs), "--out", str(tmp_path / "out"), "--reps", "10"]) == 2
+    assert capsys.readouterr().err.splitlines() == [f"fastppo: error: cannot read the config of {runs / 's2'}: {message}"]
+    assert not (tmp_path / "out").exists()
+
+
 def test_curves_draw_each_config_on_the_steps_its_runs_cover(tmp_path, monkeypatch):
     """A config whose runs stopped early (a pruned sweep trial) or logged once shares a panel with
     full-length ones: each is drawn on its own steps."""

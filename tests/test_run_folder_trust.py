@@ -23,6 +23,7 @@ from fastppo.agents.space_data import spaces_from_data, spaces_to_data
 from fastppo.cli.main import main
 from fastppo.envs.layout import ObservationLayout
 from fastppo.errors import FastPPOError
+from fastppo.files.checksums import CHECKSUMS_FILE, write_checksums
 
 SRC = Path(fastppo.__file__).parents[1]
 # Importing this writes the marker file beside it: the payload a malicious folder would run.
@@ -42,9 +43,15 @@ def trained(tmp_path_factory) -> Path:
     return run
 
 
+def resealed(folder: Path) -> None:
+    """``folder``'s checksums made anew: its files edited by whoever sent it, not damaged on the way."""
+    write_checksums(folder, [line.split("  ", 1)[1] for line in (folder / CHECKSUMS_FILE).read_text().splitlines()])
+
+
 def sent_folder(trained: Path, tmp_path: Path, env_id: str) -> Path:
     """A copy of ``trained`` whose agent.json files (final and checkpoints) name ``env_id``, with
-    evil.py and evilmod.py (the payload) in ``tmp_path``, the working directory of the commands."""
+    evil.py and evilmod.py (the payload) in ``tmp_path``, the working directory of the commands;
+    its checksums match the edited files."""
     for name in ("evil.py", "evilmod.py"):
         (tmp_path / name).write_text(PAYLOAD)
     run = tmp_path / "run"
@@ -53,6 +60,7 @@ def sent_folder(trained: Path, tmp_path: Path, env_id: str) -> Path:
         meta = json.loads(path.read_text())
         meta["config"]["env"]["env_id"] = env_id.format(tmp=tmp_path)
         path.write_text(json.dumps(meta))
+        resealed(path.parent)
     return run
 
 
@@ -117,11 +125,12 @@ def test_python_load_imports_nothing_and_evaluate_needs_the_env_named(trained, t
 
 
 def drop_spaces(run: Path) -> None:
-    """``run`` as fastppo wrote it before agent.json stored the spaces."""
+    """``run`` as fastppo wrote it before agent.json stored the spaces (and checksums were kept)."""
     for path in run.rglob("agent.json"):
         meta = json.loads(path.read_text())
         del meta["spaces"]
         path.write_text(json.dumps(meta))
+        (path.parent / CHECKSUMS_FILE).unlink()
 
 
 def test_an_older_folder_rebuilds_its_spaces_from_an_installed_env_only(trained, tmp_path, monkeypatch):
@@ -239,3 +248,27 @@ def test_a_seeds_job_that_never_started_does_not_import_the_code_its_plan_names(
     assert not (tmp_path / "MARKER").exists()
     assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr
     assert "fastppo never imports code that a run folder names" in done.stderr and f"fastppo train --resume job {tmp_path}/evil.py:Env" in done.stderr
+
+
+def test_outputs_in_a_run_folder_are_never_written_through_a_link(trained, tmp_path, capsys):
+    """RUN/plot.png, RUN/videos (record's default, --capture-video's folder): a link there would
+    take the file anywhere the link points. One line, exit 2, nothing written."""
+    run, outside = tmp_path / "run", tmp_path / "outside"
+    shutil.copytree(trained, run)
+    outside.mkdir()
+    (run / "plot.png").symlink_to(outside / "plot.png")
+    assert main(["plot", str(run)]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"fastppo: error: the plot {run / 'plot.png'} is a symbolic link, and fastppo writes no file through one: remove the link, or give another path"
+    ]
+    (run / "videos").symlink_to(outside, target_is_directory=True)
+    assert main(["record", str(run)]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"fastppo: error: the video {run / 'videos' / 'record.mp4'} lies in {run / 'videos'}, a symbolic link, and fastppo writes no file through one: remove the link, or give another path"
+    ]
+    new = tmp_path / "new"
+    new.mkdir()
+    (new / "videos").symlink_to(outside, target_is_directory=True)
+    with pytest.raises(FastPPOError, match="--capture-video's folder .*/new/videos is a symbolic link"):
+        fastppo.train("CartPole-v1", run_dir=new, total_timesteps=64, num_envs=1, num_steps=64, capture_video=True, progress=False, tensorboard=False)
+    assert list(outside.iterdir()) == []

@@ -317,6 +317,10 @@ POOL_DAMAGES = {
     "bad record": (fields(lambda m: m["self_play"]["snapshots"][0].__setitem__("record", [1, -1, 0])), "trainer.json's self_play holds the record [1, -1, 0], not three counts"),
     "bad rating": (fields(lambda m: m["self_play"].__setitem__("learner_rating", [25.0, 0.0])), "trainer.json's self_play holds the rating [25.0, 0.0], not (mu, sigma > 0)"),
     "bad rng": (fields(lambda m: m["self_play"]["rng"].__setitem__("bit_generator", "MT19937")), "trainer.json's self_play is malformed (state must be for a PCG64 RNG)"),
+    "iteration a string": (fields(lambda m: m["self_play"]["snapshots"][0].__setitem__("iteration", "1")), "trainer.json's self_play names a snapshot by '1', not by its iteration"),
+    "iteration a fraction": (fields(lambda m: m["self_play"]["snapshots"][1].__setitem__("iteration", 2.7)), "trainer.json's self_play names a snapshot by 2.7, not by its iteration"),
+    "pool a string": (fields(lambda m: m["self_play"].__setitem__("pool", [1, "2"])), "trainer.json's self_play names a snapshot by '2', not by its iteration"),
+    "opponent a float": (fields(lambda m: m["self_play"].__setitem__("opponent", [1.0, -1])), "trainer.json's self_play holds the opponents [1.0, -1], not a list of integers"),
     "snapshot tensor missing": (tensors(lambda t: t.pop("pool.2.policy.action_head.linear.bias")), "trainer.safetensors lacks pool.2.policy.action_head.linear.bias"),
     "snapshot tensor misshapen": (
         tensors(lambda t: t.update({"pool.2.policy.action_head.linear.bias": torch.zeros(3)})),

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -69,7 +70,7 @@ def test_a_new_run_refuses_a_used_folder_and_leaves_it_unchanged(tiny_model, tmp
     # Another command's run, and a `fastppo train` run, are refused alike (no --resume hint: there is no RLHF checkpoint).
     ppo_files = folder_bytes(ppo_run)
     message = cli_error(command_argv(command, tiny_model, inputs, ppo_run), capsys)
-    assert message == f"fastppo: error: --output-dir {ppo_run} is not empty (it holds agent.json, checkpoints, config.yaml, ...): give a new or empty folder"
+    assert message == f"fastppo: error: --output-dir {ppo_run} is not empty (it holds SHA256SUMS, agent.json, checkpoints, ...): give a new or empty folder"
     assert folder_bytes(ppo_run) == ppo_files
     # An empty folder is a new run's.
     (tmp_path / "empty").mkdir()
@@ -197,3 +198,76 @@ def test_a_device_this_machine_lacks_is_one_line(tiny_model, tmp_path, capsys, i
     monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
     assert message in cli_error(command_argv(command, tiny_model, inputs, tmp_path / "run", "--device", device), capsys)
     assert not (tmp_path / "run").exists()
+
+
+def test_resume_refuses_a_run_of_another_command(tiny_model, tmp_path, capsys, inputs) -> None:
+    """`dpo --resume` on an rlhf run's folder (a critic beside the policy): one line, the folder as it was."""
+    run = tmp_path / "run"
+    assert run_cli(command_argv("rlhf", tiny_model, inputs, run, "--estimator", "gae")) == 0
+    before = folder_bytes(run)
+    message = cli_error(command_argv("dpo", tiny_model, inputs, run, "--resume"), capsys)
+    assert message == f"fastppo: error: --resume: {run} holds a run of fastppo rlhf, not of fastppo dpo: continue it with 'fastppo rlhf --resume', or give a new or empty --output-dir"
+    # A checkpoint written before they named their command: its optimizer state does not fit DPO's models.
+    state = run / "checkpoint-000002" / "trainer_state.json"
+    state.write_text(json.dumps({k: v for k, v in json.loads(state.read_text()).items() if k != "command"}))
+    before = folder_bytes(run)
+    message = cli_error(command_argv("dpo", tiny_model, inputs, run, "--resume"), capsys)
+    assert message.startswith(f"fastppo: error: checkpoint {run / 'checkpoint-000002'} does not fit this run: its optimizer state is for other models (")
+    assert message.endswith("): resume it with the command and --model that wrote it")
+    assert folder_bytes(run) == before
+
+
+def _checkpoint_folder(folder: Path) -> Path:
+    folder.mkdir(parents=True)
+    (folder / "trainer_state.json").write_text(json.dumps({"step": 1, "world_size": 1}))
+    return folder
+
+
+@pytest.mark.parametrize("pointer", ["../elsewhere/checkpoint-000001", "{tmp}/elsewhere/checkpoint-000001", "checkpoint-000001/../../elsewhere/checkpoint-000001", "link"])
+def test_latest_never_names_a_folder_outside_the_output_dir(tmp_path, pointer) -> None:
+    outside = _checkpoint_folder(tmp_path / "elsewhere" / "checkpoint-000001")
+    run = tmp_path / "run"
+    _checkpoint_folder(run / "checkpoint-000001")
+    if pointer == "link":
+        (run / "checkpoint-000005").symlink_to(outside)
+        pointer = "checkpoint-000005"
+    (run / LATEST).write_text(pointer.format(tmp=tmp_path))
+    with pytest.raises(FastPPOError, match=f"{run / LATEST} names .*, not a checkpoint folder of {run} \\(checkpoint-NNNNNN\\): write the name of its newest checkpoint into it"):
+        latest_checkpoint(run)
+    (run / LATEST).write_text("checkpoint-000001\n")
+    assert latest_checkpoint(run) == run / "checkpoint-000001"
+
+
+class WritesMarker:
+    """Unpickling this runs ``open(marker, 'w')``."""
+
+    def __init__(self, marker: Path):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def pickled_weights(folder: Path, marker: Path) -> None:
+    """``folder``'s model.safetensors replaced by a pytorch_model.bin that runs code when unpickled."""
+    (folder / "model.safetensors").unlink()
+    torch.save({"transformer.wte.weight": WritesMarker(marker)}, folder / "pytorch_model.bin")
+
+
+def test_pickled_weights_are_one_line_and_never_run(tiny_model, tmp_path, capsys, inputs) -> None:
+    marker = tmp_path / "pwned"
+    model = tmp_path / "model"
+    shutil.copytree(tiny_model, model)
+    pickled_weights(model, marker)
+    message = cli_error(command_argv("dpo", model, inputs, tmp_path / "new"), capsys)
+    assert message == (
+        f"fastppo: error: cannot load '{model}': its weights are a pickle that holds more than tensors, and unpickling it could run code: "
+        "save the model as safetensors (save_pretrained's default) or pass another model"
+    )
+    # In a checkpoint of a run, as --resume loads it.
+    run = tmp_path / "run"
+    assert run_cli(command_argv("dpo", tiny_model, inputs, run)) == 0
+    pickled_weights(run / "checkpoint-000002" / "policy", marker)
+    message = cli_error(command_argv("dpo", tiny_model, inputs, run, "--resume"), capsys)
+    assert message.startswith(f"fastppo: error: cannot load '{run / 'checkpoint-000002' / 'policy'}': its weights are a pickle")
+    assert not marker.exists()

@@ -24,10 +24,13 @@ from fastppo.core.normalize import RunningMeanStd
 from fastppo.env_ids import folder_env_id, names_user_code
 from fastppo.envs.layout import ObservationLayout
 from fastppo.errors import FastPPOError
+from fastppo.files.checksums import CHECKSUMS_FILE, checksum_problem, write_checksums
 from fastppo.files.run_folder import AGENT_FILE, POLICY_FILE
 from fastppo.policies import ActorCritic
 from fastppo.policies.population import GroupedActorCritic
 
+AGENT_FILES = (POLICY_FILE, AGENT_FILE)
+"""What ``Agent.save`` writes (with their checksums)."""
 
 
 @dataclass
@@ -176,12 +179,15 @@ class Agent:
 
     def save(self, directory: str | Path) -> None:
         """policy.safetensors (weights + obs statistics) and agent.json (config and spaces, as
-        data: loading rebuilds the policy without the env), no pickle.
+        data: loading rebuilds the policy without the env), no pickle, and SHA256SUMS, their
+        checksums, which loading verifies.
 
         Each file is written under a temporary name and renamed into place, so an interrupted
-        save leaves the previous file whole."""
+        save leaves the previous file whole; the old checksums go first, so that it never leaves
+        checksums of other files (a folder without them is read unchecked)."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
+        (directory / CHECKSUMS_FILE).unlink(missing_ok=True)
         # clone: during training the weights are views of one flat buffer (fastppo.training.update), which
         # safetensors would refuse as shared memory.
         tensors = {f"policy.{k}": v.detach().cpu().clone() for k, v in self.policy.state_dict().items()}
@@ -201,6 +207,7 @@ class Agent:
         tmp = directory / f".{AGENT_FILE}.tmp-{os.getpid()}"
         tmp.write_text(json.dumps(meta, indent=2))
         os.replace(tmp, directory / AGENT_FILE)
+        write_checksums(directory, AGENT_FILES)
 
 
 def build_agent(
@@ -254,6 +261,9 @@ def load_agent(directory: str | Path, device: str | torch.device = "cpu", env_id
             agent.obs_rms.load_state_dict({k.removeprefix("obs_rms."): v for k, v in tensors.items() if k.startswith("obs_rms.")})
     except (RuntimeError, KeyError) as exc:
         raise FastPPOError(f"the weights in {directory / POLICY_FILE} do not fit the saved config: {exc}".splitlines()[0]) from None
+    # Last: a file that does not parse or fit says how above; this finds what reads as valid (a flipped bit in a weight).
+    if (problem := checksum_problem(directory, AGENT_FILES)) is not None:
+        raise FastPPOError(f"the agent in {directory} is damaged: {problem}")
     agent.run_dir = directory
     return agent
 

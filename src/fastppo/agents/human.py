@@ -51,12 +51,14 @@ class HumanPlayer:
                 raise Quit from None
             if entry.lower() in ("q", "quit"):
                 raise Quit
-            if not entry.isdigit():
-                self.write(f"'{entry}' is not a move: type one of {typed}")
-            elif int(entry) not in legal:
-                self.write(f"{int(entry)} is not a legal move now: type one of {typed}")
+            # Compared as text: str.isdigit takes '²' for a digit, and int() refuses one of more than 4300 digits.
+            number = entry.lstrip("0") or "0"
+            if not (entry.isascii() and entry.isdigit()):
+                self.write(f"'{entry[:20]}{'...' if len(entry) > 20 else ''}' is not a move: type one of {typed}")
+            elif number not in typed.split():
+                self.write(f"{number[:20]}{'...' if len(number) > 20 else ''} is not a legal move now: type one of {typed}")
             else:
-                return int(entry)
+                return int(number)
 
     def game_over(self, env: Any, seat: str, history: list[int], own: float, other: float) -> None:
         """Show how a game the person played from ``seat`` ended: the last move, the final

@@ -93,14 +93,14 @@ def _chat_tokenizer(data: DataConfig, model: str):
     return load_tokenizer(model)
 
 
-def _check_start(model: ModelConfig, run: RunConfig) -> None:
+def _check_start(model: ModelConfig, run: RunConfig, command: str) -> None:
     """The device and the output folder (new and empty, or a checkpoint to resume), checked before
     any data or model is read; the trainers check them again for callers of their API."""
     from fastppo.devices import resolve_device
     from fastppo.rlhf.checkpoint import resume_point
 
     resolve_device(model.device)
-    resume_point(Path(run.output_dir), run.resume)
+    resume_point(Path(run.output_dir), run.resume, command)
 
 
 def run_rlhf(args: argparse.Namespace) -> int:
@@ -121,7 +121,7 @@ def run_rlhf(args: argparse.Namespace) -> int:
     )
     validate_ppo(cfg.model, cfg.sampling, cfg.ppo)  # before any loading: bad flags fail in milliseconds
     validate_run(cfg.run, cfg.schedule, cfg.monitor, cfg.ppo.steps)
-    _check_start(cfg.model, cfg.run)
+    _check_start(cfg.model, cfg.run, "rlhf")
     data = config_from_args(DataConfig, args)
     tokenizer = _chat_tokenizer(data, cfg.model.model)
     columns = [read_prompt_column(args.prompts, "--prompts", data)] + ([read_prompt_column(args.eval_prompts, "--eval-prompts", data)] if args.eval_prompts else [])
@@ -151,7 +151,7 @@ def run_dpo(args: argparse.Namespace) -> int:
     )
     validate_dpo(cfg.model, cfg.dpo)
     validate_run(cfg.run, cfg.schedule)
-    _check_start(cfg.model, cfg.run)
+    _check_start(cfg.model, cfg.run, "dpo")
     data = config_from_args(PreferenceDataConfig, args)
     pairs = read_preferences(args.data, data, _chat_tokenizer(data, cfg.model.model))
     history = train_dpo(cfg, pairs)
@@ -172,7 +172,7 @@ def run_reward_model(args: argparse.Namespace) -> int:
     )
     validate_reward_model(cfg.model, cfg.reward_model)
     validate_run(cfg.run, cfg.schedule)
-    _check_start(cfg.model, cfg.run)
+    _check_start(cfg.model, cfg.run, "reward-model")
     data = config_from_args(PreferenceDataConfig, args)
     history = train_reward_model(cfg, read_preferences(args.data, data, _chat_tokenizer(data, cfg.model.model)))
     first, last = history[0], history[-1]

@@ -91,8 +91,11 @@ def run_eval(args: argparse.Namespace) -> int:
 
 def run_record(args: argparse.Namespace) -> int:
     from fastppo.agents.evaluation import record
+    from fastppo.files.outputs import no_links
 
     out = Path(args.out) if args.out else Path(args.run_dir) / "videos" / "record.mp4"
+    if not args.out:  # in the run folder: RUN/videos a link would take the video elsewhere
+        no_links(out, "the video", inside=Path(args.run_dir))
     path, result, frames = record(args.run_dir, out, episodes=args.episodes, env_id=args.env_id, deterministic=not args.stochastic, seed=args.seed)
     print(f"fastppo: wrote {path} ({frames} frames; {result})")
     return 0

@@ -15,8 +15,10 @@ from typing import Any
 import numpy as np
 import yaml
 
+from fastppo.config import Config
 from fastppo.errors import FastPPOError
 from fastppo.files.outputs import output_file, writing
+from fastppo.files.run_folder import AGENT_FILE, CONFIG_FILE, read_config
 
 RETURN = "charts/episodic_return"
 RATINGS = "ratings/"
@@ -66,17 +68,19 @@ class Run:
 
 
 def read_run(path: str | Path) -> Run:
-    """A run directory's config and metrics; FastPPOError naming what is missing or damaged."""
+    """A run directory's config and metrics; FastPPOError naming what is missing or damaged (a
+    config cut short or lacking a field among them: runs are grouped by their whole config)."""
     path = Path(path)
     if not path.exists():
         raise FastPPOError(f"{path} does not exist: give a run directory (metrics.jsonl and config.yaml in it) or a folder of runs")
     if not path.is_dir():
         raise FastPPOError(f"{path} is a file, not a run directory (expected metrics.jsonl and config.yaml in it)")
     try:
-        if (path / "config.yaml").exists():
-            config = yaml.safe_load((path / "config.yaml").read_text())
+        if (path / CONFIG_FILE).exists():
+            config = read_config(path / CONFIG_FILE)
         else:
-            config = json.loads((path / "agent.json").read_text())["config"]
+            config = json.loads((path / AGENT_FILE).read_text())["config"]
+            Config.from_dict(config)  # whole, as read_config checks config.yaml
         flat = {f"{section}.{key}": value for section, values in config.items() for key, value in values.items()}
         records = read_metrics(path / "metrics.jsonl")
     except FileNotFoundError as exc:
@@ -228,7 +232,10 @@ def _title(groups: list[list[Run]]) -> str:
 
 def plot_runs(run_dirs: list[str | Path], out: str | Path, smooth: int = 10) -> Path:
     """Episodic return vs env steps (mean and min-max band over seeds) above a row of diagnostics."""
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:
+        raise FastPPOError("fastppo plot needs matplotlib: pip install 'fastppo[plot]'") from None
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

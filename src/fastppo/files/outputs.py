@@ -16,8 +16,9 @@ from fastppo.errors import FastPPOError
 def output_file(path: str | Path, what: str, suffixes: Collection[str] = ()) -> Path:
     """``path`` as a file that can be written (its folder created), else a FastPPOError naming
     ``what`` (e.g. "--onnx") and the problem; ``suffixes`` (".png", ...), if given, are the
-    endings the writer understands."""
+    endings the writer understands. A link at ``path`` is refused (``no_links``)."""
     path = Path(path)
+    no_links(path, what)
     if path.is_dir():
         raise FastPPOError(f"{what} {path} is a folder: give a file path")
     if suffixes and path.suffix.lower() not in suffixes:
@@ -25,6 +26,17 @@ def output_file(path: str | Path, what: str, suffixes: Collection[str] = ()) -> 
         raise FastPPOError(f"{what} {path} {problem}: end the name in {', '.join(sorted(suffixes))}")
     _writable_folder(path.parent, what, path)
     return path
+
+
+def no_links(path: Path, what: str, inside: Path | None = None) -> None:
+    """A FastPPOError when ``path`` is a symbolic link (writing it would write wherever the link
+    points), or, with ``inside`` (the run folder a default output lies in, e.g. RUN/videos/...),
+    when a folder between ``inside`` and ``path`` is one: outputs are regular files in the folder."""
+    below = path.relative_to(inside).parents if inside is not None else ()
+    link = next((p for p in (path, *(inside / part for part in below if part != Path("."))) if p.is_symlink()), None)
+    if link is not None:
+        where = "is a symbolic link" if link == path else f"lies in {link}, a symbolic link"
+        raise FastPPOError(f"{what} {path} {where}, and fastppo writes no file through one: remove the link, or give another path")
 
 
 def output_dir(path: str | Path, what: str) -> Path:

@@ -10,12 +10,18 @@ import itertools
 import re
 import time
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 from fastppo.config import Config
 from fastppo.env_ids import file_spec
 from fastppo.errors import FastPPOError
+from fastppo.files.atomic import atomic_write_text
+from fastppo.files.checksums import CHECKSUMS_FILE
 
 # Names only, no imports from the layers that write them (agent, checkpoint): they import these.
+CONFIG_FILE = "config.yaml"
 POLICY_FILE = "policy.safetensors"
 AGENT_FILE = "agent.json"
 CHECKPOINT_DIR = "checkpoints"
@@ -30,7 +36,7 @@ VIDEO_FILE = re.compile(r"episode-\d{6,}\.mp4")
 
 SEEDS_PLAN = "seeds.json"
 """A --seeds job's plan in its parent folder (fastppo.experiments.seeds), written before any seed starts."""
-RUN_FILES = ("config.yaml", "metrics.jsonl", AGENT_FILE, POLICY_FILE, CHECKPOINT_DIR, SEEDS_PLAN)
+RUN_FILES = (CONFIG_FILE, "metrics.jsonl", AGENT_FILE, POLICY_FILE, CHECKSUMS_FILE, CHECKPOINT_DIR, SEEDS_PLAN)
 """What ``fastppo train`` writes into a run folder, TensorBoard's event files aside."""
 UNFINISHED_WRITE = re.compile(rf"\.(tmp|old)-\d{{6,}}-\d+|\.({'|'.join(map(re.escape, (*RUN_FILES, LATEST)))})\.tmp-\d+")
 """The name of a write in progress: a checkpoint folder before its rename, or the one it
@@ -38,6 +44,26 @@ replaces (fastppo.training.checkpoint), a run's file before its rename (fastppo.
 TENSORBOARD_EVENTS = "events.out.tfevents.*"
 SEED_FOLDER = re.compile(r"seed_\d+")
 """A ``--seeds`` run's part: ``--resume`` on its parent continues it."""
+
+
+def write_config(run_dir: Path, config: Config) -> None:
+    """``run_dir``/config.yaml, atomically, between YAML's document markers (``---`` and ``...``):
+    a file cut short at any byte lacks the end marker, even where what is left still parses."""
+    # libyaml's dumper where PyYAML has it: the same text, ~4x faster (a stack writes one per seed).
+    dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+    atomic_write_text(run_dir / CONFIG_FILE, yaml.dump(config.to_dict(), Dumper=dumper, sort_keys=False, explicit_start=True, explicit_end=True))
+
+
+def read_config(path: Path) -> dict[str, Any]:
+    """A run's config.yaml (``path``) as data, checked whole: a ValueError (or a YAMLError, an
+    OSError) for a file cut short (written with the markers, its end marker lost) or one that lacks
+    a field or holds a bad value (``Config.from_dict``), never a part of a config taken for it."""
+    text = path.read_text(encoding="utf-8")
+    if text.startswith("---") and not text.rstrip().endswith("\n..."):
+        raise ValueError(f"{CONFIG_FILE} is cut short (its end marker '...' is missing)")
+    data = yaml.safe_load(text)
+    Config.from_dict(data)
+    return data
 
 
 def own_run_files(folder: Path) -> list[str]:

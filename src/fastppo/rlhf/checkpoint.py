@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from fastppo.errors import FastPPOError
@@ -29,6 +31,7 @@ from fastppo.rlhf.parallel import Ranks
 from fastppo.training.distributed import check_world_size
 
 LATEST = "latest"
+CHECKPOINT_NAME = re.compile(r"checkpoint-\d{6,}")
 STATE_FILE = "trainer_state.json"
 OPTIMIZER_FILE = "optimizer.safetensors"
 RNG_FILE = "rng.safetensors"
@@ -115,14 +118,19 @@ def _refuse_non_finite(models: Models, ranks: Ranks) -> None:
         raise FastPPOError(f"refusing to checkpoint non-finite weights{where}: lower the learning rate")
 
 
-def resume_point(output_dir: Path, resume: bool) -> Path | None:
-    """The checkpoint a run continues from with ``resume``, else None; checked before anything is
-    written. A new run needs an absent or empty folder: a second run in a used one would append to
-    its metrics.jsonl and write over its model and checkpoints."""
+def resume_point(output_dir: Path, resume: bool, command: str) -> Path | None:
+    """The checkpoint a run of ``command`` (rlhf, dpo, reward-model) continues from with
+    ``resume``, else None; checked before anything is written. A new run needs an absent or empty
+    folder: a second run in a used one would append to its metrics.jsonl and write over its model
+    and checkpoints. A checkpoint of another command is refused (its optimizer state fits another
+    set of models)."""
     if resume:
         found = latest_checkpoint(output_dir)
         if found is None:
             raise FastPPOError(f"--resume: {output_dir} holds no checkpoint (no {LATEST} file) to continue from: drop --resume to start a new run")
+        written_by = _read_state(found).get("command", command)  # older checkpoints do not say
+        if written_by != command:
+            raise FastPPOError(f"--resume: {output_dir} holds a run of fastppo {written_by}, not of fastppo {command}: continue it with 'fastppo {written_by} --resume', or give a new or empty --output-dir")
         return found
     if output_dir.is_file():
         raise FastPPOError(f"--output-dir {output_dir} is a file: give a new or empty folder")
@@ -148,20 +156,42 @@ def last_checkpoint_named(output_dir: Path) -> Iterator[None]:
 
 
 def latest_checkpoint(output_dir: Path) -> Path | None:
+    """The checkpoint folder ``latest`` names, or None without one; a FastPPOError for a name
+    that is not a checkpoint folder of ``output_dir`` itself (a path, a link: followed, it would
+    resume from elsewhere) or for a folder missing or incomplete."""
     pointer = output_dir / LATEST
     if not pointer.is_file():
         return None
-    folder = output_dir / pointer.read_text().strip()
+    name = pointer.read_bytes().decode("utf-8", errors="replace").strip()
+    folder = output_dir / name
+    if not CHECKPOINT_NAME.fullmatch(name) or folder.is_symlink():
+        what = f"{folder}, a symbolic link" if CHECKPOINT_NAME.fullmatch(name) else repr(name[:80])
+        raise FastPPOError(f"{pointer} names {what}, not a checkpoint folder of {output_dir} (checkpoint-NNNNNN): write the name of its newest checkpoint into it")
     if not (folder / STATE_FILE).is_file():
         raise FastPPOError(f"checkpoint {folder} named by {pointer} is missing or incomplete: delete {pointer} to start over")
-    check_world_size(output_dir, json.loads((folder / STATE_FILE).read_text()).get("world_size", 1))
+    check_world_size(output_dir, _read_state(folder).get("world_size", 1))
     return folder
 
 
+def _read_state(folder: Path) -> dict[str, Any]:
+    try:
+        state = json.loads((folder / STATE_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise FastPPOError(f"checkpoint {folder} is damaged: {STATE_FILE} cannot be read ({str(exc).splitlines()[0]}): delete it and point {LATEST} at the one before") from None
+    if not isinstance(state, dict):
+        raise FastPPOError(f"checkpoint {folder} is damaged: {STATE_FILE} is not an object: delete it and point {LATEST} at the one before")
+    return state
+
+
 def load_training_state(folder: Path, optimizer: torch.optim.Optimizer, models: Models, ranks: Ranks = Ranks()) -> dict[str, Any]:
-    """Restore optimizer and RNG states in place (this rank's); return the counters saved with them."""
-    state = json.loads((folder / STATE_FILE).read_text())
+    """Restore optimizer and RNG states in place (this rank's); return the counters saved with them.
+    A FastPPOError when the optimizer state does not fit ``models`` (a checkpoint of other models)."""
+    state = _read_state(folder)
     state.pop("world_size", None)
-    _load_optimizer(optimizer, load_file(folder / OPTIMIZER_FILE), state.pop("param_groups"), models, ranks)
+    state.pop("command", None)
+    try:
+        _load_optimizer(optimizer, load_file(folder / OPTIMIZER_FILE), state.pop("param_groups"), models, ranks)
+    except (ValueError, KeyError, RuntimeError, SafetensorError) as exc:
+        raise FastPPOError(f"checkpoint {folder} does not fit this run: its optimizer state is for other models ({str(exc).splitlines()[0]}): resume it with the command and --model that wrote it") from None
     _restore_rng(load_file(folder / RNG_FILE), ranks)
     return state

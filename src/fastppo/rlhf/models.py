@@ -63,13 +63,29 @@ class Models:
         return [p for m in modules for p in m.parameters() if p.requires_grad]
 
 
-def _load(loader, path: str, **kwargs):
-    check_model_path(path, "model path")
+@contextmanager
+def _loading(path: str) -> Iterator[None]:
+    """A model that cannot be loaded as one FastPPOError line."""
     try:
-        return loader.from_pretrained(path, **kwargs)
+        yield
     except (OSError, ValueError) as exc:
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise FastPPOError(f"cannot load {path!r} ({first_line}): pass a folder written by save_pretrained or a reachable hub id") from exc
+    except Exception as exc:
+        # torch.load(weights_only=True) refusing a .bin that holds more than tensors raises
+        # pickle.UnpicklingError, told by its name: no module here imports pickle.
+        if type(exc).__name__ != "UnpicklingError":
+            raise
+        raise FastPPOError(
+            f"cannot load {path!r}: its weights are a pickle that holds more than tensors, and unpickling it could run code: "
+            "save the model as safetensors (save_pretrained's default) or pass another model"
+        ) from None
+
+
+def _load(loader, path: str, **kwargs):
+    check_model_path(path, "model path")
+    with _loading(path):
+        return loader.from_pretrained(path, **kwargs)
 
 
 def load_tokenizer(path: str) -> PreTrainedTokenizerBase:
@@ -167,7 +183,8 @@ def load_models(cfg: ModelConfig, critic: str | None, critic_model: str | None =
         else:
             from peft import PeftModel
 
-            policy = PeftModel.from_pretrained(policy, str(resume_from / POLICY_DIR), is_trainable=True)
+            with _loading(str(resume_from / POLICY_DIR)):
+                policy = PeftModel.from_pretrained(policy, str(resume_from / POLICY_DIR), is_trainable=True)
         reference = None
     else:
         policy = load_causal_lm(str(resume_from / POLICY_DIR) if resume_from else cfg.model, tokenizer, device)

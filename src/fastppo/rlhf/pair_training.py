@@ -41,6 +41,11 @@ class PairSteps:
     """The loss metrics' namespace (``dpo/loss``, ``reward_model/accuracy``)."""
 
     @property
+    def command(self) -> str:
+        """The command that trains them (fastppo dpo, fastppo reward-model), as its checkpoints name it."""
+        return self.prefix.replace("_", "-")
+
+    @property
     def micro_batch_size(self) -> int:
         return self.batch_size // self.gradient_accumulation_steps
 
@@ -105,5 +110,5 @@ def train_on_pairs(
             logger.log(step, logged)
             history.append(logged)
             if due(step, run.save_every, total_steps):
-                save_checkpoint(output_dir, step, models, optimizer, {"grad_scaler": precision.state_dict()}, run.keep_checkpoints, ranks)
+                save_checkpoint(output_dir, step, models, optimizer, {"command": steps.command, "grad_scaler": precision.state_dict()}, run.keep_checkpoints, ranks)
     return history

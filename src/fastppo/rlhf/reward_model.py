@@ -70,7 +70,7 @@ def train_reward_model(cfg: RewardModelTrainerConfig, pairs: list[PreferencePair
     total_steps = math.ceil(rm.epochs * len(train_pairs) / rm.batch_size)
     validate_run(run, cfg.schedule, total_steps=total_steps)
     output_dir = Path(run.output_dir)
-    resume_from = resume_point(output_dir, run.resume)
+    resume_from = resume_point(output_dir, run.resume, "reward-model")
     start_run(run)
     device = resolve_device(model_cfg.device)
     model, tokenizer = load_reward_model(str(resume_from / POLICY_DIR) if resume_from else model_cfg.model, device, trainable=True)

@@ -148,7 +148,7 @@ def _train(cfg: RLHFConfig, reward_fn: RewardFn, prompts: list[str], eval_prompt
     if not prompts:
         raise FastPPOError("no prompts to train on: give at least one prompt")
     output_dir = Path(run.output_dir)
-    resume_from = resume_point(output_dir, run.resume)
+    resume_from = resume_point(output_dir, run.resume, "rlhf")
     start_run(run)
     models = load_models(ranks.load_config(model_cfg), ppo.critic if ppo.estimator == "gae" else None, ppo.critic_model, resume_from)
     ranks.prepare(models)
@@ -226,5 +226,5 @@ def _train(cfg: RLHFConfig, reward_fn: RewardFn, prompts: list[str], eval_prompt
             if ranks.main:
                 monitor.check(step, metrics["rlhf/reward_mean"], kl_ref)
             if due(step, run.save_every, ppo.steps):
-                save_checkpoint(output_dir, step, models, optimizer, {"kl_coef": state["kl_coef"], "grad_scaler": precision.state_dict()}, run.keep_checkpoints, ranks)
+                save_checkpoint(output_dir, step, models, optimizer, {"command": "rlhf", "kl_coef": state["kl_coef"], "grad_scaler": precision.state_dict()}, run.keep_checkpoints, ranks)
     return history

@@ -9,6 +9,8 @@ Layout of a run directory::
         trainer.json               counters, kl_beta, the schedules' anchor, optimizer
                                    hyperparameters, python/numpy RNG, the env snapshot (see
                                    ``snapshot_envs``)
+        SHA256SUMS                 the four files' checksums, verified on load (a folder written
+                                   before they were kept loads without)
     RUN_DIR/checkpoints/latest     a one-line pointer to the newest folder (for humans and scripts)
 
 A checkpoint is written into ``checkpoints/.tmp-000050-<pid>/``, every file fsynced, then the
@@ -56,6 +58,7 @@ from fastppo.config import Config
 from fastppo.envs.snapshot import SIMPLE_VALUES, SnapshotMismatch, env_is_exact, restore_envs, snapshot_envs
 from fastppo.errors import FastPPOError
 from fastppo.files.atomic import atomic_write_text, publish_folder
+from fastppo.files.checksums import checksum_problem, write_checksums
 from fastppo.files.run_folder import AGENT_FILE, CHECKPOINT_NAME, LATEST, POLICY_FILE, TRAINER_JSON, checkpoint_root, find_checkpoint, list_checkpoints
 from fastppo.training.rollout import EnvCursor, ObservationNormalizer, fresh_state
 from fastppo.training.self_play import Damaged
@@ -67,6 +70,7 @@ if TYPE_CHECKING:
 OPEN_DECISIONS = "cursor.open."
 """A turn-based game's open decisions in a checkpoint (``EnvCursor.open``): ``cursor.open.<field>``."""
 TRAINER_TENSORS = "trainer.safetensors"
+CHECKPOINT_FILES = (POLICY_FILE, AGENT_FILE, TRAINER_JSON, TRAINER_TENSORS)
 FORMAT_VERSION = 1
 
 
@@ -187,6 +191,7 @@ def _write_checkpoint(run_dir: Path, state: TrainState, envs: VecEnv, keep: int,
         **(extra or {}),
     }
     (tmp / TRAINER_JSON).write_text(json.dumps(meta))
+    write_checksums(tmp, CHECKPOINT_FILES)
     final = root / name
     publish_folder(tmp, final)
     atomic_write_text(root / LATEST, name + "\n")
@@ -222,11 +227,11 @@ class Checkpoint:
 def load_checkpoint(path: str | Path, device: str | torch.device = "cpu", env_id: str | None = None) -> Checkpoint:
     """Read a checkpoint (a run directory's newest, or a checkpoint folder); FastPPOError if damaged:
     a file missing or unreadable, a field of trainer.json missing or wrong (``check_trainer_json``),
-    a tensor not finite. ``check_fits_run`` then checks its tensors against the run it resumes.
+    a tensor not finite, a file that does not match its checksum. ``check_fits_run`` then checks its tensors against the run it resumes.
     ``env_id`` is the env the caller names (``load_agent``: a folder written before agent.json held
     its spaces rebuilds them from it)."""
     folder = find_checkpoint(path)
-    for name in (AGENT_FILE, POLICY_FILE, TRAINER_JSON, TRAINER_TENSORS):
+    for name in CHECKPOINT_FILES:
         if not (folder / name).is_file():
             raise FastPPOError(f"checkpoint {folder} is incomplete: {name} is missing; delete it to use the previous one")
     agent = load_agent(folder, device, env_id)
@@ -243,6 +248,9 @@ def load_checkpoint(path: str | Path, device: str | torch.device = "cpu", env_id
         bad = [name for name, t in named.items() if t.is_floating_point() and not torch.isfinite(t).all()]
         if bad:
             raise _damaged(folder, f"{file} holds NaN/Inf in {', '.join(bad[:3])}")
+    # Last (load_agent checked its two files): what the checks above cannot see, a flipped bit in a plausible value.
+    if (problem := checksum_problem(folder, (TRAINER_JSON, TRAINER_TENSORS))) is not None:
+        raise _damaged(folder, problem)
     done, at = meta.get("schedule_anchor", (0, 0.0))  # absent from checkpoints written before it existed
     return Checkpoint(folder, agent, meta["iteration"], meta["global_step"], float(meta["kl_beta"]), meta["param_groups"], tensors, meta, (done, float(at)))
 
@@ -497,20 +505,47 @@ def restore_train_state(state: TrainState, envs: VecEnv, checkpoint: Checkpoint,
     return exact
 
 
+def _metrics_lines(path: Path) -> list[tuple[str, dict[str, Any], float]]:
+    """(line, record, its global_step) of each record of a metrics.jsonl; a line that is no record
+    (cut short by a kill) left out, and a record without a numeric global_step placed after every step."""
+    found = []
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a line cut short by a kill
+        if isinstance(record, dict):
+            step = record.get("global_step")
+            found.append((line, record, step if _number(step) else math.inf))
+    return found
+
+
+def check_metrics_reach(run_dir: Path, checkpoint: Checkpoint) -> None:
+    """A FastPPOError unless ``run_dir``'s metrics.jsonl holds the record of the checkpoint's
+    iteration (logged before the checkpoint was saved): a file cut short would go on from the
+    checkpoint with a silent gap. Reads only: called before anything of the run is written."""
+    if checkpoint.iteration == 0:  # saved during start-up, before a first record
+        return
+    path = Path(run_dir) / "metrics.jsonl"
+    try:
+        steps = [step for _, _, step in _metrics_lines(path)] if path.exists() else []
+    except OSError as exc:
+        raise FastPPOError(f"cannot read {path}: {exc.strerror or exc}") from None
+    if checkpoint.global_step not in steps:
+        last = max((step for step in steps if step < checkpoint.global_step), default=None)
+        ends = "holds no records" if last is None else f"ends at step {last}"
+        raise FastPPOError(
+            f"{path} {ends}, short of the step of its checkpoint {checkpoint.path} ({checkpoint.global_step}): the file was cut short, "
+            "and resuming would leave a gap in it; put the whole file back, or start a new run"
+        )
+
+
 def rewind_metrics(run_dir: Path, global_step: int) -> list[dict[str, Any]]:
     """Cut ``metrics.jsonl`` back to the records at or before ``global_step`` (a process killed after
     its last checkpoint logged iterations that the resumed run logs again) and return them."""
     path = Path(run_dir) / "metrics.jsonl"
     if not path.exists():
         return []
-    kept, lines = [], []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # a line cut short by a kill
-        if record.get("global_step", math.inf) <= global_step:
-            kept.append(record)
-            lines.append(line)
-    atomic_write_text(path, "".join(f"{line}\n" for line in lines))
-    return kept
+    kept = [(line, record) for line, record, step in _metrics_lines(path) if step <= global_step]
+    atomic_write_text(path, "".join(f"{line}\n" for line, _ in kept))
+    return [record for _, record in kept]

@@ -326,16 +326,16 @@ class League:
         if meta is None:
             raise Damaged("is missing (every checkpoint of a turn-based game's run holds its league)")
         try:
-            snapshots = [{"iteration": int(e["iteration"]), "record": _record(e["record"]), "rating": _rating(e["rating"])} for e in meta["snapshots"]]
+            snapshots = [{"iteration": _iteration(e["iteration"]), "record": _record(e["record"]), "rating": _rating(e["rating"])} for e in meta["snapshots"]]
             iterations = [e["iteration"] for e in snapshots]
-            pool_ids = [int(i) for i in meta["pool"]]
+            pool_ids = [_iteration(i) for i in meta["pool"]]
             if len(set(iterations)) != len(iterations) or len(set(pool_ids)) != len(pool_ids):
                 raise Damaged(f"lists a snapshot twice ({iterations}, pool {pool_ids})")
             if not set(pool_ids) <= set(iterations):
                 raise Damaged(f"keeps {pool_ids} in its pool, not all among its snapshots {iterations}")
             if len(pool_ids) > self.cfg.pool_size:
                 raise Damaged(f"keeps {len(pool_ids)} snapshots in its pool, more than --self-play.pool-size {self.cfg.pool_size}")
-            opponent, seats = np.asarray(meta["opponent"], dtype=int), np.asarray(meta["learner_seat"], dtype=int)
+            opponent, seats = _integers(meta["opponent"], "opponents"), _integers(meta["learner_seat"], "learner seats")
             if opponent.shape != self.opponent.shape or seats.shape != self.learner_seat.shape:
                 raise Damaged(f"plays {opponent.size} game copies, this run {self.opponent.size}")
             if not set(opponent.tolist()) <= {LATEST, RANDOM, *iterations}:
@@ -370,6 +370,19 @@ def snapshot_tensors(iteration: int, policy: torch.nn.Module, obs_rms: Any) -> d
     if obs_rms is not None:
         tensors |= {f"{POOL_TENSORS}{iteration}.obs_rms.{k}": v.detach().cpu().contiguous() for k, v in obs_rms.state_dict().items()}
     return tensors
+
+
+def _iteration(value: Any) -> int:
+    """A snapshot's iteration as JSON holds it: an integer >= 1, never a string or float coerced."""
+    if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+        raise Damaged(f"names a snapshot by {value!r}, not by its iteration")
+    return value
+
+
+def _integers(values: Any, what: str) -> np.ndarray:
+    if not (isinstance(values, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in values)):
+        raise Damaged(f"holds the {what} {values!r}, not a list of integers")
+    return np.asarray(values, dtype=int)
 
 
 def _record(value: Any) -> list[int]:

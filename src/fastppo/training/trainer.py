@@ -15,7 +15,6 @@ from typing import Any
 
 import numpy as np
 import torch
-import yaml
 
 from fastppo.agents.agent import Agent, build_agent
 from fastppo.agents.agent_rows import PettingZooAgents
@@ -29,13 +28,13 @@ from fastppo.envs.pettingzoo_vec import AgentSpaces
 from fastppo.envs.turn_based import TurnBasedVecEnv
 from fastppo.envs.vector import HostCopies
 from fastppo.errors import FastPPOError
-from fastppo.files.outputs import output_dir, removed_if_left_empty, writing
-from fastppo.files.run_folder import check_no_run
+from fastppo.files.outputs import no_links, output_dir, removed_if_left_empty, writing
+from fastppo.files.run_folder import check_no_run, write_config
 from fastppo.policies import ActorCritic
 from fastppo.policies.mlp_autograd import mlp_layers
 from fastppo.profiling import SectionTimer
 from fastppo.training.allocator import reuse_freed_memory
-from fastppo.training.checkpoint import Checkpoint, restore_train_state, rewind_metrics
+from fastppo.training.checkpoint import Checkpoint, check_metrics_reach, restore_train_state, rewind_metrics
 from fastppo.training.cuda_graphs import check_cudagraphs
 from fastppo.training.distributed import LONE, World, rank_device, ranks
 from fastppo.training.logger import GROUP_RETURN, GYM_SUMMARY, RunLogger
@@ -196,6 +195,8 @@ def train_rank(
     directories = seed_dirs if stacked else [d for d in [out_dir] if d is not None]
     for directory in directories if checkpoint is None else []:
         check_no_run(directory)  # before anything is written to any of them
+    for directory, saved in zip(directories, (checkpoint if stacked else [checkpoint]) if checkpoint is not None else []):
+        check_metrics_reach(directory, saved)  # a resume: its metrics.jsonl is whole
     for directory in directories:
         output_dir(directory, "the run directory")  # before a single step is spent
     if on_start is not None and world.main:
@@ -209,6 +210,8 @@ def train_rank(
         check_cudagraphs(device)
     collect_on = rollout_device(config.env, device)  # where the rollout lives: the CPU for numpy envs
     video_dir = out_dir / "videos" if out_dir and not stacked else None
+    if video_dir is not None and config.env.capture_video:
+        no_links(video_dir, "--capture-video's folder", inside=out_dir)
     envs = make_vec_env(config.env, collect_on, video_dir=video_dir, multi_agent=config.multi_agent, seed_blocks=len(seeds or [seed]))
     try:
         if is_pettingzoo(config.env.env_id):  # a row per agent: the batch is known now (Config.validate left it)
@@ -402,8 +405,7 @@ def open_logger(config: Config, run_dir: Path | None, checkpoint: Checkpoint | N
     with writing(run_dir, "the run folder") if run_dir is not None else nullcontext():  # a full disk, a folder gone: one line
         if run_dir is not None:
             run_dir.mkdir(parents=True, exist_ok=True)
-            # libyaml's dumper where PyYAML has it: the same text, ~4x faster (a stack writes one per seed).
-            (run_dir / "config.yaml").write_text(yaml.dump(config.to_dict(), Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper), sort_keys=False))
+            write_config(run_dir, config)
             previous = rewind_metrics(run_dir, checkpoint.global_step if checkpoint else 0)
         logger = RunLogger(run_dir, config.ppo.total_timesteps, config.run.tensorboard, config.run.progress and not quiet, config.to_dict(), purge_step, summary)
     logger.console.quiet = quiet
