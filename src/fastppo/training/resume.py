@@ -12,7 +12,7 @@ from fastppo.training.checkpoint import Checkpoint, load_checkpoint
 
 from fastppo.config import Config, apply_overrides, resolve_key
 from fastppo.core import schedule_progress
-from fastppo.env_ids import absolute_spec, folder_env_id, names_user_code
+from fastppo.env_ids import folder_env_id, names_user_code, same_env
 from fastppo.errors import FastPPOError
 from fastppo.files.run_folder import checkpoint_root, list_checkpoints, seed_folders
 from fastppo.training.distributed import check_world_size, launched_world_size
@@ -91,7 +91,7 @@ def check_resumed_env(run_dir: str | Path, own: str, env_id: str | None) -> None
     required when that is user code: fastppo never imports code that a run folder names."""
     if env_id is None:
         folder_env_id(own, run_dir, f"if you trust it, name it yourself: fastppo train --resume {run_dir} {own} (in Python: env_id='{own}')")
-    elif absolute_spec(env_id) != own:  # a file env is saved with its absolute path
+    elif not same_env(env_id, own):  # a file env is saved with its absolute path
         raise FastPPOError(f"{run_dir} trains {own}, not {env_id}: " + (f"give {own}" if names_user_code(own) else "drop ENV_ID when resuming"))
 
 
