@@ -202,7 +202,8 @@ def user_player(spec: str, seed: int = 0) -> Player:
     history)`` and ``reset(seed)`` (``Player``), and is named ``spec`` unless it has a ``name``."""
     cls = named_object(spec, "the player")
     if not isinstance(cls, type):
-        raise FastPPOError(f"{spec} names {'nothing' if cls is None else type(cls).__name__ + ' ' + repr(cls)[:40]}, not a player class: define class {spec.rpartition(':')[2]} with act(env, agent, history) and reset(seed) there")
+        what = "nothing" if cls is None else f"a {type(cls).__name__}"
+        raise FastPPOError(f"{spec} names {what}, not a player class: name a class with act(env, agent, history) -> move and reset(seed)")
     try:
         player = cls()
     except Exception as exc:  # the user's constructor: its error in one line, not a traceback

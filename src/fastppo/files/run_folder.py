@@ -25,7 +25,8 @@ TRAINER_JSON = "trainer.json"
 
 SEEDS_PLAN = "seeds.json"
 """A --seeds job's plan in its parent folder (fastppo.experiments.seeds), written before any seed starts."""
-RUN_FILES = ("config.yaml", "metrics.jsonl", AGENT_FILE, POLICY_FILE, CHECKPOINT_DIR, SEEDS_PLAN)
+CONFIG_FILE = "config.yaml"
+RUN_FILES = (CONFIG_FILE, "metrics.jsonl", AGENT_FILE, POLICY_FILE, CHECKPOINT_DIR, SEEDS_PLAN)
 """What ``fastppo train`` writes into a run folder, TensorBoard's event files aside."""
 TENSORBOARD_EVENTS = "events.out.tfevents.*"
 SEED_FOLDER = re.compile(r"seed_\d+")
@@ -37,11 +38,11 @@ def own_run_files(folder: Path) -> list[str]:
     return [name for name in RUN_FILES if (folder / name).exists()] + sorted(p.name for p in folder.glob(TENSORBOARD_EVENTS))
 
 
-def check_no_run(folder: str | Path) -> None:
+def check_no_run(folder: str | Path, start_over: bool = False) -> None:
     """A FastPPOError naming what is there when ``folder`` holds a run's files, a ``--seeds``
-    run's seed folders, or runs one level below it; a missing folder, an empty one, one of
-    unrelated files or one whose run stopped before its first checkpoint
-    (``stopped_before_first_checkpoint``) passes. Called before anything is written there."""
+    run's seed folders, or runs one level below it; a missing folder, an empty one or one of
+    unrelated files passes, and with ``start_over`` (``fastppo train --resume``) one whose run
+    stopped before its first checkpoint. Called before anything is written there."""
     folder = Path(folder)
     if not folder.is_dir():
         return
@@ -51,7 +52,7 @@ def check_no_run(folder: str | Path) -> None:
         raise FastPPOError(f"cannot read {folder}: {exc.strerror or exc}: pick a readable --run-dir") from None
     seeds = [f"{p.name}/" for p in below if SEED_FOLDER.fullmatch(p.name)]
     found = own_run_files(folder) + seeds
-    if found and not stopped_before_first_checkpoint(folder):
+    if found and not (start_over and stopped_before_first_checkpoint(folder)):
         raise FastPPOError(f"{folder} already holds a run ({_first(found)}): continue it with 'fastppo train --resume {folder}' or pick another --run-dir")
     if below:  # e.g. --run-dir runs: a run there would make runs/ a run and a folder of runs at once
         raise FastPPOError(f"{folder} holds runs ({_first([f'{p.name}/' for p in below])}): pick another --run-dir, a folder of its own for the new run")
@@ -59,13 +60,14 @@ def check_no_run(folder: str | Path) -> None:
 
 def stopped_before_first_checkpoint(folder: Path) -> bool:
     """Whether ``folder`` holds a run that stopped (failed, or was killed) before its first
-    checkpoint: config.yaml, metrics.jsonl and TensorBoard events as regular files, and no
-    checkpoint, saved agent or --seeds plan. Nothing there can be resumed, so a new run starts
-    over it (``check_no_run``): it rewrites config.yaml, cuts metrics.jsonl back to nothing and
-    has TensorBoard drop the old curves (``fastppo.training.logger``)."""
+    checkpoint: its config.yaml, and what else it wrote by then (metrics.jsonl, TensorBoard
+    events), as regular files, and no checkpoint, saved agent or --seeds plan. Nothing there can
+    be resumed: ``fastppo train --resume`` starts it over with its config.yaml, rewriting it,
+    cutting metrics.jsonl back to nothing and having TensorBoard drop the old curves
+    (``fastppo.training.logger``)."""
     files = own_run_files(folder)
     return (
-        bool(files)
+        CONFIG_FILE in files
         and not list_checkpoints(folder)
         and not {AGENT_FILE, POLICY_FILE, SEEDS_PLAN} & set(files)
         and all((folder / name).is_file() and not (folder / name).is_symlink() for name in files if name != CHECKPOINT_DIR)
@@ -122,7 +124,7 @@ def find_checkpoint(path: str | Path) -> Path:
         return path
     found = list_checkpoints(path)
     if not found and stopped_before_first_checkpoint(path):
-        raise FastPPOError(f"no checkpoint in {path}: its run stopped before its first, so nothing there can be resumed or loaded; train again with --run-dir {path}, which starts it over")
+        raise FastPPOError(f"no checkpoint in {path}: its run stopped before its first, and has no agent to load; 'fastppo train --resume {path}' starts it over")
     if not found:
         raise FastPPOError(f"no checkpoint in {path}: expected {path / CHECKPOINT_DIR}/NNNNNN/ (written by 'fastppo train')")
     return found[-1]
