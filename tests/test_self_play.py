@@ -367,6 +367,8 @@ TINY_CLI = ["--env.num-envs", "2", "--ppo.num-steps", "8", "--ppo.total-timestep
         ([RACE, "--run.stop-return", "0.5", "--self-play.pool-size", "1", "--self-play.latest-share", "1"], "and this run plays none"),
         ([TICTACTOE, "--self-play.eval-every", "2", "--self-play.eval-opponents", "mcts:0"], "--self-play.eval-opponents mcts:0: MCTS needs 2 to 10000 simulations per move"),
         ([CONNECT_FOUR, "--self-play.eval-every", "2", "--self-play.eval-opponents", "minimax"], "--self-play.eval-opponents minimax: minimax plays pz:pettingzoo.classic.tictactoe_v3 only"),
+        # one simulation: OpenSpiel's ValueError at the first evaluation game, which stopped the run before its first checkpoint
+        ([TICTACTOE, "--self-play.eval-every", "1", "--self-play.eval-opponents", "mcts:1"], "--self-play.eval-opponents mcts:1: MCTS needs 2 to 10000 simulations per move"),
         # checked even where unused (--self-play.eval-every 0): the run's config would keep them
         ([TICTACTOE, "--self-play.eval-opponents", "bogus"], "--self-play.eval-opponents bogus: unknown opponent, and no such folder"),
         ([TICTACTOE, "--self-play.eval-opponents", "mcts:0"], "--self-play.eval-opponents mcts:0: MCTS needs 2 to 10000 simulations per move"),
@@ -380,7 +382,7 @@ TINY_CLI = ["--env.num-envs", "2", "--ppo.num-steps", "8", "--ppo.total-timestep
     ids=[
         "three-seats", "gymnasium", "parallel-one-group", "parallel-async", "parallel-eval", "parallel-no-pool", "parallel-random", "random-share", "negative-pool", "snapshot-every-0", "latest-share", "sampling-without-pool", "sampling-unknown", "async", "memory",
         "stop-return-no-pool", "stop-return-latest-only", "eval-mcts-0", "eval-minimax-off-tictactoe",
-        "unused-eval-bogus", "unused-eval-mcts-0", "unused-eval-mcts-negative", "eval-empty-entry", "eval-user-class", "eval-minimax-off-a-user-game", "pool-off-snapshot-every",
+        "eval-mcts-1", "unused-eval-bogus", "unused-eval-mcts-0", "unused-eval-mcts-negative", "eval-empty-entry", "eval-user-class", "eval-minimax-off-a-user-game", "pool-off-snapshot-every",
     ],  # fmt: skip
 )
 def test_bad_self_play_input_is_one_line_and_exit_2(tmp_path, capsys, argv, message):

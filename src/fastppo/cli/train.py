@@ -99,9 +99,9 @@ def run(args: argparse.Namespace) -> int:
         if seed_folders(args.resume) or (Path(args.resume) / PLAN_FILE).is_file():
             return resume_seeds(Path(args.resume), overrides, args.env_id)
         run_dir = Path(args.resume)
-        start_over = restart_config(run_dir, overrides, args.env_id)
-        if start_over is not None:  # nothing to resume: the run again, from its start
-            config = start_over
+        restarted = restart_config(run_dir, overrides, args.env_id)
+        if restarted is not None:  # nothing to resume: the run again, from its start
+            config = restarted
             if main:
                 print(f"fastppo: {run_dir} stopped before its first checkpoint: starting it over with its saved config")
         else:
@@ -117,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
         config, preset = resolved_config(args.env_id, args.preset, overrides)
         run_dir = Path(args.run_dir) if args.run_dir else default_run_dir(config)
         header = start_header(config, f"preset {preset}", run_dir, launched_world_size())
-    start_over = args.resume is not None and checkpoint is None
+    start_over = args.resume is not None and checkpoint is None  # a run that stopped before its first checkpoint
     agent = train(config, run_dir, checkpoint, on_start=lambda: print(*header, sep="\n", flush=True), start_over=start_over)  # once the run folder passed its checks
     if main:
         returns = agent.episode_returns[-20:]
