@@ -17,7 +17,7 @@ pytest.importorskip("rlcard")
 
 import fastppo  # noqa: E402
 from fastppo.agents.board_text import board_text  # noqa: E402
-from fastppo.agents.game_env import legal_actions, make_game  # noqa: E402
+from fastppo.agents.game_env import make_game  # noqa: E402
 from fastppo.agents.human import HumanPlayer, Quit, play_against  # noqa: E402
 from fastppo.agents.players import AgentPlayer  # noqa: E402
 from fastppo.cli.main import main  # noqa: E402
