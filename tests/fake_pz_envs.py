@@ -1,6 +1,7 @@
 """Tiny PettingZoo envs for the multi-agent tests, named as ``pz:tests.fake_pz_envs``: the
-Parallel env Relay below, and the turn-based (AEC) games Race (``pz:tests.fake_pz_envs:race``) and TakeAway
-(``pz:tests.fake_pz_envs:take_away``) at the end.
+Parallel env Relay below, the turn-based (AEC) games Race (``pz:tests.fake_pz_envs:race``) and
+TakeAway (``pz:tests.fake_pz_envs:take_away``), variants of Race that each break one rule of a
+turn-based game, and a fixed player of any game, FirstLegal.
 
 Three agents (``agents``, by default agent_0..2) walk a counter; the second finishes at step ``die_at`` (terminated) while the
 others play on until ``length`` (truncated). With ``join_at`` > 1 the last agent is absent at
@@ -249,3 +250,89 @@ class TakeAway(AECEnv):
 
 def take_away(**kwargs) -> TakeAway:
     return TakeAway(**kwargs)
+
+
+# Games that break what a turn-based game must give (fastppo.envs.turn_based.check_game), each
+# one way, for the one-line errors before training:
+
+
+class BoxMoves(Race):
+    """Moves as a Box, not Discrete."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.action_spaces = {agent: spaces.Box(-1.0, 1.0, (2,), np.float32) for agent in self.possible_agents}
+
+
+class UndeclaredDict(Race):
+    """Declares a Box observation space, and observe() returns Race's dict."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.observation_spaces = {agent: spaces.Box(0.0, float(self.goal), (2,), np.float32) for agent in self.possible_agents}
+
+
+class Unmasked(Race):
+    """No action_mask: its observation is the count alone; adding 2 past the goal adds 1."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.observation_spaces = {agent: spaces.Dict({"observation": spaces.Box(0.0, float(self.goal), (2,), np.float32)}) for agent in self.possible_agents}
+
+    def observe(self, agent: str) -> dict:
+        return {"observation": super().observe(agent)["observation"]}
+
+    def step(self, action: int) -> None:
+        super().step(0 if self.count + 2 > self.goal else action)
+
+
+class Stuck(Race):
+    """From the count ``stuck_at`` on, the seat to move has no legal move (an all-zero mask)."""
+
+    stuck_at = 2
+
+    def observe(self, agent: str) -> dict:
+        observation = super().observe(agent)
+        if self.count >= self.stuck_at:
+            observation["action_mask"][:] = 0
+        return observation
+
+
+class Broken(Race):
+    """Its constructor raises."""
+
+    def __init__(self, **kwargs):
+        raise ValueError("the board is missing")
+
+
+def box_moves(**kwargs) -> BoxMoves:
+    return BoxMoves(**kwargs)
+
+
+def undeclared_dict(**kwargs) -> UndeclaredDict:
+    return UndeclaredDict(**kwargs)
+
+
+def unmasked(**kwargs) -> Unmasked:
+    return Unmasked(**kwargs)
+
+
+def stuck(**kwargs) -> Stuck:
+    return Stuck(**kwargs)
+
+
+def broken(**kwargs) -> Broken:
+    return Broken(**kwargs)
+
+
+class FirstLegal:
+    """A player of any turn-based game (fastppo.agents.players.Player): the lowest legal move,
+    always (no chance), for ``--opponent tests.fake_pz_envs:FirstLegal``."""
+
+    name = "first legal"
+
+    def reset(self, seed: int) -> None:
+        pass
+
+    def act(self, env, agent: str, history: list[int]) -> int:
+        return int(np.flatnonzero(env.observe(agent)["action_mask"])[0])

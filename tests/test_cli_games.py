@@ -17,10 +17,11 @@ pytest.importorskip("rlcard")
 
 import fastppo  # noqa: E402
 from fastppo.agents.board_text import board_text  # noqa: E402
-from fastppo.agents.game_env import legal_actions, make_game  # noqa: E402
+from fastppo.agents.game_env import make_game  # noqa: E402
 from fastppo.agents.human import HumanPlayer, Quit, play_against  # noqa: E402
 from fastppo.agents.players import AgentPlayer  # noqa: E402
 from fastppo.cli.main import main  # noqa: E402
+from tests.fake_pz_envs import FirstLegal  # noqa: E402  the lowest legal move, always: a player without chance
 
 TICTACTOE = "pz:pettingzoo.classic.tictactoe_v3"
 CONNECT_FOUR = "pz:pettingzoo.classic.connect_four_v3"
@@ -70,18 +71,6 @@ def test_eval_plays_every_kind_of_opponent(runs, capsys, opponent):
     assert (data["opponent"], data["games"], data["seats"]["player_2"]["games"]) == (opponent, 4, 2)
 
 
-class FirstLegal:
-    """The lowest legal cell, always: a player without chance."""
-
-    name = "first legal"
-
-    def reset(self, seed: int) -> None:
-        pass
-
-    def act(self, env, agent, history):
-        return int(legal_actions(env, agent)[0])
-
-
 def test_a_games_agent_plays_its_most_likely_move_unless_told_to_sample(runs):
     """Against a player without chance, a deterministic agent plays the same game from each seat
     every time: one outcome per seat. Sampling (--stochastic) mixes them."""
@@ -100,7 +89,14 @@ def test_a_games_agent_plays_its_most_likely_move_unless_told_to_sample(runs):
         (["eval", "{cartpole}", "--games", "5"], "--opponent and --games play turn-based games, and CartPole-v1 is not one"),
         (["eval", "{tictactoe}", "--episodes", "5"], f"{TICTACTOE} is a turn-based game: count its games with --games N (default 100), not --episodes"),
         (["eval", "{tictactoe}", "--games", "0"], "--games must be >= 1, got 0"),
-        (["eval", "{tictactoe}", "--opponent", "mcts:0"], "--opponent mcts:0: MCTS needs a positive number of simulations per move"),
+        (["eval", "{tictactoe}", "--opponent", "mcts:0"], "--opponent mcts:0: MCTS needs 2 to 10000 simulations per move"),
+        (["eval", "{tictactoe}", "--opponent", "mcts:1"], "--opponent mcts:1: MCTS needs 2 to 10000 simulations per move"),
+        (["eval", "{tictactoe}", "--opponent", "mcts:99999999999999999999999"], "--opponent mcts:99999999999999999999999: MCTS needs 2 to 10000 simulations per move"),
+        (["eval", "{tictactoe}", "--opponent", ""], "--opponent '': an empty name names no opponent (nor the working directory)"),
+        (["eval", "{tictactoe}", "--opponent", "tests.fake_pz_envs:NoSuchPlayer"], "--opponent tests.fake_pz_envs:NoSuchPlayer: tests.fake_pz_envs:NoSuchPlayer names nothing, not a player class"),
+        (["eval", "{tictactoe}", "--opponent", "tests.fake_pz_envs:race"], "--opponent tests.fake_pz_envs:race: tests.fake_pz_envs:race names a function, not a player class"),
+        (["eval", "{tictactoe}", "--opponent", "tests.fake_pz_envs:Broken"], "--opponent tests.fake_pz_envs:Broken: tests.fake_pz_envs:Broken() raised ValueError: the board is missing; a player class is built with no arguments"),
+        (["eval", "{tictactoe}", "--opponent", "tests/nowhere.py:Player"], "--opponent tests/nowhere.py:Player: cannot load the player 'tests/nowhere.py:Player': no Python file at tests/nowhere.py"),
         (["eval", "{tictactoe}", "--opponent", "nobody"], "--opponent nobody: unknown opponent, and no such folder"),
         (["eval", "{tictactoe}", "--opponent", "{cartpole}"], "--opponent {cartpole}: {cartpole} holds an agent trained on CartPole-v1, not on " + TICTACTOE),
         (["eval", "{tictactoe}", "--env-id", CONNECT_FOUR], f"the agent was trained on {TICTACTOE}, not on {CONNECT_FOUR}"),
@@ -288,3 +284,36 @@ def test_leduc_games_show_the_opponents_card_at_the_end_and_score_the_showdown()
         assert shown[end].startswith(expected)
         outcomes.append(expected)
     assert (score.wins, score.draws, score.losses) == tuple(outcomes.count(o) for o in ("you won", "a draw", "you lost"))
+
+
+# --- a player class of yours as the opponent, a game of yours ----------------------------------
+
+
+def test_a_player_class_of_yours_plays_from_the_command_line(runs, capsys, tmp_path):
+    """--opponent module:Class or file.py:Class names a player class as env ids name an env: the
+    games are those ``fastppo.evaluate`` plays against an instance from Python."""
+    run = runs["tictactoe"]
+    from_python = without_timing(fastppo.evaluate(run, opponent=FirstLegal(), games=6, seed=0).to_dict())
+    assert main(["eval", str(run), "--opponent", "tests.fake_pz_envs:FirstLegal", "--games", "6", "--seed", "0", "--json"]) == 0
+    assert without_timing(json.loads(capsys.readouterr().out)) == from_python
+    (tmp_path / "players.py").write_text("from tests.fake_pz_envs import FirstLegal\n\n\nclass Mine(FirstLegal):\n    pass\n")
+    assert main(["eval", str(run), "--opponent", f"{tmp_path}/players.py:Mine", "--games", "6", "--seed", "0", "--json"]) == 0
+    assert without_timing(json.loads(capsys.readouterr().out)) == from_python  # named 'first legal' by its class
+
+
+RACE_FILE = Path(__file__).parent / "fake_pz_envs.py"
+
+
+def test_eval_takes_a_game_file_named_from_its_own_folder(tmp_path, monkeypatch, capsys):
+    """A run saves a game file's absolute path; --env-id may name it relative to the working
+    directory (as train --resume may): the same file."""
+    monkeypatch.chdir(RACE_FILE.parent)
+    relative = f"pz:{RACE_FILE.name}:race"
+    fastppo.train(relative, preset="cleanrl-discrete", run_dir=tmp_path / "race", total_timesteps=640, num_envs=2, num_steps=32, progress=False, tensorboard=False)
+    assert main(["eval", str(tmp_path / "race"), "--env-id", relative, "--games", "4", "--seed", "0", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert (data["game"], data["games"]) == (relative, 4)
+    assert main(["eval", str(tmp_path / "race"), "--env-id", relative, "--opponent", str(tmp_path / "race"), "--games", "2", "--json"]) == 0  # its own folder as the opponent
+    assert json.loads(capsys.readouterr().out)["games"] == 2
+    assert main(["eval", str(tmp_path / "race"), "--env-id", "pz:tests.fake_pz_envs:race", "--games", "2"]) == 2  # the same game by another name is another env
+    assert "the agent was trained on pz:" in capsys.readouterr().err

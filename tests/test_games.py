@@ -34,6 +34,7 @@ from fastppo.errors import FastPPOError  # noqa: E402
 TICTACTOE = "pz:pettingzoo.classic.tictactoe_v3"
 CONNECT_FOUR = "pz:pettingzoo.classic.connect_four_v3"
 LEDUC = leduc_rules.LEDUC_ENV_ID
+RACE = "pz:tests.fake_pz_envs:race"
 
 # PettingZoo's leduc_holdem_v4 module warns that it is imported without its registry.
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -202,6 +203,9 @@ def test_opponent_specs_build_their_players(tmp_path):
     assert player_from_spec("random", TICTACTOE).name == "random"
     assert player_from_spec("minimax", TICTACTOE).name == "minimax"
     assert player_from_spec("mcts:100", CONNECT_FOUR).name == "mcts:100"
+    # the bounds of mcts:N play whole games (one simulation would not: OpenSpiel's root is expanded on the second)
+    assert play_games(TICTACTOE, [player_from_spec("mcts:2", TICTACTOE), RandomPlayer()], 2, seed=0).games == 2
+    assert player_from_spec("mcts:10000", TICTACTOE).simulations == 10_000
     agent = leduc_agent()
     agent.save(tmp_path / "run")
     player = player_from_spec(str(tmp_path / "run"), LEDUC)
@@ -213,12 +217,21 @@ def test_opponent_specs_build_their_players(tmp_path):
 @pytest.mark.parametrize(
     ("spec", "env_id", "message"),
     [
-        ("mcts:0", TICTACTOE, "--opponent mcts:0: MCTS needs a positive number of simulations per move"),
-        ("mcts:-3", TICTACTOE, "--opponent mcts:-3: MCTS needs a positive number of simulations per move"),
+        ("mcts:0", TICTACTOE, "--opponent mcts:0: MCTS needs 2 to 10000 simulations per move"),
+        ("mcts:-3", TICTACTOE, "--opponent mcts:-3: MCTS needs 2 to 10000 simulations per move"),
+        # one simulation leaves OpenSpiel's root unexpanded (its ValueError at the first move); a huge N never ends a move
+        ("mcts:1", TICTACTOE, "--opponent mcts:1: MCTS needs 2 to 10000 simulations per move"),
+        ("mcts:10001", CONNECT_FOUR, "--opponent mcts:10001: MCTS needs 2 to 10000 simulations per move"),
+        ("mcts:99999999999999999999999", TICTACTOE, "--opponent mcts:99999999999999999999999: MCTS needs 2 to 10000 simulations per move"),
+        ("mcts:" + "9" * 5000, TICTACTOE, "--opponent mcts:999"),
         ("mcts:many", TICTACTOE, "--opponent mcts:many: give the number of simulations per move as an integer"),
+        ("mcts:\u00b2", TICTACTOE, "--opponent mcts:\u00b2: give the number of simulations per move as an integer"),
         ("mcts:10", LEDUC, "--opponent mcts:10: MCTS plays pz:pettingzoo.classic.tictactoe_v3, pz:pettingzoo.classic.connect_four_v3"),
-        ("minimax", CONNECT_FOUR, "--opponent minimax: minimax plays pz:pettingzoo.classic.tictactoe_v3 only"),
+        ("minimax", CONNECT_FOUR, "--opponent minimax: minimax plays pz:pettingzoo.classic.tictactoe_v3 only, not pz:pettingzoo.classic.connect_four_v3: use random, mcts:N"),
+        # a game OpenSpiel has no twin of: mcts:N is no choice there
+        ("minimax", RACE, f"--opponent minimax: minimax plays pz:pettingzoo.classic.tictactoe_v3 only, not {RACE}: use random, the run folder of an agent trained on this game or a player class"),
         ("alphazero", CONNECT_FOUR, "--opponent alphazero: unknown opponent, and no such folder"),
+        ("", CONNECT_FOUR, "--opponent '': an empty name names no opponent (nor the working directory)"),
         ("random", "pz:mpe2.simple_spread_v3", "--opponent random: pz:mpe2.simple_spread_v3 built a"),
         ("random", "CartPole-v1", "--opponent random: CartPole-v1 names no turn-based PettingZoo game"),
     ],

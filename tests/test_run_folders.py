@@ -127,3 +127,47 @@ def test_default_run_dirs_of_one_second_do_not_collide(tmp_path, monkeypatch):
     assert default_run_dir(config) == tmp_path / "CartPole-v1__ppo__1__1700000000-2"
     (tmp_path / "CartPole-v1__ppo__1__1700000000-2").mkdir()
     assert default_run_dir(config) == tmp_path / "CartPole-v1__ppo__1__1700000000-3"
+
+
+def test_resume_starts_over_a_run_that_stopped_before_its_first_checkpoint(tmp_path, capsys):
+    """A run that fails before its first checkpoint (here its on_iteration hook raises at its second
+    iteration; in the wild, a game of the user's that breaks) leaves config.yaml, metrics.jsonl and
+    TensorBoard events, and no checkpoint: a new run there is still refused (its files are someone's
+    data), and --resume, which the refusal names, starts it over with its saved config: the same
+    run as one that never failed, its metrics and curves cut back to the new run's."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from fastppo.files.run_folder import own_run_files
+    from fastppo.training.trainer import train
+    from tests.test_resume import metrics
+
+    settings = {**API_TINY, "total_timesteps": 512, "tensorboard": True, "seed": 3}
+    run = tmp_path / "run"
+
+    def broken_env(step: int, _: dict) -> None:
+        if step == 256:
+            raise RuntimeError("the env broke")
+
+    with pytest.raises(RuntimeError, match="the env broke"):
+        train(make_config("CartPole-v1", overrides=settings), run, on_iteration=broken_env)
+    assert own_run_files(run)[:2] == ["config.yaml", "metrics.jsonl"] and len(own_run_files(run)) == 3 and len(metrics(run)) == 2
+    err = refused(["train", "CartPole-v1", *TINY, "--run-dir", str(run)], capsys)
+    assert err.startswith(f"fastppo: error: {run} already holds a run (config.yaml, metrics.jsonl, events.out.tfevents.")
+    assert main(["train", "--resume", str(run)]) == 0
+    assert f"fastppo: {run} stopped before its first checkpoint: starting it over with its saved config" in capsys.readouterr().out
+    once = fastppo.train("CartPole-v1", run_dir=tmp_path / "once", **settings)
+    assert metrics(run) == metrics(tmp_path / "once") and len(once.history) == 4
+    curves = EventAccumulator(str(run))
+    curves.Reload()
+    assert [event.step for event in curves.Scalars("charts/SPS")] == [128, 256, 384, 512]  # the failed run's curves dropped, not drawn twice
+
+
+def test_resume_refuses_a_damaged_config_of_a_run_that_stopped_before_its_first_checkpoint(tmp_path, capsys):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text("env: {env_id: CartPole-v1}\n")
+    (run / "metrics.jsonl").write_text("")
+    before = contents(run)
+    err = refused(["train", "--resume", str(run)], capsys)
+    assert err.startswith(f"fastppo: error: {run} stopped before its first checkpoint, and its config.yaml cannot start it over: damaged (the config lacks"), err
+    assert contents(run) == before

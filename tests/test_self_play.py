@@ -364,18 +364,30 @@ TINY_CLI = ["--env.num-envs", "2", "--ppo.num-steps", "8", "--ppo.total-timestep
         ([TICTACTOE, "--self-play.pool-size", "-1"], "--self-play.pool-size must be 0 or more, got -1"),
         ([TICTACTOE, "--self-play.snapshot-every", "0", "--self-play.pool-size", "1"], "--self-play.snapshot-every must be a positive integer, got 0"),
         ([TICTACTOE, "--self-play.latest-share", "1.5"], "--self-play.latest-share must be in [0, 1], got 1.5"),
-        ([RACE, "--self-play.sampling", "uniform"], "--self-play.sampling and --self-play.snapshot-every need a pool: give --self-play.pool-size N"),
+        ([RACE, "--self-play.sampling", "uniform"], "--self-play.sampling uniform needs a pool, and --self-play.pool-size is 0: give --self-play.pool-size N (N >= 1), or drop it"),
         ([TICTACTOE, "--self-play.sampling", "best"], "--self-play.sampling"),
         ([TICTACTOE, "--env.backend", "async"], "pz:pettingzoo.classic.tictactoe_v3 is a turn-based game, whose copies step in the training process: use --backend sync, not async"),
         ([RACE, "--policy.memory", "lstm"], "--policy.memory on a turn-based game would carry nothing from one of a seat's turns to the next"),
         ([RACE, "--run.stop-return", "0.5"], "--run.stop-return reads the learner's return in games against its past snapshots, and this run plays none"),
         ([RACE, "--run.stop-return", "0.5", "--self-play.pool-size", "1", "--self-play.latest-share", "1"], "and this run plays none"),
-        ([TICTACTOE, "--self-play.eval-every", "2", "--self-play.eval-opponents", "mcts:0"], "--self-play.eval-opponents mcts:0: MCTS needs a positive number of simulations per move"),
+        ([TICTACTOE, "--self-play.eval-every", "2", "--self-play.eval-opponents", "mcts:0"], "--self-play.eval-opponents mcts:0: MCTS needs 2 to 10000 simulations per move"),
         ([CONNECT_FOUR, "--self-play.eval-every", "2", "--self-play.eval-opponents", "minimax"], "--self-play.eval-opponents minimax: minimax plays pz:pettingzoo.classic.tictactoe_v3 only"),
+        # one simulation: OpenSpiel's ValueError at the first evaluation game, which stopped the run before its first checkpoint
+        ([TICTACTOE, "--self-play.eval-every", "1", "--self-play.eval-opponents", "mcts:1"], "--self-play.eval-opponents mcts:1: MCTS needs 2 to 10000 simulations per move"),
+        # checked even where unused (--self-play.eval-every 0): the run's config would keep them
+        ([TICTACTOE, "--self-play.eval-opponents", "bogus"], "--self-play.eval-opponents bogus: unknown opponent, and no such folder"),
+        ([TICTACTOE, "--self-play.eval-opponents", "mcts:0"], "--self-play.eval-opponents mcts:0: MCTS needs 2 to 10000 simulations per move"),
+        ([TICTACTOE, "--self-play.eval-opponents", "mcts:-1"], "--self-play.eval-opponents mcts:-1: MCTS needs 2 to 10000 simulations per move"),
+        ([TICTACTOE, "--self-play.eval-opponents", "random,,minimax"], "--self-play.eval-opponents has an empty entry in 'random,,minimax': separate its entries by single commas"),
+        ([TICTACTOE, "--self-play.eval-opponents", "tests.fake_pz_envs:FirstLegal"], "--self-play.eval-opponents tests.fake_pz_envs:FirstLegal: a run rates its learner against random, mcts:N"),
+        ([RACE, "--self-play.eval-opponents", "minimax"], f"--self-play.eval-opponents minimax: minimax plays pz:pettingzoo.classic.tictactoe_v3 only, not {RACE}: use random or the run folder of an agent trained on this game"),
+        # the tictactoe_v3 preset's pool is off: its pool settings go with it, and the user's own flags are what an error names
+        ([TICTACTOE, "--self-play.pool-size", "0", "--self-play.snapshot-every", "3"], "--self-play.snapshot-every 3 needs a pool, and --self-play.pool-size is 0"),
     ],
     ids=[
         "three-seats", "gymnasium", "parallel-one-group", "parallel-async", "parallel-eval", "parallel-no-pool", "parallel-random", "random-share", "negative-pool", "snapshot-every-0", "latest-share", "sampling-without-pool", "sampling-unknown", "async", "memory",
         "stop-return-no-pool", "stop-return-latest-only", "eval-mcts-0", "eval-minimax-off-tictactoe",
+        "eval-mcts-1", "unused-eval-bogus", "unused-eval-mcts-0", "unused-eval-mcts-negative", "eval-empty-entry", "eval-user-class", "eval-minimax-off-a-user-game", "pool-off-snapshot-every",
     ],  # fmt: skip
 )
 def test_bad_self_play_input_is_one_line_and_exit_2(tmp_path, capsys, argv, message):
@@ -387,10 +399,19 @@ def test_bad_self_play_input_is_one_line_and_exit_2(tmp_path, capsys, argv, mess
     assert not run.exists()
 
 
+def test_pool_size_0_turns_the_presets_pool_off(tmp_path):
+    """tic-tac-toe's preset sets a pool up (its size, sampling, snapshot interval); --self-play.pool-size 0
+    trains without it, the preset's settings of a pool back at their defaults."""
+    agent = fastppo.train(TICTACTOE, run_dir=tmp_path / "run", total_timesteps=640, num_envs=2, num_steps=32, progress=False, tensorboard=False, **{"self_play.pool_size": 0})
+    sp = agent.config.self_play
+    assert (sp.pool_size, sp.sampling, sp.snapshot_every, sp.latest_share) == (0, SelfPlayConfig.sampling, SelfPlayConfig.snapshot_every, 0.3)
+
+
 def test_evaluation_games_rate_the_learner_against_fixed_players():
     """--self-play.eval-every: the learner (deterministic) plays each fixed player with seats
-    swapped, the rates are logged, and every game rates both: an untrained learner never beats
-    perfect play, so minimax's rating climbs above where it started."""
+    swapped, the rates are logged, and every game rates the learner against the player's rating,
+    which stays where it started (the anchor of the scale): an untrained learner never beats
+    perfect play, so its rating falls."""
     config = fastppo.make_config(TICTACTOE, "cleanrl-discrete", {"num_envs": 1})
     envs = make_vec_env(config.env, torch.device("cpu"), multi_agent=config.multi_agent)
     torch.manual_seed(0)
@@ -408,7 +429,8 @@ def test_evaluation_games_rate_the_learner_against_fixed_players():
         rates = [metrics[f"eval/{spec}/{kind}_rate"] for kind in ("win", "draw", "loss")]
         assert sum(rates) == pytest.approx(1.0) and all(r * 6 == round(r * 6) for r in rates)
     assert metrics["eval/minimax/win_rate"] == 0.0
-    assert ordinal(first.fixed_ratings["minimax"]) > ordinal(START_RATING) and metrics["ratings/minimax"] == ordinal(first.fixed_ratings["minimax"])
+    assert first.fixed_ratings == {"random": START_RATING, "minimax": START_RATING} and metrics["ratings/minimax"] == ordinal(START_RATING)
+    assert ordinal(first.learner_rating) < ordinal(START_RATING) and first.learner_rating[1] < START_RATING[1]  # rated: lower, and surer
     again_metrics: dict[str, float] = {}
     again.after_update(2, again_metrics)
     assert {k: v for k, v in again_metrics.items() if k.startswith("eval/")} == {k: v for k, v in metrics.items() if k.startswith("eval/")}  # seeded by the iteration
@@ -506,7 +528,8 @@ def test_a_random_share_plays_uniform_legal_moves_rated_as_random():
     league_.game_over(0, np.array([1.0, -1.0]))
     metrics: dict[str, float] = {}
     league_.after_update(2, metrics)
-    assert metrics["self_play/win_vs_random"] == 1.0 and ordinal(league_.fixed_ratings["random"]) < ordinal(START_RATING)
+    assert metrics["self_play/win_vs_random"] == 1.0 and league_.fixed_ratings["random"] == START_RATING  # an anchor: it does not move
+    assert league_.learner_rating[0] > START_RATING[0]
     again = league(copies=4, pool_size=2, random_share=0.5)
     tensors, meta = league_.state()
     again.load(tensors, json.loads(json.dumps(meta)))  # a copy playing random is part of the state

@@ -310,3 +310,48 @@ def test_a_games_progress_bar_and_last_line_speak_of_games(tmp_path, capsys):
     argv = ["train", "pz:pettingzoo.classic.tictactoe_v3", "--preset", "cleanrl-discrete", "--total-timesteps", "1024", "--num-envs", "4", "--num-steps", "64", "--run-dir", str(tmp_path / "r")]  # no pool
     assert main(argv) == 0
     assert " games of self-play, " in capsys.readouterr().out
+
+
+# --- a user's game checked before training ----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("game", "message"),
+    [
+        ("box_moves", "action_space('player_0') is Box(-1.0, 1.0, (2,), float32): a turn-based game's moves are Discrete"),
+        ("undeclared_dict", "on reset, observe('player_0') gave a dict, and observation_space('player_0') says Box(0.0, 5.0, (2,), float32): declare spaces.Dict"),
+        ("unmasked", "on reset, observe('player_0'), the seat to move, gave a dict of ['observation'], with no action_mask"),
+        ("stuck", "after 2 moves, observe('player_0') gave the seat to move no legal move (its action_mask is all 0)"),
+    ],
+)
+def test_a_game_that_breaks_a_turn_based_games_rules_is_one_line_before_it_trains(tmp_path, capsys, game, message):
+    """Each game breaks one rule: moves that are no Discrete space, a dict observation its space
+    calls a Box, no action_mask (training would play illegal moves unseen), a seat to move with no
+    legal move (``Stuck``: from the second move on, met in the first rollout)."""
+    from fastppo.cli.main import main
+
+    argv = ["train", f"pz:tests.fake_pz_envs:{game}", "--preset", "cleanrl-discrete", "--total-timesteps", "256", "--num-envs", "2", "--num-steps", "64", "--run.progress", "false", "--run-dir", str(tmp_path / "r")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and message in err, err
+    if game != "stuck":  # refused as the env is built, before a file is written
+        assert not (tmp_path / "r").exists()
+
+
+def test_a_games_constructor_error_is_no_env_kwargs_error_when_none_were_given(capsys):
+    from fastppo.cli.main import main
+
+    assert main(["train", "pz:tests.fake_pz_envs:broken", "--preset", "cleanrl-discrete"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "fastppo: error: pz:tests.fake_pz_envs:broken raised ValueError as it was built (no --env-kwargs given): the board is missing", err
+
+
+def test_agent_act_refuses_a_mask_with_no_legal_move(tmp_path):
+    agent = fastppo.train(RACE, preset="cleanrl-discrete", total_timesteps=1280, num_envs=2, num_steps=64, progress=False, tensorboard=False)
+    observation = {"observation": np.array([1.0, 1.0], dtype=np.float32), "action_mask": np.array([1, 0], dtype=np.int8)}
+    assert agent.act({"player_0": observation}, deterministic=True) == {"player_0": 0}  # the one legal move
+    observation["action_mask"][:] = 0
+    with pytest.raises(ValueError, match=r"^agent.act got an action mask that allows no action \(row 0\)"):
+        agent.act({"player_0": observation}, deterministic=True)
+    with pytest.raises(ValueError, match=r"allows no action \(row 1\)"):
+        agent.act(np.zeros((2, 4), dtype=np.float32), action_mask=np.array([[True, False], [False, False]]))

@@ -65,7 +65,8 @@ def train_seeds(
 
 
 def resume(run_dir: str | Path, env_id: str | None = None, **overrides: Any) -> Agent:
-    """Continue the run in ``run_dir`` from its newest checkpoint, with its saved config.
+    """Continue the run in ``run_dir`` from its newest checkpoint, with its saved config (a run
+    that stopped before its first checkpoint starts over with it).
 
     Only ``total_timesteps`` and the output settings (``progress``, ``tensorboard``,
     ``checkpoint_every``, ``keep_checkpoints``, ``torch_threads``, ``collective_timeout``) may be overridden, and
@@ -73,9 +74,12 @@ def resume(run_dir: str | Path, env_id: str | None = None, **overrides: Any) -> 
     on your own code (``module:Class``, ``file.py:Class``) needs ``env_id`` naming it: fastppo
     never imports code that a run folder names.
     """
-    from fastppo.training.resume import resume_config
+    from fastppo.training.resume import restart_config, resume_config
     from fastppo.training.trainer import train as run_training
 
+    config = restart_config(run_dir, overrides, env_id)
+    if config is not None:
+        return run_training(config, Path(run_dir), start_over=True)
     config, checkpoint = resume_config(run_dir, overrides, env_id)
     return run_training(config, Path(run_dir), checkpoint)
 

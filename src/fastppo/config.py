@@ -97,6 +97,10 @@ class SelfPlayConfig:
     """Fixed players the learner is rated against: random (uniform legal moves), mcts:N (OpenSpiel's MCTS with N simulations), minimax (tic-tac-toe)."""
 
 
+POOL_SETTINGS = ("sampling", "snapshot_every")
+"""SelfPlayConfig's settings of a pool, which a run without one (pool_size 0) has no use for."""
+
+
 @dataclass
 class PPOConfig:
     """The PPO algorithm."""
@@ -359,8 +363,9 @@ class Config:
         for name in ("latest_share", "random_share"):
             if not 0.0 <= getattr(sp, name) <= 1.0:
                 raise FastPPOError(f"--self-play.{name.replace('_', '-')} must be in [0, 1], got {getattr(sp, name)}")
-        if sp.pool_size == 0 and (sp.sampling, sp.snapshot_every) != (SelfPlayConfig.sampling, SelfPlayConfig.snapshot_every):
-            raise FastPPOError("--self-play.sampling and --self-play.snapshot-every need a pool: give --self-play.pool-size N (N >= 1)")
+        if sp.pool_size == 0 and (unused := [name for name in POOL_SETTINGS if getattr(sp, name) != getattr(SelfPlayConfig, name)]):
+            flags = " and ".join(f"--self-play.{name.replace('_', '-')} {getattr(sp, name)}" for name in unused)
+            raise FastPPOError(f"{flags} {'needs' if len(unused) == 1 else 'need'} a pool, and --self-play.pool-size is 0: give --self-play.pool-size N (N >= 1), or drop {'it' if len(unused) == 1 else 'them'}")
         if sp.eval_every and not sp.eval_opponents:
             raise FastPPOError("--self-play.eval-every needs fixed players to rate against: give --self-play.eval-opponents, e.g. random,mcts:100")
 
@@ -451,7 +456,10 @@ def coerce(value: Any, annotation: Any, name: str) -> Any:
             raise FastPPOError(f"--{name} must be one of {', '.join(map(str, args))}, got {value!r}")
         return value
     if origin is tuple:
-        items = value if isinstance(value, (list, tuple)) else [v for v in str(value).replace(" ", "").strip("()[]").split(",") if v]
+        text = "" if isinstance(value, (list, tuple)) else str(value).replace(" ", "").strip("()[]")
+        items = value if isinstance(value, (list, tuple)) else text.split(",") if text else []
+        if "" in items:  # random,,minimax: a typo, not two entries
+            raise FastPPOError(f"--{name} has an empty entry in {value!r}: separate its entries by single commas")
         return tuple(coerce(v, args[0], name) for v in items)
     if annotation is bool:
         if isinstance(value, bool):

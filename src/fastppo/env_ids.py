@@ -88,6 +88,19 @@ def absolute_spec(spec: str) -> str:
     return spec if parts is None else f"{prefix}{os.path.abspath(parts[0])}:{parts[1]}"
 
 
+def same_env(a: str, b: str) -> bool:
+    """Whether env ids ``a`` and ``b`` name the same env: a ``file.py:name`` spec's file by its
+    resolved path (a run saves it absolute; the command line may give it relative, or through a
+    link), other ids as written."""
+    return _resolved_spec(a) == _resolved_spec(b)
+
+
+def _resolved_spec(spec: str) -> str:
+    prefix = PREFIX if spec.startswith(PREFIX) else ""
+    parts = file_spec(spec.removeprefix(prefix))
+    return spec if parts is None else f"{prefix}{os.path.realpath(parts[0])}:{parts[1]}"
+
+
 def names_user_code(env_id: str) -> bool:
     """Whether building ``env_id`` imports code that is no installed package: a ``module:name`` or
     ``file.py:name`` spec (the module may be a file in the working directory), with or without

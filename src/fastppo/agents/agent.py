@@ -169,6 +169,8 @@ class Agent:
             mask_t = mask_t.unsqueeze(0) if single else mask_t
             if mask_t.shape[0] != obs_t.shape[0]:
                 raise ValueError(f"agent.act got {mask_t.shape[0]} action masks for {obs_t.shape[0]} observations")
+            if not (allowed := mask_t.flatten(1).any(dim=1)).all():  # a masked softmax of no action would still sample one
+                raise ValueError(f"agent.act got an action mask that allows no action (row {int((~allowed).nonzero()[0, 0])}): a mask needs at least one True, the legal moves")
         elif self.action_masks:
             raise ValueError("this agent was trained with action masks: pass the env's mask, agent.act(obs, action_mask=info['action_mask'])")
         return self.normalize(obs_t), mask_t, single

@@ -15,6 +15,7 @@ import numpy as np
 
 from fastppo.env_ids import PREFIX, is_pettingzoo
 from fastppo.envs.pettingzoo_vec import is_turn_based, make_pettingzoo
+from fastppo.envs.turn_based import check_game
 from fastppo.errors import FastPPOError
 
 GameSource = str | Callable[[], Any]
@@ -32,9 +33,10 @@ def game_module(env_id: str) -> str:
 
 
 def make_game(game: GameSource, env_kwargs: dict[str, Any] | None = None) -> Any:
-    """A fresh AECEnv of ``game`` (not reset), built as training builds it
-    (``fastppo.envs.pettingzoo_vec.make_pettingzoo``: ``pz:<module>``, ``pz:<module>:<function>``,
-    ``--env-kwargs``), or a one-line FastPPOError."""
+    """An AECEnv of ``game``, built as training builds it (``fastppo.envs.pettingzoo_vec.make_pettingzoo``:
+    ``pz:<module>``, ``pz:<module>:<function>``, ``--env-kwargs``) and checked as training checks
+    it (``fastppo.envs.turn_based.check_game``, which resets it: reset it again to play), or a
+    one-line FastPPOError."""
     if callable(game):
         env, name = game(), getattr(game, "__name__", repr(game))
     else:
@@ -43,6 +45,11 @@ def make_game(game: GameSource, env_kwargs: dict[str, Any] | None = None) -> Any
     if not is_turn_based(env) or not all(hasattr(env, attr) for attr in ("agent_iter", "last", "observe", "possible_agents")):
         env.close()
         raise FastPPOError(f"{name} built a {type(env).__name__}, not a PettingZoo AECEnv (turn-based): name a game such as pz:pettingzoo.classic.tictactoe_v3")
+    try:
+        check_game(env, name)
+    except FastPPOError:
+        env.close()
+        raise
     return env
 
 

@@ -22,6 +22,7 @@ import numpy as np
 from fastppo.agents.agent import Agent
 from fastppo.agents.game_env import GameSource, legal_actions, make_game, require_two_seats
 from fastppo.agents.players import AgentPlayer, Player, player_from_spec
+from fastppo.env_ids import same_env
 from fastppo.errors import FastPPOError
 
 
@@ -150,7 +151,7 @@ def evaluate_games(agent: Agent, env_id: str, opponent: str | Player = "random",
     most likely legal move, else a sample; ``seed`` None: a fresh one."""
     if games < 1:
         raise FastPPOError(f"--games must be >= 1, got {games}")
-    if env_id != agent.config.env.env_id:
+    if not same_env(env_id, agent.config.env.env_id):
         raise FastPPOError(f"the agent was trained on {agent.config.env.env_id}, not on {env_id}: a game's agent plays the game it was trained on")
     player = AgentPlayer(agent, deterministic)
     if not deterministic:  # said in the table's title line

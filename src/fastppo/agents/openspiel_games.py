@@ -21,6 +21,7 @@ usual settings, UCT constant 2, one random rollout per leaf, solving proven wins
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,17 +74,32 @@ def openspiel_state(rules: SameRules, game: Any, history: list[int]) -> Any:
     return state
 
 
+MIN_SIMULATIONS, MAX_SIMULATIONS = 2, 10_000
+"""The range of ``mcts:N``: OpenSpiel's bot expands the root on its second simulation (with one it
+has no move to choose: a ValueError), and 10 000 simulations take ~4 s a move at connect four
+(1 000 already play strongly); more would make one game take hours."""
+
+
+def simulations(text: str) -> int:
+    """The N of ``mcts:N`` (``text``) in ``[MIN_SIMULATIONS, MAX_SIMULATIONS]``, or a one-line FastPPOError."""
+    if not re.fullmatch(r"-?[0-9]+", text):
+        raise FastPPOError(f"give the number of simulations per move as an integer, e.g. mcts:100, not mcts:{text}")
+    if len(text) > 6 or not MIN_SIMULATIONS <= int(text) <= MAX_SIMULATIONS:  # the length first: int() refuses 4 300 digits and more
+        raise FastPPOError(f"MCTS needs {MIN_SIMULATIONS} to {MAX_SIMULATIONS} simulations per move (the strength knob, e.g. mcts:100), got {text}")
+    return int(text)
+
+
 class MCTSPlayer:
-    """OpenSpiel's MCTS bot with ``simulations`` per move, the strength knob (10 is weak, 1 000
-    strong at connect four). ``game``: the fastppo env id of tic-tac-toe or connect four."""
+    """OpenSpiel's MCTS bot with ``simulations`` per move (2 to 10 000), the strength knob (10 is
+    weak, 1 000 strong at connect four). ``game``: the fastppo env id of tic-tac-toe or connect four."""
 
     def __init__(self, game: str, simulations: int, seed: int = 0, uct_c: float = 2.0, rollouts: int = 1):
         rules = same_rules(game)
         if rules is None:
             covered = ", ".join(f"pz:{module}" for module in SAME_RULES)
             raise FastPPOError(f"MCTS plays {covered} (OpenSpiel's games of the same rules), not {game}")
-        if isinstance(simulations, bool) or not isinstance(simulations, int) or simulations < 1:
-            raise FastPPOError(f"MCTS needs a positive number of simulations per move (the strength knob, e.g. mcts:100), got {simulations!r}")
+        if isinstance(simulations, bool) or not isinstance(simulations, int) or not MIN_SIMULATIONS <= simulations <= MAX_SIMULATIONS:
+            raise FastPPOError(f"MCTS needs {MIN_SIMULATIONS} to {MAX_SIMULATIONS} simulations per move (the strength knob, e.g. mcts:100), got {simulations!r}")
         self.name = f"mcts:{simulations}"
         self.rules = rules
         self.simulations = simulations

@@ -1,6 +1,6 @@
 """Who sits at a turn-based game: a ``Player`` chooses the move of the seat to move, and
 ``player_from_spec`` builds one from the words a command line gives (``--opponent random``,
-``mcts:100``, ``minimax``, a run folder).
+``mcts:100``, ``minimax``, a run folder, a player class of the user's: ``file.py:MyPlayer``).
 
 A player sees the PettingZoo AECEnv itself (its observation of the seat it plays, the action
 mask) and the moves played so far: an agent acts on its observation, a search engine (OpenSpiel's
@@ -19,7 +19,8 @@ import torch
 from fastppo.agents.agent import Agent, load_agent
 from fastppo.agents.game_env import game_module, legal_actions, make_game, require_two_seats
 from fastppo.agents.minimax import MinimaxPlayer
-from fastppo.agents.openspiel_games import MCTSPlayer
+from fastppo.agents.openspiel_games import MCTSPlayer, same_rules, simulations
+from fastppo.env_ids import named_object, same_env, split_spec
 from fastppo.errors import FastPPOError
 
 PolicyFn = Callable[[str, dict[str, np.ndarray]], np.ndarray]
@@ -144,37 +145,73 @@ def agent_policy(agent: Agent) -> PolicyFn:
     return probabilities
 
 
-def player_from_spec(spec: str, env_id: str, seed: int = 0) -> Player:
+def player_from_spec(spec: str, env_id: str, seed: int = 0, flag: str = "--opponent", user_code: bool = True) -> Player:
     """The player ``--opponent SPEC`` names for the game ``env_id``: ``random``, ``mcts:N``
     (OpenSpiel's MCTS with N simulations per move; tic-tac-toe and connect four), ``minimax``
-    (tic-tac-toe) or a run folder (its agent, trained on ``env_id``); a one-line FastPPOError
-    ``--opponent SPEC: why`` otherwise."""
+    (tic-tac-toe), a run folder (its agent, trained on ``env_id``) or, with ``user_code``, a
+    player class of the user's named as env ids are (``module:Class``, ``path/to/file.py:Class``:
+    ``user_player``); a one-line FastPPOError ``<flag> SPEC: why`` otherwise."""
     try:
         env = make_game(env_id)
         try:
             require_two_seats(env, env_id, "a game against an opponent")
         finally:
             env.close()
-        return _player(spec, env_id, seed)
+        return _player(spec, env_id, seed, user_code)
     except FastPPOError as exc:
-        raise FastPPOError(f"--opponent {spec}: {exc}") from None
+        raise FastPPOError(f"{flag} {spec or repr(spec)}: {exc}") from None
 
 
-def _player(spec: str, env_id: str, seed: int) -> Player:
+def _player(spec: str, env_id: str, seed: int, user_code: bool) -> Player:
     kind, _, argument = spec.partition(":")
+    if not spec:
+        raise FastPPOError(f"an empty name names no opponent (nor the working directory): give {_players_of(env_id, user_code)}")
     if spec == "random":
         return RandomPlayer(seed)
     if spec == "minimax":
         if game_module(env_id) != TICTACTOE:
-            raise FastPPOError(f"minimax plays pz:{TICTACTOE} only, not {env_id}: use random or mcts:N")
+            raise FastPPOError(f"minimax plays pz:{TICTACTOE} only, not {env_id}: use {_players_of(env_id, user_code)}")
         return MinimaxPlayer(seed)
     if kind == "mcts":
-        if not argument.lstrip("-").isdigit():
-            raise FastPPOError("give the number of simulations per move as an integer, e.g. mcts:100")
-        return MCTSPlayer(env_id, int(argument), seed)
+        return MCTSPlayer(env_id, simulations(argument), seed)
     if Path(spec).is_dir():
         agent = load_agent(spec)
-        if agent.config.env.env_id != env_id:
+        if not same_env(agent.config.env.env_id, env_id):
             raise FastPPOError(f"{spec} holds an agent trained on {agent.config.env.env_id}, not on {env_id}: give an agent of this game")
         return AgentPlayer(agent)
-    raise FastPPOError("unknown opponent, and no such folder: give random, mcts:N (OpenSpiel's MCTS, N simulations per move), minimax (tic-tac-toe) or a run folder of an agent trained on this game")
+    if split_spec(spec) is not None and user_code:
+        return user_player(spec, seed)
+    if split_spec(spec) is not None:  # a run's config names its players, and a resumed run never imports code its folder names
+        raise FastPPOError(f"a run rates its learner against {_players_of(env_id, user_code)}; a player class of yours plays in fastppo eval RUN_DIR --opponent {spec}")
+    raise FastPPOError(f"unknown opponent, and no such folder: give {_players_of(env_id, user_code)}")
+
+
+def _players_of(env_id: str, user_code: bool) -> str:
+    """The players a spec may name on ``env_id``, for a message."""
+    kinds = ["random", *(["mcts:N (OpenSpiel's MCTS, N simulations per move)"] if same_rules(env_id) else [])]
+    kinds += ["minimax (perfect play)"] if game_module(env_id) == TICTACTOE else []
+    kinds += ["the run folder of an agent trained on this game"]
+    kinds += ["a player class of yours (file.py:Class, module:Class)"] if user_code else []
+    return ", ".join(kinds[:-1]) + " or " + kinds[-1]
+
+
+def user_player(spec: str, seed: int = 0) -> Player:
+    """A player class of the user's, named on the command line as env ids are (``module:Class``,
+    ``path/to/file.py:Class``; only code the command line names is imported, never a run
+    folder's): built with no arguments, seeded with ``reset(seed)``; it needs ``act(env, agent,
+    history)`` and ``reset(seed)`` (``Player``), and is named ``spec`` unless it has a ``name``."""
+    cls = named_object(spec, "the player")
+    if not isinstance(cls, type):
+        what = "nothing" if cls is None else f"a {type(cls).__name__}"
+        raise FastPPOError(f"{spec} names {what}, not a player class: name a class with act(env, agent, history) -> move and reset(seed)")
+    try:
+        player = cls()
+    except Exception as exc:  # the user's constructor: its error in one line, not a traceback
+        raise FastPPOError(f"{spec}() raised {type(exc).__name__}: {exc}; a player class is built with no arguments") from None
+    missing = [method for method in ("act", "reset") if not callable(getattr(player, method, None))]
+    if missing:
+        raise FastPPOError(f"{spec} lacks {' and '.join(missing)}: a player has act(env, agent, history) -> move and reset(seed)")
+    if not isinstance(getattr(player, "name", None), str):
+        player.name = spec
+    player.reset(seed)
+    return player

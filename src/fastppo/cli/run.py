@@ -33,8 +33,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--opponent",
         default=None,
         metavar="SPEC",
-        help="a turn-based game's opponent: random (uniform legal moves), mcts:N (OpenSpiel's MCTS, N simulations per move; tic-tac-toe, connect four), "
-        "minimax (perfect tic-tac-toe) or the run folder of an agent of the same game (default: random)",
+        help="a turn-based game's opponent: random (uniform legal moves), mcts:N (OpenSpiel's MCTS, N = 2 to 10000 simulations per move; tic-tac-toe, connect four), "
+        "minimax (perfect tic-tac-toe), the run folder of an agent of the same game, or a player class of yours, named as an env is: "
+        "file.py:Class or module:Class, built with no arguments, with act(env, agent, history) and reset(seed) (default: random)",
     )
     ev.add_argument("--games", type=int, default=None, help="a turn-based game's games against --opponent, seats swapped every game (default: 100)")
     ev.add_argument("--seed", type=seed, default=None, help="seed the env and the policy's sampling (default: unseeded)")

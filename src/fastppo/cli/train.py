@@ -60,7 +60,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--resume",
         metavar="RUN_DIR",
         default=None,
-        help="continue the run in RUN_DIR from its newest checkpoint, with its saved config (only --total-timesteps and the run.* output flags may change)",
+        help="continue the run in RUN_DIR from its newest checkpoint, with its saved config (only --total-timesteps and the run.* output flags may change); "
+        "a run that stopped before its first checkpoint starts over",
     )
     parser.add_argument("--preset", default=None, help=f"hyperparameter preset: {', '.join(available_presets())}, or a preset YAML file's path (fastppo sweep writes one) (default: the env's own, else CleanRL's)")
     parser.add_argument("--run-dir", default=None, help="output folder, new or without a run in it: --resume continues a run (default: runs/<env>__<exp>__<seed>__<time>)")
@@ -82,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
     from fastppo.experiments.seeds import PLAN_FILE
     from fastppo.files.run_folder import seed_folders
     from fastppo.training.distributed import launched_rank, launched_world_size
-    from fastppo.training.resume import resume_config
+    from fastppo.training.resume import restart_config, resume_config
     from fastppo.training.trainer import train
 
     main = launched_rank() == 0  # under torchrun, rank 0 speaks for the run
@@ -97,10 +98,16 @@ def run(args: argparse.Namespace) -> int:
             raise FastPPOError("--resume RUN_DIR takes the preset and the run directory from the run: drop --preset/--run-dir")
         if seed_folders(args.resume) or (Path(args.resume) / PLAN_FILE).is_file():
             return resume_seeds(Path(args.resume), overrides, args.env_id)
-        config, checkpoint = resume_config(args.resume, overrides, args.env_id)
         run_dir = Path(args.resume)
-        if main:
-            print(f"fastppo: resuming {run_dir} from {checkpoint.path.name} (step {checkpoint.global_step})")
+        restarted = restart_config(run_dir, overrides, args.env_id)
+        if restarted is not None:  # nothing to resume: the run again, from its start
+            config = restarted
+            if main:
+                print(f"fastppo: {run_dir} stopped before its first checkpoint: starting it over with its saved config")
+        else:
+            config, checkpoint = resume_config(args.resume, overrides, args.env_id)
+            if main:
+                print(f"fastppo: resuming {run_dir} from {checkpoint.path.name} (step {checkpoint.global_step})")
         header = start_header(config, "its saved config", run_dir, launched_world_size())
     elif args.env_id is None:
         raise FastPPOError("give an ENV_ID to train (fastppo train CartPole-v1), or --resume RUN_DIR")
@@ -110,7 +117,8 @@ def run(args: argparse.Namespace) -> int:
         config, preset = resolved_config(args.env_id, args.preset, overrides)
         run_dir = Path(args.run_dir) if args.run_dir else default_run_dir(config)
         header = start_header(config, f"preset {preset}", run_dir, launched_world_size())
-    agent = train(config, run_dir, checkpoint, on_start=lambda: print(*header, sep="\n", flush=True))  # once the run folder passed its checks
+    start_over = args.resume is not None and checkpoint is None  # a run that stopped before its first checkpoint
+    agent = train(config, run_dir, checkpoint, on_start=lambda: print(*header, sep="\n", flush=True), start_over=start_over)  # once the run folder passed its checks
     if main:
         returns = agent.episode_returns[-20:]
         groups = {group: group_returns[-20:] for group, group_returns in agent.group_returns.items()}

@@ -7,7 +7,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from fastppo.config import Config, EnvConfig, apply_overrides, load_preset, preset_for_env, resolve_key
+from fastppo.config import POOL_SETTINGS, Config, EnvConfig, SelfPlayConfig, apply_overrides, load_preset, preset_for_env, resolve_key
 from fastppo.env_ids import absolute_spec, is_atari
 from fastppo.envs.make import policy_spaces
 from fastppo.envs.tensor import TensorEnv, user_tensor_env
@@ -45,6 +45,10 @@ def resolved_config(env_id: str | type, preset: str | None = None, overrides: di
     apply_overrides(config, {"env.env_id": env_id, **overrides})
     given = {resolve_key(config, key) for key in overrides}
     from_preset = {resolve_key(config, key) for key in preset_values} - given
+    if config.self_play.pool_size == 0:  # the user turned the preset's pool off: its settings of a pool go with it
+        for name in POOL_SETTINGS:
+            if f"self_play.{name}" in from_preset:
+                setattr(config.self_play, name, getattr(SelfPlayConfig, name))
     return config.validate(minibatches_from=f"the {preset} preset's" if "ppo.num_minibatches" in from_preset else None), preset
 
 

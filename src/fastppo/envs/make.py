@@ -16,7 +16,7 @@ from fastppo.envs.layout import ObservationLayout
 from fastppo.envs.partial import CARTPOLE_NO_VELOCITY
 from fastppo.envs.pettingzoo_vec import PettingZooVecEnv, is_turn_based, make_parallel_env, make_pettingzoo
 from fastppo.envs.pettingzoo_workers import PettingZooWorkers
-from fastppo.envs.turn_based import TurnBasedVecEnv
+from fastppo.envs.turn_based import TurnBasedVecEnv, check_game
 from fastppo.envs.vector import VecEnv
 from fastppo.envs.video import RecordEpisodeVideo
 from fastppo.errors import FastPPOError
@@ -163,6 +163,11 @@ def make_pettingzoo_env(cfg: EnvConfig, multi_agent: MultiAgentConfig, device: t
         if cfg.backend != "sync":
             first.close()
             raise FastPPOError(f"{cfg.env_id} is a turn-based game, whose copies step in the training process: use --backend sync, not {cfg.backend}")
+        try:
+            check_game(first, cfg.env_id)
+        except FastPPOError:
+            first.close()
+            raise
         return TurnBasedVecEnv([lambda: first] + [partial(make_pettingzoo, cfg.env_id, cfg.env_kwargs, render_mode)] * (cfg.num_envs - 1), multi_agent, device)
     first.close()
     env_fns = [partial(make_parallel_env, cfg.env_id, cfg.env_kwargs, render_mode) for _ in range(cfg.num_envs)]

@@ -62,7 +62,9 @@ def make_pettingzoo(env_id: str, env_kwargs: dict[str, Any], render_mode: str | 
     try:
         env = maker(**kwargs)
     except (TypeError, ValueError, AssertionError) as exc:  # a kwarg it does not know, or a value it refuses
-        raise FastPPOError(f"{env_id} rejected --env-kwargs {env_kwargs}: {_one_line(exc)}") from None
+        if env_kwargs:
+            raise FastPPOError(f"{env_id} rejected --env-kwargs {env_kwargs}: {_one_line(exc)}") from None
+        raise FastPPOError(f"{env_id} raised {type(exc).__name__} as it was built (no --env-kwargs given): {_one_line(exc)}") from None
     except ImportError as exc:  # PettingZoo's DeprecatedEnv, or a dependency imported on construction
         raise _import_error(env_id, exc) from None
     except gym.error.DependencyNotInstalled as exc:

@@ -35,6 +35,7 @@ from fastppo.config import MultiAgentConfig
 from fastppo.envs.opponents import LearnerEverywhere, Opponents
 from fastppo.envs.pettingzoo_vec import ACTION_MASK_KEY, AgentSpaces, copies_problem, is_count, is_row
 from fastppo.envs.vector import Episodes, HostCopies, StepResult
+from fastppo.errors import FastPPOError
 
 
 GameRecord = tuple[np.ndarray, np.ndarray, int]
@@ -155,8 +156,11 @@ class TurnBasedVecEnv(HostCopies):
         masks = self.spaces.rows(game, observations, {}, rows)
         if not game.agents or self._finished[c]:
             to_move = -1
-        elif self._direct[c]:
-            self._keep_legal(c, observations.get(self.agents[to_move]), self._moves[to_move])
+        else:
+            if masks is None or not masks[to_move].any():  # a game that stops publishing its legal moves mid-game
+                check_to_move(f"after {self._lengths[c]} moves, observe", self.agents[to_move], game.observation_space(self.agents[to_move]), observations[self.agents[to_move]])
+            if self._direct[c]:
+                self._keep_legal(c, observations.get(self.agents[to_move]), self._moves[to_move])
         if masks is not None:
             masks[np.arange(len(self.agents)) != to_move] = True
         return masks
@@ -250,6 +254,32 @@ class TurnBasedVecEnv(HostCopies):
     def close(self) -> None:
         for env in self.envs:
             env.close()
+
+
+def check_game(env: Any, name: str) -> None:
+    """A one-line FastPPOError unless ``env`` (an AECEnv, which this resets) gives what a
+    turn-based game's training and play need: a Discrete action space for every seat, and for the
+    seat to move an observation ``{'observation': ..., 'action_mask': ...}``, as its observation
+    space (a Dict) declares, with at least one legal move."""
+    for seat in env.possible_agents:
+        if not isinstance(space := env.action_space(seat), gym.spaces.Discrete):
+            raise FastPPOError(f"{name}: action_space({seat!r}) is {space}: a turn-based game's moves are Discrete (a number per move, the legal ones marked in the observation's action_mask)")
+    env.reset(seed=0)
+    seat = env.agent_selection
+    check_to_move(f"{name}: on reset, observe", seat, env.observation_space(seat), env.observe(seat))
+
+
+def check_to_move(where: str, seat: str, space: gym.Space, observation: Any) -> None:
+    """``check_game``'s check of the observation of ``seat``, the seat to move (``where``: the
+    message's start, e.g. ``<game>: on reset, observe``)."""
+    shape = "{'observation': ..., 'action_mask': ...} (the mask 1 for each legal move)"
+    if not isinstance(observation, dict) or ACTION_MASK_KEY not in observation:
+        what = f"a dict of {sorted(observation)}" if isinstance(observation, dict) else f"a {type(observation).__name__}"
+        raise FastPPOError(f"{where}({seat!r}), the seat to move, gave {what}, with no action_mask: a turn-based game's observe(seat) returns {shape}")
+    if not isinstance(space, gym.spaces.Dict):
+        raise FastPPOError(f"{where}({seat!r}) gave a dict, and observation_space({seat!r}) says {space}: declare spaces.Dict for {shape}")
+    if not np.asarray(observation[ACTION_MASK_KEY]).any():
+        raise FastPPOError(f"{where}({seat!r}) gave the seat to move no legal move (its action_mask is all 0): a seat to move needs at least one, or the game is over")
 
 
 def game_episodes(games: list[GameRecord], agents: list[str]) -> Episodes:

@@ -94,10 +94,11 @@ def failed_start_files(folder: Path) -> list[Path]:
     return sorted(folder.iterdir())
 
 
-def check_no_run(folder: str | Path) -> None:
+def check_no_run(folder: str | Path, start_over: bool = False) -> None:
     """A FastPPOError naming what is there when ``folder`` holds a run's files, a ``--seeds``
     run's seed folders, or runs one level below it; a missing folder, an empty one or one of
-    unrelated files passes. Called before anything is written there."""
+    unrelated files passes, and with ``start_over`` (``fastppo train --resume``) one whose run
+    stopped before its first checkpoint. Called before anything is written there."""
     folder = Path(folder)
     if not folder.is_dir():
         return
@@ -107,7 +108,7 @@ def check_no_run(folder: str | Path) -> None:
         raise FastPPOError(f"cannot read {folder}: {exc.strerror or exc}: pick a readable --run-dir") from None
     seeds = [f"{p.name}/" for p in below if SEED_FOLDER.fullmatch(p.name)]
     found = own_run_files(folder) + seeds
-    if found:
+    if found and not (start_over and stopped_before_first_checkpoint(folder)):
         raise FastPPOError(f"{folder} already holds a run ({_first(found)}): continue it with 'fastppo train --resume {folder}' or pick another --run-dir")
     if below:  # e.g. --run-dir runs: a run there would make runs/ a run and a folder of runs at once
         raise FastPPOError(f"{folder} holds runs ({_first([f'{p.name}/' for p in below])}): pick another --run-dir, a folder of its own for the new run")
@@ -124,6 +125,22 @@ def check_not_a_run(folder: str | Path, what: str) -> None:
     found = own_run_files(folder) + seeds
     if found:
         raise FastPPOError(f"{what} {folder} is a run's folder ({_first(found)}): give {what} a folder of its own")
+
+
+def stopped_before_first_checkpoint(folder: Path) -> bool:
+    """Whether ``folder`` holds a run that stopped (failed, or was killed) before its first
+    checkpoint: its config.yaml, and what else it wrote by then (metrics.jsonl, TensorBoard
+    events), as regular files, and no checkpoint, saved agent or --seeds plan. Nothing there can
+    be resumed: ``fastppo train --resume`` starts it over with its config.yaml, rewriting it,
+    cutting metrics.jsonl back to nothing and having TensorBoard drop the old curves
+    (``fastppo.training.logger``)."""
+    files = own_run_files(folder)
+    return (
+        CONFIG_FILE in files
+        and not list_checkpoints(folder)
+        and not {AGENT_FILE, POLICY_FILE, SEEDS_PLAN} & set(files)
+        and all((folder / name).is_file() and not (folder / name).is_symlink() for name in files if name != CHECKPOINT_DIR)
+    )
 
 
 def _first(names: list[str], shown: int = 3) -> str:
@@ -175,6 +192,8 @@ def find_checkpoint(path: str | Path) -> Path:
     if (path / TRAINER_JSON).is_file():
         return path
     found = list_checkpoints(path)
+    if not found and stopped_before_first_checkpoint(path):
+        raise FastPPOError(f"no checkpoint in {path}: its run stopped before its first, and has no agent to load; 'fastppo train --resume {path}' starts it over")
     if not found:
         raise FastPPOError(f"no checkpoint in {path}: expected {path / CHECKPOINT_DIR}/NNNNNN/ (written by 'fastppo train')")
     return found[-1]

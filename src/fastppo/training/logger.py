@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from fastppo.errors import FastPPOError
+from fastppo.files.run_folder import TENSORBOARD_EVENTS
 
 SAMPLES_FILE = "samples.jsonl"
 WANDB_ID_FILE = "wandb-run-id"
@@ -88,7 +89,10 @@ class RunLogger:
 
                 # A queue of 10 (the default) made each ~25-scalar iteration wait on the writer
                 # thread; 1000 never fills between its flushes (every 10 s, and at close).
-                self._writer = SummaryWriter(str(run_dir), purge_step=purge_step, max_queue=1000, flush_secs=10)
+                # A fresh run over the events of one that stopped before its first checkpoint
+                # (fastppo.files.run_folder.stopped_before_first_checkpoint): TensorBoard drops those.
+                restart = purge_step is None and any(run_dir.glob(TENSORBOARD_EVENTS))
+                self._writer = SummaryWriter(str(run_dir), purge_step=0 if restart else purge_step, max_queue=1000, flush_secs=10)
                 if config is not None and purge_step is None:
                     rows = "\n".join(f"|{k}|{v}|" for k, v in _flatten(config).items())
                     self._writer.add_text("hyperparameters", f"|param|value|\n|-|-|\n{rows}")

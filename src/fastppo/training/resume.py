@@ -1,5 +1,6 @@
 """Resuming a run or a stack of seeds from its checkpoints: the config to resume with (only the
-``RESUMABLE_OVERRIDES`` may change), the checkpoints, and whether anything is left to train."""
+``RESUMABLE_OVERRIDES`` may change), the checkpoints, and whether anything is left to train; a
+run that stopped before its first checkpoint is started over with its saved config."""
 
 from __future__ import annotations
 
@@ -8,13 +9,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from fastppo.training.checkpoint import Checkpoint, load_checkpoint
+import yaml
 
 from fastppo.config import Config, apply_overrides, resolve_key
 from fastppo.core import schedule_progress
-from fastppo.env_ids import absolute_spec, folder_env_id, names_user_code
+from fastppo.env_ids import folder_env_id, names_user_code, same_env
 from fastppo.errors import FastPPOError
-from fastppo.files.run_folder import checkpoint_root, list_checkpoints, seed_folders
+from fastppo.files.run_folder import CONFIG_FILE, checkpoint_root, list_checkpoints, seed_folders, stopped_before_first_checkpoint
+from fastppo.training.checkpoint import Checkpoint, load_checkpoint
 from fastppo.training.distributed import check_world_size, launched_world_size
 from fastppo.training.runs import reached_stop_return
 from fastppo.training.state import planned_iterations
@@ -45,16 +47,7 @@ def resume_config(run_dir: str | Path, overrides: dict[str, Any] | None = None, 
     check_world_size(run_dir, checkpoint.meta.get("world_size", 1))
     world_size = launched_world_size()
     planned = planned_iterations(config, world_size)  # the horizon the schedules have followed so far
-    for key, value in (overrides or {}).items():
-        full = resolve_key(config, key)
-        section, name = full.split(".")
-        unchanged = getattr(getattr(apply_overrides(Config(), {full: value}), section), name) == getattr(getattr(config, section), name)
-        if full == "env.backend" and not unchanged:
-            check_backend_switch(run_dir, config.env.backend, str(value))
-        elif full not in RESUMABLE_OVERRIDES and not unchanged:
-            raise FastPPOError(f"cannot change {full} when resuming (allowed: {', '.join(RESUMABLE_OVERRIDES)}): start a new run instead")
-        apply_overrides(config, {full: value})
-    config.validate()
+    apply_resumable(config, overrides or {}, run_dir)
     num_iterations = planned_iterations(config, world_size)
     if checkpoint.iteration == planned and num_iterations <= planned:
         raise FastPPOError(
@@ -81,6 +74,38 @@ def check_backend_switch(run_dir: str | Path, saved: str, asked: str) -> None:
         )
 
 
+def apply_resumable(config: Config, overrides: dict[str, Any], run_dir: str | Path) -> Config:
+    """``config`` with ``overrides`` applied, validated; a one-line FastPPOError for one that would
+    change the experiment (not in ``RESUMABLE_OVERRIDES``, or a backend ``check_backend_switch``
+    refuses)."""
+    for key, value in overrides.items():
+        full = resolve_key(config, key)
+        section, name = full.split(".")
+        unchanged = getattr(getattr(apply_overrides(Config(), {full: value}), section), name) == getattr(getattr(config, section), name)
+        if full == "env.backend" and not unchanged:
+            check_backend_switch(run_dir, config.env.backend, str(value))
+        elif full not in RESUMABLE_OVERRIDES and not unchanged:
+            raise FastPPOError(f"cannot change {full} when resuming (allowed: {', '.join(RESUMABLE_OVERRIDES)}): start a new run instead")
+        apply_overrides(config, {full: value})
+    return config.validate()
+
+
+def restart_config(run_dir: str | Path, overrides: dict[str, Any] | None = None, env_id: str | None = None) -> Config | None:
+    """The saved config (config.yaml, plus ``overrides`` as ``resume_config`` allows them) of a run
+    that stopped before its first checkpoint (``stopped_before_first_checkpoint``), which
+    ``fastppo train --resume`` starts over; None for any other folder. Its env is checked as a
+    resume checks it (``check_resumed_env``: user code only when named again)."""
+    run_dir = Path(run_dir)
+    if not stopped_before_first_checkpoint(run_dir):
+        return None
+    try:
+        config = Config.from_dict(yaml.safe_load((run_dir / CONFIG_FILE).read_text(encoding="utf-8")))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, ValueError) as exc:
+        raise FastPPOError(f"{run_dir} stopped before its first checkpoint, and its {CONFIG_FILE} cannot start it over: damaged ({str(exc).splitlines()[0]})") from None
+    check_resumed_env(run_dir, config.env.env_id, env_id)
+    return apply_resumable(config, overrides or {}, run_dir)
+
+
 def finished_run(run_dir: Path, overrides: dict[str, Any] | None = None) -> bool:
     """Whether the run in ``run_dir`` has nothing left to train: its newest checkpoint at the end of
     its --total-timesteps, or past its --run.stop-return (each as ``overrides`` may move it)."""
@@ -104,7 +129,7 @@ def check_resumed_env(run_dir: str | Path, own: str, env_id: str | None) -> None
     required when that is user code: fastppo never imports code that a run folder names."""
     if env_id is None:
         folder_env_id(own, run_dir, f"if you trust it, name it yourself: fastppo train --resume {run_dir} {own} (in Python: env_id='{own}')")
-    elif absolute_spec(env_id) != own:  # a file env is saved with its absolute path
+    elif not same_env(env_id, own):  # a file env is saved with its absolute path
         raise FastPPOError(f"{run_dir} trains {own}, not {env_id}: " + (f"give {own}" if names_user_code(own) else "drop ENV_ID when resuming"))
 
 

@@ -11,7 +11,7 @@ at an iteration; the pool keeps the newest ``pool_size``. Each snapshot keeps th
 record against it (wins, draws, losses), which the prioritised sampling reads, and an openskill
 rating: every finished game against the pool rates the learner and that snapshot, a new snapshot
 starts from the learner's rating, and the games against fixed players (random, OpenSpiel's MCTS)
-anchor the scale.
+rate the learner alone, against the player's rating that never moves: those anchor the scale.
 
 Everything here is part of the run's state: ``state()`` goes into each checkpoint (the snapshots'
 weights as tensors, the rest as JSON) and ``load`` restores it, so that a resumed run draws the
@@ -32,7 +32,7 @@ import torch
 from fastppo.agents.agent import Agent
 from fastppo.agents.game_env import make_game
 from fastppo.agents.games import play_games
-from fastppo.agents.players import AgentPlayer, player_from_spec
+from fastppo.agents.players import AgentPlayer, Player, player_from_spec
 from fastppo.config import Config, SelfPlayConfig
 from fastppo.env_ids import is_pettingzoo
 from fastppo.envs.pettingzoo_vec import PettingZooVecEnv
@@ -94,11 +94,15 @@ def check_league(config: Config, envs: VecEnv, processes: int) -> None:
     if turn_based and config.run.stop_return is not None and (not sp.pool_size or sp.latest_share == 1.0) and not sp.random_share:
         # fastppo.envs.turn_based.game_episodes: a game against itself has no return of the learner's.
         raise FastPPOError("--run.stop-return reads the learner's return in games against its past snapshots, and this run plays none: give --self-play.pool-size N and --self-play.latest-share below 1, or --self-play.random-share")
-    for spec in sp.eval_opponents if sp.eval_every else ():
-        try:
-            player_from_spec(spec, config.env.env_id)  # mcts:0, minimax off tic-tac-toe, ...
-        except FastPPOError as exc:
-            raise FastPPOError(str(exc).replace("--opponent", "--self-play.eval-opponents", 1)) from None
+    for spec in sp.eval_opponents if turn_based else ():  # checked even unused (--self-play.eval-every 0): the config saves them
+        fixed_player(spec, config.env.env_id)
+
+
+def fixed_player(spec: str, env_id: str, seed: int = 0) -> Player:
+    """The fixed player ``--self-play.eval-opponents`` names (``player_from_spec``: not a class
+    of the user's, as the run's config names it and a resumed run never imports code its folder
+    names), or a one-line FastPPOError (mcts:0, minimax off tic-tac-toe, ...)."""
+    return player_from_spec(spec, env_id, seed, flag="--self-play.eval-opponents", user_code=False)
 
 
 def _check_parallel_league(config: Config, envs: VecEnv) -> None:
@@ -151,7 +155,7 @@ class League:
         self.seats = int(self.sides.max()) + 1  # sides to draw the learner's from (learner_seat: its side)
         self.cfg, self.learner, self.seed = cfg, learner, seed
         self.game, self.env_kwargs = game, env_kwargs or {}
-        self.fixed = [player_from_spec(spec, game, seed) for spec in cfg.eval_opponents] if cfg.eval_every else []
+        self.fixed = [fixed_player(spec, game, seed) for spec in cfg.eval_opponents] if cfg.eval_every else []
         self.snapshots: dict[int, Snapshot] = {}  # by iteration: the pool's and any a game in flight still plays
         self.pool_ids: list[int] = []  # the pool, oldest first: what new games draw from
         self.opponent = np.full(copies, LATEST)  # the pool snapshot (its iteration) each copy plays, or LATEST
@@ -226,7 +230,7 @@ class League:
         result = int(np.sign(mine - theirs))
         if self.opponent[copy] == RANDOM:  # rated as the evaluation games rate the fixed player 'random'
             self._random_results.append(result)
-            self.learner_rating, self.fixed_ratings["random"] = self.rate(self.learner_rating, self.fixed_ratings.get("random", START_RATING), result)
+            self.rate_against_fixed("random", result)
             return
         snapshot = self.snapshots[int(self.opponent[copy])]
         snapshot.record[1 - result] += 1  # +1 -> wins, 0 -> draws, -1 -> losses
@@ -247,6 +251,14 @@ class League:
         ranks = {1: [0, 1], 0: [0, 0], -1: [1, 0]}[result]
         [[new_a], [new_b]] = model.rate([[model.create_rating(list(a))], [model.create_rating(list(b))]], ranks=ranks)
         return (new_a.mu, new_a.sigma), (new_b.mu, new_b.sigma)
+
+    def rate_against_fixed(self, name: str, result: int, games: int = 1) -> None:
+        """Rate the learner after ``games`` games of ``result`` against the fixed player ``name``,
+        whose rating stays where it starts: a player that does not change anchors the scale
+        (were it rated too, the whole scale would drift with the learner)."""
+        anchor = self.fixed_ratings.setdefault(name, START_RATING)
+        for _ in range(games):
+            self.learner_rating, _ = self.rate(self.learner_rating, anchor, result)
 
     # Each iteration: -----------------------------------------------------------------------------
 
@@ -270,17 +282,14 @@ class League:
     def evaluate(self, iteration: int, metrics: dict[str, float]) -> None:
         """The learner (deterministic) against each fixed player, ``eval_games`` games with seats
         swapped, seeded by the iteration (a resumed run plays the same games); every game rates
-        the learner and that player, which anchors the pool's ratings to players that do not
-        change (random, MCTS-N)."""
+        the learner against that player's fixed rating, which anchors the pool's ratings to
+        players that do not change (random, MCTS-N)."""
         learner = AgentPlayer(self.learner, deterministic=True, name="learner")
         for spec, player in zip(self.cfg.eval_opponents, self.fixed):
             results = play_games(partial(make_game, self.game, self.env_kwargs), (learner, player), self.cfg.eval_games, seed=self.seed + iteration)
             wins, draws, losses = (sum(getattr(seat, field) for seat in results.seats) for field in ("wins", "draws", "losses"))
-            rating = self.fixed_ratings.get(spec, START_RATING)
             for result, count in ((1, wins), (0, draws), (-1, losses)):
-                for _ in range(count):
-                    self.learner_rating, rating = self.rate(self.learner_rating, rating, result)
-            self.fixed_ratings[spec] = rating
+                self.rate_against_fixed(spec, result, count)
             games = max(wins + draws + losses, 1)
             metrics |= {f"eval/{spec}/win_rate": wins / games, f"eval/{spec}/draw_rate": draws / games, f"eval/{spec}/loss_rate": losses / games}
 

@@ -142,10 +142,13 @@ def train(
     checkpoint: Checkpoint | None = None,
     on_iteration: Callable[[int, dict[str, float]], None] | None = None,
     on_start: Callable[[], None] | None = None,
+    start_over: bool = False,
 ) -> Agent:
     """Train a PPO agent as ``config`` says; write logs, checkpoints and the final agent to ``run_dir``.
 
-    With ``checkpoint`` (from ``resume_config``) the run continues where it stopped. With a
+    With ``checkpoint`` (from ``resume_config``) the run continues where it stopped; with
+    ``start_over``, the run in ``run_dir`` that stopped before its first checkpoint starts over
+    (``restart_config``: its files are rewritten, as a new run's). With a
     ``run_dir``, SIGINT/SIGTERM end the run after the current iteration, with a checkpoint, and the
     returned agent's ``interrupted_by`` names the signal (None for a run that reached its end).
     ``on_iteration(global_step, metrics)`` is called after each iteration is logged (fastppo sweep
@@ -160,7 +163,7 @@ def train(
     device = rank_device(resolve_device(config.run.device))
     # Only the process that writes the run folder may take it away again (torchrun: rank 0).
     with during_start_up(), ranks(device, config.run.collective_timeout) as world, removed_if_left_empty(run_dir if world.main else None):
-        return train_rank(config, run_dir, checkpoint, on_iteration, device, world, on_start=on_start)
+        return train_rank(config, run_dir, checkpoint, on_iteration, device, world, on_start=on_start, start_over=start_over)
 
 
 def train_seed_stack(
@@ -185,6 +188,7 @@ def train_rank(
     world: World,
     seeds: list[int] | None = None,
     on_start: Callable[[], None] | None = None,
+    start_over: bool = False,
 ) -> Any:
     """``train`` on ``device``, as one rank of ``world``; with ``seeds``, as a stack of those seeds
     (``train_seed_stack``; ``checkpoint`` is then one per seed): the setup, then ``train_loop``."""
@@ -194,7 +198,7 @@ def train_rank(
     seed_dirs = [run_dir / f"seed_{s}" for s in seeds] if stacked else []
     directories = seed_dirs if stacked else [d for d in [out_dir] if d is not None]
     for directory in directories if checkpoint is None else []:
-        check_no_run(directory)  # before anything is written to any of them
+        check_no_run(directory, start_over)  # before anything is written to any of them
     for directory, saved in zip(directories, (checkpoint if stacked else [checkpoint]) if checkpoint is not None else []):
         check_metrics_reach(directory, saved)  # a resume: its metrics.jsonl is whole
     for directory in directories:
