@@ -297,7 +297,7 @@ def train_seeds(config: Config, seeds: list[int], parent: Path, workers: int, ch
     this process (its errors raised here); otherwise each process takes the next seed when it is
     free. With ``checkpoints`` (one per seed, None for a seed not started: ``resume_plan``) a
     stopped job goes on. Writes the job's plan (``PLAN_FILE``) first. Prints each seed's result;
-    returns the results in seed order and the signal that stopped the job (None if none did).
+    returns the results in the order of ``seeds`` and the signal that stopped the job (None if none did).
 
     Any SIGINT or SIGTERM stops the whole job: one to this process alone (``kill PID``) is passed
     on to the workers; one to every process of the job (a terminal's Ctrl-C, a scheduler's
@@ -399,9 +399,10 @@ def _results(seeds: list[int], agents: list[Any]) -> tuple[list[SeedResult], int
     """The seeds' results from their trained agents, and the signal that stopped them (None: they
     finished; a stack's seeds that reached their stop-return before it did are finished)."""
     stopped = [int(a.interrupted_by) for a in agents if a.interrupted_by is not None]
+    by_seed = {agent.config.run.seed: agent for agent in agents}  # each result labelled by its own agent's seed
     results = [
         SeedResult.of(seed, agent.run_dir, agent.episode_returns, None if agent.interrupted_by is None else int(agent.history[-1]["global_step"]) if agent.history else 0)
-        for seed, agent in zip(seeds, agents)
+        for seed, agent in ((seed, by_seed[seed]) for seed in seeds)
     ]
     return results, stopped[0] if stopped else None
 

@@ -167,7 +167,7 @@ def train_seed_stack(
     config: Config, seeds: list[int], run_dir: Path, checkpoints: list[Checkpoint] | None = None, on_iteration: Callable[[int, dict[int, dict[str, float]]], None] | None = None
 ) -> list[Agent]:
     """Train one agent per seed of ``seeds`` in this process, as one batched computation
-    (``fastppo.training.seed_stack``), each seed's run into ``run_dir/seed_<n>``; the agents in seed order.
+    (``fastppo.training.seed_stack``), each seed's run into ``run_dir/seed_<n>``; the agents in the order of ``seeds``.
     With ``checkpoints`` (``resume_seed_stack_config``), the stack continues where it stopped.
     ``on_iteration(global_step, {seed: metrics})`` as ``train``'s, for the seeds still training."""
     config.validate()
