@@ -220,3 +220,21 @@ def test_boolean_flags_take_every_spelling(tmp_path):
     config = yaml.safe_load((run_dir / "config.yaml").read_text())
     assert [config["run"]["progress"], config["run"]["tensorboard"], config["ppo"]["norm_adv"], config["ppo"]["clip_vloss"], config["env"]["normalize_obs"]] == [False, False, False, False, True]
     assert not list(run_dir.glob("events.out.tfevents.*"))
+
+
+@pytest.mark.parametrize("steps, episodes", [(64, 2), (16, 0)])
+def test_the_final_return_is_the_summary_lines_figure_when_the_last_iteration_ends_no_episode(tmp_path, capsys, steps, episodes):
+    # Seed 2 on 1 env x 16 steps: episodes end in the 2nd and 3rd iterations, none in the 1st or
+    # the 4th, where the README's agent.history[-1]["charts/episodic_return"] raised KeyError.
+    import fastppo
+
+    flags = {"total_timesteps": steps, "num_envs": 1, "num_steps": 16, "num_minibatches": 1, "seed": 2, "progress": False, "tensorboard": False}
+    agent = fastppo.train("CartPole-v1", run_dir=tmp_path / "api", **flags)
+    assert "charts/episodic_return" not in agent.history[-1]
+    logged = [(row["charts/episodic_return"], row["charts/episodes"]) for row in agent.history if row["charts/episodes"]]
+    assert sum(count for _, count in logged) == episodes == len(agent.episode_returns)
+    assert agent.final_return == (pytest.approx(sum(r * n for r, n in logged) / episodes) if episodes else None)
+    argv = [f"--{name.replace('_', '-')}={str(value).lower()}" for name, value in flags.items()]
+    assert main(["train", "CartPole-v1", "--run-dir", str(tmp_path / "cli"), *argv]) == 0
+    shown = f"{agent.final_return:.1f} mean return over the last {episodes} episodes" if episodes else "no episode finished"
+    assert f"fastppo: CartPole-v1: {steps} steps, {shown}, " in capsys.readouterr().out

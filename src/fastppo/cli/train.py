@@ -11,6 +11,7 @@ import numpy as np
 
 from fastppo.files.run_folder import default_run_dir
 
+from fastppo.agents.agent import FINAL_EPISODES
 from fastppo.cli.flags import add_boolean_flag
 from fastppo.config import Config, available_presets, field_docs, sections
 from fastppo.envs.env_config import resolved_config
@@ -112,10 +113,9 @@ def run(args: argparse.Namespace) -> int:
         header = start_header(config, f"preset {preset}", run_dir, launched_world_size())
     agent = train(config, run_dir, checkpoint, on_start=lambda: print(*header, sep="\n", flush=True))  # once the run folder passed its checks
     if main:
-        returns = agent.episode_returns[-20:]
-        groups = {group: group_returns[-20:] for group, group_returns in agent.group_returns.items()}
-        if returns:
-            last = f"{np.mean(returns):.1f} mean return over the last {len(returns)} episodes"
+        groups = {group: group_returns[-FINAL_EPISODES:] for group, group_returns in agent.group_returns.items()}
+        if agent.final_return is not None:
+            last = f"{agent.final_return:.1f} mean return over the last {len(agent.episode_returns[-FINAL_EPISODES:])} episodes"
         elif any(groups.values()):  # agents in several groups, no headline: each group's
             last = f"mean returns over the last {len(next(iter(groups.values())))} episodes: " + ", ".join(f"{group} {np.mean(r):.1f}" for group, r in groups.items())
         elif games := sum(m.get("charts/episodes", 0.0) for m in agent.history):  # a game against itself alone: no learner's return

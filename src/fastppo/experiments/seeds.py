@@ -25,6 +25,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from fastppo.agents.agent import FINAL_EPISODES
 from fastppo.config import Config, available_cpus, check_seed
 from fastppo.errors import FastPPOError
 from fastppo.files.outputs import new_folders, remove_if_empty
@@ -75,20 +76,17 @@ def _each_once(seeds: list[int], named_by: str) -> list[int]:
     return seeds
 
 
-RECENT_EPISODES = 20
-
-
 class SeedResult(NamedTuple):
     seed: int
     run_dir: Path
-    recent_return: float | None  # mean of the last RECENT_EPISODES episodes; None when none finished
+    recent_return: float | None  # mean of the last FINAL_EPISODES episodes (Agent.final_return); None when none finished
     error: str | None = None
     stopped_at: int | None = None  # the step a signal stopped the seed at (its checkpoint's); None: it ran to its end
     started: bool = True  # False: the job was stopped before the seed's turn
 
     @classmethod
     def of(cls, seed: int, run_dir: Path, episode_returns: list[float], stopped_at: int | None = None) -> SeedResult:
-        recent = episode_returns[-RECENT_EPISODES:]
+        recent = episode_returns[-FINAL_EPISODES:]
         return cls(seed, run_dir, sum(recent) / len(recent) if recent else None, stopped_at=stopped_at)
 
     @property
@@ -97,7 +95,7 @@ class SeedResult(NamedTuple):
         return self.started and self.error is None and self.stopped_at is None
 
     def __str__(self) -> str:
-        recent = "no episode finished" if self.recent_return is None else f"{self.recent_return:.1f} mean return over the last {RECENT_EPISODES} episodes"
+        recent = "no episode finished" if self.recent_return is None else f"{self.recent_return:.1f} mean return over the last {FINAL_EPISODES} episodes"
         if self.error:
             shown = "failed: " + self.error
         elif not self.started:
