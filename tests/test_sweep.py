@@ -284,7 +284,7 @@ def test_bad_sweep_input_is_one_line_and_exit_2(argv, space, message, tmp_path, 
 def test_a_missing_sweep_extra_is_one_line(capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "optuna", None)  # `import optuna` raises ImportError
     assert main(["sweep", "CartPole-v1", "--trials", "1"]) == 2
-    assert "needs the 'sweep' extra (optuna is missing): pip install 'fastppo[sweep]'" in capsys.readouterr().err
+    assert "needs the 'sweep' extra (optuna is missing): pip install -e \".[sweep]\" in the fastppo repository" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(("text", "message"), [(None, "preset file missing.yaml not found"), ("ppo: [1, 2]", "cannot read preset")])

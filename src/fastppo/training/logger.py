@@ -16,7 +16,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from fastppo.errors import FastPPOError
+from fastppo.errors import FastPPOError, install_extra
 
 SAMPLES_FILE = "samples.jsonl"
 WANDB_ID_FILE = "wandb-run-id"
@@ -201,7 +201,7 @@ def import_wandb():
     try:
         import wandb
     except ImportError as exc:
-        raise FastPPOError("--report-to wandb needs wandb, which is not installed: pip install 'fastppo[wandb]'") from exc
+        raise FastPPOError(f"--report-to wandb needs wandb, which is not installed: {install_extra('wandb')}") from exc
     return wandb
 
 
