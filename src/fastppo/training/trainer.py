@@ -254,14 +254,15 @@ def train_rank(
         raise
     newest = None if checkpoint is None else (checkpoint[0] if stacked else checkpoint).path
     training = Training(config, state, envs, world, device, collect_on, normalize_obs, statistics, first.action_mask)
+    planned = training.num_iterations * training.steps_per_iteration  # the bar's 100%: --total-timesteps rounded down to whole batches
     if stacked:  # one run folder per seed, one progress bar for them all
         logger = SeedLoggers(
-            [open_logger(replace(config, run=replace(config.run, seed=s, progress=False)), d, c) for s, d, c in zip(seeds, seed_dirs, checkpoint or [None] * len(seeds))],
-            RunLogger(None, config.ppo.total_timesteps, False, config.run.progress),
+            [open_logger(replace(config, run=replace(config.run, seed=s, progress=False)), d, c, planned) for s, d, c in zip(seeds, seed_dirs, checkpoint or [None] * len(seeds))],
+            RunLogger(None, planned, False, config.run.progress),
         )
         runs: Runs = SeedRuns(config, agent, logger, run_dir, seeds, seeds_returns, on_iteration, newest, training.keep_runs)
     else:
-        logger = open_logger(config, out_dir, checkpoint, quiet=not world.main, summary=progress_summary(envs))
+        logger = open_logger(config, out_dir, checkpoint, planned, quiet=not world.main, summary=progress_summary(envs))
         runs = SingleRun(config, agent, logger, run_dir, out_dir, on_iteration, newest)
     if not exact:
         logger.message(
@@ -380,10 +381,13 @@ def progress_summary(envs: Any) -> tuple[tuple[str, str, str], ...]:
     return (sps, *([headline] if spaces.headline else []), *groups, *rest)
 
 
-def open_logger(config: Config, run_dir: Path | None, checkpoint: Checkpoint | None, quiet: bool = False, summary: tuple[tuple[str, str, str], ...] = GYM_SUMMARY) -> RunLogger:
-    """The run's logger; on resume, metrics.jsonl and TensorBoard are first rewound to the
-    checkpoint's step (a killed run may have logged past it) and the history reloaded. A ``quiet``
-    one (torchrun ranks but 0) shows nothing: no progress bar, no messages."""
+def open_logger(
+    config: Config, run_dir: Path | None, checkpoint: Checkpoint | None, total_steps: int, quiet: bool = False, summary: tuple[tuple[str, str, str], ...] = GYM_SUMMARY
+) -> RunLogger:
+    """The run's logger, its progress bar ending at ``total_steps`` (the steps the run takes); on
+    resume, metrics.jsonl and TensorBoard are first rewound to the checkpoint's step (a killed run
+    may have logged past it) and the history reloaded. A ``quiet`` one (torchrun ranks but 0)
+    shows nothing: no progress bar, no messages."""
     previous: list[dict[str, float]] = []
     purge_step = checkpoint.global_step + 1 if checkpoint else None
     with writing(run_dir, "the run folder") if run_dir is not None else nullcontext():  # a full disk, a folder gone: one line
@@ -392,7 +396,7 @@ def open_logger(config: Config, run_dir: Path | None, checkpoint: Checkpoint | N
             # libyaml's dumper where PyYAML has it: the same text, ~4x faster (a stack writes one per seed).
             (run_dir / "config.yaml").write_text(yaml.dump(config.to_dict(), Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper), sort_keys=False))
             previous = rewind_metrics(run_dir, checkpoint.global_step if checkpoint else 0)
-        logger = RunLogger(run_dir, config.ppo.total_timesteps, config.run.tensorboard, config.run.progress and not quiet, config.to_dict(), purge_step, summary)
+        logger = RunLogger(run_dir, total_steps, config.run.tensorboard, config.run.progress and not quiet, config.to_dict(), purge_step, summary)
     logger.console.quiet = quiet
     logger.history[:0] = previous
     return logger
