@@ -1,4 +1,9 @@
-"""Errors a user can cause. The CLI prints them as one line and exits with code 2."""
+"""Errors a user can cause. The CLI prints them as one line and exits with code 2; and the stop of
+a command by a signal."""
+
+from __future__ import annotations
+
+from typing import Any
 
 
 class FastPPOError(Exception):
@@ -21,3 +26,24 @@ class Interrupted(KeyboardInterrupt):
     def __init__(self, signum: int, note: str | None = None):
         super().__init__(note)
         self.signum, self.note = signum, note
+
+
+_pending_signal: int | None = None
+
+
+def stop_at_once(signum: int, frame: Any) -> None:
+    """The command's SIGINT and SIGTERM handler where no training loop's waits for them
+    (``fastppo.cli.main.console`` sets it first thing): ``Interrupted`` now. Python drops an
+    exception raised where none can propagate (in a ``__del__``, a garbage-collector or weakref
+    callback), and start-up (imports, envs) runs many of those: the signal is kept too, and a run
+    takes it (``take_pending_signal``) before its first iteration, so that no Ctrl-C is lost."""
+    global _pending_signal
+    _pending_signal = signum
+    raise Interrupted(signum)
+
+
+def take_pending_signal() -> int | None:
+    """The signal ``stop_at_once`` took since the last call, if any (None: none)."""
+    global _pending_signal
+    signum, _pending_signal = _pending_signal, None
+    return signum
