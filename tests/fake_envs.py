@@ -3,6 +3,11 @@ tensor env."""
 
 from __future__ import annotations
 
+import os
+import signal
+import sys
+import time
+
 import gymnasium as gym
 import numpy as np
 import torch
@@ -118,6 +123,31 @@ class TargetEnv(gym.Env):
     def step(self, action):
         reward = float(np.all(np.asarray(action) == self.target))
         return (1, np.zeros(2, dtype=np.float32)), reward, True, False, {}
+
+
+class SlowToBuildEnv(TargetEnv):
+    """TargetEnv that says on stdout that it is being built, then takes a minute: a signal sent on
+    that line reaches the command in its start-up, whatever the machine's load."""
+
+    def __init__(self):
+        print("fastppo test: building the env", flush=True)
+        time.sleep(60)
+        super().__init__()
+
+
+class _SignalInFinalizer:
+    def __del__(self):
+        os.kill(os.getpid(), signal.SIGINT)
+        sys.getrecursionlimit()  # the handler runs at this call, inside the finalizer: Python drops what it raises
+
+
+class SignalLosingEnv(TargetEnv):
+    """TargetEnv whose building gets a SIGINT while a finalizer runs, where the KeyboardInterrupt
+    its handler raises is dropped ("Exception ignored in"): a Ctrl-C that start-up loses."""
+
+    def __init__(self):
+        _SignalInFinalizer()  # collected at once
+        super().__init__()
 
 
 class OffsetTargetEnv(TargetEnv):

@@ -21,7 +21,7 @@ from fastppo.errors import FastPPOError
 from fastppo.policies import ActorCritic
 from fastppo.policies.cnn import NatureCNN
 
-pytest.importorskip("ale_py", reason="ale-py is not installed: pip install 'fastppo[atari]'")
+pytest.importorskip("ale_py", reason='ale-py is not installed: pip install -e ".[atari]"')
 
 
 def test_observations_are_four_stacked_84x84_uint8_frames():
@@ -224,7 +224,7 @@ def test_the_atari_lstm_preset_is_cleanrls_ppo_atari_lstm():
 def test_the_atari_lstm_preset_observes_one_frame_through_resume_load_eval_and_export(tmp_path):
     """CleanRL's ppo_atari_lstm.py setting: 1 frame per observation, the LSTM is the memory. The saved
     config's frame_stack must rebuild the same 1-channel env wherever the agent goes."""
-    ort = pytest.importorskip("onnxruntime", reason="ONNX export needs fastppo[export]")
+    ort = pytest.importorskip("onnxruntime", reason="ONNX export needs the [export] extra")
     agent = fastppo.train(
         "BreakoutNoFrameskip-v4", preset="atari-lstm", run_dir=tmp_path, total_timesteps=256, num_envs=2, num_steps=64, num_minibatches=2,
         lr_schedule="constant", clip_schedule="constant", progress=False, tensorboard=False,

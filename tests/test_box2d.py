@@ -11,7 +11,7 @@ from fastppo.config import preset_for_env
 from fastppo.envs import make_single_env
 from fastppo.envs.env_config import make_config
 
-pytest.importorskip("Box2D", reason="Box2D is not installed: pip install 'fastppo[box2d]'")
+pytest.importorskip("Box2D", reason='Box2D is not installed: pip install -e ".[box2d]"')
 
 
 def test_lunar_lander_continuous_is_lunar_lander_with_continuous_actions():

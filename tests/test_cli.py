@@ -220,3 +220,51 @@ def test_boolean_flags_take_every_spelling(tmp_path):
     config = yaml.safe_load((run_dir / "config.yaml").read_text())
     assert [config["run"]["progress"], config["run"]["tensorboard"], config["ppo"]["norm_adv"], config["ppo"]["clip_vloss"], config["env"]["normalize_obs"]] == [False, False, False, False, True]
     assert not list(run_dir.glob("events.out.tfevents.*"))
+
+
+@pytest.mark.parametrize("steps, episodes", [(64, 2), (16, 0)])
+def test_the_final_return_is_the_summary_lines_figure_when_the_last_iteration_ends_no_episode(tmp_path, capsys, steps, episodes):
+    # Seed 2 on 1 env x 16 steps: episodes end in the 2nd and 3rd iterations, none in the 1st or
+    # the 4th, where the README's agent.history[-1]["charts/episodic_return"] raised KeyError.
+    import fastppo
+
+    flags = {"total_timesteps": steps, "num_envs": 1, "num_steps": 16, "num_minibatches": 1, "seed": 2, "progress": False, "tensorboard": False}
+    agent = fastppo.train("CartPole-v1", run_dir=tmp_path / "api", **flags)
+    assert "charts/episodic_return" not in agent.history[-1]
+    logged = [(row["charts/episodic_return"], row["charts/episodes"]) for row in agent.history if row["charts/episodes"]]
+    assert sum(count for _, count in logged) == episodes == len(agent.episode_returns)
+    assert agent.final_return == (pytest.approx(sum(r * n for r, n in logged) / episodes) if episodes else None)
+    argv = [f"--{name.replace('_', '-')}={str(value).lower()}" for name, value in flags.items()]
+    assert main(["train", "CartPole-v1", "--run-dir", str(tmp_path / "cli"), *argv]) == 0
+    shown = f"{agent.final_return:.1f} mean return over the last {episodes} episodes" if episodes else "no episode finished"
+    assert f"fastppo: CartPole-v1: {steps} steps, {shown}, " in capsys.readouterr().out
+
+
+def test_a_finished_run_ends_with_what_its_return_means_and_what_to_run_next(tmp_path, capsys):
+    run = tmp_path / "my run"
+    assert main(["train", "CartPole-v1", "--run-dir", str(run), *TINY]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    final = re.search(r", (-?[\d.]+) mean return over the last", lines[-4]).group(1)
+    assert lines[-3] == f"fastppo: results in {run} (metrics.jsonl, TensorBoard: tensorboard --logdir {tmp_path})"
+    assert lines[-2:] == [
+        f"fastppo: CartPole-v1 counts as solved at a mean return of 475 (its reward_threshold): {final} is not solved yet (train longer: --total-timesteps)",
+        f"fastppo: next: fastppo eval '{run}' (evaluate the trained agent), fastppo plot '{run}' (its learning curves)",
+    ]
+
+
+def test_what_a_final_return_means_comes_from_the_envs_reward_threshold():
+    from fastppo.cli.train import solved_line
+
+    assert solved_line("CartPole-v1", 500.0) == "fastppo: CartPole-v1 counts as solved at a mean return of 475 (its reward_threshold): 500.0 is solved"
+    assert solved_line("Acrobot-v1", -99.5) == "fastppo: Acrobot-v1 counts as solved at a mean return of -100 (its reward_threshold): -99.5 is solved"
+    # No threshold (Pendulum), no gymnasium id (user code, PettingZoo), no return: nothing to say.
+    assert [solved_line(env_id, 1.0) for env_id in ("Pendulum-v1", "tests.fake_envs:MaskedChoiceEnv", "pz:pettingzoo.classic.tictactoe_v3")] == [None] * 3
+    assert solved_line("CartPole-v1", None) is None
+
+
+def test_the_progress_bar_ends_at_100_percent_of_the_steps_the_run_takes(tmp_path, capsys, monkeypatch):
+    # --total-timesteps 300 in batches of 128: the run takes 256 steps, and its bar ends there.
+    monkeypatch.setenv("COLUMNS", "120")
+    assert main(["train", "CartPole-v1", "--run-dir", str(tmp_path / "run"), *TINY[:-2], "--total-timesteps", "300", "--no-tensorboard"]) == 0
+    bar = [line for line in capsys.readouterr().err.splitlines() if " SPS " in line][-1]
+    assert re.search(r"━ +256/256 SPS .* eta 0:00:00$", bar), bar

@@ -55,6 +55,19 @@ def test_eval_cli_prints_mean_and_std_or_json(run, capsys):
     assert data["episodes"] == 3 and set(data) >= {"mean_return", "std_return", "mean_length", "std_length", "returns", "lengths"}
 
 
+def test_eval_computes_on_the_threads_its_run_trained_with(run, capsys):
+    # train computes a small policy on one thread (more only cost time): eval does too, whatever the process had.
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        assert main(["eval", str(run), "--episodes", "1"]) == 0
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+
+
 @pytest.mark.parametrize(
     "argv, message",
     [

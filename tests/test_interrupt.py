@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -153,15 +154,35 @@ def test_a_double_sigterm_exits_143_without_a_traceback(tmp_path):
         assert load_checkpoint(run).global_step == logged[-1]
 
 
+ROOT = Path(__file__).parent.parent
+
+
 def test_ctrl_c_during_start_up_is_one_line_and_exit_130(tmp_path):
-    argv = [sys.executable, "-m", "fastppo.cli", "train", "CartPole-v1", "--run-dir", str(tmp_path / "run"), "--no-progress"]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(0.3)  # importing torch: long before the first iteration
+    # Sent once the command says it is building its env (which then takes a minute): in start-up
+    # whatever the machine's load, not after a sleep that a slow start-up may outlast.
+    argv = [sys.executable, "-m", "fastppo.cli", "train", "tests.fake_envs:SlowToBuildEnv", "--run-dir", str(tmp_path / "run"), "--no-progress"]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    assert proc.stdout.readline() == "fastppo test: building the env\n"
     proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
+    out, err = proc.communicate(timeout=50)  # long before the env's minute is over
     assert proc.returncode == 130
     assert len(err.splitlines()) == 1 and err.startswith("fastppo: SIGINT"), err
     assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+def test_a_ctrl_c_that_start_up_drops_still_stops_the_command(tmp_path):
+    """A SIGINT whose KeyboardInterrupt Python drops (its handler ran inside a finalizer, as it
+    may anywhere in start-up's imports and env building) stops the run before its first
+    iteration; it trained to its end."""
+    run = tmp_path / "run"
+    argv = [sys.executable, "-m", "fastppo.cli", "train", "tests.fake_envs:SignalLosingEnv", "--run-dir", str(run), "--no-progress",
+            "--num-envs", "2", "--num-steps", "16", "--total-timesteps", "64", "--no-tensorboard"]  # fmt: skip
+    done = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert done.returncode == 130, done.stdout + done.stderr
+    lines = done.stderr.splitlines()
+    assert lines[-1] == "fastppo: SIGINT during start-up: stopped before the first iteration, nothing was trained", done.stderr
+    assert [line for line in lines if line.startswith("fastppo:")] == lines[-1:]  # above it, only Python's "Exception ignored in" report
+    assert not (run / "checkpoints").exists() and (run / "metrics.jsonl").read_text() == ""  # not one iteration
 
 
 def test_a_stopped_run_on_user_code_says_the_resume_command_that_works(tmp_path, monkeypatch, capsys):

@@ -12,7 +12,7 @@ from fastppo.agents.agent import load_agent
 from fastppo.envs import make_single_env
 from fastppo.envs.env_config import make_config
 
-pytest.importorskip("mujoco", reason="MuJoCo is not installed: pip install 'fastppo[mujoco]'")
+pytest.importorskip("mujoco", reason='MuJoCo is not installed: pip install -e ".[mujoco]"')
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")  # gymnasium warns that v4 ids are old
 
 

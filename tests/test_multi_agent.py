@@ -4,8 +4,10 @@ MAPPO critics, one shared policy, and every trainer feature on top (tests/fake_p
 from __future__ import annotations
 
 import importlib
+import importlib.abc
 import importlib.util
 import json
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -247,7 +249,25 @@ def test_an_env_fastppo_cannot_train_is_one_line_saying_why(env_id, message, cap
 @pytest.mark.skipif(importlib.util.find_spec("chess") is not None, reason="needs chess_v6's dependency missing")
 def test_a_missing_dependency_of_a_pettingzoo_env_names_it_and_its_extra(capsys):
     assert main(["train", "pz:pettingzoo.classic.chess_v6"]) == 2
-    assert capsys.readouterr().err == "fastppo: error: pz:pettingzoo.classic.chess_v6 needs the module 'chess', which is not installed: pip install 'pettingzoo[classic]'\n"
+    assert capsys.readouterr().err == "fastppo: error: pz:pettingzoo.classic.chess_v6 needs the module 'chess', which is not installed: pip install -e \".[games]\" in the fastppo repository\n"
+
+
+@pytest.mark.parametrize(("env_id", "package", "extra"), [("pz:pettingzoo.classic.tictactoe_v3", "pettingzoo", "games"), ("pz:mpe2.simple_spread_v3", "mpe2", "multiagent")])
+def test_a_missing_pettingzoo_names_the_extra_of_its_envs_family(env_id, package, extra, capsys, monkeypatch):
+    """A game needs [games] (its pool's ratings need openskill, its opponents OpenSpiel), an MPE
+    task [multiagent]; installed from the repository, as fastppo is (``pip install 'fastppo[...]'``
+    finds nothing outside a clone)."""
+    class NotInstalled(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path, target=None):
+            if name.split(".")[0] == package:
+                raise ModuleNotFoundError(f"No module named '{package}'", name=package)
+
+    for name in [m for m in sys.modules if m.split(".")[0] == package]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setattr(sys, "meta_path", [NotInstalled(), *sys.meta_path])
+    assert main(["train", env_id]) == 2
+    err = capsys.readouterr().err
+    assert err.endswith(f'(pip install -e ".[{extra}]" in the fastppo repository)\n') and len(err.splitlines()) == 1, err
 
 
 @pytest.mark.parametrize(

@@ -161,9 +161,21 @@ def short_budget(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
         yield
 
 
+REPS = 100
+"""Bootstrap resamples each ``fastppo report`` of the pages takes here (2000 by default, 10 000 on
+a page: most of the suite's time on the pages, for confidence intervals no test reads)."""
+
+GAMES = 10
+"""Games each ``fastppo eval --games N`` of the pages plays here at most (20 against MCTS took 8 s)."""
+
+
 def short_steps(argv: list[str]) -> list[str]:
-    """``--steps N`` of the language-model commands, at most ``UPDATES``."""
-    return [str(min(int(value), UPDATES)) if i and argv[i - 1] == "--steps" else value for i, value in enumerate(argv)]
+    """``--steps N`` of the language-model commands, at most ``UPDATES``; ``fastppo report``'s
+    ``--reps``, as written or its default, at most ``REPS``; ``--games N`` at most ``GAMES``."""
+    if argv[0] == "report" and "--reps" not in argv:
+        argv = [*argv, "--reps", str(REPS)]
+    capped = {"--steps": UPDATES, "--reps": REPS, "--games": GAMES}
+    return [str(min(int(value), capped[argv[i - 1]])) if i and argv[i - 1] in capped else value for i, value in enumerate(argv)]
 
 
 def workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:

@@ -145,7 +145,7 @@ POPGYM_REPEAT_PREVIOUS = "popgym:popgym-RepeatPreviousEasy-v0"
 
 
 def test_popgym_env_trains_with_its_gru_preset():
-    """POPGym's RepeatPreviousEasy by its gymnasium id ('fastppo[popgym]'): the preset named after
+    """POPGym's RepeatPreviousEasy by its gymnasium id (the [popgym] extra): the preset named after
     it is picked (a GRU), the card (Discrete(4)) arrives one-hot, and 51-step episodes finish
     with returns in [-1, 1]."""
     pytest.importorskip("popgym")

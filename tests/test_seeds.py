@@ -111,13 +111,16 @@ def test_bad_seeds_input_is_one_line_and_exit_2(argv, message, capsys, tmp_path)
 API_TINY = {"num_envs": 2, "num_steps": 64, "total_timesteps": 512, "tensorboard": False, "progress": False}
 
 
-@pytest.mark.parametrize("backend, workers", [("tensor", 1), ("tensor", 2), ("sync", 1)], ids=["stack", "stacks", "workers"])
-def test_train_seeds_api_returns_each_seeds_agent(tmp_path, backend, workers):
-    # fastppo.train_seeds runs what `fastppo train ENV --seeds` runs: the agents, in seed order, are
-    # those their run folders hold, each with its own history.
-    agents = fastppo.train_seeds("CartPole-v1", range(1, 3), run_dir=tmp_path / "s", workers=workers, backend=backend, **API_TINY)
-    assert [a.config.run.seed for a in agents] == [1, 2]
-    assert [a.run_dir for a in agents] == [tmp_path / "s" / "seed_1", tmp_path / "s" / "seed_2"]
+@pytest.mark.parametrize("backend, workers, seeds", [("tensor", 1, [2, 1]), ("tensor", 2, [3, 1, 4, 2]), ("sync", 1, [2, 1])], ids=["stack", "stacks", "workers"])
+def test_train_seeds_api_returns_each_seeds_agent(tmp_path, capsys, backend, workers, seeds):
+    # fastppo.train_seeds runs what `fastppo train ENV --seeds` runs: the agents, in the order the
+    # seeds are given (not sorted), are those their run folders hold, each with its own history;
+    # each seed's printed line names its own folder and its own return.
+    agents = fastppo.train_seeds("CartPole-v1", seeds, run_dir=tmp_path / "s", workers=workers, backend=backend, **API_TINY)
+    assert [a.config.run.seed for a in agents] == seeds
+    assert [a.run_dir for a in agents] == [tmp_path / "s" / f"seed_{seed}" for seed in seeds]
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("fastppo: seed ")]
+    assert sorted(lines) == sorted(f"fastppo: seed {a.config.run.seed}: {sum(a.episode_returns[-20:]) / len(a.episode_returns[-20:]):.1f} mean return over the last 20 episodes ({a.run_dir})" for a in agents)
     for agent in agents:
         saved = load_file(str(agent.run_dir / "policy.safetensors"))
         assert all(torch.equal(v.detach().cpu(), saved[f"policy.{k}"]) for k, v in agent.policy.state_dict().items())
@@ -125,7 +128,7 @@ def test_train_seeds_api_returns_each_seeds_agent(tmp_path, backend, workers):
         assert [r["global_step"] for r in agent.history] == [r["global_step"] for r in logged] == [128, 256, 384, 512]
         assert [r["losses/value_loss"] for r in agent.history] == [r["losses/value_loss"] for r in logged]
         assert agent.episode_returns and all(r > 0 for r in agent.episode_returns)
-    assert agents[0].history[-1]["losses/value_loss"] != agents[1].history[-1]["losses/value_loss"]
+    assert len({a.history[-1]["losses/value_loss"] for a in agents}) == len(seeds)
 
 
 def test_train_seeds_api_errors(tmp_path):

@@ -359,7 +359,7 @@ def test_a_sweep_into_a_run_folder_is_refused_and_writes_nothing(tmp_path, capfd
 def test_a_missing_sweep_extra_is_one_line(capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "optuna", None)  # `import optuna` raises ImportError
     assert main(["sweep", "CartPole-v1", "--trials", "1"]) == 2
-    assert "needs the 'sweep' extra (optuna is missing): pip install 'fastppo[sweep]'" in capsys.readouterr().err
+    assert "needs the 'sweep' extra (optuna is missing): pip install -e \".[sweep]\" in the fastppo repository" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(("text", "message"), [(None, "preset file missing.yaml not found"), ("ppo: [1, 2]", "cannot read preset")])

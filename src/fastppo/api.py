@@ -36,7 +36,7 @@ def train_seeds(
 ) -> list[Agent]:
     """Train one agent per seed of ``seeds`` (``range(1, 11)``, or ``"1-10"`` as ``--seeds`` takes
     it) with the same config, as ``fastppo train ENV --seeds ...`` does, and return the agents in
-    seed order. ``workers`` processes train them (default: one per CPU core, at most one per seed;
+    the order ``seeds`` gives them. ``workers`` processes train them (default: one per CPU core, at most one per seed;
     one for a stack on a GPU); on tensor envs each trains its share of the seeds as one batched
     computation (fastppo.training.seed_stack), in this process when there is one share. Each seed's run goes
     to ``run_dir/seed_<n>`` (default ``runs/<env>__<exp>__<seeds>__<time>``), which ``fastppo

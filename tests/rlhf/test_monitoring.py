@@ -133,7 +133,7 @@ def test_wandb_offline_run_holds_the_metrics_and_samples(tiny_model, tmp_path, m
 
 def test_wandb_missing_is_a_one_line_error(monkeypatch) -> None:
     monkeypatch.setitem(sys.modules, "wandb", None)  # import wandb raises ImportError
-    with pytest.raises(FastPPOError, match=r"pip install 'fastppo\[wandb\]'"):
+    with pytest.raises(FastPPOError, match=r'pip install -e "\.\[wandb\]" in the fastppo repository'):
         validate_run(RunConfig(report_to="wandb"), LRScheduleConfig())
 
 
@@ -174,7 +174,7 @@ def test_vllm_generator_needs_a_gpu(tiny_model) -> None:
 def test_vllm_generator_needs_vllm(tiny_model, monkeypatch) -> None:
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # as on a GPU machine: device auto -> cuda
     monkeypatch.setitem(sys.modules, "vllm", None)  # import vllm raises ImportError
-    with pytest.raises(FastPPOError, match=r"needs vLLM, which is not installed: pip install 'fastppo\[vllm\]'"):
+    with pytest.raises(FastPPOError, match=r'needs vLLM, which is not installed: pip install -e "\.\[vllm\]" in the fastppo repository'):
         validate_ppo(ModelConfig(model=str(tiny_model)), SamplingConfig(generator="vllm"), PPOConfig())
     with pytest.raises(FastPPOError, match="does not support --lora"):
         validate_ppo(ModelConfig(model=str(tiny_model), lora=True), SamplingConfig(generator="vllm"), PPOConfig())

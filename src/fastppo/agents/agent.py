@@ -31,6 +31,9 @@ from fastppo.policies.population import GroupedActorCritic
 
 AGENT_FILES = (POLICY_FILE, AGENT_FILE)
 """What ``Agent.save`` writes (with their checksums)."""
+FINAL_EPISODES = 20
+"""The last training episodes a run's final return averages (``Agent.final_return``; the run's
+summary line and each seed's line of ``--seeds`` report the same figure)."""
 
 
 @dataclass
@@ -65,6 +68,15 @@ class Agent:
     """A multi-agent policy's PettingZoo agents: ``act`` and ``step`` then take a dict of their own observations."""
     """Read from a run folder (``load_agent``): its config is the folder's word, so the env it
     names is built only if that imports no user code (fastppo.env_ids.folder_env_id)."""
+
+    @property
+    def final_return(self) -> float | None:
+        """The mean return of the last ``FINAL_EPISODES`` (20) training episodes, as the run's
+        summary line reports it; None when no episode finished (or none is known: an agent
+        ``fastppo.load`` read from a folder's final files). Unlike ``history[-1]``, it does not
+        depend on an episode ending in the last iteration."""
+        recent = self.episode_returns[-FINAL_EPISODES:]
+        return float(np.mean(recent)) if recent else None
 
     @property
     def device(self) -> torch.device:

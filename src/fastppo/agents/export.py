@@ -26,7 +26,7 @@ import torch
 from torch import Tensor, nn
 
 from fastppo.agents.agent import Agent, load_agent
-from fastppo.errors import FastPPOError
+from fastppo.errors import FastPPOError, install_extra
 from fastppo.files.outputs import output_file, writing
 
 
@@ -112,7 +112,7 @@ def export_onnx(agent: Agent | str | Path, path: str | Path, opset: int = 18) ->
     try:
         import onnx
     except ImportError:
-        raise FastPPOError("ONNX export needs onnx and onnxscript: pip install 'fastppo[export]'") from None
+        raise FastPPOError(f"ONNX export needs onnx and onnxscript: {install_extra('export')}") from None
     dynamo = _has_onnxscript()
     # What each exporter writes correctly, found by exporting every action head at every opset and
     # running it in onnxruntime (torch 2.13, onnxscript 0.7, onnx 1.23): the torch.export exporter

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from fastppo.agents.game_env import game_module
-from fastppo.errors import FastPPOError
+from fastppo.errors import FastPPOError, install_extra
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,7 @@ def load_openspiel_game(name: str) -> Any:
     try:
         import pyspiel
     except ImportError:
-        raise FastPPOError("OpenSpiel is not installed: pip install 'fastppo[games]'") from None
+        raise FastPPOError(f"OpenSpiel is not installed: {install_extra('games')}") from None
     return pyspiel.load_game(name)
 
 

@@ -12,10 +12,9 @@ import os
 import signal
 import sys
 import threading
-from typing import Any
 
 from fastppo.cli.flags import OneLineErrorParser
-from fastppo.errors import FastPPOError, Interrupted
+from fastppo.errors import FastPPOError, stop_at_once
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -58,7 +57,10 @@ def console() -> None:
     streams flushed (as the interpreter would), the process ends with ``os._exit``. An exception
     other than a FastPPOError takes the normal path (traceback, exit code 1).
     """
-    signal.signal(signal.SIGTERM, _stop_at_once)  # as Ctrl-C: one line and exit 143, not a silent death
+    # Before anything else: SIGTERM as Ctrl-C (one line and exit 143, not a silent death), and
+    # neither lost where start-up drops the exception (fastppo.errors.stop_at_once).
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, stop_at_once)
     code = main()
     # The command is done: a signal now (torchrun ending the other ranks of a failed launch) only
     # hurries the exit, with the command's own code, never a traceback from the shutdown below.
@@ -80,10 +82,6 @@ def _exit(code: int) -> None:
         except (OSError, ValueError):  # a closed pipe (`fastppo eval --json | head -c 10`)
             pass
     os._exit(code)
-
-
-def _stop_at_once(signum: int, frame: Any) -> None:
-    raise Interrupted(signum)
 
 
 if __name__ == "__main__":

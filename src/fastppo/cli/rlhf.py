@@ -12,7 +12,7 @@ from typing import Literal, Union, get_args, get_origin, get_type_hints
 
 from fastppo.cli.flags import add_boolean_flag
 from fastppo.config import coerce
-from fastppo.errors import FastPPOError
+from fastppo.errors import FastPPOError, install_extra
 from fastppo.rlhf.config import (
     DataConfig,
     DPOConfig,
@@ -77,7 +77,7 @@ def _require_rlhf_extra() -> None:
 
     missing = [name for name in ("transformers", "peft", "datasets") if importlib.util.find_spec(name) is None]
     if missing:
-        raise FastPPOError(f"{', '.join(missing)} not installed: pip install 'fastppo[rlhf]'")
+        raise FastPPOError(f"{', '.join(missing)} not installed: {install_extra('rlhf')}")
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()

@@ -67,7 +67,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run_eval(args: argparse.Namespace) -> int:
     import numpy as np
+    import torch
 
+    from fastppo.agents.agent import load_agent
     from fastppo.agents.evaluation import evaluate
     from fastppo.agents.games import GameResults
     from fastppo.files.run_folder import seed_folders
@@ -75,7 +77,10 @@ def run_eval(args: argparse.Namespace) -> int:
     seeds = seed_folders(args.run_dir)  # a --seeds folder: each seed's run, with the same episodes and env seed
     headlines = []  # (what, value, format): each seed's headline for the summary line
     for run_dir in seeds or [Path(args.run_dir)]:
-        result = evaluate(run_dir, args.env_id, args.episodes, args.deterministic, args.seed, args.opponent, args.games)
+        agent = load_agent(run_dir, env_id=args.env_id)
+        # The threads its run trained with (Config.intra_op_threads): a small policy's ops are too small for more.
+        torch.set_num_threads(agent.config.intra_op_threads(stacked=False))
+        result = evaluate(agent, args.env_id, args.episodes, args.deterministic, args.seed, args.opponent, args.games)
         headline = ("win rate", result.win_rate, ".2f") if isinstance(result, GameResults) else ("return", result.mean_return, ".1f")
         if headline[1] is not None:  # None: agents in several groups, no headline (each group's is printed)
             headlines.append(headline)

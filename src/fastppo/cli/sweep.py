@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from fastppo.cli.train import add_hyperparameter_flags
-from fastppo.errors import FastPPOError
+from fastppo.errors import FastPPOError, install_extra
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         import optuna  # noqa: F401
     except ImportError:
-        raise FastPPOError("fastppo sweep needs the 'sweep' extra (optuna is missing): pip install 'fastppo[sweep]'") from None
+        raise FastPPOError(f"fastppo sweep needs the 'sweep' extra (optuna is missing): {install_extra('sweep')}") from None
     from fastppo.config import check_seed, resolve_key
     from fastppo.envs.env_config import make_config
     from fastppo.experiments.seeds import parse_seeds

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import shlex
 from collections import Counter
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import numpy as np
 
 from fastppo.files.run_folder import default_run_dir
 
+from fastppo.agents.agent import FINAL_EPISODES
 from fastppo.cli.flags import add_boolean_flag
 from fastppo.config import Config, available_presets, field_docs, sections
 from fastppo.envs.env_config import resolved_config
@@ -120,10 +122,9 @@ def run(args: argparse.Namespace) -> int:
     start_over = args.resume is not None and checkpoint is None  # a run that stopped before its first checkpoint
     agent = train(config, run_dir, checkpoint, on_start=lambda: print(*header, sep="\n", flush=True), start_over=start_over)  # once the run folder passed its checks
     if main:
-        returns = agent.episode_returns[-20:]
-        groups = {group: group_returns[-20:] for group, group_returns in agent.group_returns.items()}
-        if returns:
-            last = f"{np.mean(returns):.1f} mean return over the last {len(returns)} episodes"
+        groups = {group: group_returns[-FINAL_EPISODES:] for group, group_returns in agent.group_returns.items()}
+        if agent.final_return is not None:
+            last = f"{agent.final_return:.1f} mean return over the last {len(agent.episode_returns[-FINAL_EPISODES:])} episodes"
         elif any(groups.values()):  # agents in several groups, no headline: each group's
             last = f"mean returns over the last {len(next(iter(groups.values())))} episodes: " + ", ".join(f"{group} {np.mean(r):.1f}" for group, r in groups.items())
         elif games := sum(m.get("charts/episodes", 0.0) for m in agent.history):  # a game against itself alone: no learner's return
@@ -135,6 +136,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"fastppo: {config.env.env_id}: {steps} steps, {last}, {sps:.0f} SPS{time_split(agent.history)}.")
         board = f", TensorBoard: tensorboard --logdir {run_dir.parent}" if config.run.tensorboard else ""
         print(f"fastppo: results in {run_dir} (metrics.jsonl{board})")
+        if agent.interrupted_by is None:  # a stopped run's last lines say how to resume it
+            print(*filter(None, [solved_line(config.env.env_id, agent.final_return), next_steps(run_dir)]), sep="\n")
     # The shell's code for death by that signal (130, 143): scripts tell a stopped run from a finished one.
     return 0 if agent.interrupted_by is None else 128 + agent.interrupted_by
 
@@ -182,6 +185,30 @@ def resume_seeds(parent: Path, overrides: dict[str, str], env_id: str | None) ->
 
 HEADER_SIZES = ("env.env_id", "env.backend", "env.num_envs", "ppo.num_steps", "ppo.num_minibatches", "ppo.update_epochs", "ppo.total_timesteps")
 """Fields the header's first lines show; its last line lists the other hyperparameters that differ from the defaults."""
+
+
+def solved_line(env_id: str, final_return: float | None) -> str | None:
+    """What the final return means, where gymnasium's registry gives the env a reward_threshold
+    (the mean return that counts as solving it: CartPole-v1 475 of its maximum 500, Acrobot-v1
+    -100, LunarLander-v3 200); None elsewhere (user code, PettingZoo, Atari, Pendulum)."""
+    import gymnasium as gym
+
+    if final_return is None or ":" in env_id:  # no return, or an id naming code: nothing to look up
+        return None
+    try:
+        threshold = gym.spec(env_id).reward_threshold
+    except gym.error.Error:
+        return None
+    if threshold is None:
+        return None
+    verdict = "solved" if final_return >= threshold else "not solved yet (train longer: --total-timesteps)"
+    return f"fastppo: {env_id} counts as solved at a mean return of {threshold:g} (its reward_threshold): {final_return:.1f} is {verdict}"
+
+
+def next_steps(run_dir: Path) -> str:
+    """What to run next on a finished run's folder."""
+    folder = shlex.quote(str(run_dir))
+    return f"fastppo: next: fastppo eval {folder} (evaluate the trained agent), fastppo plot {folder} (its learning curves)"
 
 
 def start_header(config: Config, source: str, run_dir: Path | None, world_size: int = 1) -> list[str]:

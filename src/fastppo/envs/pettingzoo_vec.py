@@ -41,7 +41,7 @@ from fastppo.envs import mpe
 from fastppo.envs.layout import ObservationLayout
 from fastppo.envs.opponents import LearnerEverywhere, Opponents
 from fastppo.envs.vector import Episodes, HostCopies, StepResult
-from fastppo.errors import FastPPOError
+from fastppo.errors import FastPPOError, install_extra
 
 ACTION_MASK_KEY = "action_mask"
 MAX_FLAT_BOARD = 16_384
@@ -149,12 +149,16 @@ def _import_error(env_id: str, exc: ImportError) -> FastPPOError:
     module_name = env_id.removeprefix(PREFIX)
     if missing is None:  # no module missing: PettingZoo's DeprecatedEnv, or an error inside the module
         return FastPPOError(f"cannot build {env_id}: {_one_line(exc)}")
+    family = module_name.split(".")[1] if module_name.startswith("pettingzoo.") and module_name.count(".") >= 2 else None
     if missing.split(".")[0] in ("pettingzoo", "mpe2") and module_name.startswith(missing):
-        return FastPPOError(f"cannot import the PettingZoo module '{module_name}' of {env_id}: {exc} (pip install 'fastppo[multiagent]')")
+        extra = "games" if family == "classic" else "multiagent"  # games: its pool's ratings and opponents need more than PettingZoo
+        return FastPPOError(f"cannot import the PettingZoo module '{module_name}' of {env_id}: {exc} ({install_extra(extra)})")
     if module_name.startswith(f"{missing}.") or module_name == missing:
         return _no_module(env_id, module_name, exc)
-    family = module_name.split(".")[1] if module_name.startswith("pettingzoo.") and module_name.count(".") >= 2 else None
-    fix = f"pip install 'pettingzoo[{family}]'" if family else f"install the package that provides '{missing}'"
+    if family == "classic":
+        fix = install_extra("games")
+    else:
+        fix = f"pip install 'pettingzoo[{family}]'" if family else f"install the package that provides '{missing}'"
     return FastPPOError(f"{env_id} needs the module '{missing}', which is not installed: {fix}")
 
 

@@ -13,7 +13,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from fastppo.errors import FastPPOError
+from fastppo.errors import FastPPOError, install_extra
 from fastppo.files.outputs import output_file
 
 DEFAULT_FPS = 30
@@ -28,7 +28,7 @@ class VideoWriter:
         try:
             import imageio.v2 as imageio
         except ImportError:
-            raise FastPPOError("writing videos needs imageio and imageio-ffmpeg: pip install 'fastppo[video]'") from None
+            raise FastPPOError(f"writing videos needs imageio and imageio-ffmpeg: {install_extra('video')}") from None
         # rgb_array rendering needs no display; without this, pygame's SDL probes for one when the
         # env closes and prints an error on headless machines.
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")

@@ -35,7 +35,7 @@ import numpy as np
 import yaml
 
 from fastppo.config import check_seed
-from fastppo.errors import FastPPOError
+from fastppo.errors import FastPPOError, install_extra
 from fastppo.experiments.plot import RETURN, Run, config_label, differing_keys, find_runs, group_runs, read_run
 
 ONLY_CONFIG = "only config"
@@ -91,7 +91,7 @@ def require_stats() -> None:
         import matplotlib  # noqa: F401
         import rliable.library  # noqa: F401
     except ImportError as exc:
-        raise FastPPOError(f"fastppo report needs the 'stats' extra ({exc.name} is missing): pip install 'fastppo[stats]'") from None
+        raise FastPPOError(f"fastppo report needs the 'stats' extra ({exc.name} is missing): {install_extra('stats')}") from None
 
 
 def final_score(run: Run, metric: str, final_window: float) -> float:

@@ -26,6 +26,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from fastppo.agents.agent import FINAL_EPISODES
 from fastppo.config import Config, available_cpus, check_seed
 from fastppo.errors import FastPPOError
 from fastppo.files.outputs import new_folders, remove_if_empty
@@ -76,20 +77,17 @@ def _each_once(seeds: list[int], named_by: str) -> list[int]:
     return seeds
 
 
-RECENT_EPISODES = 20
-
-
 class SeedResult(NamedTuple):
     seed: int
     run_dir: Path
-    recent_return: float | None  # mean of the last RECENT_EPISODES episodes; None when none finished
+    recent_return: float | None  # mean of the last FINAL_EPISODES episodes (Agent.final_return); None when none finished
     error: str | None = None
     stopped_at: int | None = None  # the step a signal stopped the seed at (its checkpoint's); None: it ran to its end
     started: bool = True  # False: the job was stopped before the seed's turn
 
     @classmethod
     def of(cls, seed: int, run_dir: Path, episode_returns: list[float], stopped_at: int | None = None) -> SeedResult:
-        recent = episode_returns[-RECENT_EPISODES:]
+        recent = episode_returns[-FINAL_EPISODES:]
         return cls(seed, run_dir, sum(recent) / len(recent) if recent else None, stopped_at=stopped_at)
 
     @property
@@ -98,7 +96,7 @@ class SeedResult(NamedTuple):
         return self.started and self.error is None and self.stopped_at is None
 
     def __str__(self) -> str:
-        recent = "no episode finished" if self.recent_return is None else f"{self.recent_return:.1f} mean return over the last {RECENT_EPISODES} episodes"
+        recent = "no episode finished" if self.recent_return is None else f"{self.recent_return:.1f} mean return over the last {FINAL_EPISODES} episodes"
         if self.error:
             shown = "failed: " + self.error
         elif not self.started:
@@ -293,7 +291,7 @@ def train_seeds(config: Config, seeds: list[int], parent: Path, workers: int, ch
     this process (its errors raised here); otherwise each process takes the next seed when it is
     free. With ``checkpoints`` (one per seed, None for a seed not started: ``resume_plan``) a
     stopped job goes on. Writes the job's plan (``PLAN_FILE``) first. Prints each seed's result;
-    returns the results in seed order and the signal that stopped the job (None if none did).
+    returns the results in the order of ``seeds`` and the signal that stopped the job (None if none did).
 
     Any SIGINT or SIGTERM stops the whole job: one to this process alone (``kill PID``) is passed
     on to the workers; one to every process of the job (a terminal's Ctrl-C, a scheduler's
@@ -399,9 +397,10 @@ def _results(seeds: list[int], agents: list[Any]) -> tuple[list[SeedResult], int
     """The seeds' results from their trained agents, and the signal that stopped them (None: they
     finished; a stack's seeds that reached their stop-return before it did are finished)."""
     stopped = [int(a.interrupted_by) for a in agents if a.interrupted_by is not None]
+    by_seed = {agent.config.run.seed: agent for agent in agents}  # each result labelled by its own agent's seed
     results = [
         SeedResult.of(seed, agent.run_dir, agent.episode_returns, None if agent.interrupted_by is None else int(agent.history[-1]["global_step"]) if agent.history else 0)
-        for seed, agent in zip(seeds, agents)
+        for seed, agent in ((seed, by_seed[seed]) for seed in seeds)
     ]
     return results, stopped[0] if stopped else None
 

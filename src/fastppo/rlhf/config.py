@@ -18,7 +18,7 @@ from fastppo.core.kl import KLEstimator
 from fastppo.core.masked import LossAggregation
 from fastppo.core.preference import PreferenceLoss
 from fastppo.core.schedules import ScheduleKind
-from fastppo.errors import FastPPOError
+from fastppo.errors import FastPPOError, install_extra
 
 AdvantageEstimator = Literal["gae", "grpo", "rloo"]
 CriticKind = Literal["shared", "separate"]
@@ -400,7 +400,7 @@ def require_vllm(model: ModelConfig) -> None:
     try:
         import vllm  # noqa: F401  # imported, not just found: a broken install fails here too
     except ImportError as exc:
-        raise FastPPOError("--generator vllm needs vLLM, which is not installed: pip install 'fastppo[vllm]' (on a GPU machine; it brings its own CUDA build of torch)") from exc
+        raise FastPPOError(f"--generator vllm needs vLLM, which is not installed: {install_extra('vllm')} (on a GPU machine; it brings its own CUDA build of torch)") from exc
 
 
 def validate_parallel(model: ModelConfig, world_size: int, generator: str = "hf") -> None:

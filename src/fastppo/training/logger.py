@@ -16,7 +16,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from fastppo.errors import FastPPOError
+from fastppo.errors import FastPPOError, install_extra
 from fastppo.files.run_folder import TENSORBOARD_EVENTS
 
 SAMPLES_FILE = "samples.jsonl"
@@ -205,7 +205,7 @@ def import_wandb():
     try:
         import wandb
     except ImportError as exc:
-        raise FastPPOError("--report-to wandb needs wandb, which is not installed: pip install 'fastppo[wandb]'") from exc
+        raise FastPPOError(f"--report-to wandb needs wandb, which is not installed: {install_extra('wandb')}") from exc
     return wandb
 
 

@@ -224,7 +224,7 @@ class Runs(ABC):
 
     @abstractmethod
     def result(self, iteration: int, interrupted_by: signal.Signals | None, world: World) -> Any:
-        """The trained agents, saved (a single run's, or each seed's in seed order)."""
+        """The trained agents, saved (a single run's, or each seed's in the order the seeds were given)."""
         ...
 
 
@@ -303,6 +303,7 @@ class SeedRuns(Runs):
     ):
         super().__init__(config, agent, logger, run_dir, run_dir, [f"seed {s}: " for s in seeds], on_iteration, newest)
         self.seeds, self.seeds_returns, self.keep = seeds, seeds_returns, keep
+        self.given = list(seeds)  # the order the agents are returned in: the caller's, whichever seeds leave first
         self.seed_dirs = [run_dir / f"seed_{s}" for s in seeds]
         self.finished: list[Agent] = []  # the seeds that left at --run.stop-return, saved as they left
 
@@ -375,4 +376,4 @@ class SeedRuns(Runs):
             seed_agents = [save_seed_agent(self.agent, i, d, seed_logger.history, r) for i, (d, seed_logger, r) in enumerate(zip(self.seed_dirs, self.logger.loggers, self.seeds_returns))]
         for seed_agent in seed_agents:
             seed_agent.interrupted_by = interrupted_by
-        return sorted(self.finished + seed_agents, key=lambda a: a.config.run.seed)
+        return sorted(self.finished + seed_agents, key=lambda a: self.given.index(a.config.run.seed))

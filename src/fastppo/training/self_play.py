@@ -38,7 +38,7 @@ from fastppo.env_ids import is_pettingzoo
 from fastppo.envs.pettingzoo_vec import PettingZooVecEnv
 from fastppo.envs.turn_based import TurnBasedVecEnv
 from fastppo.envs.vector import VecEnv
-from fastppo.errors import FastPPOError
+from fastppo.errors import FastPPOError, install_extra
 
 LATEST = -1
 """A copy's opponent id when the learner plays every seat."""
@@ -245,7 +245,7 @@ class League:
             try:
                 from openskill.models import PlackettLuce
             except ImportError:
-                raise FastPPOError("self-play ratings need openskill: pip install 'fastppo[games]'") from None
+                raise FastPPOError(f"self-play ratings need openskill: {install_extra('games')}") from None
             self._model = PlackettLuce()
         model = self._model
         ranks = {1: [0, 1], 0: [0, 0], -1: [1, 0]}[result]

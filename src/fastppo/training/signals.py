@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from fastppo.errors import Interrupted
+from fastppo.errors import Interrupted, take_pending_signal
 from fastppo.training.distributed import LONE, World
 
 
@@ -79,6 +79,10 @@ class StopRequest:
     def __enter__(self) -> StopRequest:
         if self.enabled:
             self._previous = {s: signal.signal(s, self._handle) for s in self.SIGNALS}
+            pending = take_pending_signal()  # one that start-up lost (fastppo.errors.stop_at_once): a stop before the first iteration
+            if pending is not None:
+                self.__exit__()
+                raise Interrupted(pending)
         return self
 
     def __exit__(self, *exc: object) -> None:

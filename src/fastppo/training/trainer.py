@@ -170,7 +170,7 @@ def train_seed_stack(
     config: Config, seeds: list[int], run_dir: Path, checkpoints: list[Checkpoint] | None = None, on_iteration: Callable[[int, dict[int, dict[str, float]]], None] | None = None
 ) -> list[Agent]:
     """Train one agent per seed of ``seeds`` in this process, as one batched computation
-    (``fastppo.training.seed_stack``), each seed's run into ``run_dir/seed_<n>``; the agents in seed order.
+    (``fastppo.training.seed_stack``), each seed's run into ``run_dir/seed_<n>``; the agents in the order of ``seeds``.
     With ``checkpoints`` (``resume_seed_stack_config``), the stack continues where it stopped.
     ``on_iteration(global_step, {seed: metrics})`` as ``train``'s, for the seeds still training."""
     config.validate()
@@ -265,14 +265,15 @@ def train_rank(
         raise
     newest = None if checkpoint is None else (checkpoint[0] if stacked else checkpoint).path
     training = Training(config, state, envs, world, device, collect_on, normalize_obs, statistics, mask_dim, config.rollout_threads(stacked=stacked))
+    planned = training.num_iterations * training.steps_per_iteration  # the bar's 100%: --total-timesteps rounded down to whole batches
     if stacked:  # one run folder per seed, one progress bar for them all
         logger = SeedLoggers(
-            [open_logger(replace(config, run=replace(config.run, seed=s, progress=False)), d, c) for s, d, c in zip(seeds, seed_dirs, checkpoint or [None] * len(seeds))],
-            RunLogger(None, config.ppo.total_timesteps, False, config.run.progress),
+            [open_logger(replace(config, run=replace(config.run, seed=s, progress=False)), d, c, planned) for s, d, c in zip(seeds, seed_dirs, checkpoint or [None] * len(seeds))],
+            RunLogger(None, planned, False, config.run.progress),
         )
         runs: Runs = SeedRuns(config, agent, logger, run_dir, seeds, seeds_returns, on_iteration, newest, training.keep_runs)
     else:
-        logger = open_logger(config, out_dir, checkpoint, quiet=not world.main, summary=progress_summary(envs))
+        logger = open_logger(config, out_dir, checkpoint, planned, quiet=not world.main, summary=progress_summary(envs))
         runs = SingleRun(config, agent, logger, run_dir, out_dir, on_iteration, newest)
     if not exact:
         logger.message(
@@ -400,10 +401,13 @@ def progress_summary(envs: Any) -> tuple[tuple[str, str, str], ...]:
     return (sps, *([headline] if spaces.headline else []), *groups, *rest)
 
 
-def open_logger(config: Config, run_dir: Path | None, checkpoint: Checkpoint | None, quiet: bool = False, summary: tuple[tuple[str, str, str], ...] = GYM_SUMMARY) -> RunLogger:
-    """The run's logger; on resume, metrics.jsonl and TensorBoard are first rewound to the
-    checkpoint's step (a killed run may have logged past it) and the history reloaded. A ``quiet``
-    one (torchrun ranks but 0) shows nothing: no progress bar, no messages."""
+def open_logger(
+    config: Config, run_dir: Path | None, checkpoint: Checkpoint | None, total_steps: int, quiet: bool = False, summary: tuple[tuple[str, str, str], ...] = GYM_SUMMARY
+) -> RunLogger:
+    """The run's logger, its progress bar ending at ``total_steps`` (the steps the run takes); on
+    resume, metrics.jsonl and TensorBoard are first rewound to the checkpoint's step (a killed run
+    may have logged past it) and the history reloaded. A ``quiet`` one (torchrun ranks but 0)
+    shows nothing: no progress bar, no messages."""
     previous: list[dict[str, float]] = []
     purge_step = checkpoint.global_step + 1 if checkpoint else None
     with writing(run_dir, "the run folder") if run_dir is not None else nullcontext():  # a full disk, a folder gone: one line
@@ -411,7 +415,7 @@ def open_logger(config: Config, run_dir: Path | None, checkpoint: Checkpoint | N
             run_dir.mkdir(parents=True, exist_ok=True)
             write_config(run_dir, config)
             previous = rewind_metrics(run_dir, checkpoint.global_step if checkpoint else 0)
-        logger = RunLogger(run_dir, config.ppo.total_timesteps, config.run.tensorboard, config.run.progress and not quiet, config.to_dict(), purge_step, summary)
+        logger = RunLogger(run_dir, total_steps, config.run.tensorboard, config.run.progress and not quiet, config.to_dict(), purge_step, summary)
     logger.console.quiet = quiet
     logger.history[:0] = previous
     return logger
