@@ -55,12 +55,12 @@ def mlp_layers(encoder: nn.Module) -> tuple[list[nn.Linear], str | None] | None:
     return linears, (_ACTIVATION_NAMES[kinds.pop()] if kinds else None)
 
 
-def affine(bias: Tensor, x: Tensor, weight: Tensor) -> Tensor:
+def affine(bias: Tensor, x: Tensor, weight: Tensor, out: Tensor | None = None) -> Tensor:
     """x W^T + b in one op: ``[rows, in]`` with ``[out, in]`` weights, or a stack's ``[S, rows, in]``
-    with ``[S, out, in]`` weights and ``[S, out]`` biases."""
+    with ``[S, out, in]`` weights and ``[S, out]`` biases; written into ``out`` if given."""
     if x.dim() == 2:
-        return torch.addmm(bias, x, weight.t())
-    return torch.baddbmm(bias.unsqueeze(-2), x, weight.mT)
+        return torch.addmm(bias, x, weight.t(), out=out)
+    return torch.baddbmm(bias.unsqueeze(-2), x, weight.mT, out=out)
 
 
 ROW_BLOCK = 2048
@@ -68,33 +68,31 @@ ROW_BLOCK = 2048
 512 KB, which the L2 cache keeps between the matmul that writes it and the ops that read it."""
 
 
-def row_blocks(x: Tensor) -> list[slice]:
+def row_blocks(x: Tensor) -> list[slice | None]:
     """The row blocks the node runs a batch in: blocks of ``ROW_BLOCK`` rows for a wide 2-D batch,
-    else the whole batch as one. Layer after layer over the whole of a wide batch streams every
-    activation through main memory several times (a 65 536-row CartPole batch's are 16 MB each);
-    block by block they stay in cache, and the matmuls run faster too: the MLP forward and
-    backward of a 1 024 x 64 tensor-env CartPole update (65 536 rows, 64-64 actor and critic),
-    162 -> 99 ms of CPU time (median of 6, one thread, on a busy 2-core machine).
-    A stack of seeds' ``[S, rows, in]`` batches keep one block (their blocks would be strided)."""
+    else ``[None]``, the whole batch at once. Layer after layer over the whole of a wide batch
+    streams every activation through main memory several times (a 65 536-row CartPole batch's
+    are 16 MB each); block by block they stay in cache, and the matmuls run faster too: the MLP
+    forward and backward of a 1 024 x 64 tensor-env CartPole update (65 536 rows, 64-64 actor and
+    critic), 162 -> 99 ms of CPU time (median of 6, one thread, on a busy 2-core machine). A stack
+    of seeds' ``[S, rows, in]`` batches keep one block (their blocks would be strided)."""
     rows = x.shape[0]
     if x.dim() != 2 or rows < 2 * ROW_BLOCK:
-        return [slice(None)]
+        return [None]
     return [slice(start, start + ROW_BLOCK) for start in range(0, rows, ROW_BLOCK)]
 
 
-def _affine_into(out: Tensor, bias: Tensor, x: Tensor, weight: Tensor) -> Tensor:
-    """``affine`` written into ``out``."""
-    if x.dim() == 2:
-        return torch.addmm(bias, x, weight.t(), out=out)
-    return torch.baddbmm(bias.unsqueeze(-2), x, weight.mT, out=out)
+def _rows(t: Tensor | None, block: slice | None) -> Tensor | None:
+    """Rows ``block`` of ``t`` (all of it for the None block; no tensor stays none)."""
+    return t if t is None or block is None else t[block]
 
 
-def _hidden_into(out: Tensor, bias: Tensor, x: Tensor, weight: Tensor, activation: str) -> Tensor:
-    """act(x W^T + b), a hidden layer's output, written into ``out``; a tanh layer's bias goes in
-    with its activation (``activations.tanh_of_sum_``)."""
+def _hidden(bias: Tensor, x: Tensor, weight: Tensor, activation: str, out: Tensor | None = None) -> Tensor:
+    """act(x W^T + b), a hidden layer's output, in a fresh tensor or written into ``out``; a tanh
+    layer's bias goes in with its activation (``activations.tanh_of_sum_``)."""
     if activation == "tanh":
         return tanh_of_sum_(torch.matmul(x, weight.mT, out=out), bias if x.dim() == 2 else bias.unsqueeze(-2))
-    return IN_PLACE_ACTIVATIONS[activation](_affine_into(out, bias, x, weight))
+    return IN_PLACE_ACTIVATIONS[activation](affine(bias, x, weight, out))
 
 
 def _activation_grad_(grad: Tensor, output: Tensor, activation: str) -> Tensor:
@@ -130,17 +128,21 @@ def _split(depths: tuple[int, ...], weights_and_biases: tuple[Tensor, ...]) -> l
 
 def _forward(activation: str | None, depths: tuple[int, ...], x: Tensor, weights_and_biases: tuple[Tensor, ...]) -> tuple[list[Tensor], list[Tensor]]:
     """The nets' outputs, and what their backward reads (each net's hidden activations, then its
-    weights), computed one row block after the other (``row_blocks``)."""
+    weights): fresh tensors for a batch run whole, written block by block into tensors allocated
+    first for a wide one (``row_blocks``)."""
     nets = _split(depths, weights_and_biases)
-    rows = x.shape[:-1]
-    hidden = [[x.new_empty(*rows, w.shape[-2]) for w in weights[:-1]] for weights, _ in nets]
-    outputs = [x.new_empty(*rows, weights[-1].shape[-2]) for weights, _ in nets]
-    for block in row_blocks(x):
-        for (weights, biases), activations, out in zip(nets, hidden, outputs):
-            h = x[block]
-            for weight, bias, activation_out in zip(weights, biases, activations):
-                h = _hidden_into(activation_out[block], bias, h, weight, activation)
-            _affine_into(out[block], biases[-1], h, weights[-1])
+    blocks = row_blocks(x)
+    whole = blocks == [None]
+    hidden: list[list[Tensor | None]] = [[None if whole else x.new_empty(*x.shape[:-1], w.shape[-2]) for w in weights[:-1]] for weights, _ in nets]
+    outputs: list[Tensor | None] = [None if whole else x.new_empty(*x.shape[:-1], weights[-1].shape[-2]) for weights, _ in nets]
+    for block in blocks:
+        for n, ((weights, biases), activations) in enumerate(zip(nets, hidden)):
+            h = _rows(x, block)
+            for j, (weight, bias) in enumerate(zip(weights[:-1], biases[:-1])):
+                h = _hidden(bias, h, weight, activation, _rows(activations[j], block))
+                activations[j] = h if whole else activations[j]
+            out = affine(biases[-1], h, weights[-1], _rows(outputs[n], block))
+            outputs[n] = out if whole else outputs[n]
     saved = [t for (weights, _), activations in zip(nets, hidden) for t in (*activations, *weights)]
     return outputs, saved
 
@@ -163,18 +165,23 @@ class _MLPsFunction(torch.autograd.Function):
             nets.append((saved[offset : offset + depth - 1], saved[offset + depth - 1 : offset + 2 * depth - 1]))
             offset += 2 * depth - 1
         grads: list[list[Tensor | None]] = [[None] * (2 * depth) for depth in ctx.depths]  # weight, bias, ... per net
-        grad_x = x.new_zeros(x.shape) if ctx.needs_input_grad[2] else None
-        for block in row_blocks(x):
+        blocks = row_blocks(x)
+        grad_x = x.new_zeros(x.shape) if ctx.needs_input_grad[2] and blocks != [None] else None
+        for block in blocks:
             for (hidden, weights), grad_output, net_grads in zip(nets, grad_outputs, grads):
-                grad = grad_output[block]
-                layer_inputs = [x[block], *(h[block] for h in hidden)]
+                grad = _rows(grad_output, block)
+                layer_inputs = [_rows(x, block), *(_rows(h, block) for h in hidden)]
                 for i in reversed(range(len(weights))):
                     net_grads[2 * i + 1] = _accumulate(net_grads[2 * i + 1], grad.sum(-2))
                     net_grads[2 * i] = _accumulate(net_grads[2 * i], _weight_grad(grad, layer_inputs[i]))
                     if i > 0:  # layer_inputs[i] = act(z_i): carry the gradient to z_i
                         grad = _activation_grad_(torch.matmul(grad, weights[i]), layer_inputs[i], ctx.activation)
-                    elif grad_x is not None:
-                        grad_x[block] += torch.matmul(grad, weights[0])
+                    elif ctx.needs_input_grad[2]:  # the input's gradient, summed over the nets
+                        part = torch.matmul(grad, weights[0])
+                        if block is None:
+                            grad_x = part if grad_x is None else grad_x + part
+                        else:
+                            grad_x[block] += part
         return (None, None, grad_x, *(g for net_grads in grads for g in net_grads))
 
 
