@@ -10,7 +10,8 @@ matmul and one activation derivative for the layer below. Each weight-gradient m
 the narrower side first: MKL's sgemm takes 27 µs for ``[64, 512] @ [512, 2]`` (autograd's
 form for a 2-action output layer) and 4.6 µs for the same product as ``[2, 512] @ [512, 64]``.
 A CartPole minibatch step of 512 rows (forward, backward, clip, Adam): 1 000 -> 910 µs
-(benchmarks/README.md, "One autograd node per MLP pair").
+(benchmarks/README.md, "One autograd node per MLP pair"). A wide batch (a tensor env's 65 536
+rows) runs forward and backward in blocks of rows that stay in cache (``row_blocks``).
 
 The same node trains a stack of seeds (``fastppo.training.seed_stack``: ``[S, rows, in]`` rows, ``[S, out,
 in]`` weights, batched matmuls). There each activation is an 8 MB tensor that the cache does not
