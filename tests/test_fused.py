@@ -7,7 +7,7 @@ import torch
 
 from fastppo.config import PolicyConfig
 from fastppo.policies import ActorCritic
-from fastppo.policies.fused import FusedActorCritic, tanh_as_sigmoid
+from fastppo.policies.fused import SPLIT_ROWS, FusedActorCritic, tanh_as_sigmoid
 from tests.test_actor_critic import ACTION_SPACES, OBS
 
 POLICIES = {
@@ -26,12 +26,15 @@ def same_draws(fn, *args):
 
 @pytest.mark.parametrize("cfg", list(POLICIES))
 @pytest.mark.parametrize("space", list(ACTION_SPACES))
-def test_fused_act_matches_policy_act(cfg, space):
+@pytest.mark.parametrize("rows", [9, SPLIT_ROWS])  # deeper hidden layers block-diagonal, then as their two halves
+def test_fused_act_matches_policy_act(cfg, space, rows):
     torch.manual_seed(0)
     policy = ActorCritic(OBS, ACTION_SPACES[space][0], POLICIES[cfg])
     fused = FusedActorCritic.build(policy)
     fused.refresh()
-    obs = torch.randn(9, 4)
+    deeper_layers = len(POLICIES[cfg].hidden_sizes) - 1 if not POLICIES[cfg].shared_trunk else 0
+    assert sum(halves is not None for halves in fused._halves) == max(deeper_layers, 0)
+    obs = torch.randn(rows, 4)
     with torch.inference_mode():
         action, logprob, value = same_draws(fused, obs)
         ref_action, ref_logprob, ref_value = same_draws(policy.act, obs)

@@ -8,7 +8,8 @@ from torch import nn
 from fastppo.config import PolicyConfig
 from fastppo.policies import ActorCritic
 from fastppo.policies.activations import Tanh
-from fastppo.policies.mlp_autograd import mlp_layers, mlps_one_node
+from fastppo.policies import mlp_autograd
+from fastppo.policies.mlp_autograd import mlp_layers, mlps_one_node, row_blocks
 from tests.test_actor_critic import ACTION_SPACES, OBS
 from tests.test_fused import POLICIES
 
@@ -61,6 +62,31 @@ def test_several_networks_on_one_input():
     got_grads = torch.autograd.grad(sum((g * u).sum() for g, u in zip(got, upstream)), [x, *params])
     for g, e in zip([*got, *got_grads], [*expected, *expected_grads]):
         torch.testing.assert_close(g, e, rtol=0, atol=1e-12)
+
+
+def test_a_wide_batch_runs_in_row_blocks_with_autograds_outputs_and_gradients(monkeypatch):
+    """Blocks of 16 rows (the last one short) over two nets of different depths, the input's
+    gradient included: the same outputs and gradients as the modules through autograd."""
+    monkeypatch.setattr(mlp_autograd, "ROW_BLOCK", 16)
+    torch.manual_seed(0)
+    nets = [reference_mlp([5, 16, 16, 3], "tanh"), reference_mlp([5, 8, 1], "tanh")]
+    params = [p for net, _ in nets for p in net.parameters()]
+    x = torch.randn(300, 5, dtype=torch.float64, requires_grad=True)
+    assert [(b.start, b.stop) for b in row_blocks(x)][-2:] == [(272, 288), (288, 304)]
+    upstream = [torch.randn(300, 3, dtype=torch.float64), torch.randn(300, 1, dtype=torch.float64)]
+
+    expected = [net(x) for net, _ in nets]
+    expected_grads = torch.autograd.grad(sum((e * u).sum() for e, u in zip(expected, upstream)), [x, *params])
+    got = mlps_one_node(x, [linears for _, linears in nets], "tanh")
+    got_grads = torch.autograd.grad(sum((g * u).sum() for g, u in zip(got, upstream)), [x, *params])
+    for g, e in zip([*got, *got_grads], [*expected, *expected_grads]):
+        torch.testing.assert_close(g, e, rtol=0, atol=1e-12)
+
+
+def test_narrow_batches_and_stacks_of_seeds_run_as_one_block():
+    assert row_blocks(torch.zeros(2 * mlp_autograd.ROW_BLOCK - 1, 4)) == [None]
+    assert len(row_blocks(torch.zeros(2 * mlp_autograd.ROW_BLOCK, 4))) == 2
+    assert row_blocks(torch.zeros(3, 2 * mlp_autograd.ROW_BLOCK, 4)) == [None]
 
 
 @pytest.mark.parametrize("activation", ["tanh", "relu"])

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from fastppo.core.categorical import categorical_logprob_entropy
+from fastppo.core.categorical import categorical_logprob_entropy, log_softmax
 from fastppo.errors import FastPPOError
 
 
@@ -105,7 +105,7 @@ class CategoricalHead(IndexHead):
 
     def sample(self, params, action_mask=None, noise=GLOBAL_NOISE):
         # One log_softmax serves the draw and the logprob, no entropy.
-        logp_all = torch.log_softmax(_mask_logits(params, action_mask), dim=-1)
+        logp_all = log_softmax(_mask_logits(params, action_mask))
         action = _categorical_sample(logp_all, noise)
         return action, logp_all.gather(-1, action.unsqueeze(-1)).squeeze(-1)
 

