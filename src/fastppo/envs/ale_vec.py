@@ -33,7 +33,7 @@ import torch
 from fastppo.config import EnvConfig
 from fastppo.env_ids import is_atari
 from fastppo.envs.atari import FIRE, FRAME_SKIP, NOOP_MAX, SCREEN_SIZE
-from fastppo.envs.vector import Episodes, HostCopies, StepResult
+from fastppo.envs.vector import FinishedEpisodes, HostCopies, StepResult
 from fastppo.errors import FastPPOError
 
 NOOP = 0
@@ -86,7 +86,7 @@ def ale_spaces(env_id: str, frame_stack: int) -> tuple[gym.Space, gym.Space]:
         envs.close()
 
 
-class AleVecEnv(HostCopies):
+class AleVecEnv(FinishedEpisodes, HostCopies):
     """``num_envs`` copies of one Atari game in ale-py's C++ threads (module docstring). Seeded at
     ``reset(seed)``: copy i with ``seed + i``, as gymnasium's vector envs do."""
 
@@ -132,11 +132,6 @@ class AleVecEnv(HostCopies):
         reward[self._life_lost] = 0.0  # a reset row's reward (the C++ env's own reset rows have 0)
         self._life_lost, self._real, self._lives = life_lost, ~game_end, lives
         return self.to_device(obs, reward, terminated, truncated)
-
-    def pop_episodes(self) -> Episodes:
-        episodes = Episodes(self._returns, self._lengths)
-        self._returns, self._lengths = [], []
-        return episodes
 
     def close(self) -> None:
         self.envs.close()

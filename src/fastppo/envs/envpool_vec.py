@@ -24,7 +24,7 @@ import torch
 from fastppo.config import EnvConfig
 from fastppo.env_ids import is_atari
 from fastppo.envs.atari import FRAME_SKIP, NOOP_MAX, SCREEN_SIZE
-from fastppo.envs.vector import Episodes, HostCopies, StepResult
+from fastppo.envs.vector import FinishedEpisodes, HostCopies, StepResult
 from fastppo.errors import FastPPOError
 
 ATARI_SUFFIXES = ("NoFrameskip", "Deterministic")
@@ -76,7 +76,7 @@ def _float32_box(space: gym.spaces.Box) -> gym.spaces.Box:
     return gym.spaces.Box(space.low.astype(np.float32), space.high.astype(np.float32), space.shape, np.float32)
 
 
-class EnvPoolVecEnv(HostCopies):
+class EnvPoolVecEnv(FinishedEpisodes, HostCopies):
     """A synchronous EnvPool batch speaking torch tensors. EnvPool seeds its envs when it builds
     them, so the pool is built at the first ``reset(seed)`` (and rebuilt for a new seed)."""
 
@@ -132,11 +132,6 @@ class EnvPoolVecEnv(HostCopies):
         self._ep_return[done] = 0.0
         self._ep_length[done] = 0
         self._reset_row = terminated | truncated
-
-    def pop_episodes(self) -> Episodes:
-        episodes = Episodes(self._returns, self._lengths)
-        self._returns, self._lengths = [], []
-        return episodes
 
     def close(self) -> None:
         if self._pool is not None:

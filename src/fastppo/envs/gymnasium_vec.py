@@ -16,7 +16,7 @@ import torch
 
 from fastppo.env_ids import ale_installed, file_spec, named_object, spelled_as_atari
 from fastppo.envs.tensor.base import TensorEnv
-from fastppo.envs.vector import Episodes, HostCopies, StepResult
+from fastppo.envs.vector import FinishedEpisodes, HostCopies, StepResult
 from fastppo.errors import FastPPOError
 
 ACTION_MASK_KEY = "action_mask"
@@ -160,7 +160,7 @@ def flatten_if_needed(env: gym.Env) -> gym.Env:
 EnvFactory = Callable[[], gym.Env]
 
 
-class GymnasiumVecEnv(HostCopies):
+class GymnasiumVecEnv(FinishedEpisodes, HostCopies):
     """Wraps a gymnasium vector env (NEXT_STEP autoreset) so it speaks torch tensors."""
 
     def __init__(self, env_fns: list[EnvFactory], asynchronous: bool, device: torch.device):
@@ -189,11 +189,6 @@ class GymnasiumVecEnv(HostCopies):
         # NEXT_STEP reset rows carry their reset()'s info, so every row must have a mask.
         mask = published_action_mask(info, self._masked, "step()", self.num_envs)
         return self.to_device(obs, reward, terminated, truncated, mask)
-
-    def pop_episodes(self) -> Episodes:
-        episodes = Episodes(self._returns, self._lengths)
-        self._returns, self._lengths = [], []
-        return episodes
 
     def close(self) -> None:
         self.envs.close()

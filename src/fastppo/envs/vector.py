@@ -84,6 +84,19 @@ def numpy_to_device(array: np.ndarray, dtype: torch.dtype, device: torch.device)
     return tensor if device.type == "cpu" else tensor.to(device, non_blocking=True)
 
 
+class FinishedEpisodes:
+    """What the gymnasium, EnvPool and ale vec envs share: the returns and lengths of the episodes
+    they finished, kept in ``_returns`` and ``_lengths`` until the trainer pops them."""
+
+    _returns: list[float]
+    _lengths: list[int]
+
+    def pop_episodes(self) -> Episodes:
+        episodes = Episodes(self._returns, self._lengths)
+        self._returns, self._lengths = [], []
+        return episodes
+
+
 class HostCopies:
     """What the numpy-backed VecEnvs (gymnasium, EnvPool, PettingZoo) share: actions go to the
     host as numpy (clipped to a Box action space), step results come back as tensors on the
