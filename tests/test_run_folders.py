@@ -13,7 +13,7 @@ import fastppo
 from fastppo.cli.main import main
 from fastppo.envs.env_config import make_config
 from fastppo.errors import FastPPOError
-from fastppo.files.run_folder import default_run_dir
+from fastppo.files.run_folder import default_run_dir, write_config
 
 TINY = ["--num-envs", "2", "--num-steps", "64", "--total-timesteps", "256", "--no-tensorboard", "--no-progress"]
 API_TINY = {"num_envs": 2, "num_steps": 64, "total_timesteps": 256, "tensorboard": False, "progress": False}
@@ -162,12 +162,22 @@ def test_resume_starts_over_a_run_that_stopped_before_its_first_checkpoint(tmp_p
     assert [event.step for event in curves.Scalars("charts/SPS")] == [128, 256, 384, 512]  # the failed run's curves dropped, not drawn twice
 
 
-def test_resume_refuses_a_damaged_config_of_a_run_that_stopped_before_its_first_checkpoint(tmp_path, capsys):
+@pytest.mark.parametrize(
+    "text, reason",
+    [
+        ("env: {env_id: CartPole-v1}\n", "the config lacks"),
+        (None, "config.yaml is cut short"),  # a whole config written with its markers, the end marker lost
+    ],
+)
+def test_resume_refuses_a_damaged_config_of_a_run_that_stopped_before_its_first_checkpoint(tmp_path, capsys, text, reason):
     run = tmp_path / "run"
     run.mkdir()
-    (run / "config.yaml").write_text("env: {env_id: CartPole-v1}\n")
+    if text is None:  # what is left still parses into a whole config
+        write_config(run, make_config("CartPole-v1"))
+        text = (run / "config.yaml").read_text().removesuffix("...\n")
+    (run / "config.yaml").write_text(text)
     (run / "metrics.jsonl").write_text("")
     before = contents(run)
     err = refused(["train", "--resume", str(run)], capsys)
-    assert err.startswith(f"fastppo: error: {run} stopped before its first checkpoint, and its config.yaml cannot start it over: damaged (the config lacks"), err
+    assert err.startswith(f"fastppo: error: {run} stopped before its first checkpoint, and its config.yaml cannot start it over: damaged ({reason}"), err
     assert contents(run) == before

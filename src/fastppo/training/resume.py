@@ -15,7 +15,7 @@ from fastppo.config import Config, apply_overrides, resolve_key
 from fastppo.core import schedule_progress
 from fastppo.env_ids import folder_env_id, names_user_code, same_env
 from fastppo.errors import FastPPOError
-from fastppo.files.run_folder import CONFIG_FILE, checkpoint_root, list_checkpoints, seed_folders, stopped_before_first_checkpoint
+from fastppo.files.run_folder import CONFIG_FILE, checkpoint_root, list_checkpoints, read_config, seed_folders, stopped_before_first_checkpoint
 from fastppo.training.checkpoint import Checkpoint, load_checkpoint
 from fastppo.training.distributed import check_world_size, launched_world_size
 from fastppo.training.runs import reached_stop_return
@@ -99,7 +99,7 @@ def restart_config(run_dir: str | Path, overrides: dict[str, Any] | None = None,
     if not stopped_before_first_checkpoint(run_dir):
         return None
     try:
-        config = Config.from_dict(yaml.safe_load((run_dir / CONFIG_FILE).read_text(encoding="utf-8")))
+        config = Config.from_dict(read_config(run_dir / CONFIG_FILE))
     except (OSError, UnicodeDecodeError, yaml.YAMLError, ValueError) as exc:
         raise FastPPOError(f"{run_dir} stopped before its first checkpoint, and its {CONFIG_FILE} cannot start it over: damaged ({str(exc).splitlines()[0]})") from None
     check_resumed_env(run_dir, config.env.env_id, env_id)
