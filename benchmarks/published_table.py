@@ -1,9 +1,9 @@
-"""A published-style table: 7 envs x 10 seeds at CleanRL's step budgets, IQM + 95% CI, next to
-CleanRL's published means.
+"""A published-style table: 9 envs x 10 seeds at CleanRL's step budgets, IQM + 95% CI, next to
+the published PPO means (CleanRL's, or where it publishes none at the budget, the best we can cite).
 
 Each env trains fastppo's preset for that env through the CLI users run, ``--seeds`` into one folder
 per env under ``--out``; ``fastppo report`` then scores every run (mean episodic return over the
-last 10% of its steps), and this script prints its IQM / CI table beside CleanRL's figures.
+last 10% of its steps), and this script prints its IQM / CI table beside the published figures.
 
 The table is long to fill on 2 CPU cores (~5 min per MuJoCo run), so it is built to be spread over
 several sessions: tensor envs train all their seeds at once as stacks (``--seeds``: a stack per
@@ -15,7 +15,7 @@ train --resume``; stacks of seeds as they were). ``--envs`` picks a subset.
     python published_table.py --envs HalfCheetah-v4 --out runs/published_table   # later: the rest
     python published_table.py --out runs/published_table --plot published_table.png   # and its chart
 
-``--plot`` draws each env's IQM with its 95% CI beside CleanRL's published mean ± std. With
+``--plot`` draws each env's IQM with its 95% CI beside the published mean ± std. With
 ``--recorded`` it draws the table recorded on the docs' Benchmarks page instead of training (for
 when the runs are no longer on disk), titled with that table's machine and date.
 """
@@ -44,12 +44,15 @@ class Row(NamedTuple):
     env: str
     budget: int
     backend: str  # tensor: all seeds at once, stacked
-    cleanrl: str  # CleanRL's published mean ± std (3 seeds), or why there is none
+    published: str  # the published PPO mean ± std at this budget, or why there is none
+    source: str = "CleanRL, 3 seeds"
 
 
 # CleanRL's budgets are its scripts' defaults: ppo.py 500k steps (discrete), ppo_continuous_action.py
 # 1M. Figures: docs.cleanrl.dev PPO page, ppo.py table (CartPole-v1, Acrobot-v1) and
-# ppo_continuous_action.py's MuJoCo v4 table.
+# ppo_continuous_action.py's MuJoCo v4 table (Humanoid-v4 from its benchmark page, tag pr-424).
+# CleanRL publishes Ant only at 8M steps (1824.17 ± 905.78); the best PPO figure at 1M we can cite is
+# rl-baselines3-zoo's benchmark.md: Ant-v3, tuned settings, one run, deterministic evaluation.
 TABLE = [
     Row("CartPole-v1", 500_000, "tensor", "490.04 ± 6.12"),
     Row("Acrobot-v1", 500_000, "tensor", "-86.36 ± 1.32"),
@@ -58,6 +61,8 @@ TABLE = [
     Row("HalfCheetah-v4", 1_000_000, "gymnasium", "1442.64 ± 46.03"),
     Row("Hopper-v4", 1_000_000, "gymnasium", "2382.86 ± 271.74"),
     Row("Walker2d-v4", 1_000_000, "gymnasium", "2287.95 ± 571.78"),
+    Row("Ant-v4", 1_000_000, "gymnasium", "1327.16 ± 451.58", "rl-baselines3-zoo, Ant-v3, 1 run"),
+    Row("Humanoid-v4", 1_000_000, "gymnasium", "716.11 ± 49.08"),
 ]
 
 
@@ -86,11 +91,12 @@ def recorded_scores(page: Path = PAGE) -> tuple[dict[str, Score], str]:
 
 
 def plot_scores(scores: dict[str, Score], path: str, recorded: str | None = None) -> None:
-    """A panel per env: fastppo's IQM with its 95% CI and its mean, beside CleanRL's published mean
-    ± std where it publishes one. ``recorded``: the machine and date of figures measured earlier
+    """A panel per env: fastppo's IQM with its 95% CI and its mean, beside the published mean ± std
+    where there is one. ``recorded``: the machine and date of figures measured earlier
     (the page's table), drawn now."""
     plt = pyplot()
-    published = {row.env: tuple(map(float, row.cleanrl.split(" ± "))) for row in TABLE if "±" in row.cleanrl}
+    published = {row.env: tuple(map(float, row.published.split(" ± "))) for row in TABLE if "±" in row.published}
+    sources = {row.env: row.source for row in TABLE}
     envs = [row.env for row in TABLE if row.env in scores]
     columns = (len(envs) + 1) // 2
     fig, axes = plt.subplots(2, columns, figsize=(2.2 * columns, 5), squeeze=False)
@@ -100,11 +106,11 @@ def plot_scores(scores: dict[str, Score], path: str, recorded: str | None = None
         ax.plot([0], [score.mean], "x", color="tab:blue", label="fastppo mean")
         if env in published:
             mean, std = published[env]
-            ax.errorbar([1], [mean], yerr=[std], fmt="s", color="tab:orange", capsize=4, label="CleanRL published mean ± std (3 seeds)")
+            ax.errorbar([1], [mean], yerr=[std], fmt="s", color="tab:orange", capsize=4, label="published PPO mean ± std")
         else:
             ax.text(1, score.iqm, "not\npublished", ha="center", va="center", fontsize=7, color="tab:orange")
         budget = next(row.budget for row in TABLE if row.env == env)
-        ax.set_xticks([0, 1], ["fastppo", "CleanRL"], fontsize=8)
+        ax.set_xticks([0, 1], ["fastppo", sources[env].split(",")[0]], fontsize=8)
         ax.set_xlim(-0.6, 1.6)
         ax.set_title(f"{env}, {budget:,} steps", fontsize=8)
         ax.tick_params(axis="y", labelsize=7)
@@ -115,7 +121,7 @@ def plot_scores(scores: dict[str, Score], path: str, recorded: str | None = None
         ax.axis("off")
     handles, labels = axes.flat[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower right", fontsize=7, frameon=False)
-    title = "End-of-training return (last 10% of steps) at CleanRL's budgets vs CleanRL's published PPO"
+    title = "End-of-training return (last 10% of steps) at CleanRL's budgets vs published PPO"
     if recorded:
         title += "\nfrom the table of the docs' Benchmarks page"
     save_figure(fig, path, title, recorded)
@@ -167,7 +173,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("runs/published_table"))
     parser.add_argument("--envs", nargs="+", default=[row.env for row in TABLE], choices=[row.env for row in TABLE])
     parser.add_argument("--workers", type=int, default=2, help="single runs trained at once (default: 2)")
-    parser.add_argument("--plot", metavar="PATH", help="also draw the table (IQM and CI beside CleanRL's published figures) as a PNG at PATH")
+    parser.add_argument("--plot", metavar="PATH", help="also draw the table (IQM and CI beside the published figures) as a PNG at PATH")
     parser.add_argument("--recorded", action="store_true", help="with --plot: draw the table recorded on docs/benchmarks/index.md instead of training")
     args = parser.parse_args()
     if args.recorded:
@@ -199,16 +205,16 @@ def main() -> None:
     complete = [row for row in TABLE if all(finished(args.out / row.env / f"seed_{s}", row.budget) for s in SEEDS)]
     fastppo("report", *(str(args.out / row.env) for row in complete), "--out", str(args.out / "report"))
     scores = {line["env"]: line for line in csv.DictReader(open(args.out / "report" / "report.csv"))}
-    print("\n| env | steps | seeds | IQM [95% CI] | mean | median | CleanRL (mean ± std, 3 seeds) | wall |")
+    print("\n| env | steps | seeds | IQM [95% CI] | mean | median | published PPO (mean ± std) | wall |")
     print("|---|--:|--:|---|--:|--:|---|---|")
     for row in TABLE:
         score = scores.get(row.env)
         if row not in complete or score is None:
-            print(f"| {row.env} | {row.budget:,} | - | not run yet | | | {row.cleanrl} | |")
+            print(f"| {row.env} | {row.budget:,} | - | not run yet | | | {row.published} ({row.source}) | |")
             continue
         spent = timings.get(row.env, {})
         wall = f"{spent['stack']:.0f} s, 10 seeds stacked" if "stack" in spent else f"{sum(spent.values()) / max(len(spent), 1):.0f} s per seed"
-        print(f"| {row.env} | {row.budget:,} | {len(score['seeds'].split())} | {float(score['iqm']):.1f} [{float(score['iqm_low']):.1f}, {float(score['iqm_high']):.1f}] | {float(score['mean']):.1f} | {float(score['median']):.1f} | {row.cleanrl} | {wall} |")
+        print(f"| {row.env} | {row.budget:,} | {len(score['seeds'].split())} | {float(score['iqm']):.1f} [{float(score['iqm_low']):.1f}, {float(score['iqm_high']):.1f}] | {float(score['mean']):.1f} | {float(score['median']):.1f} | {row.published} ({row.source}) | {wall} |")
     footer()
     if args.plot:
         plot_scores({row.env: Score(*(float(scores[row.env][key]) for key in ("iqm", "iqm_low", "iqm_high", "mean"))) for row in complete if row.env in scores}, args.plot)
