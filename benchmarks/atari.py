@@ -38,7 +38,11 @@ def return_curve(history: list[dict[str, float]], total: int) -> list[tuple[int,
     points = []
     for k in range(1, CURVE_POINTS + 1):
         lo, hi = total * (k - 1) / CURVE_POINTS, total * k / CURVE_POINTS
-        values = [row["charts/episodic_return"] for row in history if lo < row["global_step"] <= hi and "charts/episodic_return" in row]
+        values = [
+            row["charts/episodic_return"]
+            for row in history
+            if lo < row["global_step"] <= hi and "charts/episodic_return" in row
+        ]
         if values:
             points.append((int(hi), float(np.mean(values))))
     return points
@@ -48,16 +52,28 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--games", nargs="+", default=["PongNoFrameskip-v4", "BreakoutNoFrameskip-v4"])
     parser.add_argument("--total-timesteps", type=int, default=10_000_000)
-    parser.add_argument("--backend", default=None, choices=["sync", "async", "envpool", "ale"], help="default: the atari preset's (ale)")
+    parser.add_argument(
+        "--backend", default=None, choices=["sync", "async", "envpool", "ale"], help="default: the atari preset's (ale)"
+    )
     parser.add_argument("--device", default="auto")
     parser.add_argument("--num-envs", type=int, default=8)
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--ceiling-seconds", type=float, default=0.0, help="also step the same envs alone with random actions this long: the env-only ceiling")
+    parser.add_argument(
+        "--ceiling-seconds",
+        type=float,
+        default=0.0,
+        help="also step the same envs alone with random actions this long: the env-only ceiling",
+    )
     parser.add_argument("--json", help="also write the results to this file")
-    parser.add_argument("--runs-dir", help="write each game's run (metrics.jsonl, checkpoints) to RUNS_DIR/GAME: plot or resume it later")
+    parser.add_argument(
+        "--runs-dir",
+        help="write each game's run (metrics.jsonl, checkpoints) to RUNS_DIR/GAME: plot or resume it later",
+    )
     args = parser.parse_args()
 
-    header(f"Atari: {', '.join(args.games)}, {args.total_timesteps:,} steps, {args.num_envs} envs, device {args.device}")
+    header(
+        f"Atari: {', '.join(args.games)}, {args.total_timesteps:,} steps, {args.num_envs} envs, device {args.device}"
+    )
     results = []
     for game in args.games:
         start = time.perf_counter()
@@ -70,18 +86,39 @@ def main() -> None:
         final = float(np.mean(agent.episode_returns[-LAST_GAMES:])) if agent.episode_returns else float("nan")
         loop_sps = float(np.mean([row["charts/SPS"] for row in agent.history]))
         backend = agent.config.env.backend
-        results.append(dict(game=game, backend=backend, steps=args.total_timesteps, final=final, seconds=seconds, sps=args.total_timesteps / seconds, loop_sps=loop_sps, curve=curve, split=time_split(agent.history)))
-        print(f"{game} ({backend} backend): final return {final:.1f} after {args.total_timesteps:,} steps in {seconds:.0f}s ({args.total_timesteps / seconds:.0f} SPS, the loop's {loop_sps:.0f})")
+        results.append(
+            dict(
+                game=game,
+                backend=backend,
+                steps=args.total_timesteps,
+                final=final,
+                seconds=seconds,
+                sps=args.total_timesteps / seconds,
+                loop_sps=loop_sps,
+                curve=curve,
+                split=time_split(agent.history),
+            )
+        )
+        print(
+            f"{game} ({backend} backend): final return {final:.1f} after {args.total_timesteps:,} steps in {seconds:.0f}s ({args.total_timesteps / seconds:.0f} SPS, the loop's {loop_sps:.0f})"
+        )
         print("  time: " + ", ".join(f"{name} {share:.0%}" for name, share in results[-1]["split"].items()))
         print("  curve: " + ", ".join(f"{step:,}: {value:.1f}" for step, value in curve), flush=True)
         if args.ceiling_seconds > 0:
             ceiling = raw_env_sps(game, backend, args.num_envs, seconds=args.ceiling_seconds)
             results[-1].update(ceiling_sps=ceiling, share_of_ceiling=loop_sps / ceiling)
-            print(f"  env-only ceiling (the same {args.num_envs} envs, random actions): {ceiling:.0f} SPS; training makes {loop_sps / ceiling:.0%} of it", flush=True)
+            print(
+                f"  env-only ceiling (the same {args.num_envs} envs, random actions): {ceiling:.0f} SPS; training makes {loop_sps / ceiling:.0%} of it",
+                flush=True,
+            )
 
-    print("\n| game | steps | final return (last 20 games) | wall time | SPS | CleanRL ppo_atari at 10M |\n|---|---|---|---|---|---|")
+    print(
+        "\n| game | steps | final return (last 20 games) | wall time | SPS | CleanRL ppo_atari at 10M |\n|---|---|---|---|---|---|"
+    )
     for r in results:
-        print(f"| {r['game']} | {r['steps']:,} | {r['final']:.1f} | {r['seconds']:.0f} s | {r['sps']:.0f} | {CLEANRL_10M.get(r['game'], 'n/a')} |")
+        print(
+            f"| {r['game']} | {r['steps']:,} | {r['final']:.1f} | {r['seconds']:.0f} s | {r['sps']:.0f} | {CLEANRL_10M.get(r['game'], 'n/a')} |"
+        )
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)
@@ -90,7 +127,11 @@ def main() -> None:
 
 def time_split(history: list[dict[str, float]]) -> dict[str, float]:
     """Each section's share of an iteration's measured time (env, copy, policy, update), over the run."""
-    totals = {key[5:]: sum(row.get(key, 0.0) for row in history) for key in history[0] if key.startswith("time/")} if history else {}
+    totals = (
+        {key[5:]: sum(row.get(key, 0.0) for row in history) for key in history[0] if key.startswith("time/")}
+        if history
+        else {}
+    )
     whole = sum(totals.values()) or 1.0
     return {name: seconds / whole for name, seconds in sorted(totals.items(), key=lambda item: -item[1])}
 

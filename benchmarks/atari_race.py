@@ -36,7 +36,7 @@ import subprocess
 import sys
 import sysconfig
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from common import footer, header, positive
@@ -99,7 +99,12 @@ def peer_python(name: str, venvs: Path) -> Path:
         return python
     print(f"# making {venv}: pip install {' '.join(PEER_PACKAGES[name])}", flush=True)
     subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
-    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], check=True, capture_output=True, text=True).stdout.strip()
+    site = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     Path(site, "shared_packages.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     subprocess.run([str(python), "-m", "pip", "install", "-q", *PEER_PACKAGES[name]], check=True)
     done.write_text(" ".join(PEER_PACKAGES[name]))
@@ -108,9 +113,42 @@ def peer_python(name: str, venvs: Path) -> Path:
 
 def command(name: str, steps: int, seed: int, args: argparse.Namespace) -> list[str]:
     if name == "fastppo":
-        return [sys.executable, "-m", "fastppo", "train", GAME, "--total-timesteps", str(steps), "--seed", str(seed), "--run-dir", str(args.run_root / f"fastppo_{seed}_{time.time_ns()}"), "--progress", "false", "--tensorboard", "false"]
+        return [
+            sys.executable,
+            "-m",
+            "fastppo",
+            "train",
+            GAME,
+            "--total-timesteps",
+            str(steps),
+            "--seed",
+            str(seed),
+            "--run-dir",
+            str(args.run_root / f"fastppo_{seed}_{time.time_ns()}"),
+            "--progress",
+            "false",
+            "--tensorboard",
+            "false",
+        ]
     if name == "cleanrl":
-        return [str(peer_python("cleanrl", args.venvs)), str(args.cleanrl_script), "--env-id", ENVPOOL_GAME, "--total-timesteps", str(steps), "--seed", str(seed), "--num-envs", "8", "--num-steps", "128", "--num-minibatches", "4", "--update-epochs", "4"]
+        return [
+            str(peer_python("cleanrl", args.venvs)),
+            str(args.cleanrl_script),
+            "--env-id",
+            ENVPOOL_GAME,
+            "--total-timesteps",
+            str(steps),
+            "--seed",
+            str(seed),
+            "--num-envs",
+            "8",
+            "--num-steps",
+            "128",
+            "--num-minibatches",
+            "4",
+            "--update-epochs",
+            "4",
+        ]
     if name == "sb3":
         return [str(peer_python("sb3", args.venvs)), "-c", SB3_CHILD, str(steps), str(seed), GAME]
     return [sys.executable, "-c", CEILING_CHILD, GAME, str(args.ceiling_seconds)]
@@ -128,23 +166,31 @@ def run(name: str, steps: int, seed: int, args: argparse.Namespace) -> tuple[flo
     """(loop SPS, whole-process SPS) of one fresh process; the process's output on failure."""
     argv = command(name, steps, seed, args)
     start = time.perf_counter()
-    proc = subprocess.run(argv, capture_output=True, text=True, cwd=args.run_root, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    proc = subprocess.run(
+        argv, capture_output=True, text=True, cwd=args.run_root, env={**os.environ, "PYTHONUNBUFFERED": "1"}
+    )
     wall = time.perf_counter() - start
     found = LOOP_SPS[name].findall(proc.stdout)
     if proc.returncode != 0 or not found:
-        sys.exit(f"atari_race: {name} failed (exit {proc.returncode}): {shlex.join(argv)}\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
+        sys.exit(
+            f"atari_race: {name} failed (exit {proc.returncode}): {shlex.join(argv)}\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}"
+        )
     return float(found[-1]), steps / wall
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--cleanrl-script", type=Path, help="CleanRL's ppo_atari_envpool.py (without it, CleanRL sits out)")
+    parser.add_argument(
+        "--cleanrl-script", type=Path, help="CleanRL's ppo_atari_envpool.py (without it, CleanRL sits out)"
+    )
     parser.add_argument("--steps", type=positive, default=16384, help="environment steps each run trains")
     parser.add_argument("--rounds", type=positive, default=2, help="paired rounds (each contender once per round)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--skip", nargs="*", default=[], choices=CONTENDERS[1:], help="peers to leave out")
     parser.add_argument("--ceiling-seconds", type=float, default=10.0, help="how long the env-only ceiling steps")
-    parser.add_argument("--venvs", type=Path, default=Path.home() / ".cache" / "fastppo-atari-race", help="where the peers' venvs live")
+    parser.add_argument(
+        "--venvs", type=Path, default=Path.home() / ".cache" / "fastppo-atari-race", help="where the peers' venvs live"
+    )
     args = parser.parse_args()
     if args.cleanrl_script is not None and not args.cleanrl_script.is_file():
         parser.error(f"--cleanrl-script {args.cleanrl_script}: no such file")
@@ -154,10 +200,16 @@ def main() -> None:
     args.run_root = Path(os.environ.get("TMPDIR", "/tmp")) / f"atari_race_{os.getpid()}"
     args.run_root.mkdir(parents=True, exist_ok=True)
 
-    header(f"Atari race: {GAME}, {args.steps} steps per run, 8 envs x 128 steps, 4 epochs x 4 minibatches, Nature CNN, CPU")
-    print(f"# {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC; command: python {shlex.join(sys.argv)}")
+    header(
+        f"Atari race: {GAME}, {args.steps} steps per run, 8 envs x 128 steps, 4 epochs x 4 minibatches, Nature CNN, CPU"
+    )
+    print(f"# {datetime.now(UTC):%Y-%m-%d %H:%M} UTC; command: python {shlex.join(sys.argv)}")
     for name in contenders:
-        shown = "PPO('CnnPolicy') with rl-zoo's atari hyperparameters (SB3_CHILD)" if name == "sb3" else shlex.join(command(name, args.steps, args.seed, args))
+        shown = (
+            "PPO('CnnPolicy') with rl-zoo's atari hyperparameters (SB3_CHILD)"
+            if name == "sb3"
+            else shlex.join(command(name, args.steps, args.seed, args))
+        )
         print(f"# {name}: {shown}", flush=True)
     results: dict[str, list[tuple[float, float]]] = {name: [] for name in [*contenders, "ceiling"]}
     for round_ in range(args.rounds):
@@ -167,13 +219,17 @@ def main() -> None:
             print(f"round {round_ + 1}: {name:8s} loop {loop:7.0f} SPS, process {process:7.0f} SPS", flush=True)
 
     ceiling = statistics.median(loop for loop, _ in results["ceiling"])
-    print(f"\n| contender | loop SPS (median) | process SPS (median) | fastppo / it (per round, loop) | share of the env-only ceiling ({ceiling:.0f} SPS) |")
+    print(
+        f"\n| contender | loop SPS (median) | process SPS (median) | fastppo / it (per round, loop) | share of the env-only ceiling ({ceiling:.0f} SPS) |"
+    )
     print("|---|---:|---:|---|---:|")
     for name in contenders:
         loops = [loop for loop, _ in results[name]]
         ratios = ", ".join(f"{ours / theirs:.2f}x" for (ours, _), theirs in zip(results["fastppo"], loops))
         share = statistics.median(loops) / ceiling
-        print(f"| {name} | {statistics.median(loops):.0f} | {statistics.median(p for _, p in results[name]):.0f} | {ratios} | {share:.0%} |")
+        print(
+            f"| {name} | {statistics.median(loops):.0f} | {statistics.median(p for _, p in results[name]):.0f} | {ratios} | {share:.0%} |"
+        )
     footer()
 
 

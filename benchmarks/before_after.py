@@ -46,7 +46,13 @@ ROWS = {
         "--update-epochs", "1", "--num-minibatches", "1", "--total-timesteps", "1048576",
     ],
 }  # fmt: skip
-QUICK = {"cleanrl-sps": ("100000", "25000"), "stack-64": ("65536", "16384"), "halfcheetah-cpu": ("20480", "4096"), "preset-tensor": ("100000", "30720"), "width-tensor": ("1048576", "393216")}
+QUICK = {
+    "cleanrl-sps": ("100000", "25000"),
+    "stack-64": ("65536", "16384"),
+    "halfcheetah-cpu": ("20480", "4096"),
+    "preset-tensor": ("100000", "30720"),
+    "width-tensor": ("1048576", "393216"),
+}
 
 
 @dataclass
@@ -72,7 +78,12 @@ class Run:
         """Steps per CPU second of the process after the iteration ``first_logged`` saw: less
         swayed by other processes on a shared machine than wall time (not immune: they share the
         caches)."""
-        if self.first_logged is None or self.first_logged[1] is None or self.last_step is None or self.last_step <= self.first_logged[0]:
+        if (
+            self.first_logged is None
+            or self.first_logged[1] is None
+            or self.last_step is None
+            or self.last_step <= self.first_logged[0]
+        ):
             return None
         return (self.last_step - self.first_logged[0]) / (self.cpu_s - self.first_logged[1])
 
@@ -158,8 +169,12 @@ def main() -> None:
     args = parser.parse_args()
     pairs = 2 if args.quick else args.pairs
     header("before/after: two fastppo checkouts, alternating fresh processes")
-    print(f"date: {time.strftime('%Y-%m-%d %H:%M')}\nbefore: {args.before.resolve()}\nafter:  {args.after.resolve()}\npairs per row: {pairs}\n")
-    print(f"{'row':<16} {'before s':>9} {'after s':>9} {'after/before':>13} {'CPU after/before':>17}   steps (before | after)")
+    print(
+        f"date: {time.strftime('%Y-%m-%d %H:%M')}\nbefore: {args.before.resolve()}\nafter:  {args.after.resolve()}\npairs per row: {pairs}\n"
+    )
+    print(
+        f"{'row':<16} {'before s':>9} {'after s':>9} {'after/before':>13} {'CPU after/before':>17}   steps (before | after)"
+    )
     for row in args.rows:
         command = list(ROWS[row])
         if args.quick and row in QUICK:
@@ -172,16 +187,27 @@ def main() -> None:
                     runs[side].append(run_once(getattr(args, side), command, Path(scratch) / f"{side}{pair}"))
         before, after = (statistics.median(r.wall_s for r in runs[side]) for side in ("before", "after"))
         cpu_before, cpu_after = (statistics.median(r.cpu_s for r in runs[side]) for side in ("before", "after"))
-        shown = " | ".join(",".join(str(r.last_step) for r in runs[side]) for side in ("before", "after")) if row.startswith("solve") else ""
-        print(f"{row:<16} {before:>9.1f} {after:>9.1f} {after / before:>13.3f} {cpu_after / cpu_before:>17.3f}   {shown}", flush=True)
+        shown = (
+            " | ".join(",".join(str(r.last_step) for r in runs[side]) for side in ("before", "after"))
+            if row.startswith("solve")
+            else ""
+        )
+        print(
+            f"{row:<16} {before:>9.1f} {after:>9.1f} {after / before:>13.3f} {cpu_after / cpu_before:>17.3f}   {shown}",
+            flush=True,
+        )
         for label, measure in (("steady SPS", Run.steady_sps), ("steady steps per CPU s", Run.steady_cpu_sps)):
             sps = {side: median([measure(r) for r in runs[side]]) for side in ("before", "after")}
             if not row.startswith("solve") and sps["before"] and sps["after"]:
-                print(f"{'':<16} {label}: before {sps['before']:,.0f}, after {sps['after']:,.0f}, after/before {sps['after'] / sps['before']:.3f}")
+                print(
+                    f"{'':<16} {label}: before {sps['before']:,.0f}, after {sps['after']:,.0f}, after/before {sps['after'] / sps['before']:.3f}"
+                )
         if not row.startswith("solve"):
             for side in ("before", "after"):
                 print(f"{'':<16} {side} time: {split_text(runs[side])}", flush=True)
-    print(f"\ncommand per row: python -m fastppo <row's args> --no-progress --no-tensorboard --run-dir <tmp>; {' '.join(sys.argv)}")
+    print(
+        f"\ncommand per row: python -m fastppo <row's args> --no-progress --no-tensorboard --run-dir <tmp>; {' '.join(sys.argv)}"
+    )
     footer()
 
 

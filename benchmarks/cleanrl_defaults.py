@@ -27,13 +27,21 @@ def main() -> None:
     args = parser.parse_args()
     torch.optim.Adam([torch.nn.Parameter(torch.zeros(1))])  # one-off torch.optim import, out of the timing
     header(f"fastppo with CleanRL's defaults (torch_threads={args.torch_threads})")
-    runs = [("ppo.py", "CartPole-v1", "cleanrl-discrete", 500_000, 100_000), ("ppo_continuous_action.py", args.halfcheetah, "cleanrl-continuous", 1_000_000, 20_480)]
+    runs = [
+        ("ppo.py", "CartPole-v1", "cleanrl-discrete", 500_000, 100_000),
+        ("ppo_continuous_action.py", args.halfcheetah, "cleanrl-continuous", 1_000_000, 20_480),
+    ]
     for script, env_id, preset, full, short in runs:
         steps = full if args.full else short
-        cfg = make_config(env_id, preset, {"total_timesteps": steps, "checkpoint_every": 0, "torch_threads": args.torch_threads})
+        cfg = make_config(
+            env_id, preset, {"total_timesteps": steps, "checkpoint_every": 0, "torch_threads": args.torch_threads}
+        )
         r = run_fastppo(cfg)
         projected = "" if args.full else f", projected {full // 1000}k-step wall {full / r.sps:.0f} s"
-        print(f"{script:26} {env_id:15} {r.steps:8d} steps in {r.wall_s:6.1f} s = {r.sps:6.0f} SPS{projected}; last-20 return {r.last20:.1f}", flush=True)
+        print(
+            f"{script:26} {env_id:15} {r.steps:8d} steps in {r.wall_s:6.1f} s = {r.sps:6.0f} SPS{projected}; last-20 return {r.last20:.1f}",
+            flush=True,
+        )
     footer()
 
 

@@ -98,7 +98,11 @@ def save_figure(fig: Any, path: str | Path, title: str, recorded: str | None = N
     """Write ``fig`` as a small PNG titled with ``title``, this machine and today's date, so that
     the image says where and when its figures were measured wherever it is shown. ``recorded``:
     the figures were measured elsewhere, earlier (its machine and date), and only drawn here."""
-    where = f"{machine()}, {date.today().isoformat()}" if recorded is None else f"recorded figures measured on {recorded}; drawn {date.today().isoformat()}"
+    where = (
+        f"{machine()}, {date.today().isoformat()}"
+        if recorded is None
+        else f"recorded figures measured on {recorded}; drawn {date.today().isoformat()}"
+    )
     fig.suptitle(f"{title}\n{where}", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=80)
@@ -181,7 +185,12 @@ def run_fastppo(config: Config, stop_when_solved: bool = False, threshold: float
 
     trainer.make_vec_env = watched
     try:
-        trainer.train(config, on_iteration=lambda _, metrics: result.timings.append({k[5:]: v for k, v in metrics.items() if k.startswith("time/")}))
+        trainer.train(
+            config,
+            on_iteration=lambda _, metrics: result.timings.append(
+                {k[5:]: v for k, v in metrics.items() if k.startswith("time/")}
+            ),
+        )
     except Solved:
         pass
     finally:

@@ -74,7 +74,9 @@ def child(spec: dict, out: Path) -> None:
             in_update[0] = False
 
     trainer.ppo_update = flagged_update
-    if "WORLD_SIZE" in os.environ:  # one process group for the latency probe and the run (train uses a group set up already)
+    if (
+        "WORLD_SIZE" in os.environ
+    ):  # one process group for the latency probe and the run (train uses a group set up already)
         dist.init_process_group("gloo")
         if spec.get("latency"):
             timings |= allreduce_latency()
@@ -131,7 +133,11 @@ def launch(ranks: int, spec: dict) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "result.json"
         args = [str(HERE), "--child", json.dumps(spec), "--out", str(out)]
-        command = [sys.executable, *args] if ranks == 1 else [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}", *args]
+        command = (
+            [sys.executable, *args]
+            if ranks == 1
+            else [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}", *args]
+        )
         done = subprocess.run(command, capture_output=True, text=True)
         if done.returncode != 0:
             raise SystemExit(f"run failed ({' '.join(command)}):\n{done.stderr[-3000:]}")
@@ -163,10 +169,21 @@ def main() -> None:
         "2 ranks x 32 envs (preset per rank)": (2, {}),
         "2 ranks x 16 envs (same global batch)": (2, {"num_envs": 16}),
     }
-    rows = {name: [launch(ranks, {"env": "CartPole-v1", "overrides": {"seed": seed, **extra}, "latency": ranks == 2 and not args.quick}) for seed in args.seeds] for name, (ranks, extra) in cartpole.items()}
+    rows = {
+        name: [
+            launch(
+                ranks,
+                {"env": "CartPole-v1", "overrides": {"seed": seed, **extra}, "latency": ranks == 2 and not args.quick},
+            )
+            for seed in args.seeds
+        ]
+        for name, (ranks, extra) in cartpole.items()
+    }
     base_sps = statistics.median(r["sps"] for r in rows["1 rank, 32 envs"])
     print(f"\n## CartPole-v1, preset (100k steps), seeds {' '.join(map(str, args.seeds))}\n")
-    print("| setting | steady SPS | vs 1 rank | seconds to solve | last 20 | update s/iter | collectives in update: ms/update (calls) | outside: ms/iter |")
+    print(
+        "| setting | steady SPS | vs 1 rank | seconds to solve | last 20 | update s/iter | collectives in update: ms/update (calls) | outside: ms/iter |"
+    )
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for name, results in rows.items():
         sps = statistics.median(r["sps"] for r in results)
@@ -187,13 +204,20 @@ def main() -> None:
         )
     solved = {name: [r["solved_s"] for r in results if r["solved_s"] is not None] for name, results in rows.items()}
     base = statistics.median(solved["1 rank, 32 envs"] or [float("nan")])
-    print("Median time to solve over the seeds that solved, vs 1 rank: " + ", ".join(
-        f"{name} {statistics.median(times):.1f} s ({statistics.median(times) / base:.2f}x)" for name, times in solved.items() if times
-    ))
+    print(
+        "Median time to solve over the seeds that solved, vs 1 rank: "
+        + ", ".join(
+            f"{name} {statistics.median(times):.1f} s ({statistics.median(times) / base:.2f}x)"
+            for name, times in solved.items()
+            if times
+        )
+    )
 
     if not args.no_mujoco:
         total = 2 * 2 * 2048 if args.quick else 4 * 2 * 2048
-        print(f"\n## HalfCheetah-v5, preset (1 env x 2048 steps per rank, 10 epochs x 32 minibatches), {total} steps, seed {args.seeds[0]}\n")
+        print(
+            f"\n## HalfCheetah-v5, preset (1 env x 2048 steps per rank, 10 epochs x 32 minibatches), {total} steps, seed {args.seeds[0]}\n"
+        )
         print("| setting | steady SPS | vs 1 rank | update s/iter | collectives in update: ms/update (calls) |")
         print("|---|---:|---:|---:|---:|")
         base = None
@@ -202,7 +226,9 @@ def main() -> None:
             base = base or r["sps"]
             calls = r["update_calls"] / r["iterations"]
             collectives = f"{1e3 * r['update_s'] / r['iterations']:.0f} ({calls:.0f})" if calls else "-"
-            print(f"| {name} | {r['sps']:,.0f} | {r['sps'] / base:.2f}x | {r['update_s_per_iteration']:.3f} | {collectives} |")
+            print(
+                f"| {name} | {r['sps']:,.0f} | {r['sps'] / base:.2f}x | {r['update_s_per_iteration']:.3f} | {collectives} |"
+            )
     footer()
 
 

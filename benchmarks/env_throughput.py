@@ -39,7 +39,9 @@ def main() -> None:
     for family in args.families:
         env_id = FAMILIES[family]
         sps = {backend: raw_env_sps(env_id, backend, args.num_envs, args.seconds) for backend in backends}
-        cells = [f"{sps[b]:,.0f} ({sps[b] / sps['sync']:.2f}x)" if "sync" in sps else f"{sps[b]:,.0f}" for b in backends]
+        cells = [
+            f"{sps[b]:,.0f} ({sps[b] / sps['sync']:.2f}x)" if "sync" in sps else f"{sps[b]:,.0f}" for b in backends
+        ]
         print(f"| {family} | {env_id} | {' | '.join(cells)} |", flush=True)
     print(f"\nSPS over {args.num_envs} envs, random actions; (ratio to gymnasium sync in this run)")
 

@@ -17,7 +17,6 @@ import time
 from pathlib import Path
 
 from common import footer, header, positive
-
 from fastppo.agents.agent import load_agent
 from fastppo.agents.game_env import game_module
 from fastppo.agents.games import GameResults, play_games
@@ -25,7 +24,11 @@ from fastppo.agents.leduc import exploitability
 from fastppo.agents.players import AgentPlayer, agent_policy, player_from_spec
 from fastppo.errors import FastPPOError
 
-TICTACTOE, CONNECT_FOUR, LEDUC = "pettingzoo.classic.tictactoe_v3", "pettingzoo.classic.connect_four_v3", "pettingzoo.classic.leduc_holdem_v4"
+TICTACTOE, CONNECT_FOUR, LEDUC = (
+    "pettingzoo.classic.tictactoe_v3",
+    "pettingzoo.classic.connect_four_v3",
+    "pettingzoo.classic.leduc_holdem_v4",
+)
 
 
 def simulations(text: str) -> list[int]:
@@ -53,8 +56,15 @@ def row(opponent: str, results: GameResults) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run_dir", type=Path, help="a run folder trained on a turn-based game")
-    parser.add_argument("--games", type=positive, default=200, help="games against random and minimax, half in each seat (default 200)")
-    parser.add_argument("--mcts", type=simulations, default=[10, 100, 1000], help="connect four: MCTS simulations to play against, comma-separated (default 10,100,1000)")
+    parser.add_argument(
+        "--games", type=positive, default=200, help="games against random and minimax, half in each seat (default 200)"
+    )
+    parser.add_argument(
+        "--mcts",
+        type=simulations,
+        default=[10, 100, 1000],
+        help="connect four: MCTS simulations to play against, comma-separated (default 10,100,1000)",
+    )
     parser.add_argument("--mcts-games", type=positive, default=20, help="games against each MCTS strength (default 20)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
@@ -67,18 +77,31 @@ def main() -> None:
     game = game_module(env_id)
     header(f"{env_id}: the trained agent of {args.run_dir} (deterministic) against fixed players")
     print(f"training: {training_speed(args.run_dir)}")
-    opponents = ["random"] + (["minimax"] if game == TICTACTOE else []) + ([f"mcts:{n}" for n in args.mcts] if game == CONNECT_FOUR else [])
-    print("\n| opponent | games | agent W / D / L | per seat (agent's seat: W/D/L) | agent's mean return | games/s |\n|---|--:|---|---|--:|--:|")
+    opponents = (
+        ["random"]
+        + (["minimax"] if game == TICTACTOE else [])
+        + ([f"mcts:{n}" for n in args.mcts] if game == CONNECT_FOUR else [])
+    )
+    print(
+        "\n| opponent | games | agent W / D / L | per seat (agent's seat: W/D/L) | agent's mean return | games/s |\n|---|--:|---|---|--:|--:|"
+    )
     for spec in opponents:
         games = args.mcts_games if spec.startswith("mcts:") else args.games
-        results = play_games(env_id, (AgentPlayer(agent, deterministic=True), player_from_spec(spec, env_id, args.seed)), games, seed=args.seed)
+        results = play_games(
+            env_id,
+            (AgentPlayer(agent, deterministic=True), player_from_spec(spec, env_id, args.seed)),
+            games,
+            seed=args.seed,
+        )
         print(row(spec, results), flush=True)
     if game == LEDUC:
         policy = agent_policy(agent)
         for rules in ("openspiel", "rlcard"):
             start = time.perf_counter()
             value = exploitability(policy, rules=rules)
-            print(f"exploitability in {rules}'s rules: {value:.4f} chips per hand ({time.perf_counter() - start:.1f} s)")
+            print(
+                f"exploitability in {rules}'s rules: {value:.4f} chips per hand ({time.perf_counter() - start:.1f} s)"
+            )
     footer()
 
 

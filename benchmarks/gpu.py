@@ -28,8 +28,8 @@ import numpy as np
 import torch
 
 from common import RunResult, check_device, footer, header, positive, run_fastppo
-from seed_stack import width_rows
 from fastppo.envs.env_config import make_config
+from seed_stack import width_rows
 
 WARMUP_ROLLOUTS = 3
 
@@ -45,14 +45,20 @@ def measure(label: str, env_id: str, preset: str | None, overrides: dict) -> flo
     config = make_config(env_id, preset, {"checkpoint_every": 0, **overrides})
     run = run_fastppo(config)
     sps = steady_sps(run, config.batch_size)
-    print(f"{label:44} {run.steps:9d} steps, wall {run.wall_s:7.1f} s, steady {sps:10.0f} SPS, last-20 return {run.last20:.1f}", flush=True)
+    print(
+        f"{label:44} {run.steps:9d} steps, wall {run.wall_s:7.1f} s, steady {sps:10.0f} SPS, last-20 return {run.last20:.1f}",
+        flush=True,
+    )
     steady = run.timings[WARMUP_ROLLOUTS:]
     if steady:  # where an iteration's time goes, to tell a rollout-bound run from an update-bound one
         split = {name: np.mean([t[name] for t in steady]) * 1e3 for name in steady[0]}
         # "other": what no section times (the rollout's bookkeeping: statistics, buffer writes, the loop)
         iteration = np.mean(np.diff(run.rollout_ends)[WARMUP_ROLLOUTS - 1 :]) * 1e3
         shares = ", ".join(f"{name} {ms:.1f}" for name, ms in split.items())
-        print(f"{'':44} ms per iteration: {iteration:.1f} = {shares}, other {iteration - sum(split.values()):.1f}", flush=True)
+        print(
+            f"{'':44} ms per iteration: {iteration:.1f} = {shares}, other {iteration - sum(split.values()):.1f}",
+            flush=True,
+        )
     return sps
 
 
@@ -61,7 +67,9 @@ def main() -> None:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--quick", action="store_true", help="smaller budgets (checks the script)")
     parser.add_argument("--halfcheetah", default="HalfCheetah-v5")
-    parser.add_argument("--halfcheetah-steps", type=positive, default=102_400, help="its budget per run (10 240 with --quick)")
+    parser.add_argument(
+        "--halfcheetah-steps", type=positive, default=102_400, help="its budget per run (10 240 with --quick)"
+    )
     parser.add_argument("--seeds", type=positive, default=1024, help="the stack of seeds' width (8 with --quick)")
     args = parser.parse_args()
     check_device(parser, args.device)
@@ -70,14 +78,23 @@ def main() -> None:
     header(f"fastppo on {args.device}" + (f" ({torch.cuda.get_device_name()})" if graphs else ""))
 
     print("\n## tensor-env CartPole-v1, 4 096 envs x 16 steps, 4 epochs x 4 minibatches")
-    tensor = dict(backend="tensor", device=args.device, num_envs=4096, num_steps=16, update_epochs=4, num_minibatches=4,
-                  total_timesteps=655_360 if args.quick else 6_553_600)
+    tensor = dict(
+        backend="tensor",
+        device=args.device,
+        num_envs=4096,
+        num_steps=16,
+        update_epochs=4,
+        num_minibatches=4,
+        total_timesteps=655_360 if args.quick else 6_553_600,
+    )
     eager = measure("eager", "CartPole-v1", "cleanrl-discrete", tensor)
     if graphs:
         graphed = measure("--cudagraphs", "CartPole-v1", "cleanrl-discrete", {**tensor, "cudagraphs": True})
         print(f"--cudagraphs / eager: {graphed / eager:.2f}x; best {max(eager, graphed):.0f} SPS (target >= 4M)")
 
-    print(f"\n## {args.halfcheetah}, CleanRL's ppo_continuous_action defaults (1 env x 2048, 10 epochs x 32 minibatches)")
+    print(
+        f"\n## {args.halfcheetah}, CleanRL's ppo_continuous_action defaults (1 env x 2048, 10 epochs x 32 minibatches)"
+    )
     cheetah = dict(device=args.device, total_timesteps=10_240 if args.quick else args.halfcheetah_steps)
     eager = measure("eager", args.halfcheetah, "cleanrl-continuous", cheetah)
     fast = {"compile": True, "cudagraphs": graphs}

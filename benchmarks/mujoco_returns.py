@@ -38,17 +38,37 @@ def main() -> None:
         finals, seconds = [], []
         for seed in args.seeds:
             start = time.perf_counter()
-            agent = fastppo.train(env_id, seed=seed, total_timesteps=args.total_timesteps, backend=args.backend, progress=False, tensorboard=False)
+            agent = fastppo.train(
+                env_id,
+                seed=seed,
+                total_timesteps=args.total_timesteps,
+                backend=args.backend,
+                progress=False,
+                tensorboard=False,
+            )
             seconds.append(time.perf_counter() - start)
             finals.append(float(np.mean(agent.episode_returns[-LAST_EPISODES:])))
-            print(f"{env_id} seed {seed}: final return {finals[-1]:.1f} in {seconds[-1]:.0f}s ({args.total_timesteps / seconds[-1]:.0f} SPS)", flush=True)
+            print(
+                f"{env_id} seed {seed}: final return {finals[-1]:.1f} in {seconds[-1]:.0f}s ({args.total_timesteps / seconds[-1]:.0f} SPS)",
+                flush=True,
+            )
         results.append(
-            dict(env=env_id, steps=args.total_timesteps, seeds=",".join(map(str, args.seeds)), mean=float(np.mean(finals)), std=float(np.std(finals)), seconds=float(np.mean(seconds)), sps=args.total_timesteps / float(np.mean(seconds)))
+            dict(
+                env=env_id,
+                steps=args.total_timesteps,
+                seeds=",".join(map(str, args.seeds)),
+                mean=float(np.mean(finals)),
+                std=float(np.std(finals)),
+                seconds=float(np.mean(seconds)),
+                sps=args.total_timesteps / float(np.mean(seconds)),
+            )
         )
 
     print("\n| env | steps | seeds | final return (mean ± std) | wall time / run | SPS |\n|---|---|---|---|---|---|")
     for r in results:
-        print(f"| {r['env']} | {r['steps']:,} | {r['seeds']} | {r['mean']:.1f} ± {r['std']:.1f} | {r['seconds']:.0f} s | {r['sps']:.0f} |")
+        print(
+            f"| {r['env']} | {r['steps']:,} | {r['seeds']} | {r['mean']:.1f} ± {r['std']:.1f} | {r['seconds']:.0f} s | {r['sps']:.0f} |"
+        )
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)

@@ -65,7 +65,19 @@ ENV_KWARGS = {"max_cycles": 25, "continuous_actions": False}
 PRESET = "simple_spread_v3"
 ROWS = ("random", "reference IPPO", "fastppo IPPO", "fastppo MAPPO", "fastppo IPPO async", "fastppo MAPPO async")
 LEARNERS = tuple(row for row in ROWS if row.startswith("fastppo"))
-SHARED = ("num_envs", "num_steps", "num_minibatches", "update_epochs", "learning_rate", "gamma", "gae_lambda", "clip_coef", "ent_coef", "vf_coef", "max_grad_norm")
+SHARED = (
+    "num_envs",
+    "num_steps",
+    "num_minibatches",
+    "update_epochs",
+    "learning_rate",
+    "gamma",
+    "gae_lambda",
+    "clip_coef",
+    "ent_coef",
+    "vf_coef",
+    "max_grad_norm",
+)
 """Hyperparameters the reference takes from the fastppo preset by the same names."""
 
 
@@ -122,19 +134,38 @@ def child_fastppo(task: str, seed: int, steps: int, algorithm: str, backend: str
     import fastppo
 
     # The team return: speaker and listener share one reward (two groups by name, so no headline by default).
-    overrides = {"total_timesteps": steps, "seed": seed, "progress": False, "tensorboard": False, "multi_agent.algorithm": algorithm, "backend": backend, "multi_agent.headline": "team"}
+    overrides = {
+        "total_timesteps": steps,
+        "seed": seed,
+        "progress": False,
+        "tensorboard": False,
+        "multi_agent.algorithm": algorithm,
+        "backend": backend,
+        "multi_agent.headline": "team",
+    }
     if TASKS[task]["pad"]:
         overrides["multi_agent.pad"] = True
     start, cpu = time.perf_counter(), time.process_time() + children_cpu_s()
     agent = fastppo.train(f"pz:{TASKS[task]['module']}", preset=PRESET, env_kwargs=ENV_KWARGS, **overrides)
-    wall, cpu = time.perf_counter() - start, time.process_time() + children_cpu_s() - cpu  # the workers have been joined
+    wall, cpu = (
+        time.perf_counter() - start,
+        time.process_time() + children_cpu_s() - cpu,
+    )  # the workers have been joined
     episodes, seen = [], 0
     for row in agent.history:
         count = int(row["charts/episodes"])
         episodes += [[int(row["global_step"]), float(r)] for r in agent.episode_returns[seen : seen + count]]
         seen += count
-    sections = {key: sum(row.get(f"time/{key}", 0.0) for row in agent.history) for key in ("env", "policy", "copy", "update")}
-    return {"steps": int(agent.history[-1]["global_step"]), "wall_s": wall, "cpu_s": cpu, "episodes": episodes, "sections": sections}
+    sections = {
+        key: sum(row.get(f"time/{key}", 0.0) for row in agent.history) for key in ("env", "policy", "copy", "update")
+    }
+    return {
+        "steps": int(agent.history[-1]["global_step"]),
+        "wall_s": wall,
+        "cpu_s": cpu,
+        "episodes": episodes,
+        "sections": sections,
+    }
 
 
 # --- the parent: runs the children, scores and prints ------------------------------------------
@@ -153,15 +184,29 @@ def run_child(argv: list[str]) -> dict:
 def run_row(row: str, task: str, seed: int, steps: int, hp: dict, final_window: float) -> dict:
     common = ["--task", task, "--seed", str(seed)]
     if row == "random":
-        random_steps = max(hp["num_envs"] * ENV_KWARGS["max_cycles"], int(round(steps * final_window)))  # one episode per copy at least
+        random_steps = max(
+            hp["num_envs"] * ENV_KWARGS["max_cycles"], int(round(steps * final_window))
+        )  # one episode per copy at least
         return run_child([__file__, "--child", "random", *common, "--total-timesteps", str(random_steps)])
     if row.startswith("fastppo"):
         child = "-".join(row.lower().split())  # fastppo-ippo, fastppo-mappo-async, ...
         return run_child([__file__, "--child", child, *common, "--total-timesteps", str(steps)])
-    argv = ["reference_ippo.py", "--quiet", "--env-id", TASKS[task]["module"], "--env-kwargs", json.dumps(ENV_KWARGS), "--seed", str(seed)]
+    argv = [
+        "reference_ippo.py",
+        "--quiet",
+        "--env-id",
+        TASKS[task]["module"],
+        "--env-kwargs",
+        json.dumps(ENV_KWARGS),
+        "--seed",
+        str(seed),
+    ]
     argv += ["--total-timesteps", str(steps), "--torch-threads", str(hp["torch_threads"])]
     argv += [arg for name in SHARED for arg in (f"--{name.replace('_', '-')}", str(hp[name]))]
-    argv += ["--normalize-obs" if hp["normalize_obs"] else "--no-normalize-obs", "--anneal-lr" if hp["lr_schedule"] == "linear" else "--no-anneal-lr"]
+    argv += [
+        "--normalize-obs" if hp["normalize_obs"] else "--no-normalize-obs",
+        "--anneal-lr" if hp["lr_schedule"] == "linear" else "--no-anneal-lr",
+    ]
     argv += ["--clip-vloss" if hp["clip_vloss"] else "--no-clip-vloss", "--pad" if TASKS[task]["pad"] else "--no-pad"]
     result = run_child(argv)
     # Label each episode with the end of its iteration, as fastppo's history does.
@@ -184,7 +229,11 @@ def summarise(results: dict, tasks: list[str], final_window: float) -> str:
 
     lines = []
     for task in tasks:
-        lines += [f"\n### {task}\n", "| row | team return, mean [95% CI] | per seed | SPS | SPS per CPU s | cold s | vs reference: return | SPS | SPS per CPU s |", "|---|---:|---|---:|---:|---:|---:|---:|---:|"]
+        lines += [
+            f"\n### {task}\n",
+            "| row | team return, mean [95% CI] | per seed | SPS | SPS per CPU s | cold s | vs reference: return | SPS | SPS per CPU s |",
+            "|---|---:|---|---:|---:|---:|---:|---:|---:|",
+        ]
         ref = results[task].get("reference IPPO")
         ref_mean = np.mean([score(r, final_window, False) for r in ref]) if ref else math.nan
         ref_sps = np.mean([r["steps"] / r["wall_s"] for r in ref]) if ref else math.nan
@@ -199,14 +248,20 @@ def summarise(results: dict, tasks: list[str], final_window: float) -> str:
             cpu = np.mean([r["steps"] / r["cpu_s"] for r in runs])
             cold = np.mean([r["cold_s"] for r in runs])
             per_seed = " / ".join(f"{s:.1f}" for s in scores)
-            vs = f"{est.point - ref_mean:+.1f} | {sps / ref_sps:.2f}x | {cpu / ref_cpu:.2f}x" if row != "reference IPPO" else "— | — | —"
+            vs = (
+                f"{est.point - ref_mean:+.1f} | {sps / ref_sps:.2f}x | {cpu / ref_cpu:.2f}x"
+                if row != "reference IPPO"
+                else "— | — | —"
+            )
             lines.append(f"| {row} | {est} | {per_seed} | {sps:.0f} | {cpu:.0f} | {cold:.0f} | {vs} |")
         for row in LEARNERS:
             for r in results[task].get(row, []):
                 total = sum(r["sections"].values())
                 r["share"] = {k: round(v / total, 3) for k, v in r["sections"].items()}
             if results[task].get(row):
-                share = {k: np.mean([r["share"][k] for r in results[task][row]]) for k in ("env", "policy", "copy", "update")}
+                share = {
+                    k: np.mean([r["share"][k] for r in results[task][row]]) for k in ("env", "policy", "copy", "update")
+                }
                 lines.append(f"\n{row} time: " + ", ".join(f"{k} {v:.0%}" for k, v in share.items()))
     return "\n".join(lines)
 
@@ -216,20 +271,34 @@ def main() -> None:
     parser.add_argument("--tasks", nargs="+", choices=list(TASKS), default=list(TASKS))
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--rows", nargs="+", choices=ROWS, default=list(ROWS))
-    parser.add_argument("--total-timesteps", type=int, default=None, help="env steps per learning run (default: the preset's)")
+    parser.add_argument(
+        "--total-timesteps", type=int, default=None, help="env steps per learning run (default: the preset's)"
+    )
     parser.add_argument("--final-window", type=float, default=0.1, help="fraction of the steps a run is scored on")
-    parser.add_argument("--out", default="runs/multi_agent.json", help="where every run's result, episodes included, is written (JSON)")
-    parser.add_argument("--child", choices=("random", *("-".join(row.lower().split()) for row in LEARNERS)), help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--out", default="runs/multi_agent.json", help="where every run's result, episodes included, is written (JSON)"
+    )
+    parser.add_argument(
+        "--child", choices=("random", *("-".join(row.lower().split()) for row in LEARNERS)), help=argparse.SUPPRESS
+    )
     parser.add_argument("--task", choices=list(TASKS), help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
 
     if args.child == "random":
-        print("RESULT " + json.dumps(child_random(args.task, args.seed, args.total_timesteps, preset_values()["num_envs"])))
+        print(
+            "RESULT "
+            + json.dumps(child_random(args.task, args.seed, args.total_timesteps, preset_values()["num_envs"]))
+        )
         return
     if args.child:
         _, algorithm, *backend = args.child.split("-")
-        print("RESULT " + json.dumps(child_fastppo(args.task, args.seed, args.total_timesteps, algorithm, backend[0] if backend else "sync")))
+        print(
+            "RESULT "
+            + json.dumps(
+                child_fastppo(args.task, args.seed, args.total_timesteps, algorithm, backend[0] if backend else "sync")
+            )
+        )
         return
 
     hp = preset_values()
@@ -242,8 +311,11 @@ def main() -> None:
             for row in args.rows:
                 result = run_row(row, task, seed, steps, hp, args.final_window)
                 results[task].setdefault(row, []).append(result)
-                print(f"{task} seed {seed} {row}: {score(result, args.final_window, row == 'random'):.1f} after {result['steps']} steps, "
-                      f"{result['steps'] / result['wall_s']:.0f} SPS, {result['steps'] / result['cpu_s']:.0f} per CPU s, {result['cold_s']:.0f} s cold", flush=True)
+                print(
+                    f"{task} seed {seed} {row}: {score(result, args.final_window, row == 'random'):.1f} after {result['steps']} steps, "
+                    f"{result['steps'] / result['wall_s']:.0f} SPS, {result['steps'] / result['cpu_s']:.0f} per CPU s, {result['cold_s']:.0f} s cold",
+                    flush=True,
+                )
                 Path(args.out).write_text(json.dumps({"steps": steps, "seeds": args.seeds, "results": results}))
     print(summarise(results, args.tasks, args.final_window))
     footer()

@@ -50,7 +50,9 @@ def bare_copies(task: str, copies: int, step: Callable, seed: int) -> Callable[[
 STEPS = ("PettingZoo's step", "direct MPE step", "direct, copies at once")
 
 
-def vec_env(task: str, copies: int, step: str, algorithm: str, seed: int, backend: str = "sync") -> Callable[[int], None]:
+def vec_env(
+    task: str, copies: int, step: str, algorithm: str, seed: int, backend: str = "sync"
+) -> Callable[[int], None]:
     """``steps`` steps of fastppo's agent rows with one of ``STEPS`` (sync; async takes fastppo's
     default, the last). The async copies are built afresh and closed by every call, so that their
     workers have ended (and their CPU time is counted) when it returns."""
@@ -66,7 +68,11 @@ def vec_env(task: str, copies: int, step: str, algorithm: str, seed: int, backen
         return envs
 
     envs = build()
-    allowed = torch.ones(len(envs.agents), envs.single_action_space.n) if envs.spaces.padding_mask is None else torch.as_tensor(envs.spaces.padding_mask, dtype=torch.float32)
+    allowed = (
+        torch.ones(len(envs.agents), envs.single_action_space.n)
+        if envs.spaces.padding_mask is None
+        else torch.as_tensor(envs.spaces.padding_mask, dtype=torch.float32)
+    )
     generator = torch.Generator().manual_seed(seed)
     if backend != "sync":
         envs.close()
@@ -96,14 +102,20 @@ def main() -> None:
     parser.add_argument("--algorithm", choices=["ippo", "mappo"], default="ippo")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    header(f"PettingZoo MPE env steps per CPU second: {', '.join(args.tasks)}; {args.copies} copies, {args.algorithm} rows")
-    print("| task | variant | env steps per CPU s | vs PettingZoo's step | env steps per wall s | vs sync direct, wall |\n|---|---|---:|---:|---:|---:|")
+    header(
+        f"PettingZoo MPE env steps per CPU second: {', '.join(args.tasks)}; {args.copies} copies, {args.algorithm} rows"
+    )
+    print(
+        "| task | variant | env steps per CPU s | vs PettingZoo's step | env steps per wall s | vs sync direct, wall |\n|---|---|---:|---:|---:|---:|"
+    )
     for task in args.tasks:
         variants = {
             "bare copies, PettingZoo's step": bare_copies(task, args.copies, lambda env, actions: env.step(actions), 0),
             "bare copies, direct MPE step": bare_copies(task, args.copies, mpe.parallel_step, 0),
             **{f"PettingZooVecEnv, {step}": vec_env(task, args.copies, step, args.algorithm, 0) for step in STEPS},
-            "PettingZooWorkers (--backend async), fastppo's default step": vec_env(task, args.copies, STEPS[2], args.algorithm, 0, "async"),
+            "PettingZooWorkers (--backend async), fastppo's default step": vec_env(
+                task, args.copies, STEPS[2], args.algorithm, 0, "async"
+            ),
         }
         cpu, wall = dict.fromkeys(variants, 0.0), dict.fromkeys(variants, 0.0)
         for _ in range(args.rounds):
@@ -116,10 +128,17 @@ def main() -> None:
         sps = {name: steps / seconds for name, seconds in cpu.items()}
         wall_sps = {name: steps / seconds for name, seconds in wall.items()}
         for name, value in sps.items():
-            base = sps["bare copies, PettingZoo's step" if name.startswith("bare") else "PettingZooVecEnv, PettingZoo's step"]
+            base = sps[
+                "bare copies, PettingZoo's step" if name.startswith("bare") else "PettingZooVecEnv, PettingZoo's step"
+            ]
             vs_sync = wall_sps[name] / wall_sps["PettingZooVecEnv, direct MPE step"]
-            print(f"| {task} | {name} | {value:,.0f} | {value / base:.2f}x | {wall_sps[name]:,.0f} | {vs_sync:.2f}x |", flush=True)
-    print(f"\n{args.copies} copies, max_cycles 25, random actions, {args.rounds} rounds x {args.steps} steps per variant, {args.algorithm} rows")
+            print(
+                f"| {task} | {name} | {value:,.0f} | {value / base:.2f}x | {wall_sps[name]:,.0f} | {vs_sync:.2f}x |",
+                flush=True,
+            )
+    print(
+        f"\n{args.copies} copies, max_cycles 25, random actions, {args.rounds} rounds x {args.steps} steps per variant, {args.algorithm} rows"
+    )
     footer()
 
 

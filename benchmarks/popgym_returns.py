@@ -49,14 +49,24 @@ def main() -> None:
     parser.add_argument("--env-id", default=ENV_ID)
     parser.add_argument("--seeds", type=int, nargs="+", default=[1])
     parser.add_argument("--total-timesteps", type=int, default=PAPER_BUDGET, help="default: the paper's 15M")
-    parser.add_argument("--target", type=float, default=0.99, help="report the first step the running mean reaches this")
+    parser.add_argument(
+        "--target", type=float, default=0.99, help="report the first step the running mean reaches this"
+    )
     parser.add_argument("--preset", default=None, help="default: the preset named after the env id")
     args = parser.parse_args()
     header(f"fastppo on {args.env_id}, {args.total_timesteps} steps per seed")
     mmers, finals = [], []
     for seed in args.seeds:
         start = time.perf_counter()
-        agent = fastppo.train(args.env_id, preset=args.preset, seed=seed, total_timesteps=args.total_timesteps, progress=False, tensorboard=False, checkpoint_every=0)
+        agent = fastppo.train(
+            args.env_id,
+            preset=args.preset,
+            seed=seed,
+            total_timesteps=args.total_timesteps,
+            progress=False,
+            tensorboard=False,
+            checkpoint_every=0,
+        )
         wall = time.perf_counter() - start
         points = curve(agent)
         mmer = max(mean for _, mean in points)
@@ -69,7 +79,9 @@ def main() -> None:
             f"{args.target} first reached at step {reached}, {wall:.0f} s ({agent.history[-1]['global_step'] / wall:.0f} SPS)",
             flush=True,
         )
-    print(f"MMER {np.mean(mmers):.3f} ± {np.std(mmers):.3f}, final {np.mean(finals):.3f} ± {np.std(finals):.3f} over seeds {' '.join(map(str, args.seeds))}")
+    print(
+        f"MMER {np.mean(mmers):.3f} ± {np.std(mmers):.3f}, final {np.mean(finals):.3f} ± {np.std(finals):.3f} over seeds {' '.join(map(str, args.seeds))}"
+    )
     footer()
 
 

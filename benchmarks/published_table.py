@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 import yaml
+
 from common import footer, header, pyplot, save_figure
 
 SEEDS = range(1, 11)
@@ -102,11 +103,21 @@ def plot_scores(scores: dict[str, Score], path: str, recorded: str | None = None
     fig, axes = plt.subplots(2, columns, figsize=(2.2 * columns, 5), squeeze=False)
     for ax, env in zip(axes.flat, envs):
         score = scores[env]
-        ax.errorbar([0], [score.iqm], yerr=[[score.iqm - score.low], [score.high - score.iqm]], fmt="o", color="tab:blue", capsize=4, label="fastppo IQM, 95% CI (10 seeds)")
+        ax.errorbar(
+            [0],
+            [score.iqm],
+            yerr=[[score.iqm - score.low], [score.high - score.iqm]],
+            fmt="o",
+            color="tab:blue",
+            capsize=4,
+            label="fastppo IQM, 95% CI (10 seeds)",
+        )
         ax.plot([0], [score.mean], "x", color="tab:blue", label="fastppo mean")
         if env in published:
             mean, std = published[env]
-            ax.errorbar([1], [mean], yerr=[std], fmt="s", color="tab:orange", capsize=4, label="published PPO mean ± std")
+            ax.errorbar(
+                [1], [mean], yerr=[std], fmt="s", color="tab:orange", capsize=4, label="published PPO mean ± std"
+            )
         else:
             ax.text(1, score.iqm, "not\npublished", ha="center", va="center", fontsize=7, color="tab:orange")
         budget = next(row.budget for row in TABLE if row.env == env)
@@ -117,7 +128,7 @@ def plot_scores(scores: dict[str, Score], path: str, recorded: str | None = None
         ax.grid(True, axis="y", alpha=0.3)
     for ax in axes[:, 0]:
         ax.set_ylabel("episodic return", fontsize=8)
-    for ax in axes.flat[len(envs):]:
+    for ax in axes.flat[len(envs) :]:
         ax.axis("off")
     handles, labels = axes.flat[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower right", fontsize=7, frameon=False)
@@ -151,7 +162,19 @@ def train_stacked(row: Row, parent: Path) -> dict[str, float]:
         seconds = fastppo("train", "--resume", str(parent), "--no-progress")
     else:
         shutil.rmtree(parent, ignore_errors=True)
-        seconds = fastppo("train", row.env, "--backend", "tensor", "--seeds", f"{SEEDS[0]}-{SEEDS[-1]}", "--total-timesteps", str(row.budget), "--run-dir", str(parent), "--no-progress")
+        seconds = fastppo(
+            "train",
+            row.env,
+            "--backend",
+            "tensor",
+            "--seeds",
+            f"{SEEDS[0]}-{SEEDS[-1]}",
+            "--total-timesteps",
+            str(row.budget),
+            "--run-dir",
+            str(parent),
+            "--no-progress",
+        )
     print(f"{row.env}: {len(SEEDS)} seeds stacked: {seconds:.0f} s", flush=True)
     return {"stack": seconds}
 
@@ -163,7 +186,17 @@ def train_one(row: Row, run_dir: Path) -> tuple[str, float] | None:
         seconds = fastppo("train", "--resume", str(run_dir), "--no-progress")
     else:
         shutil.rmtree(run_dir, ignore_errors=True)
-        seconds = fastppo("train", row.env, "--seed", run_dir.name.removeprefix("seed_"), "--total-timesteps", str(row.budget), "--run-dir", str(run_dir), "--no-progress")
+        seconds = fastppo(
+            "train",
+            row.env,
+            "--seed",
+            run_dir.name.removeprefix("seed_"),
+            "--total-timesteps",
+            str(row.budget),
+            "--run-dir",
+            str(run_dir),
+            "--no-progress",
+        )
     print(f"{row.env} {run_dir.name}: {seconds:.0f} s", flush=True)
     return run_dir.name, seconds
 
@@ -173,8 +206,14 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("runs/published_table"))
     parser.add_argument("--envs", nargs="+", default=[row.env for row in TABLE], choices=[row.env for row in TABLE])
     parser.add_argument("--workers", type=int, default=2, help="single runs trained at once (default: 2)")
-    parser.add_argument("--plot", metavar="PATH", help="also draw the table (IQM and CI beside the published figures) as a PNG at PATH")
-    parser.add_argument("--recorded", action="store_true", help="with --plot: draw the table recorded on docs/benchmarks/index.md instead of training")
+    parser.add_argument(
+        "--plot", metavar="PATH", help="also draw the table (IQM and CI beside the published figures) as a PNG at PATH"
+    )
+    parser.add_argument(
+        "--recorded",
+        action="store_true",
+        help="with --plot: draw the table recorded on docs/benchmarks/index.md instead of training",
+    )
     args = parser.parse_args()
     if args.recorded:
         if not args.plot:
@@ -198,7 +237,9 @@ def main() -> None:
                 done = job.result()
             except subprocess.CalledProcessError as exc:  # a run failed or was stopped (Ctrl-C): start no other
                 pool.shutdown(cancel_futures=True)
-                sys.exit(f"{row.env}: {' '.join(exc.cmd[2:])} exited with {exc.returncode}; run the script again to go on")
+                sys.exit(
+                    f"{row.env}: {' '.join(exc.cmd[2:])} exited with {exc.returncode}; run the script again to go on"
+                )
             if done:
                 timings.setdefault(row.env, {})[done[0]] = done[1]
                 timings_file.write_text(json.dumps(timings, indent=1))
@@ -213,11 +254,24 @@ def main() -> None:
             print(f"| {row.env} | {row.budget:,} | - | not run yet | | | {row.published} ({row.source}) | |")
             continue
         spent = timings.get(row.env, {})
-        wall = f"{spent['stack']:.0f} s, 10 seeds stacked" if "stack" in spent else f"{sum(spent.values()) / max(len(spent), 1):.0f} s per seed"
-        print(f"| {row.env} | {row.budget:,} | {len(score['seeds'].split())} | {float(score['iqm']):.1f} [{float(score['iqm_low']):.1f}, {float(score['iqm_high']):.1f}] | {float(score['mean']):.1f} | {float(score['median']):.1f} | {row.published} ({row.source}) | {wall} |")
+        wall = (
+            f"{spent['stack']:.0f} s, 10 seeds stacked"
+            if "stack" in spent
+            else f"{sum(spent.values()) / max(len(spent), 1):.0f} s per seed"
+        )
+        print(
+            f"| {row.env} | {row.budget:,} | {len(score['seeds'].split())} | {float(score['iqm']):.1f} [{float(score['iqm_low']):.1f}, {float(score['iqm_high']):.1f}] | {float(score['mean']):.1f} | {float(score['median']):.1f} | {row.published} ({row.source}) | {wall} |"
+        )
     footer()
     if args.plot:
-        plot_scores({row.env: Score(*(float(scores[row.env][key]) for key in ("iqm", "iqm_low", "iqm_high", "mean"))) for row in complete if row.env in scores}, args.plot)
+        plot_scores(
+            {
+                row.env: Score(*(float(scores[row.env][key]) for key in ("iqm", "iqm_low", "iqm_high", "mean")))
+                for row in complete
+                if row.env in scores
+            },
+            args.plot,
+        )
 
 
 if __name__ == "__main__":

@@ -59,13 +59,31 @@ lin_0.2, 1e5 steps; policy_kwargs below."""
 ZOO_ENVS = 8
 ZOO_BUDGET = 100_000
 SAME_AS_ZOO: dict[str, Any] = {
-    "num_envs": ZOO_ENVS, "num_steps": 32, "num_minibatches": 1, "update_epochs": 20,
-    "learning_rate": 1e-3, "lr_schedule": "linear", "clip_coef": 0.2, "clip_schedule": "linear",
-    "gamma": 0.98, "gae_lambda": 0.8, "ent_coef": 0.0, "vf_coef": 0.5, "max_grad_norm": 0.5,
-    "clip_vloss": False, "norm_adv": True, "adam_eps": 1e-5,
-    "normalize_obs": True, "normalize_reward": True, "clip_obs": 10.0, "clip_reward": 10.0,
-    "policy.memory": "lstm", "policy.memory_size": 64, "policy.hidden_sizes": [64],
-    "policy.activation": "relu", "policy.shared_trunk": False,
+    "num_envs": ZOO_ENVS,
+    "num_steps": 32,
+    "num_minibatches": 1,
+    "update_epochs": 20,
+    "learning_rate": 1e-3,
+    "lr_schedule": "linear",
+    "clip_coef": 0.2,
+    "clip_schedule": "linear",
+    "gamma": 0.98,
+    "gae_lambda": 0.8,
+    "ent_coef": 0.0,
+    "vf_coef": 0.5,
+    "max_grad_norm": 0.5,
+    "clip_vloss": False,
+    "norm_adv": True,
+    "adam_eps": 1e-5,
+    "normalize_obs": True,
+    "normalize_reward": True,
+    "clip_obs": 10.0,
+    "clip_reward": 10.0,
+    "policy.memory": "lstm",
+    "policy.memory_size": 64,
+    "policy.hidden_sizes": [64],
+    "policy.activation": "relu",
+    "policy.shared_trunk": False,
 }
 """fastppo set to rl-zoo's values (SB3's defaults where rl-zoo names none: vf_coef 0.5, grad norm
 0.5, no value clipping, per-minibatch advantage normalisation, Adam eps 1e-5, clip 10 on
@@ -106,7 +124,13 @@ def linear(start: float):
 def zoo_kwargs() -> dict:
     from torch import nn
 
-    policy_kwargs = dict(ortho_init=False, activation_fn=nn.ReLU, lstm_hidden_size=64, enable_critic_lstm=True, net_arch=dict(pi=[64], vf=[64]))
+    policy_kwargs = dict(
+        ortho_init=False,
+        activation_fn=nn.ReLU,
+        lstm_hidden_size=64,
+        enable_critic_lstm=True,
+        net_arch=dict(pi=[64], vf=[64]),
+    )
     return dict(ZOO_NO_VEL, learning_rate=linear(1e-3), clip_range=linear(0.2), policy_kwargs=policy_kwargs)
 
 
@@ -160,13 +184,28 @@ def cold_child(library: str, seed: int, zoo_budget: int, extra: dict[str, Any]) 
         run = run_fastppo(config, stop_when_solved=True)
         wall, steps, solved, solved_steps = run.wall_s, run.steps, run.solved_s, run.solved_steps
     run_start = time.time() - wall  # both runners time from after their imports: count those too
-    return {"started": started, "solved": None if solved is None else run_start + solved, "steps": solved_steps or steps}
+    return {
+        "started": started,
+        "solved": None if solved is None else run_start + solved,
+        "steps": solved_steps or steps,
+    }
 
 
 def cold_solve(library: str, seed: int, zoo_budget: int, extra: dict[str, Any]) -> tuple[float | None, float, int]:
     """(seconds from launching a fresh python to solved or None, seconds until python, numpy
     and torch were up, steps) for one library and seed."""
-    command = [sys.executable, __file__, "--cold-child", library, "--seeds", str(seed), "--zoo-budget", str(zoo_budget), "--overrides", json.dumps(extra)]
+    command = [
+        sys.executable,
+        __file__,
+        "--cold-child",
+        library,
+        "--seeds",
+        str(seed),
+        "--zoo-budget",
+        str(zoo_budget),
+        "--overrides",
+        json.dumps(extra),
+    ]
     launch = time.time()
     out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
     child = json.loads(out.strip().splitlines()[-1])
@@ -176,7 +215,9 @@ def cold_solve(library: str, seed: int, zoo_budget: int, extra: dict[str, Any]) 
 def describe(name: str, solved: float | None, steps: int, wall: float, last20: float | None = None) -> str:
     if solved is not None:
         return f"{name} {solved:6.2f} s ({steps} steps)"
-    return f"{name} not solved in {wall:.1f} s ({steps} steps" + (f", last 20 episodes {last20:.1f})" if last20 is not None else ")")
+    return f"{name} not solved in {wall:.1f} s ({steps} steps" + (
+        f", last 20 episodes {last20:.1f})" if last20 is not None else ")"
+    )
 
 
 def check_preset(extra: dict[str, Any]) -> None:
@@ -184,18 +225,37 @@ def check_preset(extra: dict[str, Any]) -> None:
     (and without --overrides naming a memory) they would silently train an MLP."""
     config = fastppo_config(preset_overrides(1, "sync", extra))
     if config.policy.memory == "none":
-        sys.exit(f"no recurrent {ENV_ID} preset found (src/fastppo/presets/{ENV_ID}.yaml): pass a provisional one with --overrides '{{\"policy.memory\": \"gru\", ...}}'")
+        sys.exit(
+            f'no recurrent {ENV_ID} preset found (src/fastppo/presets/{ENV_ID}.yaml): pass a provisional one with --overrides \'{{"policy.memory": "gru", ...}}\''
+        )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="one seed, a shorter SPS run")
-    parser.add_argument("--rows", nargs="+", choices=("sps", "cold", "framestack"), default=["sps", "cold", "framestack"])
-    parser.add_argument("--seeds", type=int, nargs="+", help="seeds of the time-to-solve rows (default 1 2 3 4 5; 1 with --quick)")
-    parser.add_argument("--sps-steps", type=int, help="steps of each SPS run (default 12 800 = 50 iterations; 5 120 with --quick)")
-    parser.add_argument("--zoo-budget", type=int, default=ZOO_BUDGET, help="SB3's total steps, over which rl-zoo's lr and clip anneal (rl-zoo: 100 000)")
-    parser.add_argument("--overrides", default="{}", help="JSON overrides on top of fastppo's preset for the cold and framestack rows (e.g. a provisional config)")
-    parser.add_argument("--framestack-budget", type=int, default=200_000, help="steps for each MLP run of the framestack row")
+    parser.add_argument(
+        "--rows", nargs="+", choices=("sps", "cold", "framestack"), default=["sps", "cold", "framestack"]
+    )
+    parser.add_argument(
+        "--seeds", type=int, nargs="+", help="seeds of the time-to-solve rows (default 1 2 3 4 5; 1 with --quick)"
+    )
+    parser.add_argument(
+        "--sps-steps", type=int, help="steps of each SPS run (default 12 800 = 50 iterations; 5 120 with --quick)"
+    )
+    parser.add_argument(
+        "--zoo-budget",
+        type=int,
+        default=ZOO_BUDGET,
+        help="SB3's total steps, over which rl-zoo's lr and clip anneal (rl-zoo: 100 000)",
+    )
+    parser.add_argument(
+        "--overrides",
+        default="{}",
+        help="JSON overrides on top of fastppo's preset for the cold and framestack rows (e.g. a provisional config)",
+    )
+    parser.add_argument(
+        "--framestack-budget", type=int, default=200_000, help="steps for each MLP run of the framestack row"
+    )
     parser.add_argument("--cold-child", choices=COLD_LIBRARIES, help=argparse.SUPPRESS)
     args = parser.parse_args()
     extra = json.loads(args.overrides)
@@ -212,17 +272,25 @@ def main() -> None:
 
     if "sps" in args.rows:
         steps = args.sps_steps or (5_120 if args.quick else 12_800)
-        print(f"\n## identical hyperparameters (rl-zoo's CartPoleNoVel-v1, LSTM 64): SPS over {steps} steps, set-up included (higher is better)")
+        print(
+            f"\n## identical hyperparameters (rl-zoo's CartPoleNoVel-v1, LSTM 64): SPS over {steps} steps, set-up included (higher is better)"
+        )
         sb3_wall, sb3_steps, _, _ = sb3_run(steps, seed=1)
         sb3_sps = sb3_steps / sb3_wall
         cells = [f"SB3 RecurrentPPO {sb3_sps:7.0f} SPS"]
         for backend in ("sync", "tensor"):
-            ours = run_fastppo(fastppo_config({**SAME_AS_ZOO, "total_timesteps": steps, "seed": 1, "backend": backend}, preset="cleanrl-discrete"))
+            ours = run_fastppo(
+                fastppo_config(
+                    {**SAME_AS_ZOO, "total_timesteps": steps, "seed": 1, "backend": backend}, preset="cleanrl-discrete"
+                )
+            )
             cells.append(f"fastppo {backend} {ours.sps:7.0f} SPS -> {ours.sps / sb3_sps:.2f}x")
         print(" | ".join(cells), flush=True)
 
     if "cold" in args.rows:
-        print(f"\n## time to solve {ENV_ID} (last 20 episodes >= {SOLVED_RETURN:.0f}) in a fresh process: seconds from launching python to solved (lower is better)")
+        print(
+            f"\n## time to solve {ENV_ID} (last 20 episodes >= {SOLVED_RETURN:.0f}) in a fresh process: seconds from launching python to solved (lower is better)"
+        )
         cold: dict[str, list[float]] = {library: [] for library in COLD_LIBRARIES}
         for seed in seeds:
             cells = []
@@ -234,18 +302,27 @@ def main() -> None:
             print(f"seed {seed}: " + " | ".join(cells), flush=True)
         median = {library: statistics.median(times) for library, times in cold.items()}
         sb3 = median[COLD_LIBRARIES[0]]
+
         def cell(library: str) -> str:
             if math.isinf(median[library]):
                 return f"{library} not solved on most seeds"
-            return f"{library} {median[library]:.2f} s" + ("" if library == COLD_LIBRARIES[0] else f" -> SB3 / fastppo {sb3 / median[library]:.2f}x")
+            return f"{library} {median[library]:.2f} s" + (
+                "" if library == COLD_LIBRARIES[0] else f" -> SB3 / fastppo {sb3 / median[library]:.2f}x"
+            )
 
         print(f"median over seeds {' '.join(map(str, seeds))}: " + " | ".join(map(cell, COLD_LIBRARIES)), flush=True)
 
     if "framestack" in args.rows:
-        print(f"\n## is it memory that solves {ENV_ID}? seconds from the call to solved, else the last 20 episodes at the budget")
+        print(
+            f"\n## is it memory that solves {ENV_ID}? seconds from the call to solved, else the last 20 episodes at the budget"
+        )
         runs = {
             "MLP on [x, theta]": (ENV_ID, "CartPole-v1", {"total_timesteps": args.framestack_budget}),
-            "MLP on 4 stacked frames": ("recurrent:FrameStackNoVelocity", "CartPole-v1", {"total_timesteps": args.framestack_budget}),
+            "MLP on 4 stacked frames": (
+                "recurrent:FrameStackNoVelocity",
+                "CartPole-v1",
+                {"total_timesteps": args.framestack_budget},
+            ),
             "recurrent preset": (ENV_ID, None, extra),
         }
         for seed in seeds:
@@ -253,7 +330,10 @@ def main() -> None:
             for name, (env_id, preset, overrides) in runs.items():
                 from fastppo.envs.env_config import make_config
 
-                run = run_fastppo(make_config(env_id, preset, {"checkpoint_every": 0, "seed": seed, **overrides}), stop_when_solved=True)
+                run = run_fastppo(
+                    make_config(env_id, preset, {"checkpoint_every": 0, "seed": seed, **overrides}),
+                    stop_when_solved=True,
+                )
                 cells.append(describe(name, run.solved_s, run.solved_steps or run.steps, run.wall_s, run.last20))
             print(f"seed {seed}: " + " | ".join(cells), flush=True)
     footer()

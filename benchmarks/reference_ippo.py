@@ -166,7 +166,9 @@ class ParallelCopies:
         self.row_size = self.obs_size + n  # observation | one-hot id
         self.num_rows = args.num_envs * n
         # Which actions each row may take (all but an agent's padding actions).
-        self.action_mask = np.tile(np.arange(self.num_actions)[None, :] < np.asarray(counts)[:, None], (args.num_envs, 1))
+        self.action_mask = np.tile(
+            np.arange(self.num_actions)[None, :] < np.asarray(counts)[:, None], (args.num_envs, 1)
+        )
         self.obs = np.zeros((args.num_envs, n, self.row_size), np.float32)
         self.obs[:, :, self.obs_size :] = np.eye(n, dtype=np.float32)
         self.team_returns = np.zeros(args.num_envs)
@@ -182,7 +184,9 @@ class ParallelCopies:
             self._write(c, observations)
         return self.obs.reshape(self.num_rows, -1).copy()
 
-    def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[float], np.ndarray, np.ndarray]:
+    def step(
+        self, actions: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[float], np.ndarray, np.ndarray]:
         """(next rows, rewards, dones, team returns of the episodes that ended, which rows were
         truncated, and the final observations of the rows whose episode ended)."""
         n = len(self.agents)
@@ -193,7 +197,9 @@ class ParallelCopies:
         final_obs = None
         finished = []
         for c, env in enumerate(self.envs):
-            observations, rew, terms, truncs, _ = env.step({agent: int(actions[c, i]) for i, agent in enumerate(self.agents)})
+            observations, rew, terms, truncs, _ = env.step(
+                {agent: int(actions[c, i]) for i, agent in enumerate(self.agents)}
+            )
             for i, agent in enumerate(self.agents):
                 rewards[c, i] = rew[agent]
                 dones[c, i] = terms[agent] or truncs[agent]
@@ -211,7 +217,14 @@ class ParallelCopies:
                 assert not dones[c].any(), "an agent finished before its team: not supported"
             self._write(c, observations)
         final = None if final_obs is None else final_obs.reshape(self.num_rows, -1)
-        return self.obs.reshape(self.num_rows, -1).copy(), rewards.ravel(), dones.ravel(), finished, truncated.ravel(), final
+        return (
+            self.obs.reshape(self.num_rows, -1).copy(),
+            rewards.ravel(),
+            dones.ravel(),
+            finished,
+            truncated.ravel(),
+            final,
+        )
 
 
 def layer_init(layer, std=np.sqrt(2), bias_const=0.0):
@@ -277,7 +290,9 @@ if __name__ == "__main__":
             raw = raw.copy()
             if update:
                 obs_rms.update(raw[:, : envs.obs_size])
-            raw[:, : envs.obs_size] = np.clip((raw[:, : envs.obs_size] - obs_rms.mean) / np.sqrt(obs_rms.var + 1e-8), -10, 10)
+            raw[:, : envs.obs_size] = np.clip(
+                (raw[:, : envs.obs_size] - obs_rms.mean) / np.sqrt(obs_rms.var + 1e-8), -10, 10
+            )
         return torch.tensor(raw, dtype=torch.float32, device=device)
 
     # ALGO Logic: Storage setup
@@ -321,7 +336,9 @@ if __name__ == "__main__":
             if args.bootstrap_truncation and truncated.any():
                 with torch.no_grad():
                     final_values = agent.get_value(normalize(final_obs, update=False)).flatten()
-                rewards[step] += args.gamma * final_values * torch.as_tensor(truncated, dtype=torch.float32, device=device)
+                rewards[step] += (
+                    args.gamma * final_values * torch.as_tensor(truncated, dtype=torch.float32, device=device)
+                )
             next_obs, next_done = normalize(raw_obs), torch.Tensor(next_done).to(device)
             for team_return in finished:
                 episodes.append([global_step, team_return])
@@ -361,7 +378,9 @@ if __name__ == "__main__":
                 end = start + args.minibatch_size
                 mb_inds = b_inds[start:end]
 
-                _, newlogprob, entropy, newvalue = agent.get_action_and_value(b_obs[mb_inds], b_masks[mb_inds], b_actions.long()[mb_inds])
+                _, newlogprob, entropy, newvalue = agent.get_action_and_value(
+                    b_obs[mb_inds], b_masks[mb_inds], b_actions.long()[mb_inds]
+                )
                 logratio = newlogprob - b_logprobs[mb_inds]
                 ratio = logratio.exp()
 
@@ -407,7 +426,14 @@ if __name__ == "__main__":
                 break
 
         if not args.quiet and iteration % 10 == 0:
-            print(f"iteration={iteration}, SPS={int(global_step / (time.time() - start_time))}, approx_kl={approx_kl.item():.4f}")
+            print(
+                f"iteration={iteration}, SPS={int(global_step / (time.time() - start_time))}, approx_kl={approx_kl.item():.4f}"
+            )
 
     wall, cpu = time.time() - start_time, time.process_time() - start_cpu
-    print("RESULT " + json.dumps({"steps": global_step, "wall_s": wall, "cpu_s": cpu, "sps": global_step / wall, "episodes": episodes}))
+    print(
+        "RESULT "
+        + json.dumps(
+            {"steps": global_step, "wall_s": wall, "cpu_s": cpu, "sps": global_step / wall, "episodes": episodes}
+        )
+    )

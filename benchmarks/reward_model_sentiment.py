@@ -36,7 +36,10 @@ def pairs(count: int, seed: int) -> list[dict[str, str]]:
     def phrase(words: list[str]) -> str:
         return f" was {rng.choice(words)} and {rng.choice(words)}"
 
-    return [{"prompt": f"{rng.choice(SUBJECTS)}", "chosen": phrase(POSITIVE), "rejected": phrase(NEGATIVE)} for _ in range(count)]
+    return [
+        {"prompt": f"{rng.choice(SUBJECTS)}", "chosen": phrase(POSITIVE), "rejected": phrase(NEGATIVE)}
+        for _ in range(count)
+    ]
 
 
 def main() -> None:
@@ -58,7 +61,11 @@ def main() -> None:
     subprocess.run(command, check=True, cwd=ROOT)
     wall = time.perf_counter() - start
     rows = [json.loads(line) for line in (output / "metrics.jsonl").read_text().splitlines()]
-    evals = [(row["global_step"], row["reward_model/eval_accuracy"], row["reward_model/eval_loss"]) for row in rows if "reward_model/eval_accuracy" in row]
+    evals = [
+        (row["global_step"], row["reward_model/eval_accuracy"], row["reward_model/eval_loss"])
+        for row in rows
+        if "reward_model/eval_accuracy" in row
+    ]
     for step, accuracy, loss in evals:
         print(f"step {step:3d}: held-out accuracy {accuracy:.3f}, loss {loss:.3f}")
     print(f"{len(rows) - 1} steps of 16 pairs in {wall:.1f} s wall (process start and model build included)")

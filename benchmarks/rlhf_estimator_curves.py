@@ -79,7 +79,11 @@ def prepare_sentiment(out: Path, policy: Path) -> Task:
     """The reward model of reward_model_sentiment.py (trained by that script, once) and its review openings as prompts."""
     reward_model = out / "sentiment-reward-model"
     if not (reward_model / "model.safetensors").exists():
-        subprocess.run([sys.executable, str(ROOT / "benchmarks" / "reward_model_sentiment.py"), "--output-dir", str(reward_model)], check=True, cwd=ROOT)
+        subprocess.run(
+            [sys.executable, str(ROOT / "benchmarks" / "reward_model_sentiment.py"), "--output-dir", str(reward_model)],
+            check=True,
+            cwd=ROOT,
+        )
     prompts = out / "sentiment-prompts.jsonl"
     prompts.write_text("".join(json.dumps({"prompt": subject}) + "\n" for subject in SUBJECTS))
     return Task("sentiment", policy, str(reward_model), prompts)
@@ -118,7 +122,9 @@ def mean_ci(values: list[float]) -> str:
     values = np.asarray(values)
     if len(values) < 2 or np.ptp(values) == 0:
         return f"{values.mean():.3f}"
-    ci = bootstrap((values,), np.mean, confidence_level=0.95, method="percentile", n_resamples=10_000, random_state=0).confidence_interval
+    ci = bootstrap(
+        (values,), np.mean, confidence_level=0.95, method="percentile", n_resamples=10_000, random_state=0
+    ).confidence_interval
     return f"{values.mean():.3f} [{ci.low:.3f}, {ci.high:.3f}]"
 
 
@@ -131,7 +137,9 @@ def table(task: str, results: Runs, seeds: int) -> str:
         end = [curve(rows, REWARD)[-END_STEPS:].mean() for rows, _ in runs]
         kl = [curve(rows, KL)[-END_STEPS:].mean() for rows, _ in runs]
         walls = [wall for _, wall in runs]
-        lines.append(f"| {label} | {mean_ci(start)} | {mean_ci(end)} | {mean_ci(kl)} | {np.mean(walls):.0f} ({min(walls):.0f}-{max(walls):.0f}) |")
+        lines.append(
+            f"| {label} | {mean_ci(start)} | {mean_ci(end)} | {mean_ci(kl)} | {np.mean(walls):.0f} ({min(walls):.0f}-{max(walls):.0f}) |"
+        )
     return "\n".join(lines)
 
 
@@ -150,7 +158,9 @@ def plot(all_results: dict[str, Runs], path: Path) -> None:
                 curves = np.stack([curve(rows, key) for rows, _ in runs])
                 steps = np.arange(1, curves.shape[1] + 1)
                 (line,) = ax.plot(steps, curves.mean(axis=0), label=label, linewidth=1.2)
-                ax.fill_between(steps, curves.min(axis=0), curves.max(axis=0), color=line.get_color(), alpha=0.2, linewidth=0)
+                ax.fill_between(
+                    steps, curves.min(axis=0), curves.max(axis=0), color=line.get_color(), alpha=0.2, linewidth=0
+                )
             ax.set_ylabel(ylabel)
             ax.grid(alpha=0.3)
         axes[0][column].set_title(f"{task} ({len(runs)} seeds, band: min-max)")
@@ -162,11 +172,20 @@ def plot(all_results: dict[str, Runs], path: Path) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__
+    )
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
-    parser.add_argument("--steps", type=int, default=200, help="rollout + update steps of every run, both tasks (default: 200)")
+    parser.add_argument(
+        "--steps", type=int, default=200, help="rollout + update steps of every run, both tasks (default: 200)"
+    )
     parser.add_argument("--tasks", nargs="+", choices=["tiny", "sentiment"], default=["tiny", "sentiment"])
-    parser.add_argument("--out", type=Path, default=ROOT / "runs" / "rlhf_estimator_curves", help="models, runs and the PNG (default: runs/rlhf_estimator_curves)")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=ROOT / "runs" / "rlhf_estimator_curves",
+        help="models, runs and the PNG (default: runs/rlhf_estimator_curves)",
+    )
     args = parser.parse_args()
     header(f"fastppo rlhf reward and KL curves: {', '.join(ESTIMATORS)} x seeds {args.seeds} x {args.steps} steps")
     args.out.mkdir(parents=True, exist_ok=True)
@@ -178,9 +197,14 @@ def main() -> None:
         results = all_results[task.name] = {label: [] for label in ESTIMATORS}
         for seed in args.seeds:
             for label, estimator in ESTIMATORS.items():
-                rows, wall = run_once(task, estimator, seed, args.steps, args.out / task.name / estimator / f"seed-{seed}")
+                rows, wall = run_once(
+                    task, estimator, seed, args.steps, args.out / task.name / estimator / f"seed-{seed}"
+                )
                 results[label].append((rows, wall))
-                print(f"{task.name} {estimator} seed {seed}: reward {rows[0][REWARD]:.3f} -> {rows[-1][REWARD]:.3f}, KL {rows[-1][KL]:.2f}, {wall:.0f} s", flush=True)
+                print(
+                    f"{task.name} {estimator} seed {seed}: reward {rows[0][REWARD]:.3f} -> {rows[-1][REWARD]:.3f}, KL {rows[-1][KL]:.2f}, {wall:.0f} s",
+                    flush=True,
+                )
     for task, results in all_results.items():
         print("\n" + table(task, results, len(args.seeds)))
     png = args.out / "rlhf_estimator_curves.png"

@@ -39,7 +39,16 @@ import torch
 from common import check_device, footer, header, positive
 
 CHARS = "abcdefghijklmnopqrstuvwxyz "
-PROMPTS = ["the quick brown fox", "hello there", "a long time ago", "once upon a time", "good morning sir", "what is this", "banana bread", "jazz music"]
+PROMPTS = [
+    "the quick brown fox",
+    "hello there",
+    "a long time ago",
+    "once upon a time",
+    "good morning sir",
+    "what is this",
+    "banana bread",
+    "jazz music",
+]
 SHAPES = {
     "tiny": dict(n_layer=2, n_head=4, n_embd=64, n_positions=128, vocab_size=None),
     "gpt2-small": dict(n_layer=12, n_head=12, n_embd=768, n_positions=1024, vocab_size=50257),
@@ -58,7 +67,9 @@ def build(folder: Path, shape: dict) -> int:
     backend = Tokenizer(models.WordLevel({token: i for i, token in enumerate(tokens)}, unk_token="<unk>"))
     backend.pre_tokenizer = pre_tokenizers.Split("", "isolated")
     backend.decoder = decoders.Fuse()
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="<unk>", eos_token="<eos>", pad_token="<pad>")
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend, unk_token="<unk>", eos_token="<eos>", pad_token="<pad>"
+    )
     torch.manual_seed(0)
     config = GPT2Config(**{**shape, "vocab_size": len(tokenizer)}, bos_token_id=1, eos_token_id=1)
     model = GPT2LMHeadModel(config)
@@ -71,7 +82,9 @@ def length_reward(prompts: list[str], completions: list[str]) -> list[float]:
     return [len(c) / NEW_TOKENS for c in completions]
 
 
-def generate_tokens_per_s(folder: Path, device: str, generator_kind: str = "hf", batch: int = len(PROMPTS), repeats: int = 3) -> float:
+def generate_tokens_per_s(
+    folder: Path, device: str, generator_kind: str = "hf", batch: int = len(PROMPTS), repeats: int = 3
+) -> float:
     """Median new tokens (up to and including EOS) per second of ``batch`` prompts through the
     ``generator_kind`` generator fastppo rlhf would build."""
     from fastppo.rlhf.config import ModelConfig, SamplingConfig, require_vllm
@@ -105,12 +118,26 @@ def training_figures(folder: Path, steps: int, device: str) -> dict[str, float]:
         cfg = RLHFConfig(
             model=ModelConfig(model=str(folder), device=device),
             sampling=SamplingConfig(max_new_tokens=NEW_TOKENS, max_prompt_length=64),
-            ppo=PPOConfig(steps=steps, prompts_per_step=8, num_generations=1, mini_batch_size=8, ppo_epochs=2, learning_rate=1e-5, kl_warn=1e9),
+            ppo=PPOConfig(
+                steps=steps,
+                prompts_per_step=8,
+                num_generations=1,
+                mini_batch_size=8,
+                ppo_epochs=2,
+                learning_rate=1e-5,
+                kl_warn=1e9,
+            ),
             run=RunConfig(output_dir=output_dir, progress=False, save_every=0),
             monitor=MonitorConfig(sample_every=0),
         )
         history = train(cfg, length_reward, PROMPTS)[1:]  # the first step warms up
-    keys = ("perf/tokens_generated_per_s", "perf/tokens_trained_per_s", "time/rollout_s", "time/update_s", "rlhf/response_length")
+    keys = (
+        "perf/tokens_generated_per_s",
+        "perf/tokens_trained_per_s",
+        "time/rollout_s",
+        "time/update_s",
+        "rlhf/response_length",
+    )
     return {key: statistics.median(h[key] for h in history) for key in keys}
 
 
@@ -119,8 +146,17 @@ def main() -> None:
     parser.add_argument("--models", nargs="+", choices=list(SHAPES), default=list(SHAPES))
     parser.add_argument("--steps", type=positive, default=4, help="PPO steps per model (the first is dropped)")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
-    parser.add_argument("--vllm", action="store_true", help="also generate with --generator vllm's engine (a CUDA GPU and fastppo[vllm]) and print the ratio")
-    parser.add_argument("--batch", type=positive, default=len(PROMPTS), help="prompts per generate call in the generate columns (the prompts repeated)")
+    parser.add_argument(
+        "--vllm",
+        action="store_true",
+        help="also generate with --generator vllm's engine (a CUDA GPU and fastppo[vllm]) and print the ratio",
+    )
+    parser.add_argument(
+        "--batch",
+        type=positive,
+        default=len(PROMPTS),
+        help="prompts per generate call in the generate columns (the prompts repeated)",
+    )
     args = parser.parse_args()
     if args.steps < 2:
         parser.error(f"--steps must be at least 2 (the first is dropped as warm-up), got {args.steps}")
@@ -131,10 +167,20 @@ def main() -> None:
 
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
-    where = "the CPU" if args.device == "cpu" else torch.cuda.get_device_name() if torch.cuda.is_available() else "cuda (none found)"
-    header(f"fastppo rlhf tokens/s on {where}, {torch.get_num_threads()} CPU threads, {args.batch} prompts per generate call, {date.today()}")
+    where = (
+        "the CPU"
+        if args.device == "cpu"
+        else torch.cuda.get_device_name()
+        if torch.cuda.is_available()
+        else "cuda (none found)"
+    )
+    header(
+        f"fastppo rlhf tokens/s on {where}, {torch.get_num_threads()} CPU threads, {args.batch} prompts per generate call, {date.today()}"
+    )
     vllm_columns = " vLLM generate tok/s | vLLM / HF |" if args.vllm else ""
-    print(f"| model | parameters | generate tok/s |{vllm_columns} rollout tok/s | train tok/s | rollout s/step | update s/step | completion tokens |")
+    print(
+        f"| model | parameters | generate tok/s |{vllm_columns} rollout tok/s | train tok/s | rollout s/step | update s/step | completion tokens |"
+    )
     print("|---|---|---|" + "---|---|" * args.vllm + "---|---|---|---|---|")
     for name in args.models:
         with tempfile.TemporaryDirectory() as folder:

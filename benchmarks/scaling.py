@@ -23,7 +23,17 @@ COUNTS = {"sync": [1, 4, 16, 64], "async": [1, 4, 16, 64], "tensor": [1, 16, 256
 def train_sps(backend: str, num_envs: int) -> float:
     """Training SPS over the last whole iteration of 3: from the 2nd rollout's end to the 3rd's
     (one update, one rollout; the first iteration pays warm-up)."""
-    cfg = make_config("CartPole-v1", "cleanrl-discrete", {"backend": backend, "num_envs": num_envs, "num_steps": 16, "total_timesteps": 3 * 16 * num_envs, "checkpoint_every": 0})
+    cfg = make_config(
+        "CartPole-v1",
+        "cleanrl-discrete",
+        {
+            "backend": backend,
+            "num_envs": num_envs,
+            "num_steps": 16,
+            "total_timesteps": 3 * 16 * num_envs,
+            "checkpoint_every": 0,
+        },
+    )
     ends = run_fastppo(cfg).rollout_ends
     return cfg.batch_size / (ends[-1] - ends[-2])
 
@@ -56,7 +66,13 @@ def main() -> None:
         n, raw, train = zip(*rows)
         ax.plot(n, raw, "--", color=color, label=f"{backend} raw env")
         ax.plot(n, train, "-o", color=color, label=f"{backend} fastppo training")
-    ax.set(xscale="log", yscale="log", xlabel="num_envs", ylabel="steps per second", title="CartPole-v1 on a shared 2-core CPU")
+    ax.set(
+        xscale="log",
+        yscale="log",
+        xlabel="num_envs",
+        ylabel="steps per second",
+        title="CartPole-v1 on a shared 2-core CPU",
+    )
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()

@@ -64,7 +64,9 @@ WIDTH_PRESETS = {"CartPole-v1": None, "cleanrl-discrete": "cleanrl-discrete"}  #
 SEED_LINE = re.compile(r"^fastppo: seed (\d+): ([-\d.]+) mean return over the last (\d+) episodes")
 
 
-def stacked(seeds: int, compile: bool, threads: int, preset: str | None, device: str) -> tuple[float, list[float | None], int]:
+def stacked(
+    seeds: int, compile: bool, threads: int, preset: str | None, device: str
+) -> tuple[float, list[float | None], int]:
     """(seconds from launch until the command ended, each seed's solve seconds or None, the most
     steps a seed trained) of ``fastppo train CartPole-v1 --backend tensor --seeds 1-N`` as a user
     types it, each seed leaving its stack when solved (``--stop-return 475``, the last 20
@@ -97,7 +99,11 @@ def sequential(library: str, seeds: range, preset: str | None) -> tuple[float, i
     seconds) for ``seeds``, one fresh process each (fastppo's with ``preset``)."""
     runs = [cold_solve(library, seed, ZOO_BUDGET, preset) for seed in seeds]
     times = [run[0] for run in runs]
-    return sum(ended if solved is None else solved for solved, _, _, ended in runs), sum(t is None for t in times), times
+    return (
+        sum(ended if solved is None else solved for solved, _, _, ended in runs),
+        sum(t is None for t in times),
+        times,
+    )
 
 
 def width_child(preset: str, seeds: int, threads: int, steps: int, device: str) -> None:
@@ -107,7 +113,15 @@ def width_child(preset: str, seeds: int, threads: int, steps: int, device: str) 
 
     import fastppo.training.trainer as trainer
 
-    overrides = {"backend": "tensor", "device": device, "checkpoint_every": 0, "progress": False, "tensorboard": False, "total_timesteps": steps, "torch_threads": threads}
+    overrides = {
+        "backend": "tensor",
+        "device": device,
+        "checkpoint_every": 0,
+        "progress": False,
+        "tensorboard": False,
+        "total_timesteps": steps,
+        "torch_threads": threads,
+    }
     config = make_config("CartPole-v1", WIDTH_PRESETS[preset], overrides)
     start = time.perf_counter()
     if seeds == 1:
@@ -117,11 +131,17 @@ def width_child(preset: str, seeds: int, threads: int, steps: int, device: str) 
     print(json.dumps({"seconds": time.perf_counter() - start}))
 
 
-def width_rows(widths: list[int], threads: list[int], steps: int, device: str = "cpu", presets: list[str] = list(WIDTH_PRESETS)) -> dict[str, list[float]]:
+def width_rows(
+    widths: list[int], threads: list[int], steps: int, device: str = "cpu", presets: list[str] = list(WIDTH_PRESETS)
+) -> dict[str, list[float]]:
     """Print the table; return each row's seconds per seed-step by width, keyed by its label."""
     rows: dict[str, list[float]] = {}
     print(f"\n## seconds per seed-step on {device}, {steps} steps per seed, start-up left out (lower is better)")
-    print("| settings | torch threads | " + " | ".join("single run" if w == 1 else f"stack of {w}" for w in widths) + f" | {widths[0]} / {widths[-1]} seeds |")
+    print(
+        "| settings | torch threads | "
+        + " | ".join("single run" if w == 1 else f"stack of {w}" for w in widths)
+        + f" | {widths[0]} / {widths[-1]} seeds |"
+    )
     print("|---|--:|" + "--:|" * len(widths) + "--:|")
     for preset in presets:
         for n in threads:  # 0: fastppo's default
@@ -130,7 +150,12 @@ def width_rows(widths: list[int], threads: list[int], steps: int, device: str = 
                 command = [sys.executable, __file__, "--width-child", preset, str(width), str(n), str(steps), device]
                 out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
                 cells.append(json.loads(out.strip().splitlines()[-1])["seconds"] / (width * steps))
-            print(f"| {preset} | {'one per CPU' if n == 0 else n} | " + " | ".join(f"{c * 1e6:.2f} us" for c in cells) + f" | {cells[0] / cells[-1]:.2f}x |", flush=True)
+            print(
+                f"| {preset} | {'one per CPU' if n == 0 else n} | "
+                + " | ".join(f"{c * 1e6:.2f} us" for c in cells)
+                + f" | {cells[0] / cells[-1]:.2f}x |",
+                flush=True,
+            )
             settings = "fastppo's CartPole-v1 preset" if preset == "CartPole-v1" else "CleanRL ppo.py's settings"
             rows[settings + ("" if n == 0 else f", {n} torch threads")] = cells
     return rows
@@ -142,8 +167,18 @@ def plot_width_rows(rows: dict[str, list[float]], widths: list[int], steps: int,
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 3.8))
     for label, cells in rows.items():
-        ax.plot(widths, [c * 1e6 for c in cells], "-o", label=f"{label}: {cells[0] / cells[-1]:.1f}x less at {widths[-1]} seeds")
-    ax.set(xscale="log", yscale="log", xlabel="seeds trained at once in one process (1: a single run)", ylabel="microseconds per seed-step (lower is better)")
+        ax.plot(
+            widths,
+            [c * 1e6 for c in cells],
+            "-o",
+            label=f"{label}: {cells[0] / cells[-1]:.1f}x less at {widths[-1]} seeds",
+        )
+    ax.set(
+        xscale="log",
+        yscale="log",
+        xlabel="seeds trained at once in one process (1: a single run)",
+        ylabel="microseconds per seed-step (lower is better)",
+    )
     ax.set_xticks(widths, [str(w) for w in widths])
     ax.yaxis.set_major_formatter("{x:g}")
     ax.yaxis.set_minor_formatter("{x:g}")
@@ -159,7 +194,11 @@ def matmul_rows(seeds: int, preset: str | None, device: str, repeats: int = 10) 
 
     import fastppo.training.trainer as trainer
 
-    config = make_config("CartPole-v1", preset, {"backend": "tensor", "device": device, "checkpoint_every": 0, "progress": False, "tensorboard": False})
+    config = make_config(
+        "CartPole-v1",
+        preset,
+        {"backend": "tensor", "device": device, "checkpoint_every": 0, "progress": False, "tensorboard": False},
+    )
     config.ppo.total_timesteps = 3 * config.batch_size
     captured = []
     update = trainer.ppo_update
@@ -181,10 +220,14 @@ def matmul_rows(seeds: int, preset: str | None, device: str, repeats: int = 10) 
         return (time.perf_counter() - start) / repeats
 
     update_s = timed(lambda: update(*args, **kwargs))
-    rows = config.batch_size // config.ppo.num_minibatches  # per seed and minibatch (a few reset rows less in the real one)
+    rows = (
+        config.batch_size // config.ppo.num_minibatches
+    )  # per seed and minibatch (a few reset rows less in the real one)
     steps = config.ppo.update_epochs * config.ppo.num_minibatches
     obs_features = policy._template.actor_encoder[1].in_features
-    shapes = [shape for name, shape in policy._shapes.items() if name.endswith("weight") and len(shape) == 2]  # [out, in] per linear layer
+    shapes = [
+        shape for name, shape in policy._shapes.items() if name.endswith("weight") and len(shape) == 2
+    ]  # [out, in] per linear layer
     seconds = flops = 0.0
     for out_features, in_features in shapes:
         x = torch.randn(seeds, rows, in_features, device=device)
@@ -196,35 +239,64 @@ def matmul_rows(seeds: int, preset: str | None, device: str, repeats: int = 10) 
             products.append(lambda: torch.bmm(g, w))
         seconds += steps * sum(timed(product) for product in products)
         flops += steps * len(products) * 2 * seeds * rows * in_features * out_features
-    print(f"\n## one update of {seeds} stacked seeds ({config.ppo.update_epochs} epochs x {config.ppo.num_minibatches} minibatches of {rows} rows per seed, {torch.get_num_threads()} torch threads, {device})")
+    print(
+        f"\n## one update of {seeds} stacked seeds ({config.ppo.update_epochs} epochs x {config.ppo.num_minibatches} minibatches of {rows} rows per seed, {torch.get_num_threads()} torch threads, {device})"
+    )
     print("| | ms per update | share | GFLOP/s |")
     print("|---|--:|--:|--:|")
-    print(f"| the update (forward, backward, clip, Adam) | {update_s * 1e3:.1f} | 100% | {flops / update_s / 1e9:.0f} |")
-    print(f"| its batched matmuls alone | {seconds * 1e3:.1f} | {seconds / update_s:.0%} | {flops / seconds / 1e9:.0f} |")
+    print(
+        f"| the update (forward, backward, clip, Adam) | {update_s * 1e3:.1f} | 100% | {flops / update_s / 1e9:.0f} |"
+    )
+    print(
+        f"| its batched matmuls alone | {seconds * 1e3:.1f} | {seconds / update_s:.0%} | {flops / seconds / 1e9:.0f} |"
+    )
 
 
-def solve_rows(n: int, compile: bool, threads: list[int], single_seeds: int | None, sb3_seeds: int, preset: str | None, device: str, stack_runs: int = 2) -> None:
+def solve_rows(
+    n: int,
+    compile: bool,
+    threads: list[int],
+    single_seeds: int | None,
+    sb3_seeds: int,
+    preset: str | None,
+    device: str,
+    stack_runs: int = 2,
+) -> None:
     """The stack(s) ``stack_runs`` times, spread over the sequential fastppo runs (2: once before
     them and once after), so that a drift of the machine's speed during the minutes the single runs
     take (this VM's varies by a third over an hour) weighs on both sides alike; a stack row is the
     mean of its runs. SB3's runs come last."""
-    print(f"\n## {n} CartPole-v1 seeds, fastppo preset {preset or 'CartPole-v1'}, the stack on {device}: wall time until all are solved (fresh processes, start-up included)")
+    print(
+        f"\n## {n} CartPole-v1 seeds, fastppo preset {preset or 'CartPole-v1'}, the stack on {device}: wall time until all are solved (fresh processes, start-up included)"
+    )
     configs = [(compiled, n_threads) for compiled in ((False, True) if compile else (False,)) for n_threads in threads]
-    timed: dict[tuple[bool, int], list[tuple[float, int]]] = {c: [] for c in configs}  # (seconds, unsolved seeds) per run
+    timed: dict[tuple[bool, int], list[tuple[float, int]]] = {
+        c: [] for c in configs
+    }  # (seconds, unsolved seeds) per run
 
     def stack_name(compiled: bool, n_threads: int) -> str:
-        processes = "fastppo's default: a process per CPU core, 1 thread each" if n_threads == 0 else f"--run.torch-threads {n_threads}"
+        processes = (
+            "fastppo's default: a process per CPU core, 1 thread each"
+            if n_threads == 0
+            else f"--run.torch-threads {n_threads}"
+        )
         return "fastppo stacked (" + processes + (", --compile" if compiled else "") + ")"
 
     def run_stacks() -> None:
         for config in configs:
             seconds, times, steps = stacked(n, *config, preset, device)
             timed[config].append((seconds, sum(t is None for t in times)))
-            print(f"{stack_name(*config)}: {seconds:.1f} s ({steps} steps per seed; {timed[config][-1][1]} unsolved); first seed solved at {min(t for t in times if t):.1f} s", flush=True)
+            print(
+                f"{stack_name(*config)}: {seconds:.1f} s ({steps} steps per seed; {timed[config][-1][1]} unsolved); first seed solved at {min(t for t in times if t):.1f} s",
+                flush=True,
+            )
 
     def sequential_row(library: str, total: float, failed: int, count: int) -> tuple[str, float, int, int]:
         scaled = total * n / count
-        print(f"{library}, {count} sequential runs: {total:.1f} s ({failed} out of budget) -> {scaled:.1f} s for {n}", flush=True)
+        print(
+            f"{library}, {count} sequential runs: {total:.1f} s ({failed} out of budget) -> {scaled:.1f} s for {n}",
+            flush=True,
+        )
         scaling = "" if count == n else f" ({count} run{'s' if count > 1 else ''}, x{n / count:g})"
         return f"{library} sequential{scaling}", scaled, count, failed
 
@@ -238,30 +310,83 @@ def solve_rows(n: int, compile: bool, threads: list[int], single_seeds: int | No
         if chunk + 1 < stack_runs:
             run_stacks()
     stacks = [(stack_name(*c), float(np.mean([seconds for seconds, _ in timed[c]]))) for c in configs]
-    rows = [(f"{name} (mean of {len(timed[c])}: {', '.join(f'{t:.1f}' for t, _ in timed[c])} s)", seconds, n, timed[c][-1][1]) for c, (name, seconds) in zip(configs, stacks)]
+    rows = [
+        (
+            f"{name} (mean of {len(timed[c])}: {', '.join(f'{t:.1f}' for t, _ in timed[c])} s)",
+            seconds,
+            n,
+            timed[c][-1][1],
+        )
+        for c, (name, seconds) in zip(configs, stacks)
+    ]
     rows.append(sequential_row("fastppo tensor", total, failed, count))
     if sb3_seeds:  # --sb3-seeds 0: SB3 left out (e.g. not installed)
-        rows.append(sequential_row("SB3 rl-zoo", *sequential("SB3 rl-zoo", range(1, sb3_seeds + 1), preset)[:2], sb3_seeds))
-    print(f"\n| runs of {n} seeds | seconds to all solved or out of budget | seeds timed | unsolved | " + " | ".join(f"vs {name}" for name, _ in stacks) + " |")
+        rows.append(
+            sequential_row("SB3 rl-zoo", *sequential("SB3 rl-zoo", range(1, sb3_seeds + 1), preset)[:2], sb3_seeds)
+        )
+    print(
+        f"\n| runs of {n} seeds | seconds to all solved or out of budget | seeds timed | unsolved | "
+        + " | ".join(f"vs {name}" for name, _ in stacks)
+        + " |"
+    )
     print("|---|--:|--:|--:|" + "--:|" * len(stacks))
     for name, seconds, timed_seeds, unsolved in rows:
-        print(f"| {name} | {seconds:.1f} | {timed_seeds} | {unsolved} | " + " | ".join(f"{seconds / stack_s:.2f}x" for _, stack_s in stacks) + " |")
+        print(
+            f"| {name} | {seconds:.1f} | {timed_seeds} | {unsolved} | "
+            + " | ".join(f"{seconds / stack_s:.2f}x" for _, stack_s in stacks)
+            + " |"
+        )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rows", nargs="+", choices=("solve", "width", "matmul"), default=["solve"], help="which measurements to run (default: solve)")
+    parser.add_argument(
+        "--rows",
+        nargs="+",
+        choices=("solve", "width", "matmul"),
+        default=["solve"],
+        help="which measurements to run (default: solve)",
+    )
     parser.add_argument("--seeds", type=positive, default=64, help="seeds in the stack (N)")
-    parser.add_argument("--single-seeds", type=positive, default=None, help="single fastppo runs to time (default N; fewer are scaled to N)")
+    parser.add_argument(
+        "--single-seeds",
+        type=positive,
+        default=None,
+        help="single fastppo runs to time (default N; fewer are scaled to N)",
+    )
     parser.add_argument("--sb3-seeds", type=nonnegative, default=8, help="SB3 runs to time (scaled to N; 0: none)")
-    parser.add_argument("--device", default="cpu", help="the stack's torch device (width rows: every row's; the solve rows' single runs stay on the CPU)")
+    parser.add_argument(
+        "--device",
+        default="cpu",
+        help="the stack's torch device (width rows: every row's; the solve rows' single runs stay on the CPU)",
+    )
     parser.add_argument("--compile", action="store_true", help="also time the stack with --compile")
-    parser.add_argument("--preset", help="solve and matmul rows: fastppo's preset for the stack and the single runs (default: CartPole-v1's own)")
-    parser.add_argument("--threads", type=nonnegative, nargs="+", default=[0], help="torch threads (a row each; default 0: fastppo's own choice: a single run 1; stacked seeds on CPU a process per core, 1 thread each)")
-    parser.add_argument("--stack-runs", type=positive, default=2, help="solve rows: times each stack runs, spread over the single runs (default 2: before and after them); its row is their mean")
-    parser.add_argument("--widths", type=positive, nargs="+", default=[1, 8, 64], help="width rows: seeds per process (1: a single run)")
+    parser.add_argument(
+        "--preset",
+        help="solve and matmul rows: fastppo's preset for the stack and the single runs (default: CartPole-v1's own)",
+    )
+    parser.add_argument(
+        "--threads",
+        type=nonnegative,
+        nargs="+",
+        default=[0],
+        help="torch threads (a row each; default 0: fastppo's own choice: a single run 1; stacked seeds on CPU a process per core, 1 thread each)",
+    )
+    parser.add_argument(
+        "--stack-runs",
+        type=positive,
+        default=2,
+        help="solve rows: times each stack runs, spread over the single runs (default 2: before and after them); its row is their mean",
+    )
+    parser.add_argument(
+        "--widths", type=positive, nargs="+", default=[1, 8, 64], help="width rows: seeds per process (1: a single run)"
+    )
     parser.add_argument("--width-steps", type=positive, default=32_768, help="width rows: steps per seed")
-    parser.add_argument("--plot", metavar="PATH", help="width rows: also draw them (seconds per seed-step vs stack width) as a PNG at PATH")
+    parser.add_argument(
+        "--plot",
+        metavar="PATH",
+        help="width rows: also draw them (seconds per seed-step vs stack width) as a PNG at PATH",
+    )
     parser.add_argument("--width-child", nargs=5, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.width_child:
@@ -283,7 +408,16 @@ def main() -> None:
     if "matmul" in args.rows:
         matmul_rows(args.seeds, args.preset, args.device)
     if "solve" in args.rows:
-        solve_rows(args.seeds, args.compile, args.threads, args.single_seeds, args.sb3_seeds, args.preset, args.device, args.stack_runs)
+        solve_rows(
+            args.seeds,
+            args.compile,
+            args.threads,
+            args.single_seeds,
+            args.sb3_seeds,
+            args.preset,
+            args.device,
+            args.stack_runs,
+        )
     footer()
 
 

@@ -66,7 +66,11 @@ SEARCHES = {"mlp": MLP_SPACE, "memory": MEMORY_SPACE}
 def trial(env_id: str, overrides: dict, backend: str, seeds: list[int], budget: int) -> dict:
     seconds, steps = [], []
     for seed in seeds:
-        config = make_config(env_id, None, {**overrides, "seed": seed, "backend": backend, "total_timesteps": budget, "checkpoint_every": 0})
+        config = make_config(
+            env_id,
+            None,
+            {**overrides, "seed": seed, "backend": backend, "total_timesteps": budget, "checkpoint_every": 0},
+        )
         run = run_fastppo(config, stop_when_solved=True)
         seconds.append(run.solved_s if run.solved_s is not None else 2 * run.wall_s)
         if run.solved_steps is not None:
@@ -91,11 +95,27 @@ def main() -> None:
     parser.add_argument("--budget", type=int, default=150_000, help="env steps per run before it counts as failed")
     parser.add_argument("--search-seed", type=int, default=0)
     parser.add_argument("--out", help="append one JSON line per trial to this file")
-    parser.add_argument("--search", default="mlp", choices=list(SEARCHES), help="the space to draw from: mlp (CartPole-v1's presets, MLP_SPACE) or memory (recurrent, MEMORY_SPACE)")
-    parser.add_argument("--space", type=json.loads, default={}, help='JSON object replacing some of the space\'s value lists, e.g. \'{"num_envs": [16, 32]}\'')
-    parser.add_argument("--configs", type=json.loads, help='JSON list of override objects to screen instead of random draws, e.g. \'[{}, {"num_envs": 64}]\'')
+    parser.add_argument(
+        "--search",
+        default="mlp",
+        choices=list(SEARCHES),
+        help="the space to draw from: mlp (CartPole-v1's presets, MLP_SPACE) or memory (recurrent, MEMORY_SPACE)",
+    )
+    parser.add_argument(
+        "--space",
+        type=json.loads,
+        default={},
+        help="JSON object replacing some of the space's value lists, e.g. '{\"num_envs\": [16, 32]}'",
+    )
+    parser.add_argument(
+        "--configs",
+        type=json.loads,
+        help="JSON list of override objects to screen instead of random draws, e.g. '[{}, {\"num_envs\": 64}]'",
+    )
     args = parser.parse_args()
-    if args.configs is not None and not (isinstance(args.configs, list) and all(isinstance(c, dict) for c in args.configs)):
+    if args.configs is not None and not (
+        isinstance(args.configs, list) and all(isinstance(c, dict) for c in args.configs)
+    ):
         parser.error(f"--configs must be a JSON list of objects, got {json.dumps(args.configs)}")
     try:
         make_config(args.env)  # an unknown env: one line here, not a trial's traceback
@@ -106,7 +126,11 @@ def main() -> None:
     header(f"time-to-solve search, {args.env}, {args.backend} backend")
     rng = random.Random(args.search_seed)
     space = SEARCHES[args.search] | args.space
-    draws = args.configs if args.configs is not None else [{name: rng.choice(values) for name, values in space.items()} for _ in range(args.trials)]
+    draws = (
+        args.configs
+        if args.configs is not None
+        else [{name: rng.choice(values) for name, values in space.items()} for _ in range(args.trials)]
+    )
     results = []
     for overrides in draws:
         result = trial(args.env, overrides, args.backend, args.seeds, args.budget)

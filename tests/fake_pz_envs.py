@@ -124,7 +124,10 @@ class Race(AECEnv):
         self.agents: list[str] = []
         self.count = self.moves = 0
         self._selector = AgentSelector(self.possible_agents)
-        observation = {"observation": spaces.Box(0.0, float(goal), (2,), np.float32), "action_mask": spaces.Box(0, 1, (2,), np.int8)}
+        observation = {
+            "observation": spaces.Box(0.0, float(goal), (2,), np.float32),
+            "action_mask": spaces.Box(0, 1, (2,), np.int8),
+        }
         self.observation_spaces = {agent: spaces.Dict(observation) for agent in self.possible_agents}
         self.action_spaces = {agent: spaces.Discrete(2) for agent in self.possible_agents}
 
@@ -198,7 +201,10 @@ class TakeAway(AECEnv):
         self.pile = 0
         self.rng = np.random.default_rng()
         self._selector = AgentSelector(self.possible_agents)
-        observation = {"observation": spaces.Box(0.0, 1.0, (most + 1,), np.float32), "action_mask": spaces.Box(0, 1, (2,), np.int8)}
+        observation = {
+            "observation": spaces.Box(0.0, 1.0, (most + 1,), np.float32),
+            "action_mask": spaces.Box(0, 1, (2,), np.int8),
+        }
         self.observation_spaces = {agent: spaces.Dict(observation) for agent in self.possible_agents}
         self.action_spaces = {agent: spaces.Discrete(2) for agent in self.possible_agents}
 
@@ -269,7 +275,9 @@ class UndeclaredDict(Race):
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
-        self.observation_spaces = {agent: spaces.Box(0.0, float(self.goal), (2,), np.float32) for agent in self.possible_agents}
+        self.observation_spaces = {
+            agent: spaces.Box(0.0, float(self.goal), (2,), np.float32) for agent in self.possible_agents
+        }
 
 
 class Unmasked(Race):
@@ -277,7 +285,10 @@ class Unmasked(Race):
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
-        self.observation_spaces = {agent: spaces.Dict({"observation": spaces.Box(0.0, float(self.goal), (2,), np.float32)}) for agent in self.possible_agents}
+        self.observation_spaces = {
+            agent: spaces.Dict({"observation": spaces.Box(0.0, float(self.goal), (2,), np.float32)})
+            for agent in self.possible_agents
+        }
 
     def observe(self, agent: str) -> dict:
         return {"observation": super().observe(agent)["observation"]}

@@ -29,7 +29,11 @@ class Chase(ParallelEnv):
 
     def observation_space(self, agent: str) -> spaces.Space:
         observation = spaces.Box(-np.inf, np.inf, (2,), np.float32)
-        return spaces.Dict({"observation": observation, "action_mask": spaces.Box(0, 1, (3,), np.int8)}) if self.masked else observation
+        return (
+            spaces.Dict({"observation": observation, "action_mask": spaces.Box(0, 1, (3,), np.int8)})
+            if self.masked
+            else observation
+        )
 
     def action_space(self, agent: str) -> spaces.Discrete:
         return spaces.Discrete(3)

@@ -6,7 +6,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fastppo.policies.activations import ACTIVATIONS, IN_PLACE_ACTIVATIONS, SIGMOID_TANH_MIN_ELEMENTS, Tanh, tanh, tanh_of_sum_
+from fastppo.policies.activations import (
+    ACTIVATIONS,
+    IN_PLACE_ACTIVATIONS,
+    SIGMOID_TANH_MIN_ELEMENTS,
+    Tanh,
+    tanh,
+    tanh_of_sum_,
+)
 
 
 @pytest.mark.parametrize("rows", [1, 3, SIGMOID_TANH_MIN_ELEMENTS // 64, 4 * SIGMOID_TANH_MIN_ELEMENTS // 64])
@@ -24,7 +31,12 @@ def test_tanh_matches_torch_tanh_and_its_gradient(rows):
 
 
 def test_tanh_without_grad_and_at_the_extremes():
-    x = torch.cat([torch.linspace(-30, 30, SIGMOID_TANH_MIN_ELEMENTS), torch.tensor([0.0, -0.0, 1e-30, float("inf"), -float("inf")])])
+    x = torch.cat(
+        [
+            torch.linspace(-30, 30, SIGMOID_TANH_MIN_ELEMENTS),
+            torch.tensor([0.0, -0.0, 1e-30, float("inf"), -float("inf")]),
+        ]
+    )
     with torch.inference_mode():
         y = Tanh()(x)
     torch.testing.assert_close(y, torch.tanh(x), rtol=0, atol=3e-7)
@@ -58,7 +70,11 @@ def test_tanh_of_sum_equals_tanh_of_the_affine_map_to_the_bit(seeds, rows):
     is addmm (or a stack's baddbmm) then tanh, bit for bit, on both of tanh's paths."""
     g = torch.Generator().manual_seed(rows)
     lead = () if seeds is None else (seeds,)
-    x, w, b = torch.randn(*lead, rows, 8, generator=g), torch.randn(*lead, 64, 8, generator=g), torch.randn(*lead, 64, generator=g)
+    x, w, b = (
+        torch.randn(*lead, rows, 8, generator=g),
+        torch.randn(*lead, 64, 8, generator=g),
+        torch.randn(*lead, 64, generator=g),
+    )
     if seeds is None:
         expected, got = tanh(torch.addmm(b, x, w.t())), tanh_of_sum_(x @ w.t(), b)
     else:

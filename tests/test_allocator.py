@@ -28,7 +28,9 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
 
 
 def page_faults(mode: str, env: dict[str, str] | None = None) -> int:
-    out = subprocess.run([sys.executable, "-c", CHURN, mode], capture_output=True, text=True, check=True, env=env).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", CHURN, mode], capture_output=True, text=True, check=True, env=env
+    ).stdout
     return int(out)
 
 
@@ -41,7 +43,11 @@ def test_freed_blocks_are_reused_without_page_faults():
 
 @pytest.mark.parametrize(
     ("name", "value"),
-    [("MALLOC_MMAP_THRESHOLD_", "131072"), ("MALLOC_TRIM_THRESHOLD_", "131072"), ("GLIBC_TUNABLES", "glibc.malloc.trim_threshold=131072")],
+    [
+        ("MALLOC_MMAP_THRESHOLD_", "131072"),
+        ("MALLOC_TRIM_THRESHOLD_", "131072"),
+        ("GLIBC_TUNABLES", "glibc.malloc.trim_threshold=131072"),
+    ],
 )
 def test_a_users_own_thresholds_are_left_alone(monkeypatch, name, value):
     monkeypatch.setenv(name, value)

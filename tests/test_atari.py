@@ -36,7 +36,10 @@ def test_observations_are_four_stacked_84x84_uint8_frames():
 
 def test_frame_stack_sets_the_channels_and_keeps_the_newest_frames():
     """--env.frame-stack N observes the newest N of the frames a 4-stack holds (1: CleanRL's LSTM setting)."""
-    stacks = {n: make_vec_env(EnvConfig(env_id="BreakoutNoFrameskip-v4", num_envs=1, frame_stack=n), torch.device("cpu")) for n in (1, 2, 4)}
+    stacks = {
+        n: make_vec_env(EnvConfig(env_id="BreakoutNoFrameskip-v4", num_envs=1, frame_stack=n), torch.device("cpu"))
+        for n in (1, 2, 4)
+    }
     observations = {n: [envs.reset(seed=0).obs] for n, envs in stacks.items()}
     for action in [1, 2, 2, 3, 0]:
         for n, envs in stacks.items():
@@ -55,11 +58,17 @@ def test_frame_stack_sets_the_channels_and_keeps_the_newest_frames():
     [
         ("ALE/Pong-v5", "0", "--env.frame-stack must be a positive integer, got 0"),
         ("ALE/Pong-v5", "two", "--env.frame-stack expects an integer, got 'two'"),
-        ("CartPole-v1", "1", "--env.frame-stack 1 applies to Atari ids only, and CartPole-v1 is not one: leave it at 4"),
+        (
+            "CartPole-v1",
+            "1",
+            "--env.frame-stack 1 applies to Atari ids only, and CartPole-v1 is not one: leave it at 4",
+        ),
     ],
 )
 def test_a_bad_frame_stack_is_one_line_and_exit_2(tmp_path, capsys, env_id, value, message):
-    assert main(["train", env_id, "--frame-stack", value, "--run-dir", str(tmp_path / "run"), "--progress", "false"]) == 2
+    assert (
+        main(["train", env_id, "--frame-stack", value, "--run-dir", str(tmp_path / "run"), "--progress", "false"]) == 2
+    )
     out, err = capsys.readouterr()
     assert err == f"fastppo: error: {message}\n" and "results in" not in out  # refused before training: no summary
 
@@ -177,11 +186,15 @@ def test_nature_cnn_shapes_and_pixel_scaling():
 def test_nature_cnn_convolves_channels_last_frames_with_the_same_features():
     cnn = NatureCNN((4, 84, 84))
     layouts = []
-    cnn.convs[0].register_forward_pre_hook(lambda _, inputs: layouts.append(inputs[0].is_contiguous(memory_format=torch.channels_last)))
+    cnn.convs[0].register_forward_pre_hook(
+        lambda _, inputs: layouts.append(inputs[0].is_contiguous(memory_format=torch.channels_last))
+    )
     frames = torch.randint(0, 256, (6, 4, 84, 84), dtype=torch.uint8)
     features = cnn(frames)
     assert layouts == [True]
-    torch.testing.assert_close(features, cnn.linear(cnn.convs(frames.float() / 255.0)), rtol=1e-5, atol=1e-6)  # the default layout
+    torch.testing.assert_close(
+        features, cnn.linear(cnn.convs(frames.float() / 255.0)), rtol=1e-5, atol=1e-6
+    )  # the default layout
 
 
 def test_actor_critic_on_pong_shares_the_cnn_trunk():
@@ -196,7 +209,13 @@ def test_actor_critic_on_pong_shares_the_cnn_trunk():
 
 def test_a_short_pong_run_trains_saves_and_loads(tmp_path):
     agent = fastppo.train(
-        "ALE/Pong-v5", run_dir=tmp_path, total_timesteps=256, num_envs=2, num_steps=64, progress=False, tensorboard=False
+        "ALE/Pong-v5",
+        run_dir=tmp_path,
+        total_timesteps=256,
+        num_envs=2,
+        num_steps=64,
+        progress=False,
+        tensorboard=False,
     )
     assert agent.config.ppo.clip_schedule == "linear" and agent.config.policy.shared_trunk
     assert len(agent.history) == 2 and agent.obs_rms is None
@@ -230,9 +249,15 @@ def test_the_atari_lstm_preset_observes_one_frame_through_resume_load_eval_and_e
         lr_schedule="constant", clip_schedule="constant", progress=False, tensorboard=False,
     )  # fmt: skip
     policy = agent.policy
-    assert isinstance(policy.actor_encoder, NatureCNN) and policy.recurrent and policy.critic_memory is policy.actor_memory
+    assert (
+        isinstance(policy.actor_encoder, NatureCNN) and policy.recurrent and policy.critic_memory is policy.actor_memory
+    )
     assert policy.state_size == 256  # h and c of one LSTM of 128
-    assert agent.config.env.frame_stack == 1 and agent.obs_shape == (1, 84, 84) and policy.actor_encoder.convs[0].in_channels == 1
+    assert (
+        agent.config.env.frame_stack == 1
+        and agent.obs_shape == (1, 84, 84)
+        and policy.actor_encoder.convs[0].in_channels == 1
+    )
     resumed = fastppo.resume(tmp_path, total_timesteps=384, progress=False)
     assert resumed.obs_shape == (1, 84, 84) and len(resumed.history) == 3
     loaded = load_agent(tmp_path)
@@ -279,7 +304,9 @@ def test_ale_backend_has_the_gymnasium_paths_spaces_and_frames(frame_stack):
     same game screen on both engines (both reset with FIRE and a few no-ops: allow a few pixels)."""
     sync, _, sync_spaces = random_steps("BreakoutNoFrameskip-v4", "sync", 2, 0, frame_stack=frame_stack)
     ale, _, ale_spaces = random_steps("BreakoutNoFrameskip-v4", "ale", 2, 0, frame_stack=frame_stack)
-    assert ale_spaces == sync_spaces and ale_spaces[0].shape == (frame_stack, 84, 84) and ale_spaces[0].dtype == np.uint8
+    assert (
+        ale_spaces == sync_spaces and ale_spaces[0].shape == (frame_stack, 84, 84) and ale_spaces[0].dtype == np.uint8
+    )
     assert ale[0].obs.shape == sync[0].obs.shape == (2, frame_stack, 84, 84) and ale[0].obs.dtype == torch.uint8
     newest_sync, newest_ale = sync[0].obs[:, -1].float(), ale[0].obs[:, -1].float()
     assert newest_ale.mean() > 10 and (newest_ale - newest_sync).abs().gt(0).float().mean() < 0.02
@@ -380,7 +407,10 @@ def test_ale_backend_truncates_at_the_ids_frame_limit_as_the_gymnasium_path_does
 
 
 def test_the_ale_backend_refuses_an_id_it_cannot_serve(tmp_path, capsys):
-    assert main(["train", "CartPole-v1", "--backend", "ale", "--run-dir", str(tmp_path / "run"), "--progress", "false"]) == 2
+    assert (
+        main(["train", "CartPole-v1", "--backend", "ale", "--run-dir", str(tmp_path / "run"), "--progress", "false"])
+        == 2
+    )
     message = "the ale backend steps Atari games (ALE/Pong-v5, BreakoutNoFrameskip-v4), and CartPole-v1 is not one: use --env.backend sync"
     assert capsys.readouterr().err == f"fastppo: error: {message}\n"
 
@@ -390,7 +420,9 @@ def test_an_atari_id_without_ale_py_is_one_line(tmp_path, backend):
     import subprocess
     import sys
 
-    hide_ale = "import sys; sys.modules['ale_py'] = None; from fastppo.cli.main import main; sys.exit(main(sys.argv[1:]))"
+    hide_ale = (
+        "import sys; sys.modules['ale_py'] = None; from fastppo.cli.main import main; sys.exit(main(sys.argv[1:]))"
+    )
     argv = ["train", "ALE/Pong-v5", *backend, "--run-dir", str(tmp_path / "run"), "--progress", "false"]
     proc = subprocess.run([sys.executable, "-c", hide_ale, *argv], capture_output=True, text=True, timeout=120)
     message = "env 'ALE/Pong-v5' is an Atari game, and ale-py (which plays them) is not installed: pip install 'fastppo[atari]'"
@@ -400,15 +432,50 @@ def test_an_atari_id_without_ale_py_is_one_line(tmp_path, backend):
 
 def test_a_run_resumes_on_its_saved_backend_or_on_another_host_backend_when_asked(tmp_path, capsys):
     run = tmp_path / "run"
-    small = ["--num-envs", "2", "--num-steps", "32", "--num-minibatches", "2", "--progress", "false", "--tensorboard", "false"]
-    assert main(["train", "BreakoutNoFrameskip-v4", "--backend", "sync", "--total-timesteps", "64", "--run-dir", str(run), *small]) == 0
+    small = [
+        "--num-envs",
+        "2",
+        "--num-steps",
+        "32",
+        "--num-minibatches",
+        "2",
+        "--progress",
+        "false",
+        "--tensorboard",
+        "false",
+    ]
+    assert (
+        main(
+            [
+                "train",
+                "BreakoutNoFrameskip-v4",
+                "--backend",
+                "sync",
+                "--total-timesteps",
+                "64",
+                "--run-dir",
+                str(run),
+                *small,
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
     assert main(["train", "--resume", str(run), "--total-timesteps", "128", "--progress", "false"]) == 0
     assert "(its saved config, sync backend)" in capsys.readouterr().out  # not the preset's ale
-    assert main(["train", "--resume", str(run), "--total-timesteps", "192", "--backend", "ale", "--progress", "false"]) == 0
+    assert (
+        main(["train", "--resume", str(run), "--total-timesteps", "192", "--backend", "ale", "--progress", "false"])
+        == 0
+    )
     assert "(its saved config, ale backend)" in capsys.readouterr().out
-    assert "backend: ale" in (run / "config.yaml").read_text() and len((run / "metrics.jsonl").read_text().splitlines()) == 3
-    assert main(["train", "--resume", str(run), "--total-timesteps", "256", "--backend", "tensor", "--progress", "false"]) == 2
+    assert (
+        "backend: ale" in (run / "config.yaml").read_text()
+        and len((run / "metrics.jsonl").read_text().splitlines()) == 3
+    )
+    assert (
+        main(["train", "--resume", str(run), "--total-timesteps", "256", "--backend", "tensor", "--progress", "false"])
+        == 2
+    )
     message = f"{run} was trained on the ale backend and cannot resume on tensor: a resume may move between sync, async, envpool, ale only; drop --backend"
     assert capsys.readouterr().err == f"fastppo: error: {message}\n"
 
@@ -447,6 +514,14 @@ def test_the_ale_backend_trains_without_opencv(tmp_path, monkeypatch):
 
     monkeypatch.setitem(sys.modules, "cv2", None)
     agent = fastppo.train(
-        "BreakoutNoFrameskip-v4", run_dir=tmp_path, total_timesteps=64, num_envs=2, num_steps=32, num_minibatches=2, update_epochs=1, progress=False, tensorboard=False
+        "BreakoutNoFrameskip-v4",
+        run_dir=tmp_path,
+        total_timesteps=64,
+        num_envs=2,
+        num_steps=32,
+        num_minibatches=2,
+        update_epochs=1,
+        progress=False,
+        tensorboard=False,
     )
     assert agent.config.env.backend == "ale" and agent.obs_shape == (4, 84, 84) and len(agent.history) == 1

@@ -47,8 +47,20 @@ SKIPPED_FLAGS = {"hp:run.compile"}
 
 ALONE = {("train", "resume"): ["--no-progress"]}
 """Flags fuzzed without the base command line (which they refuse to go with), but with these."""
-TINY_TRAIN = ["--total-timesteps", "16", "--num-envs", "1", "--num-steps", "16", "--num-minibatches", "1", "--update-epochs", "1", "--no-tensorboard", "--no-progress"]
-
+TINY_TRAIN = [
+    "--total-timesteps",
+    "16",
+    "--num-envs",
+    "1",
+    "--num-steps",
+    "16",
+    "--num-minibatches",
+    "1",
+    "--update-epochs",
+    "1",
+    "--no-tensorboard",
+    "--no-progress",
+]
 
 
 def write(path: Path, data: bytes | str) -> str:
@@ -78,7 +90,12 @@ PATHS: list[Value] = [
     named("<non-UTF-8 .jsonl>", lambda case: write(case / "bad.jsonl", NOT_UTF8)),
     named("<YAML list>", lambda case: write(case / "list.yaml", "- 1\n- 2\n")),
     named("<broken YAML>", lambda case: write(case / "broken.yaml", "ppo: {learning_rate: [1\n")),
-    named("<YAML of wrong types>", lambda case: write(case / "types.yaml", "ppo:\n  num_steps: [1]\n  learning_rate: {a: 1}\nenv:\n  num_envs: null\n")),
+    named(
+        "<YAML of wrong types>",
+        lambda case: write(
+            case / "types.yaml", "ppo:\n  num_steps: [1]\n  learning_rate: {a: 1}\nenv:\n  num_envs: null\n"
+        ),
+    ),
     "/proc/no/such/place",
 ]
 OUTPUTS: list[Value] = [
@@ -139,9 +156,14 @@ def run_folders(artefacts: Artefacts) -> list[Value]:
         damaged("<config.yaml not UTF-8>", lambda run: write(run / "config.yaml", NOT_UTF8)),
         damaged("<config.yaml a list>", lambda run: write(run / "config.yaml", "- 1\n")),
         damaged("<metrics.jsonl damaged mid-file>", metrics_middle),
-        damaged("<metrics.jsonl not UTF-8>", lambda run: write(run / "metrics.jsonl", (run / "metrics.jsonl").read_bytes()[:40] + NOT_UTF8)),
+        damaged(
+            "<metrics.jsonl not UTF-8>",
+            lambda run: write(run / "metrics.jsonl", (run / "metrics.jsonl").read_bytes()[:40] + NOT_UTF8),
+        ),
         damaged("<metrics.jsonl of lists>", lambda run: write(run / "metrics.jsonl", "[1]\n[2]\n")),
-        damaged("<metrics.jsonl a folder>", lambda run: ((run / "metrics.jsonl").unlink(), (run / "metrics.jsonl").mkdir())),
+        damaged(
+            "<metrics.jsonl a folder>", lambda run: ((run / "metrics.jsonl").unlink(), (run / "metrics.jsonl").mkdir())
+        ),
         damaged("<weights truncated>", lambda run: [write(p, p.read_bytes()[:50]) for p in run.rglob("*.safetensors")]),
         damaged("<weights not safetensors>", lambda run: [write(p, NOT_UTF8) for p in run.rglob("*.safetensors")]),
         damaged("<folder of runs, one damaged>", in_parent),
@@ -257,7 +279,9 @@ class Case:
     def slow(self) -> bool:
         """The language-model commands (each accepted value fine-tunes a model) and the sweep's
         hyperparameter flags (the very flags and code of train's, fuzzed by default there)."""
-        return self.command in ("rlhf", "dpo", "reward-model") or (self.command == "sweep" and self.dest.startswith("hp:"))
+        return self.command in ("rlhf", "dpo", "reward-model") or (
+            self.command == "sweep" and self.dest.startswith("hp:")
+        )
 
 
 def cases(artefacts: Artefacts) -> list[Case]:
@@ -267,7 +291,11 @@ def cases(artefacts: Artefacts) -> list[Case]:
     for command, parser in subcommands().items():
         positionals, options = split_base(parser, base_command(command, artefacts))
         for action in parser._actions:
-            if isinstance(action, argparse._HelpAction) or action.help == argparse.SUPPRESS or action.dest in SKIPPED_FLAGS:
+            if (
+                isinstance(action, argparse._HelpAction)
+                or action.help == argparse.SUPPRESS
+                or action.dest in SKIPPED_FLAGS
+            ):
                 continue
             flag = action.option_strings[0] if action.option_strings else action.metavar
             others = [token for dest, tokens in options if dest != action.dest for token in tokens]
@@ -276,12 +304,30 @@ def cases(artefacts: Artefacts) -> list[Case]:
             else:
                 positionals_here = positionals
             for value in values_for(command, action, artefacts) + ([OMITTED] if action.required else []):
-                if not action.option_strings:  # a positional (RUN_DIR or ENV_ID, the base's first): replaced, or left out
-                    found.append(Case(command, action.dest, flag, value, [command, *([] if value == OMITTED else [value]), *positionals[1:], *others]))
+                if (
+                    not action.option_strings
+                ):  # a positional (RUN_DIR or ENV_ID, the base's first): replaced, or left out
+                    found.append(
+                        Case(
+                            command,
+                            action.dest,
+                            flag,
+                            value,
+                            [command, *([] if value == OMITTED else [value]), *positionals[1:], *others],
+                        )
+                    )
                 elif value == OMITTED:
                     found.append(Case(command, action.dest, flag, value, [command, *positionals_here, *others]))
                 else:
-                    found.append(Case(command, action.dest, flag, value, [command, *positionals_here, *others, flag, *([] if value == BARE else [value])]))
+                    found.append(
+                        Case(
+                            command,
+                            action.dest,
+                            flag,
+                            value,
+                            [command, *positionals_here, *others, flag, *([] if value == BARE else [value])],
+                        )
+                    )
         found.append(Case(command, "help", "--help", BARE, [command, "--help"]))
     return found
 
@@ -309,18 +355,29 @@ def run_case(case: Case, folder: Path) -> Outcome:
     folder.mkdir(parents=True)
     (folder / "folder").mkdir()
     argv = [token(folder) if callable(token) else token for token in case.argv]
-    state = (os.getcwd(), torch.get_num_threads(), torch.get_default_dtype(), torch.are_deterministic_algorithms_enabled())
+    state = (
+        os.getcwd(),
+        torch.get_num_threads(),
+        torch.get_default_dtype(),
+        torch.are_deterministic_algorithms_enabled(),
+    )
     stdout, stderr = io.StringIO(), io.StringIO()
     os.chdir(folder)
     try:
         # In one process a warning shows once per place: they are left out of the one-line count.
-        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr), warnings.catch_warnings(record=True):
+        with (
+            contextlib.redirect_stdout(stdout),
+            contextlib.redirect_stderr(stderr),
+            warnings.catch_warnings(record=True),
+        ):
             try:
                 code = main(argv)
             except SystemExit as exc:  # --help
                 code = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
             except Exception as exc:  # noqa: BLE001 - the fuzzer's whole point: any other exception is a finding
-                return Outcome(None, stderr.getvalue(), f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+                return Outcome(
+                    None, stderr.getvalue(), f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+                )
         return Outcome(code, stderr.getvalue(), None)
     finally:
         os.chdir(state[0])

@@ -1,5 +1,6 @@
 """Every ``from fastppo... import name`` in benchmarks/ (lazy ones inside functions too) names
 something that exists: the scripts run on a GPU machine seldom, so a moved name must fail here."""
+
 import ast
 import importlib
 from pathlib import Path

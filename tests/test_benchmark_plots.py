@@ -22,7 +22,15 @@ def benchmark(monkeypatch):
 def test_the_published_chart_reads_the_pages_table(benchmark):
     scores, recorded = benchmark("published_table").recorded_scores()
     assert recorded == "AMD EPYC, 2 cores, no GPU, torch 2.13.0+cpu, 2026-11-23/25"
-    assert list(scores) == ["CartPole-v1", "Acrobot-v1", "LunarLander-v3", "Pendulum-v1", "HalfCheetah-v4", "Hopper-v4", "Walker2d-v4"]
+    assert list(scores) == [
+        "CartPole-v1",
+        "Acrobot-v1",
+        "LunarLander-v3",
+        "Pendulum-v1",
+        "HalfCheetah-v4",
+        "Hopper-v4",
+        "Walker2d-v4",
+    ]
     assert scores["Walker2d-v4"] == (3844.6, 3416.6, 4292.5, 3853.7)
     assert scores["Acrobot-v1"] == (-84.6, -85.6, -83.6, -84.7)
 
@@ -30,9 +38,28 @@ def test_the_published_chart_reads_the_pages_table(benchmark):
 @pytest.mark.parametrize(
     ("script", "draw", "where"),
     [
-        ("seed_stack", lambda module, path: module.plot_width_rows({"fastppo's CartPole-v1 preset": [2e-5, 9e-6, 5e-6]}, [1, 8, 64], 8192, "cpu", path), None),
-        ("sb3_compare", lambda module, path: module.plot_rows({"CartPole-v1": (10_000.0, 5_000.0)}, {"warm process": {"SB3 rl-zoo": [6.0], "fastppo sync": [1.5], "fastppo tensor": [float("inf")]}}, [1], path), None),
-        ("published_table", lambda module, path: module.plot_scores(module.recorded_scores()[0], path, "a machine, a day"), "recorded figures measured on a machine, a day; drawn "),
+        (
+            "seed_stack",
+            lambda module, path: module.plot_width_rows(
+                {"fastppo's CartPole-v1 preset": [2e-5, 9e-6, 5e-6]}, [1, 8, 64], 8192, "cpu", path
+            ),
+            None,
+        ),
+        (
+            "sb3_compare",
+            lambda module, path: module.plot_rows(
+                {"CartPole-v1": (10_000.0, 5_000.0)},
+                {"warm process": {"SB3 rl-zoo": [6.0], "fastppo sync": [1.5], "fastppo tensor": [float("inf")]}},
+                [1],
+                path,
+            ),
+            None,
+        ),
+        (
+            "published_table",
+            lambda module, path: module.plot_scores(module.recorded_scores()[0], path, "a machine, a day"),
+            "recorded figures measured on a machine, a day; drawn ",
+        ),
     ],
 )
 def test_a_plot_is_a_small_png_titled_with_where_and_when(script, draw, where, benchmark, tmp_path, monkeypatch):

@@ -37,5 +37,7 @@ def test_discrete_lunar_lander_keeps_its_own_preset():
 
 @pytest.mark.parametrize("env_id", ["LunarLander-v3", "LunarLanderContinuous-v3", "BipedalWalker-v3"])
 def test_a_short_run_trains(env_id):
-    agent = fastppo.train(env_id, total_timesteps=256, num_envs=2, num_steps=64, num_minibatches=2, progress=False, tensorboard=False)
+    agent = fastppo.train(
+        env_id, total_timesteps=256, num_envs=2, num_steps=64, num_minibatches=2, progress=False, tensorboard=False
+    )
     assert len(agent.history) == 2

@@ -12,14 +12,30 @@ import yaml
 
 from fastppo.cli.main import main
 
-TINY = ["--total-timesteps", "256", "--num-envs", "2", "--num-steps", "64", "--num-minibatches", "2", "--update-epochs", "1", "--progress", "false"]
+TINY = [
+    "--total-timesteps",
+    "256",
+    "--num-envs",
+    "2",
+    "--num-steps",
+    "64",
+    "--num-minibatches",
+    "2",
+    "--update-epochs",
+    "1",
+    "--progress",
+    "false",
+]
 
 
 @pytest.mark.parametrize(
     "argv, message",
     [
         (["train", "NoSuchEnv-v0"], "unknown env id 'NoSuchEnv-v0'"),
-        (["train", "numpy-v0"], "unknown env id 'numpy-v0': Environment `numpy` doesn't exist. (see gymnasium.pprint_registry())"),
+        (
+            ["train", "numpy-v0"],
+            "unknown env id 'numpy-v0': Environment `numpy` doesn't exist. (see gymnasium.pprint_registry())",
+        ),
         (["train", "CartPole-v1", "--preset", "nope"], "unknown preset 'nope': available presets are"),
         (["train", "CartPole-v1", "--no-such-flag", "3"], "unrecognized arguments: --no-such-flag 3"),
         (["train", "CartPole-v1", "--learning-rate", "fast"], "--ppo.learning-rate expects a number, got 'fast'"),
@@ -29,15 +45,23 @@ TINY = ["--total-timesteps", "256", "--num-envs", "2", "--num-steps", "64", "--n
         (["train", "CartPole-v1", "--norm-adv", "maybe"], "--ppo.norm-adv expects true or false, got 'maybe'"),
         (["train", "CartPole-v1", "--gamma", "1.5"], "--ppo.gamma must be in [0, 1], got 1.5"),
         (["train", "CartPole-v1", "--objective", "trpo"], "--ppo.objective must be one of clip, kl, got 'trpo'"),
-        (["train", "CartPole-v1", "--num-envs", "3", "--num-steps", "5", "--num-minibatches", "4"],
-         "batch size 15 (num_envs 3 x num_steps 5) does not split into 4 minibatches"),
+        (
+            ["train", "CartPole-v1", "--num-envs", "3", "--num-steps", "5", "--num-minibatches", "4"],
+            "batch size 15 (num_envs 3 x num_steps 5) does not split into 4 minibatches",
+        ),
         (["train", "CartPole-v1", "--total-timesteps", "10"], "is less than one batch"),
         (["train", "CartPole-v1", "--device", "tpu9"], "unknown device 'tpu9'"),
         (["train", "nosuchmodule:Env"], "cannot load env 'nosuchmodule:Env'"),
         (["train", "tests.fake_envs:TextObsEnv", *TINY], "unsupported observation space Text"),
-        (["train", "CartPole-v1", "--backend", "tensor", "--capture-video", "true"], "--capture-video needs gymnasium envs that render, and the tensor backend has none"),
+        (
+            ["train", "CartPole-v1", "--backend", "tensor", "--capture-video", "true"],
+            "--capture-video needs gymnasium envs that render, and the tensor backend has none",
+        ),
         (["train", "CartPole-v1", "--seed", "-1"], "--run.seed must be in [0, 4294967295] (2**32 - 1), got -1"),
-        (["train", "CartPole-v1", "--seed", str(2**32)], "--run.seed must be in [0, 4294967295] (2**32 - 1), got 4294967296"),
+        (
+            ["train", "CartPole-v1", "--seed", str(2**32)],
+            "--run.seed must be in [0, 4294967295] (2**32 - 1), got 4294967296",
+        ),
         (["eval", "no-run", "--seed", "-1"], "--seed must be in [0, 4294967295] (2**32 - 1), got -1"),
         (["record", "no-run", "--seed", str(2**32)], "--seed must be in [0, 4294967295] (2**32 - 1), got 4294967296"),
         (["train", "CartPole-v1", "--learning-rate", "inf"], "--ppo.learning-rate must be finite, got inf"),
@@ -51,7 +75,10 @@ TINY = ["--total-timesteps", "256", "--num-envs", "2", "--num-steps", "64", "--n
         (["train", "CartPole-v1", "--gae-lambda", "inf"], "--ppo.gae-lambda must be in [0, 1], got inf"),
         (["train", "CartPole-v1", "--gamma", "nan"], "--ppo.gamma must be in [0, 1], got nan"),
         (["train", "CartPole-v1", "--target-kl", "nan"], "--ppo.target-kl must be > 0 or none, got nan"),
-        (["train", "CartPole-v1", "--clip-coef", "inf", "--clip-schedule", "linear"], "--ppo.clip-coef inf cannot decay linearly"),
+        (
+            ["train", "CartPole-v1", "--clip-coef", "inf", "--clip-schedule", "linear"],
+            "--ppo.clip-coef inf cannot decay linearly",
+        ),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(argv, message, capsys):
@@ -90,7 +117,11 @@ def test_an_unknown_id_imports_no_module_it_merely_names(capsys):
         ("--run-dir", "{file}", "the run directory {file} is a file, not a folder"),
         ("--run-dir", "{file}/run", "cannot write the run directory {file}/run: {file} is a file, not a folder"),
         ("--run-root", "{file}", "cannot write the run directory {file}/CartPole-v1__ppo__1__"),
-        ("--run-dir", "/proc/fastppo-run", "cannot write the run directory /proc/fastppo-run: No such file or directory"),
+        (
+            "--run-dir",
+            "/proc/fastppo-run",
+            "cannot write the run directory /proc/fastppo-run: No such file or directory",
+        ),
     ],
 )
 def test_an_unwritable_run_dir_fails_before_training(tmp_path, capsys, flag, path, message):
@@ -131,14 +162,20 @@ def test_a_failed_start_keeps_an_existing_folder_and_its_files(tmp_path, capsys)
 
 
 def test_bad_input_from_a_real_process_has_no_traceback():
-    proc = subprocess.run([sys.executable, "-m", "fastppo.cli", "train", "CartPole-v1", "--clip-coef", "x"], capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "fastppo.cli", "train", "CartPole-v1", "--clip-coef", "x"],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 2
     assert proc.stderr == "fastppo: error: --ppo.clip-coef expects a number, got 'x'\n"
 
 
 def test_train_writes_a_run_directory(tmp_path, capsys):
     run_dir = tmp_path / "run"
-    assert main(["train", "CartPole-v1", "--run-dir", str(run_dir), "--seed", "7", "--ppo.clip-coef", "0.1", *TINY]) == 0
+    assert (
+        main(["train", "CartPole-v1", "--run-dir", str(run_dir), "--seed", "7", "--ppo.clip-coef", "0.1", *TINY]) == 0
+    )
     config = yaml.safe_load((run_dir / "config.yaml").read_text())
     assert config["run"]["seed"] == 7 and config["ppo"]["clip_coef"] == 0.1 and config["env"]["env_id"] == "CartPole-v1"
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
@@ -170,7 +207,23 @@ def test_help_lists_hyperparameters_with_their_docs(capsys):
 
 
 def test_summary_says_where_the_time_went(tmp_path, capsys):
-    assert main(["train", "CartPole-v1", "--run-dir", str(tmp_path / "run"), "--total-timesteps", "2048", "--progress", "false", "--tensorboard", "false"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "CartPole-v1",
+                "--run-dir",
+                str(tmp_path / "run"),
+                "--total-timesteps",
+                "2048",
+                "--progress",
+                "false",
+                "--tensorboard",
+                "false",
+            ]
+        )
+        == 0
+    )
     summary = next(line for line in capsys.readouterr().out.splitlines() if " SPS" in line)  # after the start header
     split = re.search(r"; time: (.*)\.$", summary).group(1).split(", ")
     shares = {part.split()[0]: int(part.split()[1].rstrip("%")) for part in split}
@@ -182,7 +235,22 @@ def test_summary_says_where_the_time_went(tmp_path, capsys):
 
 def test_a_run_starts_with_a_header_of_what_it_trains(tmp_path, capsys):
     run = tmp_path / "run"
-    argv = ["train", "Acrobot-v1", "--run-dir", str(run), "--num-envs", "2", "--num-steps", "64", "--total-timesteps", "256", "--learning-rate", "1e-3", "--no-progress", "--no-tensorboard"]
+    argv = [
+        "train",
+        "Acrobot-v1",
+        "--run-dir",
+        str(run),
+        "--num-envs",
+        "2",
+        "--num-steps",
+        "64",
+        "--total-timesteps",
+        "256",
+        "--learning-rate",
+        "1e-3",
+        "--no-progress",
+        "--no-tensorboard",
+    ]
     assert main(argv) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[:4] == [
@@ -215,28 +283,60 @@ def test_boolean_flags_take_every_spelling(tmp_path):
     """--x, --x V and --no-x (or --section.no-x), as `fastppo rlhf` and `fastppo dpo` take them."""
     run_dir = tmp_path / "run"
     tiny = TINY[: TINY.index("--progress")]
-    argv = ["train", "--no-progress", "CartPole-v1", "--run-dir", str(run_dir), *tiny, "--run.no-tensorboard", "--ppo.no-norm-adv", "--clip-vloss", "false", "--normalize-obs"]
+    argv = [
+        "train",
+        "--no-progress",
+        "CartPole-v1",
+        "--run-dir",
+        str(run_dir),
+        *tiny,
+        "--run.no-tensorboard",
+        "--ppo.no-norm-adv",
+        "--clip-vloss",
+        "false",
+        "--normalize-obs",
+    ]
     assert main(argv) == 0
     config = yaml.safe_load((run_dir / "config.yaml").read_text())
-    assert [config["run"]["progress"], config["run"]["tensorboard"], config["ppo"]["norm_adv"], config["ppo"]["clip_vloss"], config["env"]["normalize_obs"]] == [False, False, False, False, True]
+    assert [
+        config["run"]["progress"],
+        config["run"]["tensorboard"],
+        config["ppo"]["norm_adv"],
+        config["ppo"]["clip_vloss"],
+        config["env"]["normalize_obs"],
+    ] == [False, False, False, False, True]
     assert not list(run_dir.glob("events.out.tfevents.*"))
 
 
 @pytest.mark.parametrize("steps, episodes", [(64, 2), (16, 0)])
-def test_the_final_return_is_the_summary_lines_figure_when_the_last_iteration_ends_no_episode(tmp_path, capsys, steps, episodes):
+def test_the_final_return_is_the_summary_lines_figure_when_the_last_iteration_ends_no_episode(
+    tmp_path, capsys, steps, episodes
+):
     # Seed 2 on 1 env x 16 steps: episodes end in the 2nd and 3rd iterations, none in the 1st or
     # the 4th, where the README's agent.history[-1]["charts/episodic_return"] raised KeyError.
     import fastppo
 
-    flags = {"total_timesteps": steps, "num_envs": 1, "num_steps": 16, "num_minibatches": 1, "seed": 2, "progress": False, "tensorboard": False}
+    flags = {
+        "total_timesteps": steps,
+        "num_envs": 1,
+        "num_steps": 16,
+        "num_minibatches": 1,
+        "seed": 2,
+        "progress": False,
+        "tensorboard": False,
+    }
     agent = fastppo.train("CartPole-v1", run_dir=tmp_path / "api", **flags)
     assert "charts/episodic_return" not in agent.history[-1]
-    logged = [(row["charts/episodic_return"], row["charts/episodes"]) for row in agent.history if row["charts/episodes"]]
+    logged = [
+        (row["charts/episodic_return"], row["charts/episodes"]) for row in agent.history if row["charts/episodes"]
+    ]
     assert sum(count for _, count in logged) == episodes == len(agent.episode_returns)
     assert agent.final_return == (pytest.approx(sum(r * n for r, n in logged) / episodes) if episodes else None)
     argv = [f"--{name.replace('_', '-')}={str(value).lower()}" for name, value in flags.items()]
     assert main(["train", "CartPole-v1", "--run-dir", str(tmp_path / "cli"), *argv]) == 0
-    shown = f"{agent.final_return:.1f} mean return over the last {episodes} episodes" if episodes else "no episode finished"
+    shown = (
+        f"{agent.final_return:.1f} mean return over the last {episodes} episodes" if episodes else "no episode finished"
+    )
     assert f"fastppo: CartPole-v1: {steps} steps, {shown}, " in capsys.readouterr().out
 
 
@@ -255,16 +355,39 @@ def test_a_finished_run_ends_with_what_its_return_means_and_what_to_run_next(tmp
 def test_what_a_final_return_means_comes_from_the_envs_reward_threshold():
     from fastppo.cli.train import solved_line
 
-    assert solved_line("CartPole-v1", 500.0) == "fastppo: CartPole-v1 counts as solved at a mean return of 475 (its reward_threshold): 500.0 is solved"
-    assert solved_line("Acrobot-v1", -99.5) == "fastppo: Acrobot-v1 counts as solved at a mean return of -100 (its reward_threshold): -99.5 is solved"
+    assert (
+        solved_line("CartPole-v1", 500.0)
+        == "fastppo: CartPole-v1 counts as solved at a mean return of 475 (its reward_threshold): 500.0 is solved"
+    )
+    assert (
+        solved_line("Acrobot-v1", -99.5)
+        == "fastppo: Acrobot-v1 counts as solved at a mean return of -100 (its reward_threshold): -99.5 is solved"
+    )
     # No threshold (Pendulum), no gymnasium id (user code, PettingZoo), no return: nothing to say.
-    assert [solved_line(env_id, 1.0) for env_id in ("Pendulum-v1", "tests.fake_envs:MaskedChoiceEnv", "pz:pettingzoo.classic.tictactoe_v3")] == [None] * 3
+    assert [
+        solved_line(env_id, 1.0)
+        for env_id in ("Pendulum-v1", "tests.fake_envs:MaskedChoiceEnv", "pz:pettingzoo.classic.tictactoe_v3")
+    ] == [None] * 3
     assert solved_line("CartPole-v1", None) is None
 
 
 def test_the_progress_bar_ends_at_100_percent_of_the_steps_the_run_takes(tmp_path, capsys, monkeypatch):
     # --total-timesteps 300 in batches of 128: the run takes 256 steps, and its bar ends there.
     monkeypatch.setenv("COLUMNS", "120")
-    assert main(["train", "CartPole-v1", "--run-dir", str(tmp_path / "run"), *TINY[:-2], "--total-timesteps", "300", "--no-tensorboard"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "CartPole-v1",
+                "--run-dir",
+                str(tmp_path / "run"),
+                *TINY[:-2],
+                "--total-timesteps",
+                "300",
+                "--no-tensorboard",
+            ]
+        )
+        == 0
+    )
     bar = [line for line in capsys.readouterr().err.splitlines() if " SPS " in line][-1]
     assert re.search(r"━ +256/256 SPS .* eta 0:00:00$", bar), bar

@@ -28,7 +28,10 @@ CONNECT_FOUR = "pz:pettingzoo.classic.connect_four_v3"
 LEDUC = "pz:pettingzoo.classic.leduc_holdem_v4"
 TINY = dict(total_timesteps=1024, num_envs=4, num_steps=32, progress=False, tensorboard=False)
 
-pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning"), pytest.mark.filterwarnings("ignore::DeprecationWarning")]
+pytestmark = [
+    pytest.mark.filterwarnings("ignore::UserWarning"),
+    pytest.mark.filterwarnings("ignore::DeprecationWarning"),
+]
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +53,10 @@ def test_eval_of_a_game_prints_each_seats_results_against_random(runs, capsys):
     run = runs["tictactoe"]
     assert main(["eval", str(run), "--games", "10", "--seed", "0"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert re.match(rf"fastppo: {TICTACTOE}: player {run} vs opponent random, 10 games, \d+ moves, [\d.]+ s \([\d.]+ games/s\)$", lines[0])
+    assert re.match(
+        rf"fastppo: {TICTACTOE}: player {run} vs opponent random, 10 games, \d+ moves, [\d.]+ s \([\d.]+ games/s\)$",
+        lines[0],
+    )
     rows = {line.split()[0]: [int(n) for n in line.split()[1:5]] for line in lines[2:]}
     assert set(rows) == {"player_1", "player_2", "all"}
     assert [rows[seat][0] for seat in ("player_1", "player_2", "all")] == [5, 5, 10]
@@ -58,7 +64,10 @@ def test_eval_of_a_game_prints_each_seats_results_against_random(runs, capsys):
     # --json: the same games (seeded) as the Python API gives, the agent on its most likely move
     assert main(["eval", str(run), "--games", "10", "--seed", "0", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert [data["seats"][seat]["wins"] for seat in ("player_1", "player_2")] == [rows["player_1"][1], rows["player_2"][1]]
+    assert [data["seats"][seat]["wins"] for seat in ("player_1", "player_2")] == [
+        rows["player_1"][1],
+        rows["player_2"][1],
+    ]
     assert without_timing(data) == without_timing(fastppo.evaluate(run, games=10, seed=0).to_dict())
     assert data["seed"] == 0 and data["player"] == str(run)
 
@@ -85,23 +94,68 @@ def test_a_games_agent_plays_its_most_likely_move_unless_told_to_sample(runs):
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["eval", "{cartpole}", "--opponent", "random"], "--opponent and --games play turn-based games, and CartPole-v1 is not one"),
-        (["eval", "{cartpole}", "--games", "5"], "--opponent and --games play turn-based games, and CartPole-v1 is not one"),
-        (["eval", "{tictactoe}", "--episodes", "5"], f"{TICTACTOE} is a turn-based game: count its games with --games N (default 100), not --episodes"),
+        (
+            ["eval", "{cartpole}", "--opponent", "random"],
+            "--opponent and --games play turn-based games, and CartPole-v1 is not one",
+        ),
+        (
+            ["eval", "{cartpole}", "--games", "5"],
+            "--opponent and --games play turn-based games, and CartPole-v1 is not one",
+        ),
+        (
+            ["eval", "{tictactoe}", "--episodes", "5"],
+            f"{TICTACTOE} is a turn-based game: count its games with --games N (default 100), not --episodes",
+        ),
         (["eval", "{tictactoe}", "--games", "0"], "--games must be >= 1, got 0"),
-        (["eval", "{tictactoe}", "--opponent", "mcts:0"], "--opponent mcts:0: MCTS needs 2 to 10000 simulations per move"),
-        (["eval", "{tictactoe}", "--opponent", "mcts:1"], "--opponent mcts:1: MCTS needs 2 to 10000 simulations per move"),
-        (["eval", "{tictactoe}", "--opponent", "mcts:99999999999999999999999"], "--opponent mcts:99999999999999999999999: MCTS needs 2 to 10000 simulations per move"),
-        (["eval", "{tictactoe}", "--opponent", ""], "--opponent '': an empty name names no opponent (nor the working directory)"),
-        (["eval", "{tictactoe}", "--opponent", "tests.fake_pz_envs:NoSuchPlayer"], "--opponent tests.fake_pz_envs:NoSuchPlayer: tests.fake_pz_envs:NoSuchPlayer names nothing, not a player class"),
-        (["eval", "{tictactoe}", "--opponent", "tests.fake_pz_envs:race"], "--opponent tests.fake_pz_envs:race: tests.fake_pz_envs:race names a function, not a player class"),
-        (["eval", "{tictactoe}", "--opponent", "tests.fake_pz_envs:Broken"], "--opponent tests.fake_pz_envs:Broken: tests.fake_pz_envs:Broken() raised ValueError: the board is missing; a player class is built with no arguments"),
-        (["eval", "{tictactoe}", "--opponent", "tests/nowhere.py:Player"], "--opponent tests/nowhere.py:Player: cannot load the player 'tests/nowhere.py:Player': no Python file at tests/nowhere.py"),
+        (
+            ["eval", "{tictactoe}", "--opponent", "mcts:0"],
+            "--opponent mcts:0: MCTS needs 2 to 10000 simulations per move",
+        ),
+        (
+            ["eval", "{tictactoe}", "--opponent", "mcts:1"],
+            "--opponent mcts:1: MCTS needs 2 to 10000 simulations per move",
+        ),
+        (
+            ["eval", "{tictactoe}", "--opponent", "mcts:99999999999999999999999"],
+            "--opponent mcts:99999999999999999999999: MCTS needs 2 to 10000 simulations per move",
+        ),
+        (
+            ["eval", "{tictactoe}", "--opponent", ""],
+            "--opponent '': an empty name names no opponent (nor the working directory)",
+        ),
+        (
+            ["eval", "{tictactoe}", "--opponent", "tests.fake_pz_envs:NoSuchPlayer"],
+            "--opponent tests.fake_pz_envs:NoSuchPlayer: tests.fake_pz_envs:NoSuchPlayer names nothing, not a player class",
+        ),
+        (
+            ["eval", "{tictactoe}", "--opponent", "tests.fake_pz_envs:race"],
+            "--opponent tests.fake_pz_envs:race: tests.fake_pz_envs:race names a function, not a player class",
+        ),
+        (
+            ["eval", "{tictactoe}", "--opponent", "tests.fake_pz_envs:Broken"],
+            "--opponent tests.fake_pz_envs:Broken: tests.fake_pz_envs:Broken() raised ValueError: the board is missing; a player class is built with no arguments",
+        ),
+        (
+            ["eval", "{tictactoe}", "--opponent", "tests/nowhere.py:Player"],
+            "--opponent tests/nowhere.py:Player: cannot load the player 'tests/nowhere.py:Player': no Python file at tests/nowhere.py",
+        ),
         (["eval", "{tictactoe}", "--opponent", "nobody"], "--opponent nobody: unknown opponent, and no such folder"),
-        (["eval", "{tictactoe}", "--opponent", "{cartpole}"], "--opponent {cartpole}: {cartpole} holds an agent trained on CartPole-v1, not on " + TICTACTOE),
-        (["eval", "{tictactoe}", "--env-id", CONNECT_FOUR], f"the agent was trained on {TICTACTOE}, not on {CONNECT_FOUR}"),
-        (["eval", "{tictactoe}", "--deterministic", "--stochastic"], "argument --stochastic: not allowed with argument --deterministic"),
-        (["play", "{cartpole}"], f"CartPole-v1 has no text board to play on: a person can play {TICTACTOE}, {CONNECT_FOUR}, {LEDUC}"),
+        (
+            ["eval", "{tictactoe}", "--opponent", "{cartpole}"],
+            "--opponent {cartpole}: {cartpole} holds an agent trained on CartPole-v1, not on " + TICTACTOE,
+        ),
+        (
+            ["eval", "{tictactoe}", "--env-id", CONNECT_FOUR],
+            f"the agent was trained on {TICTACTOE}, not on {CONNECT_FOUR}",
+        ),
+        (
+            ["eval", "{tictactoe}", "--deterministic", "--stochastic"],
+            "argument --stochastic: not allowed with argument --deterministic",
+        ),
+        (
+            ["play", "{cartpole}"],
+            f"CartPole-v1 has no text board to play on: a person can play {TICTACTOE}, {CONNECT_FOUR}, {LEDUC}",
+        ),
         (["play", "{tictactoe}", "--games", "0"], "--games must be >= 1, got 0"),
         (["play", "{tictactoe}", "--seat", "2"], "argument --seat: invalid choice: 2"),
     ],
@@ -182,7 +236,12 @@ def test_an_entry_that_is_no_legal_move_is_asked_again_with_a_reason():
         f"12 is not a legal move now: type one of {legal}",
         f"'-1' is not a move: type one of {legal}",
     ]
-    assert typist.shown[:4] == ["", "last move: 4", board_text(TICTACTOE).position(env, "player_1"), "your moves: 1, 2, 3, 5, 6, 7, 8"]
+    assert typist.shown[:4] == [
+        "",
+        "last move: 4",
+        board_text(TICTACTOE).position(env, "player_1"),
+        "your moves: 1, 2, 3, 5, 6, 7, 8",
+    ]
 
 
 def test_an_entry_int_cannot_read_is_asked_again():
@@ -190,7 +249,10 @@ def test_an_entry_int_cannot_read_is_asked_again():
     typist = Typist("²", "9" * 5000, "003")
     assert HumanPlayer(TICTACTOE, typist.read, typist.write).act(played(TICTACTOE, [0, 4]), "player_1", [0, 4]) == 3
     legal = "1 2 3 5 6 7 8"
-    assert [line for line in typist.shown if "not a" in line] == [f"'²' is not a move: type one of {legal}", f"{'9' * 20}... is not a legal move now: type one of {legal}"]
+    assert [line for line in typist.shown if "not a" in line] == [
+        f"'²' is not a move: type one of {legal}",
+        f"{'9' * 20}... is not a legal move now: type one of {legal}",
+    ]
 
 
 @pytest.mark.parametrize("entries", [("q",), ("Q",), ()])
@@ -203,7 +265,11 @@ def test_q_or_the_end_of_input_quits(entries):
 def winner(board: list[str]) -> str | None:
     """X or O when it holds a line of three on a drawn tic-tac-toe board (rows of ``a | b | c``)."""
     cells = [[cell.strip() for cell in row.split("|")] for row in board]
-    lines = cells + [list(column) for column in zip(*cells)] + [[cells[i][i] for i in range(3)], [cells[i][2 - i] for i in range(3)]]
+    lines = (
+        cells
+        + [list(column) for column in zip(*cells)]
+        + [[cells[i][i] for i in range(3)], [cells[i][2 - i] for i in range(3)]]
+    )
     return next((line[0] for line in lines if line[0] in "XO" and len(set(line)) == 1), None)
 
 
@@ -225,7 +291,10 @@ def test_a_person_plays_a_whole_game_of_tictactoe_typed_on_stdin(runs, monkeypat
     assert won_by is not None or not re.search(r"\d", "".join(final))  # a line of three, or a full board
     outcome = "a draw" if won_by is None else "you won" if won_by == mark else "you lost"
     assert lines[result].startswith(outcome)
-    assert lines[result + 1] == f"score: {int(outcome == 'you won')} won, {int(outcome == 'a draw')} drawn, {int(outcome == 'you lost')} lost"
+    assert (
+        lines[result + 1]
+        == f"score: {int(outcome == 'you won')} won, {int(outcome == 'a draw')} drawn, {int(outcome == 'you lost')} lost"
+    )
 
 
 def test_the_second_seat_sees_the_agents_first_move_and_quitting_exits_0(runs, monkeypatch, capsys):
@@ -258,7 +327,11 @@ def test_the_documented_loop_plays_a_trained_agent_in_pettingzoos_own_loop(runs,
     assert code.count('"runs/tictactoe"') == 1
     exec(code.replace('"runs/tictactoe"', repr(str(runs["tictactoe"]))), {})
     returns = eval(capsys.readouterr().out)  # noqa: S307 - the dict the loop printed
-    assert set(returns) == {"player_1", "player_2"} and sum(returns.values()) == 0 and set(returns.values()) <= {-1.0, 0.0, 1.0}
+    assert (
+        set(returns) == {"player_1", "player_2"}
+        and sum(returns.values()) == 0
+        and set(returns.values()) <= {-1.0, 0.0, 1.0}
+    )
 
 
 def test_leduc_games_show_the_opponents_card_at_the_end_and_score_the_showdown():
@@ -280,10 +353,14 @@ def test_leduc_games_show_the_opponents_card_at_the_end_and_score_the_showdown()
         if mine == public or theirs == public:
             expected = "you won" if mine == public else "you lost"
         else:
-            expected = "a draw" if mine == theirs else "you won" if "JQK".index(mine) > "JQK".index(theirs) else "you lost"
+            expected = (
+                "a draw" if mine == theirs else "you won" if "JQK".index(mine) > "JQK".index(theirs) else "you lost"
+            )
         assert shown[end].startswith(expected)
         outcomes.append(expected)
-    assert (score.wins, score.draws, score.losses) == tuple(outcomes.count(o) for o in ("you won", "a draw", "you lost"))
+    assert (score.wins, score.draws, score.losses) == tuple(
+        outcomes.count(o) for o in ("you won", "a draw", "you lost")
+    )
 
 
 # --- a player class of yours as the opponent, a game of yours ----------------------------------
@@ -294,10 +371,18 @@ def test_a_player_class_of_yours_plays_from_the_command_line(runs, capsys, tmp_p
     games are those ``fastppo.evaluate`` plays against an instance from Python."""
     run = runs["tictactoe"]
     from_python = without_timing(fastppo.evaluate(run, opponent=FirstLegal(), games=6, seed=0).to_dict())
-    assert main(["eval", str(run), "--opponent", "tests.fake_pz_envs:FirstLegal", "--games", "6", "--seed", "0", "--json"]) == 0
+    assert (
+        main(["eval", str(run), "--opponent", "tests.fake_pz_envs:FirstLegal", "--games", "6", "--seed", "0", "--json"])
+        == 0
+    )
     assert without_timing(json.loads(capsys.readouterr().out)) == from_python
-    (tmp_path / "players.py").write_text("from tests.fake_pz_envs import FirstLegal\n\n\nclass Mine(FirstLegal):\n    pass\n")
-    assert main(["eval", str(run), "--opponent", f"{tmp_path}/players.py:Mine", "--games", "6", "--seed", "0", "--json"]) == 0
+    (tmp_path / "players.py").write_text(
+        "from tests.fake_pz_envs import FirstLegal\n\n\nclass Mine(FirstLegal):\n    pass\n"
+    )
+    assert (
+        main(["eval", str(run), "--opponent", f"{tmp_path}/players.py:Mine", "--games", "6", "--seed", "0", "--json"])
+        == 0
+    )
     assert without_timing(json.loads(capsys.readouterr().out)) == from_python  # named 'first legal' by its class
 
 
@@ -309,11 +394,37 @@ def test_eval_takes_a_game_file_named_from_its_own_folder(tmp_path, monkeypatch,
     directory (as train --resume may): the same file."""
     monkeypatch.chdir(RACE_FILE.parent)
     relative = f"pz:{RACE_FILE.name}:race"
-    fastppo.train(relative, preset="cleanrl-discrete", run_dir=tmp_path / "race", total_timesteps=640, num_envs=2, num_steps=32, progress=False, tensorboard=False)
+    fastppo.train(
+        relative,
+        preset="cleanrl-discrete",
+        run_dir=tmp_path / "race",
+        total_timesteps=640,
+        num_envs=2,
+        num_steps=32,
+        progress=False,
+        tensorboard=False,
+    )
     assert main(["eval", str(tmp_path / "race"), "--env-id", relative, "--games", "4", "--seed", "0", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert (data["game"], data["games"]) == (relative, 4)
-    assert main(["eval", str(tmp_path / "race"), "--env-id", relative, "--opponent", str(tmp_path / "race"), "--games", "2", "--json"]) == 0  # its own folder as the opponent
+    assert (
+        main(
+            [
+                "eval",
+                str(tmp_path / "race"),
+                "--env-id",
+                relative,
+                "--opponent",
+                str(tmp_path / "race"),
+                "--games",
+                "2",
+                "--json",
+            ]
+        )
+        == 0
+    )  # its own folder as the opponent
     assert json.loads(capsys.readouterr().out)["games"] == 2
-    assert main(["eval", str(tmp_path / "race"), "--env-id", "pz:tests.fake_pz_envs:race", "--games", "2"]) == 2  # the same game by another name is another env
+    assert (
+        main(["eval", str(tmp_path / "race"), "--env-id", "pz:tests.fake_pz_envs:race", "--games", "2"]) == 2
+    )  # the same game by another name is another env
     assert "the agent was trained on pz:" in capsys.readouterr().err

@@ -26,7 +26,17 @@ def test_the_console_command_flushes_runs_atexit_handlers_and_keeps_every_file(t
     """``cli.console`` ends with os._exit after main(): output, exit handlers and the run's files
     must all be there, as after a normal interpreter exit."""
     run_dir = tmp_path / "run"
-    argv = ["fastppo", "train", "CartPole-v1", "--total-timesteps", "2048", "--run-dir", str(run_dir), "--progress", "false"]
+    argv = [
+        "fastppo",
+        "train",
+        "CartPole-v1",
+        "--total-timesteps",
+        "2048",
+        "--run-dir",
+        str(run_dir),
+        "--progress",
+        "false",
+    ]
     code = f"import atexit, sys\natexit.register(print, 'atexit ran')\nsys.argv = {argv!r}\nfrom fastppo.cli.main import console\nconsole()\n"
     buffered = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}  # pipes block-buffered, as usual
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=buffered)
@@ -37,7 +47,9 @@ def test_the_console_command_flushes_runs_atexit_handlers_and_keeps_every_file(t
     assert rows[-1]["global_step"] == 2048
     assert (run_dir / "policy.safetensors").is_file() and (run_dir / "agent.json").is_file()
     assert list(run_dir.glob("events.out.tfevents.*"))
-    bad = subprocess.run([sys.executable, "-m", "fastppo.cli", "train", "CartPole-v1", "--num-envs", "x"], capture_output=True, text=True)
+    bad = subprocess.run(
+        [sys.executable, "-m", "fastppo.cli", "train", "CartPole-v1", "--num-envs", "x"], capture_output=True, text=True
+    )
     assert bad.returncode == 2 and bad.stderr.startswith("fastppo: error:")
 
 

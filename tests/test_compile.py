@@ -17,8 +17,17 @@ import torch
 
 import fastppo
 
-TINY = dict(total_timesteps=256, num_envs=2, num_steps=64, num_minibatches=2, update_epochs=2, progress=False, tensorboard=False)
-LOSSES = ("losses/policy_loss", "losses/value_loss", "losses/entropy", "losses/approx_kl", "losses/clipfrac", "losses/grad_norm")
+TINY = dict(
+    total_timesteps=256, num_envs=2, num_steps=64, num_minibatches=2, update_epochs=2, progress=False, tensorboard=False
+)
+LOSSES = (
+    "losses/policy_loss",
+    "losses/value_loss",
+    "losses/entropy",
+    "losses/approx_kl",
+    "losses/clipfrac",
+    "losses/grad_norm",
+)
 
 
 def first_update_losses(**overrides) -> dict[str, float]:
@@ -73,11 +82,32 @@ def test_compile_flag_on_a_stack_of_seeds(eager_backend, tmp_path):
     first update of each seed as the eager stack's."""
     from fastppo.cli.main import main
 
-    flags = ["--preset", "cleanrl-discrete", "--backend", "tensor", "--seeds", "3,5", "--num-envs", "2", "--num-steps", "64", "--total-timesteps", "256", "--no-tensorboard", "--no-progress"]
+    flags = [
+        "--preset",
+        "cleanrl-discrete",
+        "--backend",
+        "tensor",
+        "--seeds",
+        "3,5",
+        "--num-envs",
+        "2",
+        "--num-steps",
+        "64",
+        "--total-timesteps",
+        "256",
+        "--no-tensorboard",
+        "--no-progress",
+    ]
     for name, extra in (("eager", []), ("compiled", ["--compile"])):
         assert main(["train", "CartPole-v1", *flags, *extra, "--run-dir", str(tmp_path / name)]) == 0
     for seed in (3, 5):
-        eager, compiled = ({k: json.loads((tmp_path / name / f"seed_{seed}" / "metrics.jsonl").read_text().splitlines()[0])[k] for k in LOSSES} for name in ("eager", "compiled"))
+        eager, compiled = (
+            {
+                k: json.loads((tmp_path / name / f"seed_{seed}" / "metrics.jsonl").read_text().splitlines()[0])[k]
+                for k in LOSSES
+            }
+            for name in ("eager", "compiled")
+        )
         assert compiled == pytest.approx(eager, rel=1e-5, abs=1e-6)
 
 

@@ -42,8 +42,23 @@ def test_preset_chosen_by_env_id():
 
 
 def test_overrides_accept_dotted_and_bare_names_and_coerce_types():
-    c = apply_overrides(Config(), {"ppo.learning-rate": "1e-3", "num_envs": "8", "target_kl": "none", "hidden_sizes": "32,16", "norm_adv": "false"})
-    assert (c.ppo.learning_rate, c.env.num_envs, c.ppo.target_kl, c.policy.hidden_sizes, c.ppo.norm_adv) == (1e-3, 8, None, (32, 16), False)
+    c = apply_overrides(
+        Config(),
+        {
+            "ppo.learning-rate": "1e-3",
+            "num_envs": "8",
+            "target_kl": "none",
+            "hidden_sizes": "32,16",
+            "norm_adv": "false",
+        },
+    )
+    assert (c.ppo.learning_rate, c.env.num_envs, c.ppo.target_kl, c.policy.hidden_sizes, c.ppo.norm_adv) == (
+        1e-3,
+        8,
+        None,
+        (32, 16),
+        False,
+    )
     c = apply_overrides(Config(), {"total_timesteps": "1_000_000", "target_kl": 0.02})
     assert c.ppo.total_timesteps == 1_000_000 and c.ppo.target_kl == 0.02
 
@@ -60,7 +75,12 @@ def test_unknown_key_is_named():
 
 def test_infinite_clips_and_extreme_seeds_stay_valid():
     # clip_coef inf is the unclipped surrogate, clip_obs/clip_reward inf no clipping; seeds use numpy's whole range.
-    for overrides in ({"clip_coef": "inf", "clip_schedule": "constant"}, {"clip_obs": "inf", "clip_reward": "inf"}, {"seed": 0}, {"seed": 2**32 - 1}):
+    for overrides in (
+        {"clip_coef": "inf", "clip_schedule": "constant"},
+        {"clip_obs": "inf", "clip_reward": "inf"},
+        {"seed": 0},
+        {"seed": 2**32 - 1},
+    ):
         apply_overrides(Config(), overrides).validate()
 
 
@@ -73,11 +93,26 @@ def test_torch_threads_default_to_one_for_an_mlp_run_and_every_cpu_for_a_cnn_or_
     assert automatic.intra_op_threads(stacked=False) == 1 and automatic.intra_op_threads(stacked=True) == 6
     chosen = apply_overrides(Config(), {"torch_threads": 3})
     assert chosen.intra_op_threads(stacked=False) == 3 and chosen.intra_op_threads(stacked=True) == 3
-    pixels = [apply_overrides(Config(), {"env_id": "BreakoutNoFrameskip-v4"}), apply_overrides(Config(), {"encoder": "cnn"})]
+    pixels = [
+        apply_overrides(Config(), {"env_id": "BreakoutNoFrameskip-v4"}),
+        apply_overrides(Config(), {"encoder": "cnn"}),
+    ]
     assert [config.intra_op_threads(stacked=False) for config in pixels] == [6, 6]
-    assert apply_overrides(Config(), {"env_id": "BreakoutNoFrameskip-v4", "encoder": "mlp"}).intra_op_threads(stacked=False) == 1
-    assert apply_overrides(Config(), {"env_id": "BreakoutNoFrameskip-v4", "torch_threads": 1}).intra_op_threads(stacked=False) == 1
-    with pytest.raises(FastPPOError, match="--run.torch-threads must be 0 \\(automatic\\) or a positive integer, got -1"):
+    assert (
+        apply_overrides(Config(), {"env_id": "BreakoutNoFrameskip-v4", "encoder": "mlp"}).intra_op_threads(
+            stacked=False
+        )
+        == 1
+    )
+    assert (
+        apply_overrides(Config(), {"env_id": "BreakoutNoFrameskip-v4", "torch_threads": 1}).intra_op_threads(
+            stacked=False
+        )
+        == 1
+    )
+    with pytest.raises(
+        FastPPOError, match="--run.torch-threads must be 0 \\(automatic\\) or a positive integer, got -1"
+    ):
         apply_overrides(Config(), {"torch_threads": -1}).validate()
 
 
@@ -104,7 +139,9 @@ def test_values_of_the_wrong_type_are_refused_with_the_flag(key, value, message)
     assert str(error.value).startswith(message)
 
 
-@pytest.mark.parametrize("value, expected", [("1_000", 1000), ("0x10", 16), ("1e3", 1000), (" 7 ", 7), (8.0, 8), (12, 12)])
+@pytest.mark.parametrize(
+    "value, expected", [("1_000", 1000), ("0x10", 16), ("1e3", 1000), (" 7 ", 7), (8.0, 8), (12, 12)]
+)
 def test_integers_in_python_spellings_are_read(value, expected):
     assert apply_overrides(Config(), {"num_envs": value}).env.num_envs == expected
 
@@ -124,7 +161,9 @@ def test_a_minibatch_of_one_row_is_refused_naming_the_flag():
         "--num-minibatches 16 splits the batch of 16 steps (num_envs 2 x num_steps 8) into minibatches of 1 row, "
         "and a minibatch needs at least 2: give --num-minibatches 8 or fewer, or raise --num-envs or --num-steps"
     )
-    assert make_config("CartPole-v1", overrides={"num_envs": 2, "num_steps": 8, "num_minibatches": 8}).minibatch_size == 2
+    assert (
+        make_config("CartPole-v1", overrides={"num_envs": 2, "num_steps": 8, "num_minibatches": 8}).minibatch_size == 2
+    )
 
 
 def test_a_presets_minibatch_count_that_leaves_one_row_names_the_preset_and_the_flag():
@@ -134,7 +173,10 @@ def test_a_presets_minibatch_count_that_leaves_one_row_names_the_preset_and_the_
         "--num-minibatches 256 (the LunarLander-v3 preset's) splits the batch of 256 steps (num_envs 4 x num_steps 64) into minibatches of 1 row, "
         "and a minibatch needs at least 2: give --num-minibatches 128 or fewer, or raise --num-envs or --num-steps"
     )
-    with pytest.raises(FastPPOError, match=r"^--num-minibatches 1 splits the batch of 1 step \(num_envs 1 x num_steps 1\) into minibatches of 1 row, and a minibatch needs at least 2: raise --num-envs or --num-steps$"):
+    with pytest.raises(
+        FastPPOError,
+        match=r"^--num-minibatches 1 splits the batch of 1 step \(num_envs 1 x num_steps 1\) into minibatches of 1 row, and a minibatch needs at least 2: raise --num-envs or --num-steps$",
+    ):
         make_config("LunarLander-v3", overrides={"num_envs": 1, "num_steps": 1, "num_minibatches": 1})
 
 

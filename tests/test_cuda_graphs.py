@@ -54,7 +54,9 @@ def cpu_graphs(monkeypatch):
         touched = []  # what fn changes besides the RNG: a minibatch step's weights, gradient, Adam state
         if isinstance(owner, MinibatchStep):
             touched = [owner.flat_parameter.data, owner.flat_parameter.grad]
-            touched += [t for state in owner.optimizer.state.values() for t in state.values() if isinstance(t, torch.Tensor)]
+            touched += [
+                t for state in owner.optimizer.state.values() for t in state.values() if isinstance(t, torch.Tensor)
+            ]
         before = [t.clone() for t in touched]
         with torch.random.fork_rng():
             outputs = fn(*args)
@@ -80,11 +82,18 @@ def graph_device(request) -> tuple[str, list[CPUGraph] | None]:
 def minibatches(n: int, rows: int, device: str) -> list[dict[str, torch.Tensor]]:
     g = torch.Generator().manual_seed(0)
     return [
-        {k: v.to(device) for k, v in dict(
-            obs=torch.randn(rows, 4, generator=g), actions=torch.randint(0, 2, (rows,), generator=g), logprobs=-0.3 - torch.rand(rows, generator=g),
-            values=torch.randn(rows, generator=g), advantages=torch.randn(rows, generator=g), returns=torch.randn(rows, generator=g),
-            valid=torch.rand(rows, generator=g) > 0.1,
-        ).items()}
+        {
+            k: v.to(device)
+            for k, v in dict(
+                obs=torch.randn(rows, 4, generator=g),
+                actions=torch.randint(0, 2, (rows,), generator=g),
+                logprobs=-0.3 - torch.rand(rows, generator=g),
+                values=torch.randn(rows, generator=g),
+                advantages=torch.randn(rows, generator=g),
+                returns=torch.randn(rows, generator=g),
+                valid=torch.rand(rows, generator=g) > 0.1,
+            ).items()
+        }
         for _ in range(n)
     ]
 
@@ -138,8 +147,17 @@ def test_graphed_policy_step_samples_like_the_eager_act(graph_device):
 def test_cudagraphs_training_loop_runs_its_graphs(cpu_graphs):
     # The whole loop on the CPU stand-in: the update keeps the reset rows masked (fixed shapes)
     # and the rollout copies each graphed policy output before the next call.
-    agent = fastppo.train("CartPole-v1", preset="cleanrl-discrete", seed=3, cudagraphs=True, total_timesteps=1024, num_envs=4,
-                          num_steps=64, progress=False, tensorboard=False)
+    agent = fastppo.train(
+        "CartPole-v1",
+        preset="cleanrl-discrete",
+        seed=3,
+        cudagraphs=True,
+        total_timesteps=1024,
+        num_envs=4,
+        num_steps=64,
+        progress=False,
+        tensorboard=False,
+    )
     assert len(agent.history) == 4
     assert all(torch.isfinite(torch.tensor(row["losses/value_loss"])) for row in agent.history)
     kinds = {type(graph.fn.__self__).__name__ for graph in cpu_graphs}
@@ -150,13 +168,23 @@ def test_cudagraphs_training_loop_runs_its_graphs(cpu_graphs):
 
 def test_cudagraphs_on_cpu_is_a_clear_error():
     with pytest.raises(FastPPOError, match="needs --device cuda"):
-        fastppo.train("CartPole-v1", preset="cleanrl-discrete", cudagraphs=True, device="cpu", total_timesteps=512, progress=False, tensorboard=False)
+        fastppo.train(
+            "CartPole-v1",
+            preset="cleanrl-discrete",
+            cudagraphs=True,
+            device="cpu",
+            total_timesteps=512,
+            progress=False,
+            tensorboard=False,
+        )
 
 
 def test_cudagraphs_on_cpu_exits_2_from_the_cli(capsys):
     from fastppo.cli.main import main
 
-    code = main(["train", "CartPole-v1", "--cudagraphs", "--device", "cpu", "--total-timesteps", "1024", "--progress", "false"])
+    code = main(
+        ["train", "CartPole-v1", "--cudagraphs", "--device", "cpu", "--total-timesteps", "1024", "--progress", "false"]
+    )
     assert code == 2
     assert "needs --device cuda" in capsys.readouterr().err
 
@@ -167,5 +195,7 @@ def test_cudagraphs_run_on_gpu_learns_cartpole(backend):
     # Not compared loss for loss with an eager run: graphed sampling draws other random numbers
     # and the graphed update keeps reset rows masked instead of dropping them, so the minibatches
     # differ. The step-level tests above compare the computations themselves.
-    agent = fastppo.train("CartPole-v1", seed=1, device="cuda", backend=backend, cudagraphs=True, progress=False, tensorboard=False)
+    agent = fastppo.train(
+        "CartPole-v1", seed=1, device="cuda", backend=backend, cudagraphs=True, progress=False, tensorboard=False
+    )
     assert sum(agent.episode_returns[-20:]) / 20 >= 400  # every CPU seed ends at 500; margin for other numerics

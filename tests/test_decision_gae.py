@@ -1,5 +1,6 @@
 """GAE over each seat's own decisions (turn-based games): hand-computed values, and a plain
 per-column reference loop."""
+
 import pytest
 import torch
 
@@ -20,7 +21,9 @@ def test_a_two_player_game_by_hand():
     terminated[3] = True
     truncated = torch.zeros(6, 2, dtype=torch.bool)
     last_value = torch.tensor([0.7, 0.8])
-    adv, ret = compute_decision_gae(rewards, values, shift_values(values, last_value), terminated, truncated, decisions, GAMMA, LAMBDA)
+    adv, ret = compute_decision_gae(
+        rewards, values, shift_values(values, last_value), terminated, truncated, decisions, GAMMA, LAMBDA
+    )
     a5 = 0.0 + GAMMA * 0.7 - 0.3  # bootstraps from the rollout's last value
     a2 = -1.0 - 0.2  # B's winning move is A's last transition: terminated, no bootstrap
     a0 = (GAMMA * 0.2 - 0.1) + GAMMA * LAMBDA * a2
@@ -39,7 +42,9 @@ def test_truncation_bootstraps_from_the_final_value_and_rewards_between_turns_ad
     rewards = torch.tensor([[0.0], [0.5], [0.25]])
     truncated = torch.tensor([[0], [0], [1]], dtype=torch.bool)
     next_values = torch.tensor([[5.0], [6.0], [2.0]])
-    adv, _ = compute_decision_gae(rewards, values, next_values, torch.zeros_like(truncated), truncated, decisions, GAMMA, LAMBDA)
+    adv, _ = compute_decision_gae(
+        rewards, values, next_values, torch.zeros_like(truncated), truncated, decisions, GAMMA, LAMBDA
+    )
     torch.testing.assert_close(adv, torch.tensor([[0.75 + GAMMA * 2.0 - 1.0], [0.0], [0.0]]))
 
 
@@ -84,7 +89,12 @@ def test_matches_a_plain_reference_loop(seed):
     truncated = (torch.rand(T, N, generator=g) < 0.05) & ~terminated
     decisions = torch.rand(T, N, generator=g) < 0.5
     adv, _ = compute_decision_gae(rewards, values, next_values, terminated, truncated, decisions, GAMMA, LAMBDA)
-    torch.testing.assert_close(adv.double(), reference(rewards, values, next_values, terminated, truncated, decisions, GAMMA, LAMBDA), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(
+        adv.double(),
+        reference(rewards, values, next_values, terminated, truncated, decisions, GAMMA, LAMBDA),
+        rtol=1e-5,
+        atol=1e-5,
+    )
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -97,7 +107,9 @@ def test_transitions_that_end_off_the_columns_turn_match_the_reference_loop(seed
     truncated = (torch.rand(T, N, generator=g) < 0.1) & ~terminated
     decisions = torch.rand(T, N, generator=g) < 0.5
     at_turn = torch.rand(T, N, generator=g) < 0.5
-    adv, _ = compute_decision_gae(rewards, values, next_values, terminated, truncated, decisions, GAMMA, LAMBDA, at_turn)
+    adv, _ = compute_decision_gae(
+        rewards, values, next_values, terminated, truncated, decisions, GAMMA, LAMBDA, at_turn
+    )
     expected = reference(rewards, values, next_values, terminated, truncated, decisions, GAMMA, LAMBDA, at_turn)
     torch.testing.assert_close(adv.double(), expected, rtol=1e-5, atol=1e-5)
     unresolved = open_decisions(decisions, terminated, truncated, at_turn)
@@ -131,7 +143,9 @@ def test_all_decisions_is_plain_gae():
     truncated = (torch.rand(T, N, generator=g) < 0.05) & ~terminated
     next_values = shift_values(values, last)
     plain, _ = compute_gae(rewards, values, next_values, terminated, truncated, GAMMA, LAMBDA)
-    ours, _ = compute_decision_gae(rewards, values, next_values, terminated, truncated, torch.ones(T, N, dtype=torch.bool), GAMMA, LAMBDA)
+    ours, _ = compute_decision_gae(
+        rewards, values, next_values, terminated, truncated, torch.ones(T, N, dtype=torch.bool), GAMMA, LAMBDA
+    )
     torch.testing.assert_close(ours, plain)
 
 
@@ -139,4 +153,6 @@ def test_one_advantage_normalises_to_zero_not_nan():
     from fastppo.core.masked import normalize_advantages
 
     assert normalize_advantages(torch.tensor([0.7])).tolist() == [0.0]
-    torch.testing.assert_close(normalize_advantages(torch.tensor([1.0, 3.0])), torch.tensor([-1.0, 1.0]) / 2**0.5)  # std sqrt(2)
+    torch.testing.assert_close(
+        normalize_advantages(torch.tensor([1.0, 3.0])), torch.tensor([-1.0, 1.0]) / 2**0.5
+    )  # std sqrt(2)

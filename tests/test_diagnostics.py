@@ -55,7 +55,9 @@ def test_a_policy_still_late_in_an_annealed_run_is_not_stuck():
 def test_a_converged_deterministic_policy_is_not_stuck():
     monitor = HealthMonitor()
     monitor.check(metrics(entropy=0.69), 0.0)
-    assert [w for i in range(30) for w in monitor.check(metrics(clipfrac=0.0, kl=0.0, entropy=0.02), 0.5 + i / 100)] == []
+    assert [
+        w for i in range(30) for w in monitor.check(metrics(clipfrac=0.0, kl=0.0, entropy=0.02), 0.5 + i / 100)
+    ] == []
 
 
 def test_entropy_collapse_early_but_not_late():
@@ -101,7 +103,10 @@ def test_a_policy_that_does_not_move_is_warned_about_in_a_real_run(tmp_path, cap
     # A learning rate 1e6 times too small: approx_kl ~1e-15, the policy stays where it started.
     tiny = {"num_envs": 2, "num_steps": 16, "total_timesteps": 20 * 32, "seed": 1, "run_dir": tmp_path / "still"}
     warnings = warnings_of_run(capsys, "CartPole-v1", learning_rate=1e-8, **tiny)
-    assert len(warnings) == 1 and "clip_fraction stuck at 0 and approx_kl below 1e-07: the policy barely moves" in warnings[0]
+    assert (
+        len(warnings) == 1
+        and "clip_fraction stuck at 0 and approx_kl below 1e-07: the policy barely moves" in warnings[0]
+    )
 
 
 SHORT_UPDATES = 20
@@ -121,7 +126,14 @@ PRESET_ENVS = {
 QUICK = {"Acrobot-v1", "CartPole-v1"}
 """The presets whose short run takes a few seconds; the others' are slow (up to a minute and more)."""
 
-NEEDS = {"pz:": "pettingzoo", "popgym:": "popgym", "ALE/": "ale_py", "Lunar": "Box2D", "Bipedal": "Box2D", "-v5": "mujoco"}
+NEEDS = {
+    "pz:": "pettingzoo",
+    "popgym:": "popgym",
+    "ALE/": "ale_py",
+    "Lunar": "Box2D",
+    "Bipedal": "Box2D",
+    "-v5": "mujoco",
+}
 """The package an env id needs, by a part of the id: a preset whose env is not installed is skipped."""
 
 
@@ -129,7 +141,9 @@ def test_every_preset_has_an_env_for_its_short_run():
     assert sorted(PRESET_ENVS) == available_presets()
 
 
-@pytest.mark.parametrize("preset", [p if p in QUICK else pytest.param(p, marks=pytest.mark.slow) for p in sorted(PRESET_ENVS)])
+@pytest.mark.parametrize(
+    "preset", [p if p in QUICK else pytest.param(p, marks=pytest.mark.slow) for p in sorted(PRESET_ENVS)]
+)
 def test_a_short_run_of_each_preset_gives_no_warning(preset, tmp_path, capsys):
     """Each preset as shipped, for its first SHORT_UPDATES updates (BipedalWalker's on 2 of its 32
     envs: 20 of its updates would be 1.3M steps). A warning sign must not fire on a healthy run."""
@@ -139,4 +153,15 @@ def test_a_short_run_of_each_preset_gives_no_warning(preset, tmp_path, capsys):
             pytest.importorskip(package)
     overrides = {"num_envs": 2} if preset == "BipedalWalker" else {}
     batch = make_config(env_id, preset, overrides).batch_size
-    assert warnings_of_run(capsys, env_id, preset=preset, total_timesteps=SHORT_UPDATES * batch, seed=1, run_dir=tmp_path / "run", **overrides) == []
+    assert (
+        warnings_of_run(
+            capsys,
+            env_id,
+            preset=preset,
+            total_timesteps=SHORT_UPDATES * batch,
+            seed=1,
+            run_dir=tmp_path / "run",
+            **overrides,
+        )
+        == []
+    )

@@ -64,7 +64,9 @@ def free_port() -> int:
 @contextmanager
 def rank_of(rank: int, size: int, port: int) -> Iterator[World]:
     """This spawned process as rank ``rank`` of a torchrun-like launch (the variables torchrun sets)."""
-    os.environ.update(WORLD_SIZE=str(size), RANK=str(rank), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    os.environ.update(
+        WORLD_SIZE=str(size), RANK=str(rank), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)
+    )
     torch.set_num_threads(1)
     with joined(torch.device("cpu"), timeout_s=60) as world:  # ranks out of step fail the test, not hang it
         yield world
@@ -118,7 +120,9 @@ def update_worker(rank: int, size: int, port: int, out: str) -> None:
             cfg = ppo_config(**settings)
             batch = {k: v[rank * HALF : (rank + 1) * HALF] for k, v in make_batch(invalid).items()}
             torch.manual_seed(seed + rank)  # the minibatch shuffles, replayed by the test
-            losses[name] = ppo_update(policy, optimizer, batch, cfg, COEFS, MinibatchStep(policy, optimizer, cfg, world=world))
+            losses[name] = ppo_update(
+                policy, optimizer, batch, cfg, COEFS, MinibatchStep(policy, optimizer, cfg, world=world)
+            )
             weights[name] = flat_weights(policy)
         save_file(weights, f"{out}/weights{rank}.safetensors")
         Path(f"{out}/losses{rank}.json").write_text(json.dumps(losses))
@@ -138,10 +142,15 @@ def joint_minibatches(seed: int, epoch: int) -> list[torch.Tensor]:
     minibatch i and rank 1's minibatch i together."""
     size = HALF // MINIBATCHES
     perms = [p[epoch] for p in rank_permutations(seed)]
-    return [torch.cat([perms[0][i * size : (i + 1) * size], HALF + perms[1][i * size : (i + 1) * size]]) for i in range(MINIBATCHES)]
+    return [
+        torch.cat([perms[0][i * size : (i + 1) * size], HALF + perms[1][i * size : (i + 1) * size]])
+        for i in range(MINIBATCHES)
+    ]
 
 
-def test_an_update_on_two_ranks_equals_one_process_updating_on_both_ranks_rows(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+def test_an_update_on_two_ranks_equals_one_process_updating_on_both_ranks_rows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
     spawn(update_worker, tmp_path)
     ranks = [load_file(str(tmp_path / f"weights{rank}.safetensors")) for rank in range(2)]
     rank_losses = [json.loads((tmp_path / f"losses{rank}.json").read_text()) for rank in range(2)]
@@ -159,7 +168,9 @@ def test_an_update_on_two_ranks_equals_one_process_updating_on_both_ranks_rows(t
     losses = ppo_update(policy, optimizer, make_batch(), ppo_config(**settings), COEFS)
     monkeypatch.undo()
     references = {"all_valid": flat_weights(policy)}
-    assert losses["epochs"] == 1  # the target-KL stop was reached: on the ranks' mean KL, by both ranks after the same epoch
+    assert (
+        losses["epochs"] == 1
+    )  # the target-KL stop was reached: on the ranks' mean KL, by both ranks after the same epoch
     for name in LOSSES:
         for rank in range(2):
             assert rank_losses[rank]["all_valid"][name] == pytest.approx(losses[name], rel=1e-4, abs=1e-6), name
@@ -197,14 +208,28 @@ def statistics_worker(rank: int, size: int, port: int, out: str) -> None:
     RunningMeanStd.update = recording_update
     with rank_of(rank, size, port):
         agent = fastppo.train(
-            "CartPole-v1", num_envs=4, num_steps=16, total_timesteps=2 * 2 * 64, normalize_obs=True, normalize_reward=True, progress=False, tensorboard=False
+            "CartPole-v1",
+            num_envs=4,
+            num_steps=16,
+            total_timesteps=2 * 2 * 64,
+            normalize_obs=True,
+            normalize_reward=True,
+            progress=False,
+            tensorboard=False,
         )
     tensors = {"weights": flat_weights(agent.policy)}
     for shape, rms in final.items():
         key = "obs" if shape else "return"
-        tensors |= {f"{key}.seen": torch.cat(seen[shape]), f"{key}.mean": rms.mean, f"{key}.var": rms.var, f"{key}.count": torch.as_tensor(float(rms.count), dtype=torch.float64)}
+        tensors |= {
+            f"{key}.seen": torch.cat(seen[shape]),
+            f"{key}.mean": rms.mean,
+            f"{key}.var": rms.var,
+            f"{key}.count": torch.as_tensor(float(rms.count), dtype=torch.float64),
+        }
     save_file(tensors, f"{out}/rank{rank}.safetensors")
-    Path(f"{out}/rank{rank}.json").write_text(json.dumps({"global_step": agent.history[-1]["global_step"], "episode_returns": agent.episode_returns}))
+    Path(f"{out}/rank{rank}.json").write_text(
+        json.dumps({"global_step": agent.history[-1]["global_step"], "episode_returns": agent.episode_returns})
+    )
 
 
 def test_statistics_after_a_two_rank_run_are_those_of_one_process_that_saw_both_ranks_batches(tmp_path: Path):
@@ -218,7 +243,9 @@ def test_statistics_after_a_two_rank_run_are_those_of_one_process_that_saw_both_
             torch.testing.assert_close(rank[f"{key}.mean"], reference.mean, rtol=1e-9, atol=1e-12)
             torch.testing.assert_close(rank[f"{key}.var"], reference.var, rtol=1e-9, atol=1e-12)
             assert float(rank[f"{key}.count"]) == pytest.approx(reference.count, rel=1e-12)
-        assert torch.equal(ranks[0][f"{key}.mean"], ranks[1][f"{key}.mean"]) and torch.equal(ranks[0][f"{key}.var"], ranks[1][f"{key}.var"])
+        assert torch.equal(ranks[0][f"{key}.mean"], ranks[1][f"{key}.mean"]) and torch.equal(
+            ranks[0][f"{key}.var"], ranks[1][f"{key}.var"]
+        )
     assert torch.equal(ranks[0]["weights"], ranks[1]["weights"])  # same start (broadcast), same gradients
     logs = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in range(2)]
     assert logs[0] == logs[1]  # every rank's episodes gathered on each
@@ -226,7 +253,16 @@ def test_statistics_after_a_two_rank_run_are_those_of_one_process_that_saw_both_
 
 
 def torchrun(*argv: str, ranks: int = 2) -> subprocess.CompletedProcess:
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}", "-m", "fastppo", *argv]
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={ranks}",
+        "-m",
+        "fastppo",
+        *argv,
+    ]
     return subprocess.run(command, capture_output=True, text=True, timeout=300)
 
 
@@ -234,15 +270,30 @@ def fastppo_errors(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if line.startswith("fastppo: error")]
 
 
-TINY = ("--num-envs", "4", "--num-steps", "64", "--no-progress", "--no-tensorboard", "--lr-schedule", "constant", "--clip-schedule", "constant")
+TINY = (
+    "--num-envs",
+    "4",
+    "--num-steps",
+    "64",
+    "--no-progress",
+    "--no-tensorboard",
+    "--lr-schedule",
+    "constant",
+    "--clip-schedule",
+    "constant",
+)
 
 
 def test_torchrun_trains_checkpoints_once_resumes_and_refuses_another_world_size(tmp_path: Path):
     run_dir = tmp_path / "run"
-    first = torchrun("train", "CartPole-v1", "--run-dir", str(run_dir), "--total-timesteps", "1024", "--checkpoint-every", "0", *TINY)
+    first = torchrun(
+        "train", "CartPole-v1", "--run-dir", str(run_dir), "--total-timesteps", "1024", "--checkpoint-every", "0", *TINY
+    )
     assert first.returncode == 0, first.stderr
     assert first.stdout.count("fastppo: results in") == 1  # rank 0 speaks for the run
-    assert [p.name for p in (run_dir / "checkpoints").iterdir() if p.is_dir()] == ["000002"]  # 1024 steps = 2 iterations x 2 ranks x 256
+    assert [p.name for p in (run_dir / "checkpoints").iterdir() if p.is_dir()] == [
+        "000002"
+    ]  # 1024 steps = 2 iterations x 2 ranks x 256
     meta = json.loads((run_dir / "checkpoints" / "000002" / "trainer.json").read_text())
     assert (meta["world_size"], meta["global_step"]) == (2, 1024)
     steps = [json.loads(line)["global_step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
@@ -254,7 +305,11 @@ def test_torchrun_trains_checkpoints_once_resumes_and_refuses_another_world_size
     assert steps == [512, 1024, 1536, 2048]
     assert (run_dir / "checkpoints" / "latest").read_text().strip() == "000004"
 
-    alone = subprocess.run([sys.executable, "-m", "fastppo", "train", "--resume", str(run_dir), "--total-timesteps", "4096"], capture_output=True, text=True)
+    alone = subprocess.run(
+        [sys.executable, "-m", "fastppo", "train", "--resume", str(run_dir), "--total-timesteps", "4096"],
+        capture_output=True,
+        text=True,
+    )
     assert alone.returncode == 2
     assert alone.stderr.strip().splitlines() == [
         f"fastppo: error: {run_dir} was trained by 2 ranks, this launch has 1: resume it with torchrun, 2 processes in all (--nnodes x --nproc-per-node)"
@@ -271,29 +326,80 @@ def launch_failure_lines(stderr: str) -> list[str]:
 
 
 def test_an_error_on_rank_1_alone_is_one_line_naming_rank_1(tmp_path: Path):
-    failed = torchrun("train", "tests.torchrun_envs:NaNRewardOnRank1Env", "--run-dir", str(tmp_path / "run"), "--total-timesteps", "4096", *TINY)
+    failed = torchrun(
+        "train",
+        "tests.torchrun_envs:NaNRewardOnRank1Env",
+        "--run-dir",
+        str(tmp_path / "run"),
+        "--total-timesteps",
+        "4096",
+        *TINY,
+    )
     assert failed.returncode == 1  # torchrun's code for a failed launch
     first, *others = launch_failure_lines(failed.stderr)
-    assert re.fullmatch(r"fastppo: error: rank 1: training stopped at iteration \d+: env \d returned a NaN/Inf reward at rollout step \d+ .*", first), failed.stderr
+    assert re.fullmatch(
+        r"fastppo: error: rank 1: training stopped at iteration \d+: env \d returned a NaN/Inf reward at rollout step \d+ .*",
+        first,
+    ), failed.stderr
     # Rank 0 (in a collective when rank 1 left) says why it stopped, unless torchrun's SIGTERM came first.
-    assert others in ([], ["fastppo: error: rank 0: another rank stopped the run: see its error, or torchrun's summary for a rank that died"]), failed.stderr
+    assert others in (
+        [],
+        [
+            "fastppo: error: rank 0: another rank stopped the run: see its error, or torchrun's summary for a rank that died"
+        ],
+    ), failed.stderr
 
 
 def test_a_rank_stalled_past_the_collective_timeout_ends_the_run_with_one_line(tmp_path: Path):
     began = time.monotonic()
-    failed = torchrun("train", "tests.torchrun_envs:StallOnRank1Env", "--run-dir", str(tmp_path / "run"), "--total-timesteps", "4096", "--collective-timeout", "2", *TINY)
+    failed = torchrun(
+        "train",
+        "tests.torchrun_envs:StallOnRank1Env",
+        "--run-dir",
+        str(tmp_path / "run"),
+        "--total-timesteps",
+        "4096",
+        "--collective-timeout",
+        "2",
+        *TINY,
+    )
     assert failed.returncode == 1
     first, *others = launch_failure_lines(failed.stderr)
-    assert first == "fastppo: error: rank 0: no answer from the other ranks within 2 s (--run.collective-timeout): a rank stalled or died", failed.stderr
+    assert (
+        first
+        == "fastppo: error: rank 0: no answer from the other ranks within 2 s (--run.collective-timeout): a rank stalled or died"
+    ), failed.stderr
     # The stalled rank, once it wakes (unless torchrun's SIGTERM ends it first), finds rank 0 gone.
-    assert others in ([], ["fastppo: error: rank 1: another rank stopped the run: see its error, or torchrun's summary for a rank that died"]), failed.stderr
+    assert others in (
+        [],
+        [
+            "fastppo: error: rank 1: another rank stopped the run: see its error, or torchrun's summary for a rank that died"
+        ],
+    ), failed.stderr
     assert time.monotonic() - began < 60  # not the 30 min of gloo's own timeout; rank 1 stalls 8 s
 
 
 def test_ctrl_c_under_torchrun_saves_and_says_so_while_torchrun_exits_1(tmp_path: Path):
     run_dir = tmp_path / "run"
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "-m", "fastppo", "train", "CartPole-v1", "--run-dir", str(run_dir)]
-    launch = subprocess.Popen([*command, "--total-timesteps", "10000000", "--checkpoint-every", "0", *TINY], stderr=subprocess.PIPE, text=True, start_new_session=True)
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node=2",
+        "-m",
+        "fastppo",
+        "train",
+        "CartPole-v1",
+        "--run-dir",
+        str(run_dir),
+    ]
+    launch = subprocess.Popen(
+        [*command, "--total-timesteps", "10000000", "--checkpoint-every", "0", *TINY],
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         while not (run_dir / "metrics.jsonl").is_file() or not (run_dir / "metrics.jsonl").read_text():  # training
             assert launch.poll() is None, launch.stderr.read()
@@ -304,17 +410,26 @@ def test_ctrl_c_under_torchrun_saves_and_says_so_while_torchrun_exits_1(tmp_path
         if launch.poll() is None:
             os.killpg(launch.pid, signal.SIGKILL)
     assert launch.returncode == 1  # torchrun's own, for any signal it gets (its SignalException traceback)
-    assert "SignalException" in stderr and not [line for line in stderr.splitlines() if line.startswith("[rank")], stderr
+    assert "SignalException" in stderr and not [line for line in stderr.splitlines() if line.startswith("[rank")], (
+        stderr
+    )
     stopped = [line for line in stderr.splitlines() if line.startswith("fastppo: SIGINT")]
     assert len(stopped) == 1, stderr  # rank 0 speaks for the run
-    saved = Path(re.fullmatch(r"fastppo: SIGINT: stopped after iteration (\d+), checkpoint saved in (.+)", stopped[0]).group(2))
-    assert saved.parent == run_dir / "checkpoints" and (run_dir / "checkpoints" / "latest").read_text().strip() == saved.name
+    saved = Path(
+        re.fullmatch(r"fastppo: SIGINT: stopped after iteration (\d+), checkpoint saved in (.+)", stopped[0]).group(2)
+    )
+    assert (
+        saved.parent == run_dir / "checkpoints"
+        and (run_dir / "checkpoints" / "latest").read_text().strip() == saved.name
+    )
     meta = json.loads((saved / "trainer.json").read_text())
     assert meta["iteration"] == int(saved.name) and meta["global_step"] < 10_000_000
 
 
 def test_resuming_a_one_process_run_under_torchrun_is_a_one_line_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    fastppo.train("CartPole-v1", run_dir=tmp_path, num_envs=2, num_steps=32, total_timesteps=64, progress=False, tensorboard=False)
+    fastppo.train(
+        "CartPole-v1", run_dir=tmp_path, num_envs=2, num_steps=32, total_timesteps=64, progress=False, tensorboard=False
+    )
     monkeypatch.setenv("WORLD_SIZE", "2")
     with pytest.raises(FastPPOError, match=r"was trained by 1 rank, this launch has 2: resume it without torchrun$"):
         resume_config(tmp_path, {"total_timesteps": 128})
@@ -334,7 +449,10 @@ def test_world_size_without_the_rest_of_a_torchrun_launch_is_a_one_line_error(mo
     for name in ("RANK", "MASTER_ADDR", "MASTER_PORT"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("WORLD_SIZE", "2")
-    with pytest.raises(FastPPOError, match="WORLD_SIZE=2 is set but not RANK, MASTER_ADDR, MASTER_PORT: launch with torchrun, or unset WORLD_SIZE"):
+    with pytest.raises(
+        FastPPOError,
+        match="WORLD_SIZE=2 is set but not RANK, MASTER_ADDR, MASTER_PORT: launch with torchrun, or unset WORLD_SIZE",
+    ):
         fastppo.train("CartPole-v1", num_envs=2, num_steps=32, total_timesteps=64, progress=False, tensorboard=False)
 
 
@@ -343,27 +461,55 @@ def test_world_size_without_the_rest_of_a_torchrun_launch_is_a_one_line_error(mo
     [
         ({"WORLD_SIZE": "two"}, [], "WORLD_SIZE='two' in the environment is not an integer: torchrun sets it"),
         ({"WORLD_SIZE": "2", "RANK": "zero"}, [], "RANK='zero' in the environment is not an integer"),
-        ({"WORLD_SIZE": "2"}, ["--seeds", "1-2"], "--seeds trains its seeds in worker processes of its own: launch it without torchrun"),
+        (
+            {"WORLD_SIZE": "2"},
+            ["--seeds", "1-2"],
+            "--seeds trains its seeds in worker processes of its own: launch it without torchrun",
+        ),
         ({}, ["--collective-timeout", "0"], "--run.collective-timeout must be a positive number of seconds, got 0"),
     ],
 )
-def test_bad_torchrun_launch_input_is_one_line_and_exit_2(environ, argv, message, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
+def test_bad_torchrun_launch_input_is_one_line_and_exit_2(
+    environ, argv, message, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+):
     from fastppo.cli.main import main
 
     for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         monkeypatch.delenv(name, raising=False)
     for name, value in environ.items():
         monkeypatch.setenv(name, value)
-    assert main(["train", "CartPole-v1", "--num-envs", "2", "--num-steps", "32", "--total-timesteps", "64", "--no-progress", "--no-tensorboard", *argv]) == 2
+    assert (
+        main(
+            [
+                "train",
+                "CartPole-v1",
+                "--num-envs",
+                "2",
+                "--num-steps",
+                "32",
+                "--total-timesteps",
+                "64",
+                "--no-progress",
+                "--no-tensorboard",
+                *argv,
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1, err
 
 
 @pytest.mark.parametrize(
     ("device", "local_rank", "gpus", "message"),
-    [("cuda:1", "0", 2, "every rank takes the GPU of its local rank, give --device cuda"), ("cuda", "1", 1, "local rank 1 has no GPU of its own (1 on this machine)")],
+    [
+        ("cuda:1", "0", 2, "every rank takes the GPU of its local rank, give --device cuda"),
+        ("cuda", "1", 1, "local rank 1 has no GPU of its own (1 on this machine)"),
+    ],
 )
-def test_a_rank_without_its_own_gpu_is_a_one_line_error(device, local_rank, gpus, message, monkeypatch: pytest.MonkeyPatch):
+def test_a_rank_without_its_own_gpu_is_a_one_line_error(
+    device, local_rank, gpus, message, monkeypatch: pytest.MonkeyPatch
+):
     from fastppo.training.distributed import rank_device
 
     monkeypatch.setenv("WORLD_SIZE", "2")
@@ -383,7 +529,13 @@ def test_a_lone_process_has_a_world_of_one_whose_collectives_are_identities(monk
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     with ranks(torch.device("cpu")) as world:
         assert world is LONE
-    assert (LONE.main, LONE.size, LONE.seed(7, 32, iteration=5), LONE.restart_seed(7), LONE.max(3)) == (True, 1, 7, None, 3)
+    assert (LONE.main, LONE.size, LONE.seed(7, 32, iteration=5), LONE.restart_seed(7), LONE.max(3)) == (
+        True,
+        1,
+        7,
+        None,
+        3,
+    )
     tensor = torch.tensor([1.0, 2.0])
     assert LONE.sum_(tensor) is tensor and LONE.mean_(tensor) is tensor and LONE.gather(tensor) is tensor
     assert tensor.tolist() == [1.0, 2.0]
@@ -396,4 +548,6 @@ def test_a_lone_process_has_a_world_of_one_whose_collectives_are_identities(monk
     rms.update(torch.tensor([[0.0, 1.0]]))
     after = {k: v.clone() for k, v in rms.state_dict().items()}
     statistics.merge()
-    assert all(torch.equal(v, after[k]) for k, v in rms.state_dict().items()) and not all(torch.equal(v, before[k]) for k, v in after.items())
+    assert all(torch.equal(v, after[k]) for k, v in rms.state_dict().items()) and not all(
+        torch.equal(v, before[k]) for k, v in after.items()
+    )

@@ -143,7 +143,9 @@ def test_modes():
     torch.testing.assert_close(CategoricalHead(1, 3).mode(logits), torch.tensor([1, 0]))
     params = torch.tensor([[0.1, 2.0, -1.0, 0.5, -0.5]])
     torch.testing.assert_close(MultiCategoricalHead(1, [3, 2]).mode(params), torch.tensor([[1, 0]]))
-    torch.testing.assert_close(BernoulliHead(1, 3).mode(torch.tensor([[0.3, -0.2, 5.0]])), torch.tensor([[1.0, 0.0, 1.0]]))
+    torch.testing.assert_close(
+        BernoulliHead(1, 3).mode(torch.tensor([[0.3, -0.2, 5.0]])), torch.tensor([[1.0, 0.0, 1.0]])
+    )
     mean = torch.tensor([[0.3, -0.2]])
     torch.testing.assert_close(GaussianHead(1, 2).mode(mean), mean)
 

@@ -31,7 +31,10 @@ CHECK_PAGE = "/__render_check__.html"
 RESULTS = "/__render_results__"
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("mkdocs") is None, reason="the [docs] extra is not installed")
-needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (Debian: apt-get install chromium; `make test` installs it where it can)")
+needs_chromium = pytest.mark.skipif(
+    CHROMIUM is None,
+    reason="chromium is not installed (Debian: apt-get install chromium; `make test` installs it where it can)",
+)
 
 LITERAL_MARKDOWN = {
     "a list item left as text": r"(?m)^[ \t]*[-*+][ \t]+\S.*",
@@ -94,7 +97,11 @@ def build(tmp_path_factory: pytest.TempPathFactory) -> Build:
     site = tmp_path_factory.mktemp("docs") / "site"
     result = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
-        cwd=ROOT, capture_output=True, text=True, timeout=300, env={"NO_MKDOCS_2_WARNING": "1", "PATH": "/usr/bin:/bin"},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"NO_MKDOCS_2_WARNING": "1", "PATH": "/usr/bin:/bin"},
     )
     return Build(site, result.returncode, result.stderr)
 
@@ -119,10 +126,14 @@ def server(build: Build) -> Iterator[Server]:
     """The built site on 127.0.0.1, plus the check page and the address it posts its results to;
     every request for a file of the site is kept with its status."""
     assert build.returncode == 0, build.stderr[-3000:]
-    pages = sorted("/" + str(p.parent.relative_to(build.site)).removeprefix(".") for p in build.site.rglob("index.html"))
+    pages = sorted(
+        "/" + str(p.parent.relative_to(build.site)).removeprefix(".") for p in build.site.rglob("index.html")
+    )
     pages = [page if page.endswith("/") else page + "/" for page in pages]
     script = f"const PAGES = {json.dumps(pages)}, RESULTS = {json.dumps(RESULTS)};{CHECK_SCRIPT}"
-    check_page = f"<html><head><link rel=\"icon\" href=\"data:,\"></head><body><script>{script}</script></body></html>".encode()
+    check_page = (
+        f'<html><head><link rel="icon" href="data:,"></head><body><script>{script}</script></body></html>'.encode()
+    )
     served = Server("", [], [], threading.Event())
 
     class Handler(SimpleHTTPRequestHandler):
@@ -166,9 +177,17 @@ def rendered(server: Server, tmp_path_factory: pytest.TempPathFactory) -> list[d
     """What Chromium shows of every page of the site: headless, a fresh profile, no host but
     127.0.0.1 reachable; stopped once the check page has posted its results."""
     command = [
-        CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync",
-        f"--user-data-dir={tmp_path_factory.mktemp('chromium')}", "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
+        CHROMIUM,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={tmp_path_factory.mktemp('chromium')}",
+        "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
         server.url + CHECK_PAGE,
     ]
     browser = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
@@ -177,7 +196,9 @@ def rendered(server: Server, tmp_path_factory: pytest.TempPathFactory) -> list[d
     finally:
         os.killpg(browser.pid, signal.SIGKILL)
         _, errors = browser.communicate()
-    assert posted, f"the check page posted no results in 180 s (chromium's exit {browser.returncode}): {errors.decode()[-2000:]}"
+    assert posted, (
+        f"the check page posted no results in 180 s (chromium's exit {browser.returncode}): {errors.decode()[-2000:]}"
+    )
     failed = [f"{page['url']}: {page['error']}" for page in server.results if "error" in page]
     assert not failed, failed
     return server.results
@@ -188,9 +209,15 @@ def test_every_page_renders_its_markdown(rendered):
     assert len(rendered) > 20
     problems = [
         f"{page['url']}: {name}: {match.group(0).strip()!r}"
-        for page in rendered for name, pattern in LITERAL_MARKDOWN.items() for match in re.finditer(pattern, page["text"])
+        for page in rendered
+        for name, pattern in LITERAL_MARKDOWN.items()
+        for match in re.finditer(pattern, page["text"])
     ]
-    problems += [f"{page['url']}: a paragraph inside a table: {text[:80]!r}" for page in rendered for text in page["one_cell_rows"]]
+    problems += [
+        f"{page['url']}: a paragraph inside a table: {text[:80]!r}"
+        for page in rendered
+        for text in page["one_cell_rows"]
+    ]
     assert not problems, "\n".join(problems)
 
 
@@ -208,14 +235,31 @@ def test_equations_are_typeset_from_the_site_itself(rendered):
     """Every equation typeset by the site's own copy of the renderer; nothing fetched from another host."""
     foreign = sorted({url for page in rendered for url in page["foreign"]})
     assert not foreign, foreign
-    untypeset = [f"{page['url']}: {page['typeset']} of {page['equations']}" for page in rendered if page["typeset"] != page["equations"]]
+    untypeset = [
+        f"{page['url']}: {page['typeset']} of {page['equations']}"
+        for page in rendered
+        if page["typeset"] != page["equations"]
+    ]
     assert not untypeset, untypeset
     assert sum(page["equations"] for page in rendered) > 20
 
 
-GUIDES = ["README.md", "docs/index.md", "docs/getting-started", "docs/guides", "docs/how-it-works", "docs/coming-from.md"]
-NAMED_BY_THE_GUIDES = ["fastppo.agents.agent.Agent.history", "fastppo.agents.agent.Agent.config", "fastppo.agents.agent.Agent.run_dir",
-                       "fastppo.agents.evaluation.EvalResult", "fastppo.agents.games.GameResults", "fastppo.config.SelfPlayConfig"]
+GUIDES = [
+    "README.md",
+    "docs/index.md",
+    "docs/getting-started",
+    "docs/guides",
+    "docs/how-it-works",
+    "docs/coming-from.md",
+]
+NAMED_BY_THE_GUIDES = [
+    "fastppo.agents.agent.Agent.history",
+    "fastppo.agents.agent.Agent.config",
+    "fastppo.agents.agent.Agent.run_dir",
+    "fastppo.agents.evaluation.EvalResult",
+    "fastppo.agents.games.GameResults",
+    "fastppo.config.SelfPlayConfig",
+]
 """What the guides tell users to use without writing its full path (`agent.history`, the result of `fastppo.evaluate`...)."""
 
 
@@ -250,8 +294,14 @@ def test_the_api_reference_documents_what_the_guides_name(build):
     assert build.returncode == 0, build.stderr[-3000:]
     anchors = re.findall(r'id="(fastppo\.[^"]+)"', (build.site / "reference" / "api" / "index.html").read_text())
     documented = {canonical(anchor) for anchor in anchors} - {None}
-    texts = [path.read_text() for entry in GUIDES for path in ([ROOT / entry] if entry.endswith(".md") else sorted((ROOT / entry).glob("*.md")))]
-    named = sorted({name.rstrip(".") for text in texts for name in re.findall(r"`(fastppo(?:\.\w+)+)", text)} | set(NAMED_BY_THE_GUIDES))
+    texts = [
+        path.read_text()
+        for entry in GUIDES
+        for path in ([ROOT / entry] if entry.endswith(".md") else sorted((ROOT / entry).glob("*.md")))
+    ]
+    named = sorted(
+        {name.rstrip(".") for text in texts for name in re.findall(r"`(fastppo(?:\.\w+)+)", text)}
+        | set(NAMED_BY_THE_GUIDES)
+    )
     missing = [name for name in named if not is_module(name) and canonical(name) not in documented]
     assert not missing, f"named by the guides, not in docs/reference/api.md (or not in the code): {missing}"
-

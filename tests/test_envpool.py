@@ -61,7 +61,9 @@ def run_random(env_id: str, backend: str, num_envs: int, steps: int, seed: int =
 
 @needs_envpool
 def test_atari_matches_gymnasium_observations_and_whole_game_returns():
-    results = {backend: run_random("BreakoutNoFrameskip-v4", backend, num_envs=2, steps=600) for backend in ("sync", "envpool")}
+    results = {
+        backend: run_random("BreakoutNoFrameskip-v4", backend, num_envs=2, steps=600) for backend in ("sync", "envpool")
+    }
     for backend, (obs, terminated, _, episodes, envs) in results.items():
         assert envs.single_observation_space.shape == (4, 84, 84), backend
         assert obs.dtype == torch.uint8 and obs.shape[2:] == (4, 84, 84), backend
@@ -82,7 +84,12 @@ def test_atari_frame_stack_is_envpools_stack_num(tmp_path):
     """--env.frame-stack 1 on EnvPool; the saved agent reloads on the gymnasium env, one channel too."""
     envs = make_vec_env(EnvConfig(env_id="BreakoutNoFrameskip-v4", num_envs=2, backend="envpool", frame_stack=1), CPU)
     assert envs.single_observation_space.shape == (1, 84, 84)
-    assert envs.reset(seed=0).obs.shape == (2, 1, 84, 84) and envs.step(torch.ones(2, dtype=torch.long)).obs.shape == (2, 1, 84, 84)
+    assert envs.reset(seed=0).obs.shape == (2, 1, 84, 84) and envs.step(torch.ones(2, dtype=torch.long)).obs.shape == (
+        2,
+        1,
+        84,
+        84,
+    )
     envs.close()
     fastppo.train(
         "BreakoutNoFrameskip-v4", preset="atari-lstm", backend="envpool", run_dir=tmp_path, total_timesteps=128, num_envs=2, num_steps=64,
@@ -112,7 +119,24 @@ def test_classic_control_records_the_same_episodes():
 
 @needs_envpool
 def test_training_runs_on_the_envpool_backend():
-    agent = fastppo.train("CartPole-v1", backend="envpool", total_timesteps=512, num_envs=4, num_steps=64, progress=False, tensorboard=False)
+    agent = fastppo.train(
+        "CartPole-v1",
+        backend="envpool",
+        total_timesteps=512,
+        num_envs=4,
+        num_steps=64,
+        progress=False,
+        tensorboard=False,
+    )
     assert len(agent.history) == 2 and agent.episode_returns
-    agent = fastppo.train("LunarLanderContinuous-v3", backend="envpool", total_timesteps=256, num_envs=2, num_steps=64, num_minibatches=2, progress=False, tensorboard=False)
+    agent = fastppo.train(
+        "LunarLanderContinuous-v3",
+        backend="envpool",
+        total_timesteps=256,
+        num_envs=2,
+        num_steps=64,
+        num_minibatches=2,
+        progress=False,
+        tensorboard=False,
+    )
     assert agent.config.env.num_envs == 2 and len(agent.history) == 2

@@ -17,7 +17,16 @@ from fastppo.cli.main import main
 @pytest.fixture(scope="module")
 def run(tmp_path_factory) -> Path:
     run = tmp_path_factory.mktemp("eval") / "run"
-    fastppo.train("CartPole-v1", run_dir=run, total_timesteps=512, num_envs=2, num_steps=32, normalize_obs=True, progress=False, tensorboard=False)
+    fastppo.train(
+        "CartPole-v1",
+        run_dir=run,
+        total_timesteps=512,
+        num_envs=2,
+        num_steps=32,
+        normalize_obs=True,
+        progress=False,
+        tensorboard=False,
+    )
     return run
 
 
@@ -33,7 +42,9 @@ def test_evaluate_api_returns_stats_and_is_repeatable_with_a_seed(run):
     agent = fastppo.load(run)
     result = fastppo.evaluate(agent, episodes=4, seed=3)
     assert isinstance(result, EvalResult) and len(result.returns) == len(result.lengths) == 4
-    assert result.mean_return == pytest.approx(np.mean(result.returns)) and result.std_return == pytest.approx(np.std(result.returns))
+    assert result.mean_return == pytest.approx(np.mean(result.returns)) and result.std_return == pytest.approx(
+        np.std(result.returns)
+    )
     assert result.returns == [float(n) for n in result.lengths]  # CartPole: +1 per step
     assert fastppo.evaluate(agent, episodes=4, seed=3).returns == result.returns
     assert fastppo.evaluate(run, "CartPole-v1", episodes=2, deterministic=True, seed=0).env_id == "CartPole-v1"
@@ -52,7 +63,14 @@ def test_eval_cli_prints_mean_and_std_or_json(run, capsys):
     assert "return" in out and "±" in out and "over 3 episodes (deterministic policy)" in out
     assert main(["eval", str(run), "--episodes", "3", "--seed", "1", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert data["episodes"] == 3 and set(data) >= {"mean_return", "std_return", "mean_length", "std_length", "returns", "lengths"}
+    assert data["episodes"] == 3 and set(data) >= {
+        "mean_return",
+        "std_return",
+        "mean_length",
+        "std_length",
+        "returns",
+        "lengths",
+    }
 
 
 def test_eval_computes_on_the_threads_its_run_trained_with(run, capsys):
@@ -80,18 +98,39 @@ def test_eval_computes_on_the_threads_its_run_trained_with(run, capsys):
         # Output paths that cannot be written: a folder where the file goes, a file as a parent
         # folder, a place even root cannot create files in.
         (["record", "{run}", "--out", "{empty}"], "the video {empty} is a folder: give a file path"),
-        (["record", "{run}", "--out", "{file}/v.mp4"], "cannot write the video {file}/v.mp4: {file} is a file, not a folder"),
+        (
+            ["record", "{run}", "--out", "{file}/v.mp4"],
+            "cannot write the video {file}/v.mp4: {file} is a file, not a folder",
+        ),
         (["record", "{run}", "--out", "/proc/v.mp4"], "cannot write the video /proc/v.mp4: No such file or directory"),
         (["export", "{run}", "--onnx", "{empty}"], "the ONNX file {empty} is a folder: give a file path"),
-        (["export", "{run}", "--onnx", "{file}/sub/p.onnx"], "cannot write the ONNX file {file}/sub/p.onnx: {file} is a file, not a folder"),
-        (["export", "{run}", "--onnx", "/proc/p.onnx"], "cannot write the ONNX file /proc/p.onnx: No such file or directory"),
+        (
+            ["export", "{run}", "--onnx", "{file}/sub/p.onnx"],
+            "cannot write the ONNX file {file}/sub/p.onnx: {file} is a file, not a folder",
+        ),
+        (
+            ["export", "{run}", "--onnx", "/proc/p.onnx"],
+            "cannot write the ONNX file /proc/p.onnx: No such file or directory",
+        ),
         (["plot", "{run}", "--out", "{empty}"], "the plot {empty} is a folder: give a file path"),
-        (["plot", "{run}", "--out", "{file}/p.png"], "cannot write the plot {file}/p.png: {file} is a file, not a folder"),
+        (
+            ["plot", "{run}", "--out", "{file}/p.png"],
+            "cannot write the plot {file}/p.png: {file} is a file, not a folder",
+        ),
         (["plot", "{run}", "--out", "/proc/p.png"], "cannot write the plot /proc/p.png: No such file or directory"),
         # File types their writer cannot write: refused before any frame is rendered or figure drawn.
-        (["record", "{run}", "--out", "{empty}/v.txt"], "the video {empty}/v.txt ends in '.txt', a file type it cannot be written as: end the name in .avi, .mkv, .mov, .mp4"),
-        (["record", "{run}", "--out", "{empty}/v"], "the video {empty}/v has no file type ending: end the name in .avi, .mkv, .mov, .mp4"),
-        (["plot", "{run}", "--out", "{empty}/p.xyz"], "the plot {empty}/p.xyz ends in '.xyz', a file type it cannot be written as: end the name in .avif, .eps, .gif, .jpeg, .jpg, .pdf"),
+        (
+            ["record", "{run}", "--out", "{empty}/v.txt"],
+            "the video {empty}/v.txt ends in '.txt', a file type it cannot be written as: end the name in .avi, .mkv, .mov, .mp4",
+        ),
+        (
+            ["record", "{run}", "--out", "{empty}/v"],
+            "the video {empty}/v has no file type ending: end the name in .avi, .mkv, .mov, .mp4",
+        ),
+        (
+            ["plot", "{run}", "--out", "{empty}/p.xyz"],
+            "the plot {empty}/p.xyz ends in '.xyz', a file type it cannot be written as: end the name in .avif, .eps, .gif, .jpeg, .jpg, .pdf",
+        ),
     ],
 )
 def test_errors_are_one_line_exit_2(run, tmp_path, capsys, argv, message):
@@ -110,7 +149,9 @@ def test_record_writes_a_readable_mp4(run, tmp_path, capsys):
     assert "wrote" in capsys.readouterr().out
     result = fastppo.evaluate(run, episodes=2, deterministic=True, seed=0)
     assert frames(out) == sum(result.lengths) + 2  # each episode's first frame, then one per step
-    assert fastppo.record(run, tmp_path / "api.mp4", seed=0) == tmp_path / "api.mp4" and frames(tmp_path / "api.mp4") > 0
+    assert (
+        fastppo.record(run, tmp_path / "api.mp4", seed=0) == tmp_path / "api.mp4" and frames(tmp_path / "api.mp4") > 0
+    )
 
 
 def test_record_defaults_into_the_run_dir(run, capsys):
@@ -119,7 +160,16 @@ def test_record_defaults_into_the_run_dir(run, capsys):
 
 
 def test_capture_video_records_episodes_during_training(tmp_path):
-    fastppo.train("CartPole-v1", run_dir=tmp_path, total_timesteps=512, num_envs=2, num_steps=32, capture_video=True, progress=False, tensorboard=False)
+    fastppo.train(
+        "CartPole-v1",
+        run_dir=tmp_path,
+        total_timesteps=512,
+        num_envs=2,
+        num_steps=32,
+        capture_video=True,
+        progress=False,
+        tensorboard=False,
+    )
     videos = sorted((tmp_path / "videos").glob("episode-*.mp4"))
     assert [v.name for v in videos[:2]] == ["episode-000000.mp4", "episode-000001.mp4"]
     assert frames(videos[0]) > 1

@@ -62,7 +62,10 @@ def test_cli_export_matches_the_torch_policy(run, tmp_path, capsys):
     path = tmp_path / "policy.onnx"
     assert main(["export", str(run), "--onnx", str(path)]) == 0
     obs_size, action = (4, "[batch]") if "CartPole" in str(fastppo.load(run).config.env.env_id) else (3, "[batch, 1]")
-    assert capsys.readouterr().out == f"fastppo: wrote {path} (input 'obs' [batch, {obs_size}]; output 'action' {action})\n"
+    assert (
+        capsys.readouterr().out
+        == f"fastppo: wrote {path} (input 'obs' [batch, {obs_size}]; output 'action' {action})\n"
+    )
     check_same_actions(run, path)
     props = {p.key: p.value for p in onnx.load(str(path)).metadata_props}
     assert props["producer"] == "fastppo" and props["env_id"] == fastppo.load(run).config.env.env_id
@@ -77,7 +80,9 @@ def test_opsets_the_exporter_cannot_write_are_refused(run, tmp_path, capsys, mon
     path = tmp_path / "p.onnx"
     assert main(["export", str(run), "--onnx", str(path), "--opset", "14"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("fastppo: error: --opset 14 is outside what the torch.export ONNX exporter writes correctly: pick 15 to ")
+    assert err.startswith(
+        "fastppo: error: --opset 14 is outside what the torch.export ONNX exporter writes correctly: pick 15 to "
+    )
     assert err.count("\n") == 1 and not path.exists()
     monkeypatch.setattr(fastppo.agents.export, "_has_onnxscript", lambda: False)
     assert main(["export", str(run), "--onnx", str(path), "--opset", "7"]) == 2
@@ -97,7 +102,11 @@ def test_the_lowest_opsets_export_quietly_and_correctly(run, tmp_path, capsys, m
 def test_an_export_that_keeps_another_opset_is_an_error(run, tmp_path, monkeypatch):
     # What the torch.export exporter does when it cannot convert: log a traceback, keep opset 18.
     export = fastppo.agents.export._torch_onnx_export
-    monkeypatch.setattr(fastppo.agents.export, "_torch_onnx_export", lambda module, examples, outputs, path, opset, dynamo: export(module, examples, outputs, path, 18, True))
+    monkeypatch.setattr(
+        fastppo.agents.export,
+        "_torch_onnx_export",
+        lambda module, examples, outputs, path, opset, dynamo: export(module, examples, outputs, path, 18, True),
+    )
     with pytest.raises(FastPPOError, match="the ONNX exporter wrote opset 18, not the requested 17"):
         fastppo.agents.export.export_onnx(run, tmp_path / "p.onnx", opset=17)
     assert not list(tmp_path.iterdir())  # neither the file nor a temporary one

@@ -81,7 +81,9 @@ def test_tanh_as_sigmoid_is_the_same_function():
     """Folding the tanh identity into the weights is exact algebra: float64 agrees to rounding."""
     torch.manual_seed(0)
     sizes = [4, 16, 8, 3]
-    layers = [(torch.randn(i, o, dtype=torch.float64), torch.randn(o, dtype=torch.float64)) for i, o in zip(sizes, sizes[1:])]
+    layers = [
+        (torch.randn(i, o, dtype=torch.float64), torch.randn(o, dtype=torch.float64)) for i, o in zip(sizes, sizes[1:])
+    ]
     x = torch.randn(32, 4, dtype=torch.float64)
     expected, folded = x, x
     for depth, ((w, b), (fw, fb)) in enumerate(zip(layers, tanh_as_sigmoid(layers))):

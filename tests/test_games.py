@@ -18,8 +18,10 @@ pytest.importorskip("rlcard")
 from open_spiel.python import policy as openspiel_policy  # noqa: E402
 from open_spiel.python.algorithms import exploitability as openspiel_exploitability  # noqa: E402
 
-from fastppo.agents import leduc  # noqa: E402
-from fastppo.agents import leduc_rules  # noqa: E402
+from fastppo.agents import (
+    leduc,  # noqa: E402
+    leduc_rules,  # noqa: E402
+)
 from fastppo.agents.agent import Agent, build_agent  # noqa: E402
 from fastppo.agents.agent_rows import PettingZooAgents  # noqa: E402
 from fastppo.agents.game_env import legal_actions, make_game  # noqa: E402
@@ -60,7 +62,9 @@ def openspiel_picture(state) -> list[list[int]]:
     return [[".xo".index(mark) for mark in line] for line in str(state).split("\n") if line]
 
 
-@pytest.mark.parametrize(("env_id", "picture", "games"), [(TICTACTOE, tictactoe_picture, 300), (CONNECT_FOUR, connect_four_picture, 100)])
+@pytest.mark.parametrize(
+    ("env_id", "picture", "games"), [(TICTACTOE, tictactoe_picture, 300), (CONNECT_FOUR, connect_four_picture, 100)]
+)
 def test_random_games_replay_move_for_move_in_openspiel(env_id, picture, games):
     """The same board after every move, the same legal moves and player to move, the game over at
     the same move with the same returns: the two libraries play the same game under the table."""
@@ -110,7 +114,10 @@ def test_mcts_beats_random_at_connect_four_and_replays_from_its_seed():
     strong = play_games(CONNECT_FOUR, [MCTSPlayer(CONNECT_FOUR, 50), RandomPlayer()], 10, seed=0)
     assert (strong.total.wins, strong.moves) == (10, 137)
     weak = [play_games(CONNECT_FOUR, [MCTSPlayer(CONNECT_FOUR, 10), RandomPlayer()], 10, seed=0) for _ in range(2)]
-    assert [(r.total.wins, r.moves) for r in weak] == [(9, 180), (9, 180)]  # fewer simulations, weaker; the same games again
+    assert [(r.total.wins, r.moves) for r in weak] == [
+        (9, 180),
+        (9, 180),
+    ]  # fewer simulations, weaker; the same games again
 
 
 # --- minimax ----------------------------------------------------------------------------------
@@ -144,7 +151,13 @@ def leduc_agent(prefer_raise: bool = True) -> Agent:
     whose action head prefers to raise (bias 5, weights 0) where raising is legal."""
     env = make_game(LEDUC)
     spaces = AgentSpaces(env, MultiAgentConfig())
-    agent = build_agent(Config(env=EnvConfig(env_id=LEDUC)), spaces.observation_space, spaces.action_space, torch.device("cpu"), spaces.layout)
+    agent = build_agent(
+        Config(env=EnvConfig(env_id=LEDUC)),
+        spaces.observation_space,
+        spaces.action_space,
+        torch.device("cpu"),
+        spaces.layout,
+    )
     agent.pettingzoo = PettingZooAgents.of(spaces)
     agent.action_masks = True
     with torch.no_grad():
@@ -174,7 +187,9 @@ def test_an_agent_plays_through_the_dict_api_with_its_masks():
     seats = {seat for seat, _, _ in agent.moves}
     assert seats == {"player_0", "player_1"}
     for _, legal, move in agent.moves:
-        assert move == (leduc_rules.RAISE if leduc_rules.RAISE in legal else min(legal))  # argmax of equal logits: the first legal
+        assert move == (
+            leduc_rules.RAISE if leduc_rules.RAISE in legal else min(legal)
+        )  # argmax of equal logits: the first legal
 
 
 def test_agent_policy_gives_the_masked_softmax():
@@ -189,7 +204,10 @@ def test_a_sampling_agent_replays_from_the_game_seed_and_leaves_torchs_generator
     agent = leduc_agent(prefer_raise=False)  # every legal action alike: the moves are the draws
     torch.manual_seed(123)
     before = torch.get_rng_state()
-    runs = [play_games(LEDUC, [AgentPlayer(agent, deterministic=False), RandomPlayer()], 30, seed=1).to_dict() for _ in range(2)]
+    runs = [
+        play_games(LEDUC, [AgentPlayer(agent, deterministic=False), RandomPlayer()], 30, seed=1).to_dict()
+        for _ in range(2)
+    ]
     assert torch.equal(torch.get_rng_state(), before)
     for run in runs:
         run.pop("seconds"), run.pop("games_per_second")
@@ -222,14 +240,30 @@ def test_opponent_specs_build_their_players(tmp_path):
         # one simulation leaves OpenSpiel's root unexpanded (its ValueError at the first move); a huge N never ends a move
         ("mcts:1", TICTACTOE, "--opponent mcts:1: MCTS needs 2 to 10000 simulations per move"),
         ("mcts:10001", CONNECT_FOUR, "--opponent mcts:10001: MCTS needs 2 to 10000 simulations per move"),
-        ("mcts:99999999999999999999999", TICTACTOE, "--opponent mcts:99999999999999999999999: MCTS needs 2 to 10000 simulations per move"),
+        (
+            "mcts:99999999999999999999999",
+            TICTACTOE,
+            "--opponent mcts:99999999999999999999999: MCTS needs 2 to 10000 simulations per move",
+        ),
         ("mcts:" + "9" * 5000, TICTACTOE, "--opponent mcts:999"),
         ("mcts:many", TICTACTOE, "--opponent mcts:many: give the number of simulations per move as an integer"),
         ("mcts:\u00b2", TICTACTOE, "--opponent mcts:\u00b2: give the number of simulations per move as an integer"),
-        ("mcts:10", LEDUC, "--opponent mcts:10: MCTS plays pz:pettingzoo.classic.tictactoe_v3, pz:pettingzoo.classic.connect_four_v3"),
-        ("minimax", CONNECT_FOUR, "--opponent minimax: minimax plays pz:pettingzoo.classic.tictactoe_v3 only, not pz:pettingzoo.classic.connect_four_v3: use random, mcts:N"),
+        (
+            "mcts:10",
+            LEDUC,
+            "--opponent mcts:10: MCTS plays pz:pettingzoo.classic.tictactoe_v3, pz:pettingzoo.classic.connect_four_v3",
+        ),
+        (
+            "minimax",
+            CONNECT_FOUR,
+            "--opponent minimax: minimax plays pz:pettingzoo.classic.tictactoe_v3 only, not pz:pettingzoo.classic.connect_four_v3: use random, mcts:N",
+        ),
         # a game OpenSpiel has no twin of: mcts:N is no choice there
-        ("minimax", RACE, f"--opponent minimax: minimax plays pz:pettingzoo.classic.tictactoe_v3 only, not {RACE}: use random, the run folder of an agent trained on this game or a player class"),
+        (
+            "minimax",
+            RACE,
+            f"--opponent minimax: minimax plays pz:pettingzoo.classic.tictactoe_v3 only, not {RACE}: use random, the run folder of an agent trained on this game or a player class",
+        ),
         ("alphazero", CONNECT_FOUR, "--opponent alphazero: unknown opponent, and no such folder"),
         ("", CONNECT_FOUR, "--opponent '': an empty name names no opponent (nor the working directory)"),
         ("random", "pz:mpe2.simple_spread_v3", "--opponent random: pz:mpe2.simple_spread_v3 built a"),
@@ -244,7 +278,10 @@ def test_bad_opponent_specs_are_one_line_errors(spec, env_id, message):
 
 def test_an_agent_of_another_game_is_refused(tmp_path):
     leduc_agent().save(tmp_path / "run")
-    with pytest.raises(FastPPOError, match=r"^--opponent .*run: .*run holds an agent trained on pz:pettingzoo.classic.leduc_holdem_v4, not on pz:pettingzoo.classic.connect_four_v3"):
+    with pytest.raises(
+        FastPPOError,
+        match=r"^--opponent .*run: .*run holds an agent trained on pz:pettingzoo.classic.leduc_holdem_v4, not on pz:pettingzoo.classic.connect_four_v3",
+    ):
         player_from_spec(str(tmp_path / "run"), CONNECT_FOUR)
 
 
@@ -265,7 +302,10 @@ def test_results_swap_seats_add_up_and_replay_from_the_seed():
     assert [(s.wins, s.draws, s.losses) for s in again.seats] == [(s.wins, s.draws, s.losses) for s in results.seats]
     assert play_games(TICTACTOE, [RandomPlayer(), RandomPlayer()], 101, seed=4).moves != results.moves
     table = results.table().splitlines()
-    assert table[0].startswith("pz:pettingzoo.classic.tictactoe_v3: player random vs opponent random, 101 games") and len(table) == 5
+    assert (
+        table[0].startswith("pz:pettingzoo.classic.tictactoe_v3: player random vs opponent random, 101 games")
+        and len(table) == 5
+    )
     assert re.match(r"player_1\s+51\s+\d+\s+\d+\s+\d+\s+-?\d\.\d{3}$", table[2])
 
 
@@ -317,7 +357,9 @@ def test_an_illegal_move_is_refused():
         def act(self, env, agent, history):
             return history[0]  # the first player's cell
 
-    with pytest.raises(ValueError, match=r"^cheater played \d as player_2, an illegal move \(legal: \[(\d, ){7}\d\]\)$"):
+    with pytest.raises(
+        ValueError, match=r"^cheater played \d as player_2, an illegal move \(legal: \[(\d, ){7}\d\]\)$"
+    ):
         play_games(TICTACTOE, [RandomPlayer(), Cheater()], 1)
 
 
@@ -337,7 +379,10 @@ def test_the_observation_encoding_is_rlcards():
                 env.step(None)
                 continue
             game = env.unwrapped.env.game
-            me, other = game.players[env.possible_agents.index(agent)], game.players[1 - env.possible_agents.index(agent)]
+            me, other = (
+                game.players[env.possible_agents.index(agent)],
+                game.players[1 - env.possible_agents.index(agent)],
+            )
             public = None if game.public_card is None else "JQK".index(game.public_card.rank)
             expected = leduc_rules.rlcard_observation("JQK".index(me.hand.rank), public, me.in_chips, other.in_chips)
             np.testing.assert_array_equal(env.observe(agent)["observation"], expected)
@@ -421,7 +466,13 @@ def rule_on_rlcard_observations(agent: str, observation: dict) -> np.ndarray:
     facing_bet = np.argmax(obs[21:36]) > np.argmax(obs[6:21])  # from the chips, not the mask: the mask is under test
     probabilities = np.zeros(4)
     for name, p in choice.items():
-        probabilities[{"call": leduc_rules.CALL if facing_bet else leduc_rules.CHECK, "raise": leduc_rules.RAISE, "fold": leduc_rules.FOLD}[name]] += p
+        probabilities[
+            {
+                "call": leduc_rules.CALL if facing_bet else leduc_rules.CHECK,
+                "raise": leduc_rules.RAISE,
+                "fold": leduc_rules.FOLD,
+            }[name]
+        ] += p
     return probabilities
 
 
@@ -437,7 +488,13 @@ def test_a_policy_on_rlcard_observations_scores_as_the_same_rule_written_against
         public = re.search(r"\[Public: (\d)\]", text)
         money = [int(m) for m in re.search(r"\[Money: (\d+) (\d+)\]", text).groups()]
         legal = {FOLD: "fold", CALL: "call", RAISE: "raise"}
-        choice = rule(private // 2, None if public is None else int(public.group(1)) // 2, 100 - money[player], 100 - money[1 - player], {legal[a] for a in state.legal_actions()})
+        choice = rule(
+            private // 2,
+            None if public is None else int(public.group(1)) // 2,
+            100 - money[player],
+            100 - money[1 - player],
+            {legal[a] for a in state.legal_actions()},
+        )
         direct.action_probability_array[row] = [choice.get(legal[a], 0.0) for a in range(3)]
     expected = openspiel_exploitability.exploitability(game, direct)
     assert leduc.exploitability(rule_on_rlcard_observations) == pytest.approx(expected, rel=1e-12)
@@ -506,5 +563,7 @@ def test_exploitability_in_rlcards_rules():
     states (936 per small blind seat), and its exploitability 2.9432 chips per hand."""
     table = leduc.tabular_policy(leduc.uniform_policy, "rlcard")
     assert len(table.states) == 1872
-    np.testing.assert_array_equal(table.action_probability_array, openspiel_policy.TabularPolicy(table.game).action_probability_array)
+    np.testing.assert_array_equal(
+        table.action_probability_array, openspiel_policy.TabularPolicy(table.game).action_probability_array
+    )
     assert openspiel_exploitability.exploitability(table.game, table) == pytest.approx(2.9432098765, abs=1e-9)

@@ -64,7 +64,9 @@ def test_a_run_stopped_by_a_signal_resumes(tmp_path):
 
 def test_the_api_returns_an_interrupted_agent_that_says_so(tmp_path, monkeypatch):
     log = RunLogger.log
-    monkeypatch.setattr(RunLogger, "log", lambda self, step, metrics: (log(self, step, metrics), signal.raise_signal(signal.SIGINT)))
+    monkeypatch.setattr(
+        RunLogger, "log", lambda self, step, metrics: (log(self, step, metrics), signal.raise_signal(signal.SIGINT))
+    )
     tiny = {"total_timesteps": 512, "num_envs": 2, "num_steps": 64, "progress": False, "tensorboard": False}
     agent = fastppo.train("CartPole-v1", run_dir=tmp_path / "stopped", **tiny)
     assert agent.interrupted_by == signal.SIGINT and len(agent.history) == 1
@@ -84,7 +86,10 @@ def test_a_second_signal_stops_at_once_where_the_state_is_cut_but_not_a_repeat_i
         stop.at_once, stop.lost = True, "the 2 iterations since checkpoint 000003 are lost"
         with pytest.raises(Interrupted) as raised:
             signal.raise_signal(signal.SIGTERM)
-        assert raised.value.signum == signal.SIGTERM and raised.value.note == "SIGTERM again: stopped at once; the 2 iterations since checkpoint 000003 are lost"
+        assert (
+            raised.value.signum == signal.SIGTERM
+            and raised.value.note == "SIGTERM again: stopped at once; the 2 iterations since checkpoint 000003 are lost"
+        )
     monkeypatch.setattr(StopRequest, "repeat_grace", 1.0)
     with StopRequest(enabled=True) as stop:
         stop.at_once = True
@@ -116,14 +121,32 @@ def test_a_second_signal_cuts_the_iteration_short_and_says_what_is_lost(tmp_path
     assert main(["train", "CartPole-v1", "--num-envs", "2", "--num-steps", "64", "--total-timesteps", "2048", "--checkpoint-every", "2",
                  "--no-progress", "--no-tensorboard", "--run-dir", str(run)]) == 130  # fmt: skip
     err = capsys.readouterr().err
-    assert err == f"fastppo: SIGINT again: stopped at once; the 2 iterations since checkpoint 000002 are lost; resume with: fastppo train --resume {run}\n"
+    assert (
+        err
+        == f"fastppo: SIGINT again: stopped at once; the 2 iterations since checkpoint 000002 are lost; resume with: fastppo train --resume {run}\n"
+    )
     assert load_checkpoint(run).iteration == 2
 
 
 def test_a_second_signal_after_the_update_waits_for_the_save(tmp_path, monkeypatch):
     log = RunLogger.log
-    monkeypatch.setattr(RunLogger, "log", lambda self, step, metrics: (log(self, step, metrics), signal.raise_signal(signal.SIGTERM), signal.raise_signal(signal.SIGTERM)))
-    tiny = {"total_timesteps": 512, "num_envs": 2, "num_steps": 64, "progress": False, "tensorboard": False, "checkpoint_every": 0}
+    monkeypatch.setattr(
+        RunLogger,
+        "log",
+        lambda self, step, metrics: (
+            log(self, step, metrics),
+            signal.raise_signal(signal.SIGTERM),
+            signal.raise_signal(signal.SIGTERM),
+        ),
+    )
+    tiny = {
+        "total_timesteps": 512,
+        "num_envs": 2,
+        "num_steps": 64,
+        "progress": False,
+        "tensorboard": False,
+        "checkpoint_every": 0,
+    }
     agent = fastppo.train("CartPole-v1", run_dir=tmp_path / "run", **tiny)
     assert agent.interrupted_by == signal.SIGTERM and load_checkpoint(tmp_path / "run").iteration == 1
 
@@ -148,7 +171,9 @@ def test_a_double_sigterm_exits_143_without_a_traceback(tmp_path):
     assert "Traceback" not in err
     logged = [json.loads(line)["global_step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
     if "stopped at once" in err:
-        assert [line for line in err.splitlines() if "stopped at once" in line] == [line for line in err.splitlines() if line.startswith("fastppo:")], err
+        assert [line for line in err.splitlines() if "stopped at once" in line] == [
+            line for line in err.splitlines() if line.startswith("fastppo:")
+        ], err
         assert "iteration since checkpoint" in err or "iterations since checkpoint" in err
     else:
         assert load_checkpoint(run).global_step == logged[-1]
@@ -160,7 +185,16 @@ ROOT = Path(__file__).parent.parent
 def test_ctrl_c_during_start_up_is_one_line_and_exit_130(tmp_path):
     # Sent once the command says it is building its env (which then takes a minute): in start-up
     # whatever the machine's load, not after a sleep that a slow start-up may outlast.
-    argv = [sys.executable, "-m", "fastppo.cli", "train", "tests.fake_envs:SlowToBuildEnv", "--run-dir", str(tmp_path / "run"), "--no-progress"]
+    argv = [
+        sys.executable,
+        "-m",
+        "fastppo.cli",
+        "train",
+        "tests.fake_envs:SlowToBuildEnv",
+        "--run-dir",
+        str(tmp_path / "run"),
+        "--no-progress",
+    ]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
     assert proc.stdout.readline() == "fastppo test: building the env\n"
     proc.send_signal(signal.SIGINT)
@@ -180,8 +214,12 @@ def test_a_ctrl_c_that_start_up_drops_still_stops_the_command(tmp_path):
     done = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert done.returncode == 130, done.stdout + done.stderr
     lines = done.stderr.splitlines()
-    assert lines[-1] == "fastppo: SIGINT during start-up: stopped before the first iteration, nothing was trained", done.stderr
-    assert [line for line in lines if line.startswith("fastppo:")] == lines[-1:]  # above it, only Python's "Exception ignored in" report
+    assert lines[-1] == "fastppo: SIGINT during start-up: stopped before the first iteration, nothing was trained", (
+        done.stderr
+    )
+    assert [line for line in lines if line.startswith("fastppo:")] == lines[
+        -1:
+    ]  # above it, only Python's "Exception ignored in" report
     assert not (run / "checkpoints").exists() and (run / "metrics.jsonl").read_text() == ""  # not one iteration
 
 
@@ -189,7 +227,9 @@ def test_a_stopped_run_on_user_code_says_the_resume_command_that_works(tmp_path,
     """A run folder never makes fastppo import code, so a user-code run resumes with its env named
     again: the stop message gives that command, and it resumes."""
     log = RunLogger.log
-    monkeypatch.setattr(RunLogger, "log", lambda self, step, metrics: (log(self, step, metrics), signal.raise_signal(signal.SIGINT)))
+    monkeypatch.setattr(
+        RunLogger, "log", lambda self, step, metrics: (log(self, step, metrics), signal.raise_signal(signal.SIGINT))
+    )
     run, env = tmp_path / "run", "tests.fake_envs:TargetEnv"
     tiny = ["--num-envs", "2", "--num-steps", "16", "--total-timesteps", "128", "--no-progress", "--no-tensorboard"]
     assert main(["train", env, *tiny, "--run-dir", str(run)]) == 130

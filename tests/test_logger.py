@@ -15,7 +15,9 @@ from fastppo.training.logger import RunLogger
 def test_history_jsonl_and_progress_keep_the_last_return(tmp_path, monkeypatch):
     monkeypatch.setenv("COLUMNS", "120")  # wide enough for every figure
     logger = RunLogger(tmp_path, total_steps=200, tensorboard=False, progress=True)
-    logger.log(100, {"charts/SPS": 10.0, "charts/episodic_return": 42.0, "losses/approx_kl": 0.01, "losses/clipfrac": 0.1})
+    logger.log(
+        100, {"charts/SPS": 10.0, "charts/episodic_return": 42.0, "losses/approx_kl": 0.01, "losses/clipfrac": 0.1}
+    )
     logger.log(200, {"charts/SPS": 11.0, "losses/approx_kl": 0.02, "losses/clipfrac": 0.2})  # no episode ended
     stats = logger._progress.tasks[0].fields["stats"]
     logger.close()
@@ -28,7 +30,15 @@ def test_history_jsonl_and_progress_keep_the_last_return(tmp_path, monkeypatch):
 def test_the_progress_line_fits_80_columns(monkeypatch):
     monkeypatch.setenv("COLUMNS", "80")  # what rich assumes when stderr is piped
     logger = RunLogger(None, total_steps=10_000_000, tensorboard=False, progress=True)
-    logger.log(5_120_000, {"charts/SPS": 41234.0, "charts/episodic_return": -1234.5, "losses/approx_kl": 0.0123, "losses/clipfrac": 0.123})
+    logger.log(
+        5_120_000,
+        {
+            "charts/SPS": 41234.0,
+            "charts/episodic_return": -1234.5,
+            "losses/approx_kl": 0.0123,
+            "losses/clipfrac": 0.123,
+        },
+    )
     console = Console(width=80, file=io.StringIO())
     console.print(logger._progress.get_renderable())
     logger.close()

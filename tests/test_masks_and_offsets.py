@@ -10,11 +10,16 @@ import fastppo
 from fastppo.cli.main import main
 from fastppo.errors import FastPPOError
 
-TINY = dict(total_timesteps=512, num_envs=2, num_steps=64, num_minibatches=2, update_epochs=2, progress=False, tensorboard=False)
+TINY = dict(
+    total_timesteps=512, num_envs=2, num_steps=64, num_minibatches=2, update_epochs=2, progress=False, tensorboard=False
+)
 
 
 def comparable(history):
-    return [{k: v for k, v in row.items() if k not in ("time", "charts/SPS") and not k.startswith("time/")} for row in history]
+    return [
+        {k: v for k, v in row.items() if k not in ("time", "charts/SPS") and not k.startswith("time/")}
+        for row in history
+    ]
 
 
 def test_a_mask_in_info_trains_exactly_as_the_same_mask_in_a_dict_observation():
@@ -40,7 +45,15 @@ def test_the_update_scores_every_row_under_the_mask_it_was_sampled_with():
     first = envs.reset(seed=0)
     policy = ActorCritic(envs.single_observation_space, envs.single_action_space)
     buf = RolloutBuffer.allocate(50, envs, torch.device("cpu"), first.action_mask.shape[-1])
-    collect_rollout(policy, envs, buf, EnvCursor(first.obs, first.action_mask, torch.ones(3, dtype=torch.bool)), ObservationNormalizer(None, 10.0), None, SectionTimer())
+    collect_rollout(
+        policy,
+        envs,
+        buf,
+        EnvCursor(first.obs, first.action_mask, torch.ones(3, dtype=torch.bool)),
+        ObservationNormalizer(None, 10.0),
+        None,
+        SectionTimer(),
+    )
     envs.close()
     rows = buf.flatten()
     with torch.no_grad():
@@ -82,7 +95,14 @@ def test_evaluate_masks_every_step_wherever_the_env_publishes_the_mask(masked_ru
 
 
 def test_record_masks_every_step(masked_run, tmp_path):
-    frames = fastppo.record(masked_run, tmp_path / "masked.mp4", episodes=2, deterministic=False, seed=1, env_id="tests.fake_envs:InfoMaskedChoiceEnv")
+    frames = fastppo.record(
+        masked_run,
+        tmp_path / "masked.mp4",
+        episodes=2,
+        deterministic=False,
+        seed=1,
+        env_id="tests.fake_envs:InfoMaskedChoiceEnv",
+    )
     assert frames.stat().st_size > 0
 
 
@@ -99,7 +119,12 @@ def test_a_masked_agent_needs_a_mask_and_a_loaded_one_remembers_it(masked_run):
 @pytest.mark.parametrize("env_id", ["tests.fake_envs:OffsetTargetEnv", "tests.fake_envs:MultiOffsetTargetEnv"])
 def test_discrete_actions_and_observations_that_start_away_from_zero(env_id, tmp_path):
     # The env raises on an action outside its space, so training is itself the first check.
-    agent = fastppo.train(env_id, preset="cleanrl-discrete", run_dir=tmp_path / "run", **{**TINY, "total_timesteps": 4096, "learning_rate": 3e-3, "ent_coef": 0.0})
+    agent = fastppo.train(
+        env_id,
+        preset="cleanrl-discrete",
+        run_dir=tmp_path / "run",
+        **{**TINY, "total_timesteps": 4096, "learning_rate": 3e-3, "ent_coef": 0.0},
+    )
     assert agent.obs_shape == (3,)  # Discrete(3, start=10) one-hot
     assert np.mean(agent.episode_returns[-200:]) > 0.5
     space = fastppo.envs.make.make_single_env(env_id).action_space

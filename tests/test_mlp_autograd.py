@@ -6,9 +6,8 @@ import torch
 from torch import nn
 
 from fastppo.config import PolicyConfig
-from fastppo.policies import ActorCritic
+from fastppo.policies import ActorCritic, mlp_autograd
 from fastppo.policies.activations import Tanh
-from fastppo.policies import mlp_autograd
 from fastppo.policies.mlp_autograd import mlp_layers, mlps_one_node, row_blocks
 from tests.test_actor_critic import ACTION_SPACES, OBS
 from tests.test_fused import POLICIES
@@ -154,7 +153,9 @@ def test_policy_update_forward_matches_the_module_forward(cfg, space):
     # The module path: the encoders and heads called one by one, recorded by autograd.
     ref_params = policy.action_head(policy.actor_encoder(obs))
     ref_value = policy.value_head(policy.critic_encoder(obs)).squeeze(-1)
-    ref_grads = torch.autograd.grad(ref_params.square().sum() + ref_value.square().sum(), list(policy.parameters()), allow_unused=True)
+    ref_grads = torch.autograd.grad(
+        ref_params.square().sum() + ref_value.square().sum(), list(policy.parameters()), allow_unused=True
+    )
     torch.testing.assert_close(params, ref_params, rtol=0, atol=1e-12)
     torch.testing.assert_close(value, ref_value, rtol=0, atol=1e-12)
     for g, e in zip(grads, ref_grads):

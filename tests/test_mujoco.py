@@ -16,22 +16,48 @@ pytest.importorskip("mujoco", reason='MuJoCo is not installed: pip install -e ".
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")  # gymnasium warns that v4 ids are old
 
 
-@pytest.mark.parametrize("env_id", ["HalfCheetah-v4", "HalfCheetah-v5", "Hopper-v4", "Walker2d-v5", "Ant-v4", "Humanoid-v5"])
+@pytest.mark.parametrize(
+    "env_id", ["HalfCheetah-v4", "HalfCheetah-v5", "Hopper-v4", "Walker2d-v5", "Ant-v4", "Humanoid-v5"]
+)
 def test_each_mujoco_env_gets_its_preset(env_id):
     config = make_config(env_id)
     env, ppo, policy = config.env, config.ppo, config.policy
-    assert (env.num_envs, env.normalize_obs, env.clip_obs, env.normalize_reward, env.clip_reward) == (1, True, 10.0, True, 10.0)
+    assert (env.num_envs, env.normalize_obs, env.clip_obs, env.normalize_reward, env.clip_reward) == (
+        1,
+        True,
+        10.0,
+        True,
+        10.0,
+    )
     assert (ppo.num_steps, ppo.update_epochs, ppo.num_minibatches, ppo.total_timesteps) == (2048, 10, 32, 1_000_000)
-    assert (ppo.learning_rate, ppo.lr_schedule, ppo.gamma, ppo.gae_lambda, ppo.clip_coef, ppo.ent_coef) == (3e-4, "linear", 0.99, 0.95, 0.2, 0.0)
-    assert (policy.hidden_sizes, policy.activation, policy.shared_trunk, policy.init_log_std) == ((64, 64), "tanh", False, 0.0)
+    assert (ppo.learning_rate, ppo.lr_schedule, ppo.gamma, ppo.gae_lambda, ppo.clip_coef, ppo.ent_coef) == (
+        3e-4,
+        "linear",
+        0.99,
+        0.95,
+        0.2,
+        0.0,
+    )
+    assert (policy.hidden_sizes, policy.activation, policy.shared_trunk, policy.init_log_std) == (
+        (64, 64),
+        "tanh",
+        False,
+        0.0,
+    )
 
 
 @pytest.fixture(scope="module")
 def cheetah_run(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("cheetah")
     agent = fastppo.train(
-        "HalfCheetah-v4", run_dir=run_dir, total_timesteps=256, num_envs=2, num_steps=64, num_minibatches=4,
-        progress=False, tensorboard=False,
+        "HalfCheetah-v4",
+        run_dir=run_dir,
+        total_timesteps=256,
+        num_envs=2,
+        num_steps=64,
+        num_minibatches=4,
+        progress=False,
+        tensorboard=False,
     )
     return agent, run_dir
 
@@ -77,8 +103,20 @@ def test_a_mujoco_gl_backend_that_cannot_load_is_a_one_line_error(tmp_path):
     import subprocess
     import sys
 
-    command = [sys.executable, "-m", "fastppo", "train", "HalfCheetah-v5", "--total-timesteps", "2048", "--run-dir", str(tmp_path / "run")]
-    done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "MUJOCO_GL": "bogus"}, timeout=120)
+    command = [
+        sys.executable,
+        "-m",
+        "fastppo",
+        "train",
+        "HalfCheetah-v5",
+        "--total-timesteps",
+        "2048",
+        "--run-dir",
+        str(tmp_path / "run"),
+    ]
+    done = subprocess.run(
+        command, capture_output=True, text=True, env={**os.environ, "MUJOCO_GL": "bogus"}, timeout=120
+    )
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
         "fastppo: error: env 'HalfCheetah-v5': MuJoCo could not load the MUJOCO_GL=bogus renderer (RuntimeError: invalid value for "

@@ -31,7 +31,9 @@ from fastppo.training.trainer import check_finite_rollout, train
 from tests.test_resume import ITERATIONS, assert_same_run, stop_after
 
 RELAY = "pz:tests.fake_pz_envs"
-TINY = dict(num_envs=2, num_steps=12, num_minibatches=2, update_epochs=2, total_timesteps=72, progress=False, tensorboard=False)
+TINY = dict(
+    num_envs=2, num_steps=12, num_minibatches=2, update_epochs=2, total_timesteps=72, progress=False, tensorboard=False
+)
 
 
 def relay_config(**overrides):
@@ -43,7 +45,9 @@ def rollout(config, steps: int = 12):
     envs = make_vec_env(config.env, torch.device("cpu"), multi_agent=config.multi_agent)
     first = envs.reset(seed=0)
     torch.manual_seed(0)
-    agent = build_agent(config, envs.single_observation_space, envs.single_action_space, torch.device("cpu"), envs.layout)
+    agent = build_agent(
+        config, envs.single_observation_space, envs.single_action_space, torch.device("cpu"), envs.layout
+    )
     normalize = ObservationNormalizer(agent.obs_rms, 10.0)
     mask_dim = None if first.action_mask is None else first.action_mask.shape[-1]
     buf = RolloutBuffer.allocate(steps, envs, torch.device("cpu"), mask_dim)
@@ -68,7 +72,10 @@ def test_rows_are_the_state_the_agents_observation_and_its_id():
     step = mappo.step(torch.tensor([0, 1, 2] * 2))
     assert step.obs[:, :4].tolist() == [[1.0, 0.0, 1.0, 2.0]] * 6  # every row carries the global state()
     no_ids = relay_config(**{"multi_agent.agent_ids": False})
-    assert make_vec_env(no_ids.env, torch.device("cpu"), multi_agent=no_ids.multi_agent).reset(seed=0).obs.shape == (6, 2)
+    assert make_vec_env(no_ids.env, torch.device("cpu"), multi_agent=no_ids.multi_agent).reset(seed=0).obs.shape == (
+        6,
+        2,
+    )
 
 
 def test_a_dead_agent_is_masked_until_its_team_resets():
@@ -122,7 +129,9 @@ def test_mappo_critic_sees_the_global_state_and_the_actor_does_not():
     config = relay_config(**{"multi_agent.algorithm": "mappo"})
     envs = make_vec_env(config.env, torch.device("cpu"), multi_agent=config.multi_agent)
     rows = envs.step(torch.tensor([0, 1, 2] * 2)).obs
-    agent = build_agent(config, envs.single_observation_space, envs.single_action_space, torch.device("cpu"), envs.layout)
+    agent = build_agent(
+        config, envs.single_observation_space, envs.single_action_space, torch.device("cpu"), envs.layout
+    )
     changed = rows.clone()
     changed[:, :4] += torch.randn(6, 4)  # another global state
     with torch.no_grad():
@@ -131,7 +140,10 @@ def test_mappo_critic_sees_the_global_state_and_the_actor_does_not():
     torch.testing.assert_close(params, params2, rtol=0, atol=0)
     assert (value - value2).abs().min() > 0
     # IPPO: no state columns, the critic reads what the actor reads.
-    assert relay_config().multi_agent.algorithm == "ippo" and make_vec_env(relay_config().env, torch.device("cpu")).layout.critic_only == 0
+    assert (
+        relay_config().multi_agent.algorithm == "ippo"
+        and make_vec_env(relay_config().env, torch.device("cpu")).layout.critic_only == 0
+    )
 
 
 def test_the_shared_policy_on_all_rows_equals_each_agent_alone_and_gae_runs_per_agent():
@@ -143,7 +155,9 @@ def test_the_shared_policy_on_all_rows_equals_each_agent_alone_and_gae_runs_per_
             alone = agent.policy.evaluate(buf.obs[:, i], buf.actions[:, i])
             for x, y in zip(together, alone):
                 torch.testing.assert_close(x.view(12, envs.num_envs)[:, i], y)
-    advantages, returns = compute_gae(buf.rewards, buf.values, shift_values(buf.values, last_value), buf.terminated, buf.truncated, 0.99, 0.95)
+    advantages, returns = compute_gae(
+        buf.rewards, buf.values, shift_values(buf.values, last_value), buf.terminated, buf.truncated, 0.99, 0.95
+    )
     for i in range(envs.num_envs):  # one agent row's GAE, by the textbook backward loop on its column alone
         next_values = torch.cat([buf.values[1:, i], last_value[i : i + 1]])
         expected, running = torch.zeros(12), 0.0
@@ -174,12 +188,19 @@ def test_agents_with_different_spaces_need_padding_and_padded_actions_are_masked
 def test_train_eval_record_export_and_per_agent_logging(tmp_path, capsys):
     run = tmp_path / "run"
     common = ["--num-envs", "2", "--num-steps", "12", "--total-timesteps", "96", "--no-progress", "--no-tensorboard"]
-    assert main(["train", RELAY, *common, "--multi-agent.algorithm", "mappo", "--normalize-obs", "--run-dir", str(run)]) == 0
+    assert (
+        main(["train", RELAY, *common, "--multi-agent.algorithm", "mappo", "--normalize-obs", "--run-dir", str(run)])
+        == 0
+    )
     record = json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])
     assert {f"charts/agent_return/agent_{i}" for i in range(3)} <= record.keys()
     # The team return is the sum of the agents' returns.
-    assert record["charts/episodic_return"] == pytest.approx(sum(record[f"charts/agent_return/agent_{i}"] for i in range(3)))
-    assert main(["eval", str(run), "--episodes", "3", "--seed", "0", "--env-id", RELAY]) == 0  # a test module: user code
+    assert record["charts/episodic_return"] == pytest.approx(
+        sum(record[f"charts/agent_return/agent_{i}"] for i in range(3))
+    )
+    assert (
+        main(["eval", str(run), "--episodes", "3", "--seed", "0", "--env-id", RELAY]) == 0
+    )  # a test module: user code
     assert "length 5.0" in capsys.readouterr().out
     assert main(["record", str(run), "--out", str(tmp_path / "relay.mp4"), "--env-id", RELAY]) == 0
     assert (tmp_path / "relay.mp4").stat().st_size > 0
@@ -198,7 +219,18 @@ def test_a_sisl_task_with_continuous_actions_trains_and_evaluates(tmp_path, caps
     returns are logged and the saved run evaluates."""
     pytest.importorskip("pettingzoo.sisl")
     run = tmp_path / "walkers"
-    argv = ["train", "pz:pettingzoo.sisl.multiwalker_v9", "--env-kwargs", '{"max_cycles": 60}', "--num-envs", "2", "--num-steps", "64", "--total-timesteps", "256"]
+    argv = [
+        "train",
+        "pz:pettingzoo.sisl.multiwalker_v9",
+        "--env-kwargs",
+        '{"max_cycles": 60}',
+        "--num-envs",
+        "2",
+        "--num-steps",
+        "64",
+        "--total-timesteps",
+        "256",
+    ]
     assert main([*argv, "--no-progress", "--no-tensorboard", "--run-dir", str(run)]) == 0
     record = json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])
     returns = [record[f"charts/agent_return/walker_{i}"] for i in range(3)]
@@ -218,7 +250,10 @@ def test_a_recurrent_shared_policy_trains_and_evaluates():
     [
         (["--backend", "tensor"], "PettingZoo envs step on the sync backend (the trainer's process) or async"),
         (["--env-kwargs", "{die_at: 3}"], "expects a JSON object"),
-        (["--env-kwargs", '{"bogus": 1}'], "pz:tests.fake_pz_envs rejected --env-kwargs {'bogus': 1}: Relay.__init__() got an unexpected keyword argument 'bogus'"),
+        (
+            ["--env-kwargs", '{"bogus": 1}'],
+            "pz:tests.fake_pz_envs rejected --env-kwargs {'bogus': 1}: Relay.__init__() got an unexpected keyword argument 'bogus'",
+        ),
         (["--multi-agent.algorithm", "mappo", "--policy.shared-trunk"], "drop --policy.shared-trunk"),
     ],
 )
@@ -234,10 +269,19 @@ def test_bad_multi_agent_input_is_one_line_and_exit_2(argv, message, capsys):
         ("pz:mpe2.no_such_env_v0", "cannot import the PettingZoo module"),
         ("pz:", "pz: names no module"),
         ("pz:.relative", "names no module"),
-        ("pz:pettingzoo.sisl.pursuit_v4", "cannot build pz:pettingzoo.sisl.pursuit_v4: pursuit_v4 is now deprecated, use pursuit_v5 instead"),
-        ("pz:tests.fake_pz_envs:no_such_function", "tests.fake_pz_envs defines no 'no_such_function': name a function that returns a PettingZoo ParallelEnv"),
+        (
+            "pz:pettingzoo.sisl.pursuit_v4",
+            "cannot build pz:pettingzoo.sisl.pursuit_v4: pursuit_v4 is now deprecated, use pursuit_v5 instead",
+        ),
+        (
+            "pz:tests.fake_pz_envs:no_such_function",
+            "tests.fake_pz_envs defines no 'no_such_function': name a function that returns a PettingZoo ParallelEnv",
+        ),
         ("pz:tests.fake_pz_envs:AGENTS", "defines 'AGENTS' as a tuple"),
-        ("pz:tests.fake_pz_envs:image_relay", "agent agent_0 observes images ((8, 8, 3) uint8), and fastppo's multi-agent rows are flat vectors"),
+        (
+            "pz:tests.fake_pz_envs:image_relay",
+            "agent agent_0 observes images ((8, 8, 3) uint8), and fastppo's multi-agent rows are flat vectors",
+        ),
     ],
 )
 def test_an_env_fastppo_cannot_train_is_one_line_saying_why(env_id, message, capsys):
@@ -249,14 +293,21 @@ def test_an_env_fastppo_cannot_train_is_one_line_saying_why(env_id, message, cap
 @pytest.mark.skipif(importlib.util.find_spec("chess") is not None, reason="needs chess_v6's dependency missing")
 def test_a_missing_dependency_of_a_pettingzoo_env_names_it_and_its_extra(capsys):
     assert main(["train", "pz:pettingzoo.classic.chess_v6"]) == 2
-    assert capsys.readouterr().err == "fastppo: error: pz:pettingzoo.classic.chess_v6 needs the module 'chess', which is not installed: pip install -e \".[games]\" in the fastppo repository\n"
+    assert (
+        capsys.readouterr().err
+        == "fastppo: error: pz:pettingzoo.classic.chess_v6 needs the module 'chess', which is not installed: pip install -e \".[games]\" in the fastppo repository\n"
+    )
 
 
-@pytest.mark.parametrize(("env_id", "package", "extra"), [("pz:pettingzoo.classic.tictactoe_v3", "pettingzoo", "games"), ("pz:mpe2.simple_spread_v3", "mpe2", "multiagent")])
+@pytest.mark.parametrize(
+    ("env_id", "package", "extra"),
+    [("pz:pettingzoo.classic.tictactoe_v3", "pettingzoo", "games"), ("pz:mpe2.simple_spread_v3", "mpe2", "multiagent")],
+)
 def test_a_missing_pettingzoo_names_the_extra_of_its_envs_family(env_id, package, extra, capsys, monkeypatch):
     """A game needs [games] (its pool's ratings need openskill, its opponents OpenSpiel), an MPE
     task [multiagent]; installed from the repository, as fastppo is (``pip install 'fastppo[...]'``
     finds nothing outside a clone)."""
+
     class NotInstalled(importlib.abc.MetaPathFinder):
         def find_spec(self, name, path, target=None):
             if name.split(".")[0] == package:
@@ -267,21 +318,43 @@ def test_a_missing_pettingzoo_names_the_extra_of_its_envs_family(env_id, package
     monkeypatch.setattr(sys, "meta_path", [NotInstalled(), *sys.meta_path])
     assert main(["train", env_id]) == 2
     err = capsys.readouterr().err
-    assert err.endswith(f'(pip install -e ".[{extra}]" in the fastppo repository)\n') and len(err.splitlines()) == 1, err
+    assert err.endswith(f'(pip install -e ".[{extra}]" in the fastppo repository)\n') and len(err.splitlines()) == 1, (
+        err
+    )
 
 
 @pytest.mark.parametrize(
     ("env_kwargs", "message"),
     [
-        ('{"max_cycles": "abc"}', """--env-kwargs {'max_cycles': 'abc'}: max_cycles of pz:mpe2.simple_spread_v3 is a number (its default is 25), not 'abc': give a number"""),
-        ('{"continuous_actions": "yes"}', "continuous_actions of pz:mpe2.simple_spread_v3 is a bool (its default is False), not 'yes'"),
+        (
+            '{"max_cycles": "abc"}',
+            """--env-kwargs {'max_cycles': 'abc'}: max_cycles of pz:mpe2.simple_spread_v3 is a number (its default is 25), not 'abc': give a number""",
+        ),
+        (
+            '{"continuous_actions": "yes"}',
+            "continuous_actions of pz:mpe2.simple_spread_v3 is a bool (its default is False), not 'yes'",
+        ),
         ('{"N": 0}', "pz:mpe2.simple_spread_v3 rejected --env-kwargs {'N': 0}: "),
     ],
 )
 def test_a_bad_env_kwarg_value_is_one_line_naming_it(env_kwargs, message, capsys, tmp_path):
     """Caught before the env takes a value of the wrong kind in (it would fail steps later, deep in
     its code), or when its constructor refuses one."""
-    assert main(["train", "pz:mpe2.simple_spread_v3", "--env-kwargs", env_kwargs, "--run-dir", str(tmp_path / "run"), "--total-timesteps", "256"]) == 2
+    assert (
+        main(
+            [
+                "train",
+                "pz:mpe2.simple_spread_v3",
+                "--env-kwargs",
+                env_kwargs,
+                "--run-dir",
+                str(tmp_path / "run"),
+                "--total-timesteps",
+                "256",
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "run").exists()
@@ -290,14 +363,40 @@ def test_a_bad_env_kwarg_value_is_one_line_naming_it(env_kwargs, message, capsys
 def test_the_batch_counts_a_row_per_agent(tmp_path, capsys):
     """1 copy x 5 steps x 3 agents = 15 rows: 3 minibatches of 5 rows train (5 env steps do not
     split in 3); 4 minibatches do not split the 15 rows, and the message counts them."""
-    tiny = ["--num-envs", "1", "--num-steps", "5", "--update-epochs", "1", "--total-timesteps", "10", "--no-tensorboard", "--no-progress"]
+    tiny = [
+        "--num-envs",
+        "1",
+        "--num-steps",
+        "5",
+        "--update-epochs",
+        "1",
+        "--total-timesteps",
+        "10",
+        "--no-tensorboard",
+        "--no-progress",
+    ]
     assert main(["train", RELAY, *tiny, "--num-minibatches", "3", "--run-dir", str(tmp_path / "three")]) == 0
     assert main(["train", RELAY, *tiny, "--num-minibatches", "4", "--run-dir", str(tmp_path / "four")]) == 2
     assert capsys.readouterr().err.endswith(
         "fastppo: error: batch size 15 (num_envs 1 x num_steps 5 x 3 agents) does not split into 4 minibatches: pick num_minibatches dividing 15\n"
     )
     assert not (tmp_path / "four").exists()
-    assert main(["train", RELAY, *tiny, "--num-minibatches", "5", "--policy.memory", "gru", "--run-dir", str(tmp_path / "gru")]) == 2  # 15 rows, but 3 sequences
+    assert (
+        main(
+            [
+                "train",
+                RELAY,
+                *tiny,
+                "--num-minibatches",
+                "5",
+                "--policy.memory",
+                "gru",
+                "--run-dir",
+                str(tmp_path / "gru"),
+            ]
+        )
+        == 2
+    )  # 15 rows, but 3 sequences
     assert "--num-minibatches 5 exceeds --num-envs 1 x 3 agents; pick at most 3" in capsys.readouterr().err
 
 
@@ -306,7 +405,13 @@ def test_a_nan_from_a_pettingzoo_env_names_the_agent_and_its_copy():
     buf = SimpleNamespace(obs=torch.zeros(4, 6, 5), rewards=torch.zeros(4, 6), first_row=0)
     buf.rewards[2, 4] = float("nan")
     with pytest.raises(FastPPOError) as raised:
-        check_finite_rollout(buf, SimpleNamespace(obs=torch.zeros(6, 5)), iteration=3, global_step=100, agents=["agent_0", "agent_1", "agent_2"])
+        check_finite_rollout(
+            buf,
+            SimpleNamespace(obs=torch.zeros(6, 5)),
+            iteration=3,
+            global_step=100,
+            agents=["agent_0", "agent_1", "agent_2"],
+        )
     assert str(raised.value) == (
         "training stopped at iteration 3: the env returned a NaN/Inf reward for agent agent_1 of copy 1 at rollout step 2 (about global step 104); fix the env"
     )
@@ -316,7 +421,10 @@ def test_train_help_names_pettingzoo_envs(capsys):
     with pytest.raises(SystemExit):
         main(["train", "--help"])
     help_text = " ".join(capsys.readouterr().out.split())
-    assert "pz:<module> (its parallel_env(), e.g. pz:mpe2.simple_spread_v3) or pz:<module or file.py>:<function> returning one" in help_text
+    assert (
+        "pz:<module> (its parallel_env(), e.g. pz:mpe2.simple_spread_v3) or pz:<module or file.py>:<function> returning one"
+        in help_text
+    )
 
 
 def test_a_function_returning_a_parallel_env_trains_and_its_folder_names_it(tmp_path):
@@ -352,7 +460,9 @@ def test_one_policy_per_agent_group_acts_and_learns_on_its_own_rows():
     assert envs.layout.groups == (0, 1, 1)
     rows = envs.reset(seed=0).obs
     torch.manual_seed(0)
-    agent = build_agent(config, envs.single_observation_space, envs.single_action_space, torch.device("cpu"), envs.layout)
+    agent = build_agent(
+        config, envs.single_observation_space, envs.single_action_space, torch.device("cpu"), envs.layout
+    )
     actions = torch.tensor([0, 1, 2] * 2)
     with torch.no_grad():
         logprob, entropy, value = agent.policy.evaluate(rows, actions)
@@ -369,19 +479,39 @@ def test_one_policy_per_agent_group_acts_and_learns_on_its_own_rows():
 
 
 def test_group_policies_need_agent_ids(capsys):
-    assert main(["train", RELAY, "--total-timesteps", "1024", "--multi-agent.policies", "group", "--multi-agent.no-agent-ids"]) == 2
+    assert (
+        main(
+            [
+                "train",
+                RELAY,
+                "--total-timesteps",
+                "1024",
+                "--multi-agent.policies",
+                "group",
+                "--multi-agent.no-agent-ids",
+            ]
+        )
+        == 2
+    )
     assert "reads each row's group from its agent id" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("algorithm", ["ippo", "mappo"])
 @pytest.mark.parametrize(
-    "env_id, env_kwargs", [(RELAY, {}), (RELAY, {"join_at": 3}), ("pz:mpe2.simple_spread_v3", {"max_cycles": 25})], ids=["relay", "relay-joining", "simple-spread"]
+    "env_id, env_kwargs",
+    [(RELAY, {}), (RELAY, {"join_at": 3}), ("pz:mpe2.simple_spread_v3", {"max_cycles": 25})],
+    ids=["relay", "relay-joining", "simple-spread"],
 )
 def test_stop_and_resume_equals_one_go(tmp_path, monkeypatch, env_id, env_kwargs, algorithm):
     """As tests/test_resume.py's: the stop after 21 of 42 steps falls mid-episode (Relay: agent_1
     dead, its rows masked; MPE: moving entities, and an episode end ahead that resets from the
     env's np_random), so the resumed envs must go on from the snapshot, not from fresh episodes."""
-    overrides = TINY | {"num_steps": 7, "total_timesteps": ITERATIONS * 2 * 7, "checkpoint_every": 0, "normalize_obs": True}
+    overrides = TINY | {
+        "num_steps": 7,
+        "total_timesteps": ITERATIONS * 2 * 7,
+        "checkpoint_every": 0,
+        "normalize_obs": True,
+    }
     overrides |= {"env_kwargs": json.dumps(env_kwargs), "multi_agent.algorithm": algorithm}
     train(fastppo.make_config(env_id, "cleanrl-discrete", overrides), tmp_path / "one_go")
 
@@ -399,9 +529,17 @@ def test_every_mpe_env_continues_identically_from_a_snapshot(module):
     """Snapshot mid-episode with an episode pending, step on, restore into fresh envs reset from
     another seed: the same rows, rewards, flags and episodes. The fresh simple_adversary's agents
     point at another goal landmark than the snapshot's: the snapshot's sharing must come back."""
-    config = fastppo.make_config(f"pz:mpe2.{module}", "cleanrl-discrete", {"num_envs": 3, "env_kwargs": json.dumps({"max_cycles": 7}), "multi_agent.pad": True})
+    config = fastppo.make_config(
+        f"pz:mpe2.{module}",
+        "cleanrl-discrete",
+        {"num_envs": 3, "env_kwargs": json.dumps({"max_cycles": 7}), "multi_agent.pad": True},
+    )
     a, b = (make_vec_env(config.env, torch.device("cpu"), multi_agent=config.multi_agent) for _ in range(2))
-    allowed = torch.ones(len(a.agents), a.single_action_space.n) if a.spaces.padding_mask is None else torch.as_tensor(a.spaces.padding_mask, dtype=torch.float32)
+    allowed = (
+        torch.ones(len(a.agents), a.single_action_space.n)
+        if a.spaces.padding_mask is None
+        else torch.as_tensor(a.spaces.padding_mask, dtype=torch.float32)
+    )
     generator = torch.Generator().manual_seed(0)
     actions = [torch.multinomial(allowed.repeat(3, 1), 1, generator=generator).squeeze(1) for _ in range(40)]
     a.reset(seed=3)
@@ -423,7 +561,9 @@ def test_a_pettingzoo_id_finds_the_preset_named_after_its_module():
     assert preset_for_env("pz:mpe2.simple_spread_v3", continuous=False) == "simple_spread_v3"
     assert preset_for_env("pz:pettingzoo.mpe.simple_spread_v3", continuous=False) == "simple_spread_v3"
     assert preset_for_env(RELAY, continuous=False) == "cleanrl-discrete"  # no preset for fake_pz_envs
-    assert preset_for_env("mpe2.simple_spread_v3", continuous=False) == "cleanrl-discrete"  # only pz: ids are read as modules
+    assert (
+        preset_for_env("mpe2.simple_spread_v3", continuous=False) == "cleanrl-discrete"
+    )  # only pz: ids are read as modules
     pytest.importorskip("mpe2")
     config = fastppo.make_config("pz:mpe2.simple_spread_v3")
     assert config.env.env_kwargs == {"max_cycles": 25, "continuous_actions": False}
@@ -465,7 +605,12 @@ def test_the_simple_spread_preset_beats_a_random_team_by_a_clear_margin():
 @pytest.mark.parametrize("module", ["mpe2.simple_spread_v3", "mpe2.simple_speaker_listener_v4"])
 def test_mappo_builds_an_mpe_state_from_the_observations_and_it_equals_the_envs_state(module):
     pytest.importorskip("mpe2")
-    overrides = {"num_envs": 2, "env_kwargs": {"max_cycles": 4}, "multi_agent.algorithm": "mappo", "multi_agent.pad": True}
+    overrides = {
+        "num_envs": 2,
+        "env_kwargs": {"max_cycles": 4},
+        "multi_agent.algorithm": "mappo",
+        "multi_agent.pad": True,
+    }
     config = fastppo.make_config(f"pz:{module}", "cleanrl-discrete", overrides)
     envs = make_vec_env(config.env, torch.device("cpu"), multi_agent=config.multi_agent)
     assert envs.spaces.state_from_observations  # state() is not called on the hot path
@@ -487,7 +632,9 @@ def test_the_mpe_shortcuts_are_kept_to_mpe_envs_as_their_modules_build_them():
     assert simple_env(make_parallel_env(RELAY, {})) is None and not state_is_observations(make_parallel_env(RELAY, {}))
     mpe = pytest.importorskip("mpe2.simple_spread_v3")
     assert state_is_observations(mpe.parallel_env())
-    assert simple_env(mpe.parallel_env()) is not None and simple_env(mpe.parallel_env(continuous_actions=True)) is not None
+    assert (
+        simple_env(mpe.parallel_env()) is not None and simple_env(mpe.parallel_env(continuous_actions=True)) is not None
+    )
     from pettingzoo.utils.conversions import aec_to_parallel
     from pettingzoo.utils.wrappers import BaseWrapper
 
@@ -495,7 +642,9 @@ def test_the_mpe_shortcuts_are_kept_to_mpe_envs_as_their_modules_build_them():
         def observe(self, agent):
             return 2 * super().observe(agent)
 
-    assert simple_env(aec_to_parallel(Scaled(mpe.env()))) is None and not state_is_observations(aec_to_parallel(Scaled(mpe.env())))
+    assert simple_env(aec_to_parallel(Scaled(mpe.env()))) is None and not state_is_observations(
+        aec_to_parallel(Scaled(mpe.env()))
+    )
     assert make_vec_env(fastppo.make_config("pz:mpe2.simple_spread_v3").env, torch.device("cpu"))._direct == [True] * 8
     assert make_vec_env(relay_config().env, torch.device("cpu"))._direct == [False] * 2
 
@@ -504,15 +653,33 @@ def aec_state(env):
     """What a parallel step leaves in an mpe2 env for the next: the AEC bookkeeping of its
     SimpleEnv, the order wrapper's flags and the parallel wrapper's agents."""
     inner = env.unwrapped
-    names = ("agents", "agent_selection", "_skip_agent_selection", "rewards", "_cumulative_rewards", "terminations", "truncations", "infos", "steps", "current_actions")
-    state = {name: getattr(inner, name, None) for name in names} | {"selector": vars(inner._agent_selector), "parallel": env.agents}
+    names = (
+        "agents",
+        "agent_selection",
+        "_skip_agent_selection",
+        "rewards",
+        "_cumulative_rewards",
+        "terminations",
+        "truncations",
+        "infos",
+        "steps",
+        "current_actions",
+    )
+    state = {name: getattr(inner, name, None) for name in names} | {
+        "selector": vars(inner._agent_selector),
+        "parallel": env.agents,
+    }
     return repr(state | {"order": (env.aec_env._has_reset, env.aec_env._has_updated)})
 
 
 @pytest.mark.parametrize(
     "module, env_kwargs",
     [(name.removeprefix("mpe/"), {}) for name in sorted(mpe2.all_modules.mpe_environments)]
-    + [("simple_spread_v3", {"continuous_actions": True}), ("simple_speaker_listener_v4", {"continuous_actions": True}), ("simple_spread_v3", {"terminal": True})],
+    + [
+        ("simple_spread_v3", {"continuous_actions": True}),
+        ("simple_speaker_listener_v4", {"continuous_actions": True}),
+        ("simple_spread_v3", {"terminal": True}),
+    ],
     ids=lambda value: "-".join(value) or "discrete" if isinstance(value, dict) else value,
 )
 def test_the_direct_mpe_step_equals_pettingzoos_parallel_step(module, env_kwargs):
@@ -550,13 +717,21 @@ def world_state(env):
     state of one mpe2 copy."""
     world = env.unwrapped.world
     messages = [a.state.c.tobytes() for a in world.agents]
-    return [(e.state.p_pos.tobytes(), e.state.p_vel.tobytes()) for e in world.agents + world.landmarks], messages, aec_state(env)
+    return (
+        [(e.state.p_pos.tobytes(), e.state.p_vel.tobytes()) for e in world.agents + world.landmarks],
+        messages,
+        aec_state(env),
+    )
 
 
 def touching(env):
     """Whether two agents of an mpe2 copy overlap (and so push each other and count a collision)."""
     agents = env.unwrapped.world.agents
-    return any(np.linalg.norm(a.state.p_pos - b.state.p_pos) < a.size + b.size for i, a in enumerate(agents) for b in agents[i + 1 :])
+    return any(
+        np.linalg.norm(a.state.p_pos - b.state.p_pos) < a.size + b.size
+        for i, a in enumerate(agents)
+        for b in agents[i + 1 :]
+    )
 
 
 @pytest.mark.parametrize("algorithm", ["ippo", "mappo"])
@@ -577,12 +752,21 @@ def test_mpe_copies_stepped_at_once_equal_their_own_steps(task, env_kwargs, algo
     some steps batch 5 copies while the sixth ends or resets): the same rows, rewards, flags, live rows,
     action masks and episodes at every step, and the same positions, velocities, messages and
     AEC bookkeeping left in every copy."""
-    overrides = {"num_envs": 6, "env_kwargs": json.dumps(env_kwargs), "multi_agent.algorithm": algorithm, "multi_agent.pad": True}
+    overrides = {
+        "num_envs": 6,
+        "env_kwargs": json.dumps(env_kwargs),
+        "multi_agent.algorithm": algorithm,
+        "multi_agent.pad": True,
+    }
     config = fastppo.make_config(f"pz:mpe2.{task}", None, overrides)
     batched, own = (make_vec_env(config.env, torch.device("cpu"), multi_agent=config.multi_agent) for _ in range(2))
     assert batched._batched is not None
     own._batched = None
-    allowed = torch.ones(len(own.agents), own.single_action_space.n) if own.spaces.padding_mask is None else torch.as_tensor(own.spaces.padding_mask, dtype=torch.float32)
+    allowed = (
+        torch.ones(len(own.agents), own.single_action_space.n)
+        if own.spaces.padding_mask is None
+        else torch.as_tensor(own.spaces.padding_mask, dtype=torch.float32)
+    )
     generator = torch.Generator().manual_seed(0)
     collisions, stepped, mixed = 0, 0, False
     for env in (batched, own):
@@ -608,7 +792,12 @@ def test_mpe_copies_step_at_once_only_as_their_modules_build_them_with_discrete_
     spread = pytest.importorskip("mpe2.simple_spread_v3")
     speaker_listener = importlib.import_module("mpe2.simple_speaker_listener_v4")
     assert batched_env(spread.parallel_env()) is not None and batched_env(speaker_listener.parallel_env()) is not None
-    for kwargs in ({"continuous_actions": True}, {"terminate_on_success": True}, {"num_agent_neighbors": 1}, {"benchmark_data": True}):
+    for kwargs in (
+        {"continuous_actions": True},
+        {"terminate_on_success": True},
+        {"num_agent_neighbors": 1},
+        {"benchmark_data": True},
+    ):
         assert batched_env(spread.parallel_env(**kwargs)) is None, kwargs
     assert batched_env(speaker_listener.parallel_env(continuous_actions=True)) is None
     assert batched_env(importlib.import_module("mpe2.simple_tag_v3").parallel_env()) is None
@@ -631,12 +820,21 @@ def test_training_on_mpe_is_bit_identical_with_the_direct_step(tmp_path, monkeyp
     the same metrics and weights."""
     import fastppo.envs.mpe
 
-    overrides = {"seed": 3, "total_timesteps": 1600, "progress": False, "tensorboard": False, "multi_agent.algorithm": "ippo"}
+    overrides = {
+        "seed": 3,
+        "total_timesteps": 1600,
+        "progress": False,
+        "tensorboard": False,
+        "multi_agent.algorithm": "ippo",
+    }
     direct = fastppo.train("pz:mpe2.simple_spread_v3", run_dir=tmp_path / "direct", **overrides)
     monkeypatch.setattr(fastppo.envs.mpe, "parallel_step", lambda env, actions: env.step(actions))
     monkeypatch.setattr(fastppo.envs.mpe, "batched_env", lambda env: None)
     generic = fastppo.train("pz:mpe2.simple_spread_v3", run_dir=tmp_path / "generic", **overrides)
     for name, value in direct.policy.state_dict().items():
         assert torch.equal(value, generic.policy.state_dict()[name]), name
-    untimed = lambda path: [{k: v for k, v in json.loads(line).items() if "time" not in k and "SPS" not in k} for line in open(path / "metrics.jsonl")]
+    untimed = lambda path: [
+        {k: v for k, v in json.loads(line).items() if "time" not in k and "SPS" not in k}
+        for line in open(path / "metrics.jsonl")
+    ]
     assert untimed(tmp_path / "direct") == untimed(tmp_path / "generic")

@@ -20,7 +20,18 @@ from fastppo.training.trainer import progress_summary, train
 
 CHASE = "pz:tests.fake_pz_teams"
 RELAY = "pz:tests.fake_pz_envs"
-TINY = ["--num-envs", "2", "--num-steps", "8", "--num-minibatches", "2", "--update-epochs", "1", "--no-progress", "--no-tensorboard"]
+TINY = [
+    "--num-envs",
+    "2",
+    "--num-steps",
+    "8",
+    "--num-minibatches",
+    "2",
+    "--update-epochs",
+    "1",
+    "--no-progress",
+    "--no-tensorboard",
+]
 GUIDE = Path(__file__).parent.parent / "docs" / "guides" / "multi-agent.md"
 
 
@@ -34,19 +45,32 @@ def test_a_competitive_run_logs_each_groups_return_and_no_team_sum(tmp_path, cap
     run = tmp_path / "run"
     assert main(["train", CHASE, *TINY, "--total-timesteps", "32", "--run-dir", str(run)]) == 0
     logged = [r for r in records(run) if r["charts/episodes"]]
-    assert len(logged) == 2 and all(r["charts/episodes"] == 4 for r in logged)  # 16 steps of 2 copies: 4 episodes of 3 + reset rows
+    assert len(logged) == 2 and all(
+        r["charts/episodes"] == 4 for r in logged
+    )  # 16 steps of 2 copies: 4 episodes of 3 + reset rows
     for r in logged:
         assert "charts/episodic_return" not in r
         assert (r["charts/episodic_return/adversary"], r["charts/episodic_return/agent"]) == (12.0, -6.0)
-        assert (r["charts/agent_return/adversary_0"], r["charts/agent_return/agent_0"], r["charts/episodic_length"]) == (6.0, -6.0, 3.0)
+        assert (
+            r["charts/agent_return/adversary_0"],
+            r["charts/agent_return/agent_0"],
+            r["charts/episodic_length"],
+        ) == (6.0, -6.0, 3.0)
     assert "mean returns over the last 8 episodes: adversary 12.0, agent -6.0" in capsys.readouterr().out
     assert main(["eval", str(run), "--episodes", "2", "--env-id", CHASE]) == 0
     assert "returns adversary 12.0 ± 0.0, agent -6.0 ± 0.0, length 3.0 ± 0.0 over 2 episodes" in capsys.readouterr().out
     assert main(["eval", str(run), "--episodes", "2", "--env-id", CHASE, "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
-    assert (result["mean_return"], result["mean_group_returns"], result["episodes"]) == (None, {"adversary": 12.0, "agent": -6.0}, 2)
+    assert (result["mean_return"], result["mean_group_returns"], result["episodes"]) == (
+        None,
+        {"adversary": 12.0, "agent": -6.0},
+        2,
+    )
     # plot draws each group's curve; report names the metric to pick
-    assert main(["plot", str(run), "--out", str(tmp_path / "plot.png")]) == 0 and (tmp_path / "plot.png").stat().st_size > 0
+    assert (
+        main(["plot", str(run), "--out", str(tmp_path / "plot.png")]) == 0
+        and (tmp_path / "plot.png").stat().st_size > 0
+    )
     capsys.readouterr()
     pytest.importorskip("rliable")
     assert main(["report", str(run)]) == 2
@@ -57,7 +81,22 @@ def test_a_competitive_run_logs_each_groups_return_and_no_team_sum(tmp_path, cap
 @pytest.mark.parametrize(("headline", "expected"), [("team", 6.0), ("adversary", 12.0), ("agent", -6.0)])
 def test_the_headline_is_the_team_sum_or_the_group_named(tmp_path, capsys, headline, expected):
     run = tmp_path / "run"
-    assert main(["train", CHASE, *TINY, "--total-timesteps", "16", "--multi-agent.headline", headline, "--run-dir", str(run)]) == 0
+    assert (
+        main(
+            [
+                "train",
+                CHASE,
+                *TINY,
+                "--total-timesteps",
+                "16",
+                "--multi-agent.headline",
+                headline,
+                "--run-dir",
+                str(run),
+            ]
+        )
+        == 0
+    )
     (record,) = records(run)
     assert record["charts/episodic_return"] == expected and record["charts/episodic_return/adversary"] == 12.0
     assert main(["eval", str(run), "--episodes", "2", "--env-id", CHASE]) == 0
@@ -70,26 +109,50 @@ def test_a_team_of_one_group_keeps_its_sum_as_headline(tmp_path):
     assert main(["train", RELAY, *TINY, "--total-timesteps", "32", "--run-dir", str(run)]) == 0
     record = records(run)[-1]
     assert record["charts/episodic_return"] == record["charts/episodic_return/agent"]
-    assert record["charts/episodic_return"] == pytest.approx(sum(record[f"charts/agent_return/agent_{i}"] for i in range(3)))
+    assert record["charts/episodic_return"] == pytest.approx(
+        sum(record[f"charts/agent_return/agent_{i}"] for i in range(3))
+    )
 
 
-@pytest.mark.parametrize(("headline", "stop", "stopped_at"), [("adversary", "12", 16), ("adversary", "12.5", None), ("agent", "6", None), ("team", "6", 16)])
+@pytest.mark.parametrize(
+    ("headline", "stop", "stopped_at"),
+    [("adversary", "12", 16), ("adversary", "12.5", None), ("agent", "6", None), ("team", "6", 16)],
+)
 def test_stop_return_reads_the_named_groups_mean(tmp_path, capsys, headline, stop, stopped_at):
     """The adversaries' mean is 12 from the first iteration on, the agent's -6, the team's 6: a
     run stops on the group it names, never on another's or the sum's."""
     run = tmp_path / "run"
-    argv = ["train", CHASE, *TINY, "--total-timesteps", "48", "--stop-return", stop, "--stop-window", "2", "--multi-agent.headline", headline, "--run-dir", str(run)]
+    argv = [
+        "train",
+        CHASE,
+        *TINY,
+        "--total-timesteps",
+        "48",
+        "--stop-return",
+        stop,
+        "--stop-window",
+        "2",
+        "--multi-agent.headline",
+        headline,
+        "--run-dir",
+        str(run),
+    ]
     assert main(argv) == 0
     out = "".join(capsys.readouterr())
     assert records(run)[-1]["global_step"] == (stopped_at or 48)
-    assert (f"reached --run.stop-return {float(stop):g} at step {stopped_at}: stopped" in out) == (stopped_at is not None)
+    assert (f"reached --run.stop-return {float(stop):g} at step {stopped_at}: stopped" in out) == (
+        stopped_at is not None
+    )
 
 
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
         (["--stop-return", "10"], "name the one it reads, e.g. --multi-agent.headline adversary"),
-        (["--multi-agent.headline", "prey"], "--multi-agent.headline prey is no group of this env's agents (adversary, agent)"),
+        (
+            ["--multi-agent.headline", "prey"],
+            "--multi-agent.headline prey is no group of this env's agents (adversary, agent)",
+        ),
     ],
 )
 def test_a_headline_that_cannot_be_read_is_one_line(tmp_path, capsys, argv, message):
@@ -129,7 +192,9 @@ def rows_and_dicts(agent, env_id: str, env_kwargs: dict, steps: int = 4):
             step, (observations, _) = envs.step(torch.as_tensor(actions)), env.reset()
             continue
         step = envs.step(torch.as_tensor(actions))
-        observations = env.step({name: actions[i] for i, name in enumerate(env.possible_agents) if name in env.agents})[0]
+        observations = env.step({name: actions[i] for i, name in enumerate(env.possible_agents) if name in env.agents})[
+            0
+        ]
     envs.close()
     env.close()
 
@@ -138,7 +203,11 @@ def rows_and_dicts(agent, env_id: str, env_kwargs: dict, steps: int = 4):
     "overrides",
     [
         {"multi_agent.algorithm": "mappo", "normalize_obs": True},
-        {"env_kwargs": json.dumps({"agents": ["adversary_0", "agent_0", "agent_1"]}), "multi_agent.policies": "group", "multi_agent.headline": "team"},
+        {
+            "env_kwargs": json.dumps({"agents": ["adversary_0", "agent_0", "agent_1"]}),
+            "multi_agent.policies": "group",
+            "multi_agent.headline": "team",
+        },
     ],
     ids=["shared-mappo-normalized", "group-policies"],
 )
@@ -146,14 +215,30 @@ def test_act_on_pettingzoo_observations_takes_the_actions_training_takes(tmp_pat
     """The same actions as the rows the training envs build, step by step (the dead agent_1 left
     out of the dict as PettingZoo leaves it out), for the trained agent and the one loaded from
     its folder."""
-    config = fastppo.make_config(RELAY, "cleanrl-discrete", {"num_envs": 2, "num_steps": 12, "num_minibatches": 2, "total_timesteps": 48, "progress": False, "tensorboard": False} | overrides)
+    config = fastppo.make_config(
+        RELAY,
+        "cleanrl-discrete",
+        {
+            "num_envs": 2,
+            "num_steps": 12,
+            "num_minibatches": 2,
+            "total_timesteps": 48,
+            "progress": False,
+            "tensorboard": False,
+        }
+        | overrides,
+    )
     trained = train(config, tmp_path / "run")
     loaded = fastppo.load(tmp_path / "run")
     env_kwargs = json.loads(overrides.get("env_kwargs", "{}"))
     played = 0
     for rows_actions, observations in rows_and_dicts(trained, RELAY, env_kwargs, steps=8):
         names = [name for name in make_parallel_env(RELAY, env_kwargs).possible_agents if name in observations]
-        expected = {name: rows_actions[i] for i, name in enumerate(make_parallel_env(RELAY, env_kwargs).possible_agents) if name in observations}
+        expected = {
+            name: rows_actions[i]
+            for i, name in enumerate(make_parallel_env(RELAY, env_kwargs).possible_agents)
+            if name in observations
+        }
         for agent in (trained, loaded):
             actions = agent.act(observations, deterministic=True)
             assert list(actions) == names and actions == expected
@@ -164,7 +249,19 @@ def test_act_on_pettingzoo_observations_takes_the_actions_training_takes(tmp_pat
 def test_act_honours_the_action_mask_of_a_dict_observation(tmp_path):
     """Chase's Dict observations allow one action each: act takes it, stochastic or not (the env
     asserts it, in training too), and an infos mask given as action_mask= is honoured."""
-    config = fastppo.make_config(CHASE, "cleanrl-discrete", {"num_envs": 2, "num_steps": 8, "num_minibatches": 2, "total_timesteps": 32, "progress": False, "tensorboard": False, "env_kwargs": json.dumps({"masked": True})})
+    config = fastppo.make_config(
+        CHASE,
+        "cleanrl-discrete",
+        {
+            "num_envs": 2,
+            "num_steps": 8,
+            "num_minibatches": 2,
+            "total_timesteps": 32,
+            "progress": False,
+            "tensorboard": False,
+            "env_kwargs": json.dumps({"masked": True}),
+        },
+    )
     agent = train(config)
     assert agent.action_masks
     env = make_parallel_env(CHASE, {"masked": True})
@@ -184,7 +281,20 @@ def test_act_honours_the_action_mask_of_a_dict_observation(tmp_path):
 
 def test_a_recurrent_policy_steps_each_agent_with_its_own_state():
     """step({agent: obs}, {agent: state}) equals the rows' step with the rows' states stacked."""
-    config = fastppo.make_config(RELAY, "cleanrl-discrete", {"num_envs": 2, "num_steps": 12, "num_minibatches": 2, "total_timesteps": 48, "progress": False, "tensorboard": False, "policy.memory": "gru", "policy.memory_size": 8})
+    config = fastppo.make_config(
+        RELAY,
+        "cleanrl-discrete",
+        {
+            "num_envs": 2,
+            "num_steps": 12,
+            "num_minibatches": 2,
+            "total_timesteps": 48,
+            "progress": False,
+            "tensorboard": False,
+            "policy.memory": "gru",
+            "policy.memory_size": 8,
+        },
+    )
     agent = train(config)
     env = make_parallel_env(RELAY, {})
     observations, _ = env.reset(seed=0)
@@ -207,11 +317,37 @@ def test_a_recurrent_policy_steps_each_agent_with_its_own_state():
 
 
 def test_act_refuses_what_it_cannot_read():
-    agent = train(fastppo.make_config(RELAY, "cleanrl-discrete", {"num_envs": 2, "num_steps": 12, "num_minibatches": 2, "total_timesteps": 24, "progress": False, "tensorboard": False}))
+    agent = train(
+        fastppo.make_config(
+            RELAY,
+            "cleanrl-discrete",
+            {
+                "num_envs": 2,
+                "num_steps": 12,
+                "num_minibatches": 2,
+                "total_timesteps": 24,
+                "progress": False,
+                "tensorboard": False,
+            },
+        )
+    )
     with pytest.raises(ValueError, match="'spy', an agent the policy was not trained on"):
         agent.act({"spy": np.zeros(2, dtype=np.float32)})
     assert agent.act({}) == {}
-    gym_agent = train(fastppo.make_config("CartPole-v1", "cleanrl-discrete", {"num_envs": 2, "num_steps": 8, "num_minibatches": 2, "total_timesteps": 16, "progress": False, "tensorboard": False}))
+    gym_agent = train(
+        fastppo.make_config(
+            "CartPole-v1",
+            "cleanrl-discrete",
+            {
+                "num_envs": 2,
+                "num_steps": 8,
+                "num_minibatches": 2,
+                "total_timesteps": 16,
+                "progress": False,
+                "tensorboard": False,
+            },
+        )
+    )
     with pytest.raises(ValueError, match="trained on a PettingZoo env"):
         gym_agent.act({"agent_0": np.zeros(4)})
 
@@ -222,7 +358,22 @@ def test_the_readme_loop_runs_a_trained_agent_in_a_pettingzoo_env(tmp_path):
     loop = re.search(r"<!-- deploy-loop -->\n```python\n(.*?)```", text, re.S).group(1)
     assert len(loop.strip().splitlines()) <= 12
     run = tmp_path / "spread"
-    assert main(["train", "pz:mpe2.simple_spread_v3", "--env-kwargs", '{"max_cycles": 5}', *TINY, "--total-timesteps", "16", "--run-dir", str(run)]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "pz:mpe2.simple_spread_v3",
+                "--env-kwargs",
+                '{"max_cycles": 5}',
+                *TINY,
+                "--total-timesteps",
+                "16",
+                "--run-dir",
+                str(run),
+            ]
+        )
+        == 0
+    )
     namespace: dict = {}
     exec(loop.replace("runs/spread", str(run)), namespace)
     assert namespace["steps"] == 25  # simple_spread's default max_cycles

@@ -18,7 +18,12 @@ FIXTURES = sorted(OLD_RUNS.glob("*.json"))
 
 def test_the_old_folders_are_there():
     # a single run, a --seeds stack, a recurrent run, grouped multi-agent policies
-    assert [f.stem for f in FIXTURES] == ["cartpole_sync_stopped", "cartpole_tensor_seeds2", "novelocity_lstm", "simple_adversary_groups"]
+    assert [f.stem for f in FIXTURES] == [
+        "cartpole_sync_stopped",
+        "cartpole_tensor_seeds2",
+        "novelocity_lstm",
+        "simple_adversary_groups",
+    ]
     assert all((OLD_RUNS / f.stem).is_dir() for f in FIXTURES)
 
 

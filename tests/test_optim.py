@@ -47,4 +47,3 @@ def test_make_optimizer_picks_fused_adam_except_for_cuda_graphs():
     assert isinstance(opt, FusedAdam) and opt.defaults["fused"] and not opt.defaults["capturable"]
     with pytest.raises(ValueError, match="different number of parameter groups"):
         opt.load_state_dict({"state": {}, "param_groups": []})
-

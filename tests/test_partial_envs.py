@@ -90,7 +90,16 @@ def test_make_config_and_spaces(backend: str) -> None:
 @pytest.mark.parametrize("backend", ["sync", "tensor"])
 def test_mlp_policy_trains(backend: str) -> None:
     # the env's own preset is recurrent: this checks the plain MLP path on the env
-    agent = fastppo.train(ENV_ID, backend=backend, total_timesteps=512, num_envs=2, num_steps=64, progress=False, tensorboard=False, **{"policy.memory": "none"})
+    agent = fastppo.train(
+        ENV_ID,
+        backend=backend,
+        total_timesteps=512,
+        num_envs=2,
+        num_steps=64,
+        progress=False,
+        tensorboard=False,
+        **{"policy.memory": "none"},
+    )
     assert agent.history and all(np.isfinite(row["losses/value_loss"]) for row in agent.history)
     action = agent.act(torch.zeros(2).numpy())
     assert action in (0, 1)

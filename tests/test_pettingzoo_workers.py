@@ -32,7 +32,9 @@ PADDED = {"actions": [3, 2, 3], "obs_sizes": [2, 3, 2], "die_at": 3, "length": 6
 episodes that end mid-rollout."""
 
 
-def env_pair(monkeypatch, copies: int, cpus: int, env_id: str = RELAY, env_kwargs: dict | None = None, **multi_agent) -> tuple:
+def env_pair(
+    monkeypatch, copies: int, cpus: int, env_id: str = RELAY, env_kwargs: dict | None = None, **multi_agent
+) -> tuple:
     """The same copies on the sync backend and split into ``cpus`` blocks (all but the first in worker processes)."""
     monkeypatch.setattr(env_make, "available_cpus", lambda: cpus)
     cfg = EnvConfig(env_id=env_id, num_envs=copies, env_kwargs=env_kwargs or {})
@@ -46,7 +48,10 @@ def env_pair(monkeypatch, copies: int, cpus: int, env_id: str = RELAY, env_kwarg
 @pytest.mark.parametrize("cpus", [1, 2, 5])
 @pytest.mark.parametrize(
     ("env_id", "env_kwargs", "multi_agent"),
-    [(RELAY, PADDED, {"pad": True, "algorithm": "mappo"}), ("pz:mpe2.simple_spread_v3", {"max_cycles": 5}, {"algorithm": "mappo"})],
+    [
+        (RELAY, PADDED, {"pad": True, "algorithm": "mappo"}),
+        ("pz:mpe2.simple_spread_v3", {"max_cycles": 5}, {"algorithm": "mappo"}),
+    ],
     ids=["relay-padded", "simple-spread"],
 )
 def test_worker_rows_equal_the_sync_rows_step_by_step(monkeypatch, cpus, env_id, env_kwargs, multi_agent):
@@ -58,7 +63,9 @@ def test_worker_rows_equal_the_sync_rows_step_by_step(monkeypatch, cpus, env_id,
         pairs = [(sync.reset(seed=7), split.reset(seed=7))]
         for _ in range(13):
             mask = pairs[-1][0].action_mask
-            actions = torch.as_tensor([rng.choice(np.flatnonzero(m)) for m in mask] if mask is not None else rng.integers(0, 5, sync.num_envs))
+            actions = torch.as_tensor(
+                [rng.choice(np.flatnonzero(m)) for m in mask] if mask is not None else rng.integers(0, 5, sync.num_envs)
+            )
             pairs.append((sync.step(actions), split.step(actions)))
         for a, b in pairs:
             for field, x, y in zip(a._fields, a, b):
@@ -74,8 +81,18 @@ def test_worker_rows_equal_the_sync_rows_step_by_step(monkeypatch, cpus, env_id,
 def test_an_async_run_equals_the_sync_run(tmp_path, monkeypatch):
     """Same seed, sync vs async with the copies in two blocks (one in a worker): the same weights, metrics and episodes."""
     monkeypatch.setattr(env_make, "available_cpus", lambda: 2)
-    overrides = TINY | {"num_envs": 3, "env_kwargs": json.dumps(PADDED), "multi_agent.pad": True, "multi_agent.algorithm": "mappo"}
-    runs = {backend: train(fastppo.make_config(RELAY, "cleanrl-discrete", overrides | {"backend": backend}), tmp_path / backend) for backend in ("sync", "async")}
+    overrides = TINY | {
+        "num_envs": 3,
+        "env_kwargs": json.dumps(PADDED),
+        "multi_agent.pad": True,
+        "multi_agent.algorithm": "mappo",
+    }
+    runs = {
+        backend: train(
+            fastppo.make_config(RELAY, "cleanrl-discrete", overrides | {"backend": backend}), tmp_path / backend
+        )
+        for backend in ("sync", "async")
+    }
     for name, value in runs["sync"].policy.state_dict().items():
         assert torch.equal(value, runs["async"].policy.state_dict()[name]), name
     assert runs["sync"].episode_returns and runs["sync"].episode_returns == runs["async"].episode_returns

@@ -18,7 +18,16 @@ FIXTURES = sorted(HERE.glob("*.json"))
 
 def test_every_issue_35_run_is_pinned():
     assert [f.stem for f in FIXTURES] == sorted(
-        ["cartpole_sync", "cartpole_tensor", "cartpole_tensor_stack3", "cartpole_novelocity_lstm", "pendulum", "acrobot_cleanrl_discrete", "simple_spread_mappo", "halfcheetah"]
+        [
+            "cartpole_sync",
+            "cartpole_tensor",
+            "cartpole_tensor_stack3",
+            "cartpole_novelocity_lstm",
+            "pendulum",
+            "acrobot_cleanrl_discrete",
+            "simple_spread_mappo",
+            "halfcheetah",
+        ]
     )
 
 

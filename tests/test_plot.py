@@ -19,7 +19,15 @@ def runs(tmp_path_factory) -> list[Path]:
     dirs = []
     for seed, lr in ((1, 1e-3), (2, 1e-3), (1, 3e-4)):
         run = root / f"lr{lr}_s{seed}"
-        fastppo.train("CartPole-v1", run_dir=run, total_timesteps=2048, seed=seed, learning_rate=lr, progress=False, tensorboard=False)
+        fastppo.train(
+            "CartPole-v1",
+            run_dir=run,
+            total_timesteps=2048,
+            seed=seed,
+            learning_rate=lr,
+            progress=False,
+            tensorboard=False,
+        )
         dirs.append(run)
     return dirs
 
@@ -71,7 +79,9 @@ def test_plot_errors_are_one_line(tmp_path, capsys, runs, setup, message):
 def test_plot_without_matplotlib_is_one_line(runs, capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now raises ImportError
     assert main(["plot", str(runs[0])]) == 2
-    assert capsys.readouterr().err.splitlines() == ["fastppo: error: fastppo plot needs matplotlib: pip install 'fastppo[plot]'"]
+    assert capsys.readouterr().err.splitlines() == [
+        "fastppo: error: fastppo plot needs matplotlib: pip install 'fastppo[plot]'"
+    ]
 
 
 def test_a_last_line_cut_short_by_a_kill_is_skipped(runs, tmp_path):
@@ -86,10 +96,22 @@ def test_a_last_line_cut_short_by_a_kill_is_skipped(runs, tmp_path):
 @pytest.mark.parametrize(
     "damage, message",
     [
-        (lambda lines: [lines[0], b'{"global_step": 3, "charts/epi', *lines[1:]], "metrics.jsonl line 2 is not JSON: the file is damaged"),
-        (lambda lines: [*lines[:2], b"\xff\xfe", *lines[2:]], "metrics.jsonl line 3 is not UTF-8 text: the file is damaged"),
-        (lambda lines: [b"[1]", *lines], "metrics.jsonl line 1 is not a metrics record (a JSON object with a numeric global_step)"),
-        (lambda lines: [lines[0], b'{"global_step": 3, "charts/SPS": "fast"}', *lines[1:]], "metrics.jsonl line 2: charts/SPS is 'fast', not a number"),
+        (
+            lambda lines: [lines[0], b'{"global_step": 3, "charts/epi', *lines[1:]],
+            "metrics.jsonl line 2 is not JSON: the file is damaged",
+        ),
+        (
+            lambda lines: [*lines[:2], b"\xff\xfe", *lines[2:]],
+            "metrics.jsonl line 3 is not UTF-8 text: the file is damaged",
+        ),
+        (
+            lambda lines: [b"[1]", *lines],
+            "metrics.jsonl line 1 is not a metrics record (a JSON object with a numeric global_step)",
+        ),
+        (
+            lambda lines: [lines[0], b'{"global_step": 3, "charts/SPS": "fast"}', *lines[1:]],
+            "metrics.jsonl line 2: charts/SPS is 'fast', not a number",
+        ),
     ],
 )
 def test_a_damaged_metrics_line_is_named_by_its_number(runs, tmp_path, capsys, damage, message):
@@ -98,10 +120,16 @@ def test_a_damaged_metrics_line_is_named_by_its_number(runs, tmp_path, capsys, d
     (run / "config.yaml").write_text((runs[0] / "config.yaml").read_text())
     lines = (runs[0] / "metrics.jsonl").read_bytes().splitlines()
     (run / "metrics.jsonl").write_bytes(b"\n".join(damage(lines)) + b"\n")
-    for command in (["plot", str(run), "--out", str(tmp_path / "p.png")], ["report", str(run), "--out", str(tmp_path / "report")]):
+    for command in (
+        ["plot", str(run), "--out", str(tmp_path / "p.png")],
+        ["report", str(run), "--out", str(tmp_path / "report")],
+    ):
         assert main(command) == 2
         err = capsys.readouterr().err.strip()
-        assert err.startswith(f"fastppo: error: {run / message.split(' ', 1)[0]} {message.split(' ', 1)[1]}") and len(err.splitlines()) == 1, err
+        assert (
+            err.startswith(f"fastppo: error: {run / message.split(' ', 1)[0]} {message.split(' ', 1)[1]}")
+            and len(err.splitlines()) == 1
+        ), err
     assert not (tmp_path / "p.png").exists()
 
 
@@ -115,6 +143,8 @@ def test_a_self_play_run_plots_its_ratings_beside_the_return(tmp_path, monkeypat
     import matplotlib.figure
 
     titles = []
-    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", lambda fig, *a, **k: titles.extend(ax.get_title() for ax in fig.axes))
+    monkeypatch.setattr(
+        matplotlib.figure.Figure, "savefig", lambda fig, *a, **k: titles.extend(ax.get_title() for ax in fig.axes)
+    )
     assert main(["plot", str(run), "--out", str(tmp_path / "p.png")]) == 0
     assert "openskill rating (mu - 3 sigma)" in titles

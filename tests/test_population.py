@@ -27,7 +27,9 @@ def stack_of(cfg: PolicyConfig, action_space: gym.Space) -> tuple[StackedActorCr
         policies.append(ActorCritic(OBS, action_space, cfg))
         if isinstance(action_space, gym.spaces.Box):  # members' log-stds differ, as after training
             policies[-1].action_head.log_std.data.uniform_(-1, 0)
-    return StackedActorCritic(copy.deepcopy(policies), [torch.Generator().manual_seed(s) for s in range(SEEDS)]), policies
+    return StackedActorCritic(
+        copy.deepcopy(policies), [torch.Generator().manual_seed(s) for s in range(SEEDS)]
+    ), policies
 
 
 def actions_of(space: gym.Space, shape: tuple[int, ...]) -> torch.Tensor:
@@ -45,7 +47,9 @@ CONFIGS = {
 
 @pytest.mark.parametrize("space", [DISCRETE, BOX], ids=["discrete", "box"])
 @pytest.mark.parametrize("name", CONFIGS)
-@pytest.mark.parametrize("rows", [16, 256], ids=["rollout-size", "update-size"])  # 256: the one-node layer's side of MIN_ROWS
+@pytest.mark.parametrize(
+    "rows", [16, 256], ids=["rollout-size", "update-size"]
+)  # 256: the one-node layer's side of MIN_ROWS
 def test_each_stacked_seed_scores_as_its_actor_critic(name, space, rows):
     cfg = CONFIGS[name]
     stack, policies = stack_of(cfg, space)
@@ -59,15 +63,29 @@ def test_each_stacked_seed_scores_as_its_actor_critic(name, space, rows):
         state, keep = torch.randn(SEEDS, ENVS, stack.state_size), torch.rand(SEEDS, rows) > 0.2
     logprob, entropy, value = stack.evaluate(obs, action, mask, state, keep)
     for i, policy in enumerate(policies):
-        expected = policy.evaluate(obs[i], action[i], None if mask is None else mask[i], None if state is None else state[i], None if keep is None else keep[i])
+        expected = policy.evaluate(
+            obs[i],
+            action[i],
+            None if mask is None else mask[i],
+            None if state is None else state[i],
+            None if keep is None else keep[i],
+        )
         for got, want in zip((logprob[i], entropy[i], value[i]), expected):
             torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
     # and the gradient of each seed's row of ``flat`` is its policy's gradient
     (logprob.sum() + value.sum() + entropy.sum()).backward()
     for i, policy in enumerate(policies):
-        ours = policy.evaluate(obs[i], action[i], None if mask is None else mask[i], None if state is None else state[i], None if keep is None else keep[i])
+        ours = policy.evaluate(
+            obs[i],
+            action[i],
+            None if mask is None else mask[i],
+            None if state is None else state[i],
+            None if keep is None else keep[i],
+        )
         sum(t.sum() for t in ours).backward()
-        torch.testing.assert_close(stack.flat.grad[i], torch.cat([p.grad.flatten() for p in policy.parameters()]), rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(
+            stack.flat.grad[i], torch.cat([p.grad.flatten() for p in policy.parameters()]), rtol=1e-4, atol=1e-5
+        )
 
 
 @pytest.mark.parametrize("name", CONFIGS)
@@ -83,7 +101,9 @@ def test_a_stacked_rollout_step_draws_what_each_seeds_single_run_draws(name):
             rows = slice(i * ENVS, (i + 1) * ENVS)
             torch.manual_seed(i)
             want = policy.step(obs[rows], state[rows]) if stack.recurrent else (*policy.act(obs[rows]), None)
-            for got, expected in zip((action[rows], logprob[rows], value[rows], None if next_state is None else next_state[rows]), want):
+            for got, expected in zip(
+                (action[rows], logprob[rows], value[rows], None if next_state is None else next_state[rows]), want
+            ):
                 if expected is not None:
                     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
 
@@ -97,16 +117,24 @@ def test_cell_steps_are_nn_rnn_cut_at_episode_ends(kind):
     x, state = torch.randn(STEPS * ENVS, 5), torch.randn(ENVS, core.state_size)
     keep = torch.rand(STEPS * ENVS) > 0.3
     out, final = core.cell_steps(x, state, keep)
-    torch.testing.assert_close(out, core.sequences(x, state, Segments.from_keep(keep.view(STEPS, ENVS))), rtol=1e-5, atol=1e-6)
-    torch.testing.assert_close(core.cell_steps(x, state)[0], core(x.view(STEPS, ENVS, 5), state)[0].reshape(-1, 8), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(
+        out, core.sequences(x, state, Segments.from_keep(keep.view(STEPS, ENVS))), rtol=1e-5, atol=1e-6
+    )
+    torch.testing.assert_close(
+        core.cell_steps(x, state)[0], core(x.view(STEPS, ENVS, 5), state)[0].reshape(-1, 8), rtol=1e-5, atol=1e-6
+    )
     assert not torch.allclose(out, core.cell_steps(x, state)[0])  # the resets matter
 
 
-def grouped(cfg: PolicyConfig, groups: tuple[int, ...], space: gym.Space = DISCRETE) -> tuple[GroupedActorCritic, torch.Tensor]:
+def grouped(
+    cfg: PolicyConfig, groups: tuple[int, ...], space: gym.Space = DISCRETE
+) -> tuple[GroupedActorCritic, torch.Tensor]:
     """A grouped policy over rows [observation | agent one-hot] of len(groups) agents, and such rows."""
     agents = len(groups)
     torch.manual_seed(0)
-    policy = GroupedActorCritic(gym.spaces.Box(-1, 1, (5 + agents,)), space, cfg, ObservationLayout(raw=agents, groups=groups))
+    policy = GroupedActorCritic(
+        gym.spaces.Box(-1, 1, (5 + agents,)), space, cfg, ObservationLayout(raw=agents, groups=groups)
+    )
     rows = STEPS * ENVS * agents
     ids = torch.eye(agents)[torch.arange(rows) % agents]
     return policy, torch.cat([torch.randn(rows, 5), ids], dim=1)
@@ -133,7 +161,9 @@ def test_each_row_of_a_grouped_policy_is_scored_by_its_groups_actor_critic(name,
         _, _, _, next_state = policy.step(obs[: ENVS * 3], state)
         for g, member in enumerate(policy.policies):
             want = member.step(obs[: ENVS * 3], state)[3]
-            torch.testing.assert_close(next_state[group[: ENVS * 3] == g], want[group[: ENVS * 3] == g], rtol=1e-5, atol=1e-6)
+            torch.testing.assert_close(
+                next_state[group[: ENVS * 3] == g], want[group[: ENVS * 3] == g], rtol=1e-5, atol=1e-6
+            )
 
 
 def test_a_single_group_is_its_actor_critic_bit_for_bit():
@@ -154,7 +184,9 @@ def test_grouped_state_dict_keys_are_each_groups_actor_critic():
     """policy.safetensors and checkpoints keep ``policies.<k>.<name>``: folders written before load."""
     policy, _ = grouped(PolicyConfig(), (0, 1, 1))
     names = [name for name, _ in ActorCritic(gym.spaces.Box(-1, 1, (8,)), DISCRETE).named_parameters()]
-    assert sorted(policy.state_dict()) == sorted(["agent_group", *(f"policies.{k}.{n}" for k in range(2) for n in names)])
+    assert sorted(policy.state_dict()) == sorted(
+        ["agent_group", *(f"policies.{k}.{n}" for k in range(2) for n in names)]
+    )
 
 
 @pytest.mark.parametrize("name", ["lstm", "gru-shared"])

@@ -37,7 +37,11 @@ def test_the_readmes_links_lead_somewhere():
 def test_every_hyperparameter_is_in_the_generated_cli_reference():
     """Generated from the parsers, so this holds by construction unless the generator drops flags."""
     page = cli_reference()
-    flags = [f"--{name.replace('_', '-')}.{f.name.replace('_', '-')}" for name, section in sections(Config()).items() for f in dataclasses.fields(section)]
+    flags = [
+        f"--{name.replace('_', '-')}.{f.name.replace('_', '-')}"
+        for name, section in sections(Config()).items()
+        for f in dataclasses.fields(section)
+    ]
     missing = [flag for flag in flags if flag != "--env.env-id" and f"`{flag}`" not in page]
     assert not missing, missing
     assert "## fastppo rlhf" in page and "`--estimator`" in page and "`ENV_ID`" in page
@@ -74,10 +78,20 @@ def test_the_presets_table_lists_every_preset():
 def test_the_first_commands_time_is_the_measured_one():
     """The pages that quote how long `fastppo train CartPole-v1` takes quote the benchmarks page's
     measurement, and none another figure."""
-    measured = re.search(r"### The first command, from the shell\n\n.*?real (\d+)\.\d+-(\d+)\.\d+ s", page("docs/benchmarks/index.md"), re.S)
+    measured = re.search(
+        r"### The first command, from the shell\n\n.*?real (\d+)\.\d+-(\d+)\.\d+ s",
+        page("docs/benchmarks/index.md"),
+        re.S,
+    )
     assert measured
     figure = f"{measured.group(1)}-{int(measured.group(2)) + 1} s"
-    quoting = ["README.md", "docs/index.md", "docs/getting-started/first-agent.md", "docs/getting-started/evaluate-record-export.md", "docs/guides/presets.md"]
+    quoting = [
+        "README.md",
+        "docs/index.md",
+        "docs/getting-started/first-agent.md",
+        "docs/getting-started/evaluate-record-export.md",
+        "docs/guides/presets.md",
+    ]
     for name in quoting:
         text = " ".join(page(name).split())
         assert figure in text, name
@@ -90,9 +104,25 @@ def test_the_benchmarks_pages_date_each_measurement():
         assert not re.findall(r"\bsessions?\b", page(name).replace("gpu_session.sh", "")), name
 
 
-SB3_DEFAULTS = {"num_steps": 2048, "minibatch": 64, "update_epochs": 10, "learning_rate": 3e-4, "lr_schedule": "constant", "ent_coef": 0.0, "clip_vloss": False}
+SB3_DEFAULTS = {
+    "num_steps": 2048,
+    "minibatch": 64,
+    "update_epochs": 10,
+    "learning_rate": 3e-4,
+    "lr_schedule": "constant",
+    "ent_coef": 0.0,
+    "clip_vloss": False,
+}
 """stable_baselines3.PPO's defaults (n_steps, batch_size, n_epochs, learning_rate constant, ent_coef, no clip_range_vf)."""
-CLEANRL_IN_SB3 = {"num_steps": 128, "minibatch": 128, "update_epochs": 4, "learning_rate": 2.5e-4, "lr_schedule": "constant", "ent_coef": 0.01, "clip_vloss": False}
+CLEANRL_IN_SB3 = {
+    "num_steps": 128,
+    "minibatch": 128,
+    "update_epochs": 4,
+    "learning_rate": 2.5e-4,
+    "lr_schedule": "constant",
+    "ent_coef": 0.01,
+    "clip_vloss": False,
+}
 """What benchmarks/sb3_compare.py gives SB3 in the CartPole SPS comparison: CleanRL's ppo.py settings."""
 
 
@@ -102,14 +132,25 @@ def test_coming_from_sb3_gives_each_setting_its_true_name():
 
     def settings(command: str) -> dict:
         args = build_parser().parse_args(command.split()[1:])
-        config, _ = resolved_config(args.env_id, args.preset, {k.removeprefix("hp:"): v for k, v in vars(args).items() if k.startswith("hp:")})
+        config, _ = resolved_config(
+            args.env_id, args.preset, {k.removeprefix("hp:"): v for k, v in vars(args).items() if k.startswith("hp:")}
+        )
         ppo = config.ppo
-        return {"num_steps": ppo.num_steps, "minibatch": config.batch_size // ppo.num_minibatches, "update_epochs": ppo.update_epochs,
-                "learning_rate": ppo.learning_rate, "lr_schedule": ppo.lr_schedule, "ent_coef": ppo.ent_coef, "clip_vloss": ppo.clip_vloss}
+        return {
+            "num_steps": ppo.num_steps,
+            "minibatch": config.batch_size // ppo.num_minibatches,
+            "update_epochs": ppo.update_epochs,
+            "learning_rate": ppo.learning_rate,
+            "lr_schedule": ppo.lr_schedule,
+            "ent_coef": ppo.ent_coef,
+            "clip_vloss": ppo.clip_vloss,
+        }
 
     text = page("docs/coming-from.md")
-    comparison, defaults = (re.search(rf"{lead}.*?```bash\n(fastppo train [^\n]+)\n```", text, re.S).group(1)
-                            for lead in ("The CartPole SPS comparison", "SB3's own defaults"))
+    comparison, defaults = (
+        re.search(rf"{lead}.*?```bash\n(fastppo train [^\n]+)\n```", text, re.S).group(1)
+        for lead in ("The CartPole SPS comparison", "SB3's own defaults")
+    )
     assert settings(comparison) == CLEANRL_IN_SB3
     assert settings(defaults) == SB3_DEFAULTS
 
@@ -117,7 +158,11 @@ def test_coming_from_sb3_gives_each_setting_its_true_name():
 def test_the_cartpole_figure_is_made_by_its_pages_commands():
     """`make cartpole-figure` writes docs/cartpole.png with the commands the page shows beside it."""
     recipe = page("Makefile").split("\ncartpole-figure:")[1].split("\n\n")[0]
-    commands = [line.split("; \\")[0].strip().replace("$(FASTPPO)", "fastppo") for line in recipe.splitlines() if "$(FASTPPO)" in line]
+    commands = [
+        line.split("; \\")[0].strip().replace("$(FASTPPO)", "fastppo")
+        for line in recipe.splitlines()
+        if "$(FASTPPO)" in line
+    ]
     shown = [line.split("#")[0].strip() for line in page("docs/getting-started/evaluate-record-export.md").splitlines()]
     assert len(commands) == 3 and all(command in shown for command in commands), commands
     assert "cp cartpole.png $(CURDIR)/docs/cartpole.png" in recipe

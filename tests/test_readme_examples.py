@@ -53,14 +53,21 @@ def pages() -> list[Path]:
     nav = yaml.safe_load((ROOT / "mkdocs.yml").read_text())["nav"]
     return [README] + [ROOT / "docs" / name for name in walk(nav) if (ROOT / "docs" / name).exists()]
 
+
 SKIPPED = (
     (r"^make ", "builds a fresh .venv and installs packages from the network; the test suite is what `make test` runs"),
     (r"^pip install", "installs packages from the network"),
     (r"^tensorboard ", "starts a server that runs until stopped"),
-    (r"^torchrun ", "several processes under torchrun: tests/test_distributed.py and tests/rlhf/test_distributed.py run them"),
+    (
+        r"^torchrun ",
+        "several processes under torchrun: tests/test_distributed.py and tests/rlhf/test_distributed.py run them",
+    ),
     (r"^fastppo sweep ", "dozens of trials (minutes): tests/test_sweep.py runs the command"),
     (r"runs/sweep_", "reads the output of the sweep skipped above"),
-    (r"\./my-llm|\./big-llm|\./my-r|\bmy-rm\b|prompts\.(jsonl|parquet)|pairs\.jsonl|HuggingFaceH4/", "your own language model, reward model or data (or the hub's): tests/rlhf runs these commands on a tiny model"),
+    (
+        r"\./my-llm|\./big-llm|\./my-r|\bmy-rm\b|prompts\.(jsonl|parquet)|pairs\.jsonl|HuggingFaceH4/",
+        "your own language model, reward model or data (or the hub's): tests/rlhf runs these commands on a tiny model",
+    ),
     (r"MyPOMDP-v0", "an env id your own package registers"),
 )
 """(pattern, reason): the commands this test does not run, and why."""
@@ -73,6 +80,7 @@ ON_CPU = ((r"--device cuda", "--device cpu"), (r'device="cuda"', 'device="cpu"')
 
 NEEDS_GPU = ((r"--cudagraphs", "CUDA graphs need a GPU: tests/test_cuda_graphs.py runs them on one"),)
 """Skipped without a GPU, where ``ON_CPU`` cannot stand in."""
+
 
 @dataclass
 class Command:
@@ -151,7 +159,9 @@ def short_budget(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
     def short_resume(run_dir, overrides=None, env_id=None):
         config, checkpoint = resumed(run_dir, overrides, env_id)
-        config.ppo.total_timesteps = min(config.ppo.total_timesteps, checkpoint.global_step + UPDATES * config.batch_size)
+        config.ppo.total_timesteps = min(
+            config.ppo.total_timesteps, checkpoint.global_step + UPDATES * config.batch_size
+        )
         return config, checkpoint
 
     with monkeypatch.context() as patch:
@@ -175,7 +185,10 @@ def short_steps(argv: list[str]) -> list[str]:
     if argv[0] == "report" and "--reps" not in argv:
         argv = [*argv, "--reps", str(REPS)]
     capped = {"--steps": UPDATES, "--reps": REPS, "--games": GAMES}
-    return [str(min(int(value), capped[argv[i - 1]])) if i and argv[i - 1] in capped else value for i, value in enumerate(argv)]
+    return [
+        str(min(int(value), capped[argv[i - 1]])) if i and argv[i - 1] in capped else value
+        for i, value in enumerate(argv)
+    ]
 
 
 def workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
@@ -197,12 +210,20 @@ def run_command(text: str, kind: str, line: int = 1, page: Path = README) -> tup
     stderr = io.StringIO()
     if kind == "python":  # a traceback names the page's own lines
         with contextlib.redirect_stderr(stderr), warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)  # too few updates: the budget cut short here, checked as written
+            warnings.simplefilter(
+                "ignore", UserWarning
+            )  # too few updates: the budget cut short here, checked as written
             exec(compile("\n" * (line - 1) + text, str(page), "exec"), {"__name__": "__readme__"})
         return 0, stderr.getvalue()
     argv = shlex.split(text, comments=True)
     if argv[0] != "fastppo":  # echo, python examples/...: as the shell runs them
-        result = subprocess.run(["bash", "-c", text], capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+        result = subprocess.run(
+            ["bash", "-c", text],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+        )
         return result.returncode, result.stderr
     with contextlib.redirect_stderr(stderr):
         try:
@@ -223,7 +244,11 @@ def run_page(page: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, includ
             if command.kind == "file":  # the reader saves it
                 Path(command.name).write_text(command.text)
                 continue
-            if rule_for(command, SKIPPED) or (not include_slow and rule_for(command, SLOW)) or (not gpu and rule_for(command, NEEDS_GPU)):
+            if (
+                rule_for(command, SKIPPED)
+                or (not include_slow and rule_for(command, SLOW))
+                or (not gpu and rule_for(command, NEEDS_GPU))
+            ):
                 continue
             text = command.text
             for pattern, replacement in ON_CPU if not gpu else ():
@@ -239,7 +264,11 @@ def run_page(page: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, includ
     return ran
 
 
-PAGES = [page for page in pages() if any(c.kind != "file" and not rule_for(c, SKIPPED) for c in page_commands(page.read_text()))]
+PAGES = [
+    page
+    for page in pages()
+    if any(c.kind != "file" and not rule_for(c, SKIPPED) for c in page_commands(page.read_text()))
+]
 """The pages with a command to run, in reading order: one test each, its id the page's path."""
 
 

@@ -16,12 +16,24 @@ from fastppo.profiling import SectionTimer
 from fastppo.training.rollout import EnvCursor, ObservationNormalizer, RolloutBuffer, collect_rollout
 from fastppo.training.update import minibatch
 
-TINY = dict(total_timesteps=512, num_envs=4, num_steps=64, num_minibatches=2, update_epochs=2, progress=False, tensorboard=False)
+TINY = dict(
+    total_timesteps=512, num_envs=4, num_steps=64, num_minibatches=2, update_epochs=2, progress=False, tensorboard=False
+)
 
 
 def rollout(memory: str, shared: bool, env_id: str = "CartPole-v1", backend: str = "sync"):
     """Two 100-step rollouts of 4 envs (episodes end inside them) with a fresh recurrent policy."""
-    config = fastppo.make_config(env_id, "cleanrl-discrete", {"num_envs": 4, "backend": backend, "policy.memory": memory, "policy.shared_trunk": shared, "policy.memory_size": 16})
+    config = fastppo.make_config(
+        env_id,
+        "cleanrl-discrete",
+        {
+            "num_envs": 4,
+            "backend": backend,
+            "policy.memory": memory,
+            "policy.shared_trunk": shared,
+            "policy.memory_size": 16,
+        },
+    )
     envs = make_vec_env(config.env, torch.device("cpu"))
     first = envs.reset(seed=0)
     torch.manual_seed(0)
@@ -29,12 +41,16 @@ def rollout(memory: str, shared: bool, env_id: str = "CartPole-v1", backend: str
     buf = RolloutBuffer.allocate(100, envs, torch.device("cpu"), None, policy.state_size)
     cursor = EnvCursor(first.obs, None, torch.ones(4, dtype=torch.bool), policy.initial_state(4))
     for _ in range(2):  # the second starts from the live states the first left
-        cursor, last_value = collect_rollout(policy, envs, buf, cursor, ObservationNormalizer(None, 10.0), None, SectionTimer())
+        cursor, last_value = collect_rollout(
+            policy, envs, buf, cursor, ObservationNormalizer(None, 10.0), None, SectionTimer()
+        )
     envs.close()
     return policy, buf, cursor, last_value
 
 
-@pytest.mark.parametrize(("memory", "shared", "backend"), [("lstm", False, "sync"), ("gru", True, "sync"), ("lstm", True, "tensor")])
+@pytest.mark.parametrize(
+    ("memory", "shared", "backend"), [("lstm", False, "sync"), ("gru", True, "sync"), ("lstm", True, "tensor")]
+)
 def test_the_update_re_runs_each_sequence_to_the_rollouts_own_logprobs(memory, shared, backend):
     """The first epoch's first ratio is 1: whole env sequences re-run from the stored initial
     state with the rollout's resets give its log-probs and values (to float rounding, as matmuls
@@ -67,15 +83,28 @@ def test_each_episode_starts_from_a_zero_state_and_the_bootstrap_value_uses_the_
 
 def test_memory_solves_a_task_an_mlp_cannot():
     """CueMemoryEnv pays for recalling a cue shown one step earlier: 0.5 per episode without memory."""
-    budget = dict(TINY, total_timesteps=12_288, num_steps=32, num_envs=8, update_epochs=4, learning_rate=3e-3, ent_coef=0.0)
-    lstm = fastppo.train("tests.fake_envs:CueMemoryEnv", preset="cleanrl-discrete", **budget, **{"policy.memory": "lstm", "policy.memory_size": 16})
+    budget = dict(
+        TINY, total_timesteps=12_288, num_steps=32, num_envs=8, update_epochs=4, learning_rate=3e-3, ent_coef=0.0
+    )
+    lstm = fastppo.train(
+        "tests.fake_envs:CueMemoryEnv",
+        preset="cleanrl-discrete",
+        **budget,
+        **{"policy.memory": "lstm", "policy.memory_size": 16},
+    )
     mlp = fastppo.train("tests.fake_envs:CueMemoryEnv", preset="cleanrl-discrete", **budget)
     assert np.mean(lstm.episode_returns[-300:]) > 0.9
     assert np.mean(mlp.episode_returns[-300:]) < 0.65
 
 
 def test_recurrent_agent_api_and_evaluation(tmp_path):
-    fastppo.train("tests.fake_envs:CueMemoryEnv", preset="cleanrl-discrete", run_dir=tmp_path / "run", **TINY, **{"policy.memory": "gru"})
+    fastppo.train(
+        "tests.fake_envs:CueMemoryEnv",
+        preset="cleanrl-discrete",
+        run_dir=tmp_path / "run",
+        **TINY,
+        **{"policy.memory": "gru"},
+    )
     agent = fastppo.load(tmp_path / "run")
     assert agent.policy.recurrent
     with pytest.raises(ValueError, match=r"agent.step\(obs, state\)"):
@@ -110,14 +139,29 @@ def test_the_state_agent_step_returns_is_an_ordinary_tensor_and_arrays_are_cast(
 
 
 def test_recurrent_training_on_the_tensor_backend_and_with_action_masks():
-    fastppo.train("CartPole-v1", preset="cleanrl-discrete", backend="tensor", **TINY, **{"policy.memory": "lstm", "policy.memory_size": 8})
+    fastppo.train(
+        "CartPole-v1",
+        preset="cleanrl-discrete",
+        backend="tensor",
+        **TINY,
+        **{"policy.memory": "lstm", "policy.memory_size": 8},
+    )
     # the strict env raises on an invalid action: masks apply to every recurrent step
-    fastppo.train("tests.fake_envs:InfoMaskedChoiceEnv", preset="cleanrl-discrete", **TINY, **{"policy.memory": "gru", "policy.memory_size": 8})
+    fastppo.train(
+        "tests.fake_envs:InfoMaskedChoiceEnv",
+        preset="cleanrl-discrete",
+        **TINY,
+        **{"policy.memory": "gru", "policy.memory_size": 8},
+    )
 
 
 @pytest.mark.parametrize(
     ("overrides", "message"),
-    [({"num_minibatches": 8}, "whole env sequences"), ({"compile": True}, "do not support --policy.memory"), ({"policy.memory": "rnn"}, "lstm, gru")],
+    [
+        ({"num_minibatches": 8}, "whole env sequences"),
+        ({"compile": True}, "do not support --policy.memory"),
+        ({"policy.memory": "rnn"}, "lstm, gru"),
+    ],
 )
 def test_recurrent_config_errors_say_how_to_fix_them(overrides, message):
     with pytest.raises(FastPPOError, match=message):
@@ -128,9 +172,18 @@ def test_recurrent_config_errors_say_how_to_fix_them(overrides, message):
 def test_onnx_export_of_a_recurrent_policy_takes_and_returns_the_state(tmp_path, shared):
     import onnxruntime as ort
 
-    agent = fastppo.train("CartPoleNoVelocity-v1", preset="cleanrl-discrete", normalize_obs=True, **TINY, **{"policy.memory": "lstm", "policy.memory_size": 8, "policy.shared_trunk": shared})
+    agent = fastppo.train(
+        "CartPoleNoVelocity-v1",
+        preset="cleanrl-discrete",
+        normalize_obs=True,
+        **TINY,
+        **{"policy.memory": "lstm", "policy.memory_size": 8, "policy.shared_trunk": shared},
+    )
     session = ort.InferenceSession(str(fastppo.export_onnx(agent, tmp_path / "lstm.onnx")))
-    assert [i.name for i in session.get_inputs()] == ["obs", "state"] and [o.name for o in session.get_outputs()] == ["action", "state_out"]
+    assert [i.name for i in session.get_inputs()] == ["obs", "state"] and [o.name for o in session.get_outputs()] == [
+        "action",
+        "state_out",
+    ]
     rng = np.random.default_rng(0)
     state, onnx_state = agent.initial_state(3), agent.initial_state(3).numpy()
     for _ in range(5):  # a few steps of 3 episodes, the state carried by both
@@ -151,7 +204,15 @@ def test_popgym_env_trains_with_its_gru_preset():
     pytest.importorskip("popgym")
     config = fastppo.make_config(POPGYM_REPEAT_PREVIOUS)
     assert (config.policy.memory, config.env.num_envs, config.ppo.num_minibatches) == ("gru", 64, 1)
-    agent = fastppo.train(POPGYM_REPEAT_PREVIOUS, total_timesteps=1024, num_envs=8, num_steps=64, progress=False, tensorboard=False, checkpoint_every=0)
+    agent = fastppo.train(
+        POPGYM_REPEAT_PREVIOUS,
+        total_timesteps=1024,
+        num_envs=8,
+        num_steps=64,
+        progress=False,
+        tensorboard=False,
+        checkpoint_every=0,
+    )
     assert agent.policy.recurrent and agent.history[-1]["global_step"] == 1024
     returns = np.asarray(agent.episode_returns)
     assert len(returns) >= 8 and np.all(np.abs(returns) <= 1 + 1e-6)
@@ -172,7 +233,10 @@ def test_fastppo_record_eval_and_export_carry_the_state_of_a_recurrent_run(tmp_p
     fastppo.train("CartPoleNoVelocity-v1", run_dir=tmp_path / "run", **{**TINY, "num_minibatches": 1})
     assert main(["export", str(tmp_path / "run"), "--onnx", str(tmp_path / "nov.onnx")]) == 0
     # the preset's actor and critic LSTMs of 32: h and c of each, 128 numbers of state per row
-    assert capsys.readouterr().out == f"fastppo: wrote {tmp_path / 'nov.onnx'} (inputs 'obs' [batch, 2], 'state' [batch, 128]; outputs 'action' [batch], 'state_out' [batch, 128])\n"
+    assert (
+        capsys.readouterr().out
+        == f"fastppo: wrote {tmp_path / 'nov.onnx'} (inputs 'obs' [batch, 2], 'state' [batch, 128]; outputs 'action' [batch], 'state_out' [batch, 128])\n"
+    )
     assert main(["record", str(tmp_path / "run"), "--out", str(tmp_path / "nov.mp4"), "--seed", "0"]) == 0
     assert (tmp_path / "nov.mp4").stat().st_size > 0
     assert main(["eval", str(tmp_path / "run"), "--episodes", "2", "--seed", "0", "--json"]) == 0

@@ -18,7 +18,17 @@ from rliable import metrics
 import fastppo
 from fastppo.cli.main import main
 from fastppo.experiments.plot import Run
-from fastppo.experiments.report import Estimate, GroupStats, collect, csv_table, final_score, interval_estimates, iqm_curve, markdown_table, normalized_profiles
+from fastppo.experiments.report import (
+    Estimate,
+    GroupStats,
+    collect,
+    csv_table,
+    final_score,
+    interval_estimates,
+    iqm_curve,
+    markdown_table,
+    normalized_profiles,
+)
 from fastppo.experiments.report_figures import score_distribution
 
 SCORES = np.random.RandomState(0).normal(200.0, 50.0, size=(10, 1))
@@ -29,7 +39,15 @@ def root(tmp_path_factory) -> Path:
     """Two seeds at lr 0.01 and one at lr 0.001, in a folder of runs (a few seconds in all)."""
     root = tmp_path_factory.mktemp("report")
     for name, seed, lr in (("lr-2/s1", 1, 1e-2), ("lr-2/s2", 2, 1e-2), ("lr-3/s1", 1, 1e-3)):
-        tiny = dict(total_timesteps=512, num_envs=4, num_steps=64, seed=seed, learning_rate=lr, progress=False, tensorboard=False)
+        tiny = dict(
+            total_timesteps=512,
+            num_envs=4,
+            num_steps=64,
+            seed=seed,
+            learning_rate=lr,
+            progress=False,
+            tensorboard=False,
+        )
         fastppo.train("CartPole-v1", run_dir=root / name, **tiny)
     return root
 
@@ -40,7 +58,9 @@ def _rliable(func, scores: np.ndarray, reps: int, seed: int) -> tuple[np.ndarray
     return points["x"], intervals["x"]
 
 
-@pytest.mark.parametrize("name, func", [("IQM", metrics.aggregate_iqm), ("mean", metrics.aggregate_mean), ("median", np.median)])
+@pytest.mark.parametrize(
+    "name, func", [("IQM", metrics.aggregate_iqm), ("mean", metrics.aggregate_mean), ("median", np.median)]
+)
 def test_interval_estimates_equal_rliables_own(name, func):
     estimate = interval_estimates(SCORES, reps=300, seed=7)[name]
     point, (low, high) = _rliable(lambda s: np.array([func(s)]), SCORES, reps=300, seed=7)
@@ -62,7 +82,12 @@ def test_iqm_curve_equals_rliables_sample_efficiency_recipe():
     values = np.random.RandomState(1).normal(size=(6, 9)).cumsum(axis=1)
     points, intervals = iqm_curve(values, reps=100, seed=3)
     # rliable's README: IQM frame by frame over a (runs, tasks, frames) array.
-    expected_points, expected_intervals = _rliable(lambda s: np.array([metrics.aggregate_iqm(s[..., i]) for i in range(s.shape[-1])]), values[:, None, :], reps=100, seed=3)
+    expected_points, expected_intervals = _rliable(
+        lambda s: np.array([metrics.aggregate_iqm(s[..., i]) for i in range(s.shape[-1])]),
+        values[:, None, :],
+        reps=100,
+        seed=3,
+    )
     np.testing.assert_allclose(points, expected_points, rtol=1e-12)
     np.testing.assert_allclose(intervals, expected_intervals, rtol=1e-12)
 
@@ -73,7 +98,9 @@ def test_score_distribution_equals_rliables():
 
 
 def test_final_score_is_the_mean_over_the_last_fraction_of_steps():
-    records = [{"global_step": 100 * i, "charts/episodic_return": float(i)} for i in range(1, 11)] + [{"global_step": 1100}]
+    records = [{"global_step": 100 * i, "charts/episodic_return": float(i)} for i in range(1, 11)] + [
+        {"global_step": 1100}
+    ]
     run = Run(Path("r"), {}, records)  # the last iteration ended no episode
     assert final_score(run, "charts/episodic_return", 0.2) == 9.5  # steps 900 and 1000 (>= 880)
     assert final_score(run, "charts/episodic_return", 1.0) == 5.5
@@ -82,7 +109,10 @@ def test_final_score_is_the_mean_over_the_last_fraction_of_steps():
 
 def test_runs_are_grouped_by_config_and_a_folder_stands_for_its_runs(root):
     stats = collect([root, root / "lr-2" / "s1"], reps=20)  # a run named twice counts once
-    assert [(s.env_id, s.config, s.seeds) for s in stats] == [("CartPole-v1", "learning_rate=0.001", [1]), ("CartPole-v1", "learning_rate=0.01", [1, 2])]
+    assert [(s.env_id, s.config, s.seeds) for s in stats] == [
+        ("CartPole-v1", "learning_rate=0.001", [1]),
+        ("CartPole-v1", "learning_rate=0.01", [1, 2]),
+    ]
     assert [run.path.name for run in stats[1].runs] == ["s1", "s2"]
     assert all(s.steps == 512 and np.isfinite(s.scores).all() for s in stats)
     assert [s.config for s in collect([root / "lr-2"], reps=20)] == ["only config"]
@@ -100,7 +130,9 @@ def test_the_steps_column_spans_runs_that_ended_apart():
 
 
 def _stats(env: str, config: str, scores: list[float]) -> GroupStats:
-    runs = [Run(Path(f"{env}-{seed}"), {"run.seed": seed}, [{"global_step": 1000}]) for seed in range(1, len(scores) + 1)]
+    runs = [
+        Run(Path(f"{env}-{seed}"), {"run.seed": seed}, [{"global_step": 1000}]) for seed in range(1, len(scores) + 1)
+    ]
     estimates = {"IQM": Estimate(1.0, 0.5, 1.5), "mean": Estimate(2.0, 1.25, 2.75), "median": Estimate(3.0, 2.0, 4.125)}
     return GroupStats(env, config, runs, np.array(scores), estimates)
 
@@ -149,7 +181,11 @@ def test_report_cli_writes_the_tables_and_figures(root, tmp_path, capsys):
     assert main(["report", str(root), "--out", str(out), "--reps", "20", "--normalize", str(references)]) == 0
     printed = capsys.readouterr().out
     table = (out / "report.md").read_text()
-    assert table in printed and "| CartPole-v1 | learning_rate=0.01 | 2 | 512 |" in table and "| CartPole-v1 | learning_rate=0.001 | 1 | 512 |" in table
+    assert (
+        table in printed
+        and "| CartPole-v1 | learning_rate=0.01 | 2 | 512 |" in table
+        and "| CartPole-v1 | learning_rate=0.001 | 1 | 512 |" in table
+    )
     assert len((out / "report.csv").read_text().splitlines()) == 3
     for figure in ("curves.png", "profile.png"):
         assert str(out / figure) in printed
@@ -204,8 +240,14 @@ def _cut_at_line(text: str, start: str) -> str:
     "cut, message",
     [
         (lambda text: _cut_at_line(text, "multi_agent:"), "config.yaml is cut short (its end marker '...' is missing)"),
-        (lambda text: text[: text.index("collective_timeout: ") + len("collective_timeout: ") + 1], "config.yaml is cut short (its end marker '...' is missing)"),
-        (lambda text: _cut_at_line(text.removeprefix("---\n"), "  stop_window:"), "the config lacks run.stop_window, run.collective_timeout"),  # no markers: as before them
+        (
+            lambda text: text[: text.index("collective_timeout: ") + len("collective_timeout: ") + 1],
+            "config.yaml is cut short (its end marker '...' is missing)",
+        ),
+        (
+            lambda text: _cut_at_line(text.removeprefix("---\n"), "  stop_window:"),
+            "the config lacks run.stop_window, run.collective_timeout",
+        ),  # no markers: as before them
     ],
     ids=["at a section", "in the last value", "unmarked"],
 )
@@ -216,7 +258,9 @@ def test_a_config_cut_short_is_one_line_not_a_group_of_its_own(root, tmp_path, c
     config = runs / "s2" / "config.yaml"
     config.write_text(cut(config.read_text()))
     assert main(["report", str(runs), "--out", str(tmp_path / "out"), "--reps", "10"]) == 2
-    assert capsys.readouterr().err.splitlines() == [f"fastppo: error: cannot read the config of {runs / 's2'}: {message}"]
+    assert capsys.readouterr().err.splitlines() == [
+        f"fastppo: error: cannot read the config of {runs / 's2'}: {message}"
+    ]
     assert not (tmp_path / "out").exists()
 
 
@@ -229,14 +273,25 @@ def test_curves_draw_each_config_on_the_steps_its_runs_cover(tmp_path, monkeypat
 
     drawn = {}
     draw = plot_utils.plot_sample_efficiency_curve
-    monkeypatch.setattr(plot_utils, "plot_sample_efficiency_curve", lambda frames, points, *a, **k: drawn.update({next(iter(points)): frames}) or draw(frames, points, *a, **k))
+    monkeypatch.setattr(
+        plot_utils,
+        "plot_sample_efficiency_curve",
+        lambda frames, points, *a, **k: drawn.update({next(iter(points)): frames}) or draw(frames, points, *a, **k),
+    )
     full = [Run(Path("a"), {}, [{"global_step": s, "charts/episodic_return": float(s)} for s in range(100, 1001, 100)])]
     short = [Run(Path("b"), {}, [{"global_step": s, "charts/episodic_return": float(s)} for s in range(100, 401, 100)])]
     once = [Run(Path("c"), {}, [{"global_step": 100, "charts/episodic_return": 1.0}])]
     estimate = {name: Estimate(0.0, 0.0, 0.0) for name in ("IQM", "mean", "median")}
-    stats = [GroupStats("CartPole-v1", name, runs, np.zeros(1), estimate) for name, runs in (("full", full), ("short", short), ("once", once))]
+    stats = [
+        GroupStats("CartPole-v1", name, runs, np.zeros(1), estimate)
+        for name, runs in (("full", full), ("short", short), ("once", once))
+    ]
     assert plot_curves(stats, "charts/episodic_return", tmp_path / "curves.png", smooth=1, reps=10).exists()
-    assert [(frames[0], frames[-1], len(frames)) for frames in drawn.values()] == [(100, 1000, 300), (100, 400, 300), (100, 100, 1)]
+    assert [(frames[0], frames[-1], len(frames)) for frames in drawn.values()] == [
+        (100, 1000, 300),
+        (100, 400, 300),
+        (100, 100, 1),
+    ]
 
 
 def test_a_seed_found_in_two_folders_is_refused_with_both_named(root, tmp_path, capsys):
@@ -245,7 +300,10 @@ def test_a_seed_found_in_two_folders_is_refused_with_both_named(root, tmp_path, 
     assert main(["report", str(root), str(copy), "--out", str(tmp_path / "out"), "--reps", "10"]) == 2
     err = capsys.readouterr().err.strip()
     first = (root / "lr-2" / "s1").resolve()
-    assert err == f"fastppo: error: seed 1 of one CartPole-v1 config was found twice, in {first} and {copy.resolve()}: a seed counts once: leave one of the two folders out of the report"
+    assert (
+        err
+        == f"fastppo: error: seed 1 of one CartPole-v1 config was found twice, in {first} and {copy.resolve()}: a seed counts once: leave one of the two folders out of the report"
+    )
     assert not (tmp_path / "out").exists()
     # The same run reached twice (itself, through its parent, through a link) counts once.
     (tmp_path / "link").symlink_to(root / "lr-2")
@@ -260,7 +318,10 @@ def test_a_folder_that_is_a_run_and_a_folder_of_runs_is_refused(root, tmp_path, 
     for target in (both, tmp_path):
         assert main(["report", str(target), "--out", str(tmp_path / "out"), "--reps", "10"]) == 2
         err = capsys.readouterr().err.strip()
-        assert err == f"fastppo: error: {both.resolve()} is a run and a folder of runs at once (seed_2 inside it): move the run or the runs inside it into a folder of its own"
+        assert (
+            err
+            == f"fastppo: error: {both.resolve()} is a run and a folder of runs at once (seed_2 inside it): move the run or the runs inside it into a folder of its own"
+        )
 
 
 def _files(folder: Path) -> dict[str, bytes | None]:
@@ -278,5 +339,7 @@ def test_a_report_into_a_run_folder_is_refused_and_writes_nothing(root, tmp_path
     before = _files(out)
     assert main(["report", str(root), "--out", str(out), "--reps", "10"]) == 2
     err = capsys.readouterr().err
-    assert err.splitlines() == [f"fastppo: error: --out {out} is a run's folder ({'config.yaml, metrics.jsonl, agent.json, ...' if target != 'seeds' else 'seed_1/'}): give --out a folder of its own"]
+    assert err.splitlines() == [
+        f"fastppo: error: --out {out} is a run's folder ({'config.yaml, metrics.jsonl, agent.json, ...' if target != 'seeds' else 'seed_1/'}): give --out a folder of its own"
+    ]
     assert _files(out) == before

@@ -23,7 +23,13 @@ NEEDS_CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 
 
 def config(env_id: str = "CartPole-v1", **overrides):
-    base = {"num_envs": 4, "num_steps": 32, "total_timesteps": ITERATIONS * 128, "progress": False, "checkpoint_every": 0}
+    base = {
+        "num_envs": 4,
+        "num_steps": 32,
+        "total_timesteps": ITERATIONS * 128,
+        "progress": False,
+        "checkpoint_every": 0,
+    }
     return fastppo.make_config(env_id, overrides=base | overrides)
 
 
@@ -65,16 +71,41 @@ def assert_same_run(a: Path, b: Path) -> None:
         ("CartPole-v1", {"backend": "tensor", "num_minibatches": 1, "tensorboard": False}),
         # Recurrent policies: the live states at the stop are part of the run.
         ("CartPole-v1", {"policy.memory": "lstm", "policy.memory_size": 16, "tensorboard": False}),
-        ("CartPole-v1", {"backend": "tensor", "policy.memory": "gru", "policy.memory_size": 16, "policy.shared_trunk": True, "tensorboard": False}),
+        (
+            "CartPole-v1",
+            {
+                "backend": "tensor",
+                "policy.memory": "gru",
+                "policy.memory_size": 16,
+                "policy.shared_trunk": True,
+                "tensorboard": False,
+            },
+        ),
         # A Gymnasium env of the user's that declares its state plain data (fastppo_plain_state).
         ("tests.fake_envs:DriftEnv", {"tensorboard": False}),
         # A GPU policy beside host envs: the rollout and its statistics stay on the CPU (envs.make.rollout_device).
-        pytest.param("Pendulum-v1", {"device": "cuda", "normalize_obs": True, "normalize_reward": True, "tensorboard": False}, marks=NEEDS_CUDA),
-        pytest.param("CartPole-v1", {"device": "cuda", "policy.memory": "lstm", "policy.memory_size": 16, "tensorboard": False}, marks=NEEDS_CUDA),
+        pytest.param(
+            "Pendulum-v1",
+            {"device": "cuda", "normalize_obs": True, "normalize_reward": True, "tensorboard": False},
+            marks=NEEDS_CUDA,
+        ),
+        pytest.param(
+            "CartPole-v1",
+            {"device": "cuda", "policy.memory": "lstm", "policy.memory_size": 16, "tensorboard": False},
+            marks=NEEDS_CUDA,
+        ),
     ],
     ids=[
-        "cartpole", "cartpole-normalised-kl", "pendulum-normalised", "cartpole-tensor-backend", "cartpole-one-node-backward", "cartpole-lstm", "cartpole-tensor-gru", "user-plain-env",
-        "pendulum-normalised-cuda-policy", "cartpole-lstm-cuda-policy",
+        "cartpole",
+        "cartpole-normalised-kl",
+        "pendulum-normalised",
+        "cartpole-tensor-backend",
+        "cartpole-one-node-backward",
+        "cartpole-lstm",
+        "cartpole-tensor-gru",
+        "user-plain-env",
+        "pendulum-normalised-cuda-policy",
+        "cartpole-lstm-cuda-policy",
     ],
 )
 def test_stop_and_resume_equals_one_go(tmp_path, monkeypatch, env_id, overrides):
@@ -86,7 +117,9 @@ def test_stop_and_resume_equals_one_go(tmp_path, monkeypatch, env_id, overrides)
     assert len(agent.history) == ITERATIONS // 2
     assert [p.name for p in list_checkpoints(tmp_path / "split")] == [f"{ITERATIONS // 2:06d}"]
 
-    resumed_config, checkpoint = resume_config(tmp_path / "split", env_id=env_id)  # a user env is named, as on the command line
+    resumed_config, checkpoint = resume_config(
+        tmp_path / "split", env_id=env_id
+    )  # a user env is named, as on the command line
     resumed = train(resumed_config, tmp_path / "split", checkpoint)
     assert len(resumed.history) == ITERATIONS  # the history before the stop is reloaded
     assert_same_run(tmp_path / "one_go", tmp_path / "split")
@@ -146,7 +179,23 @@ def test_resume_after_a_kill_drops_metrics_logged_past_the_checkpoint(tmp_path, 
 
 def test_resume_through_the_cli_can_extend_the_budget(tmp_path, capsys):
     run = tmp_path / "run"
-    assert main(["train", "CartPole-v1", "--run-dir", str(run), "--total-timesteps", "1024", "--progress", "false", "--tensorboard", "false"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "CartPole-v1",
+                "--run-dir",
+                str(run),
+                "--total-timesteps",
+                "1024",
+                "--progress",
+                "false",
+                "--tensorboard",
+                "false",
+            ]
+        )
+        == 0
+    )
     assert main(["train", "--resume", str(run), "--total-timesteps", "2048"]) == 0
     out = capsys.readouterr().out
     assert "resuming" in out and "2048 steps" in out
@@ -178,7 +227,9 @@ def test_resuming_a_finished_run_says_how_to_train_further(tmp_path, capsys, sch
     train(config(total_timesteps=256, lr_schedule=schedule, clip_schedule=schedule, tensorboard=False), run)
     assert main(["train", "--resume", str(run)]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith(f"fastppo: error: {run} is finished (trained its 256 steps); ") and len(err.splitlines()) == 1, err
+    assert (
+        err.startswith(f"fastppo: error: {run} is finished (trained its 256 steps); ") and len(err.splitlines()) == 1
+    ), err
     advice = err.split(": fastppo ")[-1].split()  # the advice works as written, annealed schedules too
     assert advice == ["train", "--resume", str(run), "--total-timesteps", "512"]
     assert main(advice) == 0
@@ -195,9 +246,17 @@ def test_extending_a_finished_run_restarts_its_linear_schedules(tmp_path):
     assert (cfg.lr_schedule, cfg.clip_schedule, cfg.ent_schedule) == ("linear", "linear", "linear")
     rows = metrics(run)
     assert [r["global_step"] for r in rows] == [128 * i for i in range(1, 9)]
-    for name, start in (("charts/learning_rate", cfg.learning_rate), ("charts/clip_coef", cfg.clip_coef), ("charts/ent_coef", cfg.ent_coef)):
-        assert [r[name] for r in rows[:4]] == [start - start * (i / 4) for i in range(4)], name  # the first run, CleanRL's line
-        assert [r[name] for r in rows[4:]] == [start - start * (i / 4) for i in range(4)], name  # restarted, to 0 at step 1024
+    for name, start in (
+        ("charts/learning_rate", cfg.learning_rate),
+        ("charts/clip_coef", cfg.clip_coef),
+        ("charts/ent_coef", cfg.ent_coef),
+    ):
+        assert [r[name] for r in rows[:4]] == [start - start * (i / 4) for i in range(4)], (
+            name
+        )  # the first run, CleanRL's line
+        assert [r[name] for r in rows[4:]] == [start - start * (i / 4) for i in range(4)], (
+            name
+        )  # restarted, to 0 at step 1024
 
 
 @pytest.mark.parametrize(

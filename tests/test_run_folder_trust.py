@@ -39,7 +39,9 @@ class Env(gym.Env):
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory) -> Path:
     run = tmp_path_factory.mktemp("trusted") / "run"
-    fastppo.train("CartPole-v1", run_dir=run, total_timesteps=128, num_envs=2, num_steps=32, progress=False, tensorboard=False)
+    fastppo.train(
+        "CartPole-v1", run_dir=run, total_timesteps=128, num_envs=2, num_steps=32, progress=False, tensorboard=False
+    )
     return run
 
 
@@ -67,20 +69,37 @@ def sent_folder(trained: Path, tmp_path: Path, env_id: str) -> Path:
 def fastppo_cli(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
     """``python -m fastppo.cli``, which puts ``cwd`` first on sys.path, as a user would run it."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}
-    return subprocess.run([sys.executable, "-m", "fastppo.cli", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "fastppo.cli", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
+    )
 
 
 # a file by absolute path, a module or package in the working directory; PettingZoo envs by module, file or module function
-USER_CODE = ["{tmp}/evil.py:Env", "evilmod:Env", "pz:evilmod", "pz:{tmp}/evil.py:make_env", "pz:evilmod:make_env", "pz:mpe2.simple_spread_v3:parallel_env"]
+USER_CODE = [
+    "{tmp}/evil.py:Env",
+    "evilmod:Env",
+    "pz:evilmod",
+    "pz:{tmp}/evil.py:make_env",
+    "pz:evilmod:make_env",
+    "pz:mpe2.simple_spread_v3:parallel_env",
+]
 COMMANDS = {
     "eval": ["eval", "run", "--episodes", "1"],
     "record": ["record", "run", "--out", "run/x.mp4"],
     "resume": ["train", "--resume", "run", "--total-timesteps", "512"],
 }
-FIXES = {"eval": "fastppo eval run --env-id {env}", "record": "fastppo record run --env-id {env}", "resume": "fastppo train --resume run {env}"}
+FIXES = {
+    "eval": "fastppo eval run --env-id {env}",
+    "record": "fastppo record run --env-id {env}",
+    "resume": "fastppo train --resume run {env}",
+}
 
 
-@pytest.mark.parametrize("env_id, command", [(env_id, command) for env_id in USER_CODE[:2] for command in COMMANDS] + [(env_id, "eval") for env_id in USER_CODE[2:]])
+@pytest.mark.parametrize(
+    "env_id, command",
+    [(env_id, command) for env_id in USER_CODE[:2] for command in COMMANDS]
+    + [(env_id, "eval") for env_id in USER_CODE[2:]],
+)
 def test_a_command_that_needs_the_env_refuses_user_code_the_folder_names(trained, tmp_path, env_id, command):
     sent_folder(trained, tmp_path, env_id)
     done = fastppo_cli(COMMANDS[command], tmp_path)
@@ -98,7 +117,9 @@ def test_a_command_that_needs_the_env_refuses_user_code_the_folder_names(trained
 def test_export_needs_no_env(trained, tmp_path, env_id, monkeypatch):
     sent_folder(trained, tmp_path, env_id)
     monkeypatch.chdir(tmp_path)  # in this process (fastppo.env_ids puts the working directory on sys.path too)
-    monkeypatch.setattr(fastppo.agents.export, "_has_onnxscript", lambda: False)  # the TorchScript exporter: 10x faster here
+    monkeypatch.setattr(
+        fastppo.agents.export, "_has_onnxscript", lambda: False
+    )  # the TorchScript exporter: 10x faster here
     assert main(["export", "run", "--onnx", "policy.onnx"]) == 0
     assert (tmp_path / "policy.onnx").is_file() and not (tmp_path / "MARKER").exists()
 
@@ -141,7 +162,9 @@ def test_an_older_folder_rebuilds_its_spaces_from_an_installed_env_only(trained,
     assert fastppo.load(old).observation_space == fastppo.load(trained).observation_space  # CartPole-v1: built
     run = sent_folder(trained, tmp_path, "evilmod:Env")
     drop_spaces(run)
-    with pytest.raises(FastPPOError, match=r"trained on user code 'evilmod:Env'.*fastppo.load\('run', env_id='evilmod:Env'\)"):
+    with pytest.raises(
+        FastPPOError, match=r"trained on user code 'evilmod:Env'.*fastppo.load\('run', env_id='evilmod:Env'\)"
+    ):
         fastppo.load("run")
     assert not (tmp_path / "MARKER").exists()
     agent = fastppo.load("run", env_id="CartPole-v1")  # the caller names the env to build
@@ -158,7 +181,10 @@ def round_trip(space: gym.Space) -> gym.Space:
 @pytest.mark.parametrize(
     "space",
     [
-        gym.spaces.Box(np.array([-4.8, -np.inf, -0.41887903, -np.inf], np.float32), np.array([4.8, np.inf, 0.41887903, np.inf], np.float32)),
+        gym.spaces.Box(
+            np.array([-4.8, -np.inf, -0.41887903, -np.inf], np.float32),
+            np.array([4.8, np.inf, 0.41887903, np.inf], np.float32),
+        ),
         gym.spaces.Box(-np.inf, np.inf, (3, 2), np.float64),
         gym.spaces.Box(np.float32(1e-7), np.float32(3.3), (2,), np.float32),
         gym.spaces.Box(0, 255, (4, 84, 84), np.uint8),
@@ -183,7 +209,14 @@ def test_spaces_round_trip_exactly(space):
 
 def test_a_multi_agent_policy_round_trips_through_its_folder(tmp_path):
     agent = fastppo.train(
-        "pz:tests.fake_pz_envs", run_dir=tmp_path / "run", total_timesteps=96, num_envs=2, num_steps=16, progress=False, tensorboard=False, **{"multi_agent.algorithm": "mappo", "multi_agent.policies": "group"}
+        "pz:tests.fake_pz_envs",
+        run_dir=tmp_path / "run",
+        total_timesteps=96,
+        num_envs=2,
+        num_steps=16,
+        progress=False,
+        tensorboard=False,
+        **{"multi_agent.algorithm": "mappo", "multi_agent.policies": "group"},
     )
     loaded = fastppo.load(tmp_path / "run")
     assert loaded.layout == agent.layout == ObservationLayout(critic_only=4, raw=3, groups=(0, 0, 0))
@@ -196,10 +229,16 @@ def test_a_multi_agent_policy_round_trips_through_its_folder(tmp_path):
         (lambda s: s.update(action={"type": "Dict"}), "spaces.action has type 'Dict'"),
         (lambda s: s["observation"].update(low=[0.0, 1.0]), "spaces.observation.low has 2 values for shape [4]"),
         (lambda s: s["observation"].update(dtype="object"), "spaces.observation.dtype must be one of"),
-        (lambda s: s["observation"].update(high="nan"), "spaces.observation.high must hold finite numbers or 'inf'/'-inf'"),
+        (
+            lambda s: s["observation"].update(high="nan"),
+            "spaces.observation.high must hold finite numbers or 'inf'/'-inf'",
+        ),
         (lambda s: s["observation"].update(low=1e39), "spaces.observation.low does not fit float32"),
         (lambda s: s["observation"].update(shape=[-4]), "spaces.observation.shape must hold non-negative integers"),
-        (lambda s: s["observation"].update(shape=[10**10], low=0.0, high=1.0), "spaces.observation.shape [10000000000] holds more than"),
+        (
+            lambda s: s["observation"].update(shape=[10**10], low=0.0, high=1.0),
+            "spaces.observation.shape [10000000000] holds more than",
+        ),
         (lambda s: s["action"].update(n=0), "spaces.action.n must be a positive integer"),
         (lambda s: s["action"].update(n=True), "spaces.action.n must be a positive integer"),
         (lambda s: s["action"].update(start=[0, 1]), "spaces.action.start must be an integer"),
@@ -226,12 +265,28 @@ def test_damaged_spaces_are_one_clear_line(trained, tmp_path, damage, why):
 
 def test_a_stack_of_seeds_on_user_code_resumes_only_when_the_command_line_names_it(tmp_path, capsys):
     parent, env = tmp_path / "seeds", "tests.fake_envs:MatchTensorEnv"
-    tiny = ["--backend", "tensor", "--num-envs", "4", "--num-steps", "8", "--total-timesteps", "64", "--lr-schedule", "constant", "--no-tensorboard", "--no-progress"]
+    tiny = [
+        "--backend",
+        "tensor",
+        "--num-envs",
+        "4",
+        "--num-steps",
+        "8",
+        "--total-timesteps",
+        "64",
+        "--lr-schedule",
+        "constant",
+        "--no-tensorboard",
+        "--no-progress",
+    ]
     assert main(["train", env, *tiny, "--seeds", "1-2", "--run-dir", str(parent)]) == 0
     capsys.readouterr()
     assert main(["train", "--resume", str(parent), "--total-timesteps", "128"]) == 2
     fix = f"fastppo train --resume {parent} {env} (in Python: env_id='{env}')"  # the stack's folder, not one seed's
-    assert capsys.readouterr().err == f"fastppo: error: {parent} was trained on user code '{env}', and fastppo never imports code that a run folder names: if you trust it, name it yourself: {fix}\n"
+    assert (
+        capsys.readouterr().err
+        == f"fastppo: error: {parent} was trained on user code '{env}', and fastppo never imports code that a run folder names: if you trust it, name it yourself: {fix}\n"
+    )
     assert main(["train", "--resume", str(parent), env, "--total-timesteps", "128"]) == 0
 
 
@@ -247,7 +302,10 @@ def test_a_seeds_job_that_never_started_does_not_import_the_code_its_plan_names(
     done = fastppo_cli(["train", "--resume", "job"], tmp_path)
     assert not (tmp_path / "MARKER").exists()
     assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr
-    assert "fastppo never imports code that a run folder names" in done.stderr and f"fastppo train --resume job {tmp_path}/evil.py:Env" in done.stderr
+    assert (
+        "fastppo never imports code that a run folder names" in done.stderr
+        and f"fastppo train --resume job {tmp_path}/evil.py:Env" in done.stderr
+    )
 
 
 def test_outputs_in_a_run_folder_are_never_written_through_a_link(trained, tmp_path, capsys):
@@ -270,5 +328,14 @@ def test_outputs_in_a_run_folder_are_never_written_through_a_link(trained, tmp_p
     new.mkdir()
     (new / "videos").symlink_to(outside, target_is_directory=True)
     with pytest.raises(FastPPOError, match="--capture-video's folder .*/new/videos is a symbolic link"):
-        fastppo.train("CartPole-v1", run_dir=new, total_timesteps=64, num_envs=1, num_steps=64, capture_video=True, progress=False, tensorboard=False)
+        fastppo.train(
+            "CartPole-v1",
+            run_dir=new,
+            total_timesteps=64,
+            num_envs=1,
+            num_steps=64,
+            capture_video=True,
+            progress=False,
+            tensorboard=False,
+        )
     assert list(outside.iterdir()) == []

@@ -56,7 +56,10 @@ def holding(finished: Path, folder: Path, *names: str) -> Path:
         (["config.yaml"], "config.yaml"),
         (["events.out.tfevents.*"], "events.out.tfevents."),
         (["checkpoints"], "checkpoints"),
-        (["config.yaml", "metrics.jsonl", "agent.json", "policy.safetensors", "events.out.tfevents.*"], "config.yaml, metrics.jsonl, agent.json, ..."),  # checkpoints deleted
+        (
+            ["config.yaml", "metrics.jsonl", "agent.json", "policy.safetensors", "events.out.tfevents.*"],
+            "config.yaml, metrics.jsonl, agent.json, ...",
+        ),  # checkpoints deleted
     ],
 )
 def test_train_refuses_a_folder_holding_a_runs_files_and_leaves_it_as_it_was(finished, tmp_path, capsys, names, shown):
@@ -72,12 +75,18 @@ def test_train_refuses_a_seeds_folder_and_a_folder_of_runs(finished, tmp_path, c
     seeds = tmp_path / "seeds"
     holding(finished, seeds / "seed_3", "metrics.jsonl", "agent.json")
     err = refused(["train", "CartPole-v1", *TINY, "--run-dir", str(seeds)], capsys)
-    assert err == f"fastppo: error: {seeds} already holds a run (seed_3/): continue it with 'fastppo train --resume {seeds}' or pick another --run-dir"
+    assert (
+        err
+        == f"fastppo: error: {seeds} already holds a run (seed_3/): continue it with 'fastppo train --resume {seeds}' or pick another --run-dir"
+    )
     runs = tmp_path / "runs"
     holding(finished, runs / "CartPole-v1__ppo__1__1", "metrics.jsonl")
     before = contents(runs)
     err = refused(["train", "CartPole-v1", *TINY, "--run-dir", str(runs)], capsys)
-    assert err == f"fastppo: error: {runs} holds runs (CartPole-v1__ppo__1__1/): pick another --run-dir, a folder of its own for the new run"
+    assert (
+        err
+        == f"fastppo: error: {runs} holds runs (CartPole-v1__ppo__1__1/): pick another --run-dir, a folder of its own for the new run"
+    )
     assert contents(runs) == before
 
 
@@ -150,16 +159,30 @@ def test_resume_starts_over_a_run_that_stopped_before_its_first_checkpoint(tmp_p
 
     with pytest.raises(RuntimeError, match="the env broke"):
         train(make_config("CartPole-v1", overrides=settings), run, on_iteration=broken_env)
-    assert own_run_files(run)[:2] == ["config.yaml", "metrics.jsonl"] and len(own_run_files(run)) == 3 and len(metrics(run)) == 2
+    assert (
+        own_run_files(run)[:2] == ["config.yaml", "metrics.jsonl"]
+        and len(own_run_files(run)) == 3
+        and len(metrics(run)) == 2
+    )
     err = refused(["train", "CartPole-v1", *TINY, "--run-dir", str(run)], capsys)
-    assert err.startswith(f"fastppo: error: {run} already holds a run (config.yaml, metrics.jsonl, events.out.tfevents.")
+    assert err.startswith(
+        f"fastppo: error: {run} already holds a run (config.yaml, metrics.jsonl, events.out.tfevents."
+    )
     assert main(["train", "--resume", str(run)]) == 0
-    assert f"fastppo: {run} stopped before its first checkpoint: starting it over with its saved config" in capsys.readouterr().out
+    assert (
+        f"fastppo: {run} stopped before its first checkpoint: starting it over with its saved config"
+        in capsys.readouterr().out
+    )
     once = fastppo.train("CartPole-v1", run_dir=tmp_path / "once", **settings)
     assert metrics(run) == metrics(tmp_path / "once") and len(once.history) == 4
     curves = EventAccumulator(str(run))
     curves.Reload()
-    assert [event.step for event in curves.Scalars("charts/SPS")] == [128, 256, 384, 512]  # the failed run's curves dropped, not drawn twice
+    assert [event.step for event in curves.Scalars("charts/SPS")] == [
+        128,
+        256,
+        384,
+        512,
+    ]  # the failed run's curves dropped, not drawn twice
 
 
 @pytest.mark.parametrize(
@@ -169,7 +192,9 @@ def test_resume_starts_over_a_run_that_stopped_before_its_first_checkpoint(tmp_p
         (None, "config.yaml is cut short"),  # a whole config written with its markers, the end marker lost
     ],
 )
-def test_resume_refuses_a_damaged_config_of_a_run_that_stopped_before_its_first_checkpoint(tmp_path, capsys, text, reason):
+def test_resume_refuses_a_damaged_config_of_a_run_that_stopped_before_its_first_checkpoint(
+    tmp_path, capsys, text, reason
+):
     run = tmp_path / "run"
     run.mkdir()
     if text is None:  # what is left still parses into a whole config
@@ -179,5 +204,7 @@ def test_resume_refuses_a_damaged_config_of_a_run_that_stopped_before_its_first_
     (run / "metrics.jsonl").write_text("")
     before = contents(run)
     err = refused(["train", "--resume", str(run)], capsys)
-    assert err.startswith(f"fastppo: error: {run} stopped before its first checkpoint, and its config.yaml cannot start it over: damaged ({reason}"), err
+    assert err.startswith(
+        f"fastppo: error: {run} stopped before its first checkpoint, and its config.yaml cannot start it over: damaged ({reason}"
+    ), err
     assert contents(run) == before

@@ -34,7 +34,9 @@ class WritesMarker:
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory) -> Path:
     run = tmp_path_factory.mktemp("safe") / "run"
-    fastppo.train("CartPole-v1", run_dir=run, total_timesteps=256, num_envs=2, num_steps=32, progress=False, tensorboard=False)
+    fastppo.train(
+        "CartPole-v1", run_dir=run, total_timesteps=256, num_envs=2, num_steps=32, progress=False, tensorboard=False
+    )
     return run
 
 
@@ -103,7 +105,16 @@ def test_damaged_checkpoint_files_give_one_line_and_exit_2(run, capsys, damage, 
 
 def test_weights_from_another_config_are_refused(run, trained, tmp_path):
     other = tmp_path / "other"
-    fastppo.train("CartPole-v1", run_dir=other, total_timesteps=256, num_envs=2, num_steps=32, hidden_sizes=(8,), progress=False, tensorboard=False)
+    fastppo.train(
+        "CartPole-v1",
+        run_dir=other,
+        total_timesteps=256,
+        num_envs=2,
+        num_steps=32,
+        hidden_sizes=(8,),
+        progress=False,
+        tensorboard=False,
+    )
     shutil.copy(other / "policy.safetensors", run / "policy.safetensors")
     with pytest.raises(FastPPOError, match="do not fit the saved config"):
         fastppo.load(run)
@@ -122,7 +133,9 @@ def test_missing_things_are_named(run, tmp_path, capsys, missing):
     assert main(["train", "--resume", str(target)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
-    assert {"run": "does not exist", "checkpoint": "no checkpoint in", "file": "trainer.safetensors is missing"}[missing] in err
+    assert {"run": "does not exist", "checkpoint": "no checkpoint in", "file": "trainer.safetensors is missing"}[
+        missing
+    ] in err
 
 
 def test_no_pickle_loading_anywhere_in_the_source():

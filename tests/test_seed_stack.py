@@ -25,8 +25,27 @@ from fastppo.training.checkpoint import load_checkpoint
 from fastppo.training.optim import FusedAdam
 from fastppo.training.seed_stack import SeedAdam
 
-TINY = ["--backend", "tensor", "--num-envs", "4", "--num-steps", "64", "--total-timesteps", "1024", "--no-tensorboard", "--no-progress"]
-COMPARED = ("losses/policy_loss", "losses/value_loss", "losses/entropy", "losses/approx_kl", "losses/clipfrac", "losses/grad_norm", "losses/explained_variance")
+TINY = [
+    "--backend",
+    "tensor",
+    "--num-envs",
+    "4",
+    "--num-steps",
+    "64",
+    "--total-timesteps",
+    "1024",
+    "--no-tensorboard",
+    "--no-progress",
+]
+COMPARED = (
+    "losses/policy_loss",
+    "losses/value_loss",
+    "losses/entropy",
+    "losses/approx_kl",
+    "losses/clipfrac",
+    "losses/grad_norm",
+    "losses/explained_variance",
+)
 # Small enough that seeds 3 and 5 stop their epochs at different points (3 after 1 epoch of its
 # first update, 5 after 2) and adapt their betas apart (their first updates halve 5's, double 3's).
 TARGET_KL = ["--target-kl", "0.003"]
@@ -56,9 +75,14 @@ def records(run_dir: Path) -> list[dict]:
 def test_each_stacked_seed_trains_as_its_single_run(tmp_path, env_id, extra):
     """Same draws, same minibatches, same updates: equal up to float summation order (a batched
     matmul sums in another order than the single run's fused forward)."""
-    assert main(["train", env_id, *TINY, *extra, "--seeds", "3,5", *ONE_STACK, "--run-dir", str(tmp_path / "stack")]) == 0
+    assert (
+        main(["train", env_id, *TINY, *extra, "--seeds", "3,5", *ONE_STACK, "--run-dir", str(tmp_path / "stack")]) == 0
+    )
     for seed in (3, 5):
-        assert main(["train", env_id, *TINY, *extra, "--seed", str(seed), "--run-dir", str(tmp_path / f"single_{seed}")]) == 0
+        assert (
+            main(["train", env_id, *TINY, *extra, "--seed", str(seed), "--run-dir", str(tmp_path / f"single_{seed}")])
+            == 0
+        )
         stacked, single = records(tmp_path / "stack" / f"seed_{seed}"), records(tmp_path / f"single_{seed}")
         assert [r["global_step"] for r in stacked] == [r["global_step"] for r in single]
         for a, b in zip(stacked, single):
@@ -80,7 +104,12 @@ def test_seed_folders_are_ordinary_runs(tmp_path, capsys):
     assert main(["train", "CartPole-v1", *TINY, "--seeds", "1-3", "--workers", "2", "--run-dir", str(parent)]) == 0
     out = capsys.readouterr().out
     assert "3 seeds as 2 batched runs, one process each" in out and f"fastppo report {parent}" in out
-    assert sorted(p.name for p in parent.iterdir()) == ["seed_1", "seed_2", "seed_3", "seeds.json"]  # seeds.json: the job's plan, for a resume
+    assert sorted(p.name for p in parent.iterdir()) == [
+        "seed_1",
+        "seed_2",
+        "seed_3",
+        "seeds.json",
+    ]  # seeds.json: the job's plan, for a resume
     for seed in (1, 2, 3):
         assert (parent / f"seed_{seed}" / "policy.safetensors").exists()
         assert main(["eval", str(parent / f"seed_{seed}"), "--episodes", "2"]) == 0
@@ -93,9 +122,16 @@ def test_seed_folders_are_ordinary_runs(tmp_path, capsys):
     assert main(["eval", str(parent), "--episodes", "2", "--seed", "3"]) == 0
     lines = capsys.readouterr().out.splitlines()
     means = [row["mean_return"] for row in rows]
-    assert lines[-1].startswith(f"fastppo: mean return over the 3 seeds {sum(means) / 3:.1f} (min {min(means):.1f}, max {max(means):.1f})")
-    assert main(["plot", str(parent), "--out", str(parent / "seeds.png")]) == 0 and (parent / "seeds.png").stat().st_size > 0
-    with pytest.raises(FastPPOError, match=f"{parent} holds the runs of 3 seeds .*give one of them, e.g. {parent / 'seed_1'}"):
+    assert lines[-1].startswith(
+        f"fastppo: mean return over the 3 seeds {sum(means) / 3:.1f} (min {min(means):.1f}, max {max(means):.1f})"
+    )
+    assert (
+        main(["plot", str(parent), "--out", str(parent / "seeds.png")]) == 0
+        and (parent / "seeds.png").stat().st_size > 0
+    )
+    with pytest.raises(
+        FastPPOError, match=f"{parent} holds the runs of 3 seeds .*give one of them, e.g. {parent / 'seed_1'}"
+    ):
         load(parent)
     # Different seeds learn differently.
     finals = {json.dumps(records(parent / f"seed_{seed}")[-1]["losses/value_loss"]) for seed in (1, 2, 3)}
@@ -108,12 +144,21 @@ def test_seeds_split_between_processes_train_as_in_one_stack(tmp_path):
     rounding (a stack's width changes its summation order)."""
     flags = [*TINY, "--normalize-obs", "--normalize-reward", "--seeds", "1-3"]
     assert main(["train", "CartPole-v1", *flags, "--workers", "2", "--run-dir", str(tmp_path / "split")]) == 0
-    assert main(["train", "CartPole-v1", *flags, *ONE_STACK, "--run.torch-threads", "1", "--run-dir", str(tmp_path / "one")]) == 0
+    assert (
+        main(
+            ["train", "CartPole-v1", *flags, *ONE_STACK, "--run.torch-threads", "1", "--run-dir", str(tmp_path / "one")]
+        )
+        == 0
+    )
     for seed in (1, 2, 3):
         split, one = tmp_path / "split" / f"seed_{seed}", tmp_path / "one" / f"seed_{seed}"
         assert load(split).config.run.torch_threads == 1  # each process's share of the cores, saved for a resume
         assert load_checkpoint(split).meta["stack"] == ([1] if seed == 1 else [2, 3])
-        assert [r["global_step"] for r in records(split)] == [r["global_step"] for r in records(one)] == [256, 512, 768, 1024]
+        assert (
+            [r["global_step"] for r in records(split)]
+            == [r["global_step"] for r in records(one)]
+            == [256, 512, 768, 1024]
+        )
         for a, b in zip(records(split), records(one)):
             assert a.get("charts/episodic_return", 0.0) == pytest.approx(b.get("charts/episodic_return", 0.0), rel=1e-5)
             for name in COMPARED:
@@ -141,11 +186,17 @@ def test_seeds_split_between_processes_resume_exactly(tmp_path, capsys):
     assert "resuming the 4 seeds" in capsys.readouterr().out
     for seed in (1, 2, 3, 4):
         assert learning(stopped / f"seed_{seed}") == learning(whole / f"seed_{seed}")
-        for p, q in zip(load(stopped / f"seed_{seed}").policy.parameters(), load(whole / f"seed_{seed}").policy.parameters()):
+        for p, q in zip(
+            load(stopped / f"seed_{seed}").policy.parameters(), load(whole / f"seed_{seed}").policy.parameters()
+        ):
             assert torch.equal(p, q)
 
 
-@pytest.mark.parametrize(("sig", "group"), [(signal.SIGTERM, False), (signal.SIGINT, True), (signal.SIGTERM, True)], ids=["kill PID", "Ctrl-C", "scheduler"])
+@pytest.mark.parametrize(
+    ("sig", "group"),
+    [(signal.SIGTERM, False), (signal.SIGINT, True), (signal.SIGTERM, True)],
+    ids=["kill PID", "Ctrl-C", "scheduler"],
+)
 def test_a_signal_stops_every_worker_with_a_checkpoint(tmp_path, sig, group):
     """``kill PID`` reaches only the process the user started, which passes it on; a terminal's
     Ctrl-C reaches the whole process group; a job scheduler's SIGTERM reaches every process, and
@@ -155,7 +206,9 @@ def test_a_signal_stops_every_worker_with_a_checkpoint(tmp_path, sig, group):
     parent = tmp_path / "stack"
     argv = [sys.executable, "-m", "fastppo.cli", "train", "CartPole-v1", "--backend", "tensor", "--num-envs", "4", "--num-steps", "64",
             "--total-timesteps", "100000000", "--no-progress", "--no-tensorboard", "--checkpoint-every", "0", "--seeds", "1-4", "--workers", "2", "--run-dir", str(parent)]  # fmt: skip
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)  # a group of its own, as a shell's job
+    proc = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )  # a group of its own, as a shell's job
     metrics = [parent / f"seed_{seed}" / "metrics.jsonl" for seed in (1, 2, 3, 4)]
     deadline = time.monotonic() + 60
     while not all(m.exists() and m.read_text().count("\n") >= 2 for m in metrics):
@@ -172,7 +225,18 @@ def test_a_signal_stops_every_worker_with_a_checkpoint(tmp_path, sig, group):
         run = parent / f"seed_{seed}"
         assert load_checkpoint(run).global_step == records(run)[-1]["global_step"] > 256
     assert f"fastppo train --resume {parent}" in err
-    assert main(["train", "--resume", str(parent), "--total-timesteps", str(max(records(parent / f"seed_{s}")[-1]["global_step"] for s in (1, 2, 3, 4)) + 256)]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--resume",
+                str(parent),
+                "--total-timesteps",
+                str(max(records(parent / f"seed_{s}")[-1]["global_step"] for s in (1, 2, 3, 4)) + 256),
+            ]
+        )
+        == 0
+    )
 
 
 def test_a_worker_that_dies_is_a_failed_seed_and_the_others_finish(tmp_path, capsys, monkeypatch):
@@ -209,7 +273,10 @@ def test_seed_blocks_draw_as_single_envs():
 
 def learning(run_dir: Path) -> list[dict]:
     """A run's metrics but its clock readings."""
-    return [{k: v for k, v in r.items() if k not in ("time", "charts/SPS") and not k.startswith("time/")} for r in records(run_dir)]
+    return [
+        {k: v for k, v in r.items() if k not in ("time", "charts/SPS") and not k.startswith("time/")}
+        for r in records(run_dir)
+    ]
 
 
 @pytest.mark.parametrize(("flags", "per_seed"), [(TARGET_KL, "losses/epochs"), (KL_OBJECTIVE, "losses/kl_beta")])
@@ -218,17 +285,39 @@ def test_each_stacked_seed_stops_its_epochs_and_adapts_its_beta_as_its_single_ru
     Adam step or step count, no permutation drawn, its means over the steps it took); --objective
     kl: each seed adapts its own beta. Every metric as its single run's (up to float summation
     order, as above), epochs and betas exactly, and the weights."""
-    assert main(["train", "CartPole-v1", *TINY, *flags, "--seeds", "3,5", *ONE_STACK, "--run-dir", str(tmp_path / "stack")]) == 0
+    assert (
+        main(
+            ["train", "CartPole-v1", *TINY, *flags, "--seeds", "3,5", *ONE_STACK, "--run-dir", str(tmp_path / "stack")]
+        )
+        == 0
+    )
     values = {}
     for seed in (3, 5):
-        assert main(["train", "CartPole-v1", *TINY, *flags, "--seed", str(seed), "--run-dir", str(tmp_path / f"single_{seed}")]) == 0
+        assert (
+            main(
+                [
+                    "train",
+                    "CartPole-v1",
+                    *TINY,
+                    *flags,
+                    "--seed",
+                    str(seed),
+                    "--run-dir",
+                    str(tmp_path / f"single_{seed}"),
+                ]
+            )
+            == 0
+        )
         stacked, single = learning(tmp_path / "stack" / f"seed_{seed}"), learning(tmp_path / f"single_{seed}")
         assert len(stacked) == len(single) == 4
         for a, b in zip(stacked, single):
             assert a.keys() == b.keys() and a[per_seed] == b[per_seed]
             for name in a:
                 assert math.isclose(a[name], b[name], rel_tol=1e-3, abs_tol=1e-5), (seed, name, a[name], b[name])
-        for p, q in zip(load(tmp_path / "stack" / f"seed_{seed}").policy.parameters(), load(tmp_path / f"single_{seed}").policy.parameters()):
+        for p, q in zip(
+            load(tmp_path / "stack" / f"seed_{seed}").policy.parameters(),
+            load(tmp_path / f"single_{seed}").policy.parameters(),
+        ):
             assert torch.allclose(p, q, atol=1e-5)
         values[seed] = [r[per_seed] for r in stacked]
     assert values[3] != values[5]  # the seeds did stop (adapt) apart in the stack
@@ -245,7 +334,10 @@ def test_seed_adam_steps_each_seed_as_its_single_runs_adam_and_leaves_out_the_st
     flat = torch.nn.Parameter(torch.randn(seeds * size))
     flat.grad = torch.zeros_like(flat)
     singles = [torch.nn.Parameter(row.detach().clone()) for row in flat.view(seeds, -1)]
-    stack_opt, single_opts = SeedAdam([flat], seeds, lr=1e-2, eps=1e-5), [FusedAdam([p], lr=1e-2, eps=1e-5) for p in singles]
+    stack_opt, single_opts = (
+        SeedAdam([flat], seeds, lr=1e-2, eps=1e-5),
+        [FusedAdam([p], lr=1e-2, eps=1e-5) for p in singles],
+    )
     grads = torch.randn(6, seeds, size)
     actives = [None, [True, False, True], [False, False, True], None, [True, True, False], None]
 
@@ -283,7 +375,12 @@ def test_seed_adam_steps_each_seed_as_its_single_runs_adam_and_leaves_out_the_st
     ],
 )
 def test_what_a_stack_cannot_do_is_a_one_line_error(tmp_path, capsys, flags, message):
-    assert main(["train", "CartPole-v1", *TINY, *flags, "--seeds", "1-2", *ONE_STACK, "--run-dir", str(tmp_path / "stack")]) == 2
+    assert (
+        main(
+            ["train", "CartPole-v1", *TINY, *flags, "--seeds", "1-2", *ONE_STACK, "--run-dir", str(tmp_path / "stack")]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert message in err and "another --backend" in err and "Traceback" not in err
 
@@ -295,24 +392,45 @@ def test_each_seed_checkpoints_as_its_single_run_and_resumes_alone(tmp_path, ext
     its single run does."""
     # Constant schedules: the run goes on past its first budget. lr 1e-3, not the preset's 1e-2:
     # Adam turns rounding-level gradient differences into weight differences that grow with the lr.
-    flags = [*TINY, *extra, "--normalize-obs", "--normalize-reward", "--lr-schedule", "constant", "--clip-schedule", "constant", "--learning-rate", "1e-3"]
-    assert main(["train", "CartPole-v1", *flags, "--seeds", "3,5", *ONE_STACK, "--run-dir", str(tmp_path / "stack")]) == 0
+    flags = [
+        *TINY,
+        *extra,
+        "--normalize-obs",
+        "--normalize-reward",
+        "--lr-schedule",
+        "constant",
+        "--clip-schedule",
+        "constant",
+        "--learning-rate",
+        "1e-3",
+    ]
+    assert (
+        main(["train", "CartPole-v1", *flags, "--seeds", "3,5", *ONE_STACK, "--run-dir", str(tmp_path / "stack")]) == 0
+    )
     assert main(["train", "CartPole-v1", *flags, "--seed", "5", "--run-dir", str(tmp_path / "single")]) == 0
     for run in (tmp_path / "stack" / "seed_5", tmp_path / "single"):
         assert main(["train", "--resume", str(run), "--total-timesteps", "2048"]) == 0
     stacked, single = records(tmp_path / "stack" / "seed_5"), records(tmp_path / "single")
-    assert [r["global_step"] for r in stacked] == [r["global_step"] for r in single] and stacked[-1]["global_step"] == 2048
+    assert [r["global_step"] for r in stacked] == [r["global_step"] for r in single] and stacked[-1][
+        "global_step"
+    ] == 2048
     for a, b in zip(stacked, single):
         assert a.get("charts/episodic_return", 0.0) == pytest.approx(b.get("charts/episodic_return", 0.0), rel=1e-5)
         for name in COMPARED:
             assert math.isclose(a[name], b[name], rel_tol=1e-3, abs_tol=1e-5), (name, a[name], b[name])
-    for p, q in zip(load(tmp_path / "stack" / "seed_5").policy.parameters(), load(tmp_path / "single").policy.parameters()):
+    for p, q in zip(
+        load(tmp_path / "stack" / "seed_5").policy.parameters(), load(tmp_path / "single").policy.parameters()
+    ):
         assert torch.allclose(p, q, atol=1e-5)
 
 
 @pytest.mark.parametrize(
     ("env_id", "extra"),
-    [("Pendulum-v1", ["--normalize-obs", "--normalize-reward"]), ("CartPole-v1", PER_SEED_STOPS), ("CartPoleNoVelocity-v1", ["--policy.memory", "lstm"])],
+    [
+        ("Pendulum-v1", ["--normalize-obs", "--normalize-reward"]),
+        ("CartPole-v1", PER_SEED_STOPS),
+        ("CartPoleNoVelocity-v1", ["--policy.memory", "lstm"]),
+    ],
 )
 def test_a_stopped_stack_resumes_as_one_exactly(tmp_path, capsys, env_id, extra):
     """``fastppo train --resume RUN_DIR`` on a stack's folder continues every seed in one process,
@@ -324,7 +442,9 @@ def test_a_stopped_stack_resumes_as_one_exactly(tmp_path, capsys, env_id, extra)
     assert main(["train", env_id, *flags, "--seeds", "3,5", *ONE_STACK, "--run-dir", str(whole)]) == 0
     if extra == PER_SEED_STOPS:  # where the stack resumes (iteration 2), the seeds' betas and step counts differ
         kept = [load_checkpoint(whole / f"seed_{seed}" / "checkpoints" / "000002") for seed in (3, 5)]
-        assert kept[0].kl_beta != kept[1].kl_beta and not torch.equal(kept[0].tensors["optim.0.step"], kept[1].tensors["optim.0.step"])
+        assert kept[0].kl_beta != kept[1].kl_beta and not torch.equal(
+            kept[0].tensors["optim.0.step"], kept[1].tensors["optim.0.step"]
+        )
     shutil.copytree(whole, stopped)
     for seed, gone in ((3, ("000003", "000004")), (5, ("000004",))):  # seed 5 "saved" iteration 3, seed 3 did not
         for name in gone:
@@ -334,7 +454,9 @@ def test_a_stopped_stack_resumes_as_one_exactly(tmp_path, capsys, env_id, extra)
     assert "resuming the 2 seeds" in capsys.readouterr().out
     for seed in (3, 5):
         assert learning(stopped / f"seed_{seed}") == learning(whole / f"seed_{seed}")
-        for p, q in zip(load(stopped / f"seed_{seed}").policy.parameters(), load(whole / f"seed_{seed}").policy.parameters()):
+        for p, q in zip(
+            load(stopped / f"seed_{seed}").policy.parameters(), load(whole / f"seed_{seed}").policy.parameters()
+        ):
             assert torch.equal(p, q)
 
 
@@ -347,17 +469,51 @@ def test_a_stack_stopped_by_an_error_points_to_its_seeds_checkpoints(tmp_path, c
 
     monkeypatch.setattr(fastppo.training.trainer, "check_finite", diverge_at_iteration_3)
     parent = tmp_path / "stack"
-    assert main(["train", "CartPole-v1", *TINY, "--checkpoint-every", "1", "--seeds", "1-2", *ONE_STACK, "--run-dir", str(parent)]) == 2
+    assert (
+        main(
+            [
+                "train",
+                "CartPole-v1",
+                *TINY,
+                "--checkpoint-every",
+                "1",
+                "--seeds",
+                "1-2",
+                *ONE_STACK,
+                "--run-dir",
+                str(parent),
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert "iteration 3" in err and f"{parent}/seed_<n>/checkpoints/000002" in err and f"--resume {parent})" in err
     assert all((parent / f"seed_{s}" / "checkpoints" / "000002").is_dir() for s in (1, 2))
 
 
 def test_a_stack_whose_seeds_differ_is_not_resumed_as_one(tmp_path, capsys):
-    parent, flags = tmp_path / "stack", [*TINY, "--total-timesteps", "512", "--lr-schedule", "constant", "--clip-schedule", "constant"]
+    parent, flags = (
+        tmp_path / "stack",
+        [*TINY, "--total-timesteps", "512", "--lr-schedule", "constant", "--clip-schedule", "constant"],
+    )
     assert main(["train", "CartPole-v1", *flags, "--seeds", "1-2", "--run-dir", str(parent)]) == 0
     shutil.rmtree(parent / "seed_2")
-    assert main(["train", "CartPole-v1", *flags, "--seed", "2", "--learning-rate", "1e-3", "--run-dir", str(parent / "seed_2")]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "CartPole-v1",
+                *flags,
+                "--seed",
+                "2",
+                "--learning-rate",
+                "1e-3",
+                "--run-dir",
+                str(parent / "seed_2"),
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
     assert main(["train", "--resume", str(parent), "--total-timesteps", "1024"]) == 2
     err = capsys.readouterr().err.strip()
@@ -368,7 +524,30 @@ def test_resuming_a_finished_folder_of_seeds_trained_as_processes_is_a_one_line_
     """With its plan (seeds.json), a job resumes as a whole: finished, it has nothing to train; a
     folder from before plans were written says to resume each seed alone."""
     parent = tmp_path / "seeds"
-    assert main(["train", "CartPole-v1", "--backend", "sync", "--num-envs", "2", "--num-steps", "32", "--total-timesteps", "128", "--no-progress", "--seeds", "1-2", "--workers", "1", "--run-dir", str(parent)]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "CartPole-v1",
+                "--backend",
+                "sync",
+                "--num-envs",
+                "2",
+                "--num-steps",
+                "32",
+                "--total-timesteps",
+                "128",
+                "--no-progress",
+                "--seeds",
+                "1-2",
+                "--workers",
+                "1",
+                "--run-dir",
+                str(parent),
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
     assert main(["train", "--resume", str(parent)]) == 2
     err = capsys.readouterr().err.strip()
@@ -402,25 +581,75 @@ def test_resume_with_seeds_is_a_one_line_error(tmp_path, capsys):
 
 
 def test_each_seed_of_a_stack_gets_its_own_health_warnings(tmp_path, capsys):
-    assert main(["train", "CartPole-v1", *TINY, "--learning-rate", "0.5", "--seeds", "1-2", *ONE_STACK, "--run-dir", str(tmp_path / "stack")]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "CartPole-v1",
+                *TINY,
+                "--learning-rate",
+                "0.5",
+                "--seeds",
+                "1-2",
+                *ONE_STACK,
+                "--run-dir",
+                str(tmp_path / "stack"),
+            ]
+        )
+        == 0
+    )
     err = capsys.readouterr().err
     for seed in (1, 2):
         assert f"warning: seed {seed}: clip_fraction" in err
 
 
-STOPPING = [*TINY, "--total-timesteps", "4096", "--stop-return", "60", "--stop-window", "5", "--checkpoint-every", "1", "--keep-checkpoints", "20"]
+STOPPING = [
+    *TINY,
+    "--total-timesteps",
+    "4096",
+    "--stop-return",
+    "60",
+    "--stop-window",
+    "5",
+    "--checkpoint-every",
+    "1",
+    "--keep-checkpoints",
+    "20",
+]
 STOPS = {3: 1792, 1: 2304, 2: 3072}  # where seeds 1-3 of that config reach a mean of 60 over 5 episodes
 
 
-@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"))])
+@pytest.mark.parametrize(
+    "device",
+    ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"))],
+)
 def test_a_stack_ends_each_seed_at_its_stop_return_and_trains_the_others_on(tmp_path, capsys, device):
     """Seeds that reach --stop-return leave the stack as finished runs (final checkpoint and agent
     at that step); the others go on as in the whole stack, equal but for float rounding (the
     update pads minibatches to the longest seed's), bit for bit until the first seed leaves."""
     flags = [*STOPPING, "--device", device]
-    assert main(["train", "CartPole-v1", *flags, "--seeds", "1-3", *ONE_STACK, "--run-dir", str(tmp_path / "stopping")]) == 0
+    assert (
+        main(["train", "CartPole-v1", *flags, "--seeds", "1-3", *ONE_STACK, "--run-dir", str(tmp_path / "stopping")])
+        == 0
+    )
     out = "".join(capsys.readouterr())
-    assert main(["train", "CartPole-v1", *flags, "--stop-return", "none", "--seeds", "1-3", *ONE_STACK, "--run-dir", str(tmp_path / "whole")]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "CartPole-v1",
+                *flags,
+                "--stop-return",
+                "none",
+                "--seeds",
+                "1-3",
+                *ONE_STACK,
+                "--run-dir",
+                str(tmp_path / "whole"),
+            ]
+        )
+        == 0
+    )
     stops = {seed: records(tmp_path / "stopping" / f"seed_{seed}")[-1]["global_step"] for seed in STOPS}
     if device == "cpu":  # a GPU's generators draw other streams
         assert stops == STOPS

@@ -36,7 +36,9 @@ def learner(normalize_obs: bool = False) -> Agent:
     config = fastppo.make_config(RACE, "cleanrl-discrete", {"num_envs": 1, "normalize_obs": normalize_obs})
     envs = make_vec_env(config.env, torch.device("cpu"), multi_agent=config.multi_agent)
     torch.manual_seed(0)
-    return build_agent(config, envs.single_observation_space, envs.single_action_space, torch.device("cpu"), envs.layout)
+    return build_agent(
+        config, envs.single_observation_space, envs.single_action_space, torch.device("cpu"), envs.layout
+    )
 
 
 def league(copies: int = 1, seed: int = 0, normalize_obs: bool = False, **cfg) -> League:
@@ -258,14 +260,20 @@ def test_state_and_load_restore_the_pool_and_draw_on_alike():
     tensors, meta = sp.state()
     twin = league(copies=2, pool_size=2, latest_share=0.5, seed=99, normalize_obs=True)
     twin.load(tensors, json.loads(json.dumps(meta)))  # as trainer.json holds it
-    assert twin.pool_ids == sp.pool_ids and twin.opponent.tolist() == sp.opponent.tolist() and twin.learner_seat.tolist() == sp.learner_seat.tolist()
+    assert (
+        twin.pool_ids == sp.pool_ids
+        and twin.opponent.tolist() == sp.opponent.tolist()
+        and twin.learner_seat.tolist() == sp.learner_seat.tolist()
+    )
     assert {i: s.record for i, s in twin.snapshots.items()} == {i: s.record for i, s in sp.snapshots.items()}
     assert {i: s.rating for i, s in twin.snapshots.items()} == {i: s.rating for i, s in sp.snapshots.items()}
     assert twin.learner_rating == sp.learner_rating
     for i, s in sp.snapshots.items():
         assert all(torch.equal(v, twin.snapshots[i].policy.state_dict()[k]) for k, v in s.policy.state_dict().items())
         assert all(torch.equal(v, twin.snapshots[i].obs_rms.state_dict()[k]) for k, v in s.obs_rms.state_dict().items())
-    assert [tuple(twin.new_game(0)) + (twin.opponent[0],) for _ in range(20)] == [tuple(sp.new_game(0)) + (sp.opponent[0],) for _ in range(20)]
+    assert [tuple(twin.new_game(0)) + (twin.opponent[0],) for _ in range(20)] == [
+        tuple(sp.new_game(0)) + (sp.opponent[0],) for _ in range(20)
+    ]
 
 
 # A run with a pool: resume, damaged checkpoints, bad input ---------------------------------------
@@ -278,7 +286,11 @@ def test_stop_and_resume_with_a_pool_equals_one_go(tmp_path, monkeypatch):
     """Stopped after 3 of 6 iterations: games in flight (some against snapshots), a pool of 2 of
     3 snapshots (weights and observation statistics), records, ratings and the league's RNG must
     all come back."""
-    overrides = RUN | SELF_PLAY | {"num_steps": 7, "total_timesteps": ITERATIONS * 2 * 7, "checkpoint_every": 0, "normalize_obs": True}
+    overrides = (
+        RUN
+        | SELF_PLAY
+        | {"num_steps": 7, "total_timesteps": ITERATIONS * 2 * 7, "checkpoint_every": 0, "normalize_obs": True}
+    )
     train(fastppo.make_config(TICTACTOE, "cleanrl-discrete", overrides), tmp_path / "one_go")
     with monkeypatch.context() as patch:
         stop_after(patch, ITERATIONS // 2)
@@ -310,23 +322,59 @@ def pool_copy(pool_run, tmp_path) -> Path:
 
 RESUMED = "checkpoints/000002"
 POOL_DAMAGES = {
-    "no self_play": (fields(lambda m: m.pop("self_play")), "trainer.json's self_play is missing (every checkpoint of a turn-based game's run holds its league)"),
+    "no self_play": (
+        fields(lambda m: m.pop("self_play")),
+        "trainer.json's self_play is missing (every checkpoint of a turn-based game's run holds its league)",
+    ),
     "key missing": (fields(lambda m: m["self_play"].pop("rng")), "trainer.json's self_play lacks 'rng'"),
-    "pool not among snapshots": (fields(lambda m: m["self_play"].__setitem__("pool", [2, 7])), "trainer.json's self_play keeps [2, 7] in its pool, not all among its snapshots [1, 2]"),
-    "opponent unknown": (fields(lambda m: m["self_play"].__setitem__("opponent", [7, -1])), "trainer.json's self_play has a copy play a snapshot it lacks (opponents [7, -1], snapshots [1, 2])"),
-    "bad record": (fields(lambda m: m["self_play"]["snapshots"][0].__setitem__("record", [1, -1, 0])), "trainer.json's self_play holds the record [1, -1, 0], not three counts"),
-    "bad rating": (fields(lambda m: m["self_play"].__setitem__("learner_rating", [25.0, 0.0])), "trainer.json's self_play holds the rating [25.0, 0.0], not (mu, sigma > 0)"),
-    "bad rng": (fields(lambda m: m["self_play"]["rng"].__setitem__("bit_generator", "MT19937")), "trainer.json's self_play is malformed (state must be for a PCG64 RNG)"),
-    "iteration a string": (fields(lambda m: m["self_play"]["snapshots"][0].__setitem__("iteration", "1")), "trainer.json's self_play names a snapshot by '1', not by its iteration"),
-    "iteration a fraction": (fields(lambda m: m["self_play"]["snapshots"][1].__setitem__("iteration", 2.7)), "trainer.json's self_play names a snapshot by 2.7, not by its iteration"),
-    "pool a string": (fields(lambda m: m["self_play"].__setitem__("pool", [1, "2"])), "trainer.json's self_play names a snapshot by '2', not by its iteration"),
-    "opponent a float": (fields(lambda m: m["self_play"].__setitem__("opponent", [1.0, -1])), "trainer.json's self_play holds the opponents [1.0, -1], not a list of integers"),
-    "snapshot tensor missing": (tensors(lambda t: t.pop("pool.2.policy.action_head.linear.bias")), "trainer.safetensors lacks pool.2.policy.action_head.linear.bias"),
+    "pool not among snapshots": (
+        fields(lambda m: m["self_play"].__setitem__("pool", [2, 7])),
+        "trainer.json's self_play keeps [2, 7] in its pool, not all among its snapshots [1, 2]",
+    ),
+    "opponent unknown": (
+        fields(lambda m: m["self_play"].__setitem__("opponent", [7, -1])),
+        "trainer.json's self_play has a copy play a snapshot it lacks (opponents [7, -1], snapshots [1, 2])",
+    ),
+    "bad record": (
+        fields(lambda m: m["self_play"]["snapshots"][0].__setitem__("record", [1, -1, 0])),
+        "trainer.json's self_play holds the record [1, -1, 0], not three counts",
+    ),
+    "bad rating": (
+        fields(lambda m: m["self_play"].__setitem__("learner_rating", [25.0, 0.0])),
+        "trainer.json's self_play holds the rating [25.0, 0.0], not (mu, sigma > 0)",
+    ),
+    "bad rng": (
+        fields(lambda m: m["self_play"]["rng"].__setitem__("bit_generator", "MT19937")),
+        "trainer.json's self_play is malformed (state must be for a PCG64 RNG)",
+    ),
+    "iteration a string": (
+        fields(lambda m: m["self_play"]["snapshots"][0].__setitem__("iteration", "1")),
+        "trainer.json's self_play names a snapshot by '1', not by its iteration",
+    ),
+    "iteration a fraction": (
+        fields(lambda m: m["self_play"]["snapshots"][1].__setitem__("iteration", 2.7)),
+        "trainer.json's self_play names a snapshot by 2.7, not by its iteration",
+    ),
+    "pool a string": (
+        fields(lambda m: m["self_play"].__setitem__("pool", [1, "2"])),
+        "trainer.json's self_play names a snapshot by '2', not by its iteration",
+    ),
+    "opponent a float": (
+        fields(lambda m: m["self_play"].__setitem__("opponent", [1.0, -1])),
+        "trainer.json's self_play holds the opponents [1.0, -1], not a list of integers",
+    ),
+    "snapshot tensor missing": (
+        tensors(lambda t: t.pop("pool.2.policy.action_head.linear.bias")),
+        "trainer.safetensors lacks pool.2.policy.action_head.linear.bias",
+    ),
     "snapshot tensor misshapen": (
         tensors(lambda t: t.update({"pool.2.policy.action_head.linear.bias": torch.zeros(3)})),
         "trainer.safetensors holds pool.2.policy.action_head.linear.bias as [3] float32 where this run needs [9] float32",
     ),
-    "stray snapshot tensor": (tensors(lambda t: t.update({"pool.9.policy.action_head.linear.bias": torch.zeros(9)})), "trainer.safetensors holds pool.9.policy.action_head.linear.bias, which this run does not have"),
+    "stray snapshot tensor": (
+        tensors(lambda t: t.update({"pool.9.policy.action_head.linear.bias": torch.zeros(9)})),
+        "trainer.safetensors holds pool.9.policy.action_head.linear.bias, which this run does not have",
+    ),
 }
 
 
@@ -347,47 +395,151 @@ def test_a_damaged_pool_is_one_line_and_leaves_the_run_folder_as_it_was(pool_cop
     assert snapshot(pool_copy) == before
 
 
-TINY_CLI = ["--env.num-envs", "2", "--ppo.num-steps", "8", "--ppo.total-timesteps", "32", "--run.progress", "false", "--run.tensorboard", "false"]
+TINY_CLI = [
+    "--env.num-envs",
+    "2",
+    "--ppo.num-steps",
+    "8",
+    "--ppo.total-timesteps",
+    "32",
+    "--run.progress",
+    "false",
+    "--run.tensorboard",
+    "false",
+]
 
 
 @pytest.mark.parametrize(
     "argv, message",
     [
-        ([RACE, "--env-kwargs", '{"seats": 3}', "--self-play.pool-size", "2"], "--self-play.pool-size needs a two-seat game (the learner in one seat, a snapshot in the other), and this one has 3 seats"),
-        (["CartPole-v1", "--self-play.pool-size", "2"], "--self-play.* flags apply to turn-based PettingZoo games (pz:<module>), and CartPole-v1 is not one"),
-        (["pz:tests.fake_pz_envs", "--self-play.pool-size", "2"], "--self-play.pool-size on a Parallel env plays one group of agents against the other, and pz:tests.fake_pz_envs's agents form 1 group(s)"),
-        ([CHASE, "--self-play.pool-size", "2", "--env.backend", "async"], "--self-play.* flags apply to PettingZoo games and Parallel envs stepped in the training process, and pz:tests.fake_pz_teams is a Parallel env on the async backend"),
-        ([CHASE, "--self-play.pool-size", "2", "--self-play.eval-every", "2"], "--self-play.eval-every plays games against fixed players (random, MCTS), which need a turn-based game"),
-        ([CHASE, "--self-play.latest-share", "0.3"], "on a Parallel env the learner already plays every agent: --self-play.* flags need a pool"),
-        ([CHASE, "--self-play.pool-size", "2", "--self-play.random-share", "0.2"], "--self-play.random-share plays games against fixed players (random, MCTS), which need a turn-based game"),
+        (
+            [RACE, "--env-kwargs", '{"seats": 3}', "--self-play.pool-size", "2"],
+            "--self-play.pool-size needs a two-seat game (the learner in one seat, a snapshot in the other), and this one has 3 seats",
+        ),
+        (
+            ["CartPole-v1", "--self-play.pool-size", "2"],
+            "--self-play.* flags apply to turn-based PettingZoo games (pz:<module>), and CartPole-v1 is not one",
+        ),
+        (
+            ["pz:tests.fake_pz_envs", "--self-play.pool-size", "2"],
+            "--self-play.pool-size on a Parallel env plays one group of agents against the other, and pz:tests.fake_pz_envs's agents form 1 group(s)",
+        ),
+        (
+            [CHASE, "--self-play.pool-size", "2", "--env.backend", "async"],
+            "--self-play.* flags apply to PettingZoo games and Parallel envs stepped in the training process, and pz:tests.fake_pz_teams is a Parallel env on the async backend",
+        ),
+        (
+            [CHASE, "--self-play.pool-size", "2", "--self-play.eval-every", "2"],
+            "--self-play.eval-every plays games against fixed players (random, MCTS), which need a turn-based game",
+        ),
+        (
+            [CHASE, "--self-play.latest-share", "0.3"],
+            "on a Parallel env the learner already plays every agent: --self-play.* flags need a pool",
+        ),
+        (
+            [CHASE, "--self-play.pool-size", "2", "--self-play.random-share", "0.2"],
+            "--self-play.random-share plays games against fixed players (random, MCTS), which need a turn-based game",
+        ),
         ([TICTACTOE, "--self-play.random-share", "1.5"], "--self-play.random-share must be in [0, 1], got 1.5"),
         ([TICTACTOE, "--self-play.pool-size", "-1"], "--self-play.pool-size must be 0 or more, got -1"),
-        ([TICTACTOE, "--self-play.snapshot-every", "0", "--self-play.pool-size", "1"], "--self-play.snapshot-every must be a positive integer, got 0"),
+        (
+            [TICTACTOE, "--self-play.snapshot-every", "0", "--self-play.pool-size", "1"],
+            "--self-play.snapshot-every must be a positive integer, got 0",
+        ),
         ([TICTACTOE, "--self-play.latest-share", "1.5"], "--self-play.latest-share must be in [0, 1], got 1.5"),
-        ([RACE, "--self-play.sampling", "uniform"], "--self-play.sampling uniform needs a pool, and --self-play.pool-size is 0: give --self-play.pool-size N (N >= 1), or drop it"),
+        (
+            [RACE, "--self-play.sampling", "uniform"],
+            "--self-play.sampling uniform needs a pool, and --self-play.pool-size is 0: give --self-play.pool-size N (N >= 1), or drop it",
+        ),
         ([TICTACTOE, "--self-play.sampling", "best"], "--self-play.sampling"),
-        ([TICTACTOE, "--env.backend", "async"], "pz:pettingzoo.classic.tictactoe_v3 is a turn-based game, whose copies step in the training process: use --backend sync, not async"),
-        ([RACE, "--policy.memory", "lstm"], "--policy.memory on a turn-based game would carry nothing from one of a seat's turns to the next"),
-        ([RACE, "--run.stop-return", "0.5"], "--run.stop-return reads the learner's return in games against its past snapshots, and this run plays none"),
-        ([RACE, "--run.stop-return", "0.5", "--self-play.pool-size", "1", "--self-play.latest-share", "1"], "and this run plays none"),
-        ([TICTACTOE, "--self-play.eval-every", "2", "--self-play.eval-opponents", "mcts:0"], "--self-play.eval-opponents mcts:0: MCTS needs 2 to 10000 simulations per move"),
-        ([CONNECT_FOUR, "--self-play.eval-every", "2", "--self-play.eval-opponents", "minimax"], "--self-play.eval-opponents minimax: minimax plays pz:pettingzoo.classic.tictactoe_v3 only"),
+        (
+            [TICTACTOE, "--env.backend", "async"],
+            "pz:pettingzoo.classic.tictactoe_v3 is a turn-based game, whose copies step in the training process: use --backend sync, not async",
+        ),
+        (
+            [RACE, "--policy.memory", "lstm"],
+            "--policy.memory on a turn-based game would carry nothing from one of a seat's turns to the next",
+        ),
+        (
+            [RACE, "--run.stop-return", "0.5"],
+            "--run.stop-return reads the learner's return in games against its past snapshots, and this run plays none",
+        ),
+        (
+            [RACE, "--run.stop-return", "0.5", "--self-play.pool-size", "1", "--self-play.latest-share", "1"],
+            "and this run plays none",
+        ),
+        (
+            [TICTACTOE, "--self-play.eval-every", "2", "--self-play.eval-opponents", "mcts:0"],
+            "--self-play.eval-opponents mcts:0: MCTS needs 2 to 10000 simulations per move",
+        ),
+        (
+            [CONNECT_FOUR, "--self-play.eval-every", "2", "--self-play.eval-opponents", "minimax"],
+            "--self-play.eval-opponents minimax: minimax plays pz:pettingzoo.classic.tictactoe_v3 only",
+        ),
         # one simulation: OpenSpiel's ValueError at the first evaluation game, which stopped the run before its first checkpoint
-        ([TICTACTOE, "--self-play.eval-every", "1", "--self-play.eval-opponents", "mcts:1"], "--self-play.eval-opponents mcts:1: MCTS needs 2 to 10000 simulations per move"),
+        (
+            [TICTACTOE, "--self-play.eval-every", "1", "--self-play.eval-opponents", "mcts:1"],
+            "--self-play.eval-opponents mcts:1: MCTS needs 2 to 10000 simulations per move",
+        ),
         # checked even where unused (--self-play.eval-every 0): the run's config would keep them
-        ([TICTACTOE, "--self-play.eval-opponents", "bogus"], "--self-play.eval-opponents bogus: unknown opponent, and no such folder"),
-        ([TICTACTOE, "--self-play.eval-opponents", "mcts:0"], "--self-play.eval-opponents mcts:0: MCTS needs 2 to 10000 simulations per move"),
-        ([TICTACTOE, "--self-play.eval-opponents", "mcts:-1"], "--self-play.eval-opponents mcts:-1: MCTS needs 2 to 10000 simulations per move"),
-        ([TICTACTOE, "--self-play.eval-opponents", "random,,minimax"], "--self-play.eval-opponents has an empty entry in 'random,,minimax': separate its entries by single commas"),
-        ([TICTACTOE, "--self-play.eval-opponents", "tests.fake_pz_envs:FirstLegal"], "--self-play.eval-opponents tests.fake_pz_envs:FirstLegal: a run rates its learner against random, mcts:N"),
-        ([RACE, "--self-play.eval-opponents", "minimax"], f"--self-play.eval-opponents minimax: minimax plays pz:pettingzoo.classic.tictactoe_v3 only, not {RACE}: use random or the run folder of an agent trained on this game"),
+        (
+            [TICTACTOE, "--self-play.eval-opponents", "bogus"],
+            "--self-play.eval-opponents bogus: unknown opponent, and no such folder",
+        ),
+        (
+            [TICTACTOE, "--self-play.eval-opponents", "mcts:0"],
+            "--self-play.eval-opponents mcts:0: MCTS needs 2 to 10000 simulations per move",
+        ),
+        (
+            [TICTACTOE, "--self-play.eval-opponents", "mcts:-1"],
+            "--self-play.eval-opponents mcts:-1: MCTS needs 2 to 10000 simulations per move",
+        ),
+        (
+            [TICTACTOE, "--self-play.eval-opponents", "random,,minimax"],
+            "--self-play.eval-opponents has an empty entry in 'random,,minimax': separate its entries by single commas",
+        ),
+        (
+            [TICTACTOE, "--self-play.eval-opponents", "tests.fake_pz_envs:FirstLegal"],
+            "--self-play.eval-opponents tests.fake_pz_envs:FirstLegal: a run rates its learner against random, mcts:N",
+        ),
+        (
+            [RACE, "--self-play.eval-opponents", "minimax"],
+            f"--self-play.eval-opponents minimax: minimax plays pz:pettingzoo.classic.tictactoe_v3 only, not {RACE}: use random or the run folder of an agent trained on this game",
+        ),
         # the tictactoe_v3 preset's pool is off: its pool settings go with it, and the user's own flags are what an error names
-        ([TICTACTOE, "--self-play.pool-size", "0", "--self-play.snapshot-every", "3"], "--self-play.snapshot-every 3 needs a pool, and --self-play.pool-size is 0"),
+        (
+            [TICTACTOE, "--self-play.pool-size", "0", "--self-play.snapshot-every", "3"],
+            "--self-play.snapshot-every 3 needs a pool, and --self-play.pool-size is 0",
+        ),
     ],
     ids=[
-        "three-seats", "gymnasium", "parallel-one-group", "parallel-async", "parallel-eval", "parallel-no-pool", "parallel-random", "random-share", "negative-pool", "snapshot-every-0", "latest-share", "sampling-without-pool", "sampling-unknown", "async", "memory",
-        "stop-return-no-pool", "stop-return-latest-only", "eval-mcts-0", "eval-minimax-off-tictactoe",
-        "eval-mcts-1", "unused-eval-bogus", "unused-eval-mcts-0", "unused-eval-mcts-negative", "eval-empty-entry", "eval-user-class", "eval-minimax-off-a-user-game", "pool-off-snapshot-every",
+        "three-seats",
+        "gymnasium",
+        "parallel-one-group",
+        "parallel-async",
+        "parallel-eval",
+        "parallel-no-pool",
+        "parallel-random",
+        "random-share",
+        "negative-pool",
+        "snapshot-every-0",
+        "latest-share",
+        "sampling-without-pool",
+        "sampling-unknown",
+        "async",
+        "memory",
+        "stop-return-no-pool",
+        "stop-return-latest-only",
+        "eval-mcts-0",
+        "eval-minimax-off-tictactoe",
+        "eval-mcts-1",
+        "unused-eval-bogus",
+        "unused-eval-mcts-0",
+        "unused-eval-mcts-negative",
+        "eval-empty-entry",
+        "eval-user-class",
+        "eval-minimax-off-a-user-game",
+        "pool-off-snapshot-every",
     ],  # fmt: skip
 )
 def test_bad_self_play_input_is_one_line_and_exit_2(tmp_path, capsys, argv, message):
@@ -402,9 +554,23 @@ def test_bad_self_play_input_is_one_line_and_exit_2(tmp_path, capsys, argv, mess
 def test_pool_size_0_turns_the_presets_pool_off(tmp_path):
     """tic-tac-toe's preset sets a pool up (its size, sampling, snapshot interval); --self-play.pool-size 0
     trains without it, the preset's settings of a pool back at their defaults."""
-    agent = fastppo.train(TICTACTOE, run_dir=tmp_path / "run", total_timesteps=640, num_envs=2, num_steps=32, progress=False, tensorboard=False, **{"self_play.pool_size": 0})
+    agent = fastppo.train(
+        TICTACTOE,
+        run_dir=tmp_path / "run",
+        total_timesteps=640,
+        num_envs=2,
+        num_steps=32,
+        progress=False,
+        tensorboard=False,
+        **{"self_play.pool_size": 0},
+    )
     sp = agent.config.self_play
-    assert (sp.pool_size, sp.sampling, sp.snapshot_every, sp.latest_share) == (0, SelfPlayConfig.sampling, SelfPlayConfig.snapshot_every, 0.3)
+    assert (sp.pool_size, sp.sampling, sp.snapshot_every, sp.latest_share) == (
+        0,
+        SelfPlayConfig.sampling,
+        SelfPlayConfig.snapshot_every,
+        0.3,
+    )
 
 
 def test_evaluation_games_rate_the_learner_against_fixed_players():
@@ -415,7 +581,9 @@ def test_evaluation_games_rate_the_learner_against_fixed_players():
     config = fastppo.make_config(TICTACTOE, "cleanrl-discrete", {"num_envs": 1})
     envs = make_vec_env(config.env, torch.device("cpu"), multi_agent=config.multi_agent)
     torch.manual_seed(0)
-    agent = build_agent(config, envs.single_observation_space, envs.single_action_space, torch.device("cpu"), envs.layout)
+    agent = build_agent(
+        config, envs.single_observation_space, envs.single_action_space, torch.device("cpu"), envs.layout
+    )
     from fastppo.agents.agent_rows import PettingZooAgents
 
     agent.pettingzoo = PettingZooAgents.of(envs.spaces)
@@ -429,11 +597,17 @@ def test_evaluation_games_rate_the_learner_against_fixed_players():
         rates = [metrics[f"eval/{spec}/{kind}_rate"] for kind in ("win", "draw", "loss")]
         assert sum(rates) == pytest.approx(1.0) and all(r * 6 == round(r * 6) for r in rates)
     assert metrics["eval/minimax/win_rate"] == 0.0
-    assert first.fixed_ratings == {"random": START_RATING, "minimax": START_RATING} and metrics["ratings/minimax"] == ordinal(START_RATING)
-    assert ordinal(first.learner_rating) < ordinal(START_RATING) and first.learner_rating[1] < START_RATING[1]  # rated: lower, and surer
+    assert first.fixed_ratings == {"random": START_RATING, "minimax": START_RATING} and metrics[
+        "ratings/minimax"
+    ] == ordinal(START_RATING)
+    assert (
+        ordinal(first.learner_rating) < ordinal(START_RATING) and first.learner_rating[1] < START_RATING[1]
+    )  # rated: lower, and surer
     again_metrics: dict[str, float] = {}
     again.after_update(2, again_metrics)
-    assert {k: v for k, v in again_metrics.items() if k.startswith("eval/")} == {k: v for k, v in metrics.items() if k.startswith("eval/")}  # seeded by the iteration
+    assert {k: v for k, v in again_metrics.items() if k.startswith("eval/")} == {
+        k: v for k, v in metrics.items() if k.startswith("eval/")
+    }  # seeded by the iteration
 
 
 class Adversaries:
@@ -463,18 +637,24 @@ def test_a_parallel_env_plays_a_group_by_its_opponents_on_the_rows_it_showed():
     assert step.live.tolist() == [False, False, True, True, True, True]  # copy 0: the learner plays agent_0 alone
     for t in range(3):
         shown = step.obs.view(2, 3, -1)[0, :2].numpy()
-        step = envs.step(step.action_mask.float().argmax(1))  # the learner's allowed actions; Chase asserts every action is allowed
+        step = envs.step(
+            step.action_mask.float().argmax(1)
+        )  # the learner's allowed actions; Chase asserts every action is allowed
         assert opponents.shown[-1][0] == [0, 0] and np.array_equal(opponents.shown[-1][1], shown)
     assert opponents.ended == [(0, [6.0, 6.0, -6.0]), (1, [6.0, 6.0, -6.0])]
     step = envs.step(torch.zeros(6, dtype=torch.long))  # the reset row: a new episode, sides drawn again
-    assert step.live.tolist() == [False, False, True, True, True, True] and len(opponents.shown) == 3  # no opponent moves on a reset row
+    assert (
+        step.live.tolist() == [False, False, True, True, True, True] and len(opponents.shown) == 3
+    )  # no opponent moves on a reset row
 
 
 def test_a_league_on_a_parallel_env_plays_one_group_against_the_other():
     config = fastppo.make_config(CHASE, "cleanrl-discrete", {"num_envs": 1})
     envs = make_vec_env(config.env, torch.device("cpu"), multi_agent=config.multi_agent)
     torch.manual_seed(0)
-    agent = build_agent(config, envs.single_observation_space, envs.single_action_space, torch.device("cpu"), envs.layout)
+    agent = build_agent(
+        config, envs.single_observation_space, envs.single_action_space, torch.device("cpu"), envs.layout
+    )
     league = League(SelfPlayConfig(pool_size=2, latest_share=0.0), agent, 1, [0, 0, 1], seed=0)
     league.after_update(10, {})
     sides = {tuple(league.new_game(0).tolist()) for _ in range(40)}
@@ -488,7 +668,12 @@ def test_stop_and_resume_with_decisions_left_open_equals_one_go(tmp_path, monkey
     """A rollout of the learner playing both seats ends on one seat's turn: the other seat's last
     move is carried into the next rollout (its advantage waits for its own next turn). Stopped
     there, the checkpoint holds it, and the resumed run trains it as the run in one go does."""
-    overrides = RUN | {"num_steps": 7, "total_timesteps": ITERATIONS * 2 * 7, "checkpoint_every": 0, "env_kwargs": json.dumps({"most": 9})}
+    overrides = RUN | {
+        "num_steps": 7,
+        "total_timesteps": ITERATIONS * 2 * 7,
+        "checkpoint_every": 0,
+        "env_kwargs": json.dumps({"most": 9}),
+    }
     train(fastppo.make_config(TAKE_AWAY, "cleanrl-discrete", overrides), tmp_path / "one_go")
     with monkeypatch.context() as patch:
         stop_after(patch, ITERATIONS // 2)
@@ -500,7 +685,11 @@ def test_stop_and_resume_with_decisions_left_open_equals_one_go(tmp_path, monkey
 
 
 def test_stop_and_resume_of_a_parallel_pool_equals_one_go(tmp_path, monkeypatch):
-    overrides = RUN | SELF_PLAY | {"num_steps": 7, "total_timesteps": ITERATIONS * 2 * 7, "checkpoint_every": 0, "self_play.latest_share": 0.3}
+    overrides = (
+        RUN
+        | SELF_PLAY
+        | {"num_steps": 7, "total_timesteps": ITERATIONS * 2 * 7, "checkpoint_every": 0, "self_play.latest_share": 0.3}
+    )
     train(fastppo.make_config(CHASE, "cleanrl-discrete", overrides), tmp_path / "one_go")
     with monkeypatch.context() as patch:
         stop_after(patch, ITERATIONS // 2)
@@ -523,12 +712,19 @@ def test_a_random_share_plays_uniform_legal_moves_rated_as_random():
     masks = np.zeros((4, 2), dtype=bool)
     masks[[0, 1], [0, 0]] = True
     masks[[2, 3], [1, 1]] = True
-    assert league_.act(np.arange(4), np.zeros((4, 3), dtype=np.float32), masks).tolist() == [0, 0, 1, 1]  # the one legal move
+    assert league_.act(np.arange(4), np.zeros((4, 3), dtype=np.float32), masks).tolist() == [
+        0,
+        0,
+        1,
+        1,
+    ]  # the one legal move
     league_.learner_seat[0] = 0
     league_.game_over(0, np.array([1.0, -1.0]))
     metrics: dict[str, float] = {}
     league_.after_update(2, metrics)
-    assert metrics["self_play/win_vs_random"] == 1.0 and league_.fixed_ratings["random"] == START_RATING  # an anchor: it does not move
+    assert (
+        metrics["self_play/win_vs_random"] == 1.0 and league_.fixed_ratings["random"] == START_RATING
+    )  # an anchor: it does not move
     assert league_.learner_rating[0] > START_RATING[0]
     again = league(copies=4, pool_size=2, random_share=0.5)
     tensors, meta = league_.state()
@@ -538,7 +734,16 @@ def test_a_random_share_plays_uniform_legal_moves_rated_as_random():
 
 def test_a_run_with_a_random_share_trains_and_logs_its_games(tmp_path):
     run = tmp_path / "ttt"
-    fastppo.train(TICTACTOE, run_dir=run, total_timesteps=2048, num_envs=8, num_steps=32, progress=False, tensorboard=False, **{"self_play.random_share": 0.5})
+    fastppo.train(
+        TICTACTOE,
+        run_dir=run,
+        total_timesteps=2048,
+        num_envs=8,
+        num_steps=32,
+        progress=False,
+        tensorboard=False,
+        **{"self_play.random_share": 0.5},
+    )
     logged = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert any("self_play/win_vs_random" in m for m in logged) and any("charts/episodic_return" in m for m in logged)
 
@@ -547,5 +752,17 @@ def test_a_batch_with_fewer_decisions_than_minibatches_trains_without_nan(tmp_pa
     """Two copies of tic-tac-toe for 8 steps give ~16 decisions for the preset's 8 minibatches,
     some iterations fewer: no minibatch may be empty, nor one row's advantage be scaled by a NaN
     std (the run stopped on NaN parameters at its first update)."""
-    argv = [TICTACTOE, "--env.num-envs", "2", "--ppo.num-steps", "4", "--ppo.total-timesteps", "64", "--run.progress", "false", "--run.tensorboard", "false"]
+    argv = [
+        TICTACTOE,
+        "--env.num-envs",
+        "2",
+        "--ppo.num-steps",
+        "4",
+        "--ppo.total-timesteps",
+        "64",
+        "--run.progress",
+        "false",
+        "--run.tensorboard",
+        "false",
+    ]
     assert main(["train", *argv, "--run-dir", str(tmp_path / "run")]) == 0

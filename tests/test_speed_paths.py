@@ -31,8 +31,18 @@ def reference_update(policy, optimizer, batch, cfg, coefs):
             mb = perm[start:end]
             logprob, entropy, value = policy.evaluate(batch["obs"][mb], batch["actions"][mb])
             adv = normalize_advantages(batch["advantages"][mb])
-            loss, metrics = ppo_loss(logprob, batch["logprobs"][mb], adv, entropy, value, batch["values"][mb], batch["returns"][mb],
-                                     clip_coef=coefs.clip_coef, ent_coef=coefs.ent_coef, vf_coef=cfg.vf_coef)
+            loss, metrics = ppo_loss(
+                logprob,
+                batch["logprobs"][mb],
+                adv,
+                entropy,
+                value,
+                batch["values"][mb],
+                batch["returns"][mb],
+                clip_coef=coefs.clip_coef,
+                ent_coef=coefs.ent_coef,
+                vf_coef=cfg.vf_coef,
+            )
             optimizer.zero_grad()
             loss.backward()
             metrics["grad_norm"] = nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm)
@@ -45,9 +55,18 @@ def reference_update(policy, optimizer, batch, cfg, coefs):
 
 def make_batch(n: int) -> dict[str, torch.Tensor]:
     g = torch.Generator().manual_seed(0)
-    return dict(obs=torch.randn(n, 4, generator=g), actions=torch.randint(0, 2, (n,), generator=g), logprobs=torch.full((n,), -0.69),
-                values=torch.randn(n, generator=g), advantages=torch.randn(n, generator=g), returns=torch.randn(n, generator=g),
-                valid=torch.rand(n, generator=g) > 0.1, rewards=torch.zeros(n), terminated=torch.zeros(n, dtype=torch.bool), truncated=torch.zeros(n, dtype=torch.bool))
+    return dict(
+        obs=torch.randn(n, 4, generator=g),
+        actions=torch.randint(0, 2, (n,), generator=g),
+        logprobs=torch.full((n,), -0.69),
+        values=torch.randn(n, generator=g),
+        advantages=torch.randn(n, generator=g),
+        returns=torch.randn(n, generator=g),
+        valid=torch.rand(n, generator=g) > 0.1,
+        rewards=torch.zeros(n),
+        terminated=torch.zeros(n, dtype=torch.bool),
+        truncated=torch.zeros(n, dtype=torch.bool),
+    )
 
 
 @pytest.mark.parametrize("num_minibatches", [1, 4])
@@ -117,7 +136,9 @@ def test_kl_objective_measures_the_kl_of_the_whole_batch_after_the_epochs():
     batch = make_batch(64)
     with torch.no_grad():
         batch["logprobs"] = policy.evaluate(batch["obs"], batch["actions"])[0]  # the rollout policy's own
-    ours = ppo_update(policy, make_optimizer(policy, 3e-3, 1e-5, torch.device("cpu")), batch, cfg, UpdateCoefficients(0.2, 0.0, 1.0))
+    ours = ppo_update(
+        policy, make_optimizer(policy, 3e-3, 1e-5, torch.device("cpu")), batch, cfg, UpdateCoefficients(0.2, 0.0, 1.0)
+    )
     valid = batch["valid"]
     with torch.no_grad():
         newlogprob = policy.evaluate(batch["obs"][valid], batch["actions"][valid])[0]

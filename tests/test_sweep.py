@@ -17,10 +17,10 @@ import yaml
 from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.trial import TrialState
 
-import fastppo.training.trainer
-from fastppo.cli.main import main
 import fastppo
 import fastppo.experiments.sweep
+import fastppo.training.trainer
+from fastppo.cli.main import main
 from fastppo.config import available_cpus
 from fastppo.envs.env_config import make_config
 from fastppo.experiments.report import collect
@@ -39,7 +39,9 @@ def study_trials(run_dir: Path) -> list[optuna.trial.FrozenTrial]:
 def run_sweep(command: list[str], timeout: float = 300) -> subprocess.CompletedProcess:
     """``command`` (a sweep) to its end; past ``timeout``, its workers are killed with it (a plain
     ``subprocess.run`` kills only the command and leaves them running after the test)."""
-    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True) as process:
+    with subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    ) as process:
         try:
             stdout, stderr = process.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -84,7 +86,10 @@ def test_four_trials_on_two_workers_write_a_preset_that_trains(tmp_path, capfd):
     every = study_trials(sweep)
     trials = [t for t in every if t.state != TrialState.FAIL or t.params]
     assert len(trials) == 4 and all(t.state == TrialState.COMPLETE for t in trials)
-    assert all(f"fastppo: trial {t.number}: {t.value:.1f}" in out for t in trials) and "| trial | score | learning_rate |" in out
+    assert (
+        all(f"fastppo: trial {t.number}: {t.value:.1f}" in out for t in trials)
+        and "| trial | score | learning_rate |" in out
+    )
     for trial in trials:  # the value is the mean of fastppo report's final scores of the trial's seeds
         (stats,) = collect([sweep / f"trial_{trial.number}"], reps=10)
         assert stats.seeds == [1, 2] and stats.estimates["mean"].point == pytest.approx(trial.value)
@@ -94,9 +99,25 @@ def test_four_trials_on_two_workers_write_a_preset_that_trains(tmp_path, capfd):
     assert preset["ppo"]["learning_rate"] == best.params["ppo.learning_rate"] and preset["env"]["num_envs"] == 2
 
     trained = tmp_path / "trained"
-    assert main(["train", "CartPole-v1", "--preset", str(sweep / "best.yaml"), "--run-dir", str(trained), "--no-progress", "--no-tensorboard"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "CartPole-v1",
+                "--preset",
+                str(sweep / "best.yaml"),
+                "--run-dir",
+                str(trained),
+                "--no-progress",
+                "--no-tensorboard",
+            ]
+        )
+        == 0
+    )
     config = yaml.safe_load((trained / "config.yaml").read_text())
-    assert config["ppo"]["learning_rate"] == best.params["ppo.learning_rate"] and config["ppo"]["total_timesteps"] == 512
+    assert (
+        config["ppo"]["learning_rate"] == best.params["ppo.learning_rate"] and config["ppo"]["total_timesteps"] == 512
+    )
     assert config["policy"]["hidden_sizes"] == [int(w) for w in best.params["policy.hidden_sizes"].split(",")]
 
     capfd.readouterr()
@@ -112,14 +133,33 @@ def test_a_killed_sweep_continues_and_retries_the_killed_trials(tmp_path):
     sweep = tmp_path / "sweep"
     # Trials of seconds (TINY's 512 steps take milliseconds: all 4 could end between two polls, 1 run in 3 did).
     longer = [*TINY, "--total-timesteps", "32768"]
-    command = [*CONSOLE, "sweep", "CartPole-v1", "--trials", "4", "--workers", "2", "--seeds", "1", "--heartbeat", "2", *longer, "--run-dir", str(sweep)]
+    command = [
+        *CONSOLE,
+        "sweep",
+        "CartPole-v1",
+        "--trials",
+        "4",
+        "--workers",
+        "2",
+        "--seeds",
+        "1",
+        "--heartbeat",
+        "2",
+        *longer,
+        "--run-dir",
+        str(sweep),
+    ]
     # Its own session, so that SIGKILL takes the command and its workers at once, as a crash would.
     with open(tmp_path / "first.log", "w") as log:
         process = subprocess.Popen(command, start_new_session=True, stdout=log, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and process.poll() is None:
         # The command prints its first line once it has made the study: reading sooner would race its table creation.
-        states = {t.state for t in study_trials(sweep)} if "fastppo: sweep of" in (tmp_path / "first.log").read_text() else set()
+        states = (
+            {t.state for t in study_trials(sweep)}
+            if "fastppo: sweep of" in (tmp_path / "first.log").read_text()
+            else set()
+        )
         if {TrialState.COMPLETE, TrialState.RUNNING} <= states:
             os.killpg(process.pid, signal.SIGKILL)
             break
@@ -131,16 +171,26 @@ def test_a_killed_sweep_continues_and_retries_the_killed_trials(tmp_path):
     rerun = run_sweep(command)
     assert rerun.returncode == 0, rerun.stderr
     trials = study_trials(sweep)
-    story = f"killed {killed}; trials {[(t.number, t.state.name, t.system_attrs) for t in trials]}; rerun: {rerun.stdout}"
-    assert sum(t.state in FINISHED for t in trials) == 4 and not any(t.state == TrialState.RUNNING for t in trials), story
+    story = (
+        f"killed {killed}; trials {[(t.number, t.state.name, t.system_attrs) for t in trials]}; rerun: {rerun.stdout}"
+    )
+    assert sum(t.state in FINISHED for t in trials) == 4 and not any(t.state == TrialState.RUNNING for t in trials), (
+        story
+    )
     assert all(t.state == TrialState.FAIL for t in trials if t.number in killed), story  # neither blocking nor counted
-    assert all(f"fastppo: trial {n}: its worker stopped (no heartbeat); queued again" in rerun.stdout for n in killed), story
+    assert all(
+        f"fastppo: trial {n}: its worker stopped (no heartbeat); queued again" in rerun.stdout for n in killed
+    ), story
     # A retry runs the killed trial's hyperparameters again, its partial runs deleted (one retry at least: a
     # killed trial is queued before its worker asks for a trial; another worker may have taken the slot meanwhile).
     retries = {RetryHeartbeatStaleTrialCallback.retried_trial_number(t): t for t in trials if t.state in FINISHED}
     retried = [n for n in killed if n in retries]
     assert retried, story
-    assert all(retries[n].params.items() >= next(t.params for t in trials if t.number == n).items() and not (sweep / f"trial_{n}").exists() for n in retried)
+    assert all(
+        retries[n].params.items() >= next(t.params for t in trials if t.number == n).items()
+        and not (sweep / f"trial_{n}").exists()
+        for n in retried
+    )
     assert (sweep / "best.yaml").exists()
 
 
@@ -150,7 +200,20 @@ def test_a_trial_its_worker_left_without_a_heartbeat_is_queued_again(tmp_path):
     it RUNNING with no heartbeat, which optuna's stale check passes over: a CI run's continued
     sweep waited for such a trial for ever. ``study.ask()`` leaves a trial in that state."""
     sweep = tmp_path / "sweep"
-    command = [*CONSOLE, "sweep", "CartPole-v1", "--workers", "1", "--seeds", "1", "--heartbeat", "1", *TINY, "--run-dir", str(sweep)]
+    command = [
+        *CONSOLE,
+        "sweep",
+        "CartPole-v1",
+        "--workers",
+        "1",
+        "--seeds",
+        "1",
+        "--heartbeat",
+        "1",
+        *TINY,
+        "--run-dir",
+        str(sweep),
+    ]
     assert run_sweep([*command, "--trials", "1"]).returncode == 0
     orphan = optuna.load_study(study_name="CartPole-v1", storage=f"sqlite:///{sweep.resolve()}/sweep.db").ask().number
     rerun = run_sweep([*command, "--trials", "2"], timeout=120)
@@ -163,9 +226,30 @@ def test_a_trial_its_worker_left_without_a_heartbeat_is_queued_again(tmp_path):
 
 def test_a_space_file_replaces_the_default(tmp_path):
     space = tmp_path / "space.yaml"
-    space.write_text("ppo:\n  learning_rate: {float: [1.0e-3, 1.0e-2], log: true}\n  update_epochs: {int: [1, 3]}\npolicy:\n  hidden_sizes: {choices: [[16], [32, 32]]}\n")
+    space.write_text(
+        "ppo:\n  learning_rate: {float: [1.0e-3, 1.0e-2], log: true}\n  update_epochs: {int: [1, 3]}\npolicy:\n  hidden_sizes: {choices: [[16], [32, 32]]}\n"
+    )
     sweep = tmp_path / "sweep"
-    assert main(["sweep", "CartPole-v1", "--trials", "2", "--workers", "1", "--seeds", "1", "--space", str(space), *TINY, "--run-dir", str(sweep)]) == 0
+    assert (
+        main(
+            [
+                "sweep",
+                "CartPole-v1",
+                "--trials",
+                "2",
+                "--workers",
+                "1",
+                "--seeds",
+                "1",
+                "--space",
+                str(space),
+                *TINY,
+                "--run-dir",
+                str(sweep),
+            ]
+        )
+        == 0
+    )
     for trial in study_trials(sweep):
         assert set(trial.params) == {"ppo.learning_rate", "ppo.update_epochs", "policy.hidden_sizes"}
         config = yaml.safe_load((sweep / f"trial_{trial.number}" / "seed_1" / "config.yaml").read_text())
@@ -177,7 +261,26 @@ def test_combinations_the_config_refuses_are_pruned_with_the_reason(tmp_path, ca
     space = tmp_path / "space.yaml"
     space.write_text("ppo:\n  num_minibatches: {choices: [3]}\n  learning_rate: {float: [1.0e-3, 1.0e-2]}\n")
     sweep = tmp_path / "sweep"
-    assert main(["sweep", "CartPole-v1", "--trials", "2", "--workers", "1", "--seeds", "1", "--space", str(space), *TINY, "--run-dir", str(sweep)]) == 0
+    assert (
+        main(
+            [
+                "sweep",
+                "CartPole-v1",
+                "--trials",
+                "2",
+                "--workers",
+                "1",
+                "--seeds",
+                "1",
+                "--space",
+                str(space),
+                *TINY,
+                "--run-dir",
+                str(sweep),
+            ]
+        )
+        == 0
+    )
     trials = study_trials(sweep)
     assert len(trials) == 2 and all(t.state == TrialState.PRUNED for t in trials)
     assert all("does not split into 3 minibatches" in t.user_attrs[PRUNED_BECAUSE] for t in trials)
@@ -186,10 +289,18 @@ def test_combinations_the_config_refuses_are_pruned_with_the_reason(tmp_path, ca
 
 def test_the_default_space_covers_each_group():
     space = load_space(DEFAULT_SPACE)
-    assert {"ppo.learning_rate", "ppo.num_steps", "ppo.num_minibatches", "policy.hidden_sizes", "env.normalize_obs"} <= set(space)
+    assert {
+        "ppo.learning_rate",
+        "ppo.num_steps",
+        "ppo.num_minibatches",
+        "policy.hidden_sizes",
+        "env.normalize_obs",
+    } <= set(space)
     assert space["ppo.learning_rate"].log and space["policy.hidden_sizes"].choices == ("64,64", "128,128", "256,256")
     readme = (Path(__file__).parent.parent / "docs" / "guides" / "sweeps.md").read_text()
-    assert all(f"| {key.split('.')[0]} | `{key.split('.')[1]}` |" in readme for key in space), "docs/guides/sweeps.md's default search space table is out of date"
+    assert all(f"| {key.split('.')[0]} | `{key.split('.')[1]}` |" in readme for key in space), (
+        "docs/guides/sweeps.md's default search space table is out of date"
+    )
 
 
 class FakeTrial:
@@ -239,11 +350,18 @@ def test_an_exception_from_on_iteration_ends_the_run_with_its_envs_closed(tmp_pa
         if len(steps) == 2:
             raise optuna.TrialPruned("stop")
 
-    config = make_config("CartPole-v1", None, {"num_envs": 2, "num_steps": 64, "total_timesteps": 1024, "progress": False, "tensorboard": False})
+    config = make_config(
+        "CartPole-v1",
+        None,
+        {"num_envs": 2, "num_steps": 64, "total_timesteps": 1024, "progress": False, "tensorboard": False},
+    )
     with pytest.raises(optuna.TrialPruned):
         fastppo.training.trainer.train(config, tmp_path / "run", on_iteration=stop_at_second)
     assert steps == [128, 256] and closed == [True]
-    assert len((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()) == 2 and not (tmp_path / "run" / "policy.safetensors").exists()
+    assert (
+        len((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()) == 2
+        and not (tmp_path / "run" / "policy.safetensors").exists()
+    )
 
 
 @pytest.mark.parametrize(
@@ -262,13 +380,25 @@ def test_an_exception_from_on_iteration_ends_the_run_with_its_envs_closed(tmp_pa
         (["--trials", "2"], "ppo: {nope: {choices: [1]}}", "unknown hyperparameter 'ppo.nope'"),
         (["--trials", "2"], "policy: {activation: {choices: [gelu]}}", "must be one of tanh, relu"),
         (["--trials", "2"], "ppo: {gamma: {uniform: [0, 1]}}", "ppo.gamma: expected {float: [low, high]}"),
-        (["--trials", "2"], "ppo: {learning_rate: {float: [0, 1], log: true}}", "ppo.learning_rate: `low > 0` must hold for `log=True`"),
+        (
+            ["--trials", "2"],
+            "ppo: {learning_rate: {float: [0, 1], log: true}}",
+            "ppo.learning_rate: `low > 0` must hold for `log=True`",
+        ),
         (["--trials", "2"], "run: {seed: {int: [1, 2]}}", "run.seed is not a hyperparameter a sweep tunes"),
         (["--trials", "2"], "[1, 2]", "must map sections to fields"),
-        (["--trials", "2"], b"ppo: {learning_rate: \xff}", "--space space.yaml is not UTF-8 text (byte 21): give a YAML search space"),
+        (
+            ["--trials", "2"],
+            b"ppo: {learning_rate: \xff}",
+            "--space space.yaml is not UTF-8 text (byte 21): give a YAML search space",
+        ),
         # A field spelled as its flag is that field (no KeyError from the spelling).
         (["--trials", "2"], "ppo: {num-steps: {float: [16, 64]}}", "--space space.yaml: ppo.num_steps is an integer"),
-        (["--trials", "2", "--learning-rate", "1e-3"], "ppo: {learning_rate: {float: [1.0e-4, 1.0e-2]}}", "nothing is left to tune"),
+        (
+            ["--trials", "2", "--learning-rate", "1e-3"],
+            "ppo: {learning_rate: {float: [1.0e-4, 1.0e-2]}}",
+            "nothing is left to tune",
+        ),
     ],
 )
 def test_bad_sweep_input_is_one_line_and_exit_2(argv, space, message, tmp_path, capsys, monkeypatch):
@@ -289,7 +419,10 @@ def tree(folder: Path) -> dict[str, bytes]:
 
 def drawn(space: dict) -> dict:
     """A value of each distribution of ``space``: its first choice, or its low end."""
-    return {key: d.choices[0] if isinstance(d, optuna.distributions.CategoricalDistribution) else d.low for key, d in space.items()}
+    return {
+        key: d.choices[0] if isinstance(d, optuna.distributions.CategoricalDistribution) else d.low
+        for key, d in space.items()
+    }
 
 
 @pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")  # retry_history
@@ -303,8 +436,14 @@ def drawn(space: dict) -> dict:
         ({"retry_history": ["0"]}, "trial 2's retry history is ['0']"),
         ({"retry_history": [True]}, "trial 2's retry history is [True]"),
         ({"retry_history": "0"}, "trial 2's retry history is '0'"),
-        ({"fixed_params": {"ppo.learning_rate": 5.0}}, "trial 2's hyperparameters are not drawn from the sweep's space"),
-        ({"fixed_params": {"ppo.update_epochs": "4"}}, "trial 2's hyperparameters are not drawn from the sweep's space"),
+        (
+            {"fixed_params": {"ppo.learning_rate": 5.0}},
+            "trial 2's hyperparameters are not drawn from the sweep's space",
+        ),
+        (
+            {"fixed_params": {"ppo.update_epochs": "4"}},
+            "trial 2's hyperparameters are not drawn from the sweep's space",
+        ),
         ("settings", "its stored settings are 'x', not fastppo sweep's"),
         ("seed scores", "trial 1's scores per seed are ['x'], not 1 numbers"),
         ("best out of space", "trial 2's hyperparameters are not drawn from the sweep's space"),
@@ -323,14 +462,23 @@ def test_a_crafted_sweep_database_is_one_line_and_deletes_nothing(damage, proble
     params = drawn(space)
     study.add_trial(optuna.trial.create_trial(state=TrialState.FAIL, params=params, distributions=space))
     scores = ["x"] if damage == "seed scores" else [20.0]
-    study.add_trial(optuna.trial.create_trial(value=20.0, params=params, distributions=space, user_attrs={"seed_scores": scores}))
+    study.add_trial(
+        optuna.trial.create_trial(value=20.0, params=params, distributions=space, user_attrs={"seed_scores": scores})
+    )
     if isinstance(damage, dict):
         study.add_trial(optuna.trial.create_trial(state=TrialState.WAITING, system_attrs=damage))
     elif damage == "settings":
         study.set_user_attr("fastppo_settings", "x")
     elif damage != "seed scores":  # a best trial whose learning rate the space never draws
         wide = {**space, "ppo.learning_rate": optuna.distributions.FloatDistribution(1e-5, 100.0, log=True)}
-        study.add_trial(optuna.trial.create_trial(value=30.0, params={**params, "ppo.learning_rate": 50.0}, distributions=wide, user_attrs={"seed_scores": [30.0]}))
+        study.add_trial(
+            optuna.trial.create_trial(
+                value=30.0,
+                params={**params, "ppo.learning_rate": 50.0},
+                distributions=wide,
+                user_attrs={"seed_scores": [30.0]},
+            )
+        )
     for folder in (sweep / "trial_0" / "seed_1", sweep / "trial_1" / "seed_1", victim):
         folder.mkdir(parents=True)
         (folder / "kept.txt").write_text(str(folder))
@@ -339,7 +487,11 @@ def test_a_crafted_sweep_database_is_one_line_and_deletes_nothing(damage, proble
     for trials_asked in ("3", "0"):  # continuing it, or only its table and preset
         assert main([*command, "--trials", trials_asked]) == 2
         err = capfd.readouterr().err
-        assert err.startswith("fastppo: error: study 'CartPole-v1'") and "is damaged: " + problem in err and len(err.strip().splitlines()) == 1
+        assert (
+            err.startswith("fastppo: error: study 'CartPole-v1'")
+            and "is damaged: " + problem in err
+            and len(err.strip().splitlines()) == 1
+        )
         assert tree(tmp_path) == before and [(t.number, t.state) for t in study_trials(sweep)] == trials
 
 
@@ -347,22 +499,34 @@ def test_a_crafted_sweep_database_is_one_line_and_deletes_nothing(damage, proble
 def test_a_sweep_into_a_run_folder_is_refused_and_writes_nothing(tmp_path, capfd):
     """A finished run given as --run-dir got a sweep.db and the trials' runs among its files."""
     run = tmp_path / "run"
-    fastppo.train("CartPole-v1", run_dir=run, total_timesteps=128, num_envs=2, num_steps=64, progress=False, tensorboard=False)
+    fastppo.train(
+        "CartPole-v1", run_dir=run, total_timesteps=128, num_envs=2, num_steps=64, progress=False, tensorboard=False
+    )
     before = tree(run)
     capfd.readouterr()
-    assert main(["sweep", "CartPole-v1", "--trials", "1", "--workers", "1", "--seeds", "1", *TINY, "--run-dir", str(run)]) == 2
+    assert (
+        main(["sweep", "CartPole-v1", "--trials", "1", "--workers", "1", "--seeds", "1", *TINY, "--run-dir", str(run)])
+        == 2
+    )
     err = capfd.readouterr().err
-    assert err.splitlines() == [f"fastppo: error: --run-dir {run} is a run's folder (config.yaml, metrics.jsonl, agent.json, ...): give --run-dir a folder of its own"]
+    assert err.splitlines() == [
+        f"fastppo: error: --run-dir {run} is a run's folder (config.yaml, metrics.jsonl, agent.json, ...): give --run-dir a folder of its own"
+    ]
     assert tree(run) == before
 
 
 def test_a_missing_sweep_extra_is_one_line(capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "optuna", None)  # `import optuna` raises ImportError
     assert main(["sweep", "CartPole-v1", "--trials", "1"]) == 2
-    assert "needs the 'sweep' extra (optuna is missing): pip install -e \".[sweep]\" in the fastppo repository" in capsys.readouterr().err
+    assert (
+        "needs the 'sweep' extra (optuna is missing): pip install -e \".[sweep]\" in the fastppo repository"
+        in capsys.readouterr().err
+    )
 
 
-@pytest.mark.parametrize(("text", "message"), [(None, "preset file missing.yaml not found"), ("ppo: [1, 2]", "cannot read preset")])
+@pytest.mark.parametrize(
+    ("text", "message"), [(None, "preset file missing.yaml not found"), ("ppo: [1, 2]", "cannot read preset")]
+)
 def test_a_bad_preset_file_is_one_line_and_exit_2(text, message, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     if text is not None:
@@ -386,7 +550,26 @@ def test_workers_share_the_cores_between_their_stacks(tmp_path):
     """A trial's stack of seeds computes on every core by default; two workers at once each take
     half (else 2 x 2 threads on 2 cores: a 4-trial tensor sweep took 14.8-16.4 s, now 8.7-9.2 s)."""
     sweep = tmp_path / "sweep"
-    assert main(["sweep", "CartPole-v1", "--backend", "tensor", "--trials", "2", "--workers", "2", "--seeds", "1-2", *TINY, "--run-dir", str(sweep)]) == 0
+    assert (
+        main(
+            [
+                "sweep",
+                "CartPole-v1",
+                "--backend",
+                "tensor",
+                "--trials",
+                "2",
+                "--workers",
+                "2",
+                "--seeds",
+                "1-2",
+                *TINY,
+                "--run-dir",
+                str(sweep),
+            ]
+        )
+        == 0
+    )
     configs = [yaml.safe_load(path.read_text()) for path in sweep.glob("trial_*/seed_*/config.yaml")]
     assert configs and all(c["run"]["torch_threads"] == max(1, available_cpus() // 2) for c in configs)
     assert "torch_threads" not in (sweep / "best.yaml").read_text()  # not a hyperparameter of the preset
@@ -397,9 +580,18 @@ def test_a_trial_on_tensor_envs_trains_its_seeds_as_one_stack(tmp_path, monkeypa
 
     stacks = []
     train_seed_stack = fastppo.training.trainer.train_seed_stack
-    monkeypatch.setattr(fastppo.training.trainer, "train_seed_stack", lambda config, seeds, *a, **k: stacks.append(seeds) or train_seed_stack(config, seeds, *a, **k))
-    monkeypatch.setattr(fastppo.training.trainer, "train", lambda *a, **k: pytest.fail("a trial on tensor envs trained a single run"))
-    base = make_config("CartPole-v1", overrides={"backend": "tensor", "num_envs": 2, "num_steps": 64, "total_timesteps": 512, "tensorboard": False})
+    monkeypatch.setattr(
+        fastppo.training.trainer,
+        "train_seed_stack",
+        lambda config, seeds, *a, **k: stacks.append(seeds) or train_seed_stack(config, seeds, *a, **k),
+    )
+    monkeypatch.setattr(
+        fastppo.training.trainer, "train", lambda *a, **k: pytest.fail("a trial on tensor envs trained a single run")
+    )
+    base = make_config(
+        "CartPole-v1",
+        overrides={"backend": "tensor", "num_envs": 2, "num_steps": 64, "total_timesteps": 512, "tensorboard": False},
+    )
     space = {"ppo.learning_rate": optuna.distributions.FloatDistribution(1e-3, 1e-2, log=True)}
     sweep = Sweep(base, space, (1, 2), 1, tmp_path, "sqlite://", "s", 60, 0)
     trial = optuna.create_study(direction="maximize").ask()

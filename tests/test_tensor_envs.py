@@ -37,8 +37,11 @@ CASES = {
     # CartPole's state and dynamics, observing [x, theta] only (gymnasium's: fastppo.envs.partial).
     "CartPoleNoVelocity-v1": Case([-2.4, -2, -0.2, -2], [2.4, 2, 0.2, 2], [-0.05] * 4, [0.05] * 4, 1e-12),
     "Acrobot-v1": Case(
-        [-math.pi, -math.pi, -4 * math.pi, -9 * math.pi], [math.pi, math.pi, 4 * math.pi, 9 * math.pi],
-        [-0.1] * 4, [0.1] * 4, 1e-10,
+        [-math.pi, -math.pi, -4 * math.pi, -9 * math.pi],
+        [math.pi, math.pi, 4 * math.pi, 9 * math.pi],
+        [-0.1] * 4,
+        [0.1] * 4,
+        1e-10,
     ),
     "MountainCar-v0": Case([-1.2, -0.07], [0.6, 0.07], [-0.6, 0.0], [-0.4, 0.0], 1e-12),
     # Angles beyond [-pi, pi] exercise angle_normalize. The looser tolerance is gymnasium's, not
@@ -59,9 +62,7 @@ def gym_state(env: gym.Env) -> np.ndarray:
     return np.asarray(env.unwrapped.state, dtype=np.float64)
 
 
-def make_pair(
-    env_id: str, num_envs: int, dtype: torch.dtype, seed: int
-) -> tuple[TensorEnv, np.random.Generator]:
+def make_pair(env_id: str, num_envs: int, dtype: torch.dtype, seed: int) -> tuple[TensorEnv, np.random.Generator]:
     """A freshly reset tensor env whose state is overwritten with wide random states, and the
     numpy generator that drew them (for the actions that follow)."""
     case = CASES[env_id]

@@ -9,12 +9,17 @@ import torch
 import fastppo
 from fastppo.errors import FastPPOError
 
-TINY = dict(total_timesteps=512, num_envs=2, num_steps=64, num_minibatches=2, update_epochs=2, progress=False, tensorboard=False)
+TINY = dict(
+    total_timesteps=512, num_envs=2, num_steps=64, num_minibatches=2, update_epochs=2, progress=False, tensorboard=False
+)
 
 
 def comparable(history):
     """Logged metrics without the wall-clock ones."""
-    return [{k: v for k, v in row.items() if not (k == "time" or k.startswith("time/") or k == "charts/SPS")} for row in history]
+    return [
+        {k: v for k, v in row.items() if not (k == "time" or k.startswith("time/") or k == "charts/SPS")}
+        for row in history
+    ]
 
 
 def test_same_seed_gives_identical_metrics_and_parameters():
@@ -34,8 +39,19 @@ def test_different_seeds_differ():
 def test_history_has_cleanrl_metric_names():
     agent = fastppo.train("CartPole-v1", preset="cleanrl-discrete", **TINY)
     names = set(agent.history[-1])
-    for name in ("charts/SPS", "charts/learning_rate", "losses/approx_kl", "losses/clipfrac", "losses/value_loss",
-                 "losses/policy_loss", "losses/entropy", "losses/explained_variance", "time/env", "time/policy", "time/update"):
+    for name in (
+        "charts/SPS",
+        "charts/learning_rate",
+        "losses/approx_kl",
+        "losses/clipfrac",
+        "losses/value_loss",
+        "losses/policy_loss",
+        "losses/entropy",
+        "losses/explained_variance",
+        "time/env",
+        "time/policy",
+        "time/update",
+    ):
         assert name in names
     assert len(agent.history) == 512 // (2 * 64)
     # linear lr annealing: iteration i uses lr * (1 - (i-1)/N)
@@ -47,9 +63,18 @@ def test_kl_penalty_objective_adapts_beta():
     from fastppo.core import adaptive_kl_beta
 
     target = 1e-5
-    agent = fastppo.train("CartPole-v1", preset="cleanrl-discrete", objective="kl", kl_target=target, kl_beta=1.0, **{**TINY, "total_timesteps": 1024})
+    agent = fastppo.train(
+        "CartPole-v1",
+        preset="cleanrl-discrete",
+        objective="kl",
+        kl_target=target,
+        kl_beta=1.0,
+        **{**TINY, "total_timesteps": 1024},
+    )
     betas = [row["losses/kl_beta"] for row in agent.history]
-    kls = [row["losses/kl_after_update"] for row in agent.history]  # KL(old || new) after the epochs, logged beside approx_kl
+    kls = [
+        row["losses/kl_after_update"] for row in agent.history
+    ]  # KL(old || new) after the epochs, logged beside approx_kl
     assert betas[0] == 1.0 and len(set(betas)) > 1
     for i in range(len(betas) - 1):
         assert betas[i + 1] == adaptive_kl_beta(betas[i], kls[i], target)
@@ -78,7 +103,9 @@ def test_action_masks_are_respected():
 
 @pytest.mark.parametrize("env_id", ["tests.fake_envs:TargetEnv", "tests.fake_envs:MultiBinaryTargetEnv"])
 def test_multidiscrete_and_multibinary_actions_with_tuple_observations_learn(env_id):
-    agent = fastppo.train(env_id, preset="cleanrl-discrete", **{**TINY, "total_timesteps": 8192, "learning_rate": 3e-3, "ent_coef": 0.0})
+    agent = fastppo.train(
+        env_id, preset="cleanrl-discrete", **{**TINY, "total_timesteps": 8192, "learning_rate": 3e-3, "ent_coef": 0.0}
+    )
     returns = agent.episode_returns
     assert np.mean(returns[:200]) < 0.5 < np.mean(returns[-200:])
 
@@ -91,7 +118,15 @@ def test_discrete_observations_are_one_hot():
 def test_continuous_actions_use_cleanrl_continuous_defaults_and_normalisation():
     config = fastppo.make_config("Pendulum-v1", preset=None, overrides={})
     assert config.env.normalize_obs and config.env.normalize_reward
-    agent = fastppo.train("MountainCarContinuous-v0", total_timesteps=1024, num_steps=256, num_minibatches=4, update_epochs=1, progress=False, tensorboard=False)
+    agent = fastppo.train(
+        "MountainCarContinuous-v0",
+        total_timesteps=1024,
+        num_steps=256,
+        num_minibatches=4,
+        update_epochs=1,
+        progress=False,
+        tensorboard=False,
+    )
     assert agent.config.ppo.num_minibatches == 4 and agent.config.env.num_envs == 1  # continuous preset
     assert agent.obs_rms is not None and agent.obs_rms.count > 1000
     action = agent.act(np.zeros(2, dtype=np.float32), deterministic=True)
@@ -187,7 +222,16 @@ def test_packed_copy_hands_back_each_output_exactly_in_its_dtype_and_shape():
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_a_gpu_policy_on_host_envs_keeps_its_statistics_on_the_cpu_and_acts_from_numpy():
-    agent = fastppo.train("Pendulum-v1", seed=1, device="cuda", total_timesteps=2048, normalize_obs=True, normalize_reward=True, progress=False, tensorboard=False)
+    agent = fastppo.train(
+        "Pendulum-v1",
+        seed=1,
+        device="cuda",
+        total_timesteps=2048,
+        normalize_obs=True,
+        normalize_reward=True,
+        progress=False,
+        tensorboard=False,
+    )
     assert agent.device.type == "cuda" and agent.obs_rms.mean.device.type == "cpu"
     obs = np.zeros((4, 3), dtype=np.float32)
     assert agent.act(obs, deterministic=True).shape == (4, 1)
@@ -205,5 +249,19 @@ def test_the_loop_is_one_short_function_that_never_asks_what_it_trains():
     assert len(source.splitlines()) <= 60
     function = ast.parse(source).body[0]
     code = ast.unparse(function.body[1:])  # the docstring left out
-    asked = [word for word in ("seeds", "stack", "rank", "world.size", "world.main", "is None", "is not None", "isinstance", "pettingzoo") if word in code]
+    asked = [
+        word
+        for word in (
+            "seeds",
+            "stack",
+            "rank",
+            "world.size",
+            "world.main",
+            "is None",
+            "is not None",
+            "isinstance",
+            "pettingzoo",
+        )
+        if word in code
+    ]
     assert asked == []

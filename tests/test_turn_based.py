@@ -116,7 +116,9 @@ def test_an_opponent_moves_inside_step_and_the_learner_sees_only_its_own_turns()
     first = envs.reset(seed=0)
     assert first.live.tolist() == [True, False] and opponent.shown == []
     after = envs.step(moves(ADD_ONE, ADD_TWO))  # the learner adds 1; the opponent replies +1: count 2
-    assert opponent.shown == [([0], [[1, 1, 0, 1]], [[True, True]])]  # its own row (seat 1, to move) and its legal moves
+    assert opponent.shown == [
+        ([0], [[1, 1, 0, 1]], [[True, True]])
+    ]  # its own row (seat 1, to move) and its legal moves
     assert after.live.tolist() == [True, False] and after.obs[0, COUNT] == 2
     # The learner adds 1 (3), the opponent adds 2 (5) and wins: the result comes back in the same step.
     end = envs.step(moves(ADD_ONE, ADD_ONE))
@@ -168,7 +170,9 @@ class ScriptedPolicy(torch.nn.Module):
         self.action_head = SimpleNamespace(env_action=lambda action: action)
         self.recurrent = False
 
-    def act(self, obs: torch.Tensor, action_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def act(
+        self, obs: torch.Tensor, action_mask: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         return torch.full((obs.shape[0],), next(self.script)), torch.zeros(obs.shape[0]), value(obs)
 
     def get_value(self, obs: torch.Tensor, state: torch.Tensor | None = None) -> torch.Tensor:
@@ -180,7 +184,9 @@ def v(count: int, to_move: int, seat: int) -> float:
     return 0.1 * count + 0.01 * to_move + 0.001 * seat
 
 
-def scripted_rollouts(*scripts: list[int], **kwargs) -> list[tuple[RolloutBuffer, torch.Tensor, dict[str, torch.Tensor]]]:
+def scripted_rollouts(
+    *scripts: list[int], **kwargs
+) -> list[tuple[RolloutBuffer, torch.Tensor, dict[str, torch.Tensor]]]:
     """One rollout per script, each ``collect_rollout`` of the scripted policy on one race from
     where the last one stopped, its cursor carrying the open decisions as the trainer's does;
     (buffer, last value, ``rollout_targets``) of each."""
@@ -202,7 +208,15 @@ def test_advantages_of_a_scripted_game_by_hand():
     # t2 p0 +2 (4: p1's bonus, on p0's move), t3 p1 +1 (5: p1 wins), t4 the reset row, t5 p0
     # opens the next game; the rollout ends with p1 to move at 1.
     [(buf, last_value, targets)] = scripted_rollouts([ADD_ONE, ADD_ONE, ADD_TWO, ADD_ONE, ADD_TWO, ADD_ONE], goal=5)
-    assert buf.valid.tolist() == [[False, False], [True, False], [False, True], [True, False], [False, True], [False, False], [True, False]]
+    assert buf.valid.tolist() == [
+        [False, False],
+        [True, False],
+        [False, True],
+        [True, False],
+        [False, True],
+        [False, False],
+        [True, False],
+    ]
     assert buf.rewards.tolist() == [[0, 0], [0, 0], [0, 0], [0, Race.BONUS], [-1, 1], [0, 0], [0, 0]]
     assert buf.terminated[4].tolist() == [True, True] and buf.terminated.sum() == 2 and not buf.truncated.any()
     torch.testing.assert_close(last_value, torch.tensor([v(1, 0, 0), v(1, 1, 1)]))
@@ -213,7 +227,15 @@ def test_advantages_of_a_scripted_game_by_hand():
     # p0's move at t5 has no target yet: the rollout ends on p1's turn, whose value is no value of p0's.
     expected = torch.tensor([[0, 0], [p0_t0, 0], [0, p1_t1], [p0_t2, 0], [0, p1_t3], [0, 0], [0, 0]])
     torch.testing.assert_close(targets["advantages"], expected)
-    assert targets["valid"].tolist() == [[False, False], [True, False], [False, True], [True, False], [False, True], [False, False], [False, False]]
+    assert targets["valid"].tolist() == [
+        [False, False],
+        [True, False],
+        [False, True],
+        [True, False],
+        [False, True],
+        [False, False],
+        [False, False],
+    ]
 
 
 def test_a_decision_open_at_a_rollouts_end_trains_in_the_next_bootstrapped_from_its_own_next_turn():
@@ -288,11 +310,17 @@ def test_training_a_turn_based_game_computes_gae_over_each_seats_decisions(tmp_p
 
     def spy(rewards, values, next_values, terminated, truncated, decisions, gamma, gae_lambda, at_turn):
         calls.append(decisions.clone())
-        return compute_decision_gae(rewards, values, next_values, terminated, truncated, decisions, gamma, gae_lambda, at_turn)
+        return compute_decision_gae(
+            rewards, values, next_values, terminated, truncated, decisions, gamma, gae_lambda, at_turn
+        )
 
     monkeypatch.setattr(fastppo.training.rollout, "compute_decision_gae", spy)
     monkeypatch.setattr(fastppo.training.rollout, "compute_gae", None)  # called: a TypeError
-    config = fastppo.make_config(RACE, "cleanrl-discrete", {"num_envs": 2, "num_steps": 8, "total_timesteps": 32, "progress": False, "tensorboard": False})
+    config = fastppo.make_config(
+        RACE,
+        "cleanrl-discrete",
+        {"num_envs": 2, "num_steps": 8, "total_timesteps": 32, "progress": False, "tensorboard": False},
+    )
     train(config, tmp_path / "run")
     assert len(calls) == 2 and all(d.shape == (9, 4) for d in calls)  # 8 steps after the row of carried decisions
     for decisions in calls:  # at most one seat of a copy decides at a step
@@ -307,7 +335,20 @@ def test_a_games_progress_bar_and_last_line_speak_of_games(tmp_path, capsys):
     envs = make_vec_env(config.env, torch.device("cpu"), multi_agent=config.multi_agent)
     assert [label for label, _, _ in progress_summary(envs)] == ["SPS", "win vs pool", "rating", "kl", "clip"]
     envs.close()
-    argv = ["train", "pz:pettingzoo.classic.tictactoe_v3", "--preset", "cleanrl-discrete", "--total-timesteps", "1024", "--num-envs", "4", "--num-steps", "64", "--run-dir", str(tmp_path / "r")]  # no pool
+    argv = [
+        "train",
+        "pz:pettingzoo.classic.tictactoe_v3",
+        "--preset",
+        "cleanrl-discrete",
+        "--total-timesteps",
+        "1024",
+        "--num-envs",
+        "4",
+        "--num-steps",
+        "64",
+        "--run-dir",
+        str(tmp_path / "r"),
+    ]  # no pool
     assert main(argv) == 0
     assert " games of self-play, " in capsys.readouterr().out
 
@@ -318,9 +359,18 @@ def test_a_games_progress_bar_and_last_line_speak_of_games(tmp_path, capsys):
 @pytest.mark.parametrize(
     ("game", "message"),
     [
-        ("box_moves", "action_space('player_0') is Box(-1.0, 1.0, (2,), float32): a turn-based game's moves are Discrete"),
-        ("undeclared_dict", "on reset, observe('player_0') gave a dict, and observation_space('player_0') says Box(0.0, 5.0, (2,), float32): declare spaces.Dict"),
-        ("unmasked", "on reset, observe('player_0'), the seat to move, gave a dict of ['observation'], with no action_mask"),
+        (
+            "box_moves",
+            "action_space('player_0') is Box(-1.0, 1.0, (2,), float32): a turn-based game's moves are Discrete",
+        ),
+        (
+            "undeclared_dict",
+            "on reset, observe('player_0') gave a dict, and observation_space('player_0') says Box(0.0, 5.0, (2,), float32): declare spaces.Dict",
+        ),
+        (
+            "unmasked",
+            "on reset, observe('player_0'), the seat to move, gave a dict of ['observation'], with no action_mask",
+        ),
         ("stuck", "after 2 moves, observe('player_0') gave the seat to move no legal move (its action_mask is all 0)"),
     ],
 )
@@ -330,7 +380,22 @@ def test_a_game_that_breaks_a_turn_based_games_rules_is_one_line_before_it_train
     legal move (``Stuck``: from the second move on, met in the first rollout)."""
     from fastppo.cli.main import main
 
-    argv = ["train", f"pz:tests.fake_pz_envs:{game}", "--preset", "cleanrl-discrete", "--total-timesteps", "256", "--num-envs", "2", "--num-steps", "64", "--run.progress", "false", "--run-dir", str(tmp_path / "r")]
+    argv = [
+        "train",
+        f"pz:tests.fake_pz_envs:{game}",
+        "--preset",
+        "cleanrl-discrete",
+        "--total-timesteps",
+        "256",
+        "--num-envs",
+        "2",
+        "--num-steps",
+        "64",
+        "--run.progress",
+        "false",
+        "--run-dir",
+        str(tmp_path / "r"),
+    ]
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and message in err, err
@@ -343,12 +408,26 @@ def test_a_games_constructor_error_is_no_env_kwargs_error_when_none_were_given(c
 
     assert main(["train", "pz:tests.fake_pz_envs:broken", "--preset", "cleanrl-discrete"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == "fastppo: error: pz:tests.fake_pz_envs:broken raised ValueError as it was built (no --env-kwargs given): the board is missing", err
+    assert (
+        err
+        == "fastppo: error: pz:tests.fake_pz_envs:broken raised ValueError as it was built (no --env-kwargs given): the board is missing"
+    ), err
 
 
 def test_agent_act_refuses_a_mask_with_no_legal_move(tmp_path):
-    agent = fastppo.train(RACE, preset="cleanrl-discrete", total_timesteps=1280, num_envs=2, num_steps=64, progress=False, tensorboard=False)
-    observation = {"observation": np.array([1.0, 1.0], dtype=np.float32), "action_mask": np.array([1, 0], dtype=np.int8)}
+    agent = fastppo.train(
+        RACE,
+        preset="cleanrl-discrete",
+        total_timesteps=1280,
+        num_envs=2,
+        num_steps=64,
+        progress=False,
+        tensorboard=False,
+    )
+    observation = {
+        "observation": np.array([1.0, 1.0], dtype=np.float32),
+        "action_mask": np.array([1, 0], dtype=np.int8),
+    }
     assert agent.act({"player_0": observation}, deterministic=True) == {"player_0": 0}  # the one legal move
     observation["action_mask"][:] = 0
     with pytest.raises(ValueError, match=r"^agent.act got an action mask that allows no action \(row 0\)"):

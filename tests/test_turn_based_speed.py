@@ -58,17 +58,28 @@ def trace(module: str, seed: int = 3, wrapped: bool = False) -> dict[str, str]:
     assert envs._direct == [not wrapped] * COPIES
     opponent = envs.opponents = ScriptedOpponent(len(envs.agents), seed)
     rng = np.random.default_rng(seed + 1)
-    parts: dict[str, list[bytes]] = {k: [] for k in ("rows", "reward", "terminated", "truncated", "masks", "live", "games", "episodes")}
+    parts: dict[str, list[bytes]] = {
+        k: [] for k in ("rows", "reward", "terminated", "truncated", "masks", "live", "games", "episodes")
+    }
 
     def keep(rows, reward, terminated, truncated, masks, live):
         for name, value in zip(parts, (rows, reward, terminated, truncated, masks, live)):
             parts[name].append(np.ascontiguousarray(value).tobytes())
         games = envs.pop_games()
-        parts["games"].append(repr([(learner.tolist(), returns.tolist(), moves) for learner, returns, moves in games]).encode())
+        parts["games"].append(
+            repr([(learner.tolist(), returns.tolist(), moves) for learner, returns, moves in games]).encode()
+        )
         parts["episodes"].append(repr(tuple(game_episodes(games, envs.agents))).encode())
 
     rows, masks, live = envs.reset_host(seed)
-    keep(rows, np.zeros(envs.num_envs, np.float32), np.zeros(envs.num_envs, bool), np.zeros(envs.num_envs, bool), masks, live)
+    keep(
+        rows,
+        np.zeros(envs.num_envs, np.float32),
+        np.zeros(envs.num_envs, bool),
+        np.zeros(envs.num_envs, bool),
+        masks,
+        live,
+    )
     EnvLogger.suppress_output()  # PettingZoo warns on each illegal move
     try:
         for _ in range(STEPS):
@@ -86,9 +97,39 @@ def trace(module: str, seed: int = 3, wrapped: bool = False) -> dict[str, str]:
 
 
 PLAIN = {  # trace() of the plain implementation (9a6bab1)
-    "tictactoe_v3": {"rows": "87d6d58c72522808", "reward": "c3a0cd08d3eff016", "terminated": "f8280e3e94b67ef0", "truncated": "1a402b783bb55e0f", "masks": "dd952dc885e187db", "live": "4e89edc597fac343", "games": "5c34ba00130176cf", "episodes": "9714ea40bfd08556", "calls": "01d7c1fcd609a7e9"},
-    "connect_four_v3": {"rows": "3d038d85e438fc82", "reward": "29815f5466e330b9", "terminated": "c3f15f20eda02c86", "truncated": "1a402b783bb55e0f", "masks": "0f7fa93a536e8647", "live": "138b6853ed9ba0bf", "games": "2e15e46f58c9e7fb", "episodes": "a4b1aa7876af71f2", "calls": "ff48b101f87d2b28"},
-    "leduc_holdem_v4": {"rows": "7b8118706e0bfc32", "reward": "b1ba96cfe0de8ba8", "terminated": "85b3cb3745229e61", "truncated": "1a402b783bb55e0f", "masks": "ce0d4c1db4061987", "live": "6e56a956c25b72b5", "games": "6188eb0e2caa719e", "episodes": "a9a8946b053e4781", "calls": "5936b1d1a2602b27"},
+    "tictactoe_v3": {
+        "rows": "87d6d58c72522808",
+        "reward": "c3a0cd08d3eff016",
+        "terminated": "f8280e3e94b67ef0",
+        "truncated": "1a402b783bb55e0f",
+        "masks": "dd952dc885e187db",
+        "live": "4e89edc597fac343",
+        "games": "5c34ba00130176cf",
+        "episodes": "9714ea40bfd08556",
+        "calls": "01d7c1fcd609a7e9",
+    },
+    "connect_four_v3": {
+        "rows": "3d038d85e438fc82",
+        "reward": "29815f5466e330b9",
+        "terminated": "c3f15f20eda02c86",
+        "truncated": "1a402b783bb55e0f",
+        "masks": "0f7fa93a536e8647",
+        "live": "138b6853ed9ba0bf",
+        "games": "2e15e46f58c9e7fb",
+        "episodes": "a4b1aa7876af71f2",
+        "calls": "ff48b101f87d2b28",
+    },
+    "leduc_holdem_v4": {
+        "rows": "7b8118706e0bfc32",
+        "reward": "b1ba96cfe0de8ba8",
+        "terminated": "85b3cb3745229e61",
+        "truncated": "1a402b783bb55e0f",
+        "masks": "ce0d4c1db4061987",
+        "live": "6e56a956c25b72b5",
+        "games": "6188eb0e2caa719e",
+        "episodes": "a9a8946b053e4781",
+        "calls": "5936b1d1a2602b27",
+    },
 }
 
 

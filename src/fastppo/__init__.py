@@ -5,7 +5,18 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__all__ = ["Agent", "Config", "evaluate", "export_onnx", "load", "make_config", "record", "resume", "train", "train_seeds"]
+__all__ = [
+    "Agent",
+    "Config",
+    "evaluate",
+    "export_onnx",
+    "load",
+    "make_config",
+    "record",
+    "resume",
+    "train",
+    "train_seeds",
+]
 __version__ = "0.1.0"
 
 # Imported on first use, not with the package: the ``fastppo`` command imports torch inside its

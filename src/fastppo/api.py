@@ -14,7 +14,9 @@ from fastppo.agents.players import Player
 from fastppo.envs.env_config import make_config
 
 
-def train(env_id: str | type, *, preset: str | None = None, run_dir: str | Path | None = None, **overrides: Any) -> Agent:
+def train(
+    env_id: str | type, *, preset: str | None = None, run_dir: str | Path | None = None, **overrides: Any
+) -> Agent:
     """Train on ``env_id`` (a gymnasium id, ``module:Class``, or your env class itself) and return
     the agent (``agent.history`` holds the logged metrics).
 
@@ -23,7 +25,8 @@ def train(env_id: str | type, *, preset: str | None = None, run_dir: str | Path 
     is given; then Ctrl-C or SIGTERM ends training after the current iteration with a checkpoint,
     and the returned agent's ``interrupted_by`` names the signal (None when training finished).
     """
-    from fastppo.training.trainer import few_updates_warning, train as run_training
+    from fastppo.training.trainer import few_updates_warning
+    from fastppo.training.trainer import train as run_training
 
     config = make_config(env_id, preset, overrides)
     if (warning := few_updates_warning(config)) is not None:
@@ -32,7 +35,13 @@ def train(env_id: str | type, *, preset: str | None = None, run_dir: str | Path 
 
 
 def train_seeds(
-    env_id: str | type, seeds: Iterable[int] | str, *, preset: str | None = None, run_dir: str | Path | None = None, workers: int | None = None, **overrides: Any
+    env_id: str | type,
+    seeds: Iterable[int] | str,
+    *,
+    preset: str | None = None,
+    run_dir: str | Path | None = None,
+    workers: int | None = None,
+    **overrides: Any,
 ) -> list[Agent]:
     """Train one agent per seed of ``seeds`` (``range(1, 11)``, or ``"1-10"`` as ``--seeds`` takes
     it) with the same config, as ``fastppo train ENV --seeds ...`` does, and return the agents in
@@ -46,7 +55,8 @@ def train_seeds(
     agents (``interrupted_by`` set) are those of the seeds it had started."""
     from fastppo.errors import FastPPOError
     from fastppo.experiments.plot import read_run
-    from fastppo.experiments.seeds import plan_seeds, train_seeds as train_in_processes
+    from fastppo.experiments.seeds import plan_seeds
+    from fastppo.experiments.seeds import train_seeds as train_in_processes
     from fastppo.training.checkpoint import load_checkpoint
 
     results, stopped = train_in_processes(*plan_seeds(env_id, seeds, preset, run_dir, workers, overrides))
@@ -117,7 +127,14 @@ def evaluate(
     return run_evaluation(agent, env_id, episodes, deterministic, seed, opponent, games)
 
 
-def record(agent: Agent | str | Path, out: str | Path, episodes: int = 1, deterministic: bool = True, seed: int | None = None, env_id: str | None = None) -> Path:
+def record(
+    agent: Agent | str | Path,
+    out: str | Path,
+    episodes: int = 1,
+    deterministic: bool = True,
+    seed: int | None = None,
+    env_id: str | None = None,
+) -> Path:
     """Render ``episodes`` episodes to the MP4 file ``out`` (needs the ``video`` extra); ``env_id``
     as for ``evaluate``."""
     from fastppo.agents.evaluation import record as run_recording

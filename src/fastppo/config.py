@@ -266,11 +266,17 @@ class Config:
         if self.run.stop_return is not None and not math.isfinite(self.run.stop_return):
             raise FastPPOError(f"--run.stop-return must be a finite return or none, got {self.run.stop_return}")
         if not 1 <= self.run.stop_window <= 100:
-            raise FastPPOError(f"--run.stop-window must be between 1 and 100 (a checkpoint keeps the last 100 returns), got {self.run.stop_window}")
+            raise FastPPOError(
+                f"--run.stop-window must be between 1 and 100 (a checkpoint keeps the last 100 returns), got {self.run.stop_window}"
+            )
         if self.run.collective_timeout < 1:
-            raise FastPPOError(f"--run.collective-timeout must be a positive number of seconds, got {self.run.collective_timeout}")
+            raise FastPPOError(
+                f"--run.collective-timeout must be a positive number of seconds, got {self.run.collective_timeout}"
+            )
         if self.run.torch_threads < 0:
-            raise FastPPOError(f"--run.torch-threads must be 0 (automatic) or a positive integer, got {self.run.torch_threads}")
+            raise FastPPOError(
+                f"--run.torch-threads must be 0 (automatic) or a positive integer, got {self.run.torch_threads}"
+            )
         positive_floats = {
             "ppo.learning_rate": self.ppo.learning_rate,
             "ppo.clip_coef": self.ppo.clip_coef,
@@ -283,7 +289,11 @@ class Config:
         for name, value in positive_floats.items():
             if not value > 0:  # NaN too
                 raise FastPPOError(f"--{name.replace('_', '-')} must be > 0, got {value}")
-        non_negative = {"ppo.ent_coef": self.ppo.ent_coef, "ppo.vf_coef": self.ppo.vf_coef, "ppo.kl_beta": self.ppo.kl_beta}
+        non_negative = {
+            "ppo.ent_coef": self.ppo.ent_coef,
+            "ppo.vf_coef": self.ppo.vf_coef,
+            "ppo.kl_beta": self.ppo.kl_beta,
+        }
         for name, value in non_negative.items():
             if not value >= 0:  # NaN too
                 raise FastPPOError(f"--{name.replace('_', '-')} must be >= 0, got {value}")
@@ -293,7 +303,9 @@ class Config:
             if math.isinf(value) and name not in ("ppo.clip_coef", "env.clip_obs", "env.clip_reward"):
                 raise FastPPOError(f"--{name.replace('_', '-')} must be finite, got {value}")
         if math.isinf(self.ppo.clip_coef) and self.ppo.clip_schedule == "linear":
-            raise FastPPOError("--ppo.clip-coef inf cannot decay linearly (inf x 0 is NaN): use --ppo.clip-schedule constant")
+            raise FastPPOError(
+                "--ppo.clip-coef inf cannot decay linearly (inf x 0 is NaN): use --ppo.clip-schedule constant"
+            )
         for name, value in {"ppo.gamma": self.ppo.gamma, "ppo.gae_lambda": self.ppo.gae_lambda}.items():
             if not 0.0 <= value <= 1.0:
                 raise FastPPOError(f"--{name.replace('_', '-')} must be in [0, 1], got {value}")
@@ -304,7 +316,9 @@ class Config:
             )
         check_seed(self.run.seed, "--run.seed")
         if self.run.checkpoint_every < 0:
-            raise FastPPOError(f"--run.checkpoint-every must be >= 0 (0: only at the end), got {self.run.checkpoint_every}")
+            raise FastPPOError(
+                f"--run.checkpoint-every must be >= 0 (0: only at the end), got {self.run.checkpoint_every}"
+            )
         if self.run.keep_checkpoints < 1:
             raise FastPPOError(f"--run.keep-checkpoints must be >= 1, got {self.run.keep_checkpoints}")
         if self.ppo.target_kl is not None and not self.ppo.target_kl > 0:  # NaN too
@@ -319,7 +333,9 @@ class Config:
             if self.policy.memory_size <= 0:
                 raise FastPPOError(f"--policy.memory-size must be a positive integer, got {self.policy.memory_size}")
             if self.run.compile or self.run.cudagraphs:
-                raise FastPPOError("--compile and --cudagraphs do not support --policy.memory yet: drop them for a recurrent policy")
+                raise FastPPOError(
+                    "--compile and --cudagraphs do not support --policy.memory yet: drop them for a recurrent policy"
+                )
         self._validate_multi_agent()
         self._validate_self_play()
         if any(w <= 0 for w in self.policy.hidden_sizes):
@@ -330,7 +346,9 @@ class Config:
         """That the update's rows split into ``--num-minibatches``: ``num_envs x num_steps`` of
         them, times ``agents`` for a PettingZoo env (a row per agent; known once its env is built)."""
         rows = self.batch_size * agents
-        counted = f"num_envs {self.env.num_envs} x num_steps {self.ppo.num_steps}" + (f" x {agents} agents" if agents > 1 else "")
+        counted = f"num_envs {self.env.num_envs} x num_steps {self.ppo.num_steps}" + (
+            f" x {agents} agents" if agents > 1 else ""
+        )
         noun = "rows" if agents > 1 else "steps"
         if rows % self.ppo.num_minibatches:
             raise FastPPOError(
@@ -338,7 +356,9 @@ class Config:
             )
         if rows // self.ppo.num_minibatches < 2:
             # One row: its advantage's std is 0 and normalising divides by it, so the first update is NaN.
-            given = f"--num-minibatches {self.ppo.num_minibatches}" + (f" ({minibatches_from})" if minibatches_from else "")
+            given = f"--num-minibatches {self.ppo.num_minibatches}" + (
+                f" ({minibatches_from})" if minibatches_from else ""
+            )
             fix = f"give --num-minibatches {rows // 2} or fewer, or " if rows >= 2 else ""
             raise FastPPOError(
                 f"{given} splits the batch of {rows} {noun if rows > 1 else noun[:-1]} ({counted}) "
@@ -355,33 +375,51 @@ class Config:
     def _validate_self_play(self) -> None:
         sp = self.self_play
         if sp != SelfPlayConfig() and not is_pettingzoo(self.env.env_id):
-            raise FastPPOError(f"--self-play.* flags apply to turn-based PettingZoo games (pz:<module>), and {self.env.env_id} is not one: drop them")
+            raise FastPPOError(
+                f"--self-play.* flags apply to turn-based PettingZoo games (pz:<module>), and {self.env.env_id} is not one: drop them"
+            )
         for name in ("snapshot_every", "eval_games"):
             if getattr(sp, name) < 1:
-                raise FastPPOError(f"--self-play.{name.replace('_', '-')} must be a positive integer, got {getattr(sp, name)}")
+                raise FastPPOError(
+                    f"--self-play.{name.replace('_', '-')} must be a positive integer, got {getattr(sp, name)}"
+                )
         for name in ("pool_size", "eval_every"):
             if getattr(sp, name) < 0:
                 raise FastPPOError(f"--self-play.{name.replace('_', '-')} must be 0 or more, got {getattr(sp, name)}")
         for name in ("latest_share", "random_share"):
             if not 0.0 <= getattr(sp, name) <= 1.0:
                 raise FastPPOError(f"--self-play.{name.replace('_', '-')} must be in [0, 1], got {getattr(sp, name)}")
-        if sp.pool_size == 0 and (unused := [name for name in POOL_SETTINGS if getattr(sp, name) != getattr(SelfPlayConfig, name)]):
+        if sp.pool_size == 0 and (
+            unused := [name for name in POOL_SETTINGS if getattr(sp, name) != getattr(SelfPlayConfig, name)]
+        ):
             flags = " and ".join(f"--self-play.{name.replace('_', '-')} {getattr(sp, name)}" for name in unused)
-            raise FastPPOError(f"{flags} {'needs' if len(unused) == 1 else 'need'} a pool, and --self-play.pool-size is 0: give --self-play.pool-size N (N >= 1), or drop {'it' if len(unused) == 1 else 'them'}")
+            raise FastPPOError(
+                f"{flags} {'needs' if len(unused) == 1 else 'need'} a pool, and --self-play.pool-size is 0: give --self-play.pool-size N (N >= 1), or drop {'it' if len(unused) == 1 else 'them'}"
+            )
         if sp.eval_every and not sp.eval_opponents:
-            raise FastPPOError("--self-play.eval-every needs fixed players to rate against: give --self-play.eval-opponents, e.g. random,mcts:100")
+            raise FastPPOError(
+                "--self-play.eval-every needs fixed players to rate against: give --self-play.eval-opponents, e.g. random,mcts:100"
+            )
 
     def _validate_multi_agent(self) -> None:
         if not is_pettingzoo(self.env.env_id):
             return
         if self.env.backend not in ("sync", "async"):
-            raise FastPPOError(f"PettingZoo envs step on the sync backend (the trainer's process) or async (worker processes), not {self.env.backend}")
+            raise FastPPOError(
+                f"PettingZoo envs step on the sync backend (the trainer's process) or async (worker processes), not {self.env.backend}"
+            )
         if self.env.capture_video:
-            raise FastPPOError("--capture-video does not record PettingZoo envs: record the trained run with 'fastppo record RUN_DIR'")
+            raise FastPPOError(
+                "--capture-video does not record PettingZoo envs: record the trained run with 'fastppo record RUN_DIR'"
+            )
         if self.multi_agent.policies == "group" and not self.multi_agent.agent_ids:
-            raise FastPPOError("--multi-agent.policies group reads each row's group from its agent id: drop --multi-agent.no-agent-ids")
+            raise FastPPOError(
+                "--multi-agent.policies group reads each row's group from its agent id: drop --multi-agent.no-agent-ids"
+            )
         if self.multi_agent.algorithm == "mappo" and self.policy.shared_trunk:
-            raise FastPPOError("a centralised critic (--multi-agent.algorithm mappo) reads more than the actor: drop --policy.shared-trunk")
+            raise FastPPOError(
+                "a centralised critic (--multi-agent.algorithm mappo) reads more than the actor: drop --policy.shared-trunk"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -396,7 +434,11 @@ class Config:
             raise ValueError("the config is not a mapping of sections")
         given = {f"{section}.{key}": value for section, values in data.items() for key, value in values.items()}
         # A section newer than the folder is the defaults: the run trained without it.
-        missing = [key for key in field_index(config) if key not in given and key.split(".")[0] not in set(SECTIONS_ADDED) - set(data)]
+        missing = [
+            key
+            for key in field_index(config)
+            if key not in given and key.split(".")[0] not in set(SECTIONS_ADDED) - set(data)
+        ]
         if missing:
             raise ValueError(f"the config lacks {', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}")
         try:
@@ -506,7 +548,9 @@ def coerce(value: Any, annotation: Any, name: str) -> Any:
             try:
                 value = json.loads(value) if value.strip() else {}
             except json.JSONDecodeError as exc:
-                raise FastPPOError(f"--{name} expects a JSON object like '{{\"max_cycles\": 25}}', got {value!r} ({exc.msg})") from None
+                raise FastPPOError(
+                    f"--{name} expects a JSON object like '{{\"max_cycles\": 25}}', got {value!r} ({exc.msg})"
+                ) from None
         if not isinstance(value, dict):
             raise FastPPOError(f"--{name} expects a JSON object like '{{\"max_cycles\": 25}}', got {value!r}")
         return dict(value)
@@ -555,16 +599,29 @@ def load_preset(name: str) -> dict[str, Any]:
     path = Path(name) if is_file else PRESET_DIR / f"{name}.yaml"
     if not path.is_file():
         if is_file:
-            raise FastPPOError(f"preset file {name} not found: give the path of a preset YAML (sections env/ppo/policy), or a preset name")
-        raise FastPPOError(f"unknown preset '{name}': available presets are {', '.join(available_presets())}, or a preset YAML file's path")
+            raise FastPPOError(
+                f"preset file {name} not found: give the path of a preset YAML (sections env/ppo/policy), or a preset name"
+            )
+        raise FastPPOError(
+            f"unknown preset '{name}': available presets are {', '.join(available_presets())}, or a preset YAML file's path"
+        )
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        return {f"{section}.{key}": value for section, values in data.items() if section != "description" for key, value in (values or {}).items()}
+        return {
+            f"{section}.{key}": value
+            for section, values in data.items()
+            if section != "description"
+            for key, value in (values or {}).items()
+        }
     except (OSError, UnicodeDecodeError, yaml.YAMLError, AttributeError) as exc:
         if isinstance(exc, UnicodeDecodeError):
             reason = f"not UTF-8 text (byte {exc.start})"
         else:
-            reason = exc.strerror if isinstance(exc, OSError) else "expected sections (env, ppo, policy) mapping fields to values"
+            reason = (
+                exc.strerror
+                if isinstance(exc, OSError)
+                else "expected sections (env, ppo, policy) mapping fields to values"
+            )
         raise FastPPOError(f"cannot read preset {path}: {reason}") from None
 
 
@@ -579,6 +636,10 @@ def field_docs(section_cls: type) -> Mapping[str, str]:
     body = tree.body[0].body  # type: ignore[attr-defined]
     docs = {}
     for node, following in zip(body, body[1:]):
-        if isinstance(node, ast.AnnAssign) and isinstance(following, ast.Expr) and isinstance(following.value, ast.Constant):
+        if (
+            isinstance(node, ast.AnnAssign)
+            and isinstance(following, ast.Expr)
+            and isinstance(following.value, ast.Constant)
+        ):
             docs[node.target.id] = str(following.value.value)  # type: ignore[union-attr]
     return types.MappingProxyType(docs)

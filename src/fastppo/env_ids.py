@@ -116,7 +116,9 @@ def folder_env_id(env_id: str, run_dir: str | Path | None, fix: str) -> str:
     """``env_id`` as a run folder names it, when fastppo may build it on the folder's word alone;
     else a FastPPOError ending in ``fix`` (how to name the env yourself)."""
     if names_user_code(env_id):
-        raise FastPPOError(f"{run_dir} was trained on user code '{env_id}', and fastppo never imports code that a run folder names: {fix}")
+        raise FastPPOError(
+            f"{run_dir} was trained on user code '{env_id}', and fastppo never imports code that a run folder names: {fix}"
+        )
     return env_id
 
 
@@ -147,9 +149,13 @@ def named_object(spec: str, what: str) -> Any:
         module = _import_module(parts[0])
     except (ImportError, FileNotFoundError) as exc:
         raise FastPPOError(f"cannot load {what} '{spec}': {exc}") from None
-    except SyntaxError as exc:  # not Python source (a binary file, a typo): where, not a traceback of the import machinery
+    except (
+        SyntaxError
+    ) as exc:  # not Python source (a binary file, a typo): where, not a traceback of the import machinery
         where = f" ({exc.filename}, line {exc.lineno})" if exc.lineno else f" ({exc.filename})" if exc.filename else ""
         raise FastPPOError(f"cannot load {what} '{spec}': it is not valid Python: {exc.msg}{where}") from None
     if file_spec(spec) and not hasattr(module, parts[1]):
-        raise FastPPOError(f"cannot load {what} '{spec}': {parts[0]} defines no '{parts[1]}' (check the name after the colon)")
+        raise FastPPOError(
+            f"cannot load {what} '{spec}': {parts[0]} defines no '{parts[1]}' (check the name after the colon)"
+        )
     return getattr(module, parts[1], None)

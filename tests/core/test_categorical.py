@@ -3,7 +3,6 @@
 import math
 
 import pytest
-
 import torch
 
 from fastppo.core import categorical_logprob_entropy
@@ -41,4 +40,6 @@ def test_log_softmax_over_few_categories_is_torchs(categories):
         got = log_softmax(logits)
         expected = torch.log_softmax(logits, dim=-1)
         torch.testing.assert_close(got, expected, rtol=0, atol=1e-6)
-        torch.testing.assert_close(*(torch.autograd.grad(out, logits, upstream)[0] for out in (got, expected)), rtol=0, atol=1e-6)
+        torch.testing.assert_close(
+            *(torch.autograd.grad(out, logits, upstream)[0] for out in (got, expected)), rtol=0, atol=1e-6
+        )

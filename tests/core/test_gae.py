@@ -69,7 +69,9 @@ def test_hand_computed_three_steps():
 
 def test_truncation_bootstraps_and_termination_does_not():
     # Two envs with identical data; the last step of env 0 is truncated, of env 1 terminated.
-    rewards, values, next_values = tensors([[1.0, 1.0], [1.0, 1.0]], [[2.0, 2.0], [3.0, 3.0]], [[3.0, 3.0], [10.0, 10.0]])
+    rewards, values, next_values = tensors(
+        [[1.0, 1.0], [1.0, 1.0]], [[2.0, 2.0], [3.0, 3.0]], [[3.0, 3.0], [10.0, 10.0]]
+    )
     terminated = torch.tensor([[False, False], [False, True]])
     truncated = torch.tensor([[False, False], [True, False]])
     adv, ret = compute_gae(rewards, values, next_values, terminated, truncated, gamma=0.9, gae_lambda=0.8)

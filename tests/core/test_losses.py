@@ -266,7 +266,9 @@ def test_per_seed_losses_along_dim_equal_each_seed_alone(masked):
     assert loss.shape == (seeds,)
     for s in range(seeds):
         keep = slice(None) if mask is None else mask[s]
-        alone, alone_metrics = ppo_loss(new[s][keep], old[s][keep], adv[s][keep], ent[s][keep], newv[s][keep], oldv[s][keep], ret[s][keep], **kwargs)
+        alone, alone_metrics = ppo_loss(
+            new[s][keep], old[s][keep], adv[s][keep], ent[s][keep], newv[s][keep], oldv[s][keep], ret[s][keep], **kwargs
+        )
         assert torch.allclose(loss[s], alone)
         for name, value in alone_metrics.items():
             assert torch.allclose(metrics[name][s], value), name

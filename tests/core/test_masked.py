@@ -6,7 +6,15 @@ import numpy as np
 import pytest
 import torch
 
-from fastppo.core import aggregate_loss, explained_variance, masked_mean, masked_var, normalize_advantages, policy_loss, reference_kl_penalty
+from fastppo.core import (
+    aggregate_loss,
+    explained_variance,
+    masked_mean,
+    masked_var,
+    normalize_advantages,
+    policy_loss,
+    reference_kl_penalty,
+)
 from fastppo.core.masked import mean_std
 
 F64 = torch.float64
@@ -92,7 +100,9 @@ def test_explained_variance_along_a_dim_is_each_slices_own():
     along = explained_variance(values, returns, mask, dim=-1)
     assert along[:2] == pytest.approx([0.8, 1.0 - 10.0 / 2.5])  # R - V of row 1: [-4, -2, 0, 2, 4], Var 10 against 2.5
     assert math.isnan(along[2])
-    assert along[:2] == pytest.approx([explained_variance(v, r, m) for v, r, m in zip(values[:2], returns[:2], mask[:2])], abs=0)
+    assert along[:2] == pytest.approx(
+        [explained_variance(v, r, m) for v, r, m in zip(values[:2], returns[:2], mask[:2])], abs=0
+    )
 
 
 def test_non_finite_values_in_masked_entries_do_not_leak():
@@ -102,15 +112,15 @@ def test_non_finite_values_in_masked_entries_do_not_leak():
     assert masked_var(x, mask).item() == 2.0
 
 
-
-
 def test_normalize_advantages_from_moments_summed_over_parts_equals_normalising_the_joined_batch():
     # Two "ranks" hold halves of one minibatch; summing their (count, sum, sum of squares) is what
     # the all-reduce of fastppo.training.update.rank_shares does.
     x, mask = make(5, shape=(40,))
     for valid in (mask, torch.ones_like(mask)):
         halves = [slice(0, 20), slice(20, 40)]
-        moments = sum(torch.stack([valid[h].sum(), x[h][valid[h]].sum(), x[h][valid[h]].square().sum()]) for h in halves)
+        moments = sum(
+            torch.stack([valid[h].sum(), x[h][valid[h]].sum(), x[h][valid[h]].square().sum()]) for h in halves
+        )
         split = torch.cat([normalize_advantages(x[h], valid[h], moments=moments) for h in halves])
         torch.testing.assert_close(split[valid], normalize_advantages(x, valid)[valid], rtol=1e-9, atol=1e-9)
     mean, std = mean_std(moments)
@@ -150,6 +160,12 @@ def test_policy_loss_aggregates_its_mean_per_sequence_on_request() -> None:
     by_sequence, _ = policy_loss(zeros, zeros, advantages, 0.2, mask, aggregation="sequence")
     assert by_token.item() == pytest.approx(-(1 + 1 + 1 - 3) / 4) and by_sequence.item() == pytest.approx(-(1 - 3) / 2)
     assert metrics["ratio_mean"].item() == 1.0
-    kl, _ = reference_kl_penalty(torch.log(torch.tensor([[0.5, 0.5, 0.5], [0.25, 0.1, 0.1]])), torch.log(torch.full((2, 3), 0.5)), 1.0, mask, aggregation="sequence")
+    kl, _ = reference_kl_penalty(
+        torch.log(torch.tensor([[0.5, 0.5, 0.5], [0.25, 0.1, 0.1]])),
+        torch.log(torch.full((2, 3), 0.5)),
+        1.0,
+        mask,
+        aggregation="sequence",
+    )
     # k3 per token: r - log r - 1 with r = ref / new: 0 for the first row; 2 - log 2 - 1 for the second's one token
     assert kl.item() == pytest.approx((0.0 + (1 - math.log(2))) / 2)

@@ -37,7 +37,11 @@ def test_running_mean_std_scalar_shape():
 def test_normalize_and_clip():
     rms = RunningMeanStd(shape=(2,), norm_epsilon=0.0)
     rms.load_state_dict(
-        {"mean": torch.tensor([1.0, -1.0], dtype=torch.float64), "var": torch.tensor([4.0, 0.25], dtype=torch.float64), "count": torch.tensor(10.0, dtype=torch.float64)}
+        {
+            "mean": torch.tensor([1.0, -1.0], dtype=torch.float64),
+            "var": torch.tensor([4.0, 0.25], dtype=torch.float64),
+            "count": torch.tensor(10.0, dtype=torch.float64),
+        }
     )
     x = torch.tensor([[3.0, -1.5], [1.0, 10.0], [-100.0, -1.0]])
     out = rms.normalize(x, clip=5.0)
@@ -142,8 +146,18 @@ def test_masked_update_equals_an_update_with_the_true_rows_only():
 def test_reward_scaler_leaves_reset_rows_out_of_the_return_statistics():
     # Env 0 ends an episode at step 1; step 2 is its NEXT_STEP reset row (reward 0, not a transition).
     rewards = [torch.tensor([1.0, 2.0]), torch.tensor([3.0, 1.0]), torch.tensor([0.0, 4.0]), torch.tensor([5.0, 1.0])]
-    done = [torch.tensor([False, False]), torch.tensor([True, False]), torch.tensor([False, False]), torch.tensor([False, False])]
-    valid = [torch.tensor([True, True]), torch.tensor([True, True]), torch.tensor([False, True]), torch.tensor([True, True])]
+    done = [
+        torch.tensor([False, False]),
+        torch.tensor([True, False]),
+        torch.tensor([False, False]),
+        torch.tensor([False, False]),
+    ]
+    valid = [
+        torch.tensor([True, True]),
+        torch.tensor([True, True]),
+        torch.tensor([False, True]),
+        torch.tensor([True, True]),
+    ]
     scaler = RewardScaler(2, gamma=0.5, clip=10.0)
     for r, d, v in zip(rewards, done, valid):
         scaler(r, d, valid=v)
@@ -151,7 +165,6 @@ def test_reward_scaler_leaves_reset_rows_out_of_the_return_statistics():
     seen = np.array([1.0, 2.0, 3.5, 2.0, 5.0, 5.0, 3.5])
     assert float(scaler.return_rms.count) == pytest.approx(len(seen), abs=1e-3)
     assert scaler.return_rms.var.item() == pytest.approx(seen.var(), rel=1e-4)
-
 
 
 def test_moments_of_several_processes_fold_into_the_statistics_of_all_their_batches():
@@ -183,7 +196,9 @@ def test_moments_of_several_processes_fold_into_the_statistics_of_all_their_batc
         torch.testing.assert_close(rms.var, reference.var, rtol=1e-10, atol=1e-12)
         assert float(rms.count) == pytest.approx(reference.count, rel=1e-12)
         torch.testing.assert_close(rms.inv_std32, reference.inv_std32)
-    assert isinstance(copies[0].count, float) and isinstance(copies[2].count, torch.Tensor)  # each keeps its update path
+    assert isinstance(copies[0].count, float) and isinstance(
+        copies[2].count, torch.Tensor
+    )  # each keeps its update path
 
 
 def test_a_masked_update_on_the_cpu_is_an_update_with_the_kept_rows_and_keeps_a_float_count():

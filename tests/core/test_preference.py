@@ -69,7 +69,15 @@ def test_ipo_regresses_per_token_means_but_logs_margins_on_sums_like_dpo() -> No
     and margin stay on the sums, as DPO's; the per-token margin is logged apart."""
     chosen, rejected = torch.tensor([2.0, 0.0]), torch.tensor([-1.0, 1.0])  # log-ratios summed, reference 0
     zeros = torch.zeros(2)
-    loss, metrics = dpo_loss(chosen, rejected, zeros, zeros, beta=0.5, loss="ipo", lengths=(torch.tensor([2.0, 2.0]), torch.tensor([1.0, 1.0])))
+    loss, metrics = dpo_loss(
+        chosen,
+        rejected,
+        zeros,
+        zeros,
+        beta=0.5,
+        loss="ipo",
+        lengths=(torch.tensor([2.0, 2.0]), torch.tensor([1.0, 1.0])),
+    )
     assert float(loss) == pytest.approx((1.0 + 4.0) / 2)
     assert float(metrics["margin"]) == pytest.approx(0.5 * ((2 + 1) + (0 - 1)) / 2)  # beta * summed h: 1.0
     assert float(metrics["margin_per_token"]) == pytest.approx(0.5 * (2 - 1) / 2)  # beta * per-token h: 0.25

@@ -49,12 +49,16 @@ def test_warmup_then_decay_by_hand():
     assert linear == pytest.approx([5e-4, 1e-3, 1e-3, 8.75e-4, 7.5e-4, 6.25e-4, 5e-4, 3.75e-4, 2.5e-4, 1.25e-4])
     cosine = {step: warmup_scheduled("cosine", 1e-3, step, 10, 2) for step in (1, 2, 3, 6, 10)}
     assert cosine == pytest.approx({1: 5e-4, 2: 1e-3, 3: 1e-3, 6: 6.9134172e-4, 10: 3.806023e-5})
-    assert [warmup_scheduled("constant", 1e-3, step, 10, 4) for step in (1, 4, 5, 10)] == pytest.approx([2.5e-4, 1e-3, 1e-3, 1e-3])
+    assert [warmup_scheduled("constant", 1e-3, step, 10, 4) for step in (1, 4, 5, 10)] == pytest.approx(
+        [2.5e-4, 1e-3, 1e-3, 1e-3]
+    )
 
 
 def test_no_warmup_starts_at_the_full_value():
     assert warmup_scheduled("constant", 3e-4, 1, 5, 0) == 3e-4
-    assert [warmup_scheduled("linear", 1.0, step, 4, 0) for step in range(1, 5)] == pytest.approx([1.0, 0.75, 0.5, 0.25])
+    assert [warmup_scheduled("linear", 1.0, step, 4, 0) for step in range(1, 5)] == pytest.approx(
+        [1.0, 0.75, 0.5, 0.25]
+    )
 
 
 def test_warmup_longer_than_the_run_only_ramps():

@@ -57,7 +57,9 @@ def test_gae_over_tokens_terminates_at_the_last_real_token() -> None:
 def test_grpo_normalises_within_each_prompt_group() -> None:
     returns = torch.tensor([1.0, 3.0, 0.0, 0.0, 10.0, 20.0])  # 3 prompts x 2 samples
     std = torch.tensor([1.0, 3.0]).std()  # unbiased std of a pair {a, b} = |a - b| / sqrt(2)
-    expected = torch.tensor([-1.0 / (std + 1e-4), 1.0 / (std + 1e-4), 0.0, 0.0, -5.0 / (5 * std + 1e-4), 5.0 / (5 * std + 1e-4)])
+    expected = torch.tensor(
+        [-1.0 / (std + 1e-4), 1.0 / (std + 1e-4), 0.0, 0.0, -5.0 / (5 * std + 1e-4), 5.0 / (5 * std + 1e-4)]
+    )
     assert torch.allclose(grpo_advantages(returns, 2), expected)
 
 
@@ -95,7 +97,9 @@ def test_grpo_group_with_equal_scores_gets_zero_advantages() -> None:
     assert token_kl(rollout.logprobs, rollout.ref_logprobs, rollout.response_mask, "k1").abs().sum() > 0.1
     assert torch.equal(advantages, torch.zeros_like(advantages))
     # the reward-side form, kept as an explicit option, normalises score - kl_coef * KL
-    advantages, _ = compute_advantages(rollout, scores, kl_coef=0.1, ppo=PPOConfig(estimator="grpo", num_generations=4, kl_in="reward"))
+    advantages, _ = compute_advantages(
+        rollout, scores, kl_coef=0.1, ppo=PPOConfig(estimator="grpo", num_generations=4, kl_in="reward")
+    )
     assert advantages[rollout.response_mask].abs().min() > 0.1
 
 
@@ -149,5 +153,7 @@ def test_rloo_keeps_a_short_good_answer_positive_by_default() -> None:
     scores = torch.tensor([0.55, 0.45, 1.0, 0.0])
     advantages, _ = compute_advantages(rollout, scores, kl_coef=0.1, ppo=PPOConfig(estimator="rloo", num_generations=2))
     assert torch.allclose(advantages[:, 0], torch.tensor([0.1, -0.1, 1.0, -1.0]))
-    whitened, _ = compute_advantages(rollout, scores, kl_coef=0.1, ppo=PPOConfig(estimator="rloo", num_generations=2, whiten_advantages=True))
+    whitened, _ = compute_advantages(
+        rollout, scores, kl_coef=0.1, ppo=PPOConfig(estimator="rloo", num_generations=2, whiten_advantages=True)
+    )
     assert whitened[0, 0] < 0, "the opt-in token whitening still does what it says"

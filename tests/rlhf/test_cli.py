@@ -15,9 +15,33 @@ from tests.rlhf.tiny import cli_error, parse_cli, run_cli
 def test_rlhf_command_trains_and_resumes(tiny_model, tmp_path, capsys) -> None:
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text("\n".join(json.dumps({"prompt": p}) for p in ("hi", "abc", "yo", "ok")))
-    argv = ["rlhf", "--model", str(tiny_model), "--reward", "tests.rlhf.tiny:early_letters", "--prompts", str(prompts),
-            "--steps", "2", "--prompts-per-step", "2", "--num-generations", "2", "--mini-batch-size", "2", "--ppo-epochs", "1",
-            "--max-new-tokens", "6", "--estimator", "rloo", "--output-dir", str(tmp_path / "run"), "--no-progress", "--lora"]
+    argv = [
+        "rlhf",
+        "--model",
+        str(tiny_model),
+        "--reward",
+        "tests.rlhf.tiny:early_letters",
+        "--prompts",
+        str(prompts),
+        "--steps",
+        "2",
+        "--prompts-per-step",
+        "2",
+        "--num-generations",
+        "2",
+        "--mini-batch-size",
+        "2",
+        "--ppo-epochs",
+        "1",
+        "--max-new-tokens",
+        "6",
+        "--estimator",
+        "rloo",
+        "--output-dir",
+        str(tmp_path / "run"),
+        "--no-progress",
+        "--lora",
+    ]
     assert run_cli(argv) == 0
     assert "reward" in capsys.readouterr().out
     assert run_cli([*argv[: argv.index("--steps") + 1], "3", *argv[argv.index("--steps") + 2 :], "--resume"]) == 0
@@ -40,12 +64,20 @@ def test_dpo_command(tiny_model, tmp_path) -> None:
 
 @pytest.mark.parametrize(
     "command, inputs",
-    [("rlhf", ["--reward", "x:y", "--prompts", "p.jsonl", "--whiten-advantages", "none"]), ("dpo", ["--data", "d.jsonl"])],  # bool | None too
+    [
+        ("rlhf", ["--reward", "x:y", "--prompts", "p.jsonl", "--whiten-advantages", "none"]),
+        ("dpo", ["--data", "d.jsonl"]),
+    ],  # bool | None too
 )
 def test_boolean_flags_take_the_spellings_of_fastppo_train(command, inputs) -> None:
     """--x, --x V and --no-x, as `fastppo train` takes them."""
     args = parse_cli([command, "--model", "m", *inputs, "--progress", "false", "--no-resume", "--lora"])
-    assert (args.progress, args.resume, args.lora, getattr(args, "whiten_advantages", None)) == (False, False, True, None)
+    assert (args.progress, args.resume, args.lora, getattr(args, "whiten_advantages", None)) == (
+        False,
+        False,
+        True,
+        None,
+    )
     assert parse_cli([command, "--model", "m", *inputs, "--no-progress"]).progress is False
     with pytest.raises(FastPPOError, match="--lora expects true or false, got 'maybe'"):
         parse_cli([command, "--model", "m", *inputs, "--lora", "maybe"])
@@ -71,7 +103,9 @@ def test_missing_inputs_are_one_line_errors(tiny_model, tmp_path) -> None:
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
     with pytest.raises(FastPPOError, match="empty"):
-        run_cli(["rlhf", "--model", str(tiny_model), "--reward", "tests.rlhf.tiny:early_letters", "--prompts", str(empty)])
+        run_cli(
+            ["rlhf", "--model", str(tiny_model), "--reward", "tests.rlhf.tiny:early_letters", "--prompts", str(empty)]
+        )
     with pytest.raises(FastPPOError, match="required"):
         parse_cli(["rlhf", "--reward", "x:y", "--prompts", "p.jsonl"])
 
@@ -96,7 +130,11 @@ def test_local_paths_that_do_not_exist_fail_before_anything_loads(tmp_path, monk
 # {model}, {prompts}, {pairs}, {saved}: the tiny model, a prompts file, a pairs file (2 pairs),
 # a save_to_disk dataset with a train split only.
 BAD_INPUTS = [
-    ("rlhf", ["--prompt-column", "text"], r"--prompts '.*p.jsonl' has no column 'text' \(it has prompt\): name the column with --prompt-column"),
+    (
+        "rlhf",
+        ["--prompt-column", "text"],
+        r"--prompts '.*p.jsonl' has no column 'text' \(it has prompt\): name the column with --prompt-column",
+    ),
     ("rlhf", ["--split", "test", "--prompts", "{saved}"], r"has no split 'test': pass --split with one of train"),
     ("rlhf", ["--chat-template"], "has no chat template: drop --chat-template"),
     ("rlhf", ["--stop"], "argument --stop: expected one argument"),
@@ -147,13 +185,21 @@ BAD_INPUTS = [
     ("reward-model", ["--eval-split", "1"], r"--eval-split must be in \[0, 1\)"),
     ("reward-model", ["--eval-every", "0"], "--eval-every must be positive"),
     ("reward-model", ["--max-length", "0"], "--max-length must be positive"),
-    ("reward-model", ["--batch-size", "3", "--gradient-accumulation-steps", "2"], "--gradient-accumulation-steps 2 must divide --batch-size 3"),
+    (
+        "reward-model",
+        ["--batch-size", "3", "--gradient-accumulation-steps", "2"],
+        "--gradient-accumulation-steps 2 must divide --batch-size 3",
+    ),
     ("reward-model", ["--lora"], "drop --lora and --gradient-checkpointing"),
     ("reward-model", ["--fsdp"], "fastppo reward-model trains in one process: drop --fsdp"),
     ("reward-model", ["--max-grad-norm", "0"], "--max-grad-norm must be positive"),
     ("reward-model", ["--chosen-column", "good"], "name the column with --chosen-column"),
     ("reward-model", ["--generator", "vllm"], "unrecognized arguments: --generator vllm"),
-    ("reward-model", ["--lr-warmup-steps", "3", "--eval-split", "0"], "--lr-warmup-steps 3 is more than the run's 2 optimizer steps"),
+    (
+        "reward-model",
+        ["--lr-warmup-steps", "3", "--eval-split", "0"],
+        "--lr-warmup-steps 3 is more than the run's 2 optimizer steps",
+    ),
 ]
 
 
@@ -163,10 +209,23 @@ def test_bad_input_is_one_line_and_exit_2(tiny_model, tmp_path, capsys, command,
     prompts, pairs, saved = tmp_path / "p.jsonl", tmp_path / "pairs.jsonl", tmp_path / "saved"
     prompts.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in ("hi", "abc")))
     pairs.write_text("".join(json.dumps({"prompt": p, "chosen": "aa", "rejected": "zz"}) + "\n" for p in ("hi", "abc")))
-    datasets.DatasetDict({"train": datasets.Dataset.from_list([{"prompt": "hi", "chosen": "aa", "rejected": "zz"}])}).save_to_disk(str(saved))
+    datasets.DatasetDict(
+        {"train": datasets.Dataset.from_list([{"prompt": "hi", "chosen": "aa", "rejected": "zz"}])}
+    ).save_to_disk(str(saved))
     common = ["--model", str(tiny_model), "--output-dir", str(tmp_path / "run"), "--no-progress"]
     base = {
-        "rlhf": ["--reward", "tests.rlhf.tiny:early_letters", "--prompts", str(prompts), "--steps", "2", "--prompts-per-step", "2", "--mini-batch-size", "2"],
+        "rlhf": [
+            "--reward",
+            "tests.rlhf.tiny:early_letters",
+            "--prompts",
+            str(prompts),
+            "--steps",
+            "2",
+            "--prompts-per-step",
+            "2",
+            "--mini-batch-size",
+            "2",
+        ],
         "dpo": ["--data", str(pairs), "--batch-size", "1"],
         "reward-model": ["--data", str(pairs), "--batch-size", "1"],
     }[command]

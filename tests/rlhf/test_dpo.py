@@ -14,7 +14,12 @@ from fastppo.rlhf.dpo import dpo_loss, train_dpo
 
 
 def test_dpo_loss_matches_the_formula() -> None:
-    pc, pr, rc, rr = torch.tensor([-1.0, -2.0]), torch.tensor([-3.0, -1.0]), torch.tensor([-2.0, -2.0]), torch.tensor([-2.0, -2.0])
+    pc, pr, rc, rr = (
+        torch.tensor([-1.0, -2.0]),
+        torch.tensor([-3.0, -1.0]),
+        torch.tensor([-2.0, -2.0]),
+        torch.tensor([-2.0, -2.0]),
+    )
     loss, metrics = dpo_loss(pc, pr, rc, rr, beta=0.5)
     margins = [0.5 * ((-1 + 2) - (-3 + 2)), 0.5 * ((-2 + 2) - (-1 + 2))]  # 1.0 and -0.5
     expected = sum(math.log1p(math.exp(-m)) for m in margins) / 2
@@ -24,7 +29,9 @@ def test_dpo_loss_matches_the_formula() -> None:
 
 
 def test_dpo_margin_grows_and_loss_falls(tiny_model, tmp_path) -> None:
-    pairs = [PreferencePair(p, "aaa", "zzz") for p in ("hi", "abc", "the", "ok")] + [PreferencePair(p, "bab", "xyx") for p in ("yo", "q")]
+    pairs = [PreferencePair(p, "aaa", "zzz") for p in ("hi", "abc", "the", "ok")] + [
+        PreferencePair(p, "bab", "xyx") for p in ("yo", "q")
+    ]
     cfg = DPOTrainerConfig(
         model=ModelConfig(model=str(tiny_model)),
         dpo=DPOConfig(beta=0.1, epochs=10, batch_size=6, gradient_accumulation_steps=2, learning_rate=3e-3),
@@ -41,16 +48,24 @@ def test_dpo_margin_grows_and_loss_falls(tiny_model, tmp_path) -> None:
 
 def _dpo_config(model, output_dir, **dpo) -> DPOTrainerConfig:
     settings = dict(beta=0.1, epochs=3, batch_size=4, gradient_accumulation_steps=2, learning_rate=3e-3) | dpo
-    return DPOTrainerConfig(model=ModelConfig(model=str(model)), dpo=DPOConfig(**settings), run=RunConfig(output_dir=str(output_dir), progress=False, save_every=0))
+    return DPOTrainerConfig(
+        model=ModelConfig(model=str(model)),
+        dpo=DPOConfig(**settings),
+        run=RunConfig(output_dir=str(output_dir), progress=False, save_every=0),
+    )
 
 
-PAIRS = [PreferencePair(p, "aaa", "zzz") for p in ("hi", "abc", "the cat", "ok")] + [PreferencePair(p, "bab", "xyxyx") for p in ("yo", "q")]
+PAIRS = [PreferencePair(p, "aaa", "zzz") for p in ("hi", "abc", "the cat", "ok")] + [
+    PreferencePair(p, "bab", "xyxyx") for p in ("yo", "q")
+]
 
 
 @pytest.mark.parametrize("loss, first_loss", [("ipo", (0 - 1 / (2 * 0.1)) ** 2), ("cdpo", math.log(2))])
 def test_ipo_and_cdpo_train_from_their_value_at_the_reference(tiny_model, tmp_path, loss, first_loss) -> None:
     """At the start policy == reference, so h = 0: IPO's loss is (1 / (2 beta))^2 = 25, cDPO's log 2."""
-    history = train_dpo(_dpo_config(tiny_model, tmp_path, loss=loss, label_smoothing=0.1 if loss == "cdpo" else 0.0), PAIRS)
+    history = train_dpo(
+        _dpo_config(tiny_model, tmp_path, loss=loss, label_smoothing=0.1 if loss == "cdpo" else 0.0), PAIRS
+    )
     assert history[0]["dpo/loss"] == pytest.approx(first_loss, rel=1e-5)
     assert history[-1]["dpo/loss"] < history[0]["dpo/loss"] and history[-1]["dpo/margin"] > 0
 

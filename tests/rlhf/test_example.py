@@ -8,6 +8,7 @@ import shlex
 from pathlib import Path
 
 from examples import rlhf_tiny
+
 from tests.rlhf.tiny import run_cli
 
 ROOT = Path(__file__).resolve().parents[2]

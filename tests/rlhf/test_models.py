@@ -21,7 +21,13 @@ from tests.rlhf.tiny import PROMPTS, build_model_folder, early_letters, tiny_con
 def _generate(model, tokenizer, seed: int = 7) -> torch.Tensor:
     query, mask = encode_prompts(tokenizer, PROMPTS, 16, torch.device("cpu"))
     torch.manual_seed(seed)
-    config = GenerationConfig(do_sample=True, top_k=0, max_new_tokens=8, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    config = GenerationConfig(
+        do_sample=True,
+        top_k=0,
+        max_new_tokens=8,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
     with torch.no_grad():
         return model.generate(input_ids=query, attention_mask=mask, generation_config=config)
 
@@ -77,7 +83,9 @@ def test_tokenizer_without_pad_gets_a_distinct_pad_token_with_a_warning(tmp_path
     assert tok.pad_token == PAD_TOKEN and tok.pad_token_id != tok.eos_token_id
     assert models.policy.get_input_embeddings().num_embeddings == len(tok)
     ids = torch.tensor([[3, 4, 5]])
-    assert torch.equal(models.policy(input_ids=ids).logits, models.reference(input_ids=ids).logits), "policy and reference grew identically"
+    assert torch.equal(models.policy(input_ids=ids).logits, models.reference(input_ids=ids).logits), (
+        "policy and reference grew identically"
+    )
 
 
 def test_missing_model_path_is_a_clear_error(tmp_path) -> None:
@@ -118,7 +126,11 @@ def test_reward_spec_resolution(tmp_path, tiny_model) -> None:
     script = tmp_path / "my_reward.py"
     script.write_text("def score(prompts, completions):\n    return [1.0] * len(completions)\n")
     assert load_reward(f"{script}:score", torch.device("cpu"))(["p"], ["c"]) == [1.0]
-    for spec, message in (("no_such_module_xyz:f", "cannot load the reward function"), ("tests.rlhf.tiny:nope", "names no function"), ("justaname", "neither")):
+    for spec, message in (
+        ("no_such_module_xyz:f", "cannot load the reward function"),
+        ("tests.rlhf.tiny:nope", "names no function"),
+        ("justaname", "neither"),
+    ):
         with pytest.raises(FastPPOError, match=message):
             load_reward(spec, torch.device("cpu"))
 
@@ -129,7 +141,15 @@ def test_reward_model_folder_scores_texts(tmp_path) -> None:
     from tests.rlhf.tiny import build_tokenizer
 
     tokenizer = build_tokenizer()
-    config = GPT2Config(vocab_size=len(tokenizer), n_layer=1, n_head=2, n_embd=16, n_positions=64, num_labels=1, pad_token_id=tokenizer.pad_token_id)
+    config = GPT2Config(
+        vocab_size=len(tokenizer),
+        n_layer=1,
+        n_head=2,
+        n_embd=16,
+        n_positions=64,
+        num_labels=1,
+        pad_token_id=tokenizer.pad_token_id,
+    )
     GPT2ForSequenceClassification(config).save_pretrained(tmp_path / "rm")
     tokenizer.save_pretrained(tmp_path / "rm")
     reward = load_reward(str(tmp_path / "rm"), torch.device("cpu"), batch_size=2)

@@ -17,7 +17,16 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from fastppo.core import warmup_scheduled
 from fastppo.errors import FastPPOError
-from fastppo.rlhf.config import LRScheduleConfig, ModelConfig, MonitorConfig, PPOConfig, RunConfig, SamplingConfig, validate_ppo, validate_run
+from fastppo.rlhf.config import (
+    LRScheduleConfig,
+    ModelConfig,
+    MonitorConfig,
+    PPOConfig,
+    RunConfig,
+    SamplingConfig,
+    validate_ppo,
+    validate_run,
+)
 from fastppo.rlhf.trainer import train
 from tests.rlhf.tiny import PROMPTS, early_letters, run_cli, tiny_config
 
@@ -37,10 +46,14 @@ def test_sample_tables_every_k_steps_and_at_the_end(tiny_model, tmp_path) -> Non
     train(_monitored(tiny_model, tmp_path, steps=5, sample_every=2, num_samples=3), early_letters, PROMPTS)
     rows = _jsonl(tmp_path / "samples.jsonl")
     assert [r["global_step"] for r in rows] == [2, 2, 2, 4, 4, 4, 5, 5, 5]
-    assert all(set(r) == {"global_step", "table", "prompt", "completion", "reward"} and r["table"] == "rollout" for r in rows)
+    assert all(
+        set(r) == {"global_step", "table", "prompt", "completion", "reward"} and r["table"] == "rollout" for r in rows
+    )
     assert all(r["prompt"] in PROMPTS for r in rows)
     # Each row's reward is the reward function's score of that very completion.
-    assert [r["reward"] for r in rows] == pytest.approx(early_letters([r["prompt"] for r in rows], [r["completion"] for r in rows]))
+    assert [r["reward"] for r in rows] == pytest.approx(
+        early_letters([r["prompt"] for r in rows], [r["completion"] for r in rows])
+    )
     events = EventAccumulator(str(tmp_path), size_guidance={"tensors": 0}).Reload()
     text = events.Tensors("samples/rollout/text_summary")
     assert [e.step for e in text] == [2, 4, 5]
@@ -49,7 +62,12 @@ def test_sample_tables_every_k_steps_and_at_the_end(tiny_model, tmp_path) -> Non
 
 
 def test_eval_prompts_are_scored_greedily_at_the_right_steps(tiny_model, tmp_path) -> None:
-    history = train(_monitored(tiny_model, tmp_path, steps=5, eval_every=2, num_samples=len(EVAL_PROMPTS)), early_letters, PROMPTS, EVAL_PROMPTS)
+    history = train(
+        _monitored(tiny_model, tmp_path, steps=5, eval_every=2, num_samples=len(EVAL_PROMPTS)),
+        early_letters,
+        PROMPTS,
+        EVAL_PROMPTS,
+    )
     logged = {r["global_step"]: r for r in _jsonl(tmp_path / "metrics.jsonl")}
     assert [step for step, r in logged.items() if "eval/reward_mean" in r] == [2, 4, 5]
     assert "eval/reward_mean" not in history[0]
@@ -57,7 +75,9 @@ def test_eval_prompts_are_scored_greedily_at_the_right_steps(tiny_model, tmp_pat
     for step in (2, 4, 5):
         rows = [r for r in tables if r["global_step"] == step]
         assert [r["prompt"] for r in rows] == EVAL_PROMPTS
-        assert logged[step]["eval/reward_mean"] == pytest.approx(sum(early_letters([], [r["completion"] for r in rows])) / len(rows))
+        assert logged[step]["eval/reward_mean"] == pytest.approx(
+            sum(early_letters([], [r["completion"] for r in rows])) / len(rows)
+        )
         assert {"eval/reward_std", "eval/response_length", "eval/eos_fraction"} <= set(logged[step])
 
 
@@ -72,15 +92,23 @@ def test_eval_is_greedy_hence_reproducible(tiny_model, tmp_path) -> None:
     results = []
     for seed in (0, 1):
         torch.manual_seed(seed)
-        results.append(evaluate(models, generator, EVAL_PROMPTS, early_letters, SamplingConfig(max_new_tokens=8), batch_size=2))
+        results.append(
+            evaluate(models, generator, EVAL_PROMPTS, early_letters, SamplingConfig(max_new_tokens=8), batch_size=2)
+        )
     assert results[0] == results[1]
 
 
 def test_lr_schedule_is_applied_and_logged(tiny_model, tmp_path) -> None:
-    cfg = replace(tiny_config(tiny_model, tmp_path, steps=5, learning_rate=1e-3), schedule=LRScheduleConfig("cosine", 2))
+    cfg = replace(
+        tiny_config(tiny_model, tmp_path, steps=5, learning_rate=1e-3), schedule=LRScheduleConfig("cosine", 2)
+    )
     history = train(cfg, early_letters, PROMPTS)
-    assert [h["charts/learning_rate"] for h in history] == pytest.approx([warmup_scheduled("cosine", 1e-3, s, 5, 2) for s in range(1, 6)])
-    assert [h["charts/learning_rate"] for h in history] == pytest.approx([5e-4, 1e-3, 1e-3, 1e-3 * 0.5 * (1 + 0.5), 1e-3 * 0.5 * (1 - 0.5)])
+    assert [h["charts/learning_rate"] for h in history] == pytest.approx(
+        [warmup_scheduled("cosine", 1e-3, s, 5, 2) for s in range(1, 6)]
+    )
+    assert [h["charts/learning_rate"] for h in history] == pytest.approx(
+        [5e-4, 1e-3, 1e-3, 1e-3 * 0.5 * (1 + 0.5), 1e-3 * 0.5 * (1 - 0.5)]
+    )
 
 
 def test_resume_mid_schedule_continues_exactly(tiny_model, tmp_path) -> None:
@@ -94,9 +122,13 @@ def test_resume_mid_schedule_continues_exactly(tiny_model, tmp_path) -> None:
     interrupted.mkdir()
     shutil.copytree(tmp_path / "full" / "checkpoint-000002", interrupted / "checkpoint-000002")
     (interrupted / "latest").write_text("checkpoint-000002")
-    resumed = train(replace(cfg, run=replace(cfg.run, output_dir=str(interrupted), resume=True)), early_letters, PROMPTS)
+    resumed = train(
+        replace(cfg, run=replace(cfg.run, output_dir=str(interrupted), resume=True)), early_letters, PROMPTS
+    )
     assert [h["charts/learning_rate"] for h in resumed] == pytest.approx([1e-3 * 2 / 3, 1e-3 / 3])
-    assert [deterministic(h) for h in resumed] == [pytest.approx(deterministic(h), rel=1e-5, abs=1e-6) for h in full[2:]]
+    assert [deterministic(h) for h in resumed] == [
+        pytest.approx(deterministic(h), rel=1e-5, abs=1e-6) for h in full[2:]
+    ]
 
 
 def test_dpo_follows_the_lr_schedule(tiny_model, tmp_path) -> None:
@@ -105,7 +137,12 @@ def test_dpo_follows_the_lr_schedule(tiny_model, tmp_path) -> None:
     from fastppo.rlhf.dpo import train_dpo
 
     pairs = [PreferencePair("hello", "abc", "xyz")] * 4
-    cfg = DPOTrainerConfig(ModelConfig(model=str(tiny_model)), DPOConfig(batch_size=1, learning_rate=1e-3), RunConfig(output_dir=str(tmp_path), progress=False), LRScheduleConfig("linear", 1))
+    cfg = DPOTrainerConfig(
+        ModelConfig(model=str(tiny_model)),
+        DPOConfig(batch_size=1, learning_rate=1e-3),
+        RunConfig(output_dir=str(tmp_path), progress=False),
+        LRScheduleConfig("linear", 1),
+    )
     history = train_dpo(cfg, pairs)
     assert [h["charts/learning_rate"] for h in history] == pytest.approx([1e-3, 1e-3, 1e-3 * 2 / 3, 1e-3 / 3])
 
@@ -115,7 +152,9 @@ def test_wandb_offline_run_holds_the_metrics_and_samples(tiny_model, tmp_path, m
     monkeypatch.setenv("WANDB_MODE", "offline")  # no network, no account: the run is written locally
     monkeypatch.setenv("WANDB_SILENT", "true")
     cfg = _monitored(tiny_model, tmp_path / "my-run", steps=2, sample_every=1, num_samples=2)
-    history = train(replace(cfg, run=replace(cfg.run, report_to="wandb", wandb_project="fastppo-test")), early_letters, PROMPTS)
+    history = train(
+        replace(cfg, run=replace(cfg.run, report_to="wandb", wandb_project="fastppo-test")), early_letters, PROMPTS
+    )
     # W&B's service process writes the run's log: finish() can return before it is on disk (CI once
     # read only its 8-byte header). Ending the service, as a process exit does, flushes it.
     wandb.teardown()
@@ -146,7 +185,10 @@ def test_wandb_refusing_to_start_is_a_one_line_error(tmp_path, monkeypatch) -> N
         raise wandb.errors.UsageError("No API key configured. Use `wandb login` to log in.")
 
     monkeypatch.setattr(wandb, "init", refuse)
-    with pytest.raises(FastPPOError, match=r"--report-to wandb: W&B could not start the run \(No API key configured.*wandb login.*WANDB_MODE=offline"):
+    with pytest.raises(
+        FastPPOError,
+        match=r"--report-to wandb: W&B could not start the run \(No API key configured.*wandb login.*WANDB_MODE=offline",
+    ):
         RunLogger(tmp_path, 1, tensorboard=False, progress=False, wandb_project="p")
 
 
@@ -154,16 +196,58 @@ def test_cli_eval_prompts_and_schedule(tiny_model, tmp_path) -> None:
     prompts, eval_prompts = tmp_path / "p.jsonl", tmp_path / "eval.jsonl"
     prompts.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in PROMPTS))
     eval_prompts.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in EVAL_PROMPTS))
-    base = ["rlhf", "--model", str(tiny_model), "--reward", "tests.rlhf.tiny:early_letters", "--prompts", str(prompts), "--steps", "2",
-            "--prompts-per-step", "2", "--mini-batch-size", "2", "--ppo-epochs", "1", "--max-new-tokens", "4", "--no-progress"]
+    base = [
+        "rlhf",
+        "--model",
+        str(tiny_model),
+        "--reward",
+        "tests.rlhf.tiny:early_letters",
+        "--prompts",
+        str(prompts),
+        "--steps",
+        "2",
+        "--prompts-per-step",
+        "2",
+        "--mini-batch-size",
+        "2",
+        "--ppo-epochs",
+        "1",
+        "--max-new-tokens",
+        "4",
+        "--no-progress",
+    ]
     with pytest.raises(FastPPOError, match="--eval-prompts .*missing.jsonl.* does not exist"):
         run_cli([*base, "--output-dir", str(tmp_path / "x"), "--eval-prompts", str(tmp_path / "missing.jsonl")])
-    assert run_cli([*base, "--output-dir", str(tmp_path / "run"), "--eval-prompts", str(eval_prompts), "--eval-every", "1",
-                    "--sample-every", "1", "--num-samples", "2", "--lr-schedule", "linear", "--lr-warmup-steps", "1", "--learning-rate", "0.01"]) == 0
+    assert (
+        run_cli(
+            [
+                *base,
+                "--output-dir",
+                str(tmp_path / "run"),
+                "--eval-prompts",
+                str(eval_prompts),
+                "--eval-every",
+                "1",
+                "--sample-every",
+                "1",
+                "--num-samples",
+                "2",
+                "--lr-schedule",
+                "linear",
+                "--lr-warmup-steps",
+                "1",
+                "--learning-rate",
+                "0.01",
+            ]
+        )
+        == 0
+    )
     logged = _jsonl(tmp_path / "run" / "metrics.jsonl")
     assert [r["charts/learning_rate"] for r in logged] == pytest.approx([0.01, 0.01])
     assert all("eval/reward_mean" in r for r in logged)
-    assert [(r["global_step"], r["table"]) for r in _jsonl(tmp_path / "run" / "samples.jsonl")] == [(1, "rollout")] * 2 + [(1, "eval")] * 2 + [(2, "rollout")] * 2 + [(2, "eval")] * 2
+    assert [(r["global_step"], r["table"]) for r in _jsonl(tmp_path / "run" / "samples.jsonl")] == [
+        (1, "rollout")
+    ] * 2 + [(1, "eval")] * 2 + [(2, "rollout")] * 2 + [(2, "eval")] * 2
 
 
 def test_vllm_generator_needs_a_gpu(tiny_model) -> None:
@@ -174,7 +258,9 @@ def test_vllm_generator_needs_a_gpu(tiny_model) -> None:
 def test_vllm_generator_needs_vllm(tiny_model, monkeypatch) -> None:
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # as on a GPU machine: device auto -> cuda
     monkeypatch.setitem(sys.modules, "vllm", None)  # import vllm raises ImportError
-    with pytest.raises(FastPPOError, match=r'needs vLLM, which is not installed: pip install -e "\.\[vllm\]" in the fastppo repository'):
+    with pytest.raises(
+        FastPPOError, match=r'needs vLLM, which is not installed: pip install -e "\.\[vllm\]" in the fastppo repository'
+    ):
         validate_ppo(ModelConfig(model=str(tiny_model)), SamplingConfig(generator="vllm"), PPOConfig())
     with pytest.raises(FastPPOError, match="does not support --lora"):
         validate_ppo(ModelConfig(model=str(tiny_model), lora=True), SamplingConfig(generator="vllm"), PPOConfig())
@@ -183,7 +269,21 @@ def test_vllm_generator_needs_vllm(tiny_model, monkeypatch) -> None:
 def test_vllm_error_comes_before_any_loading(tiny_model, tmp_path) -> None:
     # The CLI checks the flags before reading prompts or loading the reward: the missing prompts file is never reached.
     with pytest.raises(FastPPOError, match="--generator vllm needs a CUDA GPU"):
-        run_cli(["rlhf", "--model", str(tiny_model), "--reward", "x:y", "--prompts", str(tmp_path / "none.jsonl"), "--generator", "vllm", "--device", "cpu"])
+        run_cli(
+            [
+                "rlhf",
+                "--model",
+                str(tiny_model),
+                "--reward",
+                "x:y",
+                "--prompts",
+                str(tmp_path / "none.jsonl"),
+                "--generator",
+                "vllm",
+                "--device",
+                "cpu",
+            ]
+        )
 
 
 def test_the_rlhf_guide_documents_every_new_flag() -> None:
@@ -229,13 +329,21 @@ def test_vllm_generator_against_a_stand_in_engine(tmp_path, monkeypatch) -> None
     monkeypatch.setitem(sys.modules, "vllm", vllm)
     monkeypatch.setitem(sys.modules, "vllm.inputs", inputs)
     monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-    folder = build_model_folder(tmp_path / "no-pad", with_pad=False)  # load_models adds a pad token: one row more than the checkpoint
+    folder = build_model_folder(
+        tmp_path / "no-pad", with_pad=False
+    )  # load_models adds a pad token: one row more than the checkpoint
     with pytest.warns(UserWarning, match="no pad token distinct from EOS"):
         models = load_models(ModelConfig(model=str(folder)), critic=None)
     sampling = SamplingConfig(max_new_tokens=4, max_prompt_length=16)
     generator = VLLMGenerator(models, ModelConfig(model=str(folder)), sampling, seed=3)
     llm = generator.llm
-    assert llm.settings == {"model": str(folder), "dtype": "auto", "seed": 3, "gpu_memory_utilization": 0.3, "max_model_len": 20}
+    assert llm.settings == {
+        "model": str(folder),
+        "dtype": "auto",
+        "seed": 3,
+        "gpu_memory_utilization": 0.3,
+        "max_model_len": 20,
+    }
     embeddings = models.policy.get_input_embeddings().weight
     checkpoint_rows = embeddings.shape[0] - 1
     assert llm.loaded["transformer.wte.weight"].shape[0] == checkpoint_rows

@@ -89,9 +89,13 @@ def test_bf16_ppo_on_cpu_moves_every_parameter_and_resumes(bf16_model, tmp_path)
         assert (weight != initial[name].float()).float().mean() > 0.99, f"{name} did not move"
     assert (load_file(tmp_path / "full" / "checkpoint-000002" / "value_head.safetensors")["weight"] != 0).all()
 
-    interrupted = replace(full_cfg, ppo=replace(full_cfg.ppo, steps=1), run=replace(full_cfg.run, output_dir=str(tmp_path / "resumed")))
+    interrupted = replace(
+        full_cfg, ppo=replace(full_cfg.ppo, steps=1), run=replace(full_cfg.run, output_dir=str(tmp_path / "resumed"))
+    )
     train(interrupted, early_letters, PROMPTS)
-    resumed = train(replace(interrupted, ppo=full_cfg.ppo, run=replace(interrupted.run, resume=True)), early_letters, PROMPTS)
+    resumed = train(
+        replace(interrupted, ppo=full_cfg.ppo, run=replace(interrupted.run, resume=True)), early_letters, PROMPTS
+    )
     assert deterministic(resumed[0]) == pytest.approx(deterministic(full[-1]), rel=1e-5, abs=1e-6)
 
 
@@ -109,18 +113,36 @@ def test_fp16_dpo_scales_the_loss_and_saves_the_scale(tiny_model, tmp_path) -> N
 
 def _loss_and_grads(model_path, lora: bool, checkpointing: bool):
     torch.manual_seed(0)
-    models = load_models(ModelConfig(model=str(model_path), lora=lora, gradient_checkpointing=checkpointing), critic="shared")
+    models = load_models(
+        ModelConfig(model=str(model_path), lora=lora, gradient_checkpointing=checkpointing), critic="shared"
+    )
     assert any(getattr(m, "gradient_checkpointing", False) for m in models.policy.modules()) == checkpointing
     with torch.no_grad():
         models.critic.head.weight.normal_()  # a zero head would give the trunk no value gradient
     query, query_mask = encode_prompts(models.tokenizer, PROMPTS[:4], 16, CPU)
     response, response_mask = encode_completions(models.tokenizer, ["abc", "de", "a", "bcd"], 8, CPU)
     new = forward_tokens(models.policy, models.critic, query, query_mask, response, response_mask)
-    advantages = sequence_advantages("rloo", torch.tensor([1.0, 0.0, 0.5, 0.2]), torch.zeros_like(new.logprobs), 0.0, response_mask, 2)
+    advantages = sequence_advantages(
+        "rloo", torch.tensor([1.0, 0.0, 0.5, 0.2]), torch.zeros_like(new.logprobs), 0.0, response_mask, 2
+    )
     old = new.logprobs.detach() - 0.1
-    loss, _ = ppo_loss(new.logprobs, old, advantages, new.entropy, new.values, new.values.detach() + 0.3, advantages, clip_coef=0.2, ent_coef=0.01, vf_coef=0.5, mask=response_mask)
+    loss, _ = ppo_loss(
+        new.logprobs,
+        old,
+        advantages,
+        new.entropy,
+        new.values,
+        new.values.detach() + 0.3,
+        advantages,
+        clip_coef=0.2,
+        ent_coef=0.01,
+        vf_coef=0.5,
+        mask=response_mask,
+    )
     loss.backward()
-    return loss.detach(), {n: p.grad for n, p in [*models.policy.named_parameters(), *models.critic.named_parameters()] if p.requires_grad}
+    return loss.detach(), {
+        n: p.grad for n, p in [*models.policy.named_parameters(), *models.critic.named_parameters()] if p.requires_grad
+    }
 
 
 @pytest.mark.parametrize("lora", [False, True])

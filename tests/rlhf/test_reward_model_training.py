@@ -22,7 +22,9 @@ def separable_pairs() -> list[dict[str, str]]:
     def word(letters: str) -> str:
         return "".join(letters[i] for i in torch.randint(len(letters), (4,), generator=generator).tolist())
 
-    return [{"prompt": prompt, "chosen": word("abcde"), "rejected": word("vwxyz")} for prompt in WORDS for _ in range(4)]
+    return [
+        {"prompt": prompt, "chosen": word("abcde"), "rejected": word("vwxyz")} for prompt in WORDS for _ in range(4)
+    ]
 
 
 def test_reward_model_learns_held_out_preferences_and_serves_as_reward(tiny_model, tmp_path, capsys) -> None:
@@ -36,7 +38,9 @@ def test_reward_model_learns_held_out_preferences_and_serves_as_reward(tiny_mode
     logged = [json.loads(line) for line in (output / "metrics.jsonl").read_text().splitlines()]
     # 2 of the 10 prompts held out with their 4 pairs each: 32 training pairs, 8 per step, 4 epochs; step 0: before training
     assert [row["global_step"] for row in logged] == list(range(0, 17))
-    accuracies = {row["global_step"]: row["reward_model/eval_accuracy"] for row in logged if "reward_model/eval_accuracy" in row}
+    accuracies = {
+        row["global_step"]: row["reward_model/eval_accuracy"] for row in logged if "reward_model/eval_accuracy" in row
+    }
     assert sorted(accuracies) == [0, 5, 10, 15, 16]
     assert accuracies[0] <= 0.7 and accuracies[16] == 1.0, accuracies
     assert logged[-1]["reward_model/loss"] < 0.5 * logged[1]["reward_model/loss"]
@@ -44,7 +48,10 @@ def test_reward_model_learns_held_out_preferences_and_serves_as_reward(tiny_mode
 
     reward = load_reward(str(output), torch.device("cpu"))
     prompts = [row["prompt"] for row in rows]
-    chosen, rejected = reward(prompts, [row["chosen"] for row in rows]), reward(prompts, [row["rejected"] for row in rows])
+    chosen, rejected = (
+        reward(prompts, [row["chosen"] for row in rows]),
+        reward(prompts, [row["rejected"] for row in rows]),
+    )
     assert all(c > r for c, r in zip(chosen, rejected)), "the saved model and tokenizer score as the trained one"
 
     prompts_file = tmp_path / "prompts.jsonl"
@@ -67,7 +74,10 @@ def test_an_encoder_reward_model_trains_and_serves_as_reward(tmp_path) -> None:
     assert logged[0]["reward_model/eval_accuracy"] <= 0.7 and logged[-1]["reward_model/eval_accuracy"] == 1.0
     reward = load_reward(str(output), torch.device("cpu"))
     prompts = [row["prompt"] for row in rows]
-    chosen, rejected = reward(prompts, [row["chosen"] for row in rows]), reward(prompts, [row["rejected"] for row in rows])
+    chosen, rejected = (
+        reward(prompts, [row["chosen"] for row in rows]),
+        reward(prompts, [row["rejected"] for row in rows]),
+    )
     assert all(c > r for c, r in zip(chosen, rejected))
 
 
@@ -95,7 +105,18 @@ def test_reward_model_bad_input_is_a_one_line_error(tiny_model, tmp_path, extra,
     data = tmp_path / "pairs.jsonl"
     data.write_text(json.dumps({"prompt": "p", "chosen": "a", "rejected": "z"}) + "\n")
     with pytest.raises(FastPPOError, match=message):
-        run_cli(["reward-model", "--model", str(tiny_model), "--data", str(data), "--output-dir", str(tmp_path / "rm"), *extra])
+        run_cli(
+            [
+                "reward-model",
+                "--model",
+                str(tiny_model),
+                "--data",
+                str(data),
+                "--output-dir",
+                str(tmp_path / "rm"),
+                *extra,
+            ]
+        )
 
 
 def test_eval_split_holds_out_prompts_with_all_their_pairs() -> None:

@@ -25,7 +25,14 @@ def _decoder_reward_model(kind: str, folder, padding_side: str):
     if kind == "gpt2":  # learned absolute position embeddings
         model = GPT2ForSequenceClassification(GPT2Config(n_layer=1, n_head=2, n_embd=16, n_positions=64, **common))
     else:  # rotary position embeddings (Llama/Qwen/Mistral family)
-        config = LlamaConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2, **common)
+        config = LlamaConfig(
+            hidden_size=16,
+            intermediate_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=2,
+            **common,
+        )
         model = LlamaForSequenceClassification(config)
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
@@ -83,10 +90,14 @@ def test_with_a_chat_template_a_sampled_completion_is_scored_as_the_reward_model
     column = read_prompt_column(data, "--prompts", DataConfig(chat_template=True))
     prompts = column.render(tokenizer)
     stops = Stops.of(tokenizer)
-    response = torch.tensor([tokenizer("ab", add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id, tokenizer.pad_token_id]])
+    response = torch.tensor(
+        [tokenizer("ab", add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id, tokenizer.pad_token_id]]
+    )
     mask, _ = stops.mask(tokenizer, response)
     completions = decode_completions(tokenizer, response, mask, stops)
     assert completions == ["ab"] and prompts == ["user hi<eos> assistant "]
     reward = load_reward(str(folder), cpu, conversations=Conversations([column], [prompts]))
     assert reward(prompts, completions) == pytest.approx(trained, abs=1e-6)
-    assert load_reward(str(folder), cpu)(prompts, completions) != pytest.approx(trained, abs=1e-3), "the text without its end token scores otherwise"
+    assert load_reward(str(folder), cpu)(prompts, completions) != pytest.approx(trained, abs=1e-3), (
+        "the text without its end token scores otherwise"
+    )

@@ -28,7 +28,9 @@ def _models(tiny_model, critic="shared"):
 
 def _rollout(models, seed=0):
     torch.manual_seed(seed)
-    return collect_rollout(models, PROMPTS, 2, SamplingConfig(max_new_tokens=10), micro_batch_size=2, autocast=nullcontext)
+    return collect_rollout(
+        models, PROMPTS, 2, SamplingConfig(max_new_tokens=10), micro_batch_size=2, autocast=nullcontext
+    )
 
 
 def test_rollout_layout(tiny_model) -> None:
@@ -50,7 +52,9 @@ def test_old_logprobs_equal_the_update_forward_so_the_first_ratio_is_one(tiny_mo
     models = _models(tiny_model)
     r = _rollout(models)
     idx = torch.tensor([5, 0])  # a micro-batch of another composition, as after shuffling
-    new = forward_tokens(models.policy, models.critic, r.query[idx], r.query_mask[idx], r.response[idx], r.response_mask[idx])
+    new = forward_tokens(
+        models.policy, models.critic, r.query[idx], r.query_mask[idx], r.response[idx], r.response_mask[idx]
+    )
     m = r.response_mask[idx]
     assert torch.allclose(new.logprobs[m], r.logprobs[idx][m], atol=1e-6)
     assert torch.allclose(new.values[m], r.values[idx][m], atol=1e-6)
@@ -86,8 +90,19 @@ def test_padding_and_post_eos_tokens_change_no_loss_or_statistic(tiny_model) -> 
         fill = lambda x: torch.where(mask, x, torch.full_like(x, garbage))  # noqa: E731
         rewards, kl = token_rewards(torch.ones(6), out.logprobs, fill(r.ref_logprobs), mask, 0.1, "k3")
         adv, ret = gae_advantages(rewards, fill(out.values), mask, 1.0, 0.95)
-        loss, metrics = ppo_loss(out.logprobs, fill(r.logprobs), adv, out.entropy, out.values, fill(r.values), ret,
-                                 clip_coef=0.2, ent_coef=0.01, vf_coef=0.1, mask=mask)
+        loss, metrics = ppo_loss(
+            out.logprobs,
+            fill(r.logprobs),
+            adv,
+            out.entropy,
+            out.values,
+            fill(r.values),
+            ret,
+            clip_coef=0.2,
+            ent_coef=0.01,
+            vf_coef=0.1,
+            mask=mask,
+        )
         return {"loss": loss, "kl": kl.sum(), "adv": adv, **metrics}
 
     clean, noisy = stats(r.query, r.response, 0.0), stats(noisy_query, noisy_response, -7.0)

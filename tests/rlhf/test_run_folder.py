@@ -29,7 +29,9 @@ def folder_bytes(folder: Path) -> dict[str, bytes]:
 def inputs(tmp_path) -> dict[str, Path]:
     prompts, pairs = tmp_path / "p.jsonl", tmp_path / "pairs.jsonl"
     prompts.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in ("hi", "abc", "yo", "ok")))
-    pairs.write_text("".join(json.dumps({"prompt": p, "chosen": "aa", "rejected": "zz"}) + "\n" for p in ("hi", "abc", "yo", "ok")))
+    pairs.write_text(
+        "".join(json.dumps({"prompt": p, "chosen": "aa", "rejected": "zz"}) + "\n" for p in ("hi", "abc", "yo", "ok"))
+    )
     return {"prompts": prompts, "pairs": pairs}
 
 
@@ -53,24 +55,45 @@ def ppo_run(tmp_path_factory) -> Path:
     from fastppo.cli.main import main
 
     run_dir = tmp_path_factory.mktemp("ppo") / "run"
-    argv = ["train", "CartPole-v1", "--run-dir", str(run_dir), "--total-timesteps", "256", "--num-envs", "2", "--num-steps", "64", "--no-tensorboard", "--no-progress"]
+    argv = [
+        "train",
+        "CartPole-v1",
+        "--run-dir",
+        str(run_dir),
+        "--total-timesteps",
+        "256",
+        "--num-envs",
+        "2",
+        "--num-steps",
+        "64",
+        "--no-tensorboard",
+        "--no-progress",
+    ]
     assert main(argv) == 0
     return run_dir
 
 
 @pytest.mark.parametrize("command", COMMANDS)
-def test_a_new_run_refuses_a_used_folder_and_leaves_it_unchanged(tiny_model, tmp_path, capsys, inputs, ppo_run, command) -> None:
+def test_a_new_run_refuses_a_used_folder_and_leaves_it_unchanged(
+    tiny_model, tmp_path, capsys, inputs, ppo_run, command
+) -> None:
     first = tmp_path / "first"
     assert run_cli(command_argv(command, tiny_model, inputs, first)) == 0
     ran = folder_bytes(first)
     assert "metrics.jsonl" in ran and (first / LATEST).is_file()
     message = cli_error(command_argv(command, tiny_model, inputs, first), capsys)
-    assert f"--output-dir {first} is not empty (it holds " in message and "continue its run with --resume, or give a new or empty folder" in message
+    assert (
+        f"--output-dir {first} is not empty (it holds " in message
+        and "continue its run with --resume, or give a new or empty folder" in message
+    )
     assert folder_bytes(first) == ran
     # Another command's run, and a `fastppo train` run, are refused alike (no --resume hint: there is no RLHF checkpoint).
     ppo_files = folder_bytes(ppo_run)
     message = cli_error(command_argv(command, tiny_model, inputs, ppo_run), capsys)
-    assert message == f"fastppo: error: --output-dir {ppo_run} is not empty (it holds SHA256SUMS, agent.json, checkpoints, ...): give a new or empty folder"
+    assert (
+        message
+        == f"fastppo: error: --output-dir {ppo_run} is not empty (it holds SHA256SUMS, agent.json, checkpoints, ...): give a new or empty folder"
+    )
     assert folder_bytes(ppo_run) == ppo_files
     # An empty folder is a new run's.
     (tmp_path / "empty").mkdir()
@@ -83,7 +106,10 @@ def test_resume_with_nothing_to_resume_is_an_error(tiny_model, tmp_path, capsys,
     for folder in (tmp_path / "absent", tmp_path / "empty", ppo_run):
         before = folder_bytes(folder) if folder.exists() else None
         message = cli_error(command_argv(command, tiny_model, inputs, folder, "--resume"), capsys)
-        assert message == f"fastppo: error: --resume: {folder} holds no checkpoint (no latest file) to continue from: drop --resume to start a new run"
+        assert (
+            message
+            == f"fastppo: error: --resume: {folder} holds no checkpoint (no latest file) to continue from: drop --resume to start a new run"
+        )
         assert (folder_bytes(folder) if folder.exists() else None) == before
     assert not (tmp_path / "absent").exists()
 
@@ -120,7 +146,9 @@ def test_a_save_killed_before_its_rename_leaves_the_last_checkpoint(tiny_model, 
     monkeypatch.undo()
 
     (half,) = tmp_path.glob(".checkpoint-tmp-*")
-    assert sorted(str(p.relative_to(half)) for p in fsynced) == sorted(str(p.relative_to(half)) for p in half.rglob("*") if p.is_file())
+    assert sorted(str(p.relative_to(half)) for p in fsynced) == sorted(
+        str(p.relative_to(half)) for p in half.rglob("*") if p.is_file()
+    )
     assert sorted(p.name for p in tmp_path.glob("checkpoint-*")) == ["checkpoint-000001"]
     assert latest_checkpoint(tmp_path) == first and folder_bytes(first) == saved
     state = load_training_state(first, torch.optim.AdamW(models.trainable_parameters(), lr=1e-3), models)
@@ -156,7 +184,9 @@ def test_a_nan_loss_stops_the_run_with_the_last_good_checkpoint_kept(tiny_model,
     argv[argv.index("tests.rlhf.tiny:early_letters")] = f"{__name__}:huge_from_the_third_step"
     message = cli_error(argv, capsys)
     assert message.startswith("fastppo: error: training stopped at step 3: ")
-    assert message.endswith(f"became NaN/Inf; lower --learning-rate, or check the reward and --missing-eos-penalty/--reward-clip; the last good checkpoint is kept: {run / 'checkpoint-000002'}")
+    assert message.endswith(
+        f"became NaN/Inf; lower --learning-rate, or check the reward and --missing-eos-penalty/--reward-clip; the last good checkpoint is kept: {run / 'checkpoint-000002'}"
+    )
     assert sorted(p.name for p in run.glob("checkpoint-*")) == ["checkpoint-000001", "checkpoint-000002"]
     assert latest_checkpoint(run) == run / "checkpoint-000002"
     assert [json.loads(line)["global_step"] for line in (run / "metrics.jsonl").read_text().splitlines()] == [1, 2]
@@ -166,12 +196,21 @@ def test_a_nan_loss_stops_the_run_with_the_last_good_checkpoint_kept(tiny_model,
 
 
 @pytest.mark.parametrize("command", ["dpo", "reward-model"])
-def test_a_diverging_preference_run_stops_with_the_last_good_checkpoint_kept(tiny_model, tmp_path, capsys, inputs, command) -> None:
+def test_a_diverging_preference_run_stops_with_the_last_good_checkpoint_kept(
+    tiny_model, tmp_path, capsys, inputs, command
+) -> None:
     run = tmp_path / "run"
-    message = cli_error(command_argv(command, tiny_model, inputs, run, "--save-every", "1", "--batch-size", "1", "--learning-rate", "1e30"), capsys)
+    message = cli_error(
+        command_argv(
+            command, tiny_model, inputs, run, "--save-every", "1", "--batch-size", "1", "--learning-rate", "1e30"
+        ),
+        capsys,
+    )
     prefix = "dpo" if command == "dpo" else "reward_model"
     assert message.startswith(f"fastppo: error: training stopped at step 2: {prefix}/loss, ")
-    assert message.endswith(f"became NaN/Inf; lower --learning-rate or check the preference data; the last good checkpoint is kept: {run / 'checkpoint-000001'}")
+    assert message.endswith(
+        f"became NaN/Inf; lower --learning-rate or check the preference data; the last good checkpoint is kept: {run / 'checkpoint-000001'}"
+    )
     assert sorted(p.name for p in run.glob("checkpoint-*")) == ["checkpoint-000001"]
     assert not (run / "model.safetensors").exists()  # a reward model's final weights are not written either
 
@@ -192,7 +231,9 @@ DEVICES = [("cuda", "torch sees no CUDA GPU: use --device cpu"), ("cuda:3", "tor
 
 @pytest.mark.parametrize("command", COMMANDS)
 @pytest.mark.parametrize("device, message", DEVICES, ids=[d for d, _ in DEVICES])
-def test_a_device_this_machine_lacks_is_one_line(tiny_model, tmp_path, capsys, inputs, monkeypatch, command, device, message) -> None:
+def test_a_device_this_machine_lacks_is_one_line(
+    tiny_model, tmp_path, capsys, inputs, monkeypatch, command, device, message
+) -> None:
     monkeypatch.setattr(torch.cuda, "is_available", lambda: device == "cuda:3")  # cuda:3 on a machine with one GPU
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
@@ -206,13 +247,18 @@ def test_resume_refuses_a_run_of_another_command(tiny_model, tmp_path, capsys, i
     assert run_cli(command_argv("rlhf", tiny_model, inputs, run, "--estimator", "gae")) == 0
     before = folder_bytes(run)
     message = cli_error(command_argv("dpo", tiny_model, inputs, run, "--resume"), capsys)
-    assert message == f"fastppo: error: --resume: {run} holds a run of fastppo rlhf, not of fastppo dpo: continue it with 'fastppo rlhf --resume', or give a new or empty --output-dir"
+    assert (
+        message
+        == f"fastppo: error: --resume: {run} holds a run of fastppo rlhf, not of fastppo dpo: continue it with 'fastppo rlhf --resume', or give a new or empty --output-dir"
+    )
     # A checkpoint written before they named their command: its optimizer state does not fit DPO's models.
     state = run / "checkpoint-000002" / "trainer_state.json"
     state.write_text(json.dumps({k: v for k, v in json.loads(state.read_text()).items() if k != "command"}))
     before = folder_bytes(run)
     message = cli_error(command_argv("dpo", tiny_model, inputs, run, "--resume"), capsys)
-    assert message.startswith(f"fastppo: error: checkpoint {run / 'checkpoint-000002'} does not fit this run: its optimizer state is for other models (")
+    assert message.startswith(
+        f"fastppo: error: checkpoint {run / 'checkpoint-000002'} does not fit this run: its optimizer state is for other models ("
+    )
     assert message.endswith("): resume it with the command and --model that wrote it")
     assert folder_bytes(run) == before
 
@@ -223,7 +269,15 @@ def _checkpoint_folder(folder: Path) -> Path:
     return folder
 
 
-@pytest.mark.parametrize("pointer", ["../elsewhere/checkpoint-000001", "{tmp}/elsewhere/checkpoint-000001", "checkpoint-000001/../../elsewhere/checkpoint-000001", "link"])
+@pytest.mark.parametrize(
+    "pointer",
+    [
+        "../elsewhere/checkpoint-000001",
+        "{tmp}/elsewhere/checkpoint-000001",
+        "checkpoint-000001/../../elsewhere/checkpoint-000001",
+        "link",
+    ],
+)
 def test_latest_never_names_a_folder_outside_the_output_dir(tmp_path, pointer) -> None:
     outside = _checkpoint_folder(tmp_path / "elsewhere" / "checkpoint-000001")
     run = tmp_path / "run"
@@ -232,7 +286,10 @@ def test_latest_never_names_a_folder_outside_the_output_dir(tmp_path, pointer) -
         (run / "checkpoint-000005").symlink_to(outside)
         pointer = "checkpoint-000005"
     (run / LATEST).write_text(pointer.format(tmp=tmp_path))
-    with pytest.raises(FastPPOError, match=f"{run / LATEST} names .*, not a checkpoint folder of {run} \\(checkpoint-NNNNNN\\): write the name of its newest checkpoint into it"):
+    with pytest.raises(
+        FastPPOError,
+        match=f"{run / LATEST} names .*, not a checkpoint folder of {run} \\(checkpoint-NNNNNN\\): write the name of its newest checkpoint into it",
+    ):
         latest_checkpoint(run)
     (run / LATEST).write_text("checkpoint-000001\n")
     assert latest_checkpoint(run) == run / "checkpoint-000001"
@@ -269,5 +326,7 @@ def test_pickled_weights_are_one_line_and_never_run(tiny_model, tmp_path, capsys
     assert run_cli(command_argv("dpo", tiny_model, inputs, run)) == 0
     pickled_weights(run / "checkpoint-000002" / "policy", marker)
     message = cli_error(command_argv("dpo", tiny_model, inputs, run, "--resume"), capsys)
-    assert message.startswith(f"fastppo: error: cannot load '{run / 'checkpoint-000002' / 'policy'}': its weights are a pickle")
+    assert message.startswith(
+        f"fastppo: error: cannot load '{run / 'checkpoint-000002' / 'policy'}': its weights are a pickle"
+    )
     assert not marker.exists()

@@ -51,7 +51,9 @@ def test_special_token_stops_are_token_ids() -> None:
 
 
 def test_stop_flag_is_repeatable_and_takes_comma_lists() -> None:
-    args = parse_cli(["rlhf", "--model", "m", "--reward", "x:y", "--prompts", "p.jsonl", "--stop", "ab,c", "--stop", "<end>"])
+    args = parse_cli(
+        ["rlhf", "--model", "m", "--reward", "x:y", "--prompts", "p.jsonl", "--stop", "ab,c", "--stop", "<end>"]
+    )
     assert args.stop == ["ab", "c", "<end>"]
     assert parse_cli(["rlhf", "--model", "m", "--reward", "x:y", "--prompts", "p.jsonl"]).stop == []
 
@@ -60,12 +62,16 @@ def test_rollout_responses_end_at_their_first_stop(tiny_model) -> None:
     models = load_models(ModelConfig(model=str(tiny_model)), critic=None)
     sampling = SamplingConfig(max_new_tokens=16, max_prompt_length=16, stop=("a", "e"))
     torch.manual_seed(0)
-    rollout = collect_rollout(models, ["hello", "the cat", "x", "ok"], 4, sampling, 8, Precision("fp32", torch.device("cpu")).autocast)
+    rollout = collect_rollout(
+        models, ["hello", "the cat", "x", "ok"], 4, sampling, 8, Precision("fp32", torch.device("cpu")).autocast
+    )
     tokenizer = models.tokenizer
     stop_ids = set(tokenizer.convert_tokens_to_ids(["a", "e", "<eos>"]))
     lengths = rollout.response_mask.sum(dim=1)
     assert rollout.has_eos.any() and (lengths < 16).any(), "the random model hits a stop in some rows"
-    for row, length, stopped, text in zip(rollout.response.tolist(), lengths.tolist(), rollout.has_eos.tolist(), rollout.completions):
+    for row, length, stopped, text in zip(
+        rollout.response.tolist(), lengths.tolist(), rollout.has_eos.tolist(), rollout.completions
+    ):
         assert not stop_ids & set(row[: length - 1]), "no stop before the last real token"
         assert stopped == (row[length - 1] in stop_ids)
         assert all(token == tokenizer.pad_token_id for token in row[length:]), "masked tokens are padding"

@@ -59,14 +59,26 @@ def test_every_estimator_samples_the_same_first_rollout_at_the_same_seed(tiny_mo
 
 @pytest.mark.parametrize("estimator,critic", [("gae", "separate"), ("grpo", "shared"), ("rloo", "shared")])
 def test_every_estimator_runs_and_logs(tiny_model, tmp_path, estimator, critic) -> None:
-    cfg = tiny_config(tiny_model, tmp_path, estimator=estimator, critic=critic, gradient_accumulation_steps=2, kl_target=1.0)
+    cfg = tiny_config(
+        tiny_model, tmp_path, estimator=estimator, critic=critic, gradient_accumulation_steps=2, kl_target=1.0
+    )
     history = train(cfg, early_letters, PROMPTS)
     lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [line["global_step"] for line in lines] == [1, 2]
-    for key in ("rlhf/reward_mean", "rlhf/kl_ref", "rlhf/kl_coef", "rlhf/response_length", "losses/approx_kl", "losses/clipfrac", "losses/entropy"):
+    for key in (
+        "rlhf/reward_mean",
+        "rlhf/kl_ref",
+        "rlhf/kl_coef",
+        "rlhf/response_length",
+        "losses/approx_kl",
+        "losses/clipfrac",
+        "losses/entropy",
+    ):
         assert key in lines[-1], key
     assert ("losses/value_loss" in lines[-1]) == (estimator == "gae")
-    assert ("losses/ref_kl" in lines[-1]) == (estimator == "grpo"), "GRPO's KL is a loss term, the others' a reward term"
+    assert ("losses/ref_kl" in lines[-1]) == (estimator == "grpo"), (
+        "GRPO's KL is a loss term, the others' a reward term"
+    )
     assert history[1]["rlhf/kl_coef"] != history[0]["rlhf/kl_coef"], "the adaptive controller moved the coefficient"
     assert list(tmp_path.glob("events.out.tfevents.*"))
     checkpoint = latest_checkpoint(tmp_path)
@@ -79,12 +91,18 @@ def test_resume_continues_exactly_where_the_run_stopped(tiny_model, tmp_path) ->
     full = train(tiny_config(tiny_model, tmp_path / "full", steps=3, kl_target=1.0), early_letters, PROMPTS)
     interrupted = tiny_config(tiny_model, tmp_path / "resumed", steps=2, kl_target=1.0)
     train(interrupted, early_letters, PROMPTS)
-    resumed_cfg = replace(interrupted, ppo=replace(interrupted.ppo, steps=3), run=replace(interrupted.run, resume=True, keep_checkpoints=1))
+    resumed_cfg = replace(
+        interrupted,
+        ppo=replace(interrupted.ppo, steps=3),
+        run=replace(interrupted.run, resume=True, keep_checkpoints=1),
+    )
     resumed = train(resumed_cfg, early_letters, PROMPTS)
     assert len(resumed) == 1
     assert deterministic(resumed[0]) == pytest.approx(deterministic(full[-1]), rel=1e-5, abs=1e-6)
     assert [p.name for p in (tmp_path / "resumed").glob("checkpoint-*")] == ["checkpoint-000003"]
-    steps = [json.loads(line)["global_step"] for line in (tmp_path / "resumed" / "metrics.jsonl").read_text().splitlines()]
+    steps = [
+        json.loads(line)["global_step"] for line in (tmp_path / "resumed" / "metrics.jsonl").read_text().splitlines()
+    ]
     assert steps == [1, 2, 3]
 
 
@@ -134,7 +152,10 @@ def test_one_pass_over_one_minibatch_scores_the_rollout_once(tiny_model, tmp_pat
         for module in (trainer, rollout_module):
             monkeypatch.setattr(module, "forward_tokens", counted(module.forward_tokens))
         cfg = tiny_config(tiny_model, tmp_path / name, steps=3, mini_batch_size=8, learning_rate=1e-2, **settings)
-        history = [{k: v for k, v in h.items() if not k.startswith(("time/", "perf/"))} for h in train(cfg, early_letters, PROMPTS)]
+        history = [
+            {k: v for k, v in h.items() if not k.startswith(("time/", "perf/"))}
+            for h in train(cfg, early_letters, PROMPTS)
+        ]
         monkeypatch.undo()
         weights = load_file(str(latest_checkpoint(tmp_path / name) / "policy" / "model.safetensors"))
         return history, sum(passes), weights
@@ -171,7 +192,17 @@ def test_target_kl_stops_on_the_mean_kl_of_the_epoch(monkeypatch) -> None:
     ppo = PPOConfig(prompts_per_step=4, mini_batch_size=1, ppo_epochs=4, target_kl=0.1)
     optimizer = torch.optim.SGD(policy.parameters(), lr=0.0)
     torch.manual_seed(0)  # an order in which completion 0 is not the epoch's last micro-batch
-    metrics = ppo_update(Models(None, policy, None, None), optimizer, rollout, torch.zeros(4, 3), None, ppo, 0.0, 1.0, Precision("fp32", torch.device("cpu")))
+    metrics = ppo_update(
+        Models(None, policy, None, None),
+        optimizer,
+        rollout,
+        torch.zeros(4, 3),
+        None,
+        ppo,
+        0.0,
+        1.0,
+        Precision("fp32", torch.device("cpu")),
+    )
     assert calls[3] != [0]
     assert len(calls) == 4 and metrics["losses/epochs"] == 1.0, f"stopped after {len(calls) / 4} epochs"
     assert metrics["losses/approx_kl"] == pytest.approx((2.0 + torch.tensor(-2.0).exp().item() - 1.0) / 4)
@@ -182,15 +213,22 @@ def test_tokens_trained_per_s_counts_the_epochs_run(tiny_model, tmp_path) -> Non
     pass over the rollout, not ppo_epochs passes."""
     from fastppo.rlhf.data import batch_indices
 
-    cfg = tiny_config(tiny_model, tmp_path, steps=1, ppo_epochs=3, mini_batch_size=2, learning_rate=1e-2, target_kl=1e-12)
+    cfg = tiny_config(
+        tiny_model, tmp_path, steps=1, ppo_epochs=3, mini_batch_size=2, learning_rate=1e-2, target_kl=1e-12
+    )
     [h] = train(cfg, early_letters, PROMPTS)
     assert h["losses/epochs"] == 1.0
-    prompt_tokens = cfg.ppo.num_generations * sum(len(PROMPTS[i]) for i in batch_indices(len(PROMPTS), cfg.ppo.prompts_per_step, 1, cfg.run.seed))  # one token a character
+    prompt_tokens = cfg.ppo.num_generations * sum(
+        len(PROMPTS[i]) for i in batch_indices(len(PROMPTS), cfg.ppo.prompts_per_step, 1, cfg.run.seed)
+    )  # one token a character
     response_tokens = h["rlhf/response_length"] * cfg.ppo.prompts_per_step * cfg.ppo.num_generations
     assert h["perf/tokens_trained_per_s"] * h["time/update_s"] == pytest.approx(prompt_tokens + response_tokens)
 
 
-@pytest.mark.parametrize(("aggregation", "expected"), [("token", -(3 * 1.0 - 3.0) / 4), ("sequence", -(1.0 - 3.0) / 2), ("constant", -(3 * 1.0 - 3.0) / (2 * 5))])
+@pytest.mark.parametrize(
+    ("aggregation", "expected"),
+    [("token", -(3 * 1.0 - 3.0) / 4), ("sequence", -(1.0 - 3.0) / 2), ("constant", -(3 * 1.0 - 3.0) / (2 * 5))],
+)
 def test_loss_aggregation_reaches_the_policy_loss(monkeypatch, aggregation: str, expected: float) -> None:
     """A 3-token completion with advantage 1 and a 1-token one with -3, at ratio 1: the logged policy
     loss is minus the aggregated advantage (constant: over 2 completions x max_new_tokens 5)."""
@@ -203,8 +241,27 @@ def test_loss_aggregation_reaches_the_policy_loss(monkeypatch, aggregation: str,
         return TokenOutputs(old[query[:, 0]] + 0.0 * model.weight.sum(), torch.zeros(len(query), 3), None)
 
     monkeypatch.setattr(trainer, "forward_tokens", forward_tokens)
-    ppo = PPOConfig(estimator="grpo", num_generations=2, prompts_per_step=1, mini_batch_size=2, ppo_epochs=1, kl_coef=0.0, loss_aggregation=aggregation)
+    ppo = PPOConfig(
+        estimator="grpo",
+        num_generations=2,
+        prompts_per_step=1,
+        mini_batch_size=2,
+        ppo_epochs=1,
+        kl_coef=0.0,
+        loss_aggregation=aggregation,
+    )
     advantages = torch.tensor([[1.0, 1.0, 1.0], [-3.0, 0.0, 0.0]])
     optimizer = torch.optim.SGD(policy.parameters(), lr=0.0)
-    metrics = ppo_update(Models(None, policy, None, None), optimizer, rollout, advantages, None, ppo, 0.0, 1.0, Precision("fp32", torch.device("cpu")), max_new_tokens=5)
+    metrics = ppo_update(
+        Models(None, policy, None, None),
+        optimizer,
+        rollout,
+        advantages,
+        None,
+        ppo,
+        0.0,
+        1.0,
+        Precision("fp32", torch.device("cpu")),
+        max_new_tokens=5,
+    )
     assert metrics["losses/policy_loss"] == pytest.approx(expected)

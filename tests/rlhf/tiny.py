@@ -36,8 +36,13 @@ def build_model_folder(folder: Path, with_pad: bool = True, seed: int = 0) -> Pa
     tokenizer = build_tokenizer(with_pad)
     torch.manual_seed(seed)
     config = GPT2Config(
-        vocab_size=len(tokenizer), n_layer=2, n_head=2, n_embd=32, n_positions=64,
-        bos_token_id=tokenizer.eos_token_id, eos_token_id=tokenizer.eos_token_id,
+        vocab_size=len(tokenizer),
+        n_layer=2,
+        n_head=2,
+        n_embd=32,
+        n_positions=64,
+        bos_token_id=tokenizer.eos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
     )
     GPT2LMHeadModel(config).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
@@ -54,10 +59,21 @@ def build_encoder_folder(folder: Path, seed: int = 0) -> Path:
     specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]"]
     backend = Tokenizer(models.WordLevel({t: i for i, t in enumerate(specials + list(CHARS))}, unk_token="[UNK]"))
     backend.pre_tokenizer = pre_tokenizers.Split("", "isolated")
-    backend.post_processor = processors.TemplateProcessing(single="[CLS] $A [SEP]", special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="[PAD]", unk_token="[UNK]", cls_token="[CLS]", sep_token="[SEP]")
+    backend.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", special_tokens=[("[CLS]", 2), ("[SEP]", 3)]
+    )
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend, pad_token="[PAD]", unk_token="[UNK]", cls_token="[CLS]", sep_token="[SEP]"
+    )
     torch.manual_seed(seed)
-    config = BertConfig(vocab_size=len(tokenizer), hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32, num_labels=1)
+    config = BertConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=32,
+        num_labels=1,
+    )
     BertForSequenceClassification(config).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
@@ -105,7 +121,18 @@ def synthetic_rollout(logprobs, ref_logprobs, mask):
     batch = mask.shape[0]
     query = torch.arange(batch).unsqueeze(1)
     response = torch.zeros(mask.shape, dtype=torch.long)
-    return Rollout([""] * batch, [""] * batch, query, torch.ones_like(query), response, mask, logprobs, ref_logprobs, None, torch.ones(batch, dtype=torch.bool))
+    return Rollout(
+        [""] * batch,
+        [""] * batch,
+        query,
+        torch.ones_like(query),
+        response,
+        mask,
+        logprobs,
+        ref_logprobs,
+        None,
+        torch.ones(batch, dtype=torch.bool),
+    )
 
 
 def tiny_config(model: Path, output_dir: Path, **ppo) -> RLHFConfig:

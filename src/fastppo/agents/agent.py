@@ -142,17 +142,28 @@ class Agent:
                 return {}, {}
             missing = [name for name in names if name not in state]
             if missing:
-                raise ValueError(f"agent.step got no state for {missing[0]!r}: start each agent's episode from agent.initial_state(env.possible_agents)")
-            actions, states = self.step(rows, torch.stack([torch.as_tensor(state[name], device=self.device) for name in names]), deterministic, masks)
+                raise ValueError(
+                    f"agent.step got no state for {missing[0]!r}: start each agent's episode from agent.initial_state(env.possible_agents)"
+                )
+            actions, states = self.step(
+                rows,
+                torch.stack([torch.as_tensor(state[name], device=self.device) for name in names]),
+                deterministic,
+                masks,
+            )
             return dict(zip(names, actions)), dict(zip(names, states.unbind()))
         obs_t, mask_t, single = self._inputs(obs, action_mask)
         state = torch.as_tensor(state, dtype=next(self.policy.parameters()).dtype, device=self.device)
         if tuple(state.shape) != (obs_t.shape[0], self.policy.state_size):
-            raise ValueError(f"agent.step got a state of shape {tuple(state.shape)} for {obs_t.shape[0]} observations; expected {(obs_t.shape[0], self.policy.state_size)}")
+            raise ValueError(
+                f"agent.step got a state of shape {tuple(state.shape)} for {obs_t.shape[0]} observations; expected {(obs_t.shape[0], self.policy.state_size)}"
+            )
         action, state = self.policy.predict(obs_t, mask_t, deterministic, state)
         return self._env_actions(action, single), state
 
-    def _agent_rows(self, observations: Mapping[str, Any], action_mask: Any) -> tuple[list[str], np.ndarray, np.ndarray | None]:
+    def _agent_rows(
+        self, observations: Mapping[str, Any], action_mask: Any
+    ) -> tuple[list[str], np.ndarray, np.ndarray | None]:
         """``act``'s dict form: (agent names, their rows, their masks) as training built them."""
         if self.pettingzoo is None:
             raise ValueError(
@@ -164,7 +175,9 @@ class Agent:
             raise ValueError("with a dict of observations, give the masks as a dict too: action_mask={agent: mask}")
         names, rows, masks = self.pettingzoo.rows(self.config.multi_agent, observations, action_mask)
         if self.action_masks and masks is None:
-            raise ValueError("this agent was trained with action masks: give each agent's, in its Dict observation's 'action_mask' or as action_mask={agent: infos[agent]['action_mask']}")
+            raise ValueError(
+                "this agent was trained with action masks: give each agent's, in its Dict observation's 'action_mask' or as action_mask={agent: infos[agent]['action_mask']}"
+            )
         return names, rows, masks
 
     def _inputs(self, obs: Any, action_mask: Any) -> tuple[torch.Tensor, torch.Tensor | None, bool]:
@@ -172,7 +185,9 @@ class Agent:
         obs_t = torch.as_tensor(np.asarray(obs), device=self.device)
         single = tuple(obs_t.shape) == self.obs_shape
         if not single and tuple(obs_t.shape[1:]) != self.obs_shape:
-            raise ValueError(f"agent.act got an observation of shape {tuple(obs_t.shape)}; this agent takes {self.obs_shape} (one) or [batch, *{self.obs_shape}]")
+            raise ValueError(
+                f"agent.act got an observation of shape {tuple(obs_t.shape)}; this agent takes {self.obs_shape} (one) or [batch, *{self.obs_shape}]"
+            )
         if single:
             obs_t = obs_t.unsqueeze(0)
         mask_t = None
@@ -181,10 +196,16 @@ class Agent:
             mask_t = mask_t.unsqueeze(0) if single else mask_t
             if mask_t.shape[0] != obs_t.shape[0]:
                 raise ValueError(f"agent.act got {mask_t.shape[0]} action masks for {obs_t.shape[0]} observations")
-            if not (allowed := mask_t.flatten(1).any(dim=1)).all():  # a masked softmax of no action would still sample one
-                raise ValueError(f"agent.act got an action mask that allows no action (row {int((~allowed).nonzero()[0, 0])}): a mask needs at least one True, the legal moves")
+            if not (
+                allowed := mask_t.flatten(1).any(dim=1)
+            ).all():  # a masked softmax of no action would still sample one
+                raise ValueError(
+                    f"agent.act got an action mask that allows no action (row {int((~allowed).nonzero()[0, 0])}): a mask needs at least one True, the legal moves"
+                )
         elif self.action_masks:
-            raise ValueError("this agent was trained with action masks: pass the env's mask, agent.act(obs, action_mask=info['action_mask'])")
+            raise ValueError(
+                "this agent was trained with action masks: pass the env's mask, agent.act(obs, action_mask=info['action_mask'])"
+            )
         return self.normalize(obs_t), mask_t, single
 
     def _env_actions(self, action: torch.Tensor, single: bool) -> np.ndarray:
@@ -225,7 +246,12 @@ class Agent:
 
 
 def build_agent(
-    config: Config, observation_space: gym.Space, action_space: gym.Space, device: torch.device, layout: ObservationLayout | None = None, statistics_device: torch.device | None = None
+    config: Config,
+    observation_space: gym.Space,
+    action_space: gym.Space,
+    device: torch.device,
+    layout: ObservationLayout | None = None,
+    statistics_device: torch.device | None = None,
 ) -> Agent:
     """A fresh agent, its policy on ``device`` and its observation statistics on
     ``statistics_device`` (default: the same), where training's rollout keeps them."""
@@ -234,8 +260,19 @@ def build_agent(
     policy = policy_class(observation_space, action_space, config.policy, layout).to(device)
     shape = observation_space.shape
     # The trailing raw columns (agent ids) have no statistics: RunningMeanStd passes them through.
-    obs_rms = RunningMeanStd((shape[0] - layout.raw,) if layout.raw else shape, statistics_device or device) if config.env.normalize_obs else None
-    return Agent(policy=policy, config=config, observation_space=observation_space, action_space=action_space, obs_rms=obs_rms, layout=layout)
+    obs_rms = (
+        RunningMeanStd((shape[0] - layout.raw,) if layout.raw else shape, statistics_device or device)
+        if config.env.normalize_obs
+        else None
+    )
+    return Agent(
+        policy=policy,
+        config=config,
+        observation_space=observation_space,
+        action_space=action_space,
+        obs_rms=obs_rms,
+        layout=layout,
+    )
 
 
 def load_agent(directory: str | Path, device: str | torch.device = "cpu", env_id: str | None = None) -> Agent:
@@ -253,7 +290,9 @@ def load_agent(directory: str | Path, device: str | torch.device = "cpu", env_id
         if (directory / "checkpoints").is_dir():
             directory = find_checkpoint(directory)
         elif seeds := seed_folders(directory):
-            raise FastPPOError(f"{directory} holds the runs of {len(seeds)} seeds (--seeds), one agent each: give one of them, e.g. {seeds[0]}")
+            raise FastPPOError(
+                f"{directory} holds the runs of {len(seeds)} seeds (--seeds), one agent each: give one of them, e.g. {seeds[0]}"
+            )
     try:
         meta = json.loads((directory / AGENT_FILE).read_text())
         config = Config.from_dict(meta["config"])
@@ -261,20 +300,30 @@ def load_agent(directory: str | Path, device: str | torch.device = "cpu", env_id
         pettingzoo = PettingZooAgents.from_data(meta["agents"]) if "agents" in meta else None
         tensors = load_file(str(directory / POLICY_FILE), device=str(device))
     except FileNotFoundError as exc:
-        raise FastPPOError(f"no saved agent in {directory}: {Path(exc.filename or POLICY_FILE).name} is missing (train with --run-dir, or give a checkpoint folder)") from None
+        raise FastPPOError(
+            f"no saved agent in {directory}: {Path(exc.filename or POLICY_FILE).name} is missing (train with --run-dir, or give a checkpoint folder)"
+        ) from None
     except (ValueError, KeyError, TypeError, AttributeError, SafetensorError, OSError) as exc:
-        raise FastPPOError(f"cannot read the agent in {directory}: damaged or foreign file ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") from None
+        raise FastPPOError(
+            f"cannot read the agent in {directory}: damaged or foreign file ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"
+        ) from None
     observation_space, action_space, layout = spaces or _env_spaces(config, directory, env_id)
     agent = build_agent(config, observation_space, action_space, torch.device(device), layout)
     agent.action_masks = bool(meta.get("action_masks", False))
     agent.from_folder = True
     agent.pettingzoo = pettingzoo
     try:
-        agent.policy.load_state_dict({k.removeprefix("policy."): v for k, v in tensors.items() if k.startswith("policy.")})
+        agent.policy.load_state_dict(
+            {k.removeprefix("policy."): v for k, v in tensors.items() if k.startswith("policy.")}
+        )
         if agent.obs_rms is not None:
-            agent.obs_rms.load_state_dict({k.removeprefix("obs_rms."): v for k, v in tensors.items() if k.startswith("obs_rms.")})
+            agent.obs_rms.load_state_dict(
+                {k.removeprefix("obs_rms."): v for k, v in tensors.items() if k.startswith("obs_rms.")}
+            )
     except (RuntimeError, KeyError) as exc:
-        raise FastPPOError(f"the weights in {directory / POLICY_FILE} do not fit the saved config: {exc}".splitlines()[0]) from None
+        raise FastPPOError(
+            f"the weights in {directory / POLICY_FILE} do not fit the saved config: {exc}".splitlines()[0]
+        ) from None
     # Last: a file that does not parse or fit says how above; this finds what reads as valid (a flipped bit in a weight).
     if (problem := checksum_problem(directory, AGENT_FILES)) is not None:
         raise FastPPOError(f"the agent in {directory} is damaged: {problem}")

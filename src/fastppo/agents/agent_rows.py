@@ -27,11 +27,18 @@ class PettingZooAgents:
     observation_spaces: tuple[gym.Space, ...]
     action_spaces: tuple[gym.Space, ...]
     state_size: int = 0
-    _built: tuple[MultiAgentConfig, _SpacesOnly, AgentSpaces] | None = field(default=None, init=False, repr=False, compare=False)
+    _built: tuple[MultiAgentConfig, _SpacesOnly, AgentSpaces] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
 
     @classmethod
     def of(cls, spaces: AgentSpaces) -> PettingZooAgents:
-        return cls(tuple(spaces.agents), tuple(spaces.observation_spaces), tuple(spaces.action_spaces), spaces.state_size if spaces.env_state else 0)
+        return cls(
+            tuple(spaces.agents),
+            tuple(spaces.observation_spaces),
+            tuple(spaces.action_spaces),
+            spaces.state_size if spaces.env_state else 0,
+        )
 
     def to_data(self) -> dict[str, Any] | None:
         """agent.json's ``agents``; None when an observation space is none that fastppo stores
@@ -41,7 +48,12 @@ class PettingZooAgents:
             actions = [space_to_data(space) for space in self.action_spaces]
         except ValueError:
             return None
-        return {"names": list(self.names), "observations": observations, "actions": actions, "state_size": self.state_size}
+        return {
+            "names": list(self.names),
+            "observations": observations,
+            "actions": actions,
+            "state_size": self.state_size,
+        }
 
     @classmethod
     def from_data(cls, data: Any) -> PettingZooAgents:
@@ -49,9 +61,18 @@ class PettingZooAgents:
         if not isinstance(data, dict) or set(data) != {"names", "observations", "actions", "state_size"}:
             raise ValueError("agents must be an object with names, observations, actions and state_size")
         names, observations, actions = data["names"], data["observations"], data["actions"]
-        if not (isinstance(names, list) and names and all(isinstance(n, str) for n in names) and len(set(names)) == len(names)):
+        if not (
+            isinstance(names, list)
+            and names
+            and all(isinstance(n, str) for n in names)
+            and len(set(names)) == len(names)
+        ):
             raise ValueError("agents.names must be a list of distinct agent names")
-        if not (isinstance(observations, list) and isinstance(actions, list) and len(observations) == len(actions) == len(names)):
+        if not (
+            isinstance(observations, list)
+            and isinstance(actions, list)
+            and len(observations) == len(actions) == len(names)
+        ):
             raise ValueError("agents.observations and agents.actions must hold one space per agent")
         state_size = data["state_size"]
         if not isinstance(state_size, int) or isinstance(state_size, bool) or state_size < 0:
@@ -63,20 +84,27 @@ class PettingZooAgents:
             state_size,
         )
 
-    def rows(self, cfg: MultiAgentConfig, observations: Mapping[str, Any], action_mask: Mapping[str, Any] | None) -> tuple[list[str], np.ndarray, np.ndarray | None]:
+    def rows(
+        self, cfg: MultiAgentConfig, observations: Mapping[str, Any], action_mask: Mapping[str, Any] | None
+    ) -> tuple[list[str], np.ndarray, np.ndarray | None]:
         """(the names of the agents observed, in row order; their rows [k, width]; their masks
         [k, actions] or None) as training built them. ``action_mask``: masks an env publishes in
         ``infos[agent]['action_mask']`` (a Dict observation's own are read from it)."""
         unknown = [name for name in list(observations) + list(action_mask or {}) if name not in self.names]
         if unknown:
-            raise ValueError(f"agent.act got observations or masks of {unknown[0]!r}, an agent the policy was not trained on (its agents: {', '.join(self.names)})")
+            raise ValueError(
+                f"agent.act got observations or masks of {unknown[0]!r}, an agent the policy was not trained on (its agents: {', '.join(self.names)})"
+            )
         if self._built is None or self._built[0] != cfg:  # built once: act is called every env step
             env = _SpacesOnly(self)
             self._built = (cfg, env, AgentSpaces(env, cfg))
         _, env, spaces = self._built
         # A Dict observation's inner 'observation' alone is taken too (its mask then given apart).
         observations = {
-            name: {"observation": obs} if isinstance(env.observation_space(name), gym.spaces.Dict) and not isinstance(obs, Mapping) else obs for name, obs in observations.items()
+            name: {"observation": obs}
+            if isinstance(env.observation_space(name), gym.spaces.Dict) and not isinstance(obs, Mapping)
+            else obs
+            for name, obs in observations.items()
         }
         rows = spaces.blank_rows(1)[0]
         infos = {name: {ACTION_MASK_KEY: mask} for name, mask in (action_mask or {}).items()}
@@ -111,7 +139,10 @@ def _observation_to_data(space: gym.Space) -> dict[str, Any]:
     """An agent's observation space; PettingZoo's masked Dict as its two parts."""
     if isinstance(space, gym.spaces.Dict) and "observation" in space.spaces:
         mask = space.spaces.get(ACTION_MASK_KEY)
-        return {"observation": space_to_data(space["observation"]), ACTION_MASK_KEY: None if mask is None else space_to_data(mask)}
+        return {
+            "observation": space_to_data(space["observation"]),
+            ACTION_MASK_KEY: None if mask is None else space_to_data(mask),
+        }
     return {"observation": space_to_data(space)}
 
 

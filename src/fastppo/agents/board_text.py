@@ -60,7 +60,9 @@ def leduc(env: Any, seat: str) -> str:
     """The seat's observation in words: its card, the public card, the chips each side has put in."""
     observation = env.observe(seat)["observation"]
     hand, public = np.flatnonzero(observation[:RANKS]), np.flatnonzero(observation[RANKS : 2 * RANKS])
-    mine, theirs = (int(np.argmax(observation[start : start + CHIP_SLOTS])) for start in (2 * RANKS, 2 * RANKS + CHIP_SLOTS))
+    mine, theirs = (
+        int(np.argmax(observation[start : start + CHIP_SLOTS])) for start in (2 * RANKS, 2 * RANKS + CHIP_SLOTS)
+    )
     public_card = "JQK"[public[0]] if len(public) else "not dealt yet"
     return f"you are {seat}: your card {'JQK'[hand[0]]}, public card {public_card}; chips in: you {mine}, the opponent {theirs}"
 

@@ -57,7 +57,11 @@ class EvalResult:
 
     @property
     def mean_group_returns(self) -> dict[str, float] | None:
-        return None if self.group_returns is None else {group: float(np.mean(returns)) for group, returns in self.group_returns.items()}
+        return (
+            None
+            if self.group_returns is None
+            else {group: float(np.mean(returns)) for group, returns in self.group_returns.items()}
+        )
 
     @property
     def mean_length(self) -> float:
@@ -68,16 +72,23 @@ class EvalResult:
         return float(np.std(self.lengths))
 
     def to_dict(self) -> dict[str, Any]:
-        stats = {k: getattr(self, k) for k in ("mean_return", "std_return", "mean_group_returns", "mean_length", "std_length")}
+        stats = {
+            k: getattr(self, k)
+            for k in ("mean_return", "std_return", "mean_group_returns", "mean_length", "std_length")
+        }
         return {**asdict(self), "episodes": len(self.lengths), **stats}
 
     def __str__(self) -> str:
         mode = "deterministic" if self.deterministic else "stochastic"
-        groups = ", ".join(f"{group} {np.mean(r):.1f} ± {np.std(r):.1f}" for group, r in (self.group_returns or {}).items())
+        groups = ", ".join(
+            f"{group} {np.mean(r):.1f} ± {np.std(r):.1f}" for group, r in (self.group_returns or {}).items()
+        )
         if not self.returns:  # agents in several groups without a headline: each group's
             shown = f"returns {groups}"
         else:  # one group's return is the headline's: shown once
-            shown = f"return {self.mean_return:.1f} ± {self.std_return:.1f}" + (f" ({groups})" if len(self.group_returns or {}) > 1 else "")
+            shown = f"return {self.mean_return:.1f} ± {self.std_return:.1f}" + (
+                f" ({groups})" if len(self.group_returns or {}) > 1 else ""
+            )
         return f"{self.env_id}: {shown}, length {self.mean_length:.1f} ± {self.std_length:.1f} over {len(self.lengths)} episodes ({mode} policy)"
 
 
@@ -157,7 +168,9 @@ def run_episodes(
     return returns, lengths
 
 
-def run_tensor_episodes(agent: Agent, env_class: type[TensorEnv], episodes: int, deterministic: bool, seed: int | None) -> tuple[list[float], list[int]]:
+def run_tensor_episodes(
+    agent: Agent, env_class: type[TensorEnv], episodes: int, deterministic: bool, seed: int | None
+) -> tuple[list[float], list[int]]:
     """One episode in each of ``episodes`` parallel envs of a user's tensor env (which has no
     gymnasium twin to play one by one), on CPU; raw rewards, as the env returns them."""
     _check_episodes(episodes)
@@ -179,7 +192,12 @@ def run_tensor_episodes(agent: Agent, env_class: type[TensorEnv], episodes: int,
 
 
 def run_multi_agent_episodes(
-    agent: Agent, envs: PettingZooVecEnv, episodes: int, deterministic: bool, seed: int | None, on_frame: Callable[[Any], None] | None = None
+    agent: Agent,
+    envs: PettingZooVecEnv,
+    episodes: int,
+    deterministic: bool,
+    seed: int | None,
+    on_frame: Callable[[Any], None] | None = None,
 ) -> tuple[list[float], list[int], dict[str, list[float]]]:
     """Play ``episodes`` episodes of one PettingZoo env copy, every agent's row acting with the
     agent; headline returns (as training logs them: --multi-agent.headline), lengths and each
@@ -211,7 +229,11 @@ def run_multi_agent_episodes(
             lengths += finished.lengths
             for group, group_returns in (finished.by_group or {}).items():
                 groups.setdefault(group, []).extend(group_returns)
-    return returns[:episodes], lengths[:episodes], {group: group_returns[:episodes] for group, group_returns in groups.items()}
+    return (
+        returns[:episodes],
+        lengths[:episodes],
+        {group: group_returns[:episodes] for group, group_returns in groups.items()},
+    )
 
 
 def evaluate(
@@ -235,16 +257,29 @@ def evaluate(
     agent, env_id = played_env(agent, env_id, "eval")
     if is_game(env_id, agent.config.env.env_kwargs):
         if episodes is not None:
-            raise FastPPOError(f"{env_id} is a turn-based game: count its games with --games N (default 100), not --episodes")
-        return evaluate_games(agent, env_id, "random" if opponent is None else opponent, 100 if games is None else games, deterministic is not False, seed)
+            raise FastPPOError(
+                f"{env_id} is a turn-based game: count its games with --games N (default 100), not --episodes"
+            )
+        return evaluate_games(
+            agent,
+            env_id,
+            "random" if opponent is None else opponent,
+            100 if games is None else games,
+            deterministic is not False,
+            seed,
+        )
     if opponent is not None or games is not None:
-        raise FastPPOError(f"--opponent and --games play turn-based games, and {env_id} is not one (a PettingZoo AECEnv such as pz:pettingzoo.classic.tictactoe_v3): count episodes with --episodes")
+        raise FastPPOError(
+            f"--opponent and --games play turn-based games, and {env_id} is not one (a PettingZoo AECEnv such as pz:pettingzoo.classic.tictactoe_v3): count episodes with --episodes"
+        )
     episodes, deterministic = 10 if episodes is None else episodes, bool(deterministic)
     env_class = user_tensor_env(env_id)
     if is_pettingzoo(env_id):
         envs = agent_rows_env(agent, env_id)
         try:
-            return EvalResult(env_id, deterministic, seed, *run_multi_agent_episodes(agent, envs, episodes, deterministic, seed))
+            return EvalResult(
+                env_id, deterministic, seed, *run_multi_agent_episodes(agent, envs, episodes, deterministic, seed)
+            )
         finally:
             envs.close()
     elif env_class is not None:
@@ -271,12 +306,19 @@ def record(
     """Render ``episodes`` episodes into one MP4 at ``out``; returns (path, result, frames written)."""
     agent, env_id = played_env(agent, env_id, "record")
     if user_tensor_env(env_id) is not None:
-        raise FastPPOError(f"cannot record {env_id}: a tensor env has no renderer; record a gymnasium env that renders rgb_array frames")
+        raise FastPPOError(
+            f"cannot record {env_id}: a tensor env has no renderer; record a gymnasium env that renders rgb_array frames"
+        )
     if is_pettingzoo(env_id):
         envs = agent_rows_env(agent, env_id, render_mode="rgb_array")
         try:
             with VideoWriter(out, env_fps(envs.envs[0])) as video:
-                result = EvalResult(env_id, deterministic, seed, *run_multi_agent_episodes(agent, envs, episodes, deterministic, seed, on_frame=video.append))
+                result = EvalResult(
+                    env_id,
+                    deterministic,
+                    seed,
+                    *run_multi_agent_episodes(agent, envs, episodes, deterministic, seed, on_frame=video.append),
+                )
         finally:
             envs.close()
         return Path(out), result, video.frames
@@ -305,7 +347,9 @@ def agent_rows_env(agent: Agent, env_id: str, render_mode: str | None = None) ->
 
 def _check_obs_shape(agent: Agent, shape: tuple[int, ...], env_id: str) -> None:
     if tuple(shape) != tuple(agent.obs_shape):
-        raise FastPPOError(f"{env_id} has observations of shape {tuple(shape)}, the agent expects {agent.obs_shape}: evaluate on {agent.config.env.env_id}")
+        raise FastPPOError(
+            f"{env_id} has observations of shape {tuple(shape)}, the agent expects {agent.obs_shape}: evaluate on {agent.config.env.env_id}"
+        )
 
 
 def _check_episodes(episodes: int) -> None:

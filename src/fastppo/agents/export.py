@@ -79,7 +79,9 @@ def _has_onnxscript() -> bool:
     return True
 
 
-def _torch_onnx_export(module: nn.Module, examples: dict[str, Tensor], outputs: list[str], path: Path, opset: int, dynamo: bool) -> None:
+def _torch_onnx_export(
+    module: nn.Module, examples: dict[str, Tensor], outputs: list[str], path: Path, opset: int, dynamo: bool
+) -> None:
     """The torch.export-based exporter (``dynamo``, needs onnxscript), else the TorchScript one
     (deprecated since torch 2.9, still present in 2.13); both with a dynamic batch dimension on
     every input (``examples``, by name) and output."""
@@ -121,15 +123,23 @@ def export_onnx(agent: Agent | str | Path, path: str | Path, opset: int = 18) ->
     low, high = (15, onnx.defs.onnx_opset_version()) if dynamo else (8, torch.onnx._constants.ONNX_MAX_OPSET)
     if not low <= opset <= high:
         exporter = "torch.export" if dynamo else "TorchScript"
-        raise FastPPOError(f"--opset {opset} is outside what the {exporter} ONNX exporter writes correctly: pick {low} to {high} (default 18)")
+        raise FastPPOError(
+            f"--opset {opset} is outside what the {exporter} ONNX exporter writes correctly: pick {low} to {high} (default 18)"
+        )
     agent = agent if isinstance(agent, Agent) else load_agent(agent)
     path = output_file(path, "the ONNX file")
     if agent.layout.groups:
-        raise FastPPOError("ONNX export of one policy per agent group is not supported yet: export an agent trained with --multi-agent.policies shared")
+        raise FastPPOError(
+            "ONNX export of one policy per agent group is not supported yet: export an agent trained with --multi-agent.policies shared"
+        )
     if agent.policy.recurrent and agent.layout.critic_only:
-        raise FastPPOError("ONNX export of a recurrent MAPPO policy is not supported (its state holds the centralised critic's): export an IPPO or feed-forward agent")
+        raise FastPPOError(
+            "ONNX export of a recurrent MAPPO policy is not supported (its state holds the centralised critic's): export an IPPO or feed-forward agent"
+        )
     action_space = agent.action_space
-    obs_space = agent.layout.actor_space(agent.observation_space)  # multi-agent: the agent's observation and its id, no global state
+    obs_space = agent.layout.actor_space(
+        agent.observation_space
+    )  # multi-agent: the agent's observation and its id, no global state
     module = DeterministicPolicy(agent, action_space)
     dtype = torch.uint8 if obs_space.dtype == np.uint8 else torch.float32
     examples = {"obs": torch.as_tensor(np.stack([obs_space.sample(), obs_space.sample()]), dtype=dtype)}
@@ -143,7 +153,9 @@ def export_onnx(agent: Agent | str | Path, path: str | Path, opset: int = 18) ->
         # An exporter that cannot convert to the opset may log the failure and keep its own.
         written = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
         if written != opset:
-            raise FastPPOError(f"the ONNX exporter wrote opset {written}, not the requested {opset}: export with the default --opset 18")
+            raise FastPPOError(
+                f"the ONNX exporter wrote opset {written}, not the requested {opset}: export with the default --opset 18"
+            )
         meta = {
             "producer": "fastppo",
             "env_id": agent.config.env.env_id,
@@ -171,6 +183,8 @@ def onnx_signature(path: str | Path) -> str:
 
     def describe(kind: str, values: list) -> str:
         shapes = [", ".join(d.dim_param or str(d.dim_value) for d in v.type.tensor_type.shape.dim) for v in values]
-        return f"{kind}{'s' if len(values) > 1 else ''} " + ", ".join(f"'{v.name}' [{shape}]" for v, shape in zip(values, shapes))
+        return f"{kind}{'s' if len(values) > 1 else ''} " + ", ".join(
+            f"'{v.name}' [{shape}]" for v, shape in zip(values, shapes)
+        )
 
     return f"{describe('input', list(graph.input))}; {describe('output', list(graph.output))}"

@@ -28,7 +28,9 @@ def game_module(env_id: str) -> str:
     one-line FastPPOError for an id that names no PettingZoo module."""
     module = env_id.removeprefix(PREFIX)
     if not env_id.startswith(PREFIX) or not module or module.startswith("."):
-        raise FastPPOError(f"{env_id} names no turn-based PettingZoo game: write pz:<module>, e.g. pz:pettingzoo.classic.connect_four_v3")
+        raise FastPPOError(
+            f"{env_id} names no turn-based PettingZoo game: write pz:<module>, e.g. pz:pettingzoo.classic.connect_four_v3"
+        )
     return module
 
 
@@ -42,9 +44,13 @@ def make_game(game: GameSource, env_kwargs: dict[str, Any] | None = None) -> Any
     else:
         game_module(game)  # a one-line error for an id that names no PettingZoo module
         env, name = make_pettingzoo(game, env_kwargs or {}), game
-    if not is_turn_based(env) or not all(hasattr(env, attr) for attr in ("agent_iter", "last", "observe", "possible_agents")):
+    if not is_turn_based(env) or not all(
+        hasattr(env, attr) for attr in ("agent_iter", "last", "observe", "possible_agents")
+    ):
         env.close()
-        raise FastPPOError(f"{name} built a {type(env).__name__}, not a PettingZoo AECEnv (turn-based): name a game such as pz:pettingzoo.classic.tictactoe_v3")
+        raise FastPPOError(
+            f"{name} built a {type(env).__name__}, not a PettingZoo AECEnv (turn-based): name a game such as pz:pettingzoo.classic.tictactoe_v3"
+        )
     try:
         check_game(env, name)
     except FastPPOError:

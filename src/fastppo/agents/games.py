@@ -90,15 +90,20 @@ class GameResults:
             f"{seat:<16}{'games':>8}{'wins':>8}{'draws':>8}{'losses':>8}{'mean return':>13}",
         ]
         for row in (*self.seats, self.total):
-            lines.append(f"{row.seat:<16}{row.games:>8}{row.wins:>8}{row.draws:>8}{row.losses:>8}{row.mean_return:>13.3f}")
+            lines.append(
+                f"{row.seat:<16}{row.games:>8}{row.wins:>8}{row.draws:>8}{row.losses:>8}{row.mean_return:>13.3f}"
+            )
         return "\n".join(lines)
 
     __str__ = table
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data for JSON and metrics: the totals at the top level, each seat under ``seats``."""
+
         def counts(row: SeatResults) -> dict[str, Any]:
-            return {k: v for k, v in asdict(row).items() if k not in ("seat", "total_return")} | {"mean_return": row.mean_return}
+            return {k: v for k, v in asdict(row).items() if k not in ("seat", "total_return")} | {
+                "mean_return": row.mean_return
+            }
 
         return {
             "game": self.game,
@@ -114,7 +119,9 @@ class GameResults:
         }
 
 
-def play_games(game: GameSource, players: Sequence[Player], games: int, seed: int = 0, env_kwargs: dict[str, Any] | None = None) -> GameResults:
+def play_games(
+    game: GameSource, players: Sequence[Player], games: int, seed: int = 0, env_kwargs: dict[str, Any] | None = None
+) -> GameResults:
     """``games`` games of ``players[0]`` (A) against ``players[1]`` (B): A in the first seat in
     even games, in the second in odd ones. Everything random follows from ``seed``: the env's
     deal (the same for games ``2k`` and ``2k + 1``) and each player's choices (``reset``).
@@ -144,7 +151,14 @@ def play_games(game: GameSource, players: Sequence[Player], games: int, seed: in
     return GameResults(name, players[0].name, players[1].name, results, moves, seconds, seed)
 
 
-def evaluate_games(agent: Agent, env_id: str, opponent: str | Player = "random", games: int = 100, deterministic: bool = True, seed: int | None = None) -> GameResults:
+def evaluate_games(
+    agent: Agent,
+    env_id: str,
+    opponent: str | Player = "random",
+    games: int = 100,
+    deterministic: bool = True,
+    seed: int | None = None,
+) -> GameResults:
     """``games`` games of ``agent`` on its game ``env_id`` against ``opponent`` (a ``Player``, or
     the spec ``player_from_spec`` reads: ``random``, ``mcts:N``, ``minimax``, a run folder), seats
     swapped: what ``fastppo eval`` reports on a turn-based game. ``deterministic``: the agent's
@@ -152,7 +166,9 @@ def evaluate_games(agent: Agent, env_id: str, opponent: str | Player = "random",
     if games < 1:
         raise FastPPOError(f"--games must be >= 1, got {games}")
     if not same_env(env_id, agent.config.env.env_id):
-        raise FastPPOError(f"the agent was trained on {agent.config.env.env_id}, not on {env_id}: a game's agent plays the game it was trained on")
+        raise FastPPOError(
+            f"the agent was trained on {agent.config.env.env_id}, not on {env_id}: a game's agent plays the game it was trained on"
+        )
     player = AgentPlayer(agent, deterministic)
     if not deterministic:  # said in the table's title line
         player.name += " (sampling)"
@@ -176,7 +192,9 @@ def play_game(env: Any, seated: Mapping[str, Player]) -> tuple[dict[str, float],
             continue
         action = seated[agent].act(env, agent, history)
         if action not in legal_actions(env, agent):
-            raise ValueError(f"{seated[agent].name} played {action} as {agent}, an illegal move (legal: {legal_actions(env, agent).tolist()})")
+            raise ValueError(
+                f"{seated[agent].name} played {action} as {agent}, an illegal move (legal: {legal_actions(env, agent).tolist()})"
+            )
         history.append(action)
         env.step(action)
     return returns, history

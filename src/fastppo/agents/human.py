@@ -56,7 +56,9 @@ class HumanPlayer:
             if not (entry.isascii() and entry.isdigit()):
                 self.write(f"'{entry[:20]}{'...' if len(entry) > 20 else ''}' is not a move: type one of {typed}")
             elif number not in typed.split():
-                self.write(f"{number[:20]}{'...' if len(number) > 20 else ''} is not a legal move now: type one of {typed}")
+                self.write(
+                    f"{number[:20]}{'...' if len(number) > 20 else ''} is not a legal move now: type one of {typed}"
+                )
             else:
                 return int(number)
 
@@ -72,7 +74,14 @@ class HumanPlayer:
         self.write(f"{outcome} (your return {own:+g})")
 
 
-def play_against(agent: Agent, human: HumanPlayer, games: int = 1, seat: int | None = None, deterministic: bool = True, seed: int | None = None) -> SeatResults:
+def play_against(
+    agent: Agent,
+    human: HumanPlayer,
+    games: int = 1,
+    seat: int | None = None,
+    deterministic: bool = True,
+    seed: int | None = None,
+) -> SeatResults:
     """``games`` games of a person (``human``) against ``agent`` on the agent's game: the person
     in seat ``seat`` (0: the game's first player, ``possible_agents[0]``), else in seats 0 and 1
     by turns; the agent plays its most likely move unless not ``deterministic``; ``seed`` None:

@@ -127,11 +127,19 @@ def tabular_policy(policy: PolicyFn, rules: Rules = "openspiel") -> Any:
     for row, state in enumerate(table.states):
         observation, legal = VIEWS[rules](state)
         probabilities = np.asarray(policy(SEATS[state.current_player()], observation), dtype=np.float64)
-        if probabilities.shape != (len(RLCARD_ACTIONS),) or not np.all(np.isfinite(probabilities)) or np.any(probabilities < 0):
-            raise ValueError(f"the policy gave {probabilities.tolist()} for {state.information_state_string()}: give 4 probabilities, one per action (call, raise, fold, check)")
+        if (
+            probabilities.shape != (len(RLCARD_ACTIONS),)
+            or not np.all(np.isfinite(probabilities))
+            or np.any(probabilities < 0)
+        ):
+            raise ValueError(
+                f"the policy gave {probabilities.tolist()} for {state.information_state_string()}: give 4 probabilities, one per action (call, raise, fold, check)"
+            )
         legal_mass = probabilities[list(legal.values())].sum()
         if legal_mass <= 0 or probabilities.sum() - legal_mass > 1e-6 * probabilities.sum():
-            raise ValueError(f"the policy gave {probabilities.tolist()} for {state.information_state_string()}, whose legal actions are {observation['action_mask'].tolist()}: give illegal actions probability 0")
+            raise ValueError(
+                f"the policy gave {probabilities.tolist()} for {state.information_state_string()}, whose legal actions are {observation['action_mask'].tolist()}: give illegal actions probability 0"
+            )
         table.action_probability_array[row] = 0
         for action, rlcard_action in legal.items():
             table.action_probability_array[row, action] = probabilities[rlcard_action] / legal_mass

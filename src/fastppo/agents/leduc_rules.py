@@ -52,4 +52,7 @@ def shown(card: int, public: int | None, mine: int, theirs: int, legal: list[int
     ``mine`` and ``theirs`` chips in, whose legal actions (rlcard's numbers) are ``legal``."""
     mask = np.zeros(len(RLCARD_ACTIONS), dtype=np.int8)
     mask[legal] = 1
-    return {"observation": rlcard_observation(rank(card), None if public is None else rank(public), mine, theirs), "action_mask": mask}
+    return {
+        "observation": rlcard_observation(rank(card), None if public is None else rank(public), mine, theirs),
+        "action_mask": mask,
+    }

@@ -10,7 +10,7 @@ those."""
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 from typing import Any
 
 import numpy as np
@@ -36,7 +36,7 @@ def _winner(board: tuple[int, ...]) -> int:
     return 0
 
 
-@lru_cache(maxsize=None)
+@cache
 def value(board: tuple[int, ...]) -> int:
     """The score, under perfect play from here, of the player to move: positive wins (``1 + empty
     cells`` at the end), 0 draws, negative loses."""

@@ -84,8 +84,12 @@ def simulations(text: str) -> int:
     """The N of ``mcts:N`` (``text``) in ``[MIN_SIMULATIONS, MAX_SIMULATIONS]``, or a one-line FastPPOError."""
     if not re.fullmatch(r"-?[0-9]+", text):
         raise FastPPOError(f"give the number of simulations per move as an integer, e.g. mcts:100, not mcts:{text}")
-    if len(text) > 6 or not MIN_SIMULATIONS <= int(text) <= MAX_SIMULATIONS:  # the length first: int() refuses 4 300 digits and more
-        raise FastPPOError(f"MCTS needs {MIN_SIMULATIONS} to {MAX_SIMULATIONS} simulations per move (the strength knob, e.g. mcts:100), got {text}")
+    if (
+        len(text) > 6 or not MIN_SIMULATIONS <= int(text) <= MAX_SIMULATIONS
+    ):  # the length first: int() refuses 4 300 digits and more
+        raise FastPPOError(
+            f"MCTS needs {MIN_SIMULATIONS} to {MAX_SIMULATIONS} simulations per move (the strength knob, e.g. mcts:100), got {text}"
+        )
     return int(text)
 
 
@@ -98,8 +102,14 @@ class MCTSPlayer:
         if rules is None:
             covered = ", ".join(f"pz:{module}" for module in SAME_RULES)
             raise FastPPOError(f"MCTS plays {covered} (OpenSpiel's games of the same rules), not {game}")
-        if isinstance(simulations, bool) or not isinstance(simulations, int) or not MIN_SIMULATIONS <= simulations <= MAX_SIMULATIONS:
-            raise FastPPOError(f"MCTS needs {MIN_SIMULATIONS} to {MAX_SIMULATIONS} simulations per move (the strength knob, e.g. mcts:100), got {simulations!r}")
+        if (
+            isinstance(simulations, bool)
+            or not isinstance(simulations, int)
+            or not MIN_SIMULATIONS <= simulations <= MAX_SIMULATIONS
+        ):
+            raise FastPPOError(
+                f"MCTS needs {MIN_SIMULATIONS} to {MAX_SIMULATIONS} simulations per move (the strength knob, e.g. mcts:100), got {simulations!r}"
+            )
         self.name = f"mcts:{simulations}"
         self.rules = rules
         self.simulations = simulations
@@ -119,5 +129,7 @@ class MCTSPlayer:
         state = openspiel_state(self.rules, self.game, history)
         seat = list(env.possible_agents).index(agent)
         if state.current_player() != seat:
-            raise ValueError(f"the history has OpenSpiel's player {state.current_player()} to move, not {agent} (seat {seat}): pass every move of this game, both seats', in order")
+            raise ValueError(
+                f"the history has OpenSpiel's player {state.current_player()} to move, not {agent} (seat {seat}): pass every move of this game, both seats', in order"
+            )
         return self.rules.to_pettingzoo[self._bot.step(state)]

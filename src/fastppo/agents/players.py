@@ -107,7 +107,9 @@ class AgentPlayer:
 
     def __init__(self, agent: Agent, deterministic: bool = True, name: str | None = None):
         if agent.policy.recurrent:
-            raise FastPPOError("this agent has a recurrent policy, and a game player acts on one observation at a time: train it without --policy.memory")
+            raise FastPPOError(
+                "this agent has a recurrent policy, and a game player acts on one observation at a time: train it without --policy.memory"
+            )
         self.agent = agent
         self.deterministic = deterministic
         self.name = name or (str(agent.run_dir) if agent.run_dir is not None else "agent")
@@ -165,7 +167,9 @@ def player_from_spec(spec: str, env_id: str, seed: int = 0, flag: str = "--oppon
 def _player(spec: str, env_id: str, seed: int, user_code: bool) -> Player:
     kind, _, argument = spec.partition(":")
     if not spec:
-        raise FastPPOError(f"an empty name names no opponent (nor the working directory): give {_players_of(env_id, user_code)}")
+        raise FastPPOError(
+            f"an empty name names no opponent (nor the working directory): give {_players_of(env_id, user_code)}"
+        )
     if spec == "random":
         return RandomPlayer(seed)
     if spec == "minimax":
@@ -177,12 +181,18 @@ def _player(spec: str, env_id: str, seed: int, user_code: bool) -> Player:
     if Path(spec).is_dir():
         agent = load_agent(spec)
         if not same_env(agent.config.env.env_id, env_id):
-            raise FastPPOError(f"{spec} holds an agent trained on {agent.config.env.env_id}, not on {env_id}: give an agent of this game")
+            raise FastPPOError(
+                f"{spec} holds an agent trained on {agent.config.env.env_id}, not on {env_id}: give an agent of this game"
+            )
         return AgentPlayer(agent)
     if split_spec(spec) is not None and user_code:
         return user_player(spec, seed)
-    if split_spec(spec) is not None:  # a run's config names its players, and a resumed run never imports code its folder names
-        raise FastPPOError(f"a run rates its learner against {_players_of(env_id, user_code)}; a player class of yours plays in fastppo eval RUN_DIR --opponent {spec}")
+    if (
+        split_spec(spec) is not None
+    ):  # a run's config names its players, and a resumed run never imports code its folder names
+        raise FastPPOError(
+            f"a run rates its learner against {_players_of(env_id, user_code)}; a player class of yours plays in fastppo eval RUN_DIR --opponent {spec}"
+        )
     raise FastPPOError(f"unknown opponent, and no such folder: give {_players_of(env_id, user_code)}")
 
 
@@ -203,14 +213,20 @@ def user_player(spec: str, seed: int = 0) -> Player:
     cls = named_object(spec, "the player")
     if not isinstance(cls, type):
         what = "nothing" if cls is None else f"a {type(cls).__name__}"
-        raise FastPPOError(f"{spec} names {what}, not a player class: name a class with act(env, agent, history) -> move and reset(seed)")
+        raise FastPPOError(
+            f"{spec} names {what}, not a player class: name a class with act(env, agent, history) -> move and reset(seed)"
+        )
     try:
         player = cls()
     except Exception as exc:  # the user's constructor: its error in one line, not a traceback
-        raise FastPPOError(f"{spec}() raised {type(exc).__name__}: {exc}; a player class is built with no arguments") from None
+        raise FastPPOError(
+            f"{spec}() raised {type(exc).__name__}: {exc}; a player class is built with no arguments"
+        ) from None
     missing = [method for method in ("act", "reset") if not callable(getattr(player, method, None))]
     if missing:
-        raise FastPPOError(f"{spec} lacks {' and '.join(missing)}: a player has act(env, agent, history) -> move and reset(seed)")
+        raise FastPPOError(
+            f"{spec} lacks {' and '.join(missing)}: a player has act(env, agent, history) -> move and reset(seed)"
+        )
     if not isinstance(getattr(player, "name", None), str):
         player.name = spec
     player.reset(seed)

@@ -22,7 +22,19 @@ from typing import Any
 
 import pyspiel
 
-from fastppo.agents.leduc_rules import BIG_BLIND, CALL, CARDS, CHECK, FOLD, MAX_RAISES, RAISE, RAISE_SIZES, RLCARD_ACTIONS, SMALL_BLIND, rank
+from fastppo.agents.leduc_rules import (
+    BIG_BLIND,
+    CALL,
+    CARDS,
+    CHECK,
+    FOLD,
+    MAX_RAISES,
+    RAISE,
+    RAISE_SIZES,
+    RLCARD_ACTIONS,
+    SMALL_BLIND,
+    rank,
+)
 
 MOVE_LETTERS = "crfk"
 """call, raise, fold, check, in a state's ``moves``."""

@@ -38,25 +38,42 @@ def spaces_from_data(data: Any) -> tuple[gym.Space, gym.Space, ObservationLayout
         raise ValueError(f"spaces.layout.groups must be a list, got {groups!r}")
     observation_space = space_from_data(data["observation"], "spaces.observation")
     layout = ObservationLayout(
-        _count(layout["critic_only"], "spaces.layout.critic_only"), _count(layout["raw"], "spaces.layout.raw"), tuple(_count(g, "spaces.layout.groups") for g in groups)
+        _count(layout["critic_only"], "spaces.layout.critic_only"),
+        _count(layout["raw"], "spaces.layout.raw"),
+        tuple(_count(g, "spaces.layout.groups") for g in groups),
     )
     columns = layout.critic_only + layout.raw
     if columns and (len(observation_space.shape) != 1 or observation_space.shape[0] <= columns):
-        raise ValueError(f"spaces.layout names {columns} special columns of observations shaped {observation_space.shape}")
+        raise ValueError(
+            f"spaces.layout names {columns} special columns of observations shaped {observation_space.shape}"
+        )
     return observation_space, space_from_data(data["action"], "spaces.action"), layout
 
 
 def space_to_data(space: gym.Space) -> dict[str, Any]:
     """Box, Discrete, MultiDiscrete or MultiBinary as JSON data (what a policy's spaces can be)."""
     if isinstance(space, gym.spaces.Box):
-        return {"type": "Box", "shape": list(space.shape), "dtype": space.dtype.name, "low": _bound(space.low), "high": _bound(space.high)}
+        return {
+            "type": "Box",
+            "shape": list(space.shape),
+            "dtype": space.dtype.name,
+            "low": _bound(space.low),
+            "high": _bound(space.high),
+        }
     if isinstance(space, gym.spaces.Discrete):
         return {"type": "Discrete", "n": int(space.n), "start": int(space.start), "dtype": space.dtype.name}
     if isinstance(space, gym.spaces.MultiDiscrete):
-        return {"type": "MultiDiscrete", "nvec": space.nvec.tolist(), "start": space.start.tolist(), "dtype": space.dtype.name}
+        return {
+            "type": "MultiDiscrete",
+            "nvec": space.nvec.tolist(),
+            "start": space.start.tolist(),
+            "dtype": space.dtype.name,
+        }
     if isinstance(space, gym.spaces.MultiBinary):
         return {"type": "MultiBinary", "n": int(space.n) if np.ndim(space.n) == 0 else [int(size) for size in space.n]}
-    raise ValueError(f"cannot store the space {space}: a policy's spaces are Box, Discrete, MultiDiscrete or MultiBinary")
+    raise ValueError(
+        f"cannot store the space {space}: a policy's spaces are Box, Discrete, MultiDiscrete or MultiBinary"
+    )
 
 
 def space_from_data(data: Any, what: str) -> gym.Space:
@@ -77,7 +94,9 @@ def space_from_data(data: Any, what: str) -> gym.Space:
             raise ValueError(f"{what}.n must be a positive integer, got {data['n']!r}")
         if isinstance(data["start"], list):
             raise ValueError(f"{what}.start must be an integer, got {data['start']!r}")
-        return gym.spaces.Discrete(data["n"], start=_integers(data["start"], dtype, f"{what}.start").item(), dtype=dtype)
+        return gym.spaces.Discrete(
+            data["n"], start=_integers(data["start"], dtype, f"{what}.start").item(), dtype=dtype
+        )
     if kind == "MultiDiscrete":
         data = _mapping(data, what, {"type", "nvec", "start", "dtype"})
         dtype = _dtype(data["dtype"], INTEGER_DTYPES, what)
@@ -114,7 +133,9 @@ def _number(value: np.generic) -> bool | int | float | str:
 
 def _mapping(data: Any, what: str, keys: set[str]) -> dict[str, Any]:
     if not isinstance(data, dict) or set(data) != keys:
-        raise ValueError(f"{what} must be an object with the keys {sorted(keys)}, got {sorted(data) if isinstance(data, dict) else type(data).__name__}")
+        raise ValueError(
+            f"{what} must be an object with the keys {sorted(keys)}, got {sorted(data) if isinstance(data, dict) else type(data).__name__}"
+        )
     return data
 
 
@@ -172,7 +193,11 @@ def _bound_array(value: Any, shape: tuple[int, ...], dtype: np.dtype, what: str)
             raise ValueError(f"{what} must hold true/false, got {value!r}")
         array = np.array(values, dtype=bool)
     else:
-        if not all((isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)) or (isinstance(v, str) and v in INFINITIES) for v in values):
+        if not all(
+            (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v))
+            or (isinstance(v, str) and v in INFINITIES)
+            for v in values
+        ):
             raise ValueError(f"{what} must hold finite numbers or 'inf'/'-inf', got {value!r}")
         wide = np.array([INFINITIES[v] if isinstance(v, str) else v for v in values], dtype=np.float64)
         with np.errstate(over="ignore"):

@@ -43,7 +43,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt as exc:  # Ctrl-C (or SIGTERM: ``console``) where no handler of ours waits for it
         signum = getattr(exc, "signum", signal.SIGINT)
-        print(f"fastppo: {getattr(exc, 'note', None) or f'{signal.Signals(signum).name}: stopped at once'}", file=sys.stderr)
+        print(
+            f"fastppo: {getattr(exc, 'note', None) or f'{signal.Signals(signum).name}: stopped at once'}",
+            file=sys.stderr,
+        )
         return 128 + signum  # as a shell reports a process the signal killed
 
 

@@ -36,7 +36,9 @@ from fastppo.rlhf.config import (
 
 def _argument_type(hint) -> dict:
     """argparse keywords for a field's type: Literals become choices."""
-    optional_args = [a for a in get_args(hint) if a is not type(None)] if get_origin(hint) in (Union, types.UnionType) else None
+    optional_args = (
+        [a for a in get_args(hint) if a is not type(None)] if get_origin(hint) in (Union, types.UnionType) else None
+    )
     base = optional_args[0] if optional_args else hint
     if get_origin(base) is Literal:
         return {"choices": get_args(base), "type": str}
@@ -45,7 +47,9 @@ def _argument_type(hint) -> dict:
     return {"type": base, "metavar": base.__name__.upper()}
 
 
-def add_config_arguments(parser: argparse.ArgumentParser, cls: type, defaults: object | None = None, required: tuple[str, ...] = ()) -> None:
+def add_config_arguments(
+    parser: argparse.ArgumentParser, cls: type, defaults: object | None = None, required: tuple[str, ...] = ()
+) -> None:
     """One flag per field of dataclass ``cls``, in a group titled by its docstring."""
     group = parser.add_argument_group((cls.__doc__ or cls.__name__).strip().splitlines()[0].rstrip("."))
     hints = get_type_hints(cls)
@@ -53,15 +57,29 @@ def add_config_arguments(parser: argparse.ArgumentParser, cls: type, defaults: o
         default = getattr(defaults, f.name) if defaults is not None else (None if f.default is MISSING else f.default)
         help_text = f.metadata["help"].replace("%", "%%")  # argparse formats help with %
         flag = "--" + f.name.replace("_", "-")
-        if bool in (hints[f.name], *get_args(hints[f.name])):  # the spellings `fastppo train` takes: --x, --x false, --no-x
-            add_boolean_flag(group, [flag], f.name, help_text, default, default, partial(coerce, annotation=hints[f.name], name=flag[2:]))
+        if bool in (
+            hints[f.name],
+            *get_args(hints[f.name]),
+        ):  # the spellings `fastppo train` takes: --x, --x false, --no-x
+            add_boolean_flag(
+                group,
+                [flag],
+                f.name,
+                help_text,
+                default,
+                default,
+                partial(coerce, annotation=hints[f.name], name=flag[2:]),
+            )
             continue
         kwargs = _argument_type(hints[f.name])
         if f.name in required:
             kwargs.update(required=True, help=help_text)
         else:
             # extend appends to a copy of a list default; a tuple one has no append
-            kwargs.update(default=list(default) if isinstance(default, tuple) else default, help=f"{help_text} (default: {default})")
+            kwargs.update(
+                default=list(default) if isinstance(default, tuple) else default,
+                help=f"{help_text} (default: {default})",
+            )
         group.add_argument(flag, dest=f.name, **kwargs)
 
 
@@ -124,7 +142,9 @@ def run_rlhf(args: argparse.Namespace) -> int:
     _check_start(cfg.model, cfg.run, "rlhf")
     data = config_from_args(DataConfig, args)
     tokenizer = _chat_tokenizer(data, cfg.model.model)
-    columns = [read_prompt_column(args.prompts, "--prompts", data)] + ([read_prompt_column(args.eval_prompts, "--eval-prompts", data)] if args.eval_prompts else [])
+    columns = [read_prompt_column(args.prompts, "--prompts", data)] + (
+        [read_prompt_column(args.eval_prompts, "--eval-prompts", data)] if args.eval_prompts else []
+    )
     rendered = [column.render(tokenizer) for column in columns]
     prompts, eval_prompts = rendered[0], (rendered[1] if args.eval_prompts else None)
     conversations = Conversations(columns, rendered) if data.chat_template else None
@@ -132,7 +152,11 @@ def run_rlhf(args: argparse.Namespace) -> int:
     history = train(cfg, reward_fn, prompts, eval_prompts)
     if history and launched_rank() == 0:
         first, last = history[0], history[-1]
-        held_out = f"held-out reward (greedy, --eval-prompts) {last['eval/reward_mean']:.3f}, " if "eval/reward_mean" in last else ""
+        held_out = (
+            f"held-out reward (greedy, --eval-prompts) {last['eval/reward_mean']:.3f}, "
+            if "eval/reward_mean" in last
+            else ""
+        )
         print(
             f"reward {first['rlhf/reward_mean']:.3f} -> {last['rlhf/reward_mean']:.3f}, {held_out}"
             f"KL to reference {first['rlhf/kl_ref']:.3f} -> {last['rlhf/kl_ref']:.3f}; outputs in {cfg.run.output_dir}"
@@ -147,7 +171,10 @@ def run_dpo(args: argparse.Namespace) -> int:
     from fastppo.training.distributed import launched_rank
 
     cfg = DPOTrainerConfig(
-        model=config_from_args(ModelConfig, args), dpo=config_from_args(DPOConfig, args), run=config_from_args(RunConfig, args), schedule=config_from_args(LRScheduleConfig, args),
+        model=config_from_args(ModelConfig, args),
+        dpo=config_from_args(DPOConfig, args),
+        run=config_from_args(RunConfig, args),
+        schedule=config_from_args(LRScheduleConfig, args),
     )
     validate_dpo(cfg.model, cfg.dpo)
     validate_run(cfg.run, cfg.schedule)
@@ -157,7 +184,9 @@ def run_dpo(args: argparse.Namespace) -> int:
     history = train_dpo(cfg, pairs)
     if history and launched_rank() == 0:
         first, last = history[0], history[-1]
-        print(f"DPO loss {first['dpo/loss']:.3f} -> {last['dpo/loss']:.3f}, margin {first['dpo/margin']:.3f} -> {last['dpo/margin']:.3f}; outputs in {cfg.run.output_dir}")
+        print(
+            f"DPO loss {first['dpo/loss']:.3f} -> {last['dpo/loss']:.3f}, margin {first['dpo/margin']:.3f} -> {last['dpo/margin']:.3f}; outputs in {cfg.run.output_dir}"
+        )
     return 0
 
 
@@ -167,7 +196,9 @@ def run_reward_model(args: argparse.Namespace) -> int:
     from fastppo.rlhf.reward_model import train_reward_model
 
     cfg = RewardModelTrainerConfig(
-        model=config_from_args(ModelConfig, args), reward_model=config_from_args(RewardModelConfig, args), run=config_from_args(RunConfig, args),
+        model=config_from_args(ModelConfig, args),
+        reward_model=config_from_args(RewardModelConfig, args),
+        run=config_from_args(RunConfig, args),
         schedule=config_from_args(LRScheduleConfig, args),
     )
     validate_reward_model(cfg.model, cfg.reward_model)
@@ -176,17 +207,34 @@ def run_reward_model(args: argparse.Namespace) -> int:
     data = config_from_args(PreferenceDataConfig, args)
     history = train_reward_model(cfg, read_preferences(args.data, data, _chat_tokenizer(data, cfg.model.model)))
     first, last = history[0], history[-1]
-    accuracy = f"held-out accuracy {first['reward_model/eval_accuracy']:.3f} -> {last['reward_model/eval_accuracy']:.3f}, " if "reward_model/eval_accuracy" in last else ""
+    accuracy = (
+        f"held-out accuracy {first['reward_model/eval_accuracy']:.3f} -> {last['reward_model/eval_accuracy']:.3f}, "
+        if "reward_model/eval_accuracy" in last
+        else ""
+    )
     print(f"{accuracy}reward model in {cfg.run.output_dir} (use it with fastppo rlhf --reward {cfg.run.output_dir})")
     return 0
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``rlhf``, ``dpo`` and ``reward-model`` to the ``fastppo`` command line."""
-    rlhf = subparsers.add_parser("rlhf", help="fine-tune a causal LM from a reward with PPO, GRPO or RLOO", description=RLHFConfig.__doc__)
-    rlhf.add_argument("--reward", required=True, help="reward-model folder (sequence classification) or module:function returning one float per completion")
-    rlhf.add_argument("--prompts", required=True, help="prompts: a .jsonl/.json/.parquet/.csv file, a folder of them or one written by save_to_disk, or a hub dataset")
-    rlhf.add_argument("--eval-prompts", help="held-out prompts in the format of --prompts, completed greedily and scored every --eval-every steps")
+    rlhf = subparsers.add_parser(
+        "rlhf", help="fine-tune a causal LM from a reward with PPO, GRPO or RLOO", description=RLHFConfig.__doc__
+    )
+    rlhf.add_argument(
+        "--reward",
+        required=True,
+        help="reward-model folder (sequence classification) or module:function returning one float per completion",
+    )
+    rlhf.add_argument(
+        "--prompts",
+        required=True,
+        help="prompts: a .jsonl/.json/.parquet/.csv file, a folder of them or one written by save_to_disk, or a hub dataset",
+    )
+    rlhf.add_argument(
+        "--eval-prompts",
+        help="held-out prompts in the format of --prompts, completed greedily and scored every --eval-every steps",
+    )
     add_config_arguments(rlhf, DataConfig)
     add_config_arguments(rlhf, ModelConfig, required=("model",))
     add_config_arguments(rlhf, SamplingConfig)
@@ -196,17 +244,30 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_config_arguments(rlhf, RunConfig)
     rlhf.set_defaults(func=run_rlhf)
 
-    preference_command(subparsers, "dpo", "fine-tune a causal LM on preference pairs with DPO", DPOTrainerConfig, DPOConfig, run_dpo)
     preference_command(
-        subparsers, "reward-model", "train a reward model (sequence classifier) on preference pairs for fastppo rlhf --reward", RewardModelTrainerConfig, RewardModelConfig, run_reward_model
+        subparsers, "dpo", "fine-tune a causal LM on preference pairs with DPO", DPOTrainerConfig, DPOConfig, run_dpo
+    )
+    preference_command(
+        subparsers,
+        "reward-model",
+        "train a reward model (sequence classifier) on preference pairs for fastppo rlhf --reward",
+        RewardModelTrainerConfig,
+        RewardModelConfig,
+        run_reward_model,
     )
 
 
-def preference_command(subparsers: argparse._SubParsersAction, name: str, help: str, trainer_config: type, method_config: type, func) -> None:
+def preference_command(
+    subparsers: argparse._SubParsersAction, name: str, help: str, trainer_config: type, method_config: type, func
+) -> None:
     """A command that trains on preference pairs (dpo, reward-model): the data, model, method, lr
     schedule and run flags, with the run defaults of ``trainer_config``."""
     parser = subparsers.add_parser(name, help=help, description=trainer_config.__doc__)
-    parser.add_argument("--data", required=True, help="preference pairs: a .jsonl/.json/.parquet/.csv file, a folder of them or one written by save_to_disk, or a hub dataset")
+    parser.add_argument(
+        "--data",
+        required=True,
+        help="preference pairs: a .jsonl/.json/.parquet/.csv file, a folder of them or one written by save_to_disk, or a hub dataset",
+    )
     add_config_arguments(parser, PreferenceDataConfig)
     add_config_arguments(parser, ModelConfig, required=("model",))
     add_config_arguments(parser, method_config)

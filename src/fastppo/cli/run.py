@@ -22,13 +22,31 @@ ENV_ID_HELP = (
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     ev = subparsers.add_parser(
-        "eval", help="evaluate a trained run: mean ± std return and length; a turn-based game's: wins, draws and losses per seat against --opponent", allow_abbrev=False
+        "eval",
+        help="evaluate a trained run: mean ± std return and length; a turn-based game's: wins, draws and losses per seat against --opponent",
+        allow_abbrev=False,
     )
-    ev.add_argument("run_dir", metavar="RUN_DIR", help="run directory (or a checkpoint folder in it); a --seeds folder: each seed's run")
-    ev.add_argument("--episodes", type=int, default=None, help="episodes to play (default: 10; a turn-based game counts --games)")
+    ev.add_argument(
+        "run_dir",
+        metavar="RUN_DIR",
+        help="run directory (or a checkpoint folder in it); a --seeds folder: each seed's run",
+    )
+    ev.add_argument(
+        "--episodes", type=int, default=None, help="episodes to play (default: 10; a turn-based game counts --games)"
+    )
     mode = ev.add_mutually_exclusive_group()
-    mode.add_argument("--deterministic", action="store_true", default=None, help="take the most likely action instead of sampling (a turn-based game's default)")
-    mode.add_argument("--stochastic", dest="deterministic", action="store_false", help="sample actions (the default, except on a turn-based game)")
+    mode.add_argument(
+        "--deterministic",
+        action="store_true",
+        default=None,
+        help="take the most likely action instead of sampling (a turn-based game's default)",
+    )
+    mode.add_argument(
+        "--stochastic",
+        dest="deterministic",
+        action="store_false",
+        help="sample actions (the default, except on a turn-based game)",
+    )
     ev.add_argument(
         "--opponent",
         default=None,
@@ -37,10 +55,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "minimax (perfect tic-tac-toe), the run folder of an agent of the same game, or a player class of yours, named as an env is: "
         "file.py:Class or module:Class, built with no arguments, with act(env, agent, history) and reset(seed) (default: random)",
     )
-    ev.add_argument("--games", type=int, default=None, help="a turn-based game's games against --opponent, seats swapped every game (default: 100)")
-    ev.add_argument("--seed", type=seed, default=None, help="seed the env and the policy's sampling (default: unseeded)")
+    ev.add_argument(
+        "--games",
+        type=int,
+        default=None,
+        help="a turn-based game's games against --opponent, seats swapped every game (default: 100)",
+    )
+    ev.add_argument(
+        "--seed", type=seed, default=None, help="seed the env and the policy's sampling (default: unseeded)"
+    )
     ev.add_argument("--env-id", default=None, help=ENV_ID_HELP.format(verb="evaluate"))
-    ev.add_argument("--json", action="store_true", help="print the result as one JSON object (a --seeds folder: one line per seed)")
+    ev.add_argument(
+        "--json", action="store_true", help="print the result as one JSON object (a --seeds folder: one line per seed)"
+    )
     ev.set_defaults(func=run_eval)
 
     rec = subparsers.add_parser("record", help="render episodes of a trained run to an MP4", allow_abbrev=False)
@@ -52,13 +79,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     rec.add_argument("--env-id", default=None, help=ENV_ID_HELP.format(verb="record"))
     rec.set_defaults(func=run_record)
 
-    plot = subparsers.add_parser("plot", help="plot learning curves and diagnostics of runs (seeds grouped)", allow_abbrev=False)
-    plot.add_argument("run_dirs", metavar="RUN_DIR", nargs="+", help="run directories, or folders of runs (a --seeds folder); same env and config are drawn as seeds")
+    plot = subparsers.add_parser(
+        "plot", help="plot learning curves and diagnostics of runs (seeds grouped)", allow_abbrev=False
+    )
+    plot.add_argument(
+        "run_dirs",
+        metavar="RUN_DIR",
+        nargs="+",
+        help="run directories, or folders of runs (a --seeds folder); same env and config are drawn as seeds",
+    )
     plot.add_argument("--out", default=None, help="output image (default: RUN_DIR/plot.png for one run, else plot.png)")
-    plot.add_argument("--smooth", type=int, default=10, help="moving-average window in iterations (default: 10; 1 = raw)")
+    plot.add_argument(
+        "--smooth", type=int, default=10, help="moving-average window in iterations (default: 10; 1 = raw)"
+    )
     plot.set_defaults(func=run_plot)
 
-    export = subparsers.add_parser("export", help="export the deterministic policy (normalisation included) to ONNX", allow_abbrev=False)
+    export = subparsers.add_parser(
+        "export", help="export the deterministic policy (normalisation included) to ONNX", allow_abbrev=False
+    )
     export.add_argument("run_dir", metavar="RUN_DIR", help="run directory (or a checkpoint folder in it)")
     export.add_argument("--onnx", required=True, metavar="FILE", help="output .onnx file")
     export.add_argument("--opset", type=int, default=18, help="ONNX opset (default: 18)")
@@ -81,7 +119,11 @@ def run_eval(args: argparse.Namespace) -> int:
         # The threads its run trained with (Config.intra_op_threads): a small policy's ops are too small for more.
         torch.set_num_threads(agent.config.intra_op_threads(stacked=False))
         result = evaluate(agent, args.env_id, args.episodes, args.deterministic, args.seed, args.opponent, args.games)
-        headline = ("win rate", result.win_rate, ".2f") if isinstance(result, GameResults) else ("return", result.mean_return, ".1f")
+        headline = (
+            ("win rate", result.win_rate, ".2f")
+            if isinstance(result, GameResults)
+            else ("return", result.mean_return, ".1f")
+        )
         if headline[1] is not None:  # None: agents in several groups, no headline (each group's is printed)
             headlines.append(headline)
         if args.json:
@@ -91,7 +133,9 @@ def run_eval(args: argparse.Namespace) -> int:
     if seeds and headlines and not args.json:
         what, _, form = headlines[0]
         values = [value for _, value, _ in headlines]
-        print(f"fastppo: mean {what} over the {len(seeds)} seeds {np.mean(values):{form}} (min {min(values):{form}}, max {max(values):{form}}); statistics: fastppo report {args.run_dir}")
+        print(
+            f"fastppo: mean {what} over the {len(seeds)} seeds {np.mean(values):{form}} (min {min(values):{form}}, max {max(values):{form}}); statistics: fastppo report {args.run_dir}"
+        )
     return 0
 
 
@@ -102,7 +146,9 @@ def run_record(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else Path(args.run_dir) / "videos" / "record.mp4"
     if not args.out:  # in the run folder: RUN/videos a link would take the video elsewhere
         no_links(out, "the video", inside=Path(args.run_dir))
-    path, result, frames = record(args.run_dir, out, episodes=args.episodes, env_id=args.env_id, deterministic=not args.stochastic, seed=args.seed)
+    path, result, frames = record(
+        args.run_dir, out, episodes=args.episodes, env_id=args.env_id, deterministic=not args.stochastic, seed=args.seed
+    )
     print(f"fastppo: wrote {path} ({frames} frames; {result})")
     return 0
 
@@ -110,7 +156,11 @@ def run_record(args: argparse.Namespace) -> int:
 def run_plot(args: argparse.Namespace) -> int:
     from fastppo.experiments.plot import plot_runs
 
-    out = Path(args.out) if args.out else (Path(args.run_dirs[0]) / "plot.png" if len(args.run_dirs) == 1 else Path("plot.png"))
+    out = (
+        Path(args.out)
+        if args.out
+        else (Path(args.run_dirs[0]) / "plot.png" if len(args.run_dirs) == 1 else Path("plot.png"))
+    )
     print(f"fastppo: wrote {plot_runs(args.run_dirs, out, smooth=args.smooth)}")
     return 0
 

@@ -10,14 +10,13 @@ from pathlib import Path
 
 import numpy as np
 
-from fastppo.files.run_folder import default_run_dir
-
 from fastppo.agents.agent import FINAL_EPISODES
 from fastppo.cli.flags import add_boolean_flag
 from fastppo.config import Config, available_presets, field_docs, sections
 from fastppo.envs.env_config import resolved_config
 from fastppo.errors import FastPPOError
 from fastppo.experiments.seeds import MAX_SEEDS
+from fastppo.files.run_folder import default_run_dir
 
 
 def add_hyperparameter_flags(parser: argparse.ArgumentParser) -> None:
@@ -40,7 +39,13 @@ def add_hyperparameter_flags(parser: argparse.ArgumentParser) -> None:
             if f.type in (bool, "bool"):  # `--capture-video`, `--capture-video false`, `--no-capture-video`
                 add_boolean_flag(group, flags, dest, docs.get(f.name, ""), shown)
                 continue
-            group.add_argument(*flags, dest=dest, default=argparse.SUPPRESS, metavar="V", help=f"{docs.get(f.name, '')} (default: {shown})")
+            group.add_argument(
+                *flags,
+                dest=dest,
+                default=argparse.SUPPRESS,
+                metavar="V",
+                help=f"{docs.get(f.name, '')} (default: {shown})",
+            )
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -65,8 +70,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="continue the run in RUN_DIR from its newest checkpoint, with its saved config (only --total-timesteps and the run.* output flags may change); "
         "a run that stopped before its first checkpoint starts over",
     )
-    parser.add_argument("--preset", default=None, help=f"hyperparameter preset: {', '.join(available_presets())}, or a preset YAML file's path (fastppo sweep writes one) (default: the env's own, else CleanRL's)")
-    parser.add_argument("--run-dir", default=None, help="output folder, new or without a run in it: --resume continues a run (default: runs/<env>__<exp>__<seed>__<time>)")
+    parser.add_argument(
+        "--preset",
+        default=None,
+        help=f"hyperparameter preset: {', '.join(available_presets())}, or a preset YAML file's path (fastppo sweep writes one) (default: the env's own, else CleanRL's)",
+    )
+    parser.add_argument(
+        "--run-dir",
+        default=None,
+        help="output folder, new or without a run in it: --resume continues a run (default: runs/<env>__<exp>__<seed>__<time>)",
+    )
     parser.add_argument(
         "--seeds",
         metavar="SPEC",
@@ -75,7 +88,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "in --workers processes (on tensor envs each trains its share of the seeds as one batched computation); 'fastppo report RUN_DIR' summarises them",
     )
     parser.add_argument(
-        "--workers", metavar="K", type=int, default=None, help="with --seeds: processes that train the seeds (default: one per CPU core, at most one per seed; a stack of seeds on a GPU: 1)"
+        "--workers",
+        metavar="K",
+        type=int,
+        default=None,
+        help="with --seeds: processes that train the seeds (default: one per CPU core, at most one per seed; a stack of seeds on a GPU: 1)",
     )
     add_hyperparameter_flags(parser)
     parser.set_defaults(func=run)
@@ -92,12 +109,16 @@ def run(args: argparse.Namespace) -> int:
     overrides = {key.removeprefix("hp:"): value for key, value in vars(args).items() if key.startswith("hp:")}
     checkpoint = None
     if args.workers is not None and args.seeds is None:
-        raise FastPPOError("--workers K runs the seeds of --seeds in parallel: add --seeds (e.g. --seeds 1-10) or drop --workers")
+        raise FastPPOError(
+            "--workers K runs the seeds of --seeds in parallel: add --seeds (e.g. --seeds 1-10) or drop --workers"
+        )
     if args.resume is not None:
         if args.seeds is not None:
             raise FastPPOError("--resume RUN_DIR continues the seeds it holds: drop --seeds")
         if args.preset is not None or args.run_dir is not None:
-            raise FastPPOError("--resume RUN_DIR takes the preset and the run directory from the run: drop --preset/--run-dir")
+            raise FastPPOError(
+                "--resume RUN_DIR takes the preset and the run directory from the run: drop --preset/--run-dir"
+            )
         if seed_folders(args.resume) or (Path(args.resume) / PLAN_FILE).is_file():
             return resume_seeds(Path(args.resume), overrides, args.env_id)
         run_dir = Path(args.resume)
@@ -120,14 +141,20 @@ def run(args: argparse.Namespace) -> int:
         run_dir = Path(args.run_dir) if args.run_dir else default_run_dir(config)
         header = start_header(config, f"preset {preset}", run_dir, launched_world_size())
     start_over = args.resume is not None and checkpoint is None  # a run that stopped before its first checkpoint
-    agent = train(config, run_dir, checkpoint, on_start=lambda: print(*header, sep="\n", flush=True), start_over=start_over)  # once the run folder passed its checks
+    agent = train(
+        config, run_dir, checkpoint, on_start=lambda: print(*header, sep="\n", flush=True), start_over=start_over
+    )  # once the run folder passed its checks
     if main:
         groups = {group: group_returns[-FINAL_EPISODES:] for group, group_returns in agent.group_returns.items()}
         if agent.final_return is not None:
             last = f"{agent.final_return:.1f} mean return over the last {len(agent.episode_returns[-FINAL_EPISODES:])} episodes"
         elif any(groups.values()):  # agents in several groups, no headline: each group's
-            last = f"mean returns over the last {len(next(iter(groups.values())))} episodes: " + ", ".join(f"{group} {np.mean(r):.1f}" for group, r in groups.items())
-        elif games := sum(m.get("charts/episodes", 0.0) for m in agent.history):  # a game against itself alone: no learner's return
+            last = f"mean returns over the last {len(next(iter(groups.values())))} episodes: " + ", ".join(
+                f"{group} {np.mean(r):.1f}" for group, r in groups.items()
+            )
+        elif games := sum(
+            m.get("charts/episodes", 0.0) for m in agent.history
+        ):  # a game against itself alone: no learner's return
             last = f"{games:.0f} games of self-play"
         else:
             last = "no episode finished"
@@ -149,13 +176,19 @@ def run_seeds(args: argparse.Namespace, overrides: dict[str, str]) -> int:
 
     if launched_world_size() > 1:
         raise FastPPOError("--seeds trains its seeds in worker processes of its own: launch it without torchrun")
-    config, seeds, parent, workers = plan_seeds(args.env_id, args.seeds, args.preset, args.run_dir, args.workers, overrides)
+    config, seeds, parent, workers = plan_seeds(
+        args.env_id, args.seeds, args.preset, args.run_dir, args.workers, overrides
+    )
     if config.env.backend != "tensor":
         how = f"{workers} at a time"
     else:
         how = "as one batched run" if workers == 1 else f"as {workers} batched runs, one process each"
     print(f"fastppo: {config.env.env_id}: {len(seeds)} seeds {how}, into {parent}/seed_<n>")
-    print(*start_header(config, f"preset {resolved_config(args.env_id, args.preset, overrides)[1]}", None), sep="\n", flush=True)
+    print(
+        *start_header(config, f"preset {resolved_config(args.env_id, args.preset, overrides)[1]}", None),
+        sep="\n",
+        flush=True,
+    )
     return seeds_exit_code(*train_seeds(config, seeds, parent, workers), parent)
 
 
@@ -177,13 +210,28 @@ def resume_seeds(parent: Path, overrides: dict[str, str], env_id: str | None) ->
 
     config, seeds, workers, checkpoints = resume_plan(parent, overrides, env_id)
     steps = sorted({c.global_step for c in checkpoints if c is not None})
-    started = f"from step {steps[0]}" + (f" (some from {', '.join(map(str, steps[1:]))})" if steps[1:] else "") if steps else ""
+    started = (
+        f"from step {steps[0]}" + (f" (some from {', '.join(map(str, steps[1:]))})" if steps[1:] else "")
+        if steps
+        else ""
+    )
     new = sum(c is None for c in checkpoints)
-    print(f"fastppo: resuming the {len(seeds)} seed{'s' if len(seeds) > 1 else ''} of {parent} " + ", ".join(filter(None, [started, new and f"{new} not started yet"])))
+    print(
+        f"fastppo: resuming the {len(seeds)} seed{'s' if len(seeds) > 1 else ''} of {parent} "
+        + ", ".join(filter(None, [started, new and f"{new} not started yet"]))
+    )
     return seeds_exit_code(*train_seeds(config, seeds, parent, workers, checkpoints), parent)
 
 
-HEADER_SIZES = ("env.env_id", "env.backend", "env.num_envs", "ppo.num_steps", "ppo.num_minibatches", "ppo.update_epochs", "ppo.total_timesteps")
+HEADER_SIZES = (
+    "env.env_id",
+    "env.backend",
+    "env.num_envs",
+    "ppo.num_steps",
+    "ppo.num_minibatches",
+    "ppo.update_epochs",
+    "ppo.total_timesteps",
+)
 """Fields the header's first lines show; its last line lists the other hyperparameters that differ from the defaults."""
 
 
@@ -258,4 +306,6 @@ def time_split(history: list[dict[str, float]]) -> str:
     whole = sum(totals.values())
     if whole <= 0:
         return ""
-    return "; time: " + ", ".join(f"{name} {100 * seconds / whole:.0f}%" for name, seconds in sorted(totals.items(), key=lambda item: -item[1]))
+    return "; time: " + ", ".join(
+        f"{name} {100 * seconds / whole:.0f}%" for name, seconds in sorted(totals.items(), key=lambda item: -item[1])
+    )

@@ -4,7 +4,14 @@ from fastppo.core.categorical import categorical_logprob_entropy
 from fastppo.core.gae import compute_decision_gae, compute_gae, open_decisions, shift_values
 from fastppo.core.kl import adaptive_kl_beta, kl_estimate, proportional_kl_beta
 from fastppo.core.losses import policy_loss, ppo_loss, reference_kl_penalty, value_loss
-from fastppo.core.masked import LossAggregation, aggregate_loss, explained_variance, masked_mean, masked_var, normalize_advantages
+from fastppo.core.masked import (
+    LossAggregation,
+    aggregate_loss,
+    explained_variance,
+    masked_mean,
+    masked_var,
+    normalize_advantages,
+)
 from fastppo.core.normalize import RewardScaler, RunningMeanStd
 from fastppo.core.preference import bradley_terry_loss, dpo_loss
 from fastppo.core.schedules import schedule_progress, scheduled, warmup_scheduled

@@ -10,7 +10,6 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-
 FEW_CATEGORIES = 8
 """Up to this many categories, ``log_softmax`` reduces across the rows' layout (below)."""
 

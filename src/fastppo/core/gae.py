@@ -101,7 +101,9 @@ def compute_decision_gae(
         ahead_bootstrap = torch.ones_like(zeros)  # 0 once the transition terminated
         ahead_advantage, ahead_continues = zeros.clone(), zeros.clone()
         done = terminated.bool() | truncated.bool()
-        unresolved = torch.zeros_like(done) if at_turn is None else open_decisions(decisions, terminated, truncated, at_turn)
+        unresolved = (
+            torch.zeros_like(done) if at_turn is None else open_decisions(decisions, terminated, truncated, at_turn)
+        )
         for t in range(values.shape[0] - 1, -1, -1):
             ended = done[t]
             # A step that ends the episode cuts what lies beyond it (the next episode's rows).

@@ -88,7 +88,12 @@ def value_loss(
 
 
 def reference_kl_penalty(
-    newlogprob: Tensor, ref_logprob: Tensor, kl_coef: float, mask: Tensor | None = None, aggregation: LossAggregation = "token", max_length: int | None = None
+    newlogprob: Tensor,
+    ref_logprob: Tensor,
+    kl_coef: float,
+    mask: Tensor | None = None,
+    aggregation: LossAggregation = "token",
+    max_length: int | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """KL to a frozen reference as a loss term (GRPO: Shao et al. 2024, arXiv:2402.03300, eq. 3-4; TRL's GRPOTrainer):
 
@@ -129,7 +134,9 @@ def ppo_loss(
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """Total loss L = pg_loss - ent_coef * entropy + vf_coef * v_loss, with all their metrics
     (``aggregation`` applies to pg_loss; entropy and value loss are means over tokens)."""
-    pg_loss, metrics = policy_loss(newlogprob, oldlogprob, advantages, clip_coef, mask, objective, kl_beta, dim, aggregation, max_length)
+    pg_loss, metrics = policy_loss(
+        newlogprob, oldlogprob, advantages, clip_coef, mask, objective, kl_beta, dim, aggregation, max_length
+    )
     v_loss, v_metrics = value_loss(newvalue, returns, oldvalue, clip_coef if clip_vloss else None, mask, dim)
     entropy_mean = masked_mean(entropy, mask, dim)
     loss = pg_loss + vf_coef * v_loss

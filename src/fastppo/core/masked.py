@@ -27,7 +27,9 @@ def masked_mean(x: Tensor, mask: Tensor | None = None, dim: int | None = None) -
     return torch.where(mask, x, 0.0).sum(dim) / mask.sum(dim).clamp_min(1)
 
 
-def aggregate_loss(x: Tensor, mask: Tensor, aggregation: LossAggregation = "token", max_length: int | None = None) -> Tensor:
+def aggregate_loss(
+    x: Tensor, mask: Tensor, aggregation: LossAggregation = "token", max_length: int | None = None
+) -> Tensor:
     """One loss from per-token losses ``x`` [B, L] of B sequences (valid where ``mask``):
 
     - ``token``: mean over every valid token of the batch, so a sequence weighs by its length
@@ -58,7 +60,13 @@ def masked_var(x: Tensor, mask: Tensor | None = None, dim: int | None = None) ->
     return torch.where(mask, (x - mean) ** 2, 0.0).sum(dim) / (mask.sum(dim) - 1).clamp_min(1)
 
 
-def normalize_advantages(advantages: Tensor, mask: Tensor | None = None, eps: float = 1e-8, moments: Tensor | None = None, dim: int | None = None) -> Tensor:
+def normalize_advantages(
+    advantages: Tensor,
+    mask: Tensor | None = None,
+    eps: float = 1e-8,
+    moments: Tensor | None = None,
+    dim: int | None = None,
+) -> Tensor:
     """(A - mean) / (std + eps) over the valid entries: mean 0 and std 1 on them (along ``dim``:
     on each slice).
 
@@ -68,7 +76,10 @@ def normalize_advantages(advantages: Tensor, mask: Tensor | None = None, eps: fl
     if moments is not None:
         mean, std = (value.to(advantages.dtype) for value in mean_std(moments))
     elif dim is not None:
-        mean, std = masked_mean(advantages, mask, dim).unsqueeze(dim), masked_var(advantages, mask, dim).sqrt().unsqueeze(dim)
+        mean, std = (
+            masked_mean(advantages, mask, dim).unsqueeze(dim),
+            masked_var(advantages, mask, dim).sqrt().unsqueeze(dim),
+        )
     elif mask is None:
         if advantages.numel() < 2:  # one advantage has no spread to scale by (its std is NaN): centred, 0
             return advantages - advantages
@@ -86,10 +97,14 @@ def mean_std(moments: Tensor) -> tuple[Tensor, Tensor]:
     return mean, ((squares - total * mean) / (count - 1).clamp_min(1)).clamp_min(0).sqrt()
 
 
-def explained_variance(values: Tensor, returns: Tensor, mask: Tensor | None = None, dim: int | None = None) -> float | list[float]:
+def explained_variance(
+    values: Tensor, returns: Tensor, mask: Tensor | None = None, dim: int | None = None
+) -> float | list[float]:
     """1 - Var[R - V] / Var[R]: 1 is a perfect critic, 0 no better than a constant, < 0 worse;
     NaN where the returns do not vary. Along ``dim``, one per slice (a stack's seeds), as a list:
     one host sync for them all."""
     var_returns = masked_var(returns, mask, dim)
-    explained = torch.where(var_returns == 0.0, float("nan"), 1.0 - masked_var(returns - values, mask, dim) / var_returns)
+    explained = torch.where(
+        var_returns == 0.0, float("nan"), 1.0 - masked_var(returns - values, mask, dim) / var_returns
+    )
     return float(explained) if dim is None else explained.tolist()

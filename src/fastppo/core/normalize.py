@@ -18,7 +18,12 @@ class RunningMeanStd:
     """
 
     def __init__(
-        self, shape: tuple[int, ...] = (), device: torch.device | str = "cpu", epsilon: float = 1e-4, norm_epsilon: float = 1e-8, groups: int | None = None
+        self,
+        shape: tuple[int, ...] = (),
+        device: torch.device | str = "cpu",
+        epsilon: float = 1e-4,
+        norm_epsilon: float = 1e-8,
+        groups: int | None = None,
     ):
         """``groups``: one statistic per group of rows (a stack of seeds, fastppo.training.seed_stack): a
         batch's rows are ``groups`` equal blocks, block g feeding statistic g only."""
@@ -27,7 +32,11 @@ class RunningMeanStd:
         # float64: the count grows to millions and float32 merges would drift.
         self.mean = torch.zeros(full, dtype=torch.float64, device=device)
         self.var = torch.ones(full, dtype=torch.float64, device=device)
-        self.count = float(epsilon) if groups is None else torch.full((groups,), float(epsilon), dtype=torch.float64, device=device)
+        self.count = (
+            float(epsilon)
+            if groups is None
+            else torch.full((groups,), float(epsilon), dtype=torch.float64, device=device)
+        )
         self.norm_epsilon = norm_epsilon
         self._refresh()
 
@@ -38,7 +47,11 @@ class RunningMeanStd:
     def _extra_columns(self, x: Tensor) -> int:
         """How many trailing columns of ``x`` lie past the statistics (0 for a matching shape):
         rows may end in columns kept raw (the agent-id one-hots of fastppo.envs.layout.ObservationLayout)."""
-        return x.shape[-1] - self.mean.shape[-1] if self.mean.dim() - (self.groups is not None) == 1 and x.dim() == 2 else 0
+        return (
+            x.shape[-1] - self.mean.shape[-1]
+            if self.mean.dim() - (self.groups is not None) == 1 and x.dim() == 2
+            else 0
+        )
 
     def update(self, batch: Tensor, mask: Tensor | None = None) -> None:
         """Fold a [B, *shape] batch into the statistics; with a bool ``mask`` [B], only its true
@@ -59,7 +72,9 @@ class RunningMeanStd:
         delta = batch_mean - self.mean
         total = self.count + n
         # var' = (var*count + batch_var*n + delta^2*count*n/total) / total, term by term in place.
-        self.var.mul_(self.count / total).add_(batch_var, alpha=n / total).add_(delta.square(), alpha=self.count * n / total**2)
+        self.var.mul_(self.count / total).add_(batch_var, alpha=n / total).add_(
+            delta.square(), alpha=self.count * n / total**2
+        )
         self.mean.add_(delta, alpha=n / total)
         self.count = total
         self._refresh()
@@ -72,7 +87,9 @@ class RunningMeanStd:
         # A float count (fresh, or loaded from a checkpoint) would make count / total a Tensor's
         # __rdiv__, reciprocal then multiply, a bit off: a resumed run would drift from its one-go twin.
         count = torch.as_tensor(self.count, dtype=torch.float64, device=x.device)
-        weights = torch.ones(x.shape[0], dtype=torch.float64, device=x.device) if mask is None else mask.to(torch.float64)
+        weights = (
+            torch.ones(x.shape[0], dtype=torch.float64, device=x.device) if mask is None else mask.to(torch.float64)
+        )
         if self.groups is not None:  # [groups, rows, ...], each group's statistics over its rows
             x, weights = x.unflatten(0, (self.groups, -1)), weights.unflatten(0, (self.groups, -1))
             count = count.reshape(self.groups, *([1] * (x.dim() - 2)))
@@ -93,7 +110,9 @@ class RunningMeanStd:
         rows of their block (viewed ``[groups, rows, ...]``, no per-row copy of the statistics)."""
         if self.groups is None:
             return apply(x, self.mean32, self.inv_std32)
-        return apply(x.unflatten(0, (self.groups, -1)), self.mean32.unsqueeze(1), self.inv_std32.unsqueeze(1)).flatten(0, 1)
+        return apply(x.unflatten(0, (self.groups, -1)), self.mean32.unsqueeze(1), self.inv_std32.unsqueeze(1)).flatten(
+            0, 1
+        )
 
     def normalize(self, x: Tensor, clip: float) -> Tensor:
         """(x - mean) / sqrt(var + eps), clipped to [-clip, clip], in float32; columns past the
@@ -105,7 +124,11 @@ class RunningMeanStd:
 
     def snapshot(self) -> tuple[Tensor, Tensor, Tensor]:
         """(count, mean, var), copied: a base for ``moments_since``."""
-        return torch.as_tensor(self.count, dtype=torch.float64, device=self.mean.device).clone(), self.mean.clone(), self.var.clone()
+        return (
+            torch.as_tensor(self.count, dtype=torch.float64, device=self.mean.device).clone(),
+            self.mean.clone(),
+            self.var.clone(),
+        )
 
     def moments_since(self, base: tuple[Tensor, Tensor, Tensor]) -> Tensor:
         """What the batches folded in since ``base`` (a ``snapshot``) add up to, recovered from the
@@ -152,7 +175,15 @@ class RewardScaler:
     """Divides rewards by the running std of the discounted return (Engstrom et al. 2020,
     "Implementation Matters"), as gymnasium's NormalizeReward does, then clips them."""
 
-    def __init__(self, num_envs: int, gamma: float, clip: float, device: torch.device | str = "cpu", epsilon: float = 1e-8, groups: int | None = None):
+    def __init__(
+        self,
+        num_envs: int,
+        gamma: float,
+        clip: float,
+        device: torch.device | str = "cpu",
+        epsilon: float = 1e-8,
+        groups: int | None = None,
+    ):
         """``groups``: one return statistic per equal block of envs (a stack of seeds)."""
         self.gamma = gamma
         self.clip = clip
@@ -169,7 +200,9 @@ class RewardScaler:
             self.discounted_return.mul_(self.gamma).add_(rewards)
             self.return_rms.update(self.discounted_return, valid)
             self.discounted_return.masked_fill_(done, 0.0)
-        return self.return_rms.by_group(rewards, lambda rows, mean, inv_std: (rows * inv_std).clamp(-self.clip, self.clip))
+        return self.return_rms.by_group(
+            rewards, lambda rows, mean, inv_std: (rows * inv_std).clamp(-self.clip, self.clip)
+        )
 
     def keep_groups(self, indices: list[int]) -> None:
         """Keep only the groups at ``indices`` and their envs' returns (a stack dropping seeds)."""
@@ -177,8 +210,13 @@ class RewardScaler:
         self.return_rms.keep_groups(indices)
 
     def state_dict(self) -> dict[str, Tensor]:
-        return {**{f"return_rms.{k}": v for k, v in self.return_rms.state_dict().items()}, "discounted_return": self.discounted_return}
+        return {
+            **{f"return_rms.{k}": v for k, v in self.return_rms.state_dict().items()},
+            "discounted_return": self.discounted_return,
+        }
 
     def load_state_dict(self, state: dict[str, Tensor]) -> None:
-        self.return_rms.load_state_dict({k.split(".", 1)[1]: v for k, v in state.items() if k.startswith("return_rms.")})
+        self.return_rms.load_state_dict(
+            {k.split(".", 1)[1]: v for k, v in state.items() if k.startswith("return_rms.")}
+        )
         self.discounted_return = state["discounted_return"].to(self.discounted_return).clone()

@@ -44,7 +44,9 @@ def import_ale_vector_env() -> type:
     try:
         from ale_py.vector_env import AtariVectorEnv
     except ImportError:
-        raise FastPPOError("the ale backend needs ale-py 0.12 or newer: pip install 'fastppo[atari]' (or use --env.backend sync/async)") from None
+        raise FastPPOError(
+            "the ale backend needs ale-py 0.12 or newer: pip install 'fastppo[atari]' (or use --env.backend sync/async)"
+        ) from None
     return AtariVectorEnv
 
 
@@ -52,7 +54,9 @@ def ale_vector_env(env_id: str, num_envs: int, frame_stack: int, threads: int) -
     """ale-py's ``AtariVectorEnv`` of ``env_id``'s game, set up as the module docstring says."""
     vector_env = import_ale_vector_env()
     if not is_atari(env_id):
-        raise FastPPOError(f"the ale backend steps Atari games (ALE/Pong-v5, BreakoutNoFrameskip-v4), and {env_id} is not one: use --env.backend sync")
+        raise FastPPOError(
+            f"the ale backend steps Atari games (ALE/Pong-v5, BreakoutNoFrameskip-v4), and {env_id} is not one: use --env.backend sync"
+        )
     kwargs = gym.spec(env_id).kwargs
     return vector_env(
         kwargs["game"],
@@ -98,7 +102,9 @@ class AleVecEnv(FinishedEpisodes, HostCopies):
         actions = [action.name for action in self.envs.ale.get_action_set()]
         self._reset_action = actions.index(FIRE) if FIRE in actions else NOOP
         self._life_lost = np.zeros(num_envs, dtype=bool)  # the next step is a lost life's reset row
-        self._real = np.ones(num_envs, dtype=bool)  # the next step is a transition of the game (not the C++ env's reset)
+        self._real = np.ones(
+            num_envs, dtype=bool
+        )  # the next step is a transition of the game (not the C++ env's reset)
         self._lives = np.zeros(num_envs, dtype=np.int64)
         self._ep_return = np.zeros(num_envs, dtype=np.float64)
         self._ep_length = np.zeros(num_envs, dtype=np.int64)

@@ -39,7 +39,9 @@ SCREEN_SIZE = 84
 FIRE = "FIRE"
 
 
-def make_atari_env(env_id: str, frame_stack: int, render_mode: str | None = None, video_dir: Any = None, for_eval: bool = False) -> gym.Env:
+def make_atari_env(
+    env_id: str, frame_stack: int, render_mode: str | None = None, video_dir: Any = None, for_eval: bool = False
+) -> gym.Env:
     """One Atari env with the standard stack (module docstring) of ``frame_stack`` frames;
     ``for_eval`` plays full games."""
     try:
@@ -51,7 +53,13 @@ def make_atari_env(env_id: str, frame_stack: int, render_mode: str | None = None
         # Recorded below every wrapper: full-resolution colour frames of whole games.
         env = RecordEpisodeVideo(env, video_dir)
     env = gym.wrappers.AtariPreprocessing(
-        env, noop_max=NOOP_MAX, frame_skip=FRAME_SKIP, screen_size=SCREEN_SIZE, terminal_on_life_loss=False, grayscale_obs=True, scale_obs=False
+        env,
+        noop_max=NOOP_MAX,
+        frame_skip=FRAME_SKIP,
+        screen_size=SCREEN_SIZE,
+        terminal_on_life_loss=False,
+        grayscale_obs=True,
+        scale_obs=False,
     )
     env = gym.wrappers.RecordEpisodeStatistics(env)
     if not for_eval:

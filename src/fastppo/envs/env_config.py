@@ -7,7 +7,16 @@ from typing import Any
 
 import gymnasium as gym
 
-from fastppo.config import POOL_SETTINGS, Config, EnvConfig, SelfPlayConfig, apply_overrides, load_preset, preset_for_env, resolve_key
+from fastppo.config import (
+    POOL_SETTINGS,
+    Config,
+    EnvConfig,
+    SelfPlayConfig,
+    apply_overrides,
+    load_preset,
+    preset_for_env,
+    resolve_key,
+)
 from fastppo.env_ids import absolute_spec, is_atari
 from fastppo.envs.make import policy_spaces
 from fastppo.envs.tensor import TensorEnv, user_tensor_env
@@ -19,7 +28,9 @@ def make_config(env_id: str | type, preset: str | None = None, overrides: dict[s
     return resolved_config(env_id, preset, overrides)[0]
 
 
-def resolved_config(env_id: str | type, preset: str | None = None, overrides: dict[str, Any] | None = None) -> tuple[Config, str]:
+def resolved_config(
+    env_id: str | type, preset: str | None = None, overrides: dict[str, Any] | None = None
+) -> tuple[Config, str]:
     """The config (defaults <- preset <- overrides) and the preset it used: ``preset``, or the
     env's own, or CleanRL's for the action type.
 
@@ -34,11 +45,18 @@ def resolved_config(env_id: str | type, preset: str | None = None, overrides: di
     else:
         env_id = absolute_spec(env_id)
         env_class = user_tensor_env(env_id)
-    if env_class is not None and issubclass(env_class, TensorEnv) and "backend" not in overrides and "env.backend" not in overrides:
+    if (
+        env_class is not None
+        and issubclass(env_class, TensorEnv)
+        and "backend" not in overrides
+        and "env.backend" not in overrides
+    ):
         overrides["backend"] = "tensor"
     if preset is None:
         # Atari games act discretely: no env is built to ask (the gymnasium stack needs OpenCV, the ale backend does not).
-        preset = preset_for_env(env_id, continuous=not is_atari(env_id) and isinstance(action_space(env_id, overrides), gym.spaces.Box))
+        preset = preset_for_env(
+            env_id, continuous=not is_atari(env_id) and isinstance(action_space(env_id, overrides), gym.spaces.Box)
+        )
     config = Config()
     preset_values = load_preset(preset)
     apply_overrides(config, preset_values)
@@ -49,7 +67,9 @@ def resolved_config(env_id: str | type, preset: str | None = None, overrides: di
         for name in POOL_SETTINGS:
             if f"self_play.{name}" in from_preset:
                 setattr(config.self_play, name, getattr(SelfPlayConfig, name))
-    return config.validate(minibatches_from=f"the {preset} preset's" if "ppo.num_minibatches" in from_preset else None), preset
+    return config.validate(
+        minibatches_from=f"the {preset} preset's" if "ppo.num_minibatches" in from_preset else None
+    ), preset
 
 
 def action_space(env_id: str, overrides: dict[str, Any]) -> gym.Space:

@@ -66,7 +66,9 @@ def envpool_task(env_id: str, frame_stack: int) -> tuple[str, dict]:
     else:
         task, options = env_id, {}
     if task not in envpool.list_all_envs():
-        raise FastPPOError(f"EnvPool has no env '{task}' (from '{env_id}'): use --env.backend sync, or one of envpool.list_all_envs()")
+        raise FastPPOError(
+            f"EnvPool has no env '{task}' (from '{env_id}'): use --env.backend sync, or one of envpool.list_all_envs()"
+        )
     return task, options
 
 
@@ -104,7 +106,9 @@ class EnvPoolVecEnv(FinishedEpisodes, HostCopies):
             if self._pool is not None:
                 self._pool.close()
             # EnvPool seeds env i with seed + i, as gymnasium's vector envs do.
-            self._pool = envpool.make(self.task, env_type="gymnasium", num_envs=self.num_envs, seed=seed, **self.options)
+            self._pool = envpool.make(
+                self.task, env_type="gymnasium", num_envs=self.num_envs, seed=seed, **self.options
+            )
             self._seed = seed
         obs, _ = self._pool.reset()
         self._reset_row[:] = False

@@ -46,7 +46,9 @@ class ActionMaskFromObs(gym.ObservationWrapper):
         return self.observation(obs), reward, terminated, truncated, self._with_mask(obs, info)
 
 
-def published_action_mask(info: dict, expected: bool | None, call: str, num_envs: int | None = None) -> np.ndarray | None:
+def published_action_mask(
+    info: dict, expected: bool | None, call: str, num_envs: int | None = None
+) -> np.ndarray | None:
     """The action mask(s) in ``info`` (one env's, or a vector env's with ``num_envs``), checked
     against what the env published before: an env that publishes masks must do so from ``reset``
     and from every ``step``, for every env, or an observation would be acted on unmasked (and
@@ -55,7 +57,9 @@ def published_action_mask(info: dict, expected: bool | None, call: str, num_envs
     mask = info.get(ACTION_MASK_KEY)
     if mask is None and not expected:  # the common case, checked first: no env publishes masks
         return None
-    present = np.asarray(mask is not None if num_envs is None else info.get(f"_{ACTION_MASK_KEY}", np.zeros(num_envs, dtype=bool)))
+    present = np.asarray(
+        mask is not None if num_envs is None else info.get(f"_{ACTION_MASK_KEY}", np.zeros(num_envs, dtype=bool))
+    )
     if mask is not None and present.all() and expected is not False:
         return np.asarray(mask, dtype=bool)
     if not present.any() and not expected:
@@ -65,7 +69,9 @@ def published_action_mask(info: dict, expected: bool | None, call: str, num_envs
         raise FastPPOError(f"only some envs published info['action_mask'] from reset(): {fix}")
     if expected:
         raise FastPPOError(f"the env published info['action_mask'] from reset() but not from {call}: {fix}")
-    raise FastPPOError(f"the env published info['action_mask'] from {call} but not from reset(), so first observations would be acted on unmasked: {fix}")
+    raise FastPPOError(
+        f"the env published info['action_mask'] from {call} but not from reset(), so first observations would be acted on unmasked: {fix}"
+    )
 
 
 def resolve_env_id(env_id: str) -> str:
@@ -87,7 +93,9 @@ def resolve_env_id(env_id: str) -> str:
     if isinstance(target, type) and issubclass(target, TensorEnv):
         raise FastPPOError(f"'{attr}' in {module_name} is a TensorEnv: train it with --backend tensor")
     what = "a class" if isinstance(target, type) else f"a {type(target).__name__}"
-    raise FastPPOError(f"{module_name} defines '{attr}', but it is {what}, not a gymnasium.Env or TensorEnv subclass: name your env class after the colon")
+    raise FastPPOError(
+        f"{module_name} defines '{attr}', but it is {what}, not a gymnasium.Env or TensorEnv subclass: name your env class after the colon"
+    )
 
 
 def _registering_module_hint(env_id: str) -> str:
@@ -122,7 +130,9 @@ def gym_make(env_id: str, **kwargs) -> gym.Env:
         raise FastPPOError(f"env '{env_id}' needs an extra dependency: {exc}") from None
     except gym.error.Error as exc:
         if spelled_as_atari(env_id) and not ale_installed():
-            raise FastPPOError(f"env '{env_id}' is an Atari game, and ale-py (which plays them) is not installed: pip install 'fastppo[atari]'") from None
+            raise FastPPOError(
+                f"env '{env_id}' is an Atari game, and ale-py (which plays them) is not installed: pip install 'fastppo[atari]'"
+            ) from None
         raise FastPPOError(f"unknown env id '{env_id}': {exc} ({_registering_module_hint(env_id)})") from None
     except Exception as exc:
         # MuJoCo loads the OpenGL backend MUJOCO_GL names when imported, rendering or not: a headless
@@ -145,7 +155,10 @@ def flatten_if_needed(env: gym.Env) -> gym.Env:
         space = env.observation_space
     if isinstance(space, gym.spaces.Box):
         return env
-    if isinstance(space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary, gym.spaces.Dict, gym.spaces.Tuple)):
+    if isinstance(
+        space,
+        (gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary, gym.spaces.Dict, gym.spaces.Tuple),
+    ):
         try:
             gym.spaces.flatten_space(space)
         except (NotImplementedError, TypeError, ValueError):

@@ -28,4 +28,3 @@ class ObservationLayout:
         if not self.critic_only:
             return space
         return gym.spaces.Box(-np.inf, np.inf, (space.shape[0] - self.critic_only,), np.float32)
-

@@ -50,7 +50,11 @@ def register_envs() -> None:
 
 
 def make_single_env(
-    env_id: str, video_dir: Path | None = None, render_mode: str | None = None, for_eval: bool = False, frame_stack: int = EnvConfig.frame_stack
+    env_id: str,
+    video_dir: Path | None = None,
+    render_mode: str | None = None,
+    for_eval: bool = False,
+    frame_stack: int = EnvConfig.frame_stack,
 ) -> gym.Env:
     """One gymnasium env with fastppo's standard wrappers: episode statistics recorded on the raw
     rewards, optional video, observations flattened to a vector where needed.
@@ -112,21 +116,35 @@ def rollout_device(cfg: EnvConfig, device: torch.device) -> torch.device:
     return device if cfg.backend == "tensor" and not is_pettingzoo(cfg.env_id) else torch.device("cpu")
 
 
-def make_vec_env(cfg: EnvConfig, device: torch.device, video_dir: Path | None = None, multi_agent: MultiAgentConfig | None = None, seed_blocks: int = 1) -> VecEnv:
+def make_vec_env(
+    cfg: EnvConfig,
+    device: torch.device,
+    video_dir: Path | None = None,
+    multi_agent: MultiAgentConfig | None = None,
+    seed_blocks: int = 1,
+) -> VecEnv:
     """A VecEnv for ``cfg`` on ``device``; seeding happens at the first ``reset``. A PettingZoo
     env (``pz:<module>``) makes ``num_envs`` copies of agent rows as ``multi_agent`` says.
     ``seed_blocks`` > 1 (tensor envs only): that many blocks of ``num_envs`` envs, each with its
     own random stream, for a stack of seeds (fastppo.training.seed_stack)."""
     # Here, not in Config.validate, which checks values without looking envs up.
     if cfg.frame_stack != EnvConfig.frame_stack and not is_atari(cfg.env_id):
-        raise FastPPOError(f"--env.frame-stack {cfg.frame_stack} applies to Atari ids only, and {cfg.env_id} is not one: leave it at {EnvConfig.frame_stack}")
+        raise FastPPOError(
+            f"--env.frame-stack {cfg.frame_stack} applies to Atari ids only, and {cfg.env_id} is not one: leave it at {EnvConfig.frame_stack}"
+        )
     if not is_pettingzoo(cfg.env_id):  # else they would be ignored without a word
         if cfg.env_kwargs:
-            raise FastPPOError(f"--env-kwargs applies to PettingZoo envs (pz:<module>) only, and {cfg.env_id} is not one: drop it")
+            raise FastPPOError(
+                f"--env-kwargs applies to PettingZoo envs (pz:<module>) only, and {cfg.env_id} is not one: drop it"
+            )
         if multi_agent not in (None, MultiAgentConfig()):
-            raise FastPPOError(f"--multi-agent.* flags apply to PettingZoo envs (pz:<module>) only, and {cfg.env_id} is not one: drop them")
+            raise FastPPOError(
+                f"--multi-agent.* flags apply to PettingZoo envs (pz:<module>) only, and {cfg.env_id} is not one: drop them"
+            )
     if seed_blocks != 1 and (cfg.backend != "tensor" or is_pettingzoo(cfg.env_id)):
-        raise FastPPOError(f"seeds train as stacks on tensor envs only, not on the {cfg.backend} backend: train one run per seed on another --backend (sync, async)")
+        raise FastPPOError(
+            f"seeds train as stacks on tensor envs only, not on the {cfg.backend} backend: train one run per seed on another --backend (sync, async)"
+        )
     if is_pettingzoo(cfg.env_id):
         return make_pettingzoo_env(cfg, multi_agent or MultiAgentConfig(), device)
     if cfg.backend == "tensor":
@@ -145,7 +163,13 @@ def make_vec_env(cfg: EnvConfig, device: torch.device, video_dir: Path | None = 
         raise FastPPOError(f"unknown env backend '{cfg.backend}': choose sync, async, tensor, envpool or ale")
     gym_make(cfg.env_id).close()  # a bad id fails here in one line, not in every worker
     env_fns = [
-        partial(make_single_env, cfg.env_id, video_dir if (i == 0 and cfg.capture_video) else None, frame_stack=cfg.frame_stack) for i in range(cfg.num_envs)
+        partial(
+            make_single_env,
+            cfg.env_id,
+            video_dir if (i == 0 and cfg.capture_video) else None,
+            frame_stack=cfg.frame_stack,
+        )
+        for i in range(cfg.num_envs)
     ]
     return GymnasiumVecEnv(env_fns, asynchronous=cfg.backend == "async", device=device)
 
@@ -155,20 +179,28 @@ def make_vec_env(cfg: EnvConfig, device: torch.device, video_dir: Path | None = 
 register_envs()
 
 
-def make_pettingzoo_env(cfg: EnvConfig, multi_agent: MultiAgentConfig, device: torch.device, render_mode: str | None = None) -> VecEnv:
+def make_pettingzoo_env(
+    cfg: EnvConfig, multi_agent: MultiAgentConfig, device: torch.device, render_mode: str | None = None
+) -> VecEnv:
     """``cfg.num_envs`` copies as agent rows: in this process (``sync``) or in worker processes
     (``async``, fastppo.envs.pettingzoo_workers)."""
     first = make_pettingzoo(cfg.env_id, cfg.env_kwargs, render_mode)
     if is_turn_based(first):
         if cfg.backend != "sync":
             first.close()
-            raise FastPPOError(f"{cfg.env_id} is a turn-based game, whose copies step in the training process: use --backend sync, not {cfg.backend}")
+            raise FastPPOError(
+                f"{cfg.env_id} is a turn-based game, whose copies step in the training process: use --backend sync, not {cfg.backend}"
+            )
         try:
             check_game(first, cfg.env_id)
         except FastPPOError:
             first.close()
             raise
-        return TurnBasedVecEnv([lambda: first] + [partial(make_pettingzoo, cfg.env_id, cfg.env_kwargs, render_mode)] * (cfg.num_envs - 1), multi_agent, device)
+        return TurnBasedVecEnv(
+            [lambda: first] + [partial(make_pettingzoo, cfg.env_id, cfg.env_kwargs, render_mode)] * (cfg.num_envs - 1),
+            multi_agent,
+            device,
+        )
     first.close()
     env_fns = [partial(make_parallel_env, cfg.env_id, cfg.env_kwargs, render_mode) for _ in range(cfg.num_envs)]
     if cfg.backend == "async":

@@ -74,7 +74,6 @@ def parallel_step(env: Any, actions: dict[str, Any]) -> Step:
     return observations, rewards, terminations, truncations, infos
 
 
-
 MOVES = np.array([[0.0, 0.0], [-1.0, 0.0], [1.0, 0.0], [0.0, -1.0], [0.0, 1.0]])
 """``action.u`` of each discrete MPE move (no-op, left, right, down, up) before
 ``SimpleEnv._set_action`` scales it by the agent's sensitivity."""
@@ -103,7 +102,12 @@ class Spread:
     def accepts(inner: Any) -> bool:
         scenario = inner.scenario
         silent = all(agent.silent for agent in inner.world.agents)
-        return silent and scenario.num_agent_neighbors is None and scenario.num_landmark_neighbors is None and not scenario.terminate_on_success
+        return (
+            silent
+            and scenario.num_agent_neighbors is None
+            and scenario.num_landmark_neighbors is None
+            and not scenario.terminate_on_success
+        )
 
     @staticmethod
     def global_reward(world: Copies) -> np.ndarray:
@@ -131,7 +135,11 @@ class Spread:
         landmarks = (world.landmarks[:, None] - world.agents[:, :, None]).reshape(copies, n, -1)
         agents = (world.agents[:, None] - world.agents[:, :, None])[:, others].reshape(copies, n, -1)
         comms = np.zeros((copies, n, (n - 1) * world.comm.shape[2]))  # the others' messages: silent agents
-        return list(np.concatenate([world.vel, world.agents, landmarks, agents, comms], axis=2).astype(np.float32).transpose(1, 0, 2))
+        return list(
+            np.concatenate([world.vel, world.agents, landmarks, agents, comms], axis=2)
+            .astype(np.float32)
+            .transpose(1, 0, 2)
+        )
 
 
 class SpeakerListener:
@@ -158,7 +166,10 @@ class SpeakerListener:
         """The speaker: its goal's colour; the listener: [velocity, landmarks - own, speaker's message]."""
         colours = np.array([landmark.color for landmark in cls.goals(world)], dtype=np.float64)
         landmarks = (world.landmarks - world.agents[:, 1, None]).reshape(len(world.inners), -1)
-        return [colours.astype(np.float32), np.concatenate([world.vel[:, 1], landmarks, world.comm[:, 0]], axis=1).astype(np.float32)]
+        return [
+            colours.astype(np.float32),
+            np.concatenate([world.vel[:, 1], landmarks, world.comm[:, 0]], axis=1).astype(np.float32),
+        ]
 
 
 def scenario_steps(inner: Any) -> type | None:
@@ -167,7 +178,11 @@ def scenario_steps(inner: Any) -> type | None:
     import mpe2.simple_spread.simple_spread as spread
 
     for module, steps in ((spread, Spread), (speaker_listener, SpeakerListener)):
-        if type(inner) is module.raw_env and type(inner.scenario) is module.Scenario and type(inner.world) is module.ExtendedWorld:
+        if (
+            type(inner) is module.raw_env
+            and type(inner.scenario) is module.Scenario
+            and type(inner.world) is module.ExtendedWorld
+        ):
             return steps if steps.accepts(inner) else None
     return None
 
@@ -181,7 +196,10 @@ def batched_env(env: Any) -> Any | None:
     inner = simple_env(env)
     if inner is None or inner.continuous_actions or inner.benchmark_data or scenario_steps(inner) is None:
         return None
-    agents = all(a.action_callback is None and not a.u_noise and not a.c_noise and a.max_speed is None for a in inner.world.agents)
+    agents = all(
+        a.action_callback is None and not a.u_noise and not a.c_noise and a.max_speed is None
+        for a in inner.world.agents
+    )
     return inner if agents and all(not lm.movable and not lm.collide for lm in inner.world.landmarks) else None
 
 
@@ -197,14 +215,20 @@ class BatchedWorlds:
         self.n = len(agents)
         self.action_counts = np.array([int(inners[0].action_space(agent.name).n) for agent in agents])
         self.movable = np.array([agent.movable for agent in agents])
-        self.moving = slice(0, self.n) if self.movable.all() else np.flatnonzero(self.movable)  # a slice is a view: no copies
+        self.moving = (
+            slice(0, self.n) if self.movable.all() else np.flatnonzero(self.movable)
+        )  # a slice is a view: no copies
         self.sensitivity = np.array([SENSITIVITY if agent.accel is None else agent.accel for agent in agents])[:, None]
         self.speaking = np.flatnonzero([not agent.silent for agent in agents])
         self.mass = np.array([agent.mass for agent in agents])[self.moving, None]
         # apply_environment_force's colliding pairs a < b (only agents collide here), in its order
-        self.pairs = [(a, b) for a in range(self.n) for b in range(a + 1, self.n) if agents[a].collide and agents[b].collide]
+        self.pairs = [
+            (a, b) for a in range(self.n) for b in range(a + 1, self.n) if agents[a].collide and agents[b].collide
+        ]
         sizes = np.array([agent.size for agent in agents])
-        self.reach = sizes[:, None] + sizes[None, :]  # the distance under which a pair touches (is_collision, contact forces)
+        self.reach = (
+            sizes[:, None] + sizes[None, :]
+        )  # the distance under which a pair touches (is_collision, contact forces)
         self.others = ~np.eye(self.n, dtype=bool)
         self.dim_c, self.dt, self.damping = world.dim_c, world.dt, world.damping
         self.contact_force, self.contact_margin = world.contact_force, world.contact_margin
@@ -221,7 +245,9 @@ class BatchedWorlds:
         own space at a step that does not end the episode (that one, the resets and bad actions
         take mpe2's own step)."""
         valid = ((actions >= 0) & (actions < self.action_counts)).all(axis=1)
-        return valid & np.array([inner.steps + 1 < inner.max_cycles and len(inner.agents) == self.n for inner in self.inners])
+        return valid & np.array(
+            [inner.steps + 1 < inner.max_cycles and len(inner.agents) == self.n for inner in self.inners]
+        )
 
     def step(self, copies: np.ndarray, actions: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
         """One step of the copies at indices ``copies`` (``playable``) with discrete ``actions``

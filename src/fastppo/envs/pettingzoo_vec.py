@@ -64,13 +64,17 @@ def make_pettingzoo(env_id: str, env_kwargs: dict[str, Any], render_mode: str | 
     except (TypeError, ValueError, AssertionError) as exc:  # a kwarg it does not know, or a value it refuses
         if env_kwargs:
             raise FastPPOError(f"{env_id} rejected --env-kwargs {env_kwargs}: {_one_line(exc)}") from None
-        raise FastPPOError(f"{env_id} raised {type(exc).__name__} as it was built (no --env-kwargs given): {_one_line(exc)}") from None
+        raise FastPPOError(
+            f"{env_id} raised {type(exc).__name__} as it was built (no --env-kwargs given): {_one_line(exc)}"
+        ) from None
     except ImportError as exc:  # PettingZoo's DeprecatedEnv, or a dependency imported on construction
         raise _import_error(env_id, exc) from None
     except gym.error.DependencyNotInstalled as exc:
         raise FastPPOError(f"{env_id} needs a package that is not installed: {_one_line(exc)}") from None
     if not callable(getattr(env, "step", None)) or not hasattr(env, "possible_agents"):
-        raise FastPPOError(f"{env_id} built a {type(env).__name__}, not a PettingZoo ParallelEnv or AECEnv: return one from {env_id.removeprefix(PREFIX)}")
+        raise FastPPOError(
+            f"{env_id} built a {type(env).__name__}, not a PettingZoo ParallelEnv or AECEnv: return one from {env_id.removeprefix(PREFIX)}"
+        )
     return env
 
 
@@ -79,7 +83,9 @@ def make_parallel_env(env_id: str, env_kwargs: dict[str, Any], render_mode: str 
     env = make_pettingzoo(env_id, env_kwargs, render_mode)
     if is_turn_based(env):
         env.close()
-        raise FastPPOError(f"{env_id} built an AECEnv (PettingZoo's turn-based API) where a ParallelEnv was expected: turn-based games train with --backend sync")
+        raise FastPPOError(
+            f"{env_id} built an AECEnv (PettingZoo's turn-based API) where a ParallelEnv was expected: turn-based games train with --backend sync"
+        )
     return env
 
 
@@ -88,20 +94,26 @@ def _env_maker(env_id: str) -> tuple[Callable[..., Any], Any]:
 
     target = env_id.removeprefix(PREFIX)
     if not target or target.startswith("."):  # else importlib's ValueError/TypeError
-        raise FastPPOError(f"{env_id} names no module: write pz:<package.module>, e.g. pz:mpe2.simple_spread_v3, or pz:<module or file.py>:<function>")
+        raise FastPPOError(
+            f"{env_id} names no module: write pz:<package.module>, e.g. pz:mpe2.simple_spread_v3, or pz:<module or file.py>:<function>"
+        )
     if split_spec(target) is not None:
         maker = named_object(target, "the PettingZoo env")
         if not callable(maker):
             module_name, name = split_spec(target)
             what = f"defines no '{name}'" if maker is None else f"defines '{name}' as a {type(maker).__name__}"
-            raise FastPPOError(f"{module_name} {what}: name a function that returns a PettingZoo ParallelEnv after the colon")
+            raise FastPPOError(
+                f"{module_name} {what}: name a function that returns a PettingZoo ParallelEnv after the colon"
+            )
         return maker, None
     module = _import_env_module(env_id, target)
     if callable(getattr(module, "parallel_env", None)):
         return module.parallel_env, module
     if callable(getattr(module, "env", None)):  # PettingZoo's AEC-only modules (classic board games)
         return module.env, module
-    raise FastPPOError(f"{target} has neither parallel_env() nor env(): name a PettingZoo env module, e.g. pz:mpe2.simple_spread_v3, or pz:<module>:<function> for your own")
+    raise FastPPOError(
+        f"{target} has neither parallel_env() nor env(): name a PettingZoo env module, e.g. pz:mpe2.simple_spread_v3, or pz:<module>:<function> for your own"
+    )
 
 
 def is_turn_based(env: Any) -> bool:
@@ -149,10 +161,16 @@ def _import_error(env_id: str, exc: ImportError) -> FastPPOError:
     module_name = env_id.removeprefix(PREFIX)
     if missing is None:  # no module missing: PettingZoo's DeprecatedEnv, or an error inside the module
         return FastPPOError(f"cannot build {env_id}: {_one_line(exc)}")
-    family = module_name.split(".")[1] if module_name.startswith("pettingzoo.") and module_name.count(".") >= 2 else None
+    family = (
+        module_name.split(".")[1] if module_name.startswith("pettingzoo.") and module_name.count(".") >= 2 else None
+    )
     if missing.split(".")[0] in ("pettingzoo", "mpe2") and module_name.startswith(missing):
-        extra = "games" if family == "classic" else "multiagent"  # games: its pool's ratings and opponents need more than PettingZoo
-        return FastPPOError(f"cannot import the PettingZoo module '{module_name}' of {env_id}: {exc} ({install_extra(extra)})")
+        extra = (
+            "games" if family == "classic" else "multiagent"
+        )  # games: its pool's ratings and opponents need more than PettingZoo
+        return FastPPOError(
+            f"cannot import the PettingZoo module '{module_name}' of {env_id}: {exc} ({install_extra(extra)})"
+        )
     if module_name.startswith(f"{missing}.") or module_name == missing:
         return _no_module(env_id, module_name, exc)
     if family == "classic":
@@ -179,7 +197,11 @@ def _check_kwarg_types(env_id: str, env_kwargs: dict[str, Any], maker: Callable[
             continue
         defaults |= {p.name: p.default for p in parameters if p.default is not inspect.Parameter.empty}
     for name, value in env_kwargs.items():
-        if name in defaults and _kind(value) != _kind(defaults[name]) and None not in (_kind(value), _kind(defaults[name])):
+        if (
+            name in defaults
+            and _kind(value) != _kind(defaults[name])
+            and None not in (_kind(value), _kind(defaults[name]))
+        ):
             raise FastPPOError(
                 f"--env-kwargs {env_kwargs}: {name} of {env_id} is {_kind(defaults[name])} (its default is {defaults[name]!r}), not {value!r}: give {_kind(defaults[name])}"
             )
@@ -199,7 +221,11 @@ def _kind(value: Any) -> str | None:
 def _flat_size(space: gym.Space, agent: str) -> int:
     if isinstance(space, gym.spaces.Dict) and "observation" in space.spaces:  # PettingZoo's masked observations
         space = space["observation"]
-    if isinstance(space, gym.spaces.Box) and len(space.shape) >= 3 and (space.dtype == np.uint8 or int(np.prod(space.shape)) > MAX_FLAT_BOARD):
+    if (
+        isinstance(space, gym.spaces.Box)
+        and len(space.shape) >= 3
+        and (space.dtype == np.uint8 or int(np.prod(space.shape)) > MAX_FLAT_BOARD)
+    ):
         # A row per agent is one flat vector: [state | observation | id] for an MLP; frames would
         # be hundreds of thousands of inputs (cooperative_pong: 403 k), and ids do not fit an image.
         # A board game's planes are small and not pixels (tic-tac-toe 3x3x2 int8, chess 8x8x111).
@@ -211,7 +237,9 @@ def _flat_size(space: gym.Space, agent: str) -> int:
     try:
         return int(gym.spaces.flatdim(space))
     except (NotImplementedError, TypeError, ValueError):
-        raise FastPPOError(f"unsupported agent observation space {space}: fastppo handles Box, Discrete, MultiDiscrete and Dict/Tuple of those") from None
+        raise FastPPOError(
+            f"unsupported agent observation space {space}: fastppo handles Box, Discrete, MultiDiscrete and Dict/Tuple of those"
+        ) from None
 
 
 def _flatten(space: gym.Space, obs: Any) -> tuple[np.ndarray, np.ndarray | None]:
@@ -264,7 +292,9 @@ def headline_of(headline: str, groups: list[str]) -> str | None:
     if headline == "auto":
         return "team" if len(groups) == 1 else None
     if headline != "team" and headline not in groups:
-        raise FastPPOError(f"--multi-agent.headline {headline} is no group of this env's agents ({', '.join(groups)}): give one of them, team (their sum) or auto")
+        raise FastPPOError(
+            f"--multi-agent.headline {headline} is no group of this env's agents ({', '.join(groups)}): give one of them, team (their sum) or auto"
+        )
     return headline
 
 
@@ -306,7 +336,9 @@ class AgentSpaces:
                 raise FastPPOError("agents' Discrete action spaces must start at 0")
             self.action_space: gym.Space = gym.spaces.Discrete(max(counts))
             # Padding actions are masked per agent; None when every agent has every action.
-            self.padding_mask = None if len(set(counts)) == 1 else np.arange(max(counts))[None, :] < np.asarray(counts)[:, None]
+            self.padding_mask = (
+                None if len(set(counts)) == 1 else np.arange(max(counts))[None, :] < np.asarray(counts)[:, None]
+            )
         elif all(s == first for s in action_spaces):
             self.action_space, self.padding_mask = first, None
         else:
@@ -323,7 +355,9 @@ class AgentSpaces:
             self.state_size = int(np.prod(state_space.shape)) if self.env_state else self.obs_size * len(self.agents)
             # MPE's state() computes every agent's observation again (a fifth of MAPPO's env time
             # on simple_spread): the same values come from the observations the step returned.
-            self.state_from_observations = self.env_state and mpe.state_is_observations(env) and self.state_size == sum(sizes)
+            self.state_from_observations = (
+                self.env_state and mpe.state_is_observations(env) and self.state_size == sum(sizes)
+            )
         self.ids = len(self.agents) if cfg.agent_ids else 0
         # adversary_0, adversary_1 | agent_0: groups by name, in order of appearance
         self.agent_groups = [agent_group(agent) for agent in self.agents]
@@ -331,7 +365,9 @@ class AgentSpaces:
         self.headline = headline_of(cfg.headline, self.group_names)
         groups = tuple(self.group_names.index(name) for name in self.agent_groups) if cfg.policies == "group" else ()
         self.layout = ObservationLayout(critic_only=self.state_size, raw=self.ids, groups=groups)
-        self.observation_space = gym.spaces.Box(-np.inf, np.inf, (self.state_size + self.obs_size + self.ids,), np.float32)
+        self.observation_space = gym.spaces.Box(
+            -np.inf, np.inf, (self.state_size + self.obs_size + self.ids,), np.float32
+        )
 
     def blank_rows(self, copies: int) -> np.ndarray:
         """[copies, n, width] rows before any observation: zeros and every agent's id one-hot."""
@@ -340,7 +376,9 @@ class AgentSpaces:
             rows[:, :, -self.ids :] = np.eye(self.ids, dtype=np.float32)
         return rows
 
-    def rows(self, env: Any, observations: dict[str, Any], infos: dict[str, Any], rows: np.ndarray) -> np.ndarray | None:
+    def rows(
+        self, env: Any, observations: dict[str, Any], infos: dict[str, Any], rows: np.ndarray
+    ) -> np.ndarray | None:
         """Fills ``rows`` [n, width] (blank, see ``blank_rows``: an absent agent's row stays so)
         with one copy's observations and state; returns its masks [n, actions] or None."""
         n = len(self.agents)
@@ -360,7 +398,9 @@ class AgentSpaces:
         if self.state_from_observations and len(flats) == n:
             rows[:, : self.state_size] = np.concatenate(flats)
         elif self.state_size:
-            rows[:, : self.state_size] = np.asarray(env.state(), dtype=np.float32).ravel() if self.env_state else rows[:, own].ravel()
+            rows[:, : self.state_size] = (
+                np.asarray(env.state(), dtype=np.float32).ravel() if self.env_state else rows[:, own].ravel()
+            )
         return masks
 
     def rows_of_arrays(self, observations: list[np.ndarray], rows: np.ndarray, copies: np.ndarray) -> None:
@@ -432,7 +472,9 @@ class PettingZooVecEnv(HostCopies):
             self._learner[c] = self.opponents.new_game(c)
         return self._shown_to_learner(rows, self._join(masks), live)
 
-    def _shown_to_learner(self, rows: np.ndarray, masks: np.ndarray | None, live: np.ndarray) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+    def _shown_to_learner(
+        self, rows: np.ndarray, masks: np.ndarray | None, live: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
         """What a step returns: the opponents' agents are no decisions of the learner's."""
         self._shown = (rows, masks)
         return rows.reshape(self.num_envs, -1), masks, (live & self._learner).ravel()
@@ -496,7 +538,9 @@ class PettingZooVecEnv(HostCopies):
             else:
                 acting = set(env.agents)
                 actions = {a: host[c, i] for i, a in enumerate(self.agents) if a in acting}
-                observations, rewards, terms, truncs, infos = mpe.parallel_step(env, actions) if self._direct[c] else env.step(actions)
+                observations, rewards, terms, truncs, infos = (
+                    mpe.parallel_step(env, actions) if self._direct[c] else env.step(actions)
+                )
                 masks = self._rows(env, observations, infos, rows[c])
                 live[c] = self._in_play(env)
                 for i, agent in enumerate(self.agents):
@@ -505,11 +549,15 @@ class PettingZooVecEnv(HostCopies):
                     reward[c, i] = rewards.get(agent, 0.0)
                     truncated[c, i] = bool(truncs.get(agent, False))
                     # An agent that leaves without a flag has ended all the same: no bootstrap.
-                    terminated[c, i] = bool(terms.get(agent, False)) or (agent not in env.agents and not truncated[c, i])
+                    terminated[c, i] = bool(terms.get(agent, False)) or (
+                        agent not in env.agents and not truncated[c, i]
+                    )
                 self._returns[c] += reward[c]
                 self._lengths[c] += 1
                 if not env.agents:
-                    self._episodes.append((float(self._returns[c].sum()), int(self._lengths[c]), self._returns[c].copy()))
+                    self._episodes.append(
+                        (float(self._returns[c].sum()), int(self._lengths[c]), self._returns[c].copy())
+                    )
                     self.opponents.game_over(c, self._returns[c].copy())
                     self._finished[c] = True
             all_masks.append(masks)
@@ -529,7 +577,14 @@ class PettingZooVecEnv(HostCopies):
         n = len(self.agents)
 
         def is_episode(e: Any) -> bool:  # a FinishedEpisode
-            return isinstance(e, tuple) and len(e) == 3 and isinstance(e[0], (int, float)) and not isinstance(e[0], bool) and is_count(e[1]) and is_row(e[2], "fiu", n)
+            return (
+                isinstance(e, tuple)
+                and len(e) == 3
+                and isinstance(e[0], (int, float))
+                and not isinstance(e[0], bool)
+                and is_count(e[1])
+                and is_row(e[2], "fiu", n)
+            )
 
         if not all(is_episode(episode) for episode in self._episodes):
             return f"holds pending episodes that are not (return, length, {n} agents' returns)"

@@ -83,7 +83,12 @@ class PettingZooWorkers(HostCopies):
         try:
             for block in blocks[1:]:
                 ours, theirs = context.Pipe()
-                process = context.Process(target=_serve, args=(theirs, [env_fns[c] for c in block], cfg), daemon=True, name="fastppo-pettingzoo")
+                process = context.Process(
+                    target=_serve,
+                    args=(theirs, [env_fns[c] for c in block], cfg),
+                    daemon=True,
+                    name="fastppo-pettingzoo",
+                )
                 process.start()
                 theirs.close()
                 self._pipes.append(ours)
@@ -152,11 +157,23 @@ class PettingZooWorkers(HostCopies):
     def step(self, actions: torch.Tensor) -> StepResult:
         host = self.to_host(actions)
         blocks = np.split(host, np.cumsum(self._block_rows)[:-1])
-        steps, episodes = zip(*self._ask([("step", block) for block in blocks[1:]], lambda: (self._local.step_host(blocks[0]), self._local.pop_finished())))
+        steps, episodes = zip(
+            *self._ask(
+                [("step", block) for block in blocks[1:]],
+                lambda: (self._local.step_host(blocks[0]), self._local.pop_finished()),
+            )
+        )
         # the sync backend records a step's episodes in copy order, and the blocks are in copy order
         self._episodes.extend(episode for block in episodes for episode in block)
         rows, reward, terminated, truncated, masks, live = zip(*steps)
-        return self.to_device(np.concatenate(rows), np.concatenate(reward), np.concatenate(terminated), np.concatenate(truncated), _join(masks), np.concatenate(live))
+        return self.to_device(
+            np.concatenate(rows),
+            np.concatenate(reward),
+            np.concatenate(terminated),
+            np.concatenate(truncated),
+            _join(masks),
+            np.concatenate(live),
+        )
 
     def pop_episodes(self) -> Episodes:
         episodes = self._episodes

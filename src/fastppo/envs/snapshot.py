@@ -50,7 +50,9 @@ def _plain_class(cls: type, modules: tuple[str, ...] = PLAIN_STATE_MODULES) -> b
 
 def _plain(value: Any) -> bool:
     """Whether ``_encode`` knows this kind of value (a restore leaves any other as the fresh env has it)."""
-    return isinstance(value, (*SIMPLE_VALUES, tuple, list, dict, np.ndarray, np.generic, np.random.Generator)) or _plain_class(type(value))
+    return isinstance(
+        value, (*SIMPLE_VALUES, tuple, list, dict, np.ndarray, np.generic, np.random.Generator)
+    ) or _plain_class(type(value))
 
 
 def _encode(value: Any, memo: dict[int, int]) -> Any:
@@ -108,7 +110,9 @@ def _kind(value: Any) -> str:
         return "a number"
     if isinstance(value, str):
         return "a text"
-    if isinstance(value, np.ndarray):  # of any precision: Acrobot's state is float32 after a reset, float64 after a step
+    if isinstance(
+        value, np.ndarray
+    ):  # of any precision: Acrobot's state is float32 after a reset, float64 after a step
         return f"an array {list(value.shape)} of {'bools' if value.dtype.kind == 'b' else 'numbers'}"
     if isinstance(value, tuple):
         return f"a tuple of {len(value)}"
@@ -124,7 +128,11 @@ def _check_fits(current: Any, value: Any, where: str) -> None:
     if current is None or value is None or _kind(current) == _kind(value):
         return
     pair = {type(current), type(value)}
-    if pair == {tuple, np.ndarray} and np.ndim(current if isinstance(current, np.ndarray) else value) == 1 and len(current) == len(value):
+    if (
+        pair == {tuple, np.ndarray}
+        and np.ndim(current if isinstance(current, np.ndarray) else value) == 1
+        and len(current) == len(value)
+    ):
         return
     raise SnapshotMismatch(f"sets {where} to {_kind(value)} where the env has {_kind(current)}")
 
@@ -172,7 +180,9 @@ def _restore(current: Any, snap: Any, restore: _Restore, where: str) -> Any:
     if "list" in snap:
         value.extend(_restore(_at(current, i), item, restore, f"{where}[{i}]") for i, item in enumerate(snap["list"]))
     elif "dict" in snap:
-        value.update({key: _restore(_at(current, key), item, restore, f"{where}[{key!r}]") for key, item in snap["dict"].items()})
+        value.update(
+            {key: _restore(_at(current, key), item, restore, f"{where}[{key!r}]") for key, item in snap["dict"].items()}
+        )
     return value
 
 
@@ -215,7 +225,9 @@ def _snapshot_object(obj: Any, memo: dict[int, int], names: tuple[str, ...] | No
     return {"class": type(obj).__qualname__, "attrs": attrs}
 
 
-def _restore_object(obj: Any, snap: dict[str, Any], restore: _Restore, where: str, names: tuple[str, ...] | None = None) -> Any:
+def _restore_object(
+    obj: Any, snap: dict[str, Any], restore: _Restore, where: str, names: tuple[str, ...] | None = None
+) -> Any:
     """``obj`` (or its twin, see ``_Restore.take``) with the snapshot's attributes (of ``names``,
     when given), each of the kind the fresh ``obj`` holds. A name its class defines (``step``: a
     method the attribute would hide) is a SnapshotMismatch; one the fresh object lacks is an
@@ -245,7 +257,8 @@ def env_is_exact(envs: VecEnv) -> bool:
         return True
     if isinstance(envs, GymnasiumVecEnv) and isinstance(envs.envs, __import__("gymnasium").vector.SyncVectorEnv):
         return all(
-            _plain_class(type(e.unwrapped), EXACT_ENV_MODULES) and all(_plain_class(type(layer), STATELESS_WRAPPER_MODULES) for layer in _layers(e)[:-1])
+            _plain_class(type(e.unwrapped), EXACT_ENV_MODULES)
+            and all(_plain_class(type(layer), STATELESS_WRAPPER_MODULES) for layer in _layers(e)[:-1])
             for e in envs.envs.envs
         )
     if isinstance(envs, (PettingZooVecEnv, TurnBasedVecEnv)):  # the copies are walked from the outermost object
@@ -262,7 +275,9 @@ def snapshot_envs(envs: VecEnv) -> tuple[dict[str, torch.Tensor], dict[str, Any]
     if not env_is_exact(envs):
         return {}, None
     if isinstance(envs, TensorEnv):
-        tensors = {f"env.{k}": v.detach().cpu().contiguous() for k, v in vars(envs).items() if isinstance(v, torch.Tensor)}
+        tensors = {
+            f"env.{k}": v.detach().cpu().contiguous() for k, v in vars(envs).items() if isinstance(v, torch.Tensor)
+        }
         tensors["env.generator"] = envs.generator.get_state()
         return tensors, {"kind": "tensor"}
     memo: dict[int, int] = {}  # one for all copies: they may share (a class-level metadata dict)
@@ -295,7 +310,11 @@ def restore_envs(envs: VecEnv, tensors: dict[str, torch.Tensor], meta: dict[str,
     if meta["kind"] == "pettingzoo":
         copies = len(envs.envs)
         _restore_object(envs, meta["vec"], restore, type(envs).__qualname__, names=envs.CHECKPOINTED)
-        problem = f"holds {len(envs.envs)} copies of the env, the config makes {copies}" if len(envs.envs) != copies else envs.restored_problem()
+        problem = (
+            f"holds {len(envs.envs)} copies of the env, the config makes {copies}"
+            if len(envs.envs) != copies
+            else envs.restored_problem()
+        )
         if problem is not None:
             raise SnapshotMismatch(problem)
         return

@@ -37,7 +37,6 @@ from fastppo.envs.pettingzoo_vec import ACTION_MASK_KEY, AgentSpaces, copies_pro
 from fastppo.envs.vector import Episodes, HostCopies, StepResult
 from fastppo.errors import FastPPOError
 
-
 GameRecord = tuple[np.ndarray, np.ndarray, int]
 """(the learner's seats, each seat's return, moves) of a finished game."""
 
@@ -67,7 +66,9 @@ class TurnBasedVecEnv(HostCopies):
         self._seat_of = {agent: i for i, agent in enumerate(self.agents)}
         discrete = isinstance(self.single_action_space, gym.spaces.Discrete)
         self._direct = [discrete and only_checking_wrappers(env) for env in self.envs]
-        self._moves = [int(space.n) for space in self.spaces.action_spaces] if discrete else []  # each seat's own actions
+        self._moves = (
+            [int(space.n) for space in self.spaces.action_spaces] if discrete else []
+        )  # each seat's own actions
         # The legal moves of each copy's seat to move, as its latest observation gave them (none
         # known: all False); a direct copy plays a move found here on the game itself.
         self._legal = np.zeros((len(self.envs), int(self.single_action_space.n) if discrete else 0), dtype=bool)
@@ -97,7 +98,9 @@ class TurnBasedVecEnv(HostCopies):
         self._lengths[c] = 0
         self._learner[c] = self.opponents.new_game(c)
 
-    def _play(self, c: int, game: Any, action: Any, reward: np.ndarray, terminated: np.ndarray, truncated: np.ndarray) -> None:
+    def _play(
+        self, c: int, game: Any, action: Any, reward: np.ndarray, terminated: np.ndarray, truncated: np.ndarray
+    ) -> None:
         """One move in copy ``c`` (its ``game``, see ``_game_objects``); every seat's reward of it joins
         ``reward[c]``; a game that ends sets the flags and is recorded."""
         env = game
@@ -127,7 +130,9 @@ class TurnBasedVecEnv(HostCopies):
             return False
         return 0 <= action < self._moves[self._seat_of[agent]] and bool(self._legal[c, action])
 
-    def _opponents_move(self, games: list[Any], reward: np.ndarray, terminated: np.ndarray, truncated: np.ndarray) -> None:
+    def _opponents_move(
+        self, games: list[Any], reward: np.ndarray, terminated: np.ndarray, truncated: np.ndarray
+    ) -> None:
         """Play the opponents' moves, all waiting copies in one batch each round, until every copy
         waits for the learner or is over."""
         while True:
@@ -158,7 +163,12 @@ class TurnBasedVecEnv(HostCopies):
             to_move = -1
         else:
             if masks is None or not masks[to_move].any():  # a game that stops publishing its legal moves mid-game
-                check_to_move(f"after {self._lengths[c]} moves, observe", self.agents[to_move], game.observation_space(self.agents[to_move]), observations[self.agents[to_move]])
+                check_to_move(
+                    f"after {self._lengths[c]} moves, observe",
+                    self.agents[to_move],
+                    game.observation_space(self.agents[to_move]),
+                    observations[self.agents[to_move]],
+                )
             if self._direct[c]:
                 self._keep_legal(c, observations.get(self.agents[to_move]), self._moves[to_move])
         if masks is not None:
@@ -199,7 +209,9 @@ class TurnBasedVecEnv(HostCopies):
     def step(self, actions: torch.Tensor) -> StepResult:
         return self.to_device(*self.step_host(self.to_host(actions)))
 
-    def step_host(self, host: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray | None, np.ndarray]:
+    def step_host(
+        self, host: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray | None, np.ndarray]:
         """``step`` on numpy: the action of each copy's seat to move in, (rows, reward,
         terminated, truncated, masks, live) out. A finished copy starts its next game (its reset
         row: actions ignored, reward 0)."""
@@ -231,7 +243,13 @@ class TurnBasedVecEnv(HostCopies):
         seats, games = len(self.agents), self._game_objects()
 
         def is_game(g: Any) -> bool:  # a GameRecord
-            return isinstance(g, tuple) and len(g) == 3 and is_row(g[0], "b", seats) and is_row(g[1], "fiu", seats) and is_count(g[2])
+            return (
+                isinstance(g, tuple)
+                and len(g) == 3
+                and is_row(g[0], "b", seats)
+                and is_row(g[1], "fiu", seats)
+                and is_count(g[2])
+            )
 
         if not all(is_game(game) for game in self._games):
             return f"holds finished games that are not (learner's seats, {seats} seats' returns, moves)"
@@ -263,7 +281,9 @@ def check_game(env: Any, name: str) -> None:
     space (a Dict) declares, with at least one legal move."""
     for seat in env.possible_agents:
         if not isinstance(space := env.action_space(seat), gym.spaces.Discrete):
-            raise FastPPOError(f"{name}: action_space({seat!r}) is {space}: a turn-based game's moves are Discrete (a number per move, the legal ones marked in the observation's action_mask)")
+            raise FastPPOError(
+                f"{name}: action_space({seat!r}) is {space}: a turn-based game's moves are Discrete (a number per move, the legal ones marked in the observation's action_mask)"
+            )
     env.reset(seed=0)
     seat = env.agent_selection
     check_to_move(f"{name}: on reset, observe", seat, env.observation_space(seat), env.observe(seat))
@@ -274,12 +294,20 @@ def check_to_move(where: str, seat: str, space: gym.Space, observation: Any) -> 
     message's start, e.g. ``<game>: on reset, observe``)."""
     shape = "{'observation': ..., 'action_mask': ...} (the mask 1 for each legal move)"
     if not isinstance(observation, dict) or ACTION_MASK_KEY not in observation:
-        what = f"a dict of {sorted(observation)}" if isinstance(observation, dict) else f"a {type(observation).__name__}"
-        raise FastPPOError(f"{where}({seat!r}), the seat to move, gave {what}, with no action_mask: a turn-based game's observe(seat) returns {shape}")
+        what = (
+            f"a dict of {sorted(observation)}" if isinstance(observation, dict) else f"a {type(observation).__name__}"
+        )
+        raise FastPPOError(
+            f"{where}({seat!r}), the seat to move, gave {what}, with no action_mask: a turn-based game's observe(seat) returns {shape}"
+        )
     if not isinstance(space, gym.spaces.Dict):
-        raise FastPPOError(f"{where}({seat!r}) gave a dict, and observation_space({seat!r}) says {space}: declare spaces.Dict for {shape}")
+        raise FastPPOError(
+            f"{where}({seat!r}) gave a dict, and observation_space({seat!r}) says {space}: declare spaces.Dict for {shape}"
+        )
     if not np.asarray(observation[ACTION_MASK_KEY]).any():
-        raise FastPPOError(f"{where}({seat!r}) gave the seat to move no legal move (its action_mask is all 0): a seat to move needs at least one, or the game is over")
+        raise FastPPOError(
+            f"{where}({seat!r}) gave the seat to move no legal move (its action_mask is all 0): a seat to move needs at least one, or the game is over"
+        )
 
 
 def game_episodes(games: list[GameRecord], agents: list[str]) -> Episodes:

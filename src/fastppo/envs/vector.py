@@ -132,13 +132,21 @@ class HostCopies:
         low, high = self._action_clip
         return np.minimum(np.maximum(action, low), high)
 
-    def first_step(self, obs: np.ndarray, action_mask: np.ndarray | None = None, live: np.ndarray | None = None) -> StepResult:
+    def first_step(
+        self, obs: np.ndarray, action_mask: np.ndarray | None = None, live: np.ndarray | None = None
+    ) -> StepResult:
         """``reset``'s result: the first observations, reward 0, neither flag set."""
         no = np.zeros(self.num_envs, dtype=bool)
         return self.to_device(obs, np.zeros(self.num_envs, dtype=np.float32), no, no.copy(), action_mask, live)
 
     def to_device(
-        self, obs: np.ndarray, reward: np.ndarray, terminated: np.ndarray, truncated: np.ndarray, action_mask: np.ndarray | None = None, live: np.ndarray | None = None
+        self,
+        obs: np.ndarray,
+        reward: np.ndarray,
+        terminated: np.ndarray,
+        truncated: np.ndarray,
+        action_mask: np.ndarray | None = None,
+        live: np.ndarray | None = None,
     ) -> StepResult:
         with self.copying():
             return StepResult(
@@ -146,6 +154,8 @@ class HostCopies:
                 numpy_to_device(reward, torch.float32, self.device),
                 numpy_to_device(terminated, torch.bool, self.device),
                 numpy_to_device(truncated, torch.bool, self.device),
-                None if action_mask is None else numpy_to_device(np.asarray(action_mask, dtype=bool), torch.bool, self.device),
+                None
+                if action_mask is None
+                else numpy_to_device(np.asarray(action_mask, dtype=bool), torch.bool, self.device),
                 None if live is None else numpy_to_device(live, torch.bool, self.device),
             )

@@ -35,7 +35,9 @@ class VideoWriter:
         self.path = output_file(path, "the video", SUFFIXES)
         self.frames = 0
         # macro_block_size=2: libx264/yuv420p only needs even sizes (CartPole's 600x400 stays as is).
-        self._writer = imageio.get_writer(str(self.path), fps=fps, codec="libx264", macro_block_size=2, ffmpeg_log_level="error")
+        self._writer = imageio.get_writer(
+            str(self.path), fps=fps, codec="libx264", macro_block_size=2, ffmpeg_log_level="error"
+        )
 
     def append(self, frame: Any) -> None:
         if frame is None:

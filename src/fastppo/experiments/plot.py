@@ -72,7 +72,9 @@ def read_run(path: str | Path) -> Run:
     config cut short or lacking a field among them: runs are grouped by their whole config)."""
     path = Path(path)
     if not path.exists():
-        raise FastPPOError(f"{path} does not exist: give a run directory (metrics.jsonl and config.yaml in it) or a folder of runs")
+        raise FastPPOError(
+            f"{path} does not exist: give a run directory (metrics.jsonl and config.yaml in it) or a folder of runs"
+        )
     if not path.is_dir():
         raise FastPPOError(f"{path} is a file, not a run directory (expected metrics.jsonl and config.yaml in it)")
     try:
@@ -109,12 +111,18 @@ def read_metrics(path: Path) -> list[dict[str, float]]:
             if number == len(lines):  # the logger ends every record with a newline: this one was cut short
                 break
             what = "not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else "not JSON"
-            raise FastPPOError(f"{path} line {number} is {what}: the file is damaged; fix or delete that line, or leave the run out") from None
+            raise FastPPOError(
+                f"{path} line {number} is {what}: the file is damaged; fix or delete that line, or leave the run out"
+            ) from None
         if not isinstance(record, dict) or not _is_number(record.get("global_step")):
-            raise FastPPOError(f"{path} line {number} is not a metrics record (a JSON object with a numeric global_step): fix or delete that line, or leave the run out")
+            raise FastPPOError(
+                f"{path} line {number} is not a metrics record (a JSON object with a numeric global_step): fix or delete that line, or leave the run out"
+            )
         bad = next((name for name, value in record.items() if value is not None and not _is_number(value)), None)
         if bad is not None:
-            raise FastPPOError(f"{path} line {number}: {bad} is {record[bad]!r}, not a number: fix or delete that line, or leave the run out")
+            raise FastPPOError(
+                f"{path} line {number}: {bad} is {record[bad]!r}, not a number: fix or delete that line, or leave the run out"
+            )
         records.append(record)
     return records
 
@@ -133,13 +141,17 @@ def find_runs(paths: list[str | Path]) -> list[Path]:
         if path.is_dir() and not (path / "metrics.jsonl").exists() and not (path / "config.yaml").exists():
             below = sorted(p.parent for p in path.rglob("metrics.jsonl"))
             if not below:
-                raise FastPPOError(f"{path} is neither a run directory nor a folder of runs (no metrics.jsonl in or below it)")
+                raise FastPPOError(
+                    f"{path} is neither a run directory nor a folder of runs (no metrics.jsonl in or below it)"
+                )
             found.update(dict.fromkeys(p.resolve() for p in below))
         else:
             found[path.resolve()] = None  # read_run names what is missing
     for run in found:  # e.g. a single run and a --seeds job trained into one folder: which is meant?
         if inner := next((p.parent for p in run.rglob("metrics.jsonl") if p.parent != run), None):
-            raise FastPPOError(f"{run} is a run and a folder of runs at once ({inner.relative_to(run)} inside it): move the run or the runs inside it into a folder of its own")
+            raise FastPPOError(
+                f"{run} is a run and a folder of runs at once ({inner.relative_to(run)} inside it): move the run or the runs inside it into a folder of its own"
+            )
     return list(found)
 
 
@@ -196,7 +208,10 @@ def _smooth(values: np.ndarray, window: int) -> np.ndarray:
     window = min(window, len(values))
     kernel = np.ones(window) / window
     # Edge-corrected moving average: the first points average over what exists.
-    return np.convolve(values, kernel, mode="full")[: len(values)] / np.convolve(np.ones(len(values)), kernel, mode="full")[: len(values)]
+    return (
+        np.convolve(values, kernel, mode="full")[: len(values)]
+        / np.convolve(np.ones(len(values)), kernel, mode="full")[: len(values)]
+    )
 
 
 def curves_on_grid(runs: list[Run], name: str, smooth: int, points: int = 300) -> tuple[np.ndarray, np.ndarray] | None:
@@ -225,7 +240,11 @@ def _title(groups: list[list[Run]]) -> str:
     title = f"PPO on {', '.join(envs)}"
     if len(groups) == 1:
         cfg = groups[0][0].config
-        shown = ", ".join(f"{short} {cfg[k]:g}" if isinstance(cfg.get(k), float) else f"{short} {cfg.get(k)}" for k, short in TITLE_KEYS.items() if k in cfg)
+        shown = ", ".join(
+            f"{short} {cfg[k]:g}" if isinstance(cfg.get(k), float) else f"{short} {cfg.get(k)}"
+            for k, short in TITLE_KEYS.items()
+            if k in cfg
+        )
         title += f"\n{shown}"
     return title
 
@@ -242,7 +261,9 @@ def plot_runs(run_dirs: list[str | Path], out: str | Path, smooth: int = 10) -> 
 
     check_smooth(smooth)
     groups = group_runs([read_run(p) for p in find_runs(run_dirs)])
-    out = output_file(out, "the plot", image_suffixes())  # after the runs (RUN_DIR/plot.png needs RUN_DIR), before drawing
+    out = output_file(
+        out, "the plot", image_suffixes()
+    )  # after the runs (RUN_DIR/plot.png needs RUN_DIR), before drawing
     labels = _labels(groups)
     fig = plt.figure(figsize=(16, 9), layout="constrained")
     grid = fig.add_gridspec(2, len(DIAGNOSTICS), height_ratios=(2.2, 1))
@@ -260,13 +281,22 @@ def plot_runs(run_dirs: list[str | Path], out: str | Path, smooth: int = 10) -> 
             curve = _aggregate(group, name, smooth)
             if curve is not None:
                 steps, mean, low, high = curve
-                ax_return.plot(steps, mean, color=color, lw=2, ls=style, label=label if name == RETURN else f"{label}: {name.removeprefix(RETURN + '/')}")
+                ax_return.plot(
+                    steps,
+                    mean,
+                    color=color,
+                    lw=2,
+                    ls=style,
+                    label=label if name == RETURN else f"{label}: {name.removeprefix(RETURN + '/')}",
+                )
                 if len(group) > 1:
                     ax_return.fill_between(steps, low, high, color=color, alpha=0.2, lw=0)
         for name, style in zip(group[0].ratings if ax_ratings else [], ("-", "--", ":", "-.") * 4):
             curve = _aggregate(group, name, smooth)
             if curve is not None:
-                ax_ratings.plot(curve[0], curve[1], color=color, lw=1.6, ls=style, label=f"{label}: {name.removeprefix(RATINGS)}")
+                ax_ratings.plot(
+                    curve[0], curve[1], color=color, lw=1.6, ls=style, label=f"{label}: {name.removeprefix(RATINGS)}"
+                )
         for ax, (name, _) in zip(diag_axes, DIAGNOSTICS):
             curve = _aggregate(group, name, smooth)
             if curve is not None:

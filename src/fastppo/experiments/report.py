@@ -91,7 +91,9 @@ def require_stats() -> None:
         import matplotlib  # noqa: F401
         import rliable.library  # noqa: F401
     except ImportError as exc:
-        raise FastPPOError(f"fastppo report needs the 'stats' extra ({exc.name} is missing): {install_extra('stats')}") from None
+        raise FastPPOError(
+            f"fastppo report needs the 'stats' extra ({exc.name} is missing): {install_extra('stats')}"
+        ) from None
 
 
 def final_score(run: Run, metric: str, final_window: float) -> float:
@@ -100,8 +102,12 @@ def final_score(run: Run, metric: str, final_window: float) -> float:
     steps, values = run.series(metric)
     if not len(values):
         if metric == RETURN and run.group_returns:  # agents in several groups: no headline return
-            raise FastPPOError(f"{run.path} logged no {metric}: its agents are in groups that may play against each other, so it logs each group's: pick one, --metric {run.group_returns[0]}")
-        raise FastPPOError(f"{run.path} logged no {metric} (no episode finished?): train longer, or pick another --metric")
+            raise FastPPOError(
+                f"{run.path} logged no {metric}: its agents are in groups that may play against each other, so it logs each group's: pick one, --metric {run.group_returns[0]}"
+            )
+        raise FastPPOError(
+            f"{run.path} logged no {metric} (no episode finished?): train longer, or pick another --metric"
+        )
     last_step = run.records[-1]["global_step"]
     return float(values[steps >= min((1 - final_window) * last_step, steps[-1])].mean())
 
@@ -132,7 +138,10 @@ def interval_estimates(scores: np.ndarray, reps: int, seed: int = 0) -> dict[str
 
     with seeded_numpy(seed):
         points, intervals = library.get_interval_estimates({"": scores}, _point_estimates, reps=reps)
-    return {name: Estimate(float(p), float(low), float(high)) for name, p, low, high in zip(ESTIMATES, points[""], *intervals[""])}
+    return {
+        name: Estimate(float(p), float(low), float(high))
+        for name, p, low, high in zip(ESTIMATES, points[""], *intervals[""])
+    }
 
 
 def _iqm_per_step(values: np.ndarray) -> np.ndarray:
@@ -151,10 +160,14 @@ def iqm_curve(values: np.ndarray, reps: int, seed: int = 0) -> tuple[np.ndarray,
     return points[""], intervals[""]
 
 
-def collect(run_dirs: list[str | Path], metric: str = RETURN, final_window: float = 0.1, reps: int = 2000, seed: int = 0) -> list[GroupStats]:
+def collect(
+    run_dirs: list[str | Path], metric: str = RETURN, final_window: float = 0.1, reps: int = 2000, seed: int = 0
+) -> list[GroupStats]:
     """Read and group the runs, score each one, and estimate per group (sorted by env and name)."""
     if not 0 < final_window <= 1:
-        raise FastPPOError(f"--final-window {final_window} is not a fraction of the run: pick a value in (0, 1], e.g. 0.1")
+        raise FastPPOError(
+            f"--final-window {final_window} is not a fraction of the run: pick a value in (0, 1], e.g. 0.1"
+        )
     if reps < 1:
         raise FastPPOError(f"--reps {reps}: the bootstrap needs at least 1 resample (2000 is usual)")
     check_seed(seed, "--bootstrap-seed")  # numpy's global seed, else a traceback from the bootstrap
@@ -181,16 +194,24 @@ def check_each_seed_once(group: list[Run]) -> None:
     for run in group:
         seed = run.config.get("run.seed")
         if (first := folders.setdefault(seed, run.path)) != run.path:
-            raise FastPPOError(f"seed {seed} of one {run.env_id} config was found twice, in {first} and {run.path}: a seed counts once: leave one of the two folders out of the report")
+            raise FastPPOError(
+                f"seed {seed} of one {run.env_id} config was found twice, in {first} and {run.path}: a seed counts once: leave one of the two folders out of the report"
+            )
 
 
 def markdown_table(stats: list[GroupStats], caption: str) -> str:
     rows = [
-        f"| {s.env_id} | {s.config} | {len(s.runs)} | {s.step_range} | " + " | ".join(str(s.estimates[name]) for name in ESTIMATES) + " |"
+        f"| {s.env_id} | {s.config} | {len(s.runs)} | {s.step_range} | "
+        + " | ".join(str(s.estimates[name]) for name in ESTIMATES)
+        + " |"
         for s in stats
     ]
     header = "| env | config | seeds | steps | IQM [95% CI] | mean [95% CI] | median [95% CI] |\n|---|---|--:|--:|--:|--:|--:|"
-    notes = [f"Note: {s.env_id}, {s.config}: {len(s.runs)} run{'s' if len(s.runs) > 1 else ''}, {UNTRUSTED}." for s in stats if len(s.runs) < MIN_TRUSTED_RUNS]
+    notes = [
+        f"Note: {s.env_id}, {s.config}: {len(s.runs)} run{'s' if len(s.runs) > 1 else ''}, {UNTRUSTED}."
+        for s in stats
+        if len(s.runs) < MIN_TRUSTED_RUNS
+    ]
     return "\n".join([caption, "", header, *rows, *([""] + notes if notes else [])]) + "\n"
 
 
@@ -198,7 +219,15 @@ def csv_table(stats: list[GroupStats]) -> str:
     """One row per group, full precision, CI bounds in their own columns."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(["env", "config", "seeds", "steps", *(f"{n.lower()}{part}" for n in ESTIMATES for part in ("", "_low", "_high"))])
+    writer.writerow(
+        [
+            "env",
+            "config",
+            "seeds",
+            "steps",
+            *(f"{n.lower()}{part}" for n in ESTIMATES for part in ("", "_low", "_high")),
+        ]
+    )
     for s in stats:
         figures = [getattr(s.estimates[n], part) for n in ESTIMATES for part in ("point", "low", "high")]
         writer.writerow([s.env_id, s.config, " ".join(map(str, s.seeds)), s.step_range, *figures])
@@ -213,16 +242,22 @@ def read_references(path: str | Path, env_ids: list[str]) -> dict[str, tuple[flo
     except OSError as exc:
         raise FastPPOError(f"cannot read --normalize {path}: {exc.strerror or exc}") from None
     except (yaml.YAMLError, AttributeError, TypeError, ValueError):
-        raise FastPPOError(f"--normalize {path} must map each env id to [low, high] scores, e.g. 'CartPole-v1: [9.4, 500]'") from None
+        raise FastPPOError(
+            f"--normalize {path} must map each env id to [low, high] scores, e.g. 'CartPole-v1: [9.4, 500]'"
+        ) from None
     missing = [env for env in env_ids if env not in references]
     if missing:
-        raise FastPPOError(f"--normalize {path} has no reference scores for {', '.join(missing)}: add them as 'ENV: [low, high]'")
+        raise FastPPOError(
+            f"--normalize {path} has no reference scores for {', '.join(missing)}: add them as 'ENV: [low, high]'"
+        )
     if flat := [env for env in env_ids if references[env][0] == references[env][1]]:
         raise FastPPOError(f"--normalize {path}: low equals high for {', '.join(flat)}: give two different scores")
     return references
 
 
-def normalized_profiles(stats: list[GroupStats], references: dict[str, tuple[float, float]] | None) -> dict[str, np.ndarray]:
+def normalized_profiles(
+    stats: list[GroupStats], references: dict[str, tuple[float, float]] | None
+) -> dict[str, np.ndarray]:
     """Per config name, the normalised scores (runs, envs) that its profile pools. Each env gives
     as many runs (lowest seeds first) as the env with the fewest runs of that name, since rliable
     takes a full matrix."""
@@ -233,6 +268,10 @@ def normalized_profiles(stats: list[GroupStats], references: dict[str, tuple[flo
         members = [s for s in stats if s.config == name]
         runs = min(len(s.scores) for s in members)
         # `or 1.0`: an env whose runs all scored the same normalises to 0, not NaN.
-        columns = [(s.scores[:runs] - scale[s.env_id][0]) / ((scale[s.env_id][1] - scale[s.env_id][0]) or 1.0) for s in members]
-        profiles[f"{name} ({runs} runs x {len(members)} env{'s' if len(members) > 1 else ''})"] = np.stack(columns, axis=1)
+        columns = [
+            (s.scores[:runs] - scale[s.env_id][0]) / ((scale[s.env_id][1] - scale[s.env_id][0]) or 1.0) for s in members
+        ]
+        profiles[f"{name} ({runs} runs x {len(members)} env{'s' if len(members) > 1 else ''})"] = np.stack(
+            columns, axis=1
+        )
     return profiles

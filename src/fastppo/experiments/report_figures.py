@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from fastppo.experiments.plot import curves_on_grid
-from fastppo.experiments.report import GroupStats, seeded_numpy, iqm_curve
+from fastppo.experiments.report import GroupStats, iqm_curve, seeded_numpy
 from fastppo.files.outputs import writing
 
 PANELS_PER_ROW = 3
@@ -24,7 +24,9 @@ def _pyplot():
     return plt
 
 
-def plot_curves(stats: list[GroupStats], metric: str, out: Path, smooth: int = 10, reps: int = 2000, seed: int = 0) -> Path:
+def plot_curves(
+    stats: list[GroupStats], metric: str, out: Path, smooth: int = 10, reps: int = 2000, seed: int = 0
+) -> Path:
     """One panel per env: each config's ``metric`` (moving average over ``smooth`` iterations)
     interpolated onto the steps all its runs cover, IQM over seeds with a 95% CI band."""
     from rliable import plot_utils
@@ -41,8 +43,16 @@ def plot_curves(stats: list[GroupStats], metric: str, out: Path, smooth: int = 1
             label = f"{s.config} ({len(s.runs)} seed{'s' if len(s.runs) > 1 else ''})"
             point, interval = iqm_curve(values, reps, seed)
             plot_utils.plot_sample_efficiency_curve(  # a single step (one logged return per run) as a dot
-                grid, {label: point}, {label: interval}, colors={label: f"C{color}"}, ax=ax, marker="o" if len(grid) == 1 else "",
-                xlabel="environment steps", ylabel=f"IQM {metric}", labelsize="medium", ticklabelsize="small",
+                grid,
+                {label: point},
+                {label: interval},
+                colors={label: f"C{color}"},
+                ax=ax,
+                marker="o" if len(grid) == 1 else "",
+                xlabel="environment steps",
+                ylabel=f"IQM {metric}",
+                labelsize="medium",
+                ticklabelsize="small",
             )
         ax.set_title(env)
         ax.legend(fontsize="small")
@@ -58,7 +68,9 @@ def score_distribution(scores: np.ndarray, taus: np.ndarray) -> np.ndarray:
     return (scores.reshape(-1, 1) > taus).mean(axis=0)
 
 
-def plot_profile(profiles: dict[str, np.ndarray], normalization: str, out: Path, reps: int = 2000, seed: int = 0) -> Path:
+def plot_profile(
+    profiles: dict[str, np.ndarray], normalization: str, out: Path, reps: int = 2000, seed: int = 0
+) -> Path:
     """The performance profile of each config name over the normalised final scores (runs, envs)."""
     from rliable import library, plot_utils
 
@@ -66,10 +78,19 @@ def plot_profile(profiles: dict[str, np.ndarray], normalization: str, out: Path,
     scores = np.concatenate([matrix.ravel() for matrix in profiles.values()])
     taus = np.linspace(min(0.0, scores.min()), max(1.0, scores.max()), 101)
     with seeded_numpy(seed):
-        curves, intervals = library.create_performance_profile(profiles, taus, custom_profile_func=score_distribution, reps=reps)
+        curves, intervals = library.create_performance_profile(
+            profiles, taus, custom_profile_func=score_distribution, reps=reps
+        )
     fig, ax = plt.subplots(figsize=(8, 5), layout="constrained")
     plot_utils.plot_performance_profiles(
-        curves, taus, performance_profile_cis=intervals, ax=ax, xlabel=f"normalised final score τ ({normalization})", ylabel="fraction of runs with score > τ", labelsize="medium", ticklabelsize="small"
+        curves,
+        taus,
+        performance_profile_cis=intervals,
+        ax=ax,
+        xlabel=f"normalised final score τ ({normalization})",
+        ylabel="fraction of runs with score > τ",
+        labelsize="medium",
+        ticklabelsize="small",
     )
     ax.legend(fontsize="small")
     ax.set_title("performance profile across envs, 95% stratified-bootstrap CI")

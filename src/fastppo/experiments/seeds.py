@@ -53,7 +53,9 @@ def parse_seeds(spec: str) -> list[int]:
         ranges.append(range(first, last + 1))
     count = sum(map(len, ranges))
     if count > MAX_SEEDS:
-        raise FastPPOError(f"--seeds {spec} names {count} seeds, more than the {MAX_SEEDS} one command trains: split them over several commands, each with its own --run-dir")
+        raise FastPPOError(
+            f"--seeds {spec} names {count} seeds, more than the {MAX_SEEDS} one command trains: split them over several commands, each with its own --run-dir"
+        )
     return _each_once([seed for seeds in ranges for seed in seeds], f"--seeds {spec}")
 
 
@@ -63,7 +65,9 @@ def seed_list(seeds: str | Iterable[int]) -> list[int]:
         return parse_seeds(seeds)
     taken = list(itertools.islice(seeds, MAX_SEEDS + 1))  # never more: range(1, 2**32) would fill the memory
     if len(taken) > MAX_SEEDS:
-        raise FastPPOError(f"seeds: more than the {MAX_SEEDS} seeds one call trains: split them over several calls, each with its own run_dir")
+        raise FastPPOError(
+            f"seeds: more than the {MAX_SEEDS} seeds one call trains: split them over several calls, each with its own run_dir"
+        )
     return _each_once([check_seed(int(seed), "--seeds") for seed in taken], "seeds")
 
 
@@ -80,7 +84,9 @@ def _each_once(seeds: list[int], named_by: str) -> list[int]:
 class SeedResult(NamedTuple):
     seed: int
     run_dir: Path
-    recent_return: float | None  # mean of the last FINAL_EPISODES episodes (Agent.final_return); None when none finished
+    recent_return: (
+        float | None
+    )  # mean of the last FINAL_EPISODES episodes (Agent.final_return); None when none finished
     error: str | None = None
     stopped_at: int | None = None  # the step a signal stopped the seed at (its checkpoint's); None: it ran to its end
     started: bool = True  # False: the job was stopped before the seed's turn
@@ -96,7 +102,11 @@ class SeedResult(NamedTuple):
         return self.started and self.error is None and self.stopped_at is None
 
     def __str__(self) -> str:
-        recent = "no episode finished" if self.recent_return is None else f"{self.recent_return:.1f} mean return over the last {FINAL_EPISODES} episodes"
+        recent = (
+            "no episode finished"
+            if self.recent_return is None
+            else f"{self.recent_return:.1f} mean return over the last {FINAL_EPISODES} episodes"
+        )
         if self.error:
             shown = "failed: " + self.error
         elif not self.started:
@@ -114,10 +124,14 @@ def print_summary(results: list[SeedResult], parent: Path) -> None:
     finals = [r.recent_return for r in results if r.finished and r.recent_return is not None]
     if finals:
         which = "the seeds'" if len(finals) == len(results) else f"the {len(finals)} finished seeds'"
-        print(f"fastppo: mean of {which} final returns {sum(finals) / len(finals):.1f} (min {min(finals):.1f}, max {max(finals):.1f}); statistics: fastppo report {parent}")
+        print(
+            f"fastppo: mean of {which} final returns {sum(finals) / len(finals):.1f} (min {min(finals):.1f}, max {max(finals):.1f}); statistics: fastppo report {parent}"
+        )
     left = [r for r in results if not r.finished and not r.error]
     if left:
-        print(f"fastppo: {len(left)} of the {len(results)} seeds are not finished (stopped or not started): fastppo train --resume {parent} trains them on")
+        print(
+            f"fastppo: {len(left)} of the {len(results)} seeds are not finished (stopped or not started): fastppo train --resume {parent} trains them on"
+        )
 
 
 class SeedProgress(NamedTuple):
@@ -153,7 +167,14 @@ class SeedPlan(NamedTuple):
     workers: int  # processes at once; tensor envs: each trains its share of the seeds as one stack
 
 
-def plan_seeds(env_id: str | type, seeds: str | Iterable[int], preset: str | None, run_dir: str | Path | None, workers: int | None, overrides: dict[str, Any]) -> SeedPlan:
+def plan_seeds(
+    env_id: str | type,
+    seeds: str | Iterable[int],
+    preset: str | None,
+    run_dir: str | Path | None,
+    workers: int | None,
+    overrides: dict[str, Any],
+) -> SeedPlan:
     """What ``--seeds`` (the CLI) and ``fastppo.train_seeds`` train: the seeds (a spec such as
     "1-10", or ints), the config, the parent folder (default runs/<env>__<exp>__<seeds>__<time>)
     and the processes (``worker_count``)."""
@@ -195,7 +216,9 @@ def stack_threads(config: Config, workers: int) -> Config:
     (``worker_count``) and threads as it had, and computes as it did."""
     if config.env.backend != "tensor" or config.run.torch_threads:
         return config
-    return dataclasses.replace(config, run=dataclasses.replace(config.run, torch_threads=max(1, available_cpus() // workers)))
+    return dataclasses.replace(
+        config, run=dataclasses.replace(config.run, torch_threads=max(1, available_cpus() // workers))
+    )
 
 
 PLAN_FILE = SEEDS_PLAN
@@ -207,7 +230,10 @@ def save_plan(plan: SeedPlan) -> None:
     from fastppo.files.atomic import atomic_write_text
 
     plan.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(plan.parent / PLAN_FILE, json.dumps({"seeds": plan.seeds, "workers": plan.workers, "config": plan.config.to_dict()}, indent=1))
+    atomic_write_text(
+        plan.parent / PLAN_FILE,
+        json.dumps({"seeds": plan.seeds, "workers": plan.workers, "config": plan.config.to_dict()}, indent=1),
+    )
 
 
 def read_plan(parent: Path) -> SeedPlan | None:
@@ -220,7 +246,9 @@ def read_plan(parent: Path) -> SeedPlan | None:
         data = json.loads(path.read_text())
         return SeedPlan(Config.from_dict(data["config"]), [int(s) for s in data["seeds"]], parent, int(data["workers"]))
     except (ValueError, KeyError, TypeError) as exc:
-        raise FastPPOError(f"{path} is damaged ({exc}): resume each seed alone, fastppo train --resume {parent}/seed_<n>") from None
+        raise FastPPOError(
+            f"{path} is damaged ({exc}): resume each seed alone, fastppo train --resume {parent}/seed_<n>"
+        ) from None
 
 
 def resume_plan(parent: Path, overrides: dict[str, Any], env_id: str | None) -> tuple[Config, list[int], int, list]:
@@ -238,7 +266,9 @@ def resume_plan(parent: Path, overrides: dict[str, Any], env_id: str | None) -> 
         config, seeds, checkpoints = resume_seed_stack_config(parent, overrides, env_id)
         return config, seeds, worker_count(config, len(seeds), None), checkpoints
     fresh = [seed for seed in plan.seeds if seed not in started]  # train_seeds starts them again
-    unfinished = [seed for seed in plan.seeds if seed in started and not finished_run(parent / f"seed_{seed}", overrides)]
+    unfinished = [
+        seed for seed in plan.seeds if seed in started and not finished_run(parent / f"seed_{seed}", overrides)
+    ]
     if not fresh and not unfinished:
         raise every_seed_finished(parent)
     config = plan_config(plan.config, overrides, env_id, parent)
@@ -258,12 +288,18 @@ def plan_config(config: Config, overrides: dict[str, Any], env_id: str | None, p
     from fastppo.config import apply_overrides, resolve_key
     from fastppo.training.resume import RESUMABLE_OVERRIDES, check_resumed_env
 
-    check_resumed_env(parent, config.env.env_id, env_id)  # seeds.json is data too: its user-code env only when named again
+    check_resumed_env(
+        parent, config.env.env_id, env_id
+    )  # seeds.json is data too: its user-code env only when named again
     for key, value in overrides.items():
         full = resolve_key(config, key)
         section, name = full.split(".")
-        if full not in RESUMABLE_OVERRIDES and getattr(getattr(apply_overrides(Config(), {full: value}), section), name) != getattr(getattr(config, section), name):
-            raise FastPPOError(f"cannot change {full} when resuming (allowed: {', '.join(RESUMABLE_OVERRIDES)}): start a new run instead")
+        if full not in RESUMABLE_OVERRIDES and getattr(
+            getattr(apply_overrides(Config(), {full: value}), section), name
+        ) != getattr(getattr(config, section), name):
+            raise FastPPOError(
+                f"cannot change {full} when resuming (allowed: {', '.join(RESUMABLE_OVERRIDES)}): start a new run instead"
+            )
         apply_overrides(config, {full: value})
     return config.validate()
 
@@ -275,7 +311,9 @@ def stacks(seeds: list[int], workers: int, checkpoints: list | None = None) -> l
     seeds that never started (None) in ``workers`` shares. A stack's float rounding depends on its
     width, so the same stacks continue each seed bit for bit."""
     if checkpoints is None:
-        return [seeds[i * len(seeds) // workers : (i + 1) * len(seeds) // workers] for i in range(min(workers, len(seeds)))]
+        return [
+            seeds[i * len(seeds) // workers : (i + 1) * len(seeds) // workers] for i in range(min(workers, len(seeds)))
+        ]
     saved: dict[tuple, list[int]] = {}
     for seed, checkpoint in zip(seeds, checkpoints):
         if checkpoint is not None:
@@ -284,7 +322,9 @@ def stacks(seeds: list[int], workers: int, checkpoints: list | None = None) -> l
     return list(saved.values()) + (stacks(fresh, workers) if fresh else [])
 
 
-def train_seeds(config: Config, seeds: list[int], parent: Path, workers: int, checkpoints: list | None = None) -> tuple[list[SeedResult], int | None]:
+def train_seeds(
+    config: Config, seeds: list[int], parent: Path, workers: int, checkpoints: list | None = None
+) -> tuple[list[SeedResult], int | None]:
     """Train ``config`` once per seed into ``parent/seed_<n>`` with ``workers`` processes, without
     progress bars but the first stack's (a line per finished seed instead): on tensor envs each
     process trains its share of the seeds (``stacks``) as one stack, and a single stack trains in
@@ -318,7 +358,12 @@ def train_seeds(config: Config, seeds: list[int], parent: Path, workers: int, ch
     by_seed = dict(zip(seeds, checkpoints or [None] * len(seeds)))
     # A seed that never finished a checkpoint (a kill in its start-up) starts again: what it wrote
     # goes, once every check has passed, here; a folder with anything else is refused.
-    restarted = [path for seed in seeds if by_seed[seed] is None and (parent / f"seed_{seed}").exists() for path in failed_start_files(parent / f"seed_{seed}")]
+    restarted = [
+        path
+        for seed in seeds
+        if by_seed[seed] is None and (parent / f"seed_{seed}").exists()
+        for path in failed_start_files(parent / f"seed_{seed}")
+    ]
     for path in restarted:  # none is a link (failed_start_files): nothing outside the folder goes
         if path.is_dir():
             shutil.rmtree(path)
@@ -326,7 +371,14 @@ def train_seeds(config: Config, seeds: list[int], parent: Path, workers: int, ch
             path.unlink()
     fresh = new_folders(parent)
     planned = read_plan(parent)  # a resumed job keeps its seeds and processes on record
-    save_plan(SeedPlan(config, planned.seeds + [s for s in seeds if s not in planned.seeds] if planned else seeds, parent, planned.workers if planned else workers))
+    save_plan(
+        SeedPlan(
+            config,
+            planned.seeds + [s for s in seeds if s not in planned.seeds] if planned else seeds,
+            parent,
+            planned.workers if planned else workers,
+        )
+    )
     parts = stacks(seeds, workers, checkpoints) if stacked else [[seed] for seed in seeds]
     if stacked and len(parts) == 1:  # no process to start
         try:
@@ -340,10 +392,15 @@ def train_seeds(config: Config, seeds: list[int], parent: Path, workers: int, ch
     fork = sys.platform.startswith("linux") and quiet.intra_op_threads(stacked) == 1 and on_cpu
     context = multiprocessing.get_context("fork" if fork else "spawn")
     tasks, reports = context.Queue(), context.Queue()
-    job_stop = context.Value("i", 0, lock=False)  # the signal that stops the job (0: none); plain reads and writes are safe in a handler
+    job_stop = context.Value(
+        "i", 0, lock=False
+    )  # the signal that stops the job (0: none); plain reads and writes are safe in a handler
     # The first stack keeps the progress bar, if asked for: the stacks move at about one pace.
     configs = [config if i == 0 and stacked else quiet for i in range(min(workers, len(parts)))]
-    processes = [context.Process(target=_worker, args=(c, parent, tasks, reports, job_stop), name=f"fastppo-seeds-{i}") for i, c in enumerate(configs)]
+    processes = [
+        context.Process(target=_worker, args=(c, parent, tasks, reports, job_stop), name=f"fastppo-seeds-{i}")
+        for i, c in enumerate(configs)
+    ]
     for process in processes:  # before the first put starts the queue's thread: a fork copies no thread
         process.start()
     for part in parts:
@@ -360,7 +417,10 @@ def train_seeds(config: Config, seeds: list[int], parent: Path, workers: int, ch
         while len(results) < len(seeds) and (any(p.is_alive() for p in processes) or not reports.empty()):
             if lines and time.monotonic() - last_line >= PROGRESS_EVERY:
                 last_line = time.monotonic()
-                print(progress_line(len(results), len(seeds), running, config.ppo.total_timesteps, last_line - began), flush=True)
+                print(
+                    progress_line(len(results), len(seeds), running, config.ppo.total_timesteps, last_line - began),
+                    flush=True,
+                )
             try:
                 report = reports.get(timeout=0.5)
             except queue.Empty:
@@ -379,7 +439,9 @@ def train_seeds(config: Config, seeds: list[int], parent: Path, workers: int, ch
         process.join()
     for seed in seeds:  # a stop before the seed's turn, a stop at once, or a worker that died
         if seed not in results:
-            results[seed] = _unreported(seed, parent / f"seed_{seed}", stopped, [p.exitcode for p in processes if p.exitcode], config.batch_size)
+            results[seed] = _unreported(
+                seed, parent / f"seed_{seed}", stopped, [p.exitcode for p in processes if p.exitcode], config.batch_size
+            )
             print(results[seed], flush=True)
     _forget_unstarted_job(parent, fresh)
     return [results[seed] for seed in seeds], stopped
@@ -399,7 +461,12 @@ def _results(seeds: list[int], agents: list[Any]) -> tuple[list[SeedResult], int
     stopped = [int(a.interrupted_by) for a in agents if a.interrupted_by is not None]
     by_seed = {agent.config.run.seed: agent for agent in agents}  # each result labelled by its own agent's seed
     results = [
-        SeedResult.of(seed, agent.run_dir, agent.episode_returns, None if agent.interrupted_by is None else int(agent.history[-1]["global_step"]) if agent.history else 0)
+        SeedResult.of(
+            seed,
+            agent.run_dir,
+            agent.episode_returns,
+            None if agent.interrupted_by is None else int(agent.history[-1]["global_step"]) if agent.history else 0,
+        )
         for seed, agent in ((seed, by_seed[seed]) for seed in seeds)
     ]
     return results, stopped[0] if stopped else None
@@ -414,7 +481,12 @@ def _unreported(seed: int, run_dir: Path, stopped: int | None, exit_codes: list[
         return SeedResult(seed, run_dir, None, stopped_at=int(saved[-1].name) * batch_size)
     if stopped:
         return SeedResult(seed, run_dir, None, started=False)
-    return SeedResult(seed, run_dir, None, "its worker process ended without a result" + (f" (exit code {exit_codes[0]})" if exit_codes else ""))
+    return SeedResult(
+        seed,
+        run_dir,
+        None,
+        "its worker process ended without a result" + (f" (exit code {exit_codes[0]})" if exit_codes else ""),
+    )
 
 
 def _worker(config: Config, parent: Path, tasks: Any, reports: Any, job_stop: Any) -> None:
@@ -423,7 +495,9 @@ def _worker(config: Config, parent: Path, tasks: Any, reports: Any, job_stop: An
     from fastppo.training.signals import StopRequest
     from fastppo.training.trainer import train, train_seed_stack
 
-    def stop_job(signum: int, frame: Any) -> None:  # between runs; a run's own handlers replace this one while it trains
+    def stop_job(
+        signum: int, frame: Any
+    ) -> None:  # between runs; a run's own handlers replace this one while it trains
         job_stop.value = job_stop.value or signum
 
     for signum in StopRequest.SIGNALS:
@@ -439,12 +513,22 @@ def _worker(config: Config, parent: Path, tasks: Any, reports: Any, job_stop: An
             elif checkpoints:
                 agents = [train(checkpoints[0].config, parent / f"seed_{seeds[0]}", checkpoints[0], report)]
             else:
-                agents = [train(dataclasses.replace(config, run=dataclasses.replace(config.run, seed=seeds[0])), parent / f"seed_{seeds[0]}", on_iteration=report)]
+                agents = [
+                    train(
+                        dataclasses.replace(config, run=dataclasses.replace(config.run, seed=seeds[0])),
+                        parent / f"seed_{seeds[0]}",
+                        on_iteration=report,
+                    )
+                ]
         except FastPPOError as exc:
             reports.put(([SeedResult(seed, parent / f"seed_{seed}", None, str(exc)) for seed in seeds], None))
             continue
         except KeyboardInterrupt as exc:  # a second signal stopped the run at once (or one in its start-up)
-            print(f"fastppo: seed {', '.join(map(str, seeds))}: {getattr(exc, 'note', None) or 'stopped at once'}", file=sys.stderr, flush=True)
+            print(
+                f"fastppo: seed {', '.join(map(str, seeds))}: {getattr(exc, 'note', None) or 'stopped at once'}",
+                file=sys.stderr,
+                flush=True,
+            )
             reports.put(([], getattr(exc, "signum", signal.SIGINT)))
             return
         reports.put(_results(seeds, agents))

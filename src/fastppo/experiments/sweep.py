@@ -112,9 +112,17 @@ def open_storage(url: str, heartbeat: int) -> optuna.storages.RDBStorage:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ExperimentalWarning)  # heartbeats are 'experimental' since Optuna 2.9
             storage = optuna.storages.RDBStorage(
-                url, engine_kwargs=engine, heartbeat_interval=heartbeat, grace_period=2 * heartbeat, heartbeat_stale_trial_callback=retry_stale_trial
+                url,
+                engine_kwargs=engine,
+                heartbeat_interval=heartbeat,
+                grace_period=2 * heartbeat,
+                heartbeat_stale_trial_callback=retry_stale_trial,
             )
-    except (sqlalchemy.exc.SQLAlchemyError, ImportError, ValueError) as exc:  # a bad URL, a missing driver, an unwritable file
+    except (
+        sqlalchemy.exc.SQLAlchemyError,
+        ImportError,
+        ValueError,
+    ) as exc:  # a bad URL, a missing driver, an unwritable file
         raise FastPPOError(f"cannot open --storage {url}: {str(exc).splitlines()[0]}") from None
     if sqlite:
         write_locked_transactions(storage.engine)
@@ -148,7 +156,10 @@ def retry_stale_trial(study: optuna.Study, trial: FrozenTrial) -> None:
         warnings.simplefilter("ignore", ExperimentalWarning)
         RetryHeartbeatStaleTrialCallback(max_retry=MAX_RETRY)(study, trial)
         retried = len(RetryHeartbeatStaleTrialCallback.retry_history(trial)) < MAX_RETRY
-    print(f"fastppo: trial {trial.number}: its worker stopped (no heartbeat); {'queued again' if retried else f'given up after {MAX_RETRY} retries'}", flush=True)
+    print(
+        f"fastppo: trial {trial.number}: its worker stopped (no heartbeat); {'queued again' if retried else f'given up after {MAX_RETRY} retries'}",
+        flush=True,
+    )
 
 
 def fail_orphaned_trials(study: optuna.Study, storage: optuna.storages.RDBStorage, suspects: set[int]) -> set[int]:
@@ -179,12 +190,26 @@ def fail_orphaned_trials(study: optuna.Study, storage: optuna.storages.RDBStorag
 
 def settings(sweep: Sweep) -> dict[str, Any]:
     """What makes a study the same experiment, as stored with it."""
-    config = {f"{s}.{k}": v for s, values in sweep.base.to_dict().items() for k, v in values.items() if f"{s}.{k}" not in NOT_HYPERPARAMETERS}
-    record = {"config": config, "space": {key: distribution_to_json(d) for key, d in sweep.space.items()}, "seeds": list(sweep.seeds)}
+    config = {
+        f"{s}.{k}": v
+        for s, values in sweep.base.to_dict().items()
+        for k, v in values.items()
+        if f"{s}.{k}" not in NOT_HYPERPARAMETERS
+    }
+    record = {
+        "config": config,
+        "space": {key: distribution_to_json(d) for key, d in sweep.space.items()},
+        "seeds": list(sweep.seeds),
+    }
     return json.loads(json.dumps(record))  # tuples become lists, as the database gives them back
 
 
-def open_study(sweep: Sweep, create: bool, sampler: optuna.samplers.BaseSampler | None = None, storage: optuna.storages.RDBStorage | None = None) -> optuna.Study:
+def open_study(
+    sweep: Sweep,
+    create: bool,
+    sampler: optuna.samplers.BaseSampler | None = None,
+    storage: optuna.storages.RDBStorage | None = None,
+) -> optuna.Study:
     """The sweep's study in ``storage`` (by default ``open_storage`` of the sweep's URL): created
     (or continued) with ``create``, else loaded; its stored settings must be this sweep's."""
     optuna.logging.set_verbosity(optuna.logging.ERROR)  # fastppo prints one line per trial itself
@@ -192,15 +217,26 @@ def open_study(sweep: Sweep, create: bool, sampler: optuna.samplers.BaseSampler 
     pruner = optuna.pruners.MedianPruner(n_startup_trials=5, n_warmup_steps=sweep.base.ppo.total_timesteps // 3)
     try:
         if create:
-            study = optuna.create_study(storage=storage, sampler=sampler, pruner=pruner, study_name=sweep.study_name, direction="maximize", load_if_exists=True)
+            study = optuna.create_study(
+                storage=storage,
+                sampler=sampler,
+                pruner=pruner,
+                study_name=sweep.study_name,
+                direction="maximize",
+                load_if_exists=True,
+            )
         else:
             study = optuna.load_study(storage=storage, sampler=sampler, pruner=pruner, study_name=sweep.study_name)
     except KeyError:
-        raise FastPPOError(f"no study '{sweep.study_name}' in {sweep.storage}: start it with --trials N (N > 0)") from None
+        raise FastPPOError(
+            f"no study '{sweep.study_name}' in {sweep.storage}: start it with --trials N (N > 0)"
+        ) from None
     record, saved = settings(sweep), study.user_attrs.get(SETTINGS)
     if saved is None:
         if study.trials:
-            raise FastPPOError(f"study '{sweep.study_name}' in {sweep.storage} was not started by fastppo sweep: pick another --study-name")
+            raise FastPPOError(
+                f"study '{sweep.study_name}' in {sweep.storage} was not started by fastppo sweep: pick another --study-name"
+            )
         if any(sweep.folder.glob("trial_*")):
             raise FastPPOError(f"{sweep.folder} holds another sweep's trials: pick another --run-dir (or --study-name)")
         study.set_user_attr(SETTINGS, record)
@@ -208,7 +244,9 @@ def open_study(sweep: Sweep, create: bool, sampler: optuna.samplers.BaseSampler 
         raise damaged(sweep, f"its stored settings are {excerpt(saved)}, not fastppo sweep's")
     elif saved != record:
         keys = sorted({*saved["config"], *record["config"]})
-        changed = [k for k in keys if saved["config"].get(k) != record["config"].get(k)] + [part for part in ("space", "seeds") if saved[part] != record[part]]
+        changed = [k for k in keys if saved["config"].get(k) != record["config"].get(k)] + [
+            part for part in ("space", "seeds") if saved[part] != record[part]
+        ]
         raise FastPPOError(
             f"study '{sweep.study_name}' was started with other settings ({', '.join(changed)} differ): "
             "continue it with the command that started it, or pick another --study-name"
@@ -235,16 +273,22 @@ def check_trial_data(trial: FrozenTrial, trials: list[FrozenTrial], sweep: Sweep
         raise damaged(sweep, f"trial {trial.number}'s hyperparameters are not drawn from the sweep's space")
     scores = trial.user_attrs.get(SEED_SCORES)
     if trial.state == TrialState.COMPLETE and not (
-        isinstance(scores, list) and len(scores) == len(sweep.seeds) and all(is_number(s) and math.isfinite(s) for s in scores)
+        isinstance(scores, list)
+        and len(scores) == len(sweep.seeds)
+        and all(is_number(s) and math.isfinite(s) for s in scores)
     ):
-        raise damaged(sweep, f"trial {trial.number}'s scores per seed are {excerpt(scores)}, not {len(sweep.seeds)} numbers")
+        raise damaged(
+            sweep, f"trial {trial.number}'s scores per seed are {excerpt(scores)}, not {len(sweep.seeds)} numbers"
+        )
     retry_attempts(trial, trials, sweep)
 
 
 def drawn_from(space: dict[str, BaseDistribution], trial: FrozenTrial) -> bool:
     """Whether ``trial``'s hyperparameters, drawn or enqueued (a retry's), are values of ``space``."""
     fixed = trial.system_attrs.get("fixed_params", {})
-    if not isinstance(fixed, dict) or any(space.get(key) != distribution for key, distribution in trial.distributions.items()):
+    if not isinstance(fixed, dict) or any(
+        space.get(key) != distribution for key, distribution in trial.distributions.items()
+    ):
         return False
     return all(key in space and within(space[key], value) for key, value in {**trial.params, **fixed}.items())
 
@@ -276,7 +320,9 @@ def retry_attempts(trial: FrozenTrial, trials: list[FrozenTrial], sweep: Sweep) 
         attempts = RetryHeartbeatStaleTrialCallback.retry_history(trial)
     failed = {t.number for t in trials if t.state == TrialState.FAIL and t.number < trial.number}
     if not (isinstance(attempts, list) and all(is_number(n, int) and n in failed for n in attempts)):
-        raise damaged(sweep, f"trial {trial.number}'s retry history is {excerpt(attempts)}, not earlier failed trials' numbers")
+        raise damaged(
+            sweep, f"trial {trial.number}'s retry history is {excerpt(attempts)}, not earlier failed trials' numbers"
+        )
     return attempts
 
 
@@ -289,9 +335,14 @@ def run_workers(sweep: Sweep, workers: int, study: optuna.Study) -> list[int]:
     # spawn, not fork: a forked child would inherit torch's thread pools and the parent's database connections.
     context = multiprocessing.get_context("spawn")
     count = min(workers, max(remaining, 0))
-    if len(sweep.seeds) > 1:  # a trial's stack of seeds takes every core by default: with K workers at once, each its share
+    if (
+        len(sweep.seeds) > 1
+    ):  # a trial's stack of seeds takes every core by default: with K workers at once, each its share
         sweep = dataclasses.replace(sweep, base=stack_threads(sweep.base, max(count, 1)))
-    processes = [context.Process(target=run_worker, args=(sweep, index, started), name=f"fastppo-sweep-{index}") for index in range(count)]
+    processes = [
+        context.Process(target=run_worker, args=(sweep, index, started), name=f"fastppo-sweep-{index}")
+        for index in range(count)
+    ]
     for process in processes:
         process.start()
     try:
@@ -318,7 +369,9 @@ def run_worker(sweep: Sweep, index: int, started: int) -> None:
             study = open_study(sweep, create=False, sampler=optuna.samplers.TPESampler(seed=seed), storage=storage)
             while True:
                 optuna.storages.fail_stale_trials(study)  # a killed worker's trials, also while this one waits
-                suspects = fail_orphaned_trials(study, storage, suspects)  # and those killed before their first heartbeat
+                suspects = fail_orphaned_trials(
+                    study, storage, suspects
+                )  # and those killed before their first heartbeat
                 states = Counter(t.state for t in study.get_trials(deepcopy=False))
                 finished = states[TrialState.COMPLETE] + states[TrialState.PRUNED]
                 if finished >= sweep.n_trials:
@@ -329,7 +382,9 @@ def run_worker(sweep: Sweep, index: int, started: int) -> None:
                 study.optimize(objective, n_trials=1, catch=(SurplusTrial,), callbacks=[print_trial])
         except (Interrupted, KeyboardInterrupt):
             return
-        except FastPPOError as exc:  # the database damaged while the sweep ran: the command's one line, from this process
+        except (
+            FastPPOError
+        ) as exc:  # the database damaged while the sweep ran: the command's one line, from this process
             print(f"fastppo: error: {exc}", file=sys.stderr, flush=True)
             sys.exit(2)
 
@@ -340,7 +395,10 @@ def run_trial(trial: optuna.Trial, sweep: Sweep) -> float:
 
     trials = trial.study.get_trials(deepcopy=False)
     # As the worker's count, plus a tie-break: of two trials started for the last slot, the later one yields.
-    if sum(t.state in FINISHED or (t.state == TrialState.RUNNING and t.number < trial.number) for t in trials) >= sweep.n_trials:
+    if (
+        sum(t.state in FINISHED or (t.state == TrialState.RUNNING and t.number < trial.number) for t in trials)
+        >= sweep.n_trials
+    ):
         raise SurplusTrial(f"the study already has its {sweep.n_trials} trials")
     this = next(t for t in trials if t.number == trial.number)
     for attempt in retry_attempts(this, trials, sweep):  # a killed attempt's partial runs (rmtree never follows a link)
@@ -350,16 +408,24 @@ def run_trial(trial: optuna.Trial, sweep: Sweep) -> float:
         config = apply_overrides(copy.deepcopy(sweep.base), suggest(trial, sweep.space)).validate()
         config.run.progress = False
         total = config.ppo.total_timesteps
-        if config.env.backend == "tensor" and len(sweep.seeds) > 1:  # the seeds as one stack (the sweep's workers are its processes)
-            agents = train_seed_stack(config, list(sweep.seeds), folder, on_iteration=PruningReport(trial, total, stacked=True))
+        if (
+            config.env.backend == "tensor" and len(sweep.seeds) > 1
+        ):  # the seeds as one stack (the sweep's workers are its processes)
+            agents = train_seed_stack(
+                config, list(sweep.seeds), folder, on_iteration=PruningReport(trial, total, stacked=True)
+            )
         else:  # one after another, the first reporting for the pruner
             agents = []
             for seed in sweep.seeds:
                 run = dataclasses.replace(config, run=dataclasses.replace(config.run, seed=seed))
-                agents.append(train(run, folder / f"seed_{seed}", on_iteration=None if agents else PruningReport(trial, total)))
+                agents.append(
+                    train(run, folder / f"seed_{seed}", on_iteration=None if agents else PruningReport(trial, total))
+                )
                 if agents[-1].interrupted_by is not None:
                     break
-        if agents[-1].interrupted_by is not None:  # queued again, as a killed trial is; cut short, its runs would mislead fastppo report
+        if (
+            agents[-1].interrupted_by is not None
+        ):  # queued again, as a killed trial is; cut short, its runs would mislead fastppo report
             trial.study.enqueue_trial(trial.params)
             shutil.rmtree(folder, ignore_errors=True)
             raise Interrupted
@@ -383,7 +449,7 @@ class PruningReport:
         self.reported = 0
 
     def __call__(self, global_step: int, metrics: dict[str, float] | dict[int, dict[str, float]]) -> None:
-        for run, run_metrics in (metrics.items() if self.stacked else [(None, metrics)]):
+        for run, run_metrics in metrics.items() if self.stacked else [(None, metrics)]:
             self.records.setdefault(run, []).append({"global_step": global_step, RETURN: run_metrics.get(RETURN)})
         point = global_step * PRUNE_POINTS // self.total
         scored = [records for records in self.records.values() if any(r[RETURN] is not None for r in records)]
@@ -406,7 +472,10 @@ def print_trial(study: optuna.Study, trial: FrozenTrial) -> None:
         outcome = f"pruned: {trial.user_attrs.get(PRUNED_BECAUSE, '')}"
     else:
         return
-    print(f"fastppo: trial {trial.number}: {outcome}; {' '.join(f'{short(k)}={shown(v)}' for k, v in trial.params.items())}", flush=True)
+    print(
+        f"fastppo: trial {trial.number}: {outcome}; {' '.join(f'{short(k)}={shown(v)}' for k, v in trial.params.items())}",
+        flush=True,
+    )
 
 
 def short(key: str) -> str:
@@ -444,7 +513,13 @@ def write_best_preset(study: optuna.Study, sweep: Sweep, path: Path) -> FrozenTr
     fields = {
         section: changed
         for section in PRESET_SECTIONS
-        if (changed := {k: list(v) if isinstance(v, tuple) else v for k, v in config[section].items() if v != defaults[section][k] and k != "env_id"})
+        if (
+            changed := {
+                k: list(v) if isinstance(v, tuple) else v
+                for k, v in config[section].items()
+                if v != defaults[section][k] and k != "env_id"
+            }
+        )
     }
     states = Counter(t.state for t in study.trials)
     description = (

@@ -39,7 +39,9 @@ def load_space(path: str | Path | None = None) -> dict[str, BaseDistribution]:
     except yaml.YAMLError as exc:
         raise FastPPOError(f"--space {source} is not valid YAML: {str(exc).splitlines()[0]}") from None
     if not isinstance(data, dict) or not data or not all(isinstance(fields, dict) for fields in data.values()):
-        raise FastPPOError(f"--space {source} must map sections to fields, e.g. 'ppo: {{learning_rate: {{float: [1.0e-5, 1.0e-2], log: true}}}}'")
+        raise FastPPOError(
+            f"--space {source} must map sections to fields, e.g. 'ppo: {{learning_rate: {{float: [1.0e-5, 1.0e-2], log: true}}}}'"
+        )
     config = Config()
     space = {}
     for section, fields in data.items():
@@ -47,9 +49,13 @@ def load_space(path: str | Path | None = None) -> dict[str, BaseDistribution]:
             try:
                 key = resolve_key(config, f"{section}.{name}")
                 if key.startswith("run.") or key == "env.env_id":
-                    raise FastPPOError(f"{key} is not a hyperparameter a sweep tunes (env, ppo, policy and multi_agent fields are)")
+                    raise FastPPOError(
+                        f"{key} is not a hyperparameter a sweep tunes (env, ppo, policy and multi_agent fields are)"
+                    )
                 section_name, field_name = key.split(".", 1)  # as resolved: 'learning-rate' is ppo.learning_rate
-                space[key] = distribution(key, entry, typing.get_type_hints(type(sections(config)[section_name]))[field_name])
+                space[key] = distribution(
+                    key, entry, typing.get_type_hints(type(sections(config)[section_name]))[field_name]
+                )
             except FastPPOError as exc:
                 raise FastPPOError(f"--space {source}: {exc}") from None
     return space
@@ -71,12 +77,22 @@ def distribution(key: str, entry: Any, annotation: Any) -> BaseDistribution:
         return CategoricalDistribution(choices)
     numeric = {int, float} & {annotation, *typing.get_args(annotation)}
     if not numeric or (kind == "float" and numeric == {int}):
-        raise FastPPOError(f"{key} is {'an integer' if numeric else 'not a number'}: give it {'{int: [low, high]} or ' if numeric else ''}{{choices: [...]}}")
+        raise FastPPOError(
+            f"{key} is {'an integer' if numeric else 'not a number'}: give it {'{int: [low, high]} or ' if numeric else ''}{{choices: [...]}}"
+        )
     number = int if kind == "int" else (int, float)
-    if not (isinstance(values, list) and len(values) == 2 and all(isinstance(v, number) and not isinstance(v, bool) for v in values)):
-        raise FastPPOError(f"{key}: {kind} expects [low, high] ({'integers' if kind == 'int' else 'numbers'}), got {values!r}")
+    if not (
+        isinstance(values, list)
+        and len(values) == 2
+        and all(isinstance(v, number) and not isinstance(v, bool) for v in values)
+    ):
+        raise FastPPOError(
+            f"{key}: {kind} expects [low, high] ({'integers' if kind == 'int' else 'numbers'}), got {values!r}"
+        )
     try:
-        return (FloatDistribution if kind == "float" else IntDistribution)(*values, **{option: entry[option] for option in OPTIONS[kind] if option in entry})
+        return (FloatDistribution if kind == "float" else IntDistribution)(
+            *values, **{option: entry[option] for option in OPTIONS[kind] if option in entry}
+        )
     except (TypeError, ValueError) as exc:
         raise FastPPOError(f"{key}: {exc}") from None
 

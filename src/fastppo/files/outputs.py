@@ -22,7 +22,11 @@ def output_file(path: str | Path, what: str, suffixes: Collection[str] = ()) -> 
     if path.is_dir():
         raise FastPPOError(f"{what} {path} is a folder: give a file path")
     if suffixes and path.suffix.lower() not in suffixes:
-        problem = f"ends in '{path.suffix}', a file type it cannot be written as" if path.suffix else "has no file type ending"
+        problem = (
+            f"ends in '{path.suffix}', a file type it cannot be written as"
+            if path.suffix
+            else "has no file type ending"
+        )
         raise FastPPOError(f"{what} {path} {problem}: end the name in {', '.join(sorted(suffixes))}")
     _writable_folder(path.parent, what, path)
     return path
@@ -36,7 +40,9 @@ def no_links(path: Path, what: str, inside: Path | None = None) -> None:
     link = next((p for p in (path, *(inside / part for part in below if part != Path("."))) if p.is_symlink()), None)
     if link is not None:
         where = "is a symbolic link" if link == path else f"lies in {link}, a symbolic link"
-        raise FastPPOError(f"{what} {path} {where}, and fastppo writes no file through one: remove the link, or give another path")
+        raise FastPPOError(
+            f"{what} {path} {where}, and fastppo writes no file through one: remove the link, or give another path"
+        )
 
 
 def output_dir(path: str | Path, what: str) -> Path:
@@ -71,7 +77,13 @@ def writing(path: str | Path, what: str) -> Iterator[None]:
 
 def new_folders(*paths: Path | None) -> list[Path]:
     """The folders among ``paths`` (None skipped) and their ancestors that do not exist yet, deepest first."""
-    fresh = {folder for path in paths if path is not None for folder in (Path(path), *Path(path).parents) if not folder.exists()}
+    fresh = {
+        folder
+        for path in paths
+        if path is not None
+        for folder in (Path(path), *Path(path).parents)
+        if not folder.exists()
+    }
     return sorted(fresh, key=lambda folder: len(folder.parts), reverse=True)
 
 

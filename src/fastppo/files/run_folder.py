@@ -38,7 +38,9 @@ SEEDS_PLAN = "seeds.json"
 """A --seeds job's plan in its parent folder (fastppo.experiments.seeds), written before any seed starts."""
 RUN_FILES = (CONFIG_FILE, "metrics.jsonl", AGENT_FILE, POLICY_FILE, CHECKSUMS_FILE, CHECKPOINT_DIR, SEEDS_PLAN)
 """What ``fastppo train`` writes into a run folder, TensorBoard's event files aside."""
-UNFINISHED_WRITE = re.compile(rf"\.(tmp|old)-\d{{6,}}-\d+|\.({'|'.join(map(re.escape, (*RUN_FILES, LATEST)))})\.tmp-\d+")
+UNFINISHED_WRITE = re.compile(
+    rf"\.(tmp|old)-\d{{6,}}-\d+|\.({'|'.join(map(re.escape, (*RUN_FILES, LATEST)))})\.tmp-\d+"
+)
 """The name of a write in progress: a checkpoint folder before its rename, or the one it
 replaces (fastppo.training.checkpoint), a run's file before its rename (fastppo.files.atomic)."""
 TENSORBOARD_EVENTS = "events.out.tfevents.*"
@@ -51,7 +53,10 @@ def write_config(run_dir: Path, config: Config) -> None:
     a file cut short at any byte lacks the end marker, even where what is left still parses."""
     # libyaml's dumper where PyYAML has it: the same text, ~4x faster (a stack writes one per seed).
     dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
-    atomic_write_text(run_dir / CONFIG_FILE, yaml.dump(config.to_dict(), Dumper=dumper, sort_keys=False, explicit_start=True, explicit_end=True))
+    atomic_write_text(
+        run_dir / CONFIG_FILE,
+        yaml.dump(config.to_dict(), Dumper=dumper, sort_keys=False, explicit_start=True, explicit_end=True),
+    )
 
 
 def read_config(path: Path) -> dict[str, Any]:
@@ -68,7 +73,9 @@ def read_config(path: Path) -> dict[str, Any]:
 
 def own_run_files(folder: Path) -> list[str]:
     """The names of a run's files in ``folder`` itself (not below it)."""
-    return [name for name in RUN_FILES if (folder / name).exists()] + sorted(p.name for p in folder.glob(TENSORBOARD_EVENTS))
+    return [name for name in RUN_FILES if (folder / name).exists()] + sorted(
+        p.name for p in folder.glob(TENSORBOARD_EVENTS)
+    )
 
 
 def failed_start_files(folder: Path) -> list[Path]:
@@ -77,20 +84,33 @@ def failed_start_files(folder: Path) -> list[Path]:
     events and videos, and unfinished saves. A FastPPOError where ``folder`` or anything in it is a
     link or something else (a file of the user's): a resume deletes only what a run wrote."""
     if folder.is_symlink():
-        raise FastPPOError(f"{folder} is a link, not a folder a run made: remove it yourself (fastppo deletes nothing through a link)")
+        raise FastPPOError(
+            f"{folder} is a link, not a folder a run made: remove it yourself (fastppo deletes nothing through a link)"
+        )
     foreign = []
     for path in folder.iterdir():
         if path.is_symlink():
             foreign.append(path)
         elif path.name == CHECKPOINT_DIR and path.is_dir():  # no complete checkpoint in it: the run would have started
-            foreign += [p for p in path.iterdir() if p.is_symlink() or not (UNFINISHED_WRITE.fullmatch(p.name) or p.name == LATEST)]
+            foreign += [
+                p
+                for p in path.iterdir()
+                if p.is_symlink() or not (UNFINISHED_WRITE.fullmatch(p.name) or p.name == LATEST)
+            ]
         elif path.name == VIDEO_DIR and path.is_dir():
-            foreign += [p for p in path.iterdir() if p.is_symlink() or not (VIDEO_FILE.fullmatch(p.name) and p.is_file())]
-        elif not (path.is_file() and (path.name in RUN_FILES or path.match(TENSORBOARD_EVENTS) or UNFINISHED_WRITE.fullmatch(path.name))):
+            foreign += [
+                p for p in path.iterdir() if p.is_symlink() or not (VIDEO_FILE.fullmatch(p.name) and p.is_file())
+            ]
+        elif not (
+            path.is_file()
+            and (path.name in RUN_FILES or path.match(TENSORBOARD_EVENTS) or UNFINISHED_WRITE.fullmatch(path.name))
+        ):
             foreign.append(path)
     if foreign:
         names = sorted(str(p.relative_to(folder)) for p in foreign)
-        raise FastPPOError(f"{folder} holds {_first(names)}, which no fastppo run wrote: move it out of the folder (fastppo deletes only what a run wrote), or pick another --run-dir")
+        raise FastPPOError(
+            f"{folder} holds {_first(names)}, which no fastppo run wrote: move it out of the folder (fastppo deletes only what a run wrote), or pick another --run-dir"
+        )
     return sorted(folder.iterdir())
 
 
@@ -109,9 +129,13 @@ def check_no_run(folder: str | Path, start_over: bool = False) -> None:
     seeds = [f"{p.name}/" for p in below if SEED_FOLDER.fullmatch(p.name)]
     found = own_run_files(folder) + seeds
     if found and not (start_over and stopped_before_first_checkpoint(folder)):
-        raise FastPPOError(f"{folder} already holds a run ({_first(found)}): continue it with 'fastppo train --resume {folder}' or pick another --run-dir")
+        raise FastPPOError(
+            f"{folder} already holds a run ({_first(found)}): continue it with 'fastppo train --resume {folder}' or pick another --run-dir"
+        )
     if below:  # e.g. --run-dir runs: a run there would make runs/ a run and a folder of runs at once
-        raise FastPPOError(f"{folder} holds runs ({_first([f'{p.name}/' for p in below])}): pick another --run-dir, a folder of its own for the new run")
+        raise FastPPOError(
+            f"{folder} holds runs ({_first([f'{p.name}/' for p in below])}): pick another --run-dir, a folder of its own for the new run"
+        )
 
 
 def check_not_a_run(folder: str | Path, what: str) -> None:
@@ -121,7 +145,11 @@ def check_not_a_run(folder: str | Path, what: str) -> None:
     folder = Path(folder)
     if not folder.is_dir():
         return
-    seeds = [f"{p.name}/" for p in sorted(folder.iterdir()) if SEED_FOLDER.fullmatch(p.name) and p.is_dir() and own_run_files(p)]
+    seeds = [
+        f"{p.name}/"
+        for p in sorted(folder.iterdir())
+        if SEED_FOLDER.fullmatch(p.name) and p.is_dir() and own_run_files(p)
+    ]
     found = own_run_files(folder) + seeds
     if found:
         raise FastPPOError(f"{what} {folder} is a run's folder ({_first(found)}): give {what} a folder of its own")
@@ -139,7 +167,9 @@ def stopped_before_first_checkpoint(folder: Path) -> bool:
         CONFIG_FILE in files
         and not list_checkpoints(folder)
         and not {AGENT_FILE, POLICY_FILE, SEEDS_PLAN} & set(files)
-        and all((folder / name).is_file() and not (folder / name).is_symlink() for name in files if name != CHECKPOINT_DIR)
+        and all(
+            (folder / name).is_file() and not (folder / name).is_symlink() for name in files if name != CHECKPOINT_DIR
+        )
     )
 
 
@@ -170,7 +200,9 @@ def list_checkpoints(run_dir: Path) -> list[Path]:
     root = checkpoint_root(run_dir)
     if not root.is_dir():
         return []
-    return sorted((p for p in root.iterdir() if p.is_dir() and CHECKPOINT_NAME.match(p.name)), key=lambda p: int(p.name))
+    return sorted(
+        (p for p in root.iterdir() if p.is_dir() and CHECKPOINT_NAME.match(p.name)), key=lambda p: int(p.name)
+    )
 
 
 def seed_folders(run_dir: str | Path) -> list[Path]:
@@ -193,7 +225,11 @@ def find_checkpoint(path: str | Path) -> Path:
         return path
     found = list_checkpoints(path)
     if not found and stopped_before_first_checkpoint(path):
-        raise FastPPOError(f"no checkpoint in {path}: its run stopped before its first, and has no agent to load; 'fastppo train --resume {path}' starts it over")
+        raise FastPPOError(
+            f"no checkpoint in {path}: its run stopped before its first, and has no agent to load; 'fastppo train --resume {path}' starts it over"
+        )
     if not found:
-        raise FastPPOError(f"no checkpoint in {path}: expected {path / CHECKPOINT_DIR}/NNNNNN/ (written by 'fastppo train')")
+        raise FastPPOError(
+            f"no checkpoint in {path}: expected {path / CHECKPOINT_DIR}/NNNNNN/ (written by 'fastppo train')"
+        )
     return found[-1]

@@ -79,7 +79,12 @@ def _elements(x: Tensor) -> int:
 
 
 def _tanh(x: Tensor, in_place: bool) -> Tensor:
-    if not x.is_cpu or _elements(x) < SIGMOID_TANH_MIN_ELEMENTS or torch.compiler.is_compiling() or torch.jit.is_tracing():
+    if (
+        not x.is_cpu
+        or _elements(x) < SIGMOID_TANH_MIN_ELEMENTS
+        or torch.compiler.is_compiling()
+        or torch.jit.is_tracing()
+    ):
         return torch.tanh_(x) if in_place else torch.tanh(x)
     if torch.is_grad_enabled() and x.requires_grad:
         return _SigmoidTanh.apply(x, in_place)

@@ -48,14 +48,22 @@ def make_encoder(obs_space: gym.Space, cfg: PolicyConfig) -> tuple[nn.Module, in
 class ActorCritic(nn.Module):
     """pi(a|s) and V(s). ``act`` is the fused rollout forward, ``evaluate`` the update forward."""
 
-    def __init__(self, obs_space: gym.Space, action_space: gym.Space, cfg: PolicyConfig | None = None, layout: ObservationLayout | None = None):
+    def __init__(
+        self,
+        obs_space: gym.Space,
+        action_space: gym.Space,
+        cfg: PolicyConfig | None = None,
+        layout: ObservationLayout | None = None,
+    ):
         super().__init__()
         cfg = cfg or PolicyConfig()
         # The actor skips the leading columns only a centralised critic reads (MAPPO, see fastppo.envs.layout).
         layout = layout or ObservationLayout()
         self.critic_only = layout.critic_only
         if self.critic_only and cfg.shared_trunk:
-            raise FastPPOError("a centralised critic (--multi-agent.algorithm mappo) reads more than the actor: drop --policy.shared-trunk")
+            raise FastPPOError(
+                "a centralised critic (--multi-agent.algorithm mappo) reads more than the actor: drop --policy.shared-trunk"
+            )
         self.actor_encoder, features = make_encoder(layout.actor_space(obs_space), cfg)
         if cfg.shared_trunk:
             # A plain attribute, not a second registered submodule: the state dict then holds each
@@ -78,13 +86,30 @@ class ActorCritic(nn.Module):
         # attribute, the layers are not registered a second time.
         actor, critic = mlp_layers(self.actor_encoder), mlp_layers(self.critic_encoder)
         self._mlps = None
-        if not cfg.shared_trunk and not self.recurrent and not self.critic_only and actor is not None and critic is not None and actor[1] == critic[1]:
+        if (
+            not cfg.shared_trunk
+            and not self.recurrent
+            and not self.critic_only
+            and actor is not None
+            and critic is not None
+            and actor[1] == critic[1]
+        ):
             self._mlps = ([actor[0] + [self.action_head.linear], critic[0] + [self.value_head]], actor[1])
         # A recurrent policy's MLP encoders (one under a shared trunk) and its heads' Linear layers,
         # which a population runs on stacked weights around its cores (policies.population).
         self._recurrent_mlps = None
-        if self.recurrent and not self.critic_only and actor is not None and critic is not None and actor[1] == critic[1]:
-            self._recurrent_mlps = ([actor[0]] if cfg.shared_trunk else [actor[0], critic[0]], [self.action_head.linear, self.value_head], actor[1])
+        if (
+            self.recurrent
+            and not self.critic_only
+            and actor is not None
+            and critic is not None
+            and actor[1] == critic[1]
+        ):
+            self._recurrent_mlps = (
+                [actor[0]] if cfg.shared_trunk else [actor[0], critic[0]],
+                [self.action_head.linear, self.value_head],
+                actor[1],
+            )
 
     @property
     def state_size(self) -> int:
@@ -104,7 +129,9 @@ class ActorCritic(nn.Module):
         """The recurrent cores, each reading one of ``features``' tensors: one under a shared trunk."""
         return (self.actor_memory,) if self.shared_trunk else (self.actor_memory, self.critic_memory)
 
-    def recurrent_forward(self, obs: Tensor, state: Tensor, keep: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor | None]:
+    def recurrent_forward(
+        self, obs: Tensor, state: Tensor, keep: Tensor | None = None
+    ) -> tuple[Tensor, Tensor, Tensor | None]:
         """(distribution parameters, value, final state) for ``obs`` rows that are T steps of B
         sequences in time-major order (row t * B + b), starting from ``state`` [B, state_size].
 
@@ -163,14 +190,21 @@ class ActorCritic(nn.Module):
         action, logprob = self.action_head.sample(params, action_mask)
         return action, logprob, value
 
-    def step(self, obs: Tensor, state: Tensor, action_mask: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    def step(
+        self, obs: Tensor, state: Tensor, action_mask: Tensor | None = None
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """A recurrent policy's rollout step: (action, logprob, value, next state)."""
         params, value, state = self.recurrent_forward(obs, state)
         action, logprob = self.action_head.sample(params, action_mask)
         return action, logprob, value, state
 
     def evaluate(
-        self, obs: Tensor, action: Tensor, action_mask: Tensor | None = None, state: Tensor | None = None, keep: Tensor | None = None
+        self,
+        obs: Tensor,
+        action: Tensor,
+        action_mask: Tensor | None = None,
+        state: Tensor | None = None,
+        keep: Tensor | None = None,
     ) -> tuple[Tensor, Tensor, Tensor]:
         """Score stored actions for the update: (newlogprob, entropy, newvalue). A recurrent
         policy re-runs its core over the rows as sequences from ``state`` (see ``recurrent_forward``)."""
@@ -179,7 +213,9 @@ class ActorCritic(nn.Module):
         return logprob, entropy, value
 
     @torch.no_grad()  # not inference_mode: a caller may edit the returned state in place (zero a finished row)
-    def predict(self, obs: Tensor, action_mask: Tensor | None = None, deterministic: bool = False, state: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
+    def predict(
+        self, obs: Tensor, action_mask: Tensor | None = None, deterministic: bool = False, state: Tensor | None = None
+    ) -> tuple[Tensor, Tensor | None]:
         """(actions, next state) for a batch of (already normalised) observations; the state is
         None without memory."""
         if state is None:

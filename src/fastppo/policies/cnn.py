@@ -21,10 +21,14 @@ class NatureCNN(nn.Module):
     def __init__(self, obs_shape: tuple[int, ...], out_features: int = 512):
         super().__init__()
         if len(obs_shape) != 3:
-            raise FastPPOError(f"the cnn encoder needs [channels, height, width] observations, got shape {tuple(obs_shape)}: use --policy.encoder mlp")
+            raise FastPPOError(
+                f"the cnn encoder needs [channels, height, width] observations, got shape {tuple(obs_shape)}: use --policy.encoder mlp"
+            )
         channels, height, width = obs_shape
         if min(height, width) < 36:
-            raise FastPPOError(f"the Nature CNN needs frames of at least 36x36 pixels, got {height}x{width}: resize them or use --policy.encoder mlp")
+            raise FastPPOError(
+                f"the Nature CNN needs frames of at least 36x36 pixels, got {height}x{width}: resize them or use --policy.encoder mlp"
+            )
         self.convs = nn.Sequential(
             layer_init(nn.Conv2d(channels, 32, 8, stride=4), gain=np.sqrt(2)),
             nn.ReLU(),

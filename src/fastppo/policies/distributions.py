@@ -66,12 +66,16 @@ class ActionHead(nn.Module):
         return self.linear(features)
 
     @abstractmethod
-    def sample(self, params: Tensor, action_mask: Tensor | None = None, noise: Noise = GLOBAL_NOISE) -> tuple[Tensor, Tensor]:
+    def sample(
+        self, params: Tensor, action_mask: Tensor | None = None, noise: Noise = GLOBAL_NOISE
+    ) -> tuple[Tensor, Tensor]:
         """(action, logprob of that action): the rollout's hot path, so no entropy. ``params`` may
         carry leading batch dims (a stack of seeds: ``[seeds, rows, ...]``)."""
 
     @abstractmethod
-    def logprob_entropy(self, params: Tensor, action: Tensor, action_mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    def logprob_entropy(
+        self, params: Tensor, action: Tensor, action_mask: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
         """(logprob, entropy) of ``action`` under the distribution ``params``, summed over dims."""
 
     @abstractmethod
@@ -132,7 +136,9 @@ class MultiCategoricalHead(IndexHead):
         return action, self.logprob_entropy(params, action, action_mask)[0]
 
     def logprob_entropy(self, params, action, action_mask=None):
-        parts = [categorical_logprob_entropy(lg, action[..., i]) for i, lg in enumerate(self._split(params, action_mask))]
+        parts = [
+            categorical_logprob_entropy(lg, action[..., i]) for i, lg in enumerate(self._split(params, action_mask))
+        ]
         return sum(p[0] for p in parts), sum(p[1] for p in parts)
 
     def mode(self, params, action_mask=None):
@@ -152,7 +158,9 @@ class BernoulliHead(ActionHead):
 
     def logprob_entropy(self, params, action, action_mask=None):
         # log p(a) = a*log(sigmoid(x)) + (1-a)*log(sigmoid(-x)) = -BCE(x, a)
-        logprob = -nn.functional.binary_cross_entropy_with_logits(params, action.to(params.dtype), reduction="none").sum(-1)
+        logprob = -nn.functional.binary_cross_entropy_with_logits(
+            params, action.to(params.dtype), reduction="none"
+        ).sum(-1)
         p = torch.sigmoid(params)
         entropy = nn.functional.binary_cross_entropy_with_logits(params, p, reduction="none").sum(-1)
         return logprob, entropy
@@ -199,7 +207,9 @@ def make_action_head(space: gym.Space, in_features: int, init_log_std: float = 0
         return BernoulliHead(in_features, int(np.prod(space.shape)))
     if isinstance(space, gym.spaces.Box):
         if len(space.shape) != 1:
-            raise FastPPOError(f"Box action spaces must be 1-D, got shape {space.shape}: flatten the actions in a wrapper")
+            raise FastPPOError(
+                f"Box action spaces must be 1-D, got shape {space.shape}: flatten the actions in a wrapper"
+            )
         return GaussianHead(in_features, space.shape[0], init_log_std)
     raise FastPPOError(
         f"unsupported action space {space}: fastppo handles Discrete, MultiDiscrete, MultiBinary and 1-D Box"

@@ -65,12 +65,16 @@ class FusedActorCritic:
     encoders, unusual modules); the rollout then calls ``policy.act``.
     """
 
-    def __init__(self, policy: ActorCritic, actor: list[nn.Linear], critic: list[nn.Linear] | None, activation: str | None):
+    def __init__(
+        self, policy: ActorCritic, actor: list[nn.Linear], critic: list[nn.Linear] | None, activation: str | None
+    ):
         self.policy = policy
         self._actor, self._critic = actor, critic  # critic None: shared trunk
         # A tanh MLP runs as a sigmoid one on rescaled weights (tanh_as_sigmoid, in refresh).
         self._fold_tanh = activation == "tanh"
-        self._activation: Activation | None = torch.sigmoid if self._fold_tanh else (torch.relu if activation == "relu" else None)
+        self._activation: Activation | None = (
+            torch.sigmoid if self._fold_tanh else (torch.relu if activation == "relu" else None)
+        )
         self._layers: list[tuple[Tensor, Tensor]] = []
         # Per layer, its actor and critic halves where it is block-diagonal (deeper hidden layers).
         self._halves: list[tuple[tuple[Tensor, Tensor], tuple[Tensor, Tensor]] | None] = []
@@ -103,7 +107,11 @@ class FusedActorCritic:
                 # Both halves read the observation at depth 0 (or the observation itself feeds
                 # both heads when there are no hidden layers); after that each reads its own half.
                 # The actor's first layer gets zero columns for the rows' critic-only columns (MAPPO).
-                weight = torch.cat([F.pad(a.weight, (self.policy.critic_only, 0)), c.weight]) if depth == 0 else torch.block_diag(a.weight, c.weight)
+                weight = (
+                    torch.cat([F.pad(a.weight, (self.policy.critic_only, 0)), c.weight])
+                    if depth == 0
+                    else torch.block_diag(a.weight, c.weight)
+                )
                 layers.append((weight, torch.cat([a.bias, c.bias])))
         # As [in, out] so that each layer is one addmm(bias, x, weight).
         layers = [(w.t(), b) for w, b in layers]
@@ -117,8 +125,15 @@ class FusedActorCritic:
         self._halves = [None] * len(layers)
         if self._critic is not None:
             for depth in range(1, len(layers) - 1):  # the block-diagonal hidden layers
-                (weight, bias), rows, columns = self._layers[depth], self._actor[depth].in_features, self._actor[depth].out_features
-                self._halves[depth] = ((linear_layout(weight[:rows, :columns]), bias[:columns]), (linear_layout(weight[rows:, columns:]), bias[columns:]))
+                (weight, bias), rows, columns = (
+                    self._layers[depth],
+                    self._actor[depth].in_features,
+                    self._actor[depth].out_features,
+                )
+                self._halves[depth] = (
+                    (linear_layout(weight[:rows, :columns]), bias[:columns]),
+                    (linear_layout(weight[rows:, columns:]), bias[columns:]),
+                )
 
     def __call__(self, obs: Tensor, action_mask: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
         x = obs.flatten(1)

@@ -97,7 +97,9 @@ class RecurrentCore(nn.Module):
 
     def forward(self, x: Tensor, state: Tensor) -> tuple[Tensor, Tensor]:
         """T steps with no episode boundary inside: (outputs [T, B, hidden], final state [B, state_size])."""
-        if x.shape[0] == 1:  # a rollout step: the bare cell costs under half of nn.LSTM's call on CPU (8 x 128 LSTM: ~100 vs ~240 us)
+        if (
+            x.shape[0] == 1
+        ):  # a rollout step: the bare cell costs under half of nn.LSTM's call on CPU (8 x 128 LSTM: ~100 vs ~240 us)
             weights = self.weights()
             if self.kind == "gru":
                 h = torch.gru_cell(x[0], state, *weights)
@@ -136,7 +138,11 @@ class RecurrentCore(nn.Module):
         return n + z * (state - n)
 
     def cell_steps(
-        self, x: Tensor, state: Tensor, keep: Tensor | None = None, weights: tuple[Tensor, Tensor, Tensor, Tensor] | None = None
+        self,
+        x: Tensor,
+        state: Tensor,
+        keep: Tensor | None = None,
+        weights: tuple[Tensor, Tensor, Tensor, Tensor] | None = None,
     ) -> tuple[Tensor, Tensor]:
         """(outputs [..., T * B, hidden], final state) of rows ``x`` [..., T * B, F] that are T steps
         of B sequences (time-major) from ``state`` [..., B, state_size], stepped cell by cell, the

@@ -37,7 +37,12 @@ def one_node_pays(rows: Tensor) -> bool:
     """Whether the one node pays for ``rows`` (``[batch, in]``, or a stack's ``[S, batch, in]``):
     a CPU forward that records gradients (the update) on at least MIN_ROWS rows, outside
     compiled or traced code (GPUs and compiled code gain nothing from it)."""
-    return torch.is_grad_enabled() and rows.is_cpu and rows.shape[-2] >= MIN_ROWS and not (torch.compiler.is_compiling() or torch.jit.is_tracing())
+    return (
+        torch.is_grad_enabled()
+        and rows.is_cpu
+        and rows.shape[-2] >= MIN_ROWS
+        and not (torch.compiler.is_compiling() or torch.jit.is_tracing())
+    )
 
 
 _ACTIVATION_NAMES = {module: name for name, module in ACTIVATIONS.items()}
@@ -51,7 +56,12 @@ def mlp_layers(encoder: nn.Module) -> tuple[list[nn.Linear], str | None] | None:
         return None
     linears, activations = modules[1::2], modules[2::2]
     kinds = {type(m) for m in activations}
-    if len(linears) != len(activations) or not all(isinstance(m, nn.Linear) for m in linears) or len(kinds) > 1 or not kinds <= _ACTIVATION_NAMES.keys():
+    if (
+        len(linears) != len(activations)
+        or not all(isinstance(m, nn.Linear) for m in linears)
+        or len(kinds) > 1
+        or not kinds <= _ACTIVATION_NAMES.keys()
+    ):
         return None
     return linears, (_ACTIVATION_NAMES[kinds.pop()] if kinds else None)
 
@@ -117,7 +127,9 @@ def _accumulate(total: Tensor | None, part: Tensor) -> Tensor:
     return part if total is None else total.add_(part)
 
 
-def _split(depths: tuple[int, ...], weights_and_biases: tuple[Tensor, ...]) -> list[tuple[tuple[Tensor, ...], tuple[Tensor, ...]]]:
+def _split(
+    depths: tuple[int, ...], weights_and_biases: tuple[Tensor, ...]
+) -> list[tuple[tuple[Tensor, ...], tuple[Tensor, ...]]]:
     """Each net's (weights, biases) from the flat (weight, bias, weight, bias, ...) of all nets."""
     nets, offset = [], 0
     for depth in depths:
@@ -127,15 +139,21 @@ def _split(depths: tuple[int, ...], weights_and_biases: tuple[Tensor, ...]) -> l
     return nets
 
 
-def _forward(activation: str | None, depths: tuple[int, ...], x: Tensor, weights_and_biases: tuple[Tensor, ...]) -> tuple[list[Tensor], list[Tensor]]:
+def _forward(
+    activation: str | None, depths: tuple[int, ...], x: Tensor, weights_and_biases: tuple[Tensor, ...]
+) -> tuple[list[Tensor], list[Tensor]]:
     """The nets' outputs, and what their backward reads (each net's hidden activations, then its
     weights): fresh tensors for a batch run whole, written block by block into tensors allocated
     first for a wide one (``row_blocks``)."""
     nets = _split(depths, weights_and_biases)
     blocks = row_blocks(x)
     whole = blocks == [None]
-    hidden: list[list[Tensor | None]] = [[None if whole else x.new_empty(*x.shape[:-1], w.shape[-2]) for w in weights[:-1]] for weights, _ in nets]
-    outputs: list[Tensor | None] = [None if whole else x.new_empty(*x.shape[:-1], weights[-1].shape[-2]) for weights, _ in nets]
+    hidden: list[list[Tensor | None]] = [
+        [None if whole else x.new_empty(*x.shape[:-1], w.shape[-2]) for w in weights[:-1]] for weights, _ in nets
+    ]
+    outputs: list[Tensor | None] = [
+        None if whole else x.new_empty(*x.shape[:-1], weights[-1].shape[-2]) for weights, _ in nets
+    ]
     for block in blocks:
         for n, ((weights, biases), activations) in enumerate(zip(nets, hidden)):
             h = _rows(x, block)
@@ -152,7 +170,9 @@ class _MLPsFunction(torch.autograd.Function):
     """Several MLPs reading the same input, as one node (one node less of Python overhead per extra net)."""
 
     @staticmethod
-    def forward(ctx, activation: str | None, depths: tuple[int, ...], x: Tensor, *weights_and_biases: Tensor) -> tuple[Tensor, ...]:
+    def forward(
+        ctx, activation: str | None, depths: tuple[int, ...], x: Tensor, *weights_and_biases: Tensor
+    ) -> tuple[Tensor, ...]:
         outputs, saved = _forward(activation, depths, x, weights_and_biases)
         ctx.activation, ctx.depths = activation, depths
         ctx.save_for_backward(x, *saved)
@@ -186,14 +206,21 @@ class _MLPsFunction(torch.autograd.Function):
         return (None, None, grad_x, *(g for net_grads in grads for g in net_grads))
 
 
-def mlps_one_node(x: Tensor, networks: list[list[nn.Linear]] | list[list[tuple[Tensor, Tensor]]], activation: str | None) -> tuple[Tensor, ...]:
+def mlps_one_node(
+    x: Tensor, networks: list[list[nn.Linear]] | list[list[tuple[Tensor, Tensor]]], activation: str | None
+) -> tuple[Tensor, ...]:
     """``net[-1](act(... act(net[0](x))))`` for each net of ``networks``, all as one autograd node.
     Each layer is an ``nn.Linear`` or its (weight, bias): x ``[batch, in]`` and ``[out, in]``
     weights, or, for a stack of seeds, x ``[S, batch, in]`` and ``[S, out, in]`` weights with
     ``[S, out]`` biases. ``activation`` is "tanh" or "relu" (None only if no net has a hidden layer)."""
     if activation not in ACTIVATIONS and any(len(net) > 1 for net in networks):
         raise ValueError(f"unknown activation {activation!r}: choose one of {sorted(ACTIVATIONS)}")
-    params = [p for net in networks for layer in net for p in ((layer.weight, layer.bias) if isinstance(layer, nn.Linear) else layer)]
+    params = [
+        p
+        for net in networks
+        for layer in net
+        for p in ((layer.weight, layer.bias) if isinstance(layer, nn.Linear) else layer)
+    ]
     depths = tuple(len(net) for net in networks)
     if not torch.is_grad_enabled():  # a stack's rollout: the same forward without the node's bookkeeping
         return tuple(_forward(activation, depths, x, tuple(params))[0])

@@ -22,8 +22,8 @@ nn.LSTM), bit for bit.
 from __future__ import annotations
 
 import copy
-from abc import ABC, abstractmethod
 import math
+from abc import ABC, abstractmethod
 
 import gymnasium as gym
 import torch
@@ -32,9 +32,9 @@ from torch.func import functional_call, vmap
 
 from fastppo.config import Config, PolicyConfig
 from fastppo.envs.layout import ObservationLayout
+from fastppo.policies.activations import IN_PLACE_ACTIVATIONS
 from fastppo.policies.actor_critic import ActorCritic
 from fastppo.policies.distributions import ActionHead, GaussianHead, Noise
-from fastppo.policies.activations import IN_PLACE_ACTIVATIONS
 from fastppo.policies.mlp_autograd import affine, mlps_one_node
 
 Outputs = tuple[Tensor, Tensor, Tensor | None]
@@ -68,7 +68,9 @@ class Population(nn.Module, ABC):
     def __init__(self, template: ActorCritic):
         super().__init__()
         # Plain attributes: the definition whose modules functional_call runs, not registered weights.
-        object.__setattr__(self, "_parts", {part: _Member(template, part) for part in ("layers_forward", "features", "heads")})
+        object.__setattr__(
+            self, "_parts", {part: _Member(template, part) for part in ("layers_forward", "features", "heads")}
+        )
         object.__setattr__(self, "_template", template)
         self.recurrent, self.state_size = template.recurrent, template.state_size
         names = {id(p): name for name, p in template.named_parameters()}
@@ -76,14 +78,23 @@ class Population(nn.Module, ABC):
         self._one_node = None
         if template._mlps is not None:
             nets, activation = template._mlps
-            self._one_node = ([[(names[id(layer.weight)], names[id(layer.bias)]) for layer in net] for net in nets], activation)
+            self._one_node = (
+                [[(names[id(layer.weight)], names[id(layer.bias)]) for layer in net] for net in nets],
+                activation,
+            )
         # The recurrent cores, stepped outside vmap on stacked weights (``_recurrent_outputs``), and
         # the MLP encoders and heads around them (None: other encoders, which run under vmap).
-        self._cores = [(core, [names[id(w)] for w in core.weights()]) for core in template.cores] if template.recurrent else []
+        self._cores = (
+            [(core, [names[id(w)] for w in core.weights()]) for core in template.cores] if template.recurrent else []
+        )
         self._around_cores = None
         if template._recurrent_mlps is not None:
             encoders, heads, activation = template._recurrent_mlps
-            self._around_cores = ([[(names[id(layer.weight)], names[id(layer.bias)]) for layer in net] for net in encoders], [(names[id(layer.weight)], names[id(layer.bias)]) for layer in heads], activation)
+            self._around_cores = (
+                [[(names[id(layer.weight)], names[id(layer.bias)]) for layer in net] for net in encoders],
+                [(names[id(layer.weight)], names[id(layer.bias)]) for layer in heads],
+                activation,
+            )
         # The head's math (sampling, log-probs) on [M, n, ...] parameters; its weights are the members'.
         head = copy.deepcopy(template.action_head)
         head.linear = None
@@ -100,7 +111,9 @@ class Population(nn.Module, ABC):
     def weights(self) -> dict[str, Tensor]:
         """Each parameter of the members as one ``[M, *shape]`` tensor, by ``ActorCritic`` name."""
 
-    def _outputs(self, weights: dict[str, Tensor], obs: Tensor, state: Tensor | None, keep: Tensor | None, shared_rows: bool) -> Outputs:
+    def _outputs(
+        self, weights: dict[str, Tensor], obs: Tensor, state: Tensor | None, keep: Tensor | None, shared_rows: bool
+    ) -> Outputs:
         """Every member's outputs for its rows: ``obs`` [M, n, ...] (and ``state``, ``keep``), or
         the same [n, ...] rows for every member with ``shared_rows``."""
         if state is None and self._one_node is not None and not torch.jit.is_tracing():
@@ -115,7 +128,9 @@ class Population(nn.Module, ABC):
         member = vmap(self._call("layers_forward"), in_dims=(0, None if shared_rows else 0))
         return (*member(weights, obs), None)
 
-    def _recurrent_outputs(self, weights: dict[str, Tensor], obs: Tensor, state: Tensor, keep: Tensor | None, shared_rows: bool) -> Outputs:
+    def _recurrent_outputs(
+        self, weights: dict[str, Tensor], obs: Tensor, state: Tensor, keep: Tensor | None, shared_rows: bool
+    ) -> Outputs:
         """``_outputs`` with memory, every member's cores' cells (``RecurrentCore.cell_steps``)
         stepped on stacked weights as batched matmuls, outside vmap: under vmap each small op of a
         cell step paid vmap's dispatch at every time step. MLP encoders and the heads around the
@@ -129,15 +144,23 @@ class Population(nn.Module, ABC):
             inputs = vmap(self._call("features"))(weights, obs)
         else:
             encoders, heads, activation = self._around_cores
-            inputs = tuple(_stacked_mlp(obs.flatten(2), [(weights[w], weights[b]) for w, b in net], activation) for net in encoders)
+            inputs = tuple(
+                _stacked_mlp(obs.flatten(2), [(weights[w], weights[b]) for w, b in net], activation) for net in encoders
+            )
         states = state.split(self._cores[0][0].state_size, dim=-1)
-        runs = [core.cell_steps(x, s, keep, tuple(weights[name] for name in names)) for (core, names), x, s in zip(self._cores, inputs, states)]
+        runs = [
+            core.cell_steps(x, s, keep, tuple(weights[name] for name in names))
+            for (core, names), x, s in zip(self._cores, inputs, states)
+        ]
         outputs = tuple(out for out, _ in runs)
         if self._around_cores is None:
             params, value = vmap(self._call("heads"))(weights, outputs)
         else:
             (action_w, action_b), (value_w, value_b) = heads
-            params, value = affine(weights[action_b], outputs[0], weights[action_w]), affine(weights[value_b], outputs[-1], weights[value_w]).squeeze(-1)
+            params, value = (
+                affine(weights[action_b], outputs[0], weights[action_w]),
+                affine(weights[value_b], outputs[-1], weights[value_w]).squeeze(-1),
+            )
         return params, value, torch.cat([s for _, s in runs], dim=-1)
 
     def _call(self, part: str):
@@ -183,7 +206,9 @@ class SeedNoise(Noise):
         return torch.randperm(n, generator=self.generators[seed_index], device=device)
 
 
-def seed_policy(config: Config, seed: int, observation_space: gym.Space, action_space: gym.Space, device: torch.device) -> tuple[ActorCritic, torch.Generator]:
+def seed_policy(
+    config: Config, seed: int, observation_space: gym.Space, action_space: gym.Space, device: torch.device
+) -> tuple[ActorCritic, torch.Generator]:
     """The policy a single run of ``seed`` starts with, and a generator standing where torch's
     global one stands in that run once the policy is built."""
     torch.manual_seed(seed)
@@ -211,7 +236,9 @@ class StackedActorCritic(Population):
         super().__init__(policies[0])
         self.seeds = len(policies)
         self._shapes = {name: p.shape for name, p in policies[0].named_parameters()}
-        self.flat = nn.Parameter(torch.stack([torch.cat([p.detach().reshape(-1) for p in policy.parameters()]) for policy in policies]))
+        self.flat = nn.Parameter(
+            torch.stack([torch.cat([p.detach().reshape(-1) for p in policy.parameters()]) for policy in policies])
+        )
         object.__setattr__(self, "action_head", self._head_math)  # the rollout's ``env_action``; no weights of its own
         self.noise = SeedNoise(generators)
 
@@ -238,18 +265,32 @@ class StackedActorCritic(Population):
         """The rollout step on flat rows: (action, logprob, value) per row."""
         return self.step(obs, None, action_mask)[:3]
 
-    def step(self, obs: Tensor, state: Tensor | None, action_mask: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
+    def step(
+        self, obs: Tensor, state: Tensor | None, action_mask: Tensor | None = None
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
         """The rollout step on flat rows (and, recurrent, their states): (action, logprob, value, next state) per row."""
         weights = self.weights()
         params, value, state = self._outputs(weights, self._stacked(obs), self._stacked(state), None, shared_rows=False)
         action, logprob = self._seed_head(weights).sample(params, self._stacked(action_mask), self.noise)
-        return action.flatten(0, 1), logprob.flatten(0, 1), value.flatten(0, 1), None if state is None else state.flatten(0, 1)
+        return (
+            action.flatten(0, 1),
+            logprob.flatten(0, 1),
+            value.flatten(0, 1),
+            None if state is None else state.flatten(0, 1),
+        )
 
     def get_value(self, obs: Tensor, state: Tensor | None = None) -> Tensor:
-        return self._outputs(self.weights(), self._stacked(obs), self._stacked(state), None, shared_rows=False)[1].flatten(0, 1)
+        return self._outputs(self.weights(), self._stacked(obs), self._stacked(state), None, shared_rows=False)[
+            1
+        ].flatten(0, 1)
 
     def evaluate(
-        self, obs: Tensor, action: Tensor, action_mask: Tensor | None = None, state: Tensor | None = None, keep: Tensor | None = None
+        self,
+        obs: Tensor,
+        action: Tensor,
+        action_mask: Tensor | None = None,
+        state: Tensor | None = None,
+        keep: Tensor | None = None,
     ) -> tuple[Tensor, Tensor, Tensor]:
         """The update's forward on stacked minibatch rows ``[S, n, ...]`` (recurrent: time-major
         sequences from ``state`` [S, B, state_size], reset after the rows ``keep`` marks false):
@@ -318,7 +359,9 @@ class GroupedActorCritic(Population):
     def initial_state(self, batch_size: int) -> Tensor | None:
         return self.policies[0].initial_state(batch_size)
 
-    def _rows(self, obs: Tensor, state: Tensor | None = None, keep: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor | None, ActionHead]:
+    def _rows(
+        self, obs: Tensor, state: Tensor | None = None, keep: Tensor | None = None
+    ) -> tuple[Tensor, Tensor, Tensor | None, ActionHead]:
         """(each row's distribution parameters, value and final state, the head to sample them)."""
         if len(self.policies) == 1:  # a population of one is its ActorCritic, speed layers and all
             policy = self.policies[0]
@@ -340,18 +383,29 @@ class GroupedActorCritic(Population):
         params, value, _, head = self._rows(obs)
         return (*head.sample(params, action_mask), value)
 
-    def step(self, obs: Tensor, state: Tensor, action_mask: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    def step(
+        self, obs: Tensor, state: Tensor, action_mask: Tensor | None = None
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         params, value, state, head = self._rows(obs, state)
         return (*head.sample(params, action_mask), value, state)
 
     def get_value(self, obs: Tensor, state: Tensor | None = None) -> Tensor:
         return self._rows(obs, state)[1]
 
-    def evaluate(self, obs: Tensor, action: Tensor, action_mask: Tensor | None = None, state: Tensor | None = None, keep: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+    def evaluate(
+        self,
+        obs: Tensor,
+        action: Tensor,
+        action_mask: Tensor | None = None,
+        state: Tensor | None = None,
+        keep: Tensor | None = None,
+    ) -> tuple[Tensor, Tensor, Tensor]:
         params, value, _, head = self._rows(obs, state, keep)
         return (*head.logprob_entropy(params, action, action_mask), value)
 
     @torch.inference_mode()
-    def predict(self, obs: Tensor, action_mask: Tensor | None = None, deterministic: bool = False, state: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
+    def predict(
+        self, obs: Tensor, action_mask: Tensor | None = None, deterministic: bool = False, state: Tensor | None = None
+    ) -> tuple[Tensor, Tensor | None]:
         params, _, state, head = self._rows(obs, state)
         return (head.mode(params, action_mask) if deterministic else head.sample(params, action_mask)[0]), state

@@ -39,11 +39,21 @@ TMP_PREFIX = ".checkpoint-tmp-"
 
 
 def _optimizer_tensors(state: dict[str, Any]) -> tuple[dict[str, torch.Tensor], list[dict[str, Any]]]:
-    tensors = {f"{index}.{key}": torch.as_tensor(value).contiguous() for index, slots in state["state"].items() for key, value in slots.items()}
+    tensors = {
+        f"{index}.{key}": torch.as_tensor(value).contiguous()
+        for index, slots in state["state"].items()
+        for key, value in slots.items()
+    }
     return tensors, state["param_groups"]
 
 
-def _load_optimizer(optimizer: torch.optim.Optimizer, tensors: dict[str, torch.Tensor], param_groups: list[dict[str, Any]], models: Models, ranks: Ranks) -> None:
+def _load_optimizer(
+    optimizer: torch.optim.Optimizer,
+    tensors: dict[str, torch.Tensor],
+    param_groups: list[dict[str, Any]],
+    models: Models,
+    ranks: Ranks,
+) -> None:
     state: dict[int, dict[str, torch.Tensor]] = {}
     for name, value in tensors.items():
         index, key = name.split(".", 1)
@@ -59,7 +69,11 @@ def _rng_tensors(ranks: Ranks) -> dict[str, torch.Tensor]:
         tensors.update({f"cuda.{i}": s for i, s in enumerate(torch.cuda.get_rng_state_all())})
     if ranks.size == 1:
         return tensors
-    return {f"rank{rank}.{key}": value for rank, part in enumerate(ranks.gather_objects(tensors)) for key, value in part.items()}
+    return {
+        f"rank{rank}.{key}": value
+        for rank, part in enumerate(ranks.gather_objects(tensors))
+        for key, value in part.items()
+    }
 
 
 def _restore_rng(tensors: dict[str, torch.Tensor], ranks: Ranks) -> None:
@@ -78,14 +92,25 @@ def due(step: int, every: int, last_step: int) -> bool:
     return step == last_step or (every > 0 and step % every == 0)
 
 
-def save_checkpoint(output_dir: Path, step: int, models: Models, optimizer: torch.optim.Optimizer, state: dict[str, Any], keep: int, ranks: Ranks = Ranks()) -> Path | None:
+def save_checkpoint(
+    output_dir: Path,
+    step: int,
+    models: Models,
+    optimizer: torch.optim.Optimizer,
+    state: dict[str, Any],
+    keep: int,
+    ranks: Ranks = Ranks(),
+) -> Path | None:
     """Write ``checkpoint-{step}`` atomically, point ``latest`` at it, delete all but the newest ``keep``.
 
     Under torchrun every rank calls it (the RNG states, and with FSDP the weights and optimizer
     state, are gathered), and rank 0 alone writes; the others return None. Non-finite weights are
     refused on every rank alike: the previous checkpoint stays the latest."""
     _refuse_non_finite(models, ranks)
-    weights = {"policy": ranks.full_state(models.policy), "critic": ranks.full_state(models.critic) if models.critic is not None else None}
+    weights = {
+        "policy": ranks.full_state(models.policy),
+        "critic": ranks.full_state(models.critic) if models.critic is not None else None,
+    }
     optimizer_state = ranks.full_optimizer_state(models, optimizer)
     rng = _rng_tensors(ranks)
     if not ranks.main:
@@ -97,11 +122,15 @@ def save_checkpoint(output_dir: Path, step: int, models: Models, optimizer: torc
     tensors, param_groups = _optimizer_tensors(optimizer_state)
     save_file(tensors, tmp / OPTIMIZER_FILE)
     save_file(rng, tmp / RNG_FILE)
-    (tmp / STATE_FILE).write_text(json.dumps({**state, "step": step, "world_size": ranks.size, "param_groups": param_groups}, indent=2))
+    (tmp / STATE_FILE).write_text(
+        json.dumps({**state, "step": step, "world_size": ranks.size, "param_groups": param_groups}, indent=2)
+    )
     publish_folder(tmp, final)
     atomic_write_text(output_dir / LATEST, final.name)
-    for old in sorted(output_dir.glob("checkpoint-*"))[:-max(keep, 1)]:
-        os.replace(old, old.with_name(f".old-{old.name}-{os.getpid()}"))  # renamed first: no numbered folder is seen half deleted
+    for old in sorted(output_dir.glob("checkpoint-*"))[: -max(keep, 1)]:
+        os.replace(
+            old, old.with_name(f".old-{old.name}-{os.getpid()}")
+        )  # renamed first: no numbered folder is seen half deleted
     for leftover in [*output_dir.glob(f"{TMP_PREFIX}*"), *output_dir.glob(".old-*")]:
         if leftover.is_dir():  # ours, or left by a killed process
             shutil.rmtree(leftover, ignore_errors=True)
@@ -111,7 +140,13 @@ def save_checkpoint(output_dir: Path, step: int, models: Models, optimizer: torc
 def _refuse_non_finite(models: Models, ranks: Ranks) -> None:
     modules = {"policy": models.policy, "critic": models.critic}
     # An FSDP parameter is checked on its shard here (to_local): one sum over the ranks then agrees.
-    local = [(name, p.to_local() if hasattr(p, "to_local") else p) for key, module in modules.items() if module is not None for name, p in module.named_parameters(prefix=key) if p.requires_grad]
+    local = [
+        (name, p.to_local() if hasattr(p, "to_local") else p)
+        for key, module in modules.items()
+        if module is not None
+        for name, p in module.named_parameters(prefix=key)
+        if p.requires_grad
+    ]
     bad = [name for name, p in local if not torch.isfinite(p).all()]
     if ranks.sum(torch.tensor(float(len(bad)), device=next(models.policy.parameters()).device)).item():
         where = f" ({', '.join(bad[:3])}{', ...' if len(bad) > 3 else ''})" if bad else " (on another rank)"
@@ -127,10 +162,14 @@ def resume_point(output_dir: Path, resume: bool, command: str) -> Path | None:
     if resume:
         found = latest_checkpoint(output_dir)
         if found is None:
-            raise FastPPOError(f"--resume: {output_dir} holds no checkpoint (no {LATEST} file) to continue from: drop --resume to start a new run")
+            raise FastPPOError(
+                f"--resume: {output_dir} holds no checkpoint (no {LATEST} file) to continue from: drop --resume to start a new run"
+            )
         written_by = _read_state(found).get("command", command)  # older checkpoints do not say
         if written_by != command:
-            raise FastPPOError(f"--resume: {output_dir} holds a run of fastppo {written_by}, not of fastppo {command}: continue it with 'fastppo {written_by} --resume', or give a new or empty --output-dir")
+            raise FastPPOError(
+                f"--resume: {output_dir} holds a run of fastppo {written_by}, not of fastppo {command}: continue it with 'fastppo {written_by} --resume', or give a new or empty --output-dir"
+            )
         return found
     if output_dir.is_file():
         raise FastPPOError(f"--output-dir {output_dir} is a file: give a new or empty folder")
@@ -138,8 +177,12 @@ def resume_point(output_dir: Path, resume: bool, command: str) -> Path | None:
     if used:
         listed = ", ".join(used[:3]) + (", ..." if len(used) > 3 else "")
         again = "continue its run with --resume, or " if (output_dir / LATEST).is_file() else ""
-        raise FastPPOError(f"--output-dir {output_dir} is not empty (it holds {listed}): {again}give a new or empty folder")
-    outputs.check_creatable_folder(output_dir, "--output-dir")  # below a file, or unwritable: one line before the model loads
+        raise FastPPOError(
+            f"--output-dir {output_dir} is not empty (it holds {listed}): {again}give a new or empty folder"
+        )
+    outputs.check_creatable_folder(
+        output_dir, "--output-dir"
+    )  # below a file, or unwritable: one line before the model loads
     return None
 
 
@@ -152,7 +195,9 @@ def last_checkpoint_named(output_dir: Path) -> Iterator[None]:
         pointer = output_dir / LATEST
         if not pointer.is_file():
             raise
-        raise FastPPOError(f"{exc}; the last good checkpoint is kept: {output_dir / pointer.read_text().strip()}") from None
+        raise FastPPOError(
+            f"{exc}; the last good checkpoint is kept: {output_dir / pointer.read_text().strip()}"
+        ) from None
 
 
 def latest_checkpoint(output_dir: Path) -> Path | None:
@@ -166,9 +211,13 @@ def latest_checkpoint(output_dir: Path) -> Path | None:
     folder = output_dir / name
     if not CHECKPOINT_NAME.fullmatch(name) or folder.is_symlink():
         what = f"{folder}, a symbolic link" if CHECKPOINT_NAME.fullmatch(name) else repr(name[:80])
-        raise FastPPOError(f"{pointer} names {what}, not a checkpoint folder of {output_dir} (checkpoint-NNNNNN): write the name of its newest checkpoint into it")
+        raise FastPPOError(
+            f"{pointer} names {what}, not a checkpoint folder of {output_dir} (checkpoint-NNNNNN): write the name of its newest checkpoint into it"
+        )
     if not (folder / STATE_FILE).is_file():
-        raise FastPPOError(f"checkpoint {folder} named by {pointer} is missing or incomplete: delete {pointer} to start over")
+        raise FastPPOError(
+            f"checkpoint {folder} named by {pointer} is missing or incomplete: delete {pointer} to start over"
+        )
     check_world_size(output_dir, _read_state(folder).get("world_size", 1))
     return folder
 
@@ -177,13 +226,19 @@ def _read_state(folder: Path) -> dict[str, Any]:
     try:
         state = json.loads((folder / STATE_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        raise FastPPOError(f"checkpoint {folder} is damaged: {STATE_FILE} cannot be read ({str(exc).splitlines()[0]}): delete it and point {LATEST} at the one before") from None
+        raise FastPPOError(
+            f"checkpoint {folder} is damaged: {STATE_FILE} cannot be read ({str(exc).splitlines()[0]}): delete it and point {LATEST} at the one before"
+        ) from None
     if not isinstance(state, dict):
-        raise FastPPOError(f"checkpoint {folder} is damaged: {STATE_FILE} is not an object: delete it and point {LATEST} at the one before")
+        raise FastPPOError(
+            f"checkpoint {folder} is damaged: {STATE_FILE} is not an object: delete it and point {LATEST} at the one before"
+        )
     return state
 
 
-def load_training_state(folder: Path, optimizer: torch.optim.Optimizer, models: Models, ranks: Ranks = Ranks()) -> dict[str, Any]:
+def load_training_state(
+    folder: Path, optimizer: torch.optim.Optimizer, models: Models, ranks: Ranks = Ranks()
+) -> dict[str, Any]:
     """Restore optimizer and RNG states in place (this rank's); return the counters saved with them.
     A FastPPOError when the optimizer state does not fit ``models`` (a checkpoint of other models)."""
     state = _read_state(folder)
@@ -192,6 +247,8 @@ def load_training_state(folder: Path, optimizer: torch.optim.Optimizer, models: 
     try:
         _load_optimizer(optimizer, load_file(folder / OPTIMIZER_FILE), state.pop("param_groups"), models, ranks)
     except (ValueError, KeyError, RuntimeError, SafetensorError) as exc:
-        raise FastPPOError(f"checkpoint {folder} does not fit this run: its optimizer state is for other models ({str(exc).splitlines()[0]}): resume it with the command and --model that wrote it") from None
+        raise FastPPOError(
+            f"checkpoint {folder} does not fit this run: its optimizer state is for other models ({str(exc).splitlines()[0]}): resume it with the command and --model that wrote it"
+        ) from None
     _restore_rng(load_file(folder / RNG_FILE), ranks)
     return state

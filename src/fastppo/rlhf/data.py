@@ -47,7 +47,9 @@ def load_table(source: str | Path, split: str, flag: str):
             table = datasets.load_from_disk(str(path))
             if isinstance(table, datasets.DatasetDict):
                 if split not in table:
-                    raise FastPPOError(f"{flag} {source!r} has no split {split!r}: pass --split with one of {', '.join(table)}")
+                    raise FastPPOError(
+                        f"{flag} {source!r} has no split {split!r}: pass --split with one of {', '.join(table)}"
+                    )
                 table = table[split]
         elif path.is_dir():
             table = datasets.load_dataset(str(path), split=split)
@@ -63,9 +65,13 @@ def load_table(source: str | Path, split: str, flag: str):
         else:
             table = datasets.load_dataset(source, split=split)
     except ConnectionError as exc:
-        raise FastPPOError(f"{flag} {source!r} is no local file or folder, and the Hugging Face hub cannot be reached (offline?): pass {LOCAL_SOURCES}") from exc
+        raise FastPPOError(
+            f"{flag} {source!r} is no local file or folder, and the Hugging Face hub cannot be reached (offline?): pass {LOCAL_SOURCES}"
+        ) from exc
     except datasets.exceptions.DatasetNotFoundError as exc:
-        raise FastPPOError(f"{flag} {source!r} is neither a local path nor a dataset on the hub: pass {LOCAL_SOURCES}, or a hub dataset name") from exc
+        raise FastPPOError(
+            f"{flag} {source!r} is neither a local path nor a dataset on the hub: pass {LOCAL_SOURCES}, or a hub dataset name"
+        ) from exc
     except (ValueError, OSError, datasets.exceptions.DatasetsError) as exc:
         # A parse error is wrapped in a generic DatasetGenerationError; its cause names the row.
         reason = str(exc.__cause__ or exc).strip().splitlines()[0]
@@ -77,12 +83,16 @@ def load_table(source: str | Path, split: str, flag: str):
 
 def _column(table, name: str, source: str, flag: str, column_flag: str) -> list:
     if name not in table.column_names:
-        raise FastPPOError(f"{flag} {source!r} has no column {name!r} (it has {', '.join(table.column_names)}): name the column with {column_flag}")
+        raise FastPPOError(
+            f"{flag} {source!r} has no column {name!r} (it has {', '.join(table.column_names)}): name the column with {column_flag}"
+        )
     return list(table[name])
 
 
 def _is_chat(value) -> bool:
-    return isinstance(value, list) and all(isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in value)
+    return isinstance(value, list) and all(
+        isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in value
+    )
 
 
 def _describe(value) -> str:
@@ -96,7 +106,9 @@ class TextRenderer:
     def __init__(self, source: str, flag: str, tokenizer=None):
         self.source, self.flag, self.tokenizer = source, flag, tokenizer
         if tokenizer is not None and not tokenizer.chat_template:
-            raise FastPPOError(f"--chat-template: the tokenizer of {tokenizer.name_or_path!r} has no chat template: drop --chat-template, or use a tokenizer that has one")
+            raise FastPPOError(
+                f"--chat-template: the tokenizer of {tokenizer.name_or_path!r} has no chat template: drop --chat-template, or use a tokenizer that has one"
+            )
 
     def _where(self, row: int, column: str) -> str:
         return f"{self.flag} {self.source!r}, row {row + 1}, column {column!r}"
@@ -106,7 +118,9 @@ class TextRenderer:
             return [{"role": role, "content": value}]
         if _is_chat(value):
             return value
-        raise FastPPOError(f"{self._where(row, column)} is {_describe(value)}: expected text or a list of {{'role', 'content'}} messages")
+        raise FastPPOError(
+            f"{self._where(row, column)} is {_describe(value)}: expected text or a list of {{'role', 'content'}} messages"
+        )
 
     def _render(self, messages: list[dict], generation_prompt: bool, row: int, column: str) -> str:
         from jinja2 import TemplateError
@@ -127,7 +141,9 @@ class TextRenderer:
             return value
         if self.tokenizer is None:
             if _is_chat(value):
-                raise FastPPOError(f"{self._where(row, column)} holds chat messages: pass --chat-template to render them with the tokenizer's chat template")
+                raise FastPPOError(
+                    f"{self._where(row, column)} holds chat messages: pass --chat-template to render them with the tokenizer's chat template"
+                )
             raise FastPPOError(f"{self._where(row, column)} is {_describe(value)}: expected text")
         return self._render(self._messages(value, "user", row, column), True, row, column)
 
@@ -136,9 +152,16 @@ class TextRenderer:
         if self.tokenizer is None:
             return self.text(value, row, column)
         prompt_text = self.text(prompt, row, column)
-        full = self._render(self._messages(prompt, "user", row, column) + self._messages(value, "assistant", row, column), False, row, column)
+        full = self._render(
+            self._messages(prompt, "user", row, column) + self._messages(value, "assistant", row, column),
+            False,
+            row,
+            column,
+        )
         if not full.startswith(prompt_text):
-            raise FastPPOError(f"{self._where(row, column)}: the chat template renders the prompt differently when an answer follows, so the answer cannot be cut from it")
+            raise FastPPOError(
+                f"{self._where(row, column)}: the chat template renders the prompt differently when an answer follows, so the answer cannot be cut from it"
+            )
         return full[len(prompt_text) :]
 
 
@@ -164,10 +187,14 @@ def read_prompt_column(source: str | Path, flag: str = "--prompts", data: DataCo
     """The prompt column of ``source`` (``flag``: the option that named it, for errors)."""
     data = data or DataConfig()
     table = load_table(source, data.split, flag)
-    return PromptColumn(_column(table, data.prompt_column, str(source), flag, "--prompt-column"), str(source), flag, data.prompt_column)
+    return PromptColumn(
+        _column(table, data.prompt_column, str(source), flag, "--prompt-column"), str(source), flag, data.prompt_column
+    )
 
 
-def read_prompts(source: str | Path, flag: str = "--prompts", data: DataConfig | None = None, tokenizer=None) -> list[str]:
+def read_prompts(
+    source: str | Path, flag: str = "--prompts", data: DataConfig | None = None, tokenizer=None
+) -> list[str]:
     """The prompts of ``source``, rendered with ``tokenizer``'s chat template when ``data.chat_template``."""
     data = data or DataConfig()
     return read_prompt_column(source, flag, data).render(tokenizer if data.chat_template else None)
@@ -189,11 +216,15 @@ class Conversations:
         for prompt, completion in zip(prompts, completions):
             column, row = self.cells[prompt]
             renderer, value = column.renderer(tokenizer), column.values[row]
-            texts.append(renderer.text(value, row, column.column) + renderer.completion(value, completion, row, column.column))
+            texts.append(
+                renderer.text(value, row, column.column) + renderer.completion(value, completion, row, column.column)
+            )
         return texts
 
 
-def read_preferences(source: str | Path, data: PreferenceDataConfig | None = None, tokenizer=None, flag: str = "--data") -> list[PreferencePair]:
+def read_preferences(
+    source: str | Path, data: PreferenceDataConfig | None = None, tokenizer=None, flag: str = "--data"
+) -> list[PreferencePair]:
     """(prompt, chosen, rejected) triples of ``source``; with ``data.chat_template`` the prompt is
     rendered with a generation prompt and each completion is the text the template adds after it."""
     data = data or PreferenceDataConfig()
@@ -201,7 +232,11 @@ def read_preferences(source: str | Path, data: PreferenceDataConfig | None = Non
     renderer = TextRenderer(str(source), flag, tokenizer if data.chat_template else None)
     columns = [
         _column(table, name, str(source), flag, column_flag)
-        for name, column_flag in ((data.prompt_column, "--prompt-column"), (data.chosen_column, "--chosen-column"), (data.rejected_column, "--rejected-column"))
+        for name, column_flag in (
+            (data.prompt_column, "--prompt-column"),
+            (data.chosen_column, "--chosen-column"),
+            (data.rejected_column, "--rejected-column"),
+        )
     ]
     return [
         PreferencePair(
@@ -222,6 +257,8 @@ def batch_indices(num_items: int, batch_size: int, step: int, seed: int) -> list
     for position in range((step - 1) * batch_size, step * batch_size):
         data_epoch, i = divmod(position, num_items)
         if data_epoch not in orders:
-            orders[data_epoch] = torch.randperm(num_items, generator=torch.Generator().manual_seed(seed * 100_003 + data_epoch)).tolist()
+            orders[data_epoch] = torch.randperm(
+                num_items, generator=torch.Generator().manual_seed(seed * 100_003 + data_epoch)
+            ).tolist()
         indices.append(orders[data_epoch][i])
     return indices

@@ -38,12 +38,16 @@ def _encode_pairs(models: Models, pairs: list[PreferencePair], dpo: DPOConfig) -
     completion, then with its rejected one, on the policy's device."""
     device = next(models.policy.parameters()).device
     query, query_mask = encode_prompts(models.tokenizer, [p.prompt for p in pairs] * 2, dpo.max_prompt_length, device)
-    response, response_mask = encode_completions(models.tokenizer, [p.chosen for p in pairs] + [p.rejected for p in pairs], dpo.max_completion_length, device)
+    response, response_mask = encode_completions(
+        models.tokenizer, [p.chosen for p in pairs] + [p.rejected for p in pairs], dpo.max_completion_length, device
+    )
     return query, query_mask, response, response_mask
 
 
 @torch.no_grad()
-def reference_logps(models: Models, pairs: list[PreferencePair], dpo: DPOConfig, micro_batch_size: int, autocast) -> Tensor:
+def reference_logps(
+    models: Models, pairs: list[PreferencePair], dpo: DPOConfig, micro_batch_size: int, autocast
+) -> Tensor:
     """[N, 2] reference log-probs (chosen, rejected) of every pair: one pass over the data. The
     reference is frozen, so these are the values each step would compute, and training then runs
     the policy alone."""
@@ -55,7 +59,9 @@ def reference_logps(models: Models, pairs: list[PreferencePair], dpo: DPOConfig,
     return torch.cat(rows)
 
 
-def dpo_step_loss(models: Models, pairs: list[PreferencePair], dpo: DPOConfig, autocast, ref_logps: Tensor | None = None) -> tuple[Tensor, dict[str, Tensor]]:
+def dpo_step_loss(
+    models: Models, pairs: list[PreferencePair], dpo: DPOConfig, autocast, ref_logps: Tensor | None = None
+) -> tuple[Tensor, dict[str, Tensor]]:
     """DPO loss of a micro-batch; ``ref_logps`` [B, 2] are the pairs' precomputed reference
     log-probs, else the reference scores them here."""
     n = len(pairs)
@@ -66,7 +72,16 @@ def dpo_step_loss(models: Models, pairs: list[PreferencePair], dpo: DPOConfig, a
             with torch.no_grad(), reference_model(models) as reference:
                 ref_logps = completion_logps(reference, *tokens).view(2, n).T
     lengths = tokens[3].sum(dim=1)  # IPO's per-token means
-    return dpo_loss(logps[:n], logps[n:], ref_logps[:, 0], ref_logps[:, 1], dpo.beta, dpo.loss, dpo.label_smoothing, (lengths[:n], lengths[n:]))
+    return dpo_loss(
+        logps[:n],
+        logps[n:],
+        ref_logps[:, 0],
+        ref_logps[:, 1],
+        dpo.beta,
+        dpo.loss,
+        dpo.label_smoothing,
+        (lengths[:n], lengths[n:]),
+    )
 
 
 def train_dpo(cfg: DPOTrainerConfig, pairs: list[PreferencePair]) -> list[dict[str, float]]:
@@ -91,11 +106,25 @@ def _train_dpo(cfg: DPOTrainerConfig, pairs: list[PreferencePair], ranks: Ranks)
     models = load_models(ranks.load_config(model_cfg), critic=None, resume_from=resume_from)
     ranks.prepare(models)
     precision = Precision(model_cfg.dtype, next(models.policy.parameters()).device)
-    steps = PairSteps(run, cfg.schedule, dpo.learning_rate, dpo.batch_size, dpo.gradient_accumulation_steps, dpo.max_grad_norm, "dpo")
-    ref_logps = reference_logps(models, pairs, dpo, steps.micro_batch_size, precision.autocast) if dpo.precompute_ref_logps else None
+    steps = PairSteps(
+        run, cfg.schedule, dpo.learning_rate, dpo.batch_size, dpo.gradient_accumulation_steps, dpo.max_grad_norm, "dpo"
+    )
+    ref_logps = (
+        reference_logps(models, pairs, dpo, steps.micro_batch_size, precision.autocast)
+        if dpo.precompute_ref_logps
+        else None
+    )
 
     def micro_loss(indices: list[int]) -> tuple[Tensor, dict[str, Tensor]]:
-        return dpo_step_loss(models, [pairs[i] for i in indices], dpo, precision.autocast, None if ref_logps is None else ref_logps[indices])
+        return dpo_step_loss(
+            models,
+            [pairs[i] for i in indices],
+            dpo,
+            precision.autocast,
+            None if ref_logps is None else ref_logps[indices],
+        )
 
     summary = (("loss", "dpo/loss", ".4f"), ("margin", "dpo/margin", ".3f"))
-    return train_on_pairs(steps, len(pairs), micro_loss, models, precision, ranks, resume_from, total_steps, asdict(cfg), summary)
+    return train_on_pairs(
+        steps, len(pairs), micro_loss, models, precision, ranks, resume_from, total_steps, asdict(cfg), summary
+    )

@@ -46,21 +46,38 @@ class HFGenerator:
             if strings:
                 StopStringCriteria(models.tokenizer, strings)
         except ValueError:
-            raise FastPPOError(f"--stop {','.join(map(repr, strings))}: this tokenizer has no tokens that spell it (characters outside its vocabulary): pick stop strings made of text it knows") from None
+            raise FastPPOError(
+                f"--stop {','.join(map(repr, strings))}: this tokenizer has no tokens that spell it (characters outside its vocabulary): pick stop strings made of text it knows"
+            ) from None
 
     def generate(self, query: Tensor, query_mask: Tensor, greedy: bool = False) -> Tensor:
         tokenizer, policy, sampling = self.models.tokenizer, self.models.policy, self.sampling
-        decoding = {"do_sample": False} if greedy else {"do_sample": True, "temperature": sampling.temperature, "top_k": sampling.top_k, "top_p": sampling.top_p}
+        decoding = (
+            {"do_sample": False}
+            if greedy
+            else {
+                "do_sample": True,
+                "temperature": sampling.temperature,
+                "top_k": sampling.top_k,
+                "top_p": sampling.top_p,
+            }
+        )
         # Stopping a row early only saves work: the rollout cuts every response at its stop (Stops.mask).
         stops = Stops.of(tokenizer, sampling.stop)
         generation = GenerationConfig(
-            **decoding, max_new_tokens=sampling.max_new_tokens, eos_token_id=list(stops.token_ids), stop_strings=list(stops.strings) or None, pad_token_id=tokenizer.pad_token_id,
+            **decoding,
+            max_new_tokens=sampling.max_new_tokens,
+            eos_token_id=list(stops.token_ids),
+            stop_strings=list(stops.strings) or None,
+            pad_token_id=tokenizer.pad_token_id,
         )
         # Eval mode keeps the KV cache, which gradient checkpointing turns off in train mode; dropout is
         # off, so both modes sample the same distribution.
         policy.eval()
         with torch.no_grad(), self.autocast():
-            sequences = policy.generate(input_ids=query, attention_mask=query_mask, generation_config=generation, tokenizer=tokenizer)
+            sequences = policy.generate(
+                input_ids=query, attention_mask=query_mask, generation_config=generation, tokenizer=tokenizer
+            )
         policy.train()
         return sequences[:, query.shape[1] :]
 
@@ -132,7 +149,9 @@ class VLLMGenerator:
         self.llm.reset_prefix_cache()  # cached prompt KV was computed with the old weights
 
 
-def make_generator(models: Models, model_cfg: ModelConfig, sampling: SamplingConfig, seed: int, autocast: Autocast) -> Generator:
+def make_generator(
+    models: Models, model_cfg: ModelConfig, sampling: SamplingConfig, seed: int, autocast: Autocast
+) -> Generator:
     if sampling.generator == "vllm":
         return VLLMGenerator(models, model_cfg, sampling, seed)
     return HFGenerator(models, sampling, autocast)

@@ -32,12 +32,22 @@ class HealthMonitor:
     def check(self, step: int, reward: float, kl: float) -> None:
         self.history.append((reward, kl))
         if kl > self.kl_warn:
-            self._warn("kl", f"step {step}: KL to the reference is {kl:.2f} nats per completion (> {self.kl_warn}): "
-                       "lower --learning-rate, raise --kl-coef or set --kl-target")
+            self._warn(
+                "kl",
+                f"step {step}: KL to the reference is {kl:.2f} nats per completion (> {self.kl_warn}): "
+                "lower --learning-rate, raise --kl-coef or set --kl-target",
+            )
         first_reward, first_kl = self.history[0]
-        if len(self.history) == self.history.maxlen and reward > first_reward and kl > max(2.0 * first_kl, 0.5 * self.kl_warn):
-            self._warn("hacking", f"step {step}: reward rose ({first_reward:.3g} -> {reward:.3g}) while KL to the reference grew "
-                       f"({first_kl:.3g} -> {kl:.3g}): possible reward hacking, read some completions")
+        if (
+            len(self.history) == self.history.maxlen
+            and reward > first_reward
+            and kl > max(2.0 * first_kl, 0.5 * self.kl_warn)
+        ):
+            self._warn(
+                "hacking",
+                f"step {step}: reward rose ({first_reward:.3g} -> {reward:.3g}) while KL to the reference grew "
+                f"({first_kl:.3g} -> {kl:.3g}): possible reward hacking, read some completions",
+            )
 
     def _warn(self, kind: str, message: str) -> None:
         if kind not in self.warned:
@@ -50,6 +60,10 @@ def check_finite(step: int, values: dict[str, float | Tensor], fix: str, ignore:
     infinity, naming them, before it is checkpointed: training on would only spread the NaN into
     the weights (and then crash in sampling). ``fix``: what to change; ``ignore``: names that may
     be infinite (the gradient norm of a step that loss scaling skips)."""
-    bad = [name for name, value in values.items() if name not in ignore and not torch.isfinite(torch.as_tensor(value)).all()]
+    bad = [
+        name
+        for name, value in values.items()
+        if name not in ignore and not torch.isfinite(torch.as_tensor(value)).all()
+    ]
     if bad:
         raise FastPPOError(f"training stopped at step {step}: {', '.join(bad)} became NaN/Inf; {fix}")

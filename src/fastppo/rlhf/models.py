@@ -70,7 +70,9 @@ def _loading(path: str) -> Iterator[None]:
         yield
     except (OSError, ValueError) as exc:
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise FastPPOError(f"cannot load {path!r} ({first_line}): pass a folder written by save_pretrained or a reachable hub id") from exc
+        raise FastPPOError(
+            f"cannot load {path!r} ({first_line}): pass a folder written by save_pretrained or a reachable hub id"
+        ) from exc
     except Exception as exc:
         # torch.load(weights_only=True) refusing a .bin that holds more than tensors raises
         # pickle.UnpicklingError, told by its name: no module here imports pickle.
@@ -162,14 +164,20 @@ def _add_lora(model: PreTrainedModel, cfg: ModelConfig) -> PreTrainedModel:
     from peft import LoraConfig, get_peft_model
 
     targets = [name.strip() for name in cfg.lora_target_modules.split(",")] if cfg.lora_target_modules else None
-    lora = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=0.0, target_modules=targets, task_type="CAUSAL_LM")
+    lora = LoraConfig(
+        r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=0.0, target_modules=targets, task_type="CAUSAL_LM"
+    )
     try:
         return get_peft_model(model, lora)
     except ValueError as exc:
-        raise FastPPOError(f"cannot add LoRA adapters ({exc}): name the layers with --lora-target-modules, e.g. q_proj,v_proj") from exc
+        raise FastPPOError(
+            f"cannot add LoRA adapters ({exc}): name the layers with --lora-target-modules, e.g. q_proj,v_proj"
+        ) from exc
 
 
-def load_models(cfg: ModelConfig, critic: str | None, critic_model: str | None = None, resume_from: Path | None = None) -> Models:
+def load_models(
+    cfg: ModelConfig, critic: str | None, critic_model: str | None = None, resume_from: Path | None = None
+) -> Models:
     """Tokenizer, policy, reference and critic (``critic`` is "shared", "separate" or None).
 
     With ``resume_from`` (a checkpoint folder) the trained weights come from there; the reference
@@ -190,18 +198,27 @@ def load_models(cfg: ModelConfig, critic: str | None, critic_model: str | None =
         policy = load_causal_lm(str(resume_from / POLICY_DIR) if resume_from else cfg.model, tokenizer, device)
         reference = _frozen(load_causal_lm(cfg.model, tokenizer, device))
     policy.train()  # dropout is off; train mode keeps the numerics of rollout and update identical
-    models = Models(tokenizer, policy, reference, _load_critic(critic, critic_model or cfg.model, policy, tokenizer, device, resume_from))
+    models = Models(
+        tokenizer,
+        policy,
+        reference,
+        _load_critic(critic, critic_model or cfg.model, policy, tokenizer, device, resume_from),
+    )
     if cfg.gradient_checkpointing:
         # Non-reentrant checkpointing takes gradients through inputs that do not require them, as
         # with LoRA's frozen embeddings (the reentrant kind would need enable_input_require_grads).
         for model in (policy, models.critic.trunk if models.critic is not None else None):
             if model is not None:
-                enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable  # renamed in transformers 5
+                enable = (
+                    getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
+                )  # renamed in transformers 5
                 enable({"use_reentrant": False})
     return models
 
 
-def _load_critic(kind: str | None, init_from: str, policy: PreTrainedModel, tokenizer, device: torch.device, resume_from: Path | None) -> Critic | None:
+def _load_critic(
+    kind: str | None, init_from: str, policy: PreTrainedModel, tokenizer, device: torch.device, resume_from: Path | None
+) -> Critic | None:
     if kind is None:
         return None
     # Initialised from a copy of torch's RNG: building the critic leaves the sampling stream as it
@@ -228,8 +245,14 @@ def save_models(models: Models, folder: Path, full_states: dict[str, dict[str, T
     if models.critic is not None:
         critic_state = critic_state or models.critic.state_dict()
         if models.critic.trunk is not None:
-            models.critic.trunk.save_pretrained(folder / CRITIC_DIR, state_dict={k.removeprefix("trunk."): v for k, v in critic_state.items() if k.startswith("trunk.")})
-        save_file({k.removeprefix("head."): v.contiguous() for k, v in critic_state.items() if k.startswith("head.")}, folder / VALUE_HEAD_FILE)
+            models.critic.trunk.save_pretrained(
+                folder / CRITIC_DIR,
+                state_dict={k.removeprefix("trunk."): v for k, v in critic_state.items() if k.startswith("trunk.")},
+            )
+        save_file(
+            {k.removeprefix("head."): v.contiguous() for k, v in critic_state.items() if k.startswith("head.")},
+            folder / VALUE_HEAD_FILE,
+        )
 
 
 @contextmanager
@@ -249,7 +272,9 @@ def start_run(run: RunConfig) -> None:
         torch.set_num_threads(run.torch_threads)
 
 
-def load_reward_model(path: str, device: torch.device, trainable: bool = False) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+def load_reward_model(
+    path: str, device: torch.device, trainable: bool = False
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """A frozen AutoModelForSequenceClassification whose first logit is the score, with its tokenizer
     as it was saved: the special tokens and padding side the model was trained with (an encoder
     such as BERT has no EOS and pads on the right). Only a missing pad token is added.
@@ -263,7 +288,9 @@ def load_reward_model(path: str, device: torch.device, trainable: bool = False) 
     if trainable:
         config.num_labels = 1  # a causal LM's config has the default 2
     model, loading = _load(AutoModelForSequenceClassification, path, config=config, output_loading_info=True)
-    untrained = sorted(loading["missing_keys"]) + sorted(str(key[0] if isinstance(key, tuple) else key) for key in loading["mismatched_keys"])
+    untrained = sorted(loading["missing_keys"]) + sorted(
+        str(key[0] if isinstance(key, tuple) else key) for key in loading["mismatched_keys"]
+    )
     if untrained and not trainable:  # transformers would fill them with random numbers: the scores would be noise
         raise FastPPOError(
             f"the reward model {path!r} has no trained score head (its weights lack {', '.join(untrained[:3])}, so its scores would be random noise): "

@@ -77,21 +77,26 @@ def train_on_pairs(
     history: list[dict[str, float]] = []
     output_dir = Path(run.output_dir)
     ignore = ("losses/grad_norm",) if precision.skips_non_finite_steps else ()
-    with last_checkpoint_named(output_dir), RunLogger(
-        output_dir if ranks.main else None,
-        total_steps,
-        tensorboard=True,
-        progress=run.progress and ranks.main,
-        config=logger_config,
-        purge_step=first_step if first_step > 1 else None,  # a resumed run continues its curves
-        summary=summary,
-        wandb_project=run.wandb_project_or_none if ranks.main else None,
-    ) as logger:
+    with (
+        last_checkpoint_named(output_dir),
+        RunLogger(
+            output_dir if ranks.main else None,
+            total_steps,
+            tensorboard=True,
+            progress=run.progress and ranks.main,
+            config=logger_config,
+            purge_step=first_step if first_step > 1 else None,  # a resumed run continues its curves
+            summary=summary,
+            wandb_project=run.wandb_project_or_none if ranks.main else None,
+        ) as logger,
+    ):
         if evaluate is not None and first_step == 1:  # the untrained model, as step 0
             history.append(evaluate())
             logger.log(0, history[-1])
         for step in range(first_step, total_steps + 1):
-            learning_rate = warmup_scheduled(steps.schedule.lr_schedule, steps.learning_rate, step, total_steps, steps.schedule.lr_warmup_steps)
+            learning_rate = warmup_scheduled(
+                steps.schedule.lr_schedule, steps.learning_rate, step, total_steps, steps.schedule.lr_warmup_steps
+            )
             set_learning_rate(optimizer, learning_rate)
             indices = ranks.share(batch_indices(num_pairs, ranks.size * steps.batch_size, step, run.seed))
             totals: dict[str, Tensor] = {}
@@ -110,5 +115,13 @@ def train_on_pairs(
             logger.log(step, logged)
             history.append(logged)
             if due(step, run.save_every, total_steps):
-                save_checkpoint(output_dir, step, models, optimizer, {"command": steps.command, "grad_scaler": precision.state_dict()}, run.keep_checkpoints, ranks)
+                save_checkpoint(
+                    output_dir,
+                    step,
+                    models,
+                    optimizer,
+                    {"command": steps.command, "grad_scaler": precision.state_dict()},
+                    run.keep_checkpoints,
+                    ranks,
+                )
     return history

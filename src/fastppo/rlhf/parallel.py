@@ -87,7 +87,11 @@ class Ranks:
         """Scalar metrics averaged over the ranks (each rank's over the same number of items)."""
         if self.world is None or not metrics:
             return metrics
-        means = self.world.mean_(torch.stack([torch.as_tensor(value, dtype=torch.float32, device=self.world.device) for value in metrics.values()]))
+        means = self.world.mean_(
+            torch.stack(
+                [torch.as_tensor(value, dtype=torch.float32, device=self.world.device) for value in metrics.values()]
+            )
+        )
         return dict(zip(metrics, means))
 
     def advantage_moments(self, advantages: Tensor, mask: Tensor) -> Tensor | None:
@@ -147,7 +151,9 @@ class Ranks:
         # A tied weight (GPT-2's lm_head is wte) comes back as two copies, which save_pretrained
         # would write twice: keep its first name only, as the unsharded model's state dict does.
         first: dict[int, str] = {}
-        aliases = [name for name, p in module.named_parameters(remove_duplicate=False) if first.setdefault(id(p), name) != name]
+        aliases = [
+            name for name, p in module.named_parameters(remove_duplicate=False) if first.setdefault(id(p), name) != name
+        ]
         return {name: value for name, value in state.items() if name not in aliases}
 
     def full_optimizer_state(self, models: Any, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
@@ -157,7 +163,9 @@ class Ranks:
             return optimizer.state_dict()
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
 
-        state = get_optimizer_state_dict(_trained(models), optimizer, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        state = get_optimizer_state_dict(
+            _trained(models), optimizer, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
+        )
         if not self.main:
             return {"state": {}, "param_groups": []}
         names = [name for group in state["param_groups"] for name in group["params"]]

@@ -28,7 +28,9 @@ from fastppo.rlhf.parallel import Ranks
 from fastppo.rlhf.rewards import score_texts
 
 
-def split_pairs(pairs: list[PreferencePair], eval_split: float, seed: int) -> tuple[list[PreferencePair], list[PreferencePair]]:
+def split_pairs(
+    pairs: list[PreferencePair], eval_split: float, seed: int
+) -> tuple[list[PreferencePair], list[PreferencePair]]:
     """(training, held-out) pairs, split by prompt: a seeded shuffle of the distinct prompts, the
     last ``eval_split`` share of them held out with all their pairs. A prompt on both sides would
     let the held-out accuracy reward memorising prompts."""
@@ -40,12 +42,16 @@ def split_pairs(pairs: list[PreferencePair], eval_split: float, seed: int) -> tu
 
 def pair_loss(model, tokenizer, pairs: list[PreferencePair], device: torch.device) -> tuple[Tensor, dict[str, Tensor]]:
     """Bradley-Terry loss of a micro-batch, chosen and rejected texts scored in one batch of 2B."""
-    scores = score_texts(model, tokenizer, [p.prompt + p.chosen for p in pairs] + [p.prompt + p.rejected for p in pairs], device)
+    scores = score_texts(
+        model, tokenizer, [p.prompt + p.chosen for p in pairs] + [p.prompt + p.rejected for p in pairs], device
+    )
     return bradley_terry_loss(scores[: len(pairs)], scores[len(pairs) :])
 
 
 @torch.no_grad()
-def evaluate(model, tokenizer, pairs: list[PreferencePair], batch_size: int, device: torch.device, autocast) -> dict[str, float]:
+def evaluate(
+    model, tokenizer, pairs: list[PreferencePair], batch_size: int, device: torch.device, autocast
+) -> dict[str, float]:
     """Loss and accuracy over all held-out pairs (each micro-batch weighted by its size)."""
     model.eval()
     totals: dict[str, float] = {}
@@ -66,20 +72,32 @@ def train_reward_model(cfg: RewardModelTrainerConfig, pairs: list[PreferencePair
     validate_reward_model(model_cfg, rm)
     train_pairs, eval_pairs = split_pairs(pairs, rm.eval_split, run.seed)
     if not train_pairs:
-        raise FastPPOError(f"no preference pairs to train on ({len(pairs)} given, {len(eval_pairs)} held out): give more pairs or a smaller --eval-split")
+        raise FastPPOError(
+            f"no preference pairs to train on ({len(pairs)} given, {len(eval_pairs)} held out): give more pairs or a smaller --eval-split"
+        )
     total_steps = math.ceil(rm.epochs * len(train_pairs) / rm.batch_size)
     validate_run(run, cfg.schedule, total_steps=total_steps)
     output_dir = Path(run.output_dir)
     resume_from = resume_point(output_dir, run.resume, "reward-model")
     start_run(run)
     device = resolve_device(model_cfg.device)
-    model, tokenizer = load_reward_model(str(resume_from / POLICY_DIR) if resume_from else model_cfg.model, device, trainable=True)
+    model, tokenizer = load_reward_model(
+        str(resume_from / POLICY_DIR) if resume_from else model_cfg.model, device, trainable=True
+    )
     # Keep the end of long texts, where the completions differ; saved with the tokenizer, so
     # --reward truncates as training did.
     tokenizer.truncation_side, tokenizer.model_max_length = "left", rm.max_length
     models = Models(tokenizer, model, reference=None, critic=None)  # the container the checkpoints save
     precision = Precision(model_cfg.dtype, device)
-    steps = PairSteps(run, cfg.schedule, rm.learning_rate, rm.batch_size, rm.gradient_accumulation_steps, rm.max_grad_norm, "reward_model")
+    steps = PairSteps(
+        run,
+        cfg.schedule,
+        rm.learning_rate,
+        rm.batch_size,
+        rm.gradient_accumulation_steps,
+        rm.max_grad_norm,
+        "reward_model",
+    )
 
     def micro_loss(indices: list[int]) -> tuple[Tensor, dict[str, Tensor]]:
         with precision.autocast():
@@ -90,7 +108,18 @@ def train_reward_model(cfg: RewardModelTrainerConfig, pairs: list[PreferencePair
 
     summary = (("loss", "reward_model/loss", ".4f"), ("eval acc", "reward_model/eval_accuracy", ".3f"))
     history = train_on_pairs(
-        steps, len(train_pairs), micro_loss, models, precision, Ranks(), resume_from, total_steps, asdict(cfg), summary, held_out if eval_pairs else None, rm.eval_every
+        steps,
+        len(train_pairs),
+        micro_loss,
+        models,
+        precision,
+        Ranks(),
+        resume_from,
+        total_steps,
+        asdict(cfg),
+        summary,
+        held_out if eval_pairs else None,
+        rm.eval_every,
     )
     model.save_pretrained(output_dir)
     tokenizer.save_pretrained(output_dir)

@@ -24,7 +24,9 @@ from fastppo.rlhf.tokens import positions
 RewardFn = Callable[[list[str], list[str]], Sequence[float]]
 
 
-def load_reward(spec: str, device: torch.device, batch_size: int = 16, conversations: Conversations | None = None) -> RewardFn:
+def load_reward(
+    spec: str, device: torch.device, batch_size: int = 16, conversations: Conversations | None = None
+) -> RewardFn:
     """``spec`` is a reward-model folder (AutoModelForSequenceClassification, first logit = score,
     scoring ``prompt + completion`` re-tokenized with the folder's own tokenizer),
     ``module:function`` or ``path/to/file.py:function`` for ``reward(prompts, completions) -> list[float]``.
@@ -34,11 +36,17 @@ def load_reward(spec: str, device: torch.device, batch_size: int = 16, conversat
         return _reward_model_fn(spec, device, batch_size, conversations)
     if split_spec(spec) is None:
         if looks_like_path(spec):
-            raise FastPPOError(f"--reward {spec!r} does not exist: pass a reward-model folder, or module:function (e.g. mypkg.rewards:score)")
-        raise FastPPOError(f"--reward {spec!r} is neither a reward-model folder nor module:function (e.g. mypkg.rewards:score)")
+            raise FastPPOError(
+                f"--reward {spec!r} does not exist: pass a reward-model folder, or module:function (e.g. mypkg.rewards:score)"
+            )
+        raise FastPPOError(
+            f"--reward {spec!r} is neither a reward-model folder nor module:function (e.g. mypkg.rewards:score)"
+        )
     fn = named_object(spec, "the reward function")
     if not callable(fn):
-        raise FastPPOError(f"{spec!r} names no function: --reward must name reward(prompts, completions) -> list[float]")
+        raise FastPPOError(
+            f"{spec!r} names no function: --reward must name reward(prompts, completions) -> list[float]"
+        )
     return fn
 
 
@@ -48,8 +56,14 @@ def _reward_model_fn(path: str, device: torch.device, batch_size: int, conversat
 
     @torch.no_grad()
     def reward(prompts: list[str], completions: list[str]) -> list[float]:
-        texts = conversations.texts(tokenizer, prompts, completions) if chat else [p + c for p, c in zip(prompts, completions)]
-        return torch.cat([score_texts(model, tokenizer, texts[i : i + batch_size], device) for i in range(0, len(texts), batch_size)]).tolist()
+        texts = (
+            conversations.texts(tokenizer, prompts, completions)
+            if chat
+            else [p + c for p, c in zip(prompts, completions)]
+        )
+        return torch.cat(
+            [score_texts(model, tokenizer, texts[i : i + batch_size], device) for i in range(0, len(texts), batch_size)]
+        ).tolist()
 
     return reward
 
@@ -59,7 +73,9 @@ def score_texts(model, tokenizer, texts: list[str], device: torch.device) -> Ten
     the model's own tokenizer, padding side and length limit: how ``fastppo reward-model`` trains
     a reward model and how ``--reward`` scores with it."""
     enc = tokenizer(texts, padding=True, truncation=True, return_tensors="pt").to(device)
-    if tokenizer.padding_side == "left":  # right padding leaves positions as they are; not every encoder takes position_ids
+    if (
+        tokenizer.padding_side == "left"
+    ):  # right padding leaves positions as they are; not every encoder takes position_ids
         enc["position_ids"] = positions(enc["attention_mask"])
     return model(**enc).logits[:, 0].float()
 
@@ -70,15 +86,21 @@ def compute_scores(reward_fn: RewardFn, prompts: list[str], completions: list[st
     try:
         scores = torch.as_tensor([float(x) for x in raw], dtype=torch.float32, device=device)
     except (TypeError, ValueError) as exc:
-        raise FastPPOError(f"the reward function must return a list of floats, got {type(raw).__name__} ({exc})") from exc
+        raise FastPPOError(
+            f"the reward function must return a list of floats, got {type(raw).__name__} ({exc})"
+        ) from exc
     if scores.numel() != len(completions):
-        raise FastPPOError(f"the reward function returned {scores.numel()} scores for {len(completions)} completions: return one float per completion")
+        raise FastPPOError(
+            f"the reward function returned {scores.numel()} scores for {len(completions)} completions: return one float per completion"
+        )
     if not torch.isfinite(scores).all():
         raise FastPPOError("the reward function returned NaN or infinite scores: return finite floats")
     return scores
 
 
-def shape_scores(scores: Tensor, has_eos: Tensor, missing_eos_penalty: float | None, clip: float | None, whiten: bool) -> Tensor:
+def shape_scores(
+    scores: Tensor, has_eos: Tensor, missing_eos_penalty: float | None, clip: float | None, whiten: bool
+) -> Tensor:
     """Optional penalty for completions that never emitted EOS, clipping, and ``whiten``: scaling to
     std 1 over the batch with the mean kept (TRL's ``whiten_rewards``, ``shift_mean=False``), so a
     batch of good answers still has positive rewards."""
@@ -101,7 +123,9 @@ def token_kl(logprobs: Tensor, ref_logprobs: Tensor, mask: Tensor, estimator: KL
     return torch.where(mask, kl_estimate(logprobs, ref_logprobs, estimator), 0.0)  # where, not *: 0 * inf is nan
 
 
-def token_rewards(scores: Tensor, logprobs: Tensor, ref_logprobs: Tensor, mask: Tensor, kl_coef: float, estimator: KLEstimator) -> tuple[Tensor, Tensor]:
+def token_rewards(
+    scores: Tensor, logprobs: Tensor, ref_logprobs: Tensor, mask: Tensor, kl_coef: float, estimator: KLEstimator
+) -> tuple[Tensor, Tensor]:
     """Per-token rewards r_t = -kl_coef * KL_t, plus the score at the last real token
     (Ziegler et al. 2019). KL_t estimates KL(policy || reference) from the sampled token.
     Returns ``(rewards, kl)``, both [B, R] and zero on masked tokens."""
@@ -112,7 +136,9 @@ def token_rewards(scores: Tensor, logprobs: Tensor, ref_logprobs: Tensor, mask: 
     return rewards, kl
 
 
-def gae_advantages(rewards: Tensor, values: Tensor, mask: Tensor, gamma: float, gae_lambda: float) -> tuple[Tensor, Tensor]:
+def gae_advantages(
+    rewards: Tensor, values: Tensor, mask: Tensor, gamma: float, gae_lambda: float
+) -> tuple[Tensor, Tensor]:
     """GAE over response tokens with the core recursion, which works on [T, N]: rows are
     transposed to [R, B]; each completion terminates at its last real token (no bootstrap),
     and masked tokens carry zero reward and value so nothing leaks into real ones."""
@@ -120,7 +146,9 @@ def gae_advantages(rewards: Tensor, values: Tensor, mask: Tensor, gamma: float, 
     last = torch.zeros_like(mask)
     last[torch.arange(mask.shape[0], device=mask.device), last_token_index(mask)] = True
     next_values = torch.cat((values[:, 1:], torch.zeros_like(values[:, :1])), dim=1)
-    advantages, returns = compute_gae(rewards.T, values.T, next_values.T, last.T, torch.zeros_like(last.T), gamma, gae_lambda)
+    advantages, returns = compute_gae(
+        rewards.T, values.T, next_values.T, last.T, torch.zeros_like(last.T), gamma, gae_lambda
+    )
     return torch.where(mask, advantages.T, 0.0), torch.where(mask, returns.T, 0.0)
 
 
@@ -137,7 +165,9 @@ def rloo_advantages(returns: Tensor, group_size: int) -> Tensor:
     return (groups - baseline).flatten()
 
 
-def sequence_advantages(estimator: str, scores: Tensor, kl: Tensor | None, kl_coef: float, mask: Tensor, group_size: int) -> Tensor:
+def sequence_advantages(
+    estimator: str, scores: Tensor, kl: Tensor | None, kl_coef: float, mask: Tensor, group_size: int
+) -> Tensor:
     """Critic-free advantages, one per completion, broadcast to its tokens. The return is the
     score minus the summed KL penalty (``kl`` None: no penalty): the same reward the GAE path
     distributes over tokens."""
@@ -155,4 +185,3 @@ def whiten_advantages(advantages: Tensor, mask: Tensor, moments: Tensor | None =
 def sequence_kl(kl: Tensor) -> float:
     """Mean over completions of the summed per-token KL: the quantity the KL target refers to."""
     return float(kl.sum(dim=1).mean())
-

@@ -23,26 +23,45 @@ class Rollout:
     query_mask: Tensor  # [B, P]
     response: Tensor  # [B, R] sampled ids, padding after EOS
     response_mask: Tensor  # [B, R] bool, real tokens up to and including the first EOS
-    logprobs: Tensor | None  # [B, R] log-probs under the policy that sampled them; None until the update fills them (PPOConfig.old_logprobs_from_update)
+    logprobs: (
+        Tensor | None
+    )  # [B, R] log-probs under the policy that sampled them; None until the update fills them (PPOConfig.old_logprobs_from_update)
     ref_logprobs: Tensor  # [B, R] log-probs under the frozen reference
     values: Tensor | None  # [B, R] critic values, None for critic-free estimators
     has_eos: Tensor  # [B] bool: the completion ended with EOS or a stop string rather than at max_new_tokens
 
 
-def score_tokens(model, critic, query: Tensor, query_mask: Tensor, response: Tensor, response_mask: Tensor, temperature: float, micro_batch_size: int) -> TokenOutputs:
+def score_tokens(
+    model,
+    critic,
+    query: Tensor,
+    query_mask: Tensor,
+    response: Tensor,
+    response_mask: Tensor,
+    temperature: float,
+    micro_batch_size: int,
+) -> TokenOutputs:
     """forward_tokens without gradient, in micro-batches of the update's size (same numerics)."""
     chunks = []
     with torch.no_grad():
         for i in range(0, query.shape[0], micro_batch_size):
             s = slice(i, i + micro_batch_size)
-            chunks.append(forward_tokens(model, critic, query[s], query_mask[s], response[s], response_mask[s], temperature))
+            chunks.append(
+                forward_tokens(model, critic, query[s], query_mask[s], response[s], response_mask[s], temperature)
+            )
     values = torch.cat([c.values for c in chunks]) if critic is not None else None
     return TokenOutputs(torch.cat([c.logprobs for c in chunks]), torch.cat([c.entropy for c in chunks]), values)
 
 
 def collect_rollout(
-    models: Models, prompts: list[str], num_generations: int, sampling: SamplingConfig, micro_batch_size: int, autocast: Autocast,
-    generator: Generator | None = None, old_logprobs: bool = True,
+    models: Models,
+    prompts: list[str],
+    num_generations: int,
+    sampling: SamplingConfig,
+    micro_batch_size: int,
+    autocast: Autocast,
+    generator: Generator | None = None,
+    old_logprobs: bool = True,
 ) -> Rollout:
     """Generate ``num_generations`` completions per prompt (with ``generator``, by default the
     policy's own generate()), then recompute their old log-probs, reference log-probs and values
@@ -59,9 +78,24 @@ def collect_rollout(
     response_mask, stopped = stops.mask(tokenizer, response)
     response = response.masked_fill(~response_mask, tokenizer.pad_token_id)
     with autocast():
-        new = score_tokens(policy, models.critic, query, query_mask, response, response_mask, sampling.temperature, micro_batch_size) if old_logprobs else None
+        new = (
+            score_tokens(
+                policy,
+                models.critic,
+                query,
+                query_mask,
+                response,
+                response_mask,
+                sampling.temperature,
+                micro_batch_size,
+            )
+            if old_logprobs
+            else None
+        )
         with reference_model(models) as reference:
-            ref = score_tokens(reference, None, query, query_mask, response, response_mask, sampling.temperature, micro_batch_size)
+            ref = score_tokens(
+                reference, None, query, query_mask, response, response_mask, sampling.temperature, micro_batch_size
+            )
 
     # Scores of masked tokens are meaningless; zero them so no statistic can pick them up.
     def valid(x: Tensor | None) -> Tensor | None:

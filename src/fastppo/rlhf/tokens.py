@@ -21,13 +21,17 @@ from fastppo.core import categorical_logprob_entropy
 from fastppo.rlhf.models import Critic
 
 
-def encode_prompts(tokenizer: PreTrainedTokenizerBase, prompts: list[str], max_length: int, device: torch.device) -> tuple[Tensor, Tensor]:
+def encode_prompts(
+    tokenizer: PreTrainedTokenizerBase, prompts: list[str], max_length: int, device: torch.device
+) -> tuple[Tensor, Tensor]:
     """[B, P] prompt ids, left-padded (and left-truncated to ``max_length``), with their attention mask."""
     enc = tokenizer(prompts, padding=True, truncation=True, max_length=max_length, return_tensors="pt")
     return enc["input_ids"].to(device), enc["attention_mask"].to(device)
 
 
-def encode_completions(tokenizer: PreTrainedTokenizerBase, completions: list[str], max_length: int, device: torch.device) -> tuple[Tensor, Tensor]:
+def encode_completions(
+    tokenizer: PreTrainedTokenizerBase, completions: list[str], max_length: int, device: torch.device
+) -> tuple[Tensor, Tensor]:
     """[B, R] completion ids ending in EOS, right-padded, with their validity mask (for DPO data).
 
     A text that holds EOS already ends at it, as a sampled completion does (:func:`mask_after_eos`):
@@ -106,9 +110,13 @@ class Stops:
         return text[: min((i for i in (text.find(s) for s in self.strings) if i >= 0), default=len(text))]
 
 
-def decode_completions(tokenizer: PreTrainedTokenizerBase, response: Tensor, response_mask: Tensor, stops: Stops | None = None) -> list[str]:
+def decode_completions(
+    tokenizer: PreTrainedTokenizerBase, response: Tensor, response_mask: Tensor, stops: Stops | None = None
+) -> list[str]:
     """The text of each completion: its valid tokens, without EOS, other special tokens or stop strings."""
-    texts = [tokenizer.decode(row[mask].tolist(), skip_special_tokens=True) for row, mask in zip(response, response_mask)]
+    texts = [
+        tokenizer.decode(row[mask].tolist(), skip_special_tokens=True) for row, mask in zip(response, response_mask)
+    ]
     return [stops.cut(text) for text in texts] if stops is not None else texts
 
 
@@ -141,7 +149,13 @@ def forward_tokens(
     position_ids = positions(attention_mask)
     start = query.shape[1] - 1
     shared_trunk = critic is not None and critic.trunk is None
-    out = policy(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, output_hidden_states=shared_trunk, use_cache=False)
+    out = policy(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        position_ids=position_ids,
+        output_hidden_states=shared_trunk,
+        use_cache=False,
+    )
     logits = out.logits[:, start:-1].float() / temperature
     logprobs, entropy = categorical_logprob_entropy(logits, response)
     values = None
@@ -149,6 +163,8 @@ def forward_tokens(
         if shared_trunk:
             hidden = out.hidden_states[-1]
         else:
-            hidden = critic.trunk(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False).last_hidden_state
+            hidden = critic.trunk(
+                input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
+            ).last_hidden_state
         values = critic.head(hidden[:, start:-1]).squeeze(-1).float()
     return TokenOutputs(logprobs, entropy, values)

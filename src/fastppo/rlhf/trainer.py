@@ -14,7 +14,15 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from fastppo.core import explained_variance, masked_mean, policy_loss, ppo_loss, proportional_kl_beta, reference_kl_penalty, warmup_scheduled
+from fastppo.core import (
+    explained_variance,
+    masked_mean,
+    policy_loss,
+    ppo_loss,
+    proportional_kl_beta,
+    reference_kl_penalty,
+    warmup_scheduled,
+)
 from fastppo.devices import resolve_device
 from fastppo.errors import FastPPOError
 from fastppo.rlhf.checkpoint import due, last_checkpoint_named, load_training_state, resume_point, save_checkpoint
@@ -25,8 +33,6 @@ from fastppo.rlhf.generation import make_generator
 from fastppo.rlhf.health import HealthMonitor, check_finite
 from fastppo.rlhf.models import Models, Precision, load_models, start_run
 from fastppo.rlhf.parallel import Ranks
-from fastppo.training.distributed import joined, rank_device
-from fastppo.training.logger import RunLogger
 from fastppo.rlhf.rewards import (
     RewardFn,
     compute_scores,
@@ -40,24 +46,33 @@ from fastppo.rlhf.rewards import (
 )
 from fastppo.rlhf.rollout import Rollout, collect_rollout
 from fastppo.rlhf.tokens import forward_tokens
+from fastppo.training.distributed import joined, rank_device
+from fastppo.training.logger import RunLogger
 from fastppo.training.update import set_learning_rate
 
 # core's metric names -> the logged names CleanRL uses
 LOSS_METRIC_NAMES = {"pg_loss": "losses/policy_loss", "v_loss": "losses/value_loss"}
 
 
-def compute_advantages(rollout: Rollout, scores: Tensor, kl_coef: float, ppo: PPOConfig, ranks: Ranks = Ranks()) -> tuple[Tensor, Tensor | None]:
+def compute_advantages(
+    rollout: Rollout, scores: Tensor, kl_coef: float, ppo: PPOConfig, ranks: Ranks = Ranks()
+) -> tuple[Tensor, Tensor | None]:
     """Advantages [B, R] (and returns for the critic) from scores and, unless it goes in the loss, the
     KL penalty. Whitened over every rank's tokens."""
     mask = rollout.response_mask
     reward_kl_coef = 0.0 if ppo.kl_in_loss else kl_coef
     if ppo.estimator == "gae":
-        rewards, _ = token_rewards(scores, rollout.logprobs, rollout.ref_logprobs, mask, reward_kl_coef, ppo.kl_estimator)
+        rewards, _ = token_rewards(
+            scores, rollout.logprobs, rollout.ref_logprobs, mask, reward_kl_coef, ppo.kl_estimator
+        )
         advantages, returns = gae_advantages(rewards, rollout.values, mask, ppo.gamma, ppo.gae_lambda)
     else:
         # A return without KL needs no old log-probs: the rollout may not have them yet (PPOConfig.old_logprobs_from_update).
         kl = token_kl(rollout.logprobs, rollout.ref_logprobs, mask, ppo.kl_estimator) if reward_kl_coef else None
-        advantages, returns = sequence_advantages(ppo.estimator, scores, kl, reward_kl_coef, mask, ppo.num_generations), None
+        advantages, returns = (
+            sequence_advantages(ppo.estimator, scores, kl, reward_kl_coef, mask, ppo.num_generations),
+            None,
+        )
     # Critic-free advantages are one number per completion: whitening them over tokens weighs long
     # completions more and, when length goes with score, flips the sign of short good answers.
     whiten = ppo.whiten_advantages if ppo.whiten_advantages is not None else ppo.estimator == "gae"
@@ -67,8 +82,17 @@ def compute_advantages(rollout: Rollout, scores: Tensor, kl_coef: float, ppo: PP
 
 
 def ppo_update(
-    models: Models, optimizer: torch.optim.Optimizer, rollout: Rollout, advantages: Tensor, returns: Tensor | None,
-    ppo: PPOConfig, kl_coef: float, temperature: float, precision: Precision, ranks: Ranks = Ranks(), max_new_tokens: int | None = None,
+    models: Models,
+    optimizer: torch.optim.Optimizer,
+    rollout: Rollout,
+    advantages: Tensor,
+    returns: Tensor | None,
+    ppo: PPOConfig,
+    kl_coef: float,
+    temperature: float,
+    precision: Precision,
+    ranks: Ranks = Ranks(),
+    max_new_tokens: int | None = None,
 ) -> dict[str, float]:
     """PPO epochs over shuffled minibatches of completions, each accumulated over micro-batches,
     with the KL to the reference in the loss when ``ppo.kl_in_loss``; stops early after an epoch
@@ -97,21 +121,44 @@ def ppo_update(
             for mb in order[start : start + ppo.mini_batch_size].split(micro_batch_size):
                 mask = rollout.response_mask[mb]
                 with precision.autocast():
-                    new = forward_tokens(models.policy, models.critic, rollout.query[mb], rollout.query_mask[mb], rollout.response[mb], mask, temperature)
+                    new = forward_tokens(
+                        models.policy,
+                        models.critic,
+                        rollout.query[mb],
+                        rollout.query_mask[mb],
+                        rollout.response[mb],
+                        mask,
+                        temperature,
+                    )
                 if fill_old_logprobs:
                     rollout.logprobs[mb] = new.logprobs.detach().masked_fill(~mask, 0.0)
                 if new.values is None:  # critic-free (GRPO/RLOO): surrogate and entropy only
-                    loss, metrics = policy_loss(new.logprobs, rollout.logprobs[mb], advantages[mb], ppo.clip_coef, mask, **aggregation)
+                    loss, metrics = policy_loss(
+                        new.logprobs, rollout.logprobs[mb], advantages[mb], ppo.clip_coef, mask, **aggregation
+                    )
                     entropy = masked_mean(new.entropy, mask)
                     loss = loss - ppo.ent_coef * entropy
                     metrics["entropy"] = entropy.detach()
                 else:
                     loss, metrics = ppo_loss(
-                        new.logprobs, rollout.logprobs[mb], advantages[mb], new.entropy, new.values, rollout.values[mb], returns[mb],
-                        clip_coef=ppo.clip_coef, ent_coef=ppo.ent_coef, vf_coef=ppo.vf_coef, clip_vloss=ppo.clip_vloss, mask=mask, **aggregation,
+                        new.logprobs,
+                        rollout.logprobs[mb],
+                        advantages[mb],
+                        new.entropy,
+                        new.values,
+                        rollout.values[mb],
+                        returns[mb],
+                        clip_coef=ppo.clip_coef,
+                        ent_coef=ppo.ent_coef,
+                        vf_coef=ppo.vf_coef,
+                        clip_vloss=ppo.clip_vloss,
+                        mask=mask,
+                        **aggregation,
                     )
                 if ppo.kl_in_loss:
-                    kl_loss, kl_metrics = reference_kl_penalty(new.logprobs, rollout.ref_logprobs[mb], kl_coef, mask, **aggregation)
+                    kl_loss, kl_metrics = reference_kl_penalty(
+                        new.logprobs, rollout.ref_logprobs[mb], kl_coef, mask, **aggregation
+                    )
                     loss = loss + kl_loss
                     metrics.update(kl_metrics, loss=loss.detach())
                 precision.backward(loss / ppo.gradient_accumulation_steps)
@@ -121,7 +168,11 @@ def ppo_update(
             ranks.average_gradients(params)
             grad_norms.append(precision.step(optimizer, params, ppo.max_grad_norm))
         # The epoch's mean KL, not its last micro-batch's: a few completions' KL is mostly noise.
-        if ppo.target_kl is not None and ranks.mean_metrics({"kl": (totals["approx_kl"] - kl_before) / (count - count_before)})["kl"].item() > ppo.target_kl:
+        if (
+            ppo.target_kl is not None
+            and ranks.mean_metrics({"kl": (totals["approx_kl"] - kl_before) / (count - count_before)})["kl"].item()
+            > ppo.target_kl
+        ):
             break
     means = ranks.mean_metrics({key: value / count for key, value in totals.items()})
     logged = {LOSS_METRIC_NAMES.get(key, f"losses/{key}"): float(value) for key, value in means.items()}
@@ -130,7 +181,9 @@ def ppo_update(
     return logged
 
 
-def train(cfg: RLHFConfig, reward_fn: RewardFn, prompts: list[str], eval_prompts: list[str] | None = None) -> list[dict[str, float]]:
+def train(
+    cfg: RLHFConfig, reward_fn: RewardFn, prompts: list[str], eval_prompts: list[str] | None = None
+) -> list[dict[str, float]]:
     """Fine-tune ``cfg.model.model`` with PPO (or GRPO/RLOO) to maximise ``reward_fn``; returns the
     metrics of every step, also written to ``output_dir/metrics.jsonl`` and TensorBoard. With
     ``eval_prompts``, their greedy completions are scored every ``cfg.monitor.eval_every`` steps.
@@ -141,7 +194,9 @@ def train(cfg: RLHFConfig, reward_fn: RewardFn, prompts: list[str], eval_prompts
         return _train(cfg, reward_fn, prompts, eval_prompts, Ranks(world, cfg.model.fsdp))
 
 
-def _train(cfg: RLHFConfig, reward_fn: RewardFn, prompts: list[str], eval_prompts: list[str] | None, ranks: Ranks) -> list[dict[str, float]]:
+def _train(
+    cfg: RLHFConfig, reward_fn: RewardFn, prompts: list[str], eval_prompts: list[str] | None, ranks: Ranks
+) -> list[dict[str, float]]:
     model_cfg, sampling, ppo, run = cfg.model, cfg.sampling, cfg.ppo, cfg.run
     validate_ppo(model_cfg, sampling, ppo)
     validate_run(run, cfg.schedule, cfg.monitor, ppo.steps)
@@ -150,13 +205,19 @@ def _train(cfg: RLHFConfig, reward_fn: RewardFn, prompts: list[str], eval_prompt
     output_dir = Path(run.output_dir)
     resume_from = resume_point(output_dir, run.resume, "rlhf")
     start_run(run)
-    models = load_models(ranks.load_config(model_cfg), ppo.critic if ppo.estimator == "gae" else None, ppo.critic_model, resume_from)
+    models = load_models(
+        ranks.load_config(model_cfg), ppo.critic if ppo.estimator == "gae" else None, ppo.critic_model, resume_from
+    )
     ranks.prepare(models)
     ranks.reseed(run.seed)
     device = next(models.policy.parameters()).device
     precision = Precision(model_cfg.dtype, device)
     optimizer = torch.optim.AdamW(models.trainable_parameters(), lr=ppo.learning_rate)
-    state = load_training_state(resume_from, optimizer, models, ranks) if resume_from else {"step": 0, "kl_coef": ppo.kl_coef}
+    state = (
+        load_training_state(resume_from, optimizer, models, ranks)
+        if resume_from
+        else {"step": 0, "kl_coef": ppo.kl_coef}
+    )
     precision.load_state_dict(state.pop("grad_scaler", {}))
     generator = make_generator(models, model_cfg, sampling, run.seed, precision.autocast)
     micro_batch_size = ppo.mini_batch_size // ppo.gradient_accumulation_steps
@@ -167,31 +228,74 @@ def _train(cfg: RLHFConfig, reward_fn: RewardFn, prompts: list[str], eval_prompt
     non_finite_fix = "lower --learning-rate, or check the reward and --missing-eos-penalty/--reward-clip"
     # Explained variance is NaN whenever the returns are constant (every reward 0): a diagnostic, not a failure.
     ignore = ("losses/explained_variance", *(("losses/grad_norm",) if precision.skips_non_finite_steps else ()))
-    with last_checkpoint_named(output_dir), RunLogger(
-        output_dir if ranks.main else None, ppo.steps, tensorboard=True, progress=run.progress and ranks.main, config=asdict(cfg), purge_step=purge_step, summary=summary,
-        wandb_project=run.wandb_project_or_none if ranks.main else None,
-    ) as logger:
+    with (
+        last_checkpoint_named(output_dir),
+        RunLogger(
+            output_dir if ranks.main else None,
+            ppo.steps,
+            tensorboard=True,
+            progress=run.progress and ranks.main,
+            config=asdict(cfg),
+            purge_step=purge_step,
+            summary=summary,
+            wandb_project=run.wandb_project_or_none if ranks.main else None,
+        ) as logger,
+    ):
         for step in range(state["step"] + 1, ppo.steps + 1):
             t_start = time.perf_counter()
-            learning_rate = warmup_scheduled(cfg.schedule.lr_schedule, ppo.learning_rate, step, ppo.steps, cfg.schedule.lr_warmup_steps)
+            learning_rate = warmup_scheduled(
+                cfg.schedule.lr_schedule, ppo.learning_rate, step, ppo.steps, cfg.schedule.lr_warmup_steps
+            )
             set_learning_rate(optimizer, learning_rate)
-            step_prompts = [prompts[i] for i in ranks.share(batch_indices(len(prompts), ranks.size * ppo.prompts_per_step, step, run.seed))]
-            rollout = collect_rollout(models, step_prompts, ppo.num_generations, sampling, micro_batch_size, precision.autocast, generator, not ppo.old_logprobs_from_update)
+            step_prompts = [
+                prompts[i]
+                for i in ranks.share(batch_indices(len(prompts), ranks.size * ppo.prompts_per_step, step, run.seed))
+            ]
+            rollout = collect_rollout(
+                models,
+                step_prompts,
+                ppo.num_generations,
+                sampling,
+                micro_batch_size,
+                precision.autocast,
+                generator,
+                not ppo.old_logprobs_from_update,
+            )
             raw_scores = compute_scores(reward_fn, rollout.prompts, rollout.completions, device)
             # Every rank's scores: the step's statistics (whitening, the log) are over all of them.
             all_scores, all_eos = ranks.gather(raw_scores), ranks.gather(rollout.has_eos.float()).bool()
-            shaped = shape_scores(all_scores, all_eos, sampling.missing_eos_penalty, ppo.reward_clip, ppo.whiten_rewards)
+            shaped = shape_scores(
+                all_scores, all_eos, sampling.missing_eos_penalty, ppo.reward_clip, ppo.whiten_rewards
+            )
             check_finite(step, {"the shaped scores": shaped}, non_finite_fix)  # before they reach the weights
             scores = ranks.own(shaped)
             advantages, returns = compute_advantages(rollout, scores, state["kl_coef"], ppo, ranks)
             t_rollout = time.perf_counter()
-            losses = ppo_update(models, optimizer, rollout, advantages, returns, ppo, state["kl_coef"], sampling.temperature, precision, ranks, sampling.max_new_tokens)
+            losses = ppo_update(
+                models,
+                optimizer,
+                rollout,
+                advantages,
+                returns,
+                ppo,
+                state["kl_coef"],
+                sampling.temperature,
+                precision,
+                ranks,
+                sampling.max_new_tokens,
+            )
             generator.sync_weights()
             t_update = time.perf_counter()
 
-            kl = token_kl(rollout.logprobs, rollout.ref_logprobs, rollout.response_mask, ppo.kl_estimator)  # the old log-probs: ppo_update may have filled them
-            kl_ref = sequence_kl(ranks.gather(kl.sum(dim=1, keepdim=True)))  # summed per completion first: the ranks' R differ
-            response_tokens, query_tokens = ranks.sum(torch.stack([rollout.response_mask.sum(), rollout.query_mask.sum()])).tolist()
+            kl = token_kl(
+                rollout.logprobs, rollout.ref_logprobs, rollout.response_mask, ppo.kl_estimator
+            )  # the old log-probs: ppo_update may have filled them
+            kl_ref = sequence_kl(
+                ranks.gather(kl.sum(dim=1, keepdim=True))
+            )  # summed per completion first: the ranks' R differ
+            response_tokens, query_tokens = ranks.sum(
+                torch.stack([rollout.response_mask.sum(), rollout.query_mask.sum()])
+            ).tolist()
             completions = all_scores.numel()
             metrics = {
                 "rlhf/reward_mean": float(all_scores.mean()),
@@ -203,20 +307,32 @@ def _train(cfg: RLHFConfig, reward_fn: RewardFn, prompts: list[str], eval_prompt
                 "charts/learning_rate": learning_rate,
                 **losses,
                 "perf/tokens_generated_per_s": response_tokens / (t_rollout - t_start),
-                "perf/tokens_trained_per_s": (query_tokens + response_tokens) * losses["losses/epochs"] / (t_update - t_rollout),  # epochs run: target_kl may stop early
+                "perf/tokens_trained_per_s": (query_tokens + response_tokens)
+                * losses["losses/epochs"]
+                / (t_update - t_rollout),  # epochs run: target_kl may stop early
                 "time/rollout_s": t_rollout - t_start,
                 "time/update_s": t_update - t_rollout,
             }
             if not ppo.kl_in_loss:  # the part of the return the KL penalty took
                 metrics["rlhf/non_score_reward"] = -state["kl_coef"] * kl_ref
             if returns is not None:
-                metrics["losses/explained_variance"] = explained_variance(rollout.values, returns, rollout.response_mask)
+                metrics["losses/explained_variance"] = explained_variance(
+                    rollout.values, returns, rollout.response_mask
+                )
             if ppo.kl_target is not None:
-                state["kl_coef"] = proportional_kl_beta(state["kl_coef"], kl_ref, ppo.kl_target, completions, ppo.kl_horizon)
+                state["kl_coef"] = proportional_kl_beta(
+                    state["kl_coef"], kl_ref, ppo.kl_target, completions, ppo.kl_horizon
+                )
             if due(step, cfg.monitor.sample_every, ppo.steps):
-                logger.log_samples(step, "rollout", sample_rows(rollout.prompts, rollout.completions, raw_scores, cfg.monitor.num_samples))
+                logger.log_samples(
+                    step,
+                    "rollout",
+                    sample_rows(rollout.prompts, rollout.completions, raw_scores, cfg.monitor.num_samples),
+                )
             if eval_prompts and due(step, cfg.monitor.eval_every, ppo.steps):
-                eval_metrics, eval_rows = evaluate(models, generator, eval_prompts, reward_fn, sampling, rollout.response.shape[0])
+                eval_metrics, eval_rows = evaluate(
+                    models, generator, eval_prompts, reward_fn, sampling, rollout.response.shape[0]
+                )
                 metrics.update(eval_metrics)
                 logger.log_samples(step, "eval", eval_rows[: cfg.monitor.num_samples])
             check_finite(step, metrics, non_finite_fix, ignore)
@@ -226,5 +342,13 @@ def _train(cfg: RLHFConfig, reward_fn: RewardFn, prompts: list[str], eval_prompt
             if ranks.main:
                 monitor.check(step, metrics["rlhf/reward_mean"], kl_ref)
             if due(step, run.save_every, ppo.steps):
-                save_checkpoint(output_dir, step, models, optimizer, {"command": "rlhf", "kl_coef": state["kl_coef"], "grad_scaler": precision.state_dict()}, run.keep_checkpoints, ranks)
+                save_checkpoint(
+                    output_dir,
+                    step,
+                    models,
+                    optimizer,
+                    {"command": "rlhf", "kl_coef": state["kl_coef"], "grad_scaler": precision.state_dict()},
+                    run.keep_checkpoints,
+                    ranks,
+                )
     return history

@@ -27,7 +27,11 @@ def reuse_freed_memory() -> bool:
     where the user set either threshold (MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_ or their
     GLIBC_TUNABLES) or the C library has no ``mallopt`` (musl, macOS, Windows)."""
     tunables = os.environ.get("GLIBC_TUNABLES", "")
-    if not sys.platform.startswith("linux") or "MALLOC_MMAP_THRESHOLD_" in os.environ or "MALLOC_TRIM_THRESHOLD_" in os.environ:
+    if (
+        not sys.platform.startswith("linux")
+        or "MALLOC_MMAP_THRESHOLD_" in os.environ
+        or "MALLOC_TRIM_THRESHOLD_" in os.environ
+    ):
         return False
     if "malloc.mmap_threshold" in tunables or "malloc.trim_threshold" in tunables:
         return False

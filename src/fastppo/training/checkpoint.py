@@ -59,7 +59,16 @@ from fastppo.envs.snapshot import SIMPLE_VALUES, SnapshotMismatch, env_is_exact,
 from fastppo.errors import FastPPOError
 from fastppo.files.atomic import atomic_write_text, publish_folder
 from fastppo.files.checksums import checksum_problem, write_checksums
-from fastppo.files.run_folder import AGENT_FILE, CHECKPOINT_NAME, LATEST, POLICY_FILE, TRAINER_JSON, checkpoint_root, find_checkpoint, list_checkpoints
+from fastppo.files.run_folder import (
+    AGENT_FILE,
+    CHECKPOINT_NAME,
+    LATEST,
+    POLICY_FILE,
+    TRAINER_JSON,
+    checkpoint_root,
+    find_checkpoint,
+    list_checkpoints,
+)
 from fastppo.training.rollout import EnvCursor, ObservationNormalizer, fresh_state
 from fastppo.training.self_play import Damaged
 
@@ -88,7 +97,9 @@ def optimizer_to_tensors(optimizer: torch.optim.Optimizer) -> tuple[dict[str, to
     return tensors, state["param_groups"]
 
 
-def optimizer_from_tensors(optimizer: torch.optim.Optimizer, tensors: dict[str, torch.Tensor], param_groups: list[dict[str, Any]]) -> None:
+def optimizer_from_tensors(
+    optimizer: torch.optim.Optimizer, tensors: dict[str, torch.Tensor], param_groups: list[dict[str, Any]]
+) -> None:
     state: dict[int, dict[str, torch.Tensor]] = {}
     for name, value in tensors.items():
         if name.startswith("optim."):
@@ -127,7 +138,9 @@ def restore_rng(tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
 # --- save / find / load ---------------------------------------------------------------------------
 
 
-def run_tensors(state: TrainState, envs: VecEnv, rng: dict[str, torch.Tensor] | None = None) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+def run_tensors(
+    state: TrainState, envs: VecEnv, rng: dict[str, torch.Tensor] | None = None
+) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """What ``trainer.safetensors`` holds of ``state`` but the optimizer (RNG states, reward scaler,
     env cursor, tensor envs), and ``trainer.json``'s RNG states and env snapshot; ``rng`` as
     ``save_checkpoint``'s."""
@@ -149,7 +162,14 @@ def run_tensors(state: TrainState, envs: VecEnv, rng: dict[str, torch.Tensor] | 
     return tensors, {"rng": rng_meta, "env": env_meta} | ({} if league_meta is None else {"self_play": league_meta})
 
 
-def save_checkpoint(run_dir: Path, state: TrainState, envs: VecEnv, keep: int, rng: dict[str, torch.Tensor] | None = None, extra: dict[str, Any] | None = None) -> Path:
+def save_checkpoint(
+    run_dir: Path,
+    state: TrainState,
+    envs: VecEnv,
+    keep: int,
+    rng: dict[str, torch.Tensor] | None = None,
+    extra: dict[str, Any] | None = None,
+) -> Path:
     """Write the checkpoint of ``state`` (at an iteration boundary) atomically; keep the newest ``keep``.
     ``rng`` replaces global RNG states (a seed of a stack saves its own generator as torch's);
     ``extra`` joins the JSON metadata (a stack's seeds). A write that fails (a full disk, a
@@ -157,7 +177,9 @@ def save_checkpoint(run_dir: Path, state: TrainState, envs: VecEnv, keep: int, r
     already written stay as they were."""
     bad = [name for name, p in state.agent.policy.named_parameters() if not torch.isfinite(p).all()]
     if bad:
-        raise FastPPOError(f"refusing to checkpoint non-finite parameters ({', '.join(bad)}); the previous checkpoint is kept")
+        raise FastPPOError(
+            f"refusing to checkpoint non-finite parameters ({', '.join(bad)}); the previous checkpoint is kept"
+        )
     root = checkpoint_root(run_dir)
     name = f"{state.iteration:06d}"
     tmp = root / f".tmp-{name}-{os.getpid()}"
@@ -168,7 +190,15 @@ def save_checkpoint(run_dir: Path, state: TrainState, envs: VecEnv, keep: int, r
         raise FastPPOError(f"cannot write the checkpoint {root / name}: {exc.strerror or exc}") from None
 
 
-def _write_checkpoint(run_dir: Path, state: TrainState, envs: VecEnv, keep: int, rng: dict[str, torch.Tensor] | None, extra: dict[str, Any] | None, tmp: Path) -> Path:
+def _write_checkpoint(
+    run_dir: Path,
+    state: TrainState,
+    envs: VecEnv,
+    keep: int,
+    rng: dict[str, torch.Tensor] | None,
+    extra: dict[str, Any] | None,
+    tmp: Path,
+) -> Path:
     root, name = tmp.parent, f"{state.iteration:06d}"
     root.mkdir(parents=True, exist_ok=True)
     if tmp.exists():
@@ -233,7 +263,9 @@ def load_checkpoint(path: str | Path, device: str | torch.device = "cpu", env_id
     folder = find_checkpoint(path)
     for name in CHECKPOINT_FILES:
         if not (folder / name).is_file():
-            raise FastPPOError(f"checkpoint {folder} is incomplete: {name} is missing; delete it to use the previous one")
+            raise FastPPOError(
+                f"checkpoint {folder} is incomplete: {name} is missing; delete it to use the previous one"
+            )
     agent = load_agent(folder, device, env_id)
     try:
         meta = json.loads((folder / TRAINER_JSON).read_text())
@@ -241,9 +273,13 @@ def load_checkpoint(path: str | Path, device: str | torch.device = "cpu", env_id
     except FileNotFoundError as exc:
         raise FastPPOError(f"checkpoint {folder} is incomplete: {Path(exc.filename).name} is missing") from None
     except (json.JSONDecodeError, ValueError, UnicodeDecodeError, SafetensorError, OSError) as exc:
-        raise FastPPOError(f"checkpoint {folder} is damaged or not a fastppo checkpoint ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__}); delete it to use the previous one") from None
+        raise FastPPOError(
+            f"checkpoint {folder} is damaged or not a fastppo checkpoint ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__}); delete it to use the previous one"
+        ) from None
     check_trainer_json(folder, meta, agent.config)
-    weights = agent.policy.state_dict() | ({} if agent.obs_rms is None else {f"obs_rms.{k}": v for k, v in agent.obs_rms.state_dict().items()})
+    weights = agent.policy.state_dict() | (
+        {} if agent.obs_rms is None else {f"obs_rms.{k}": v for k, v in agent.obs_rms.state_dict().items()}
+    )
     for file, named in ((POLICY_FILE, weights), (TRAINER_TENSORS, tensors)):
         bad = [name for name, t in named.items() if t.is_floating_point() and not torch.isfinite(t).all()]
         if bad:
@@ -252,7 +288,17 @@ def load_checkpoint(path: str | Path, device: str | torch.device = "cpu", env_id
     if (problem := checksum_problem(folder, (TRAINER_JSON, TRAINER_TENSORS))) is not None:
         raise _damaged(folder, problem)
     done, at = meta.get("schedule_anchor", (0, 0.0))  # absent from checkpoints written before it existed
-    return Checkpoint(folder, agent, meta["iteration"], meta["global_step"], float(meta["kl_beta"]), meta["param_groups"], tensors, meta, (done, float(at)))
+    return Checkpoint(
+        folder,
+        agent,
+        meta["iteration"],
+        meta["global_step"],
+        float(meta["kl_beta"]),
+        meta["param_groups"],
+        tensors,
+        meta,
+        (done, float(at)),
+    )
 
 
 # --- validation: a damaged checkpoint is refused before anything is restored or written ------------
@@ -296,17 +342,28 @@ def check_trainer_json(folder: Path, meta: Any, config: Config) -> None:
         raise damaged(f"format is {meta['format']!r}, not {FORMAT_VERSION}: written by another fastppo version")
     iteration, world_size = meta["iteration"], meta.get("world_size", 1)
     # 0: a run stopped during its start-up (a --seeds job's signal) saves its initial state.
-    if not (_integer(iteration) and iteration >= 0) or (CHECKPOINT_NAME.match(folder.name) and iteration != int(folder.name)):
+    if not (_integer(iteration) and iteration >= 0) or (
+        CHECKPOINT_NAME.match(folder.name) and iteration != int(folder.name)
+    ):
         raise damaged(f"iteration is {iteration!r}, not the folder's {folder.name}")
     if not (_integer(world_size) and world_size >= 1):
         raise damaged(f"world_size is {world_size!r}, not a positive integer")
     steps = iteration * config.batch_size * world_size
     if meta["global_step"] != steps or not _integer(meta["global_step"]):
-        raise damaged(f"global_step is {meta['global_step']!r}, not {steps} ({iteration} iterations of {config.batch_size} x {world_size} steps)")
+        raise damaged(
+            f"global_step is {meta['global_step']!r}, not {steps} ({iteration} iterations of {config.batch_size} x {world_size} steps)"
+        )
     if not (_number(meta["kl_beta"]) and meta["kl_beta"] >= 0):
         raise damaged(f"kl_beta is {meta['kl_beta']!r}, not a finite number >= 0")
     anchor = meta.get("schedule_anchor", [0, 0.0])
-    if not (isinstance(anchor, list) and len(anchor) == 2 and _integer(anchor[0]) and 0 <= anchor[0] <= iteration and _number(anchor[1]) and 0 <= anchor[1] <= 1):
+    if not (
+        isinstance(anchor, list)
+        and len(anchor) == 2
+        and _integer(anchor[0])
+        and 0 <= anchor[0] <= iteration
+        and _number(anchor[1])
+        and 0 <= anchor[1] <= 1
+    ):
         raise damaged(f"schedule_anchor is {anchor!r}, not [iterations done, progress in 0..1]")
     groups = meta["param_groups"]
     if not (isinstance(groups, list) and groups and all(isinstance(g, dict) for g in groups)):
@@ -322,7 +379,9 @@ def check_trainer_json(folder: Path, meta: Any, config: Config) -> None:
             and isinstance(group["params"], list) and all(_integer(p) for p in group["params"])
         )  # fmt: skip
         if not fine:
-            raise damaged(f"param_groups[{i}] is {({k: group[k] for k in (*ADAM_HYPERPARAMETERS, 'params')})}, not Adam's settings")
+            raise damaged(
+                f"param_groups[{i}] is { ({k: group[k] for k in (*ADAM_HYPERPARAMETERS, 'params')}) }, not Adam's settings"
+            )
     returns = meta["episode_returns"]
     if not (isinstance(returns, list) and all(_number(r) for r in returns)):
         raise damaged("episode_returns is not a list of finite returns")
@@ -335,7 +394,9 @@ def check_trainer_json(folder: Path, meta: Any, config: Config) -> None:
         kind, keys, pos, has_gauss, cached = rng["numpy"]
         np.random.RandomState().set_state((kind, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
     except (TypeError, ValueError, KeyError, IndexError, OverflowError) as exc:
-        raise damaged(f"rng is not a python and a numpy RNG state ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from None
+        raise damaged(
+            f"rng is not a python and a numpy RNG state ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
+        ) from None
     if meta["env"] is not None:
         try:
             _check_env_snapshot(meta["env"], config.env.num_envs)
@@ -350,7 +411,10 @@ def _check_env_snapshot(meta: dict[str, Any], num_envs: int) -> None:
     if kind == "pettingzoo":
         _check_snapshot_node(meta["vec"], ids)
     elif kind == "sync":
-        if not (len(meta["autoreset"]) == len(meta["envs"]) == num_envs and all(isinstance(a, bool) for a in meta["autoreset"])):
+        if not (
+            len(meta["autoreset"]) == len(meta["envs"]) == num_envs
+            and all(isinstance(a, bool) for a in meta["autoreset"])
+        ):
             raise ValueError(f"holds {len(meta['envs'])} envs, the config makes {num_envs}")
         for layers in meta["envs"]:
             for layer in layers:
@@ -419,7 +483,9 @@ def adam_specs(optimizer: Any) -> dict[str, Spec]:
     }
 
 
-def check_fits_run(checkpoint: Checkpoint, state: TrainState, envs: VecEnv, rng: dict[str, torch.Tensor] | None = None) -> None:
+def check_fits_run(
+    checkpoint: Checkpoint, state: TrainState, envs: VecEnv, rng: dict[str, torch.Tensor] | None = None
+) -> None:
     """Refuse a checkpoint whose tensors do not fit ``state``, the freshly built run it resumes:
     trainer.safetensors must hold the tensors a checkpoint of that run holds (Adam's moments and
     step per parameter, the RNG states, the reward scaler, the env cursor, tensor envs, the self-play
@@ -434,10 +500,15 @@ def check_fits_run(checkpoint: Checkpoint, state: TrainState, envs: VecEnv, rng:
         raise _damaged(checkpoint.path, f"{TRAINER_JSON}'s self_play {exc}") from None
     saved_env, fresh_env = checkpoint.meta["env"], json_part["env"]
     if saved_env is not None and fresh_env is not None and saved_env["kind"] != fresh_env["kind"]:
-        raise _damaged(checkpoint.path, f"its env snapshot is of {saved_env['kind']} envs, the config makes {fresh_env['kind']} envs")
+        raise _damaged(
+            checkpoint.path,
+            f"its env snapshot is of {saved_env['kind']} envs, the config makes {fresh_env['kind']} envs",
+        )
     # Adam makes its state at the first update: a checkpoint of iteration 0 (a run stopped in its start-up) has none.
     moments = adam_specs(state.optimizer) if checkpoint.iteration > 0 else {}
-    expected = {name: _spec(t) for name, t in tensors.items() if not name.startswith("env.") or saved_env is not None} | moments
+    expected = {
+        name: _spec(t) for name, t in tensors.items() if not name.startswith("env.") or saved_env is not None
+    } | moments
     found = {name: _spec(t) for name, t in checkpoint.tensors.items()}
     # CUDA RNG states come and go with the device ("auto" on another machine); restore_rng sets those it can.
     # A game's checkpoint written before open decisions were carried has none: it resumes with none open.
@@ -451,16 +522,30 @@ def check_fits_run(checkpoint: Checkpoint, state: TrainState, envs: VecEnv, rng:
         raise _damaged(checkpoint.path, f"{TRAINER_TENSORS} lacks {', '.join(lacking[:3])}")
     unknown = sorted(found.keys() - expected.keys() - optional)
     if unknown:
-        raise _damaged(checkpoint.path, f"{TRAINER_TENSORS} holds {', '.join(unknown[:3])}, which this run does not have")
+        raise _damaged(
+            checkpoint.path, f"{TRAINER_TENSORS} holds {', '.join(unknown[:3])}, which this run does not have"
+        )
     for name in sorted(found.keys() & expected.keys()):
         if found[name] != expected[name]:
-            raise _damaged(checkpoint.path, f"{TRAINER_TENSORS} holds {name} as {_shown(found[name])} where this run needs {_shown(expected[name])}")
+            raise _damaged(
+                checkpoint.path,
+                f"{TRAINER_TENSORS} holds {name} as {_shown(found[name])} where this run needs {_shown(expected[name])}",
+            )
     numbering = [group["params"] for group in state.optimizer.state_dict()["param_groups"]]
     if [group["params"] for group in checkpoint.param_groups] != numbering:
-        raise _damaged(checkpoint.path, f"{TRAINER_JSON}'s param_groups number the parameters {[g['params'] for g in checkpoint.param_groups]}, the optimizer {numbering}")
+        raise _damaged(
+            checkpoint.path,
+            f"{TRAINER_JSON}'s param_groups number the parameters {[g['params'] for g in checkpoint.param_groups]}, the optimizer {numbering}",
+        )
 
 
-def restore_train_state(state: TrainState, envs: VecEnv, checkpoint: Checkpoint, normalize_obs: ObservationNormalizer, fresh_seed: int | None = None) -> bool:
+def restore_train_state(
+    state: TrainState,
+    envs: VecEnv,
+    checkpoint: Checkpoint,
+    normalize_obs: ObservationNormalizer,
+    fresh_seed: int | None = None,
+) -> bool:
     """Put a freshly built run into the checkpoint's state, once ``check_fits_run`` has found that it
     fits (nothing is changed otherwise); the envs first, whose snapshot is checked against them as
     it is restored (a FastPPOError where it does not fit: the part-restored run is to be
@@ -485,7 +570,13 @@ def restore_train_state(state: TrainState, envs: VecEnv, checkpoint: Checkpoint,
     agent.episode_returns = list(meta["episode_returns"])
     optimizer_from_tensors(state.optimizer, tensors, checkpoint.param_groups)
     if state.reward_scaler is not None:
-        state.reward_scaler.load_state_dict({k.removeprefix("reward_scaler."): v.to(device) for k, v in tensors.items() if k.startswith("reward_scaler.")})
+        state.reward_scaler.load_state_dict(
+            {
+                k.removeprefix("reward_scaler."): v.to(device)
+                for k, v in tensors.items()
+                if k.startswith("reward_scaler.")
+            }
+        )
     state.iteration, state.global_step, state.kl_beta = checkpoint.iteration, checkpoint.global_step, checkpoint.kl_beta
     state.schedule_anchor = checkpoint.schedule_anchor
     if exact:
@@ -493,11 +584,21 @@ def restore_train_state(state: TrainState, envs: VecEnv, checkpoint: Checkpoint,
         for name, row in carried.flatten().items() if carried is not None else ():
             row.copy_(tensors.get(OPEN_DECISIONS + name, torch.zeros_like(row)))  # none saved: none open
         state.cursor = EnvCursor(
-            tensors["cursor.obs"].to(device), None if mask is None else mask.to(device), tensors["cursor.valid"].to(device), None if memory is None else memory.to(device), carried
+            tensors["cursor.obs"].to(device),
+            None if mask is None else mask.to(device),
+            tensors["cursor.valid"].to(device),
+            None if memory is None else memory.to(device),
+            carried,
         )
     else:  # fresh episodes start from fresh recurrent states, with no decision open
         first = envs.reset(seed=checkpoint.config.run.seed + checkpoint.iteration if fresh_seed is None else fresh_seed)
-        state.cursor = EnvCursor.at_reset(first, normalize_obs, update=False, state=fresh_state(agent.policy, envs.num_envs, device), open=state.cursor.open)
+        state.cursor = EnvCursor.at_reset(
+            first,
+            normalize_obs,
+            update=False,
+            state=fresh_state(agent.policy, envs.num_envs, device),
+            open=state.cursor.open,
+        )
         if state.reward_scaler is not None:
             state.reward_scaler.discounted_return.zero_()
     if fresh_seed is None:

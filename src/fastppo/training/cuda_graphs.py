@@ -24,7 +24,9 @@ Not "max-autotune": minutes of autotuning for 64-unit MLPs that gain nothing mea
 
 def check_cudagraphs(device: torch.device) -> None:
     if device.type != "cuda":
-        raise FastPPOError(f"--cudagraphs needs --device cuda (CUDA graphs capture GPU kernels), but the run is on {device}: drop --cudagraphs or use --device cuda")
+        raise FastPPOError(
+            f"--cudagraphs needs --device cuda (CUDA graphs capture GPU kernels), but the run is on {device}: drop --cudagraphs or use --device cuda"
+        )
 
 
 def on_side_stream(fn: Callable[..., Any], *args: Any) -> Any:

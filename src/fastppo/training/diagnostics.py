@@ -37,7 +37,10 @@ class HealthMonitor:
         # learning, unless it is late in the run, where an annealed learning rate brings the KL
         # to 0 by design.
         self._still.append(
-            progress < 0.5 and clipfrac == 0.0 and metrics["losses/approx_kl"] < STILL_KL and entropy > 0.1 * abs(self._first_entropy)
+            progress < 0.5
+            and clipfrac == 0.0
+            and metrics["losses/approx_kl"] < STILL_KL
+            and entropy > 0.1 * abs(self._first_entropy)
         )
         signs = {
             "kl": (
@@ -54,7 +57,10 @@ class HealthMonitor:
                 f"clip_fraction stuck at 0 and approx_kl below {STILL_KL:g}: the policy barely moves; raise --learning-rate or lower --clip-coef",
             ),
             "entropy": (
-                progress < 0.25 and self._first_entropy > 0 and entropy < 0.05 * abs(self._first_entropy) and abs(entropy) < 0.05,
+                progress < 0.25
+                and self._first_entropy > 0
+                and entropy < 0.05 * abs(self._first_entropy)
+                and abs(entropy) < 0.05,
                 f"entropy collapsed to {entropy:.4f} early in training: no exploration left; raise --ent-coef",
             ),
             "value": (

@@ -44,7 +44,9 @@ def _launch_variable(name: str, default: int) -> int:
     try:
         return int(text)
     except ValueError:
-        raise FastPPOError(f"{name}={text!r} in the environment is not an integer: torchrun sets it; unset it to train in one process") from None
+        raise FastPPOError(
+            f"{name}={text!r} in the environment is not an integer: torchrun sets it; unset it to train in one process"
+        ) from None
 
 
 def launched_world_size() -> int:
@@ -98,8 +100,14 @@ def check_world_size(run_dir: object, trained_on: int) -> None:
     every update, so another count would be another run."""
     world_size = launched_world_size()
     if world_size != trained_on:
-        how = "without torchrun" if trained_on == 1 else f"with torchrun, {trained_on} processes in all (--nnodes x --nproc-per-node)"
-        raise FastPPOError(f"{run_dir} was trained by {trained_on} rank{'s' * (trained_on > 1)}, this launch has {world_size}: resume it {how}")
+        how = (
+            "without torchrun"
+            if trained_on == 1
+            else f"with torchrun, {trained_on} processes in all (--nnodes x --nproc-per-node)"
+        )
+        raise FastPPOError(
+            f"{run_dir} was trained by {trained_on} rank{'s' * (trained_on > 1)}, this launch has {world_size}: resume it {how}"
+        )
 
 
 def rank_device(device: torch.device) -> torch.device:
@@ -108,10 +116,14 @@ def rank_device(device: torch.device) -> torch.device:
     if device.type != "cuda" or launched_world_size() == 1:
         return device
     if device.index is not None:
-        raise FastPPOError(f"--device {device} under torchrun: every rank takes the GPU of its local rank, give --device cuda")
+        raise FastPPOError(
+            f"--device {device} under torchrun: every rank takes the GPU of its local rank, give --device cuda"
+        )
     local_rank, gpus = _launch_variable("LOCAL_RANK", 0), torch.cuda.device_count()
     if local_rank >= gpus:
-        raise FastPPOError(f"local rank {local_rank} has no GPU of its own ({gpus} on this machine): start at most {gpus} processes per node (--nproc-per-node {gpus})")
+        raise FastPPOError(
+            f"local rank {local_rank} has no GPU of its own ({gpus} on this machine): start at most {gpus} processes per node (--nproc-per-node {gpus})"
+        )
     return torch.device("cuda", local_rank)
 
 
@@ -194,7 +206,12 @@ class World:
             for merged, own in ((by_agent, part.by_agent), (by_group, part.by_group)):
                 for name, returns in (own or {}).items():
                     merged.setdefault(name, []).extend(returns)
-        return Episodes([r for p in parts for r in p.returns], [n for p in parts for n in p.lengths], by_agent or None, by_group=by_group or None)
+        return Episodes(
+            [r for p in parts for r in p.returns],
+            [n for p in parts for n in p.lengths],
+            by_agent or None,
+            by_group=by_group or None,
+        )
 
 
 @dataclass(frozen=True)
@@ -265,12 +282,16 @@ def joined(device: torch.device, timeout_s: float = RunConfig.collective_timeout
     owned = not dist.is_initialized()
     missing = [name for name in ("RANK", "MASTER_ADDR", "MASTER_PORT") if name not in os.environ]
     if owned and missing:
-        raise FastPPOError(f"WORLD_SIZE={launched_world_size()} is set but not {', '.join(missing)}: launch with torchrun, or unset WORLD_SIZE to train in one process")
+        raise FastPPOError(
+            f"WORLD_SIZE={launched_world_size()} is set but not {', '.join(missing)}: launch with torchrun, or unset WORLD_SIZE to train in one process"
+        )
     if device.type == "cuda":
         torch.cuda.set_device(device)  # NCCL's object collectives (the episodes) use the current device
     if owned:
         backend = "nccl" if device.type == "cuda" else "gloo"
-        dist.init_process_group(backend, device_id=device if device.type == "cuda" else None, timeout=timedelta(seconds=timeout_s))
+        dist.init_process_group(
+            backend, device_id=device if device.type == "cuda" else None, timeout=timedelta(seconds=timeout_s)
+        )
     rank = dist.get_rank()
     try:
         yield World(rank, dist.get_world_size(), device if dist.get_backend() == "nccl" else torch.device("cpu"))
@@ -302,7 +323,9 @@ def _say(rank: int, message: str) -> None:
 def _raised_by_torch_distributed(exc: BaseException) -> bool:
     """Whether ``exc`` came out of torch.distributed's code (a collective, FSDP), not the trainer's."""
     frames = traceback.extract_tb(exc.__traceback__)
-    return isinstance(exc, dist.DistError) or bool(frames) and f"torch{os.sep}distributed{os.sep}" in frames[-1].filename
+    return (
+        isinstance(exc, dist.DistError) or bool(frames) and f"torch{os.sep}distributed{os.sep}" in frames[-1].filename
+    )
 
 
 class SyncedStatistics:
@@ -330,7 +353,11 @@ class SyncedStatistics:
             return
         moments = [rms.moments_since(base) for rms, base in zip(self.stats, self._bases)]
         # NCCL sums on the GPU; the statistics may live on the CPU (host envs: envs.make.rollout_device).
-        summed = self.world.sum_(torch.cat(moments).to(self.world.device)).to(moments[0].device).split([m.numel() for m in moments])
+        summed = (
+            self.world.sum_(torch.cat(moments).to(self.world.device))
+            .to(moments[0].device)
+            .split([m.numel() for m in moments])
+        )
         for rms, base, total in zip(self.stats, self._bases, summed):
             rms.fold_moments(base, total)
         self.rebase()

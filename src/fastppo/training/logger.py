@@ -92,7 +92,9 @@ class RunLogger:
                 # A fresh run over the events of one that stopped before its first checkpoint
                 # (fastppo.files.run_folder.stopped_before_first_checkpoint): TensorBoard drops those.
                 restart = purge_step is None and any(run_dir.glob(TENSORBOARD_EVENTS))
-                self._writer = SummaryWriter(str(run_dir), purge_step=0 if restart else purge_step, max_queue=1000, flush_secs=10)
+                self._writer = SummaryWriter(
+                    str(run_dir), purge_step=0 if restart else purge_step, max_queue=1000, flush_secs=10
+                )
                 if config is not None and purge_step is None:
                     rows = "\n".join(f"|{k}|{v}|" for k, v in _flatten(config).items())
                     self._writer.add_text("hyperparameters", f"|param|value|\n|-|-|\n{rows}")
@@ -112,7 +114,9 @@ class RunLogger:
                 transient=False,
             )
             start = purge_step or 0
-            self._task = self._progress.add_task("train", total=total_steps, completed=start, steps=f"{_count(start)}/{self._total}", stats="")
+            self._task = self._progress.add_task(
+                "train", total=total_steps, completed=start, steps=f"{_count(start)}/{self._total}", stats=""
+            )
             self._progress.start()
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
@@ -156,7 +160,10 @@ class RunLogger:
         if self._wandb is not None:
             import wandb
 
-            self._wandb.log({f"samples/{name}": wandb.Table(columns=columns, data=[[row[c] for c in columns] for row in rows])}, step=step)
+            self._wandb.log(
+                {f"samples/{name}": wandb.Table(columns=columns, data=[[row[c] for c in columns] for row in rows])},
+                step=step,
+            )
 
     def message(self, text: str) -> None:
         """A line for the user (warnings, summary), printed above the progress bar. Piped or
@@ -218,9 +225,16 @@ def _start_wandb(project: str, run_dir: Path | None, config: dict[str, Any] | No
         id_file = run_dir / WANDB_ID_FILE
         if not id_file.is_file():
             id_file.write_text(uuid.uuid4().hex[:12])
-        kwargs = {"name": run_dir.resolve().name, "id": id_file.read_text().strip(), "resume": "allow", "dir": str(run_dir)}
+        kwargs = {
+            "name": run_dir.resolve().name,
+            "id": id_file.read_text().strip(),
+            "resume": "allow",
+            "dir": str(run_dir),
+        }
     try:
         return wandb.init(project=project, config=config, **kwargs)
     except wandb.errors.Error as exc:  # no API key, refused login, unreachable server...
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise FastPPOError(f"--report-to wandb: W&B could not start the run ({reason}): run 'wandb login', or set WANDB_MODE=offline to log locally and wandb sync later") from exc
+        raise FastPPOError(
+            f"--report-to wandb: W&B could not start the run ({reason}): run 'wandb login', or set WANDB_MODE=offline to log locally and wandb sync later"
+        ) from exc

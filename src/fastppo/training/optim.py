@@ -32,7 +32,14 @@ def fused_adam_available(device: torch.device) -> bool:
     return device.type in DEVICES and hasattr(torch, "_fused_adam_")
 
 
-def adam_step(group: dict[str, Any], params: list[Tensor], grads: list[Tensor], exp_avgs: list[Tensor], exp_avg_sqs: list[Tensor], steps: list[Tensor]) -> None:
+def adam_step(
+    group: dict[str, Any],
+    params: list[Tensor],
+    grads: list[Tensor],
+    exp_avgs: list[Tensor],
+    exp_avg_sqs: list[Tensor],
+    steps: list[Tensor],
+) -> None:
     """One Adam step of each tensor of ``params`` with ``group``'s settings, as torch.optim.Adam's
     fused path makes it: count the steps, then one fused kernel."""
     beta1, beta2 = group["betas"]
@@ -63,7 +70,14 @@ class FusedAdam:
     ``state``, ``defaults``, ``step()``, ``zero_grad()``, ``state_dict()``, ``load_state_dict()``.
     """
 
-    def __init__(self, params: Any, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0):
+    def __init__(
+        self,
+        params: Any,
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 0,
+    ):
         params = list(params)
         if not params:
             raise ValueError("optimizer got an empty parameter list")
@@ -88,7 +102,14 @@ class FusedAdam:
                     by_kind[(p.device, p.dtype)].append(p)
                 for same in by_kind.values():
                     states = [self._state(p) for p in same]
-                    adam_step(group, same, [p.grad for p in same], [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states], [s["step"] for s in states])
+                    adam_step(
+                        group,
+                        same,
+                        [p.grad for p in same],
+                        [s["exp_avg"] for s in states],
+                        [s["exp_avg_sq"] for s in states],
+                        [s["step"] for s in states],
+                    )
 
     def _state(self, p: Tensor) -> dict[str, Tensor]:
         state = self.state[p]
@@ -112,7 +133,9 @@ class FusedAdam:
         for group in self.param_groups:
             for p in group["params"]:
                 index.setdefault(id(p), len(index))
-            groups.append({**{k: v for k, v in group.items() if k != "params"}, "params": [index[id(p)] for p in group["params"]]})
+            groups.append(
+                {**{k: v for k, v in group.items() if k != "params"}, "params": [index[id(p)] for p in group["params"]]}
+            )
         state = {index[id(p)]: dict(s) for p, s in self.state.items()}
         return {"state": state, "param_groups": groups}
 
@@ -123,14 +146,18 @@ class FusedAdam:
         if len(saved_groups) != len(self.param_groups):
             raise ValueError("loaded state dict has a different number of parameter groups")
         if any(len(g["params"]) != len(s["params"]) for g, s in zip(self.param_groups, saved_groups)):
-            raise ValueError("loaded state dict contains a parameter group that doesn't match the size of optimizer's group")
+            raise ValueError(
+                "loaded state dict contains a parameter group that doesn't match the size of optimizer's group"
+            )
         id_map = {i: p for g, s in zip(self.param_groups, saved_groups) for i, p in zip(s["params"], g["params"])}
         self.state = defaultdict(dict)
         for i, slots in state_dict["state"].items():
             if i in id_map:
                 p = id_map[i]
                 dtype = {"step": torch.float32}
-                self.state[p] = {k: v.to(dtype=dtype.get(k, p.dtype), device=p.device, copy=True) for k, v in slots.items()}
+                self.state[p] = {
+                    k: v.to(dtype=dtype.get(k, p.dtype), device=p.device, copy=True) for k, v in slots.items()
+                }
         self.param_groups = [{**s, "params": g["params"]} for g, s in zip(self.param_groups, saved_groups)]
 
 

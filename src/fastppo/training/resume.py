@@ -15,14 +15,28 @@ from fastppo.config import Config, apply_overrides, resolve_key
 from fastppo.core import schedule_progress
 from fastppo.env_ids import folder_env_id, names_user_code, same_env
 from fastppo.errors import FastPPOError
-from fastppo.files.run_folder import CONFIG_FILE, checkpoint_root, list_checkpoints, read_config, seed_folders, stopped_before_first_checkpoint
+from fastppo.files.run_folder import (
+    CONFIG_FILE,
+    checkpoint_root,
+    list_checkpoints,
+    read_config,
+    seed_folders,
+    stopped_before_first_checkpoint,
+)
 from fastppo.training.checkpoint import Checkpoint, load_checkpoint
 from fastppo.training.distributed import check_world_size, launched_world_size
 from fastppo.training.runs import reached_stop_return
 from fastppo.training.state import planned_iterations
 
 RESUMABLE_OVERRIDES = (
-    "ppo.total_timesteps", "run.checkpoint_every", "run.keep_checkpoints", "run.progress", "run.tensorboard", "run.torch_threads", "run.stop_return", "run.stop_window",
+    "ppo.total_timesteps",
+    "run.checkpoint_every",
+    "run.keep_checkpoints",
+    "run.progress",
+    "run.tensorboard",
+    "run.torch_threads",
+    "run.stop_return",
+    "run.stop_window",
     "run.collective_timeout",
 )
 """What may change on resume; anything else would make the resumed run a different experiment."""
@@ -31,8 +45,9 @@ SWITCHABLE_BACKENDS = ("sync", "async", "envpool", "ale")
 (``--backend``), its envs then restarting fresh episodes; without asking it keeps the saved one."""
 
 
-
-def resume_config(run_dir: str | Path, overrides: dict[str, Any] | None = None, env_id: str | None = None) -> tuple[Config, Checkpoint]:
+def resume_config(
+    run_dir: str | Path, overrides: dict[str, Any] | None = None, env_id: str | None = None
+) -> tuple[Config, Checkpoint]:
     """The config saved with a run's newest checkpoint (plus the few overrides that keep it the same
     experiment: ``RESUMABLE_OVERRIDES``, and a backend asked for among ``SWITCHABLE_BACKENDS``), and that checkpoint, its schedules re-anchored when
     total_timesteps changes: a run stopped before its end goes on from the schedules' current values
@@ -61,7 +76,11 @@ def resume_config(run_dir: str | Path, overrides: dict[str, Any] | None = None, 
     if num_iterations != planned:  # a new horizon: the schedules' line goes to its end (core.schedule_progress)
         # A run stopped early goes on from where its schedules stand; a finished one, whose linear
         # schedules stand at 0 (no learning), restarts them from their configured start values.
-        at = 0.0 if checkpoint.iteration == planned else schedule_progress(checkpoint.iteration + 1, planned, checkpoint.schedule_anchor)
+        at = (
+            0.0
+            if checkpoint.iteration == planned
+            else schedule_progress(checkpoint.iteration + 1, planned, checkpoint.schedule_anchor)
+        )
         checkpoint.schedule_anchor = (checkpoint.iteration, at)
     return config, checkpoint
 
@@ -81,16 +100,22 @@ def apply_resumable(config: Config, overrides: dict[str, Any], run_dir: str | Pa
     for key, value in overrides.items():
         full = resolve_key(config, key)
         section, name = full.split(".")
-        unchanged = getattr(getattr(apply_overrides(Config(), {full: value}), section), name) == getattr(getattr(config, section), name)
+        unchanged = getattr(getattr(apply_overrides(Config(), {full: value}), section), name) == getattr(
+            getattr(config, section), name
+        )
         if full == "env.backend" and not unchanged:
             check_backend_switch(run_dir, config.env.backend, str(value))
         elif full not in RESUMABLE_OVERRIDES and not unchanged:
-            raise FastPPOError(f"cannot change {full} when resuming (allowed: {', '.join(RESUMABLE_OVERRIDES)}): start a new run instead")
+            raise FastPPOError(
+                f"cannot change {full} when resuming (allowed: {', '.join(RESUMABLE_OVERRIDES)}): start a new run instead"
+            )
         apply_overrides(config, {full: value})
     return config.validate()
 
 
-def restart_config(run_dir: str | Path, overrides: dict[str, Any] | None = None, env_id: str | None = None) -> Config | None:
+def restart_config(
+    run_dir: str | Path, overrides: dict[str, Any] | None = None, env_id: str | None = None
+) -> Config | None:
     """The saved config (config.yaml, plus ``overrides`` as ``resume_config`` allows them) of a run
     that stopped before its first checkpoint (``stopped_before_first_checkpoint``), which
     ``fastppo train --resume`` starts over; None for any other folder. Its env is checked as a
@@ -101,7 +126,9 @@ def restart_config(run_dir: str | Path, overrides: dict[str, Any] | None = None,
     try:
         config = Config.from_dict(read_config(run_dir / CONFIG_FILE))
     except (OSError, UnicodeDecodeError, yaml.YAMLError, ValueError) as exc:
-        raise FastPPOError(f"{run_dir} stopped before its first checkpoint, and its {CONFIG_FILE} cannot start it over: damaged ({str(exc).splitlines()[0]})") from None
+        raise FastPPOError(
+            f"{run_dir} stopped before its first checkpoint, and its {CONFIG_FILE} cannot start it over: damaged ({str(exc).splitlines()[0]})"
+        ) from None
     check_resumed_env(run_dir, config.env.env_id, env_id)
     return apply_resumable(config, overrides or {}, run_dir)
 
@@ -112,7 +139,14 @@ def finished_run(run_dir: Path, overrides: dict[str, Any] | None = None) -> bool
     checkpoint = load_checkpoint(run_dir)
     config = copy.deepcopy(checkpoint.config)
     moved = {resolve_key(config, key): value for key, value in (overrides or {}).items()}
-    apply_overrides(config, {key: value for key, value in moved.items() if key in ("ppo.total_timesteps", "run.stop_return", "run.stop_window")})
+    apply_overrides(
+        config,
+        {
+            key: value
+            for key, value in moved.items()
+            if key in ("ppo.total_timesteps", "run.stop_return", "run.stop_window")
+        },
+    )
     at_end = checkpoint.iteration >= config.num_iterations // checkpoint.meta.get("world_size", 1)
     return at_end or reached_stop_return(config.run, checkpoint.meta.get("episode_returns", []))
 
@@ -128,12 +162,21 @@ def check_resumed_env(run_dir: str | Path, own: str, env_id: str | None) -> None
     """The ENV_ID of ``fastppo train --resume RUN_DIR [ENV_ID]`` must be the run's ``own``, and is
     required when that is user code: fastppo never imports code that a run folder names."""
     if env_id is None:
-        folder_env_id(own, run_dir, f"if you trust it, name it yourself: fastppo train --resume {run_dir} {own} (in Python: env_id='{own}')")
+        folder_env_id(
+            own,
+            run_dir,
+            f"if you trust it, name it yourself: fastppo train --resume {run_dir} {own} (in Python: env_id='{own}')",
+        )
     elif not same_env(env_id, own):  # a file env is saved with its absolute path
-        raise FastPPOError(f"{run_dir} trains {own}, not {env_id}: " + (f"give {own}" if names_user_code(own) else "drop ENV_ID when resuming"))
+        raise FastPPOError(
+            f"{run_dir} trains {own}, not {env_id}: "
+            + (f"give {own}" if names_user_code(own) else "drop ENV_ID when resuming")
+        )
 
 
-def resume_seed_stack_config(run_dir: str | Path, overrides: dict[str, Any] | None = None, env_id: str | None = None) -> tuple[Config, list[int], list[Checkpoint]]:
+def resume_seed_stack_config(
+    run_dir: str | Path, overrides: dict[str, Any] | None = None, env_id: str | None = None
+) -> tuple[Config, list[int], list[Checkpoint]]:
     """A stack of seeds to resume (``fastppo train --resume RUN_DIR`` on a ``--seeds`` folder): the
     config, the seeds and each seed's checkpoint as ``resume_config`` gives it, at the newest
     iteration every seed reached (a kill during a save can leave some seeds one checkpoint ahead)
@@ -144,8 +187,12 @@ def resume_seed_stack_config(run_dir: str | Path, overrides: dict[str, Any] | No
     folders = seed_folders(run_dir)
     first = load_checkpoint(folders[0]).config.env
     if first.backend != "tensor":  # trained as separate processes (--workers): each is an ordinary run
-        raise FastPPOError(f"{run_dir} holds seeds trained one process each ({first.backend} envs): resume each alone, fastppo train --resume {run_dir}/seed_<n>")
-    check_resumed_env(run_dir, first.env_id, env_id)  # named for the stack, before each seed's resume_config names its own folder
+        raise FastPPOError(
+            f"{run_dir} holds seeds trained one process each ({first.backend} envs): resume each alone, fastppo train --resume {run_dir}/seed_<n>"
+        )
+    check_resumed_env(
+        run_dir, first.env_id, env_id
+    )  # named for the stack, before each seed's resume_config names its own folder
     folders = [folder for folder in folders if not finished_run(folder, overrides)]
     if not folders:
         raise every_seed_finished(run_dir)
@@ -156,9 +203,13 @@ def resume_seed_stack_config(run_dir: str | Path, overrides: dict[str, Any] | No
         # that the stack resumes as one; one without that checkpoint (trained in another process
         # of the run, which stopped later) resumes from its own newest, in a stack of its own.
         at = checkpoint_root(folder) / f"{iteration:06d}"
-        resumed.append(resume_config(at if at.is_dir() and list_checkpoints(folder)[-1] != at else folder, overrides, env_id))
+        resumed.append(
+            resume_config(at if at.is_dir() and list_checkpoints(folder)[-1] != at else folder, overrides, env_id)
+        )
     config, first = resumed[0]
     for other, _ in resumed[1:]:
         if replace(other, run=replace(other.run, seed=config.run.seed)) != config:
-            raise FastPPOError(f"the seeds in {run_dir} were trained with different configs: resume each alone (fastppo train --resume {run_dir}/seed_<n>)")
+            raise FastPPOError(
+                f"the seeds in {run_dir} were trained with different configs: resume each alone (fastppo train --resume {run_dir}/seed_<n>)"
+            )
     return config, [c.config.run.seed for _, c in resumed], [c for _, c in resumed]

@@ -52,7 +52,15 @@ class RolloutBuffer:
     at_turn: Tensor | None = None
 
     @classmethod
-    def allocate(cls, num_steps: int, envs: VecEnv, device: torch.device, action_mask_dim: int | None, state_size: int = 0, turns: bool = False) -> RolloutBuffer:
+    def allocate(
+        cls,
+        num_steps: int,
+        envs: VecEnv,
+        device: torch.device,
+        action_mask_dim: int | None,
+        state_size: int = 0,
+        turns: bool = False,
+    ) -> RolloutBuffer:
         T, N = num_steps + turns, envs.num_envs
         obs_space, act_space = envs.single_observation_space, envs.single_action_space
         obs_dtype = torch.uint8 if obs_space.dtype == np.uint8 else torch.float32
@@ -78,7 +86,9 @@ class RolloutBuffer:
             terminated=flags(),
             truncated=flags(),
             valid=flags(),
-            action_masks=None if action_mask_dim is None else torch.ones((T, N, action_mask_dim), dtype=torch.bool, device=device),
+            action_masks=None
+            if action_mask_dim is None
+            else torch.ones((T, N, action_mask_dim), dtype=torch.bool, device=device),
             initial_state=torch.zeros((N, state_size), device=device) if state_size else None,
             at_turn=flags() if turns else None,
         )
@@ -110,7 +120,9 @@ class RolloutBuffer:
 
     def _fields(self, extra: dict[str, Tensor], initial_state: bool = False) -> dict[str, Tensor]:
         """The buffer's tensors (``initial_state`` only if asked for) plus ``extra``, None ones left out."""
-        tensors = {f.name: getattr(self, f.name) for f in fields(self) if initial_state or f.name != "initial_state"} | extra
+        tensors = {
+            f.name: getattr(self, f.name) for f in fields(self) if initial_state or f.name != "initial_state"
+        } | extra
         return {k: v for k, v in tensors.items() if v is not None}
 
     def flatten(self, **extra: Tensor) -> dict[str, Tensor]:
@@ -130,9 +142,14 @@ class RolloutBuffer:
         a recurrent stack's are each seed's ``[seeds, T, N_seed, ...]`` fields and
         ``[seeds, N_seed, state_size]`` initial states."""
         if self.initial_state is None:
-            return {k: v.unflatten(1, (seeds, -1)).transpose(0, 1).flatten(1, 2) for k, v in self._fields(extra).items()}
+            return {
+                k: v.unflatten(1, (seeds, -1)).transpose(0, 1).flatten(1, 2) for k, v in self._fields(extra).items()
+            }
         fields = self._fields(extra, initial_state=True)
-        return {k: v.unflatten(0, (seeds, -1)) if k == "initial_state" else v.unflatten(1, (seeds, -1)).transpose(0, 1) for k, v in fields.items()}
+        return {
+            k: v.unflatten(0, (seeds, -1)) if k == "initial_state" else v.unflatten(1, (seeds, -1)).transpose(0, 1)
+            for k, v in fields.items()
+        }
 
 
 @dataclass
@@ -150,7 +167,14 @@ class EnvCursor:
     row, part of the run's state."""
 
     @classmethod
-    def at_reset(cls, first: StepResult, normalize_obs: ObservationNormalizer, update: bool, state: Tensor | None = None, open: RolloutBuffer | None = None) -> EnvCursor:
+    def at_reset(
+        cls,
+        first: StepResult,
+        normalize_obs: ObservationNormalizer,
+        update: bool,
+        state: Tensor | None = None,
+        open: RolloutBuffer | None = None,
+    ) -> EnvCursor:
         """The cursor on a reset's rows: every row a decision, but those of a multi-agent env's
         agents not in play yet (``StepResult.live``), which join no statistics either; no
         decision ``open``."""
@@ -221,7 +245,11 @@ class PolicyStep:
         key = tuple((x.shape, x.dtype) for x in inputs)
         if key not in self._graphs:
             static = [x.clone() for x in inputs]
-            graph, outputs = capture_graph(self.act, *static) if action_mask is not None else capture_graph(self.act, static[0], None)
+            graph, outputs = (
+                capture_graph(self.act, *static)
+                if action_mask is not None
+                else capture_graph(self.act, static[0], None)
+            )
             self._graphs[key] = (graph, static, outputs)
         graph, static, outputs = self._graphs[key]
         for target, value in zip(static, inputs):
@@ -285,7 +313,9 @@ def collect_rollout(
         obs, mask, state = cursor.obs, cursor.action_mask, cursor.state
         if hop:
             with timer.section("copy"):
-                obs, mask, state = (None if x is None else x.to(policy_device, non_blocking=True) for x in (obs, mask, state))
+                obs, mask, state = (
+                    None if x is None else x.to(policy_device, non_blocking=True) for x in (obs, mask, state)
+                )
         if value_only:
             outputs = (policy.get_value(obs, state),)
         elif state is None:
@@ -316,7 +346,9 @@ def collect_rollout(
             with timer.section("env"):
                 step = envs.step(policy.action_head.env_action(action))
             done = step.terminated | step.truncated
-            buf.rewards[t] = step.reward if reward_scaler is None else reward_scaler(step.reward, done, valid=cursor.valid)
+            buf.rewards[t] = (
+                step.reward if reward_scaler is None else reward_scaler(step.reward, done, valid=cursor.valid)
+            )
             buf.terminated[t] = step.terminated
             buf.truncated[t] = step.truncated
             if buf.at_turn is not None:
@@ -342,8 +374,12 @@ def rollout_targets(buf: RolloutBuffer, last_value: Tensor, gamma: float, gae_la
     target (the open ones wait for the next rollout, ``RolloutBuffer.carry_out``)."""
     next_values = shift_values(buf.values, last_value)
     if buf.at_turn is None:
-        advantages, returns = compute_gae(buf.rewards, buf.values, next_values, buf.terminated, buf.truncated, gamma, gae_lambda)
+        advantages, returns = compute_gae(
+            buf.rewards, buf.values, next_values, buf.terminated, buf.truncated, gamma, gae_lambda
+        )
         return {"advantages": advantages, "returns": returns}
-    advantages, returns = compute_decision_gae(buf.rewards, buf.values, next_values, buf.terminated, buf.truncated, buf.valid, gamma, gae_lambda, buf.at_turn)
+    advantages, returns = compute_decision_gae(
+        buf.rewards, buf.values, next_values, buf.terminated, buf.truncated, buf.valid, gamma, gae_lambda, buf.at_turn
+    )
     targeted = buf.valid & ~open_decisions(buf.valid, buf.terminated, buf.truncated, buf.at_turn)
     return {"advantages": advantages, "returns": returns, "valid": targeted}

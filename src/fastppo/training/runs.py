@@ -11,9 +11,9 @@ without it.
 from __future__ import annotations
 
 import signal
-from abc import ABC, abstractmethod
 import sys
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
@@ -45,7 +45,11 @@ OnIteration = Callable[[int, Any], None]
 
 def reached_stop_return(run: RunConfig, returns: list[float]) -> bool:
     """Whether a run's finished episodes have reached --run.stop-return (never without one)."""
-    return run.stop_return is not None and len(returns) >= run.stop_window and float(np.mean(returns[-run.stop_window :])) >= run.stop_return
+    return (
+        run.stop_return is not None
+        and len(returns) >= run.stop_window
+        and float(np.mean(returns[-run.stop_window :])) >= run.stop_return
+    )
 
 
 def stop_return_note(run: RunConfig, returns: list[float], global_step: int) -> str:
@@ -59,7 +63,15 @@ def resume_command(run_dir: Path | None, env_id: str) -> str:
 
 
 def iteration_metrics(
-    losses: dict[str, float], episodes: Episodes, seconds: dict[str, float], optimizer: Any, config: Config, coefs: UpdateCoefficients, explained: float, elapsed: float, batch_size: int
+    losses: dict[str, float],
+    episodes: Episodes,
+    seconds: dict[str, float],
+    optimizer: Any,
+    config: Config,
+    coefs: UpdateCoefficients,
+    explained: float,
+    elapsed: float,
+    batch_size: int,
 ) -> dict[str, float]:
     """The logged scalars of one run's iteration, under CleanRL's names (``explained``: the critic's
     explained variance on the rollout)."""
@@ -133,19 +145,32 @@ class Runs(ABC):
         return self.split_episodes(episodes)
 
     def metrics(
-        self, losses: dict, coefs: UpdateCoefficients, batch: dict[str, Tensor], episodes: list[Episodes], seconds: dict[str, float], elapsed: float, optimizer: Any, batch_size: int
+        self,
+        losses: dict,
+        coefs: UpdateCoefficients,
+        batch: dict[str, Tensor],
+        episodes: list[Episodes],
+        seconds: dict[str, float],
+        elapsed: float,
+        optimizer: Any,
+        batch_size: int,
     ) -> tuple[list[dict[str, float]], list[float] | float]:
         """One metrics dict per run (its losses, coefficients, episodes, critic fit), and the
         runs' PPO-KL betas adapted to the update (each run its own)."""
         runs_losses, runs_coefs = self.split_losses(losses, coefs)
         explained = self.explained(batch)
         runs_metrics = [
-            iteration_metrics(run_losses, run_episodes, seconds, optimizer, self.config, run_coefs, run_explained, elapsed, batch_size)
+            iteration_metrics(
+                run_losses, run_episodes, seconds, optimizer, self.config, run_coefs, run_explained, elapsed, batch_size
+            )
             for run_losses, run_coefs, run_episodes, run_explained in zip(runs_losses, runs_coefs, episodes, explained)
         ]
         betas = [c.kl_beta for c in runs_coefs]
         if self.config.ppo.objective == "kl":
-            betas = [adaptive_kl_beta(c.kl_beta, run_losses["kl_after_update"], self.config.ppo.kl_target) for c, run_losses in zip(runs_coefs, runs_losses)]
+            betas = [
+                adaptive_kl_beta(c.kl_beta, run_losses["kl_after_update"], self.config.ppo.kl_target)
+                for c, run_losses in zip(runs_coefs, runs_losses)
+            ]
         return runs_metrics, self.one_per_run(betas)
 
     def log(self, step: int, runs_metrics: list[dict[str, float]], progress: float) -> None:
@@ -176,32 +201,25 @@ class Runs(ABC):
     # What differs: ------------------------------------------------------------------------------
 
     @abstractmethod
-    def batch(self, buf: RolloutBuffer, **extra: Tensor) -> dict[str, Tensor]:
-        ...
+    def batch(self, buf: RolloutBuffer, **extra: Tensor) -> dict[str, Tensor]: ...
 
     @abstractmethod
-    def split_episodes(self, episodes: Episodes) -> list[Episodes]:
-        ...
+    def split_episodes(self, episodes: Episodes) -> list[Episodes]: ...
 
     @abstractmethod
-    def split_losses(self, losses: dict, coefs: UpdateCoefficients) -> tuple[list[dict], list[UpdateCoefficients]]:
-        ...
+    def split_losses(self, losses: dict, coefs: UpdateCoefficients) -> tuple[list[dict], list[UpdateCoefficients]]: ...
 
     @abstractmethod
-    def explained(self, batch: dict[str, Tensor]) -> list[float]:
-        ...
+    def explained(self, batch: dict[str, Tensor]) -> list[float]: ...
 
     @abstractmethod
-    def one_per_run(self, values: list) -> Any:
-        ...
+    def one_per_run(self, values: list) -> Any: ...
 
     @abstractmethod
-    def by_run(self, runs_metrics: list[dict[str, float]]) -> Any:
-        ...
+    def by_run(self, runs_metrics: list[dict[str, float]]) -> Any: ...
 
     @abstractmethod
-    def save_all(self, state: TrainState, envs: Any) -> Path:
-        ...
+    def save_all(self, state: TrainState, envs: Any) -> Path: ...
 
     @property
     @abstractmethod
@@ -216,8 +234,7 @@ class Runs(ABC):
         ...
 
     @abstractmethod
-    def all_solved(self) -> bool:
-        ...
+    def all_solved(self) -> bool: ...
 
     def close(self) -> None:
         self.logger.close()
@@ -232,7 +249,16 @@ class SingleRun(Runs):
     """One run: its folder (``out_dir``: None on a torchrun rank but 0, or without a folder), its
     logger; --run.stop-return ends it."""
 
-    def __init__(self, config: Config, agent: Agent, logger: RunLogger, run_dir: Path | None, out_dir: Path | None, on_iteration: OnIteration | None, newest: Path | None):
+    def __init__(
+        self,
+        config: Config,
+        agent: Agent,
+        logger: RunLogger,
+        run_dir: Path | None,
+        out_dir: Path | None,
+        on_iteration: OnIteration | None,
+        newest: Path | None,
+    ):
         super().__init__(config, agent, logger, run_dir, out_dir, [""], on_iteration, newest)
 
     def batch(self, buf: RolloutBuffer, **extra: Tensor) -> dict[str, Tensor]:
@@ -269,7 +295,9 @@ class SingleRun(Runs):
 
     def result(self, iteration: int, interrupted_by: signal.Signals | None, world: World) -> Agent:
         agent, out_dir = self.agent, self.out_dir
-        if interrupted_by is not None and out_dir is not None:  # plain print, after the progress bar is gone: one unwrapped line to copy
+        if (
+            interrupted_by is not None and out_dir is not None
+        ):  # plain print, after the progress bar is gone: one unwrapped line to copy
             print(
                 f"fastppo: {interrupted_by.name}: stopped after iteration {iteration}, checkpoint saved in {self.saved}\n"
                 f"fastppo: resume with: {world.relaunch}{self.resume}",
@@ -317,7 +345,9 @@ class SeedRuns(Runs):
         return split
 
     def split_losses(self, losses: dict, coefs: UpdateCoefficients) -> tuple[list[dict], list[UpdateCoefficients]]:
-        return per_seed(losses, len(self.seeds)), [UpdateCoefficients(**c) for c in per_seed(asdict(coefs), len(self.seeds))]
+        return per_seed(losses, len(self.seeds)), [
+            UpdateCoefficients(**c) for c in per_seed(asdict(coefs), len(self.seeds))
+        ]
 
     def explained(self, batch: dict[str, Tensor]) -> list[float]:
         # The critic's fit on each seed's rows, [S, ...], all seeds at once.
@@ -330,7 +360,9 @@ class SeedRuns(Runs):
         return dict(zip(self.seeds, runs_metrics))
 
     def save_all(self, state: TrainState, envs: Any) -> Path:
-        return save_seed_checkpoints(state, envs, self.seeds, self.seed_dirs, self.seeds_returns, self.config.run.keep_checkpoints)
+        return save_seed_checkpoints(
+            state, envs, self.seeds, self.seed_dirs, self.seeds_returns, self.config.run.keep_checkpoints
+        )
 
     def all_solved(self) -> bool:
         return False  # the seeds leave one by one (finish_solved), and the loop ends when none is left
@@ -344,15 +376,31 @@ class SeedRuns(Runs):
         if not done:
             return
         if not saved:  # those seeds are finished runs: their final checkpoint and agent
-            save_seed_checkpoints(state, envs, self.seeds, self.seed_dirs, self.seeds_returns, self.config.run.keep_checkpoints, done)
+            save_seed_checkpoints(
+                state, envs, self.seeds, self.seed_dirs, self.seeds_returns, self.config.run.keep_checkpoints, done
+            )
         for i in done:
-            self.logger.message(f"seed {self.seeds[i]}: {stop_return_note(self.config.run, self.seeds_returns[i], state.global_step)}")
+            self.logger.message(
+                f"seed {self.seeds[i]}: {stop_return_note(self.config.run, self.seeds_returns[i], state.global_step)}"
+            )
             with writing(self.seed_dirs[i], "the agent in"):
-                self.finished.append(save_seed_agent(self.agent, i, self.seed_dirs[i], self.logger.loggers[i].history, self.seeds_returns[i]))
+                self.finished.append(
+                    save_seed_agent(
+                        self.agent, i, self.seed_dirs[i], self.logger.loggers[i].history, self.seeds_returns[i]
+                    )
+                )
             self.logger.loggers[i].close()
         kept = [i for i in range(len(self.seeds)) if i not in done]
         self.seeds, self.seed_dirs, self.seeds_returns, self.monitors, self.labels, self.logger.loggers = (
-            [items[i] for i in kept] for items in (self.seeds, self.seed_dirs, self.seeds_returns, self.monitors, self.labels, self.logger.loggers)
+            [items[i] for i in kept]
+            for items in (
+                self.seeds,
+                self.seed_dirs,
+                self.seeds_returns,
+                self.monitors,
+                self.labels,
+                self.logger.loggers,
+            )
         )
         if kept:  # the stack trains on without them
             self.keep(kept)
@@ -373,7 +421,10 @@ class SeedRuns(Runs):
                 flush=True,
             )
         with writing(self.run_dir, "the seeds' agents in"):
-            seed_agents = [save_seed_agent(self.agent, i, d, seed_logger.history, r) for i, (d, seed_logger, r) in enumerate(zip(self.seed_dirs, self.logger.loggers, self.seeds_returns))]
+            seed_agents = [
+                save_seed_agent(self.agent, i, d, seed_logger.history, r)
+                for i, (d, seed_logger, r) in enumerate(zip(self.seed_dirs, self.logger.loggers, self.seeds_returns))
+            ]
         for seed_agent in seed_agents:
             seed_agent.interrupted_by = interrupted_by
         return sorted(self.finished + seed_agents, key=lambda a: self.given.index(a.config.run.seed))

@@ -80,7 +80,9 @@ class SeedMinibatches:
         counts = valid.sum(1).tolist()  # the update's one host sync
         self.rows = valid.nonzero()[:, 1].split(counts)  # each seed's valid rows, in order
         # Each seed's minibatch bounds (its valid rows cut as its single run cuts them), the same every epoch.
-        self.bounds = torch.tensor([[count * i // num_minibatches for i in range(num_minibatches + 1)] for count in counts], device=device)
+        self.bounds = torch.tensor(
+            [[count * i // num_minibatches for i in range(num_minibatches + 1)] for count in counts], device=device
+        )
         self.sizes = self.bounds[:, 1:] - self.bounds[:, :-1]
         self.steps = torch.arange(int(self.sizes.max()), device=device)
 
@@ -89,7 +91,8 @@ class SeedMinibatches:
         draws no permutation, as its single run, which has left the loop, draws none."""
         shuffle = self.num_minibatches > 1  # one minibatch: no permutation drawn, as in a single run
         orders = [
-            rows[self.noise.randperm(len(rows), s, rows.device)] if shuffle and (active is None or active[s]) else rows for s, rows in enumerate(self.rows)
+            rows[self.noise.randperm(len(rows), s, rows.device)] if shuffle and (active is None or active[s]) else rows
+            for s, rows in enumerate(self.rows)
         ]
         return ((mb, None) for mb in self._cut(orders))
 
@@ -109,7 +112,9 @@ class SeedMinibatches:
             return
         padded = nn.utils.rnn.pad_sequence(orders, batch_first=True)  # [S, most valid rows]
         for i in range(self.num_minibatches):
-            positions = (self.bounds[:, i : i + 1] + self.steps).clamp(max=padded.shape[1] - 1)  # [S, longest minibatch]
+            positions = (self.bounds[:, i : i + 1] + self.steps).clamp(
+                max=padded.shape[1] - 1
+            )  # [S, longest minibatch]
             index = (padded.gather(1, positions) + self.first_rows).flatten()
             mb = {k: v.index_select(0, index).unflatten(0, positions.shape) for k, v in self.batch.items()}
             mb["valid"] = self.steps < self.sizes[:, i : i + 1]
@@ -123,7 +128,12 @@ class SeedMinibatches:
             if start < end:
                 index = orders[:, start:end]  # [S, B]
                 # v[seeds, :, envs] puts the indexed dims first: [S, B, T, ...] -> [S, T * B, ...]
-                yield {k: v[self.seed_index, index] if k == "initial_state" else v[self.seed_index, :, index].transpose(1, 2).flatten(1, 2) for k, v in self.batch.items()}
+                yield {
+                    k: v[self.seed_index, index]
+                    if k == "initial_state"
+                    else v[self.seed_index, :, index].transpose(1, 2).flatten(1, 2)
+                    for k, v in self.batch.items()
+                }
 
 
 # --- the trainer's side: build, split and save a stack -------------------------------------------
@@ -138,26 +148,41 @@ def check_seed_stack(config: Config) -> None:
     refused = {
         "--backend tensor (the seeds' envs are rows of one tensor env)": config.env.backend != "tensor",
         "no --cudagraphs": config.run.cudagraphs,
-        f"--device {', '.join(DEVICES)} or auto (each seed's Adam is torch's fused kernel)": config.run.device.split(":")[0] not in (*DEVICES, "auto"),
+        f"--device {', '.join(DEVICES)} or auto (each seed's Adam is torch's fused kernel)": config.run.device.split(
+            ":"
+        )[0]
+        not in (*DEVICES, "auto"),
     }
     for need, broken in refused.items():
         if broken:
-            raise FastPPOError(f"--seeds on tensor envs trains stacks of seeds, which need {need}: change that, or train one run per seed on another --backend (sync, async)")
+            raise FastPPOError(
+                f"--seeds on tensor envs trains stacks of seeds, which need {need}: change that, or train one run per seed on another --backend (sync, async)"
+            )
 
 
-def stacked_agent(config: Config, observation_space: gym.Space, action_space: gym.Space, device: torch.device, seeds: list[int]) -> Agent:
+def stacked_agent(
+    config: Config, observation_space: gym.Space, action_space: gym.Space, device: torch.device, seeds: list[int]
+) -> Agent:
     """An Agent whose policy is the stack of each seed's single-run initial policy, with per-seed
     observation statistics."""
     policies, generators = zip(*(seed_policy(config, seed, observation_space, action_space, device) for seed in seeds))
     shape = observation_space.shape
     obs_rms = RunningMeanStd(shape, device, groups=len(seeds)) if config.env.normalize_obs else None
-    return Agent(policy=StackedActorCritic(list(policies), list(generators)), config=config, observation_space=observation_space, action_space=action_space, obs_rms=obs_rms)
+    return Agent(
+        policy=StackedActorCritic(list(policies), list(generators)),
+        config=config,
+        observation_space=observation_space,
+        action_space=action_space,
+        obs_rms=obs_rms,
+    )
 
 
 def per_seed(values: dict[str, list[float] | float], seeds: int) -> list[dict[str, float]]:
     """Per-seed lists (``ppo_update``'s losses, a stack's ``kl_beta``) as one dict per seed (shared
     scalars repeated; a single run's plain dict is ``seeds=1``)."""
-    return [{name: value[i] if isinstance(value, list) else value for name, value in values.items()} for i in range(seeds)]
+    return [
+        {name: value[i] if isinstance(value, list) else value for name, value in values.items()} for i in range(seeds)
+    ]
 
 
 def episodes_by_seed(episodes: Episodes, seeds: list[int], envs_per_seed: int) -> list[Episodes]:
@@ -171,25 +196,40 @@ def episodes_by_seed(episodes: Episodes, seeds: list[int], envs_per_seed: int) -
 
 
 def seed_agent(
-    stack: Agent, index: int, directory: Path, history: list[dict[str, float]], episode_returns: list[float], policy: ActorCritic | None = None
+    stack: Agent,
+    index: int,
+    directory: Path,
+    history: list[dict[str, float]],
+    episode_returns: list[float],
+    policy: ActorCritic | None = None,
 ) -> Agent:
     """Seed ``index`` of a stack as an ordinary Agent (a copy of its policy, written into
     ``policy`` if given, and of its observation statistics), with its run folder ``directory``."""
     obs_rms = None
     if stack.obs_rms is not None:
         obs_rms = RunningMeanStd(stack.obs_shape, stack.device)
-        obs_rms.load_state_dict({"mean": stack.obs_rms.mean[index], "var": stack.obs_rms.var[index], "count": stack.obs_rms.count[index]})
+        obs_rms.load_state_dict(
+            {"mean": stack.obs_rms.mean[index], "var": stack.obs_rms.var[index], "count": stack.obs_rms.count[index]}
+        )
     seed = int(directory.name.removeprefix("seed_"))
     config = replace(stack.config, run=replace(stack.config.run, seed=seed))
     agent = Agent(
-        policy=stack.policy.unstack(index, policy), config=config, observation_space=stack.observation_space, action_space=stack.action_space, obs_rms=obs_rms, history=history, run_dir=directory
+        policy=stack.policy.unstack(index, policy),
+        config=config,
+        observation_space=stack.observation_space,
+        action_space=stack.action_space,
+        obs_rms=obs_rms,
+        history=history,
+        run_dir=directory,
     )
     agent.episode_returns = list(episode_returns)
     agent.action_masks = stack.action_masks
     return agent
 
 
-def save_seed_agent(stack: Agent, index: int, directory: Path, history: list[dict[str, float]], episode_returns: list[float]) -> Agent:
+def save_seed_agent(
+    stack: Agent, index: int, directory: Path, history: list[dict[str, float]], episode_returns: list[float]
+) -> Agent:
     """``seed_agent``, saved into ``directory``: fastppo eval/plot/load read it as any run."""
     agent = seed_agent(stack, index, directory, history, episode_returns)
     agent.save(directory)
@@ -268,7 +308,10 @@ class SeedAdam(FusedAdam):
         state = self.state.pop(old, {})
         group["params"] = [param]
         if state:
-            self.state[param] = {slot: value[indices] if slot == "step" else value.view(self.seeds, -1)[indices].view_as(param) for slot, value in state.items()}
+            self.state[param] = {
+                slot: value[indices] if slot == "step" else value.view(self.seeds, -1)[indices].view_as(param)
+                for slot, value in state.items()
+            }
         self.seeds = len(indices)
         self._rows = None
 
@@ -283,7 +326,10 @@ class _SeedOptimizer:
     def state_dict(self) -> dict:
         state, seeds = self.optimizer.state_dict(), self.optimizer.seeds
         rows = {
-            i: {slot: (value[self.index] if slot == "step" else value.view(seeds, -1)[self.index]).clone() for slot, value in slots.items()}
+            i: {
+                slot: (value[self.index] if slot == "step" else value.view(seeds, -1)[self.index]).clone()
+                for slot, value in slots.items()
+            }
             for i, slots in state["state"].items()
         }
         return {"state": rows, "param_groups": state["param_groups"]}
@@ -291,7 +337,10 @@ class _SeedOptimizer:
     @property
     def param_groups(self) -> list[dict]:
         """The groups with the seed's row of each (flat) parameter: what its single run optimizes."""
-        return [{**group, "params": [p.view(self.optimizer.seeds, -1)[self.index] for p in group["params"]]} for group in self.optimizer.param_groups]
+        return [
+            {**group, "params": [p.view(self.optimizer.seeds, -1)[self.index] for p in group["params"]]}
+            for group in self.optimizer.param_groups
+        ]
 
 
 def _rng_key(generator: torch.Generator) -> str:
@@ -317,10 +366,14 @@ def restore_seed_stack(state, envs, checkpoints: list) -> list[list[float]]:
         return torch.stack([c.tensors[key] for c in checkpoints]).to(device)
 
     with torch.no_grad():
-        stack.flat.copy_(torch.stack([torch.cat([p.reshape(-1) for p in c.agent.policy.parameters()]) for c in checkpoints]))
+        stack.flat.copy_(
+            torch.stack([torch.cat([p.reshape(-1) for p in c.agent.policy.parameters()]) for c in checkpoints])
+        )
     if state.agent.obs_rms is not None:
         parts = [c.agent.obs_rms.state_dict() for c in checkpoints]
-        state.agent.obs_rms.load_state_dict({k: torch.stack([torch.as_tensor(p[k]) for p in parts]) for k in ("mean", "var", "count")})
+        state.agent.obs_rms.load_state_dict(
+            {k: torch.stack([torch.as_tensor(p[k]) for p in parts]) for k in ("mean", "var", "count")}
+        )
     # SeedAdam's state: each seed's moments a row of the flat ones, its step count an entry of [seeds].
     adam = {k: stacked(k).flatten() for k in first.tensors if k.startswith("optim.")}
     optimizer_from_tensors(state.optimizer, adam, first.param_groups)
@@ -329,12 +382,20 @@ def restore_seed_stack(state, envs, checkpoints: list) -> list[list[float]]:
         scaler["discounted_return"] = scaler["discounted_return"].flatten()
         state.reward_scaler.load_state_dict(scaler)
     for index, checkpoint in enumerate(checkpoints):
-        envs.load_seed_block(index, {k.removeprefix("env."): v for k, v in checkpoint.tensors.items() if k.startswith("env.")})
+        envs.load_seed_block(
+            index, {k.removeprefix("env."): v for k, v in checkpoint.tensors.items() if k.startswith("env.")}
+        )
         generator = stack.noise.generators[index]
         generator.set_state(checkpoint.tensors[_rng_key(generator)])
-    mask, memory = (stacked(key).flatten(0, 1) if key in first.tensors else None for key in ("cursor.action_mask", "cursor.state"))
+    mask, memory = (
+        stacked(key).flatten(0, 1) if key in first.tensors else None for key in ("cursor.action_mask", "cursor.state")
+    )
     state.cursor = EnvCursor(stacked("cursor.obs").flatten(0, 1), mask, stacked("cursor.valid").flatten(), memory)
-    state.iteration, state.global_step, state.schedule_anchor = first.iteration, first.global_step, first.schedule_anchor
+    state.iteration, state.global_step, state.schedule_anchor = (
+        first.iteration,
+        first.global_step,
+        first.schedule_anchor,
+    )
     state.kl_beta = [c.kl_beta for c in checkpoints]
     return [list(c.meta.get("episode_returns", [])) for c in checkpoints]
 
@@ -359,7 +420,12 @@ def keep_seeds(state, envs, indices: list[int]) -> None:
     envs.keep_seed_blocks(indices)
     cursor = state.cursor
     # Each seed's rows are a block: viewed [seeds, rows per seed, ...], the kept blocks in order.
-    state.cursor = EnvCursor(*(None if t is None else t.unflatten(0, (seeds, -1))[indices].flatten(0, 1) for t in (cursor.obs, cursor.action_mask, cursor.valid, cursor.state)))
+    state.cursor = EnvCursor(
+        *(
+            None if t is None else t.unflatten(0, (seeds, -1))[indices].flatten(0, 1)
+            for t in (cursor.obs, cursor.action_mask, cursor.valid, cursor.state)
+        )
+    )
     state.kl_beta = [state.kl_beta[i] for i in indices]
 
 
@@ -373,19 +439,42 @@ def _seed_run(state, envs, index: int) -> tuple[Any, Any, dict[str, Tensor]]:
     rows = slice(index * envs.num_envs // stack.seeds, (index + 1) * envs.num_envs // stack.seeds)
     scaler = None
     if state.reward_scaler is not None:
-        scaler = RewardScaler(rows.stop - rows.start, state.reward_scaler.gamma, state.reward_scaler.clip, state.agent.device)
+        scaler = RewardScaler(
+            rows.stop - rows.start, state.reward_scaler.gamma, state.reward_scaler.clip, state.agent.device
+        )
         rms = state.reward_scaler.return_rms
         scaler.load_state_dict(
-            {"return_rms.mean": rms.mean[index], "return_rms.var": rms.var[index], "return_rms.count": rms.count[index], "discounted_return": state.reward_scaler.discounted_return[rows]}
+            {
+                "return_rms.mean": rms.mean[index],
+                "return_rms.var": rms.var[index],
+                "return_rms.count": rms.count[index],
+                "discounted_return": state.reward_scaler.discounted_return[rows],
+            }
         )
     cursor = state.cursor
-    seed_cursor = EnvCursor(*(None if t is None else t[rows] for t in (cursor.obs, cursor.action_mask, cursor.valid, cursor.state)))
-    seed_state = replace(state, optimizer=_SeedOptimizer(state.optimizer, index), reward_scaler=scaler, cursor=seed_cursor, kl_beta=state.kl_beta[index])
+    seed_cursor = EnvCursor(
+        *(None if t is None else t[rows] for t in (cursor.obs, cursor.action_mask, cursor.valid, cursor.state))
+    )
+    seed_state = replace(
+        state,
+        optimizer=_SeedOptimizer(state.optimizer, index),
+        reward_scaler=scaler,
+        cursor=seed_cursor,
+        kl_beta=state.kl_beta[index],
+    )
     generator = stack.noise.generators[index]
     return seed_state, envs.seed_block(index), {_rng_key(generator): generator.get_state()}
 
 
-def save_seed_checkpoints(state, envs, seeds: list[int], seed_dirs: list[Path], seeds_returns: list[list[float]], keep: int, indices: list[int] | None = None) -> Path:
+def save_seed_checkpoints(
+    state,
+    envs,
+    seeds: list[int],
+    seed_dirs: list[Path],
+    seeds_returns: list[list[float]],
+    keep: int,
+    indices: list[int] | None = None,
+) -> Path:
     """Checkpoint each seed of a stack (or those at ``indices``) into its run folder as the
     checkpoint of its single run (weights, Adam moments and step count, statistics, env rows and
     their generator, its generator as torch's RNG, its kl_beta): ``fastppo train --resume

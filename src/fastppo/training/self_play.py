@@ -84,17 +84,34 @@ def check_league(config: Config, envs: VecEnv, processes: int) -> None:
         _check_parallel_league(config, envs)
     if config.policy.memory != "none" and turn_based:
         # A seat's rows are decisions on its turns only, and a state restarts after every row that is none.
-        raise FastPPOError(f"--policy.memory on a turn-based game would carry nothing from one of a seat's turns to the next: drop --policy.memory {config.policy.memory}")
+        raise FastPPOError(
+            f"--policy.memory on a turn-based game would carry nothing from one of a seat's turns to the next: drop --policy.memory {config.policy.memory}"
+        )
     if config.policy.memory != "none":
-        raise FastPPOError(f"a self-play pool's snapshots act on one observation at a time, without memory: drop --policy.memory {config.policy.memory}")
+        raise FastPPOError(
+            f"a self-play pool's snapshots act on one observation at a time, without memory: drop --policy.memory {config.policy.memory}"
+        )
     if sp.pool_size and turn_based and len(envs.agents) != 2:
-        raise FastPPOError(f"--self-play.pool-size needs a two-seat game (the learner in one seat, a snapshot in the other), and this one has {len(envs.agents)} seats: drop it to train by self-play alone")
+        raise FastPPOError(
+            f"--self-play.pool-size needs a two-seat game (the learner in one seat, a snapshot in the other), and this one has {len(envs.agents)} seats: drop it to train by self-play alone"
+        )
     if sp.pool_size and processes > 1:
-        raise FastPPOError("a self-play pool trains in one process: drop --self-play.pool-size or train without torchrun")
-    if turn_based and config.run.stop_return is not None and (not sp.pool_size or sp.latest_share == 1.0) and not sp.random_share:
+        raise FastPPOError(
+            "a self-play pool trains in one process: drop --self-play.pool-size or train without torchrun"
+        )
+    if (
+        turn_based
+        and config.run.stop_return is not None
+        and (not sp.pool_size or sp.latest_share == 1.0)
+        and not sp.random_share
+    ):
         # fastppo.envs.turn_based.game_episodes: a game against itself has no return of the learner's.
-        raise FastPPOError("--run.stop-return reads the learner's return in games against its past snapshots, and this run plays none: give --self-play.pool-size N and --self-play.latest-share below 1, or --self-play.random-share")
-    for spec in sp.eval_opponents if turn_based else ():  # checked even unused (--self-play.eval-every 0): the config saves them
+        raise FastPPOError(
+            "--run.stop-return reads the learner's return in games against its past snapshots, and this run plays none: give --self-play.pool-size N and --self-play.latest-share below 1, or --self-play.random-share"
+        )
+    for spec in (
+        sp.eval_opponents if turn_based else ()
+    ):  # checked even unused (--self-play.eval-every 0): the config saves them
         fixed_player(spec, config.env.env_id)
 
 
@@ -110,12 +127,18 @@ def _check_parallel_league(config: Config, envs: VecEnv) -> None:
     sp, env_id = config.self_play, config.env.env_id
     if not isinstance(envs, PettingZooVecEnv):
         what = "a Parallel env on the async backend" if is_pettingzoo(env_id) else "not a PettingZoo env"
-        raise FastPPOError(f"--self-play.* flags apply to PettingZoo games and Parallel envs stepped in the training process, and {env_id} is {what}: drop them, or use --backend sync")
+        raise FastPPOError(
+            f"--self-play.* flags apply to PettingZoo games and Parallel envs stepped in the training process, and {env_id} is {what}: drop them, or use --backend sync"
+        )
     if sp.eval_every or sp.random_share:
         flag = "--self-play.eval-every" if sp.eval_every else "--self-play.random-share"
-        raise FastPPOError(f"{flag} plays games against fixed players (random, MCTS), which need a turn-based game, and {env_id} is a Parallel env: drop it")
+        raise FastPPOError(
+            f"{flag} plays games against fixed players (random, MCTS), which need a turn-based game, and {env_id} is a Parallel env: drop it"
+        )
     if not sp.pool_size:
-        raise FastPPOError(f"on a Parallel env the learner already plays every agent: --self-play.* flags need a pool, --self-play.pool-size N, for {env_id}")
+        raise FastPPOError(
+            f"on a Parallel env the learner already plays every agent: --self-play.* flags need a pool, --self-play.pool-size N, for {env_id}"
+        )
     groups = envs.spaces.group_names
     if len(groups) != 2:
         raise FastPPOError(
@@ -146,7 +169,14 @@ class League:
     """The self-play pool of one run (module docstring); ``Opponents`` of its turn-based env."""
 
     def __init__(
-        self, cfg: SelfPlayConfig, learner: Agent, copies: int, sides: int | Sequence[int], seed: int, game: str = "", env_kwargs: dict[str, Any] | None = None
+        self,
+        cfg: SelfPlayConfig,
+        learner: Agent,
+        copies: int,
+        sides: int | Sequence[int],
+        seed: int,
+        game: str = "",
+        env_kwargs: dict[str, Any] | None = None,
     ):
         """``sides``: a game's number of seats, or the side of each agent of a Parallel env (its
         group); ``check_league`` has passed: with a pool, two sides. ``game`` and ``env_kwargs``
@@ -215,7 +245,9 @@ class League:
                 obs = snapshot.obs_rms.normalize(obs, self.learner.config.env.clip_obs)
             mask = None if masks is None else torch.as_tensor(masks[at])
             with torch.inference_mode():  # the actor alone: the sample act() draws, without the critic's forward
-                action, _ = snapshot.policy.predict(obs.to(self.learner.device), None if mask is None else mask.to(self.learner.device))
+                action, _ = snapshot.policy.predict(
+                    obs.to(self.learner.device), None if mask is None else mask.to(self.learner.device)
+                )
             action = snapshot.policy.action_head.env_action(action).cpu().numpy()
             actions = np.zeros((len(copies), *action.shape[1:]), dtype=action.dtype) if actions is None else actions
             actions[at] = action
@@ -239,7 +271,9 @@ class League:
 
     # Ratings: ------------------------------------------------------------------------------------
 
-    def rate(self, a: tuple[float, float], b: tuple[float, float], result: int) -> tuple[tuple[float, float], tuple[float, float]]:
+    def rate(
+        self, a: tuple[float, float], b: tuple[float, float], result: int
+    ) -> tuple[tuple[float, float], tuple[float, float]]:
         """(a, b)'s openskill ratings after a game that ``a`` won (1), drew (0) or lost (-1)."""
         if self._model is None:
             try:
@@ -266,10 +300,18 @@ class League:
         """Log the iteration's games and ratings into ``metrics``; snapshot the learner when due."""
         for against, results in (("pool", self._results), ("random", self._random_results)):
             if results:
-                metrics |= {f"self_play/{name}_vs_{against}": float(np.mean(np.asarray(results) == value)) for name, value in (("win", 1), ("draw", 0), ("loss", -1))}
+                metrics |= {
+                    f"self_play/{name}_vs_{against}": float(np.mean(np.asarray(results) == value))
+                    for name, value in (("win", 1), ("draw", 0), ("loss", -1))
+                }
         self._results, self._random_results = [], []
         if self.cfg.pool_size and iteration % self.cfg.snapshot_every == 0:
-            self.snapshots[iteration] = Snapshot(iteration, self._frozen(self.learner.policy), copy.deepcopy(self.learner.obs_rms), rating=self.learner_rating)
+            self.snapshots[iteration] = Snapshot(
+                iteration,
+                self._frozen(self.learner.policy),
+                copy.deepcopy(self.learner.obs_rms),
+                rating=self.learner_rating,
+            )
             self.pool_ids = [*self.pool_ids, iteration][-self.cfg.pool_size :]
             self._forget_unused()
         if self.cfg.eval_every and iteration % self.cfg.eval_every == 0:
@@ -286,12 +328,23 @@ class League:
         players that do not change (random, MCTS-N)."""
         learner = AgentPlayer(self.learner, deterministic=True, name="learner")
         for spec, player in zip(self.cfg.eval_opponents, self.fixed):
-            results = play_games(partial(make_game, self.game, self.env_kwargs), (learner, player), self.cfg.eval_games, seed=self.seed + iteration)
-            wins, draws, losses = (sum(getattr(seat, field) for seat in results.seats) for field in ("wins", "draws", "losses"))
+            results = play_games(
+                partial(make_game, self.game, self.env_kwargs),
+                (learner, player),
+                self.cfg.eval_games,
+                seed=self.seed + iteration,
+            )
+            wins, draws, losses = (
+                sum(getattr(seat, field) for seat in results.seats) for field in ("wins", "draws", "losses")
+            )
             for result, count in ((1, wins), (0, draws), (-1, losses)):
                 self.rate_against_fixed(spec, result, count)
             games = max(wins + draws + losses, 1)
-            metrics |= {f"eval/{spec}/win_rate": wins / games, f"eval/{spec}/draw_rate": draws / games, f"eval/{spec}/loss_rate": losses / games}
+            metrics |= {
+                f"eval/{spec}/win_rate": wins / games,
+                f"eval/{spec}/draw_rate": draws / games,
+                f"eval/{spec}/loss_rate": losses / games,
+            }
 
     def _frozen(self, policy: torch.nn.Module) -> torch.nn.Module:
         frozen = copy.deepcopy(policy).eval()
@@ -306,7 +359,10 @@ class League:
         for s in self.snapshots.values():
             tensors |= snapshot_tensors(s.iteration, s.policy, s.obs_rms)
         meta = {
-            "snapshots": [{"iteration": s.iteration, "record": list(s.record), "rating": list(s.rating)} for s in self.snapshots.values()],
+            "snapshots": [
+                {"iteration": s.iteration, "record": list(s.record), "rating": list(s.rating)}
+                for s in self.snapshots.values()
+            ],
             "pool": list(self.pool_ids),
             "opponent": self.opponent.tolist(),
             "learner_seat": self.learner_seat.tolist(),
@@ -321,13 +377,22 @@ class League:
         and statistics, shaped as the learner's), for ``check_fits_run`` to check them with the
         run's others; ``Damaged`` if ``meta`` is."""
         saved = self._parse(meta)
-        return {name: t for entry in saved["snapshots"] for name, t in snapshot_tensors(entry["iteration"], self.learner.policy, self.learner.obs_rms).items()}
+        return {
+            name: t
+            for entry in saved["snapshots"]
+            for name, t in snapshot_tensors(entry["iteration"], self.learner.policy, self.learner.obs_rms).items()
+        }
 
     def load(self, tensors: dict[str, torch.Tensor], meta: Any) -> None:
         """``state()``'s output back, once ``expected_tensors`` has passed (then it cannot fail)."""
         saved = self._parse(meta)
         self.snapshots = {e["iteration"]: self._snapshot_of(e, tensors) for e in saved["snapshots"]}
-        self.pool_ids, self.opponent, self.learner_seat, self.rng = saved["pool"], saved["opponent"], saved["learner_seat"], saved["rng"]
+        self.pool_ids, self.opponent, self.learner_seat, self.rng = (
+            saved["pool"],
+            saved["opponent"],
+            saved["learner_seat"],
+            saved["rng"],
+        )
         self.learner_rating, self.fixed_ratings = saved["learner_rating"], saved["fixed_ratings"]
 
     def _parse(self, meta: Any) -> dict[str, Any]:
@@ -335,7 +400,14 @@ class League:
         if meta is None:
             raise Damaged("is missing (every checkpoint of a turn-based game's run holds its league)")
         try:
-            snapshots = [{"iteration": _iteration(e["iteration"]), "record": _record(e["record"]), "rating": _rating(e["rating"])} for e in meta["snapshots"]]
+            snapshots = [
+                {
+                    "iteration": _iteration(e["iteration"]),
+                    "record": _record(e["record"]),
+                    "rating": _rating(e["rating"]),
+                }
+                for e in meta["snapshots"]
+            ]
             iterations = [e["iteration"] for e in snapshots]
             pool_ids = [_iteration(i) for i in meta["pool"]]
             if len(set(iterations)) != len(iterations) or len(set(pool_ids)) != len(pool_ids):
@@ -343,19 +415,31 @@ class League:
             if not set(pool_ids) <= set(iterations):
                 raise Damaged(f"keeps {pool_ids} in its pool, not all among its snapshots {iterations}")
             if len(pool_ids) > self.cfg.pool_size:
-                raise Damaged(f"keeps {len(pool_ids)} snapshots in its pool, more than --self-play.pool-size {self.cfg.pool_size}")
+                raise Damaged(
+                    f"keeps {len(pool_ids)} snapshots in its pool, more than --self-play.pool-size {self.cfg.pool_size}"
+                )
             opponent, seats = _integers(meta["opponent"], "opponents"), _integers(meta["learner_seat"], "learner seats")
             if opponent.shape != self.opponent.shape or seats.shape != self.learner_seat.shape:
                 raise Damaged(f"plays {opponent.size} game copies, this run {self.opponent.size}")
             if not set(opponent.tolist()) <= {LATEST, RANDOM, *iterations}:
-                raise Damaged(f"has a copy play a snapshot it lacks (opponents {opponent.tolist()}, snapshots {iterations})")
+                raise Damaged(
+                    f"has a copy play a snapshot it lacks (opponents {opponent.tolist()}, snapshots {iterations})"
+                )
             if not ((seats >= 0) & (seats < self.seats)).all():
                 raise Damaged(f"seats the learner at {seats.tolist()}, in a game of {self.seats} seats")
             rng = np.random.default_rng()
             rng.bit_generator.state = meta["rng"]
             fixed = {str(k): _rating(v) for k, v in meta["fixed_ratings"].items()}
             learner_rating = _rating(meta["learner_rating"])
-            return {"snapshots": snapshots, "pool": pool_ids, "opponent": opponent, "learner_seat": seats, "rng": rng, "learner_rating": learner_rating, "fixed_ratings": fixed}
+            return {
+                "snapshots": snapshots,
+                "pool": pool_ids,
+                "opponent": opponent,
+                "learner_seat": seats,
+                "rng": rng,
+                "learner_rating": learner_rating,
+                "fixed_ratings": fixed,
+            }
         except Damaged:
             raise
         except KeyError as exc:
@@ -375,9 +459,14 @@ class League:
 
 def snapshot_tensors(iteration: int, policy: torch.nn.Module, obs_rms: Any) -> dict[str, torch.Tensor]:
     """A snapshot's weights and statistics as a checkpoint names them."""
-    tensors = {f"{POOL_TENSORS}{iteration}.policy.{k}": v.detach().cpu().contiguous() for k, v in policy.state_dict().items()}
+    tensors = {
+        f"{POOL_TENSORS}{iteration}.policy.{k}": v.detach().cpu().contiguous() for k, v in policy.state_dict().items()
+    }
     if obs_rms is not None:
-        tensors |= {f"{POOL_TENSORS}{iteration}.obs_rms.{k}": v.detach().cpu().contiguous() for k, v in obs_rms.state_dict().items()}
+        tensors |= {
+            f"{POOL_TENSORS}{iteration}.obs_rms.{k}": v.detach().cpu().contiguous()
+            for k, v in obs_rms.state_dict().items()
+        }
     return tensors
 
 
@@ -401,7 +490,12 @@ def _record(value: Any) -> list[int]:
 
 
 def _rating(value: Any) -> tuple[float, float]:
-    if not (isinstance(value, list) and len(value) == 2 and all(isinstance(x, (int, float)) and np.isfinite(x) for x in value) and value[1] > 0):
+    if not (
+        isinstance(value, list)
+        and len(value) == 2
+        and all(isinstance(x, (int, float)) and np.isfinite(x) for x in value)
+        and value[1] > 0
+    ):
         raise Damaged(f"holds the rating {value}, not (mu, sigma > 0)")
     return float(value[0]), float(value[1])
 
@@ -421,6 +515,8 @@ def make_league(config: Config, envs: VecEnv, learner: Agent, seed: int) -> NoLe
         sides = [envs.spaces.group_names.index(group) for group in envs.spaces.agent_groups]
     else:
         return NoLeague()
-    league = League(config.self_play, learner, config.env.num_envs, sides, seed, config.env.env_id, config.env.env_kwargs)
+    league = League(
+        config.self_play, learner, config.env.num_envs, sides, seed, config.env.env_id, config.env.env_kwargs
+    )
     envs.opponents = league
     return league

@@ -79,7 +79,9 @@ class StopRequest:
     def __enter__(self) -> StopRequest:
         if self.enabled:
             self._previous = {s: signal.signal(s, self._handle) for s in self.SIGNALS}
-            pending = take_pending_signal()  # one that start-up lost (fastppo.errors.stop_at_once): a stop before the first iteration
+            pending = (
+                take_pending_signal()
+            )  # one that start-up lost (fastppo.errors.stop_at_once): a stop before the first iteration
             if pending is not None:
                 self.__exit__()
                 raise Interrupted(pending)
@@ -109,4 +111,7 @@ def during_start_up() -> Iterator[None]:
         if getattr(exc, "note", None):
             raise
         name = signal.Signals(getattr(exc, "signum", signal.SIGINT)).name
-        raise Interrupted(getattr(exc, "signum", signal.SIGINT), f"{name} during start-up: stopped before the first iteration, nothing was trained") from None
+        raise Interrupted(
+            getattr(exc, "signum", signal.SIGINT),
+            f"{name} during start-up: stopped before the first iteration, nothing was trained",
+        ) from None

@@ -38,7 +38,16 @@ from fastppo.training.checkpoint import Checkpoint, check_metrics_reach, restore
 from fastppo.training.cuda_graphs import check_cudagraphs
 from fastppo.training.distributed import LONE, World, rank_device, ranks
 from fastppo.training.logger import GROUP_RETURN, GYM_SUMMARY, RunLogger
-from fastppo.training.rollout import EnvCursor, ObservationNormalizer, PolicyStep, RolloutBuffer, collect_rollout, fresh_state, rollout_targets, torch_threads
+from fastppo.training.rollout import (
+    EnvCursor,
+    ObservationNormalizer,
+    PolicyStep,
+    RolloutBuffer,
+    collect_rollout,
+    fresh_state,
+    rollout_targets,
+    torch_threads,
+)
 from fastppo.training.runs import OnIteration, Runs, SeedRuns, SingleRun
 from fastppo.training.seed_stack import SeedLoggers, check_seed_stack, keep_seeds, restore_seed_stack, stacked_agent
 from fastppo.training.self_play import check_league, make_league
@@ -59,7 +68,12 @@ def gpu_note(device: torch.device, envs: Any, policy: torch.nn.Module) -> str | 
     then a round trip to the device for a forward of a few tiny kernels, and the CPU is often as
     fast (measured, benchmarks/README.md "GPU figures"). Tensor envs, CNNs and stacks of seeds are
     what a GPU pays for."""
-    if device.type != "cuda" or not isinstance(envs, HostCopies) or not isinstance(policy, ActorCritic) or mlp_layers(policy.actor_encoder) is None:
+    if (
+        device.type != "cuda"
+        or not isinstance(envs, HostCopies)
+        or not isinstance(policy, ActorCritic)
+        or mlp_layers(policy.actor_encoder) is None
+    ):
         return None
     return (
         f"[yellow]note:[/] an MLP policy on {envs.num_envs} host env{'s' if envs.num_envs > 1 else ''} may train faster with --device cpu "
@@ -68,10 +82,16 @@ def gpu_note(device: torch.device, envs: Any, policy: torch.nn.Module) -> str | 
     )
 
 
-def check_finite(metrics: dict[str, float], agent: Agent, optimizer: torch.optim.Optimizer, iteration: int, global_step: int) -> None:
+def check_finite(
+    metrics: dict[str, float], agent: Agent, optimizer: torch.optim.Optimizer, iteration: int, global_step: int
+) -> None:
     """Stop with the culprit's name instead of training on NaNs (and before checkpointing them)."""
     # A stack of seeds has one value per seed (a list): any non-finite one stops them all.
-    bad = [name for name in ("loss", "pg_loss", "v_loss", "entropy", "grad_norm") if not all(map(math.isfinite, np.atleast_1d(metrics[name])))]
+    bad = [
+        name
+        for name in ("loss", "pg_loss", "v_loss", "entropy", "grad_norm")
+        if not all(map(math.isfinite, np.atleast_1d(metrics[name])))
+    ]
     # One check on the optimizer's flat parameter (every weight is a view of it: optim.flatten_parameters);
     # the per-layer names only once something is wrong.
     if not all(bool(torch.isfinite(p).all()) for group in optimizer.param_groups for p in group["params"]):
@@ -83,7 +103,9 @@ def check_finite(metrics: dict[str, float], agent: Agent, optimizer: torch.optim
         )
 
 
-def check_finite_rollout(buf: RolloutBuffer, cursor: EnvCursor, iteration: int, global_step: int, agents: list[str] | None = None) -> None:
+def check_finite_rollout(
+    buf: RolloutBuffer, cursor: EnvCursor, iteration: int, global_step: int, agents: list[str] | None = None
+) -> None:
     """NaN/Inf observations or rewards from the env, looked for once per iteration on the whole
     buffer (not per step: that would cost a host sync per step on GPU). With ``agents`` (a
     PettingZoo env's), the rows are its copies' agents, and the culprit is named so."""
@@ -162,12 +184,22 @@ def train(
     config.validate()
     device = rank_device(resolve_device(config.run.device))
     # Only the process that writes the run folder may take it away again (torchrun: rank 0).
-    with during_start_up(), ranks(device, config.run.collective_timeout) as world, removed_if_left_empty(run_dir if world.main else None):
-        return train_rank(config, run_dir, checkpoint, on_iteration, device, world, on_start=on_start, start_over=start_over)
+    with (
+        during_start_up(),
+        ranks(device, config.run.collective_timeout) as world,
+        removed_if_left_empty(run_dir if world.main else None),
+    ):
+        return train_rank(
+            config, run_dir, checkpoint, on_iteration, device, world, on_start=on_start, start_over=start_over
+        )
 
 
 def train_seed_stack(
-    config: Config, seeds: list[int], run_dir: Path, checkpoints: list[Checkpoint] | None = None, on_iteration: Callable[[int, dict[int, dict[str, float]]], None] | None = None
+    config: Config,
+    seeds: list[int],
+    run_dir: Path,
+    checkpoints: list[Checkpoint] | None = None,
+    on_iteration: Callable[[int, dict[int, dict[str, float]]], None] | None = None,
 ) -> list[Agent]:
     """Train one agent per seed of ``seeds`` in this process, as one batched computation
     (``fastppo.training.seed_stack``), each seed's run into ``run_dir/seed_<n>``; the agents in the order of ``seeds``.
@@ -199,7 +231,9 @@ def train_rank(
     directories = seed_dirs if stacked else [d for d in [out_dir] if d is not None]
     for directory in directories if checkpoint is None else []:
         check_no_run(directory, start_over)  # before anything is written to any of them
-    for directory, saved in zip(directories, (checkpoint if stacked else [checkpoint]) if checkpoint is not None else []):
+    for directory, saved in zip(
+        directories, (checkpoint if stacked else [checkpoint]) if checkpoint is not None else []
+    ):
         check_metrics_reach(directory, saved)  # a resume: its metrics.jsonl is whole
     for directory in directories:
         output_dir(directory, "the run directory")  # before a single step is spent
@@ -216,7 +250,9 @@ def train_rank(
     video_dir = out_dir / "videos" if out_dir and not stacked else None
     if video_dir is not None and config.env.capture_video:
         no_links(video_dir, "--capture-video's folder", inside=out_dir)
-    envs = make_vec_env(config.env, collect_on, video_dir=video_dir, multi_agent=config.multi_agent, seed_blocks=len(seeds or [seed]))
+    envs = make_vec_env(
+        config.env, collect_on, video_dir=video_dir, multi_agent=config.multi_agent, seed_blocks=len(seeds or [seed])
+    )
     try:
         if is_pettingzoo(config.env.env_id):  # a row per agent: the batch is known now (Config.validate left it)
             config.check_batch(agents=envs.num_envs // config.env.num_envs)
@@ -229,23 +265,46 @@ def train_rank(
     if stacked:
         agent = stacked_agent(config, envs.single_observation_space, envs.single_action_space, device, seeds)
     else:
-        agent = build_agent(config, envs.single_observation_space, envs.single_action_space, device, envs.layout, statistics_device=collect_on)
+        agent = build_agent(
+            config,
+            envs.single_observation_space,
+            envs.single_action_space,
+            device,
+            envs.layout,
+            statistics_device=collect_on,
+        )
     agent.run_dir = run_dir
     agent.action_masks = first.action_mask is not None
     if isinstance(spaces := getattr(envs, "spaces", None), AgentSpaces):  # agent.act on PettingZoo's own observations
         agent.pettingzoo = PettingZooAgents.of(spaces)
     normalize_obs = ObservationNormalizer(agent.obs_rms, config.env.clip_obs)
-    reward_scaler = RewardScaler(envs.num_envs, cfg.gamma, config.env.clip_reward, collect_on, groups=seeds and len(seeds)) if config.env.normalize_reward else None
-    world.broadcast_module(agent.policy)  # the same start on every rank: rank 0's weights, and statistics merged each iteration
-    statistics = world.synced([rms for rms in (agent.obs_rms, reward_scaler and reward_scaler.return_rms) if rms is not None])
+    reward_scaler = (
+        RewardScaler(envs.num_envs, cfg.gamma, config.env.clip_reward, collect_on, groups=seeds and len(seeds))
+        if config.env.normalize_reward
+        else None
+    )
+    world.broadcast_module(
+        agent.policy
+    )  # the same start on every rank: rank 0's weights, and statistics merged each iteration
+    statistics = world.synced(
+        [rms for rms in (agent.obs_rms, reward_scaler and reward_scaler.return_rms) if rms is not None]
+    )
     mask_dim = None if first.action_mask is None else first.action_mask.shape[-1]
     # A turn-based game's cursor carries the decisions a rollout's end leaves open (fastppo.training.rollout).
-    open_decisions = RolloutBuffer.allocate(1, envs, collect_on, mask_dim) if isinstance(envs, TurnBasedVecEnv) else None
+    open_decisions = (
+        RolloutBuffer.allocate(1, envs, collect_on, mask_dim) if isinstance(envs, TurnBasedVecEnv) else None
+    )
     state = TrainState(
         agent=agent,
         optimizer=make_optimizer(agent.policy, cfg.learning_rate, cfg.adam_eps, device, config.run.cudagraphs),
         reward_scaler=reward_scaler,
-        cursor=EnvCursor.at_reset(first, normalize_obs, update=True, state=fresh_state(agent.policy, envs.num_envs, collect_on), open=open_decisions),
+        cursor=EnvCursor.at_reset(
+            first,
+            normalize_obs,
+            update=True,
+            state=fresh_state(agent.policy, envs.num_envs, collect_on),
+            open=open_decisions,
+        ),
         kl_beta=[cfg.kl_beta] * len(seeds) if stacked else cfg.kl_beta,
         world_size=world.size,
     )
@@ -264,14 +323,32 @@ def train_rank(
         envs.close()
         raise
     newest = None if checkpoint is None else (checkpoint[0] if stacked else checkpoint).path
-    training = Training(config, state, envs, world, device, collect_on, normalize_obs, statistics, mask_dim, config.rollout_threads(stacked=stacked))
-    planned = training.num_iterations * training.steps_per_iteration  # the bar's 100%: --total-timesteps rounded down to whole batches
+    training = Training(
+        config,
+        state,
+        envs,
+        world,
+        device,
+        collect_on,
+        normalize_obs,
+        statistics,
+        mask_dim,
+        config.rollout_threads(stacked=stacked),
+    )
+    planned = (
+        training.num_iterations * training.steps_per_iteration
+    )  # the bar's 100%: --total-timesteps rounded down to whole batches
     if stacked:  # one run folder per seed, one progress bar for them all
         logger = SeedLoggers(
-            [open_logger(replace(config, run=replace(config.run, seed=s, progress=False)), d, c, planned) for s, d, c in zip(seeds, seed_dirs, checkpoint or [None] * len(seeds))],
+            [
+                open_logger(replace(config, run=replace(config.run, seed=s, progress=False)), d, c, planned)
+                for s, d, c in zip(seeds, seed_dirs, checkpoint or [None] * len(seeds))
+            ],
             RunLogger(None, planned, False, config.run.progress),
         )
-        runs: Runs = SeedRuns(config, agent, logger, run_dir, seeds, seeds_returns, on_iteration, newest, training.keep_runs)
+        runs: Runs = SeedRuns(
+            config, agent, logger, run_dir, seeds, seeds_returns, on_iteration, newest, training.keep_runs
+        )
     else:
         logger = open_logger(config, out_dir, checkpoint, planned, quiet=not world.main, summary=progress_summary(envs))
         runs = SingleRun(config, agent, logger, run_dir, out_dir, on_iteration, newest)
@@ -294,7 +371,9 @@ def train_rank(
             # A signal during the last iteration stopped nothing: the run is finished, not interrupted
             # (so is one whose runs all reached --stop-return).
             if stop.requested and state.iteration < training.num_iterations and runs.training:
-                runs.checkpoint(state, envs, stop, due=runs.saved is None or not runs.saved.name.endswith(f"{state.iteration:06d}"))
+                runs.checkpoint(
+                    state, envs, stop, due=runs.saved is None or not runs.saved.name.endswith(f"{state.iteration:06d}")
+                )
                 agent.interrupted_by = signal.Signals(stop.signal)
     except FastPPOError as exc:
         kept = runs.kept_note()
@@ -322,20 +401,41 @@ class Training:
         mask_dim: int | None,
         rollout_threads: int,
     ):
-        self.config, self.state, self.envs, self.world, self.device, self.collect_on = config, state, envs, world, device, collect_on
+        self.config, self.state, self.envs, self.world, self.device, self.collect_on = (
+            config,
+            state,
+            envs,
+            world,
+            device,
+            collect_on,
+        )
         self.rollout_threads = rollout_threads  # torch's intra-op threads while collecting (Config.rollout_threads)
         self.normalize_obs, self.statistics, self.timer = normalize_obs, statistics, SectionTimer()
-        self.num_iterations, self.steps_per_iteration = planned_iterations(config, world.size), config.batch_size * world.size
+        self.num_iterations, self.steps_per_iteration = (
+            planned_iterations(config, world.size),
+            config.batch_size * world.size,
+        )
         self.mask_dim = mask_dim
-        self.agent_names = envs.agents if is_pettingzoo(config.env.env_id) else None  # rollout checks name a PettingZoo env's agents
+        self.agent_names = (
+            envs.agents if is_pettingzoo(config.env.env_id) else None
+        )  # rollout checks name a PettingZoo env's agents
         self.build()
 
     def build(self) -> None:
         policy, run = self.state.agent.policy, self.config.run
         # A turn-based game's buffer: decisions counted per seat, those a rollout leaves open carried in.
-        self.buf = RolloutBuffer.allocate(self.config.ppo.num_steps, self.envs, self.collect_on, self.mask_dim, policy.state_size, turns=self.state.cursor.open is not None)
+        self.buf = RolloutBuffer.allocate(
+            self.config.ppo.num_steps,
+            self.envs,
+            self.collect_on,
+            self.mask_dim,
+            policy.state_size,
+            turns=self.state.cursor.open is not None,
+        )
         self.policy_step = PolicyStep(policy, run.compile, run.cudagraphs)
-        self.update_step = MinibatchStep(policy, self.state.optimizer, self.config.ppo, run.compile, run.cudagraphs, self.world)
+        self.update_step = MinibatchStep(
+            policy, self.state.optimizer, self.config.ppo, run.compile, run.cudagraphs, self.world
+        )
 
     def targets(self, last_value: torch.Tensor) -> dict[str, torch.Tensor]:
         """GAE over the rollout; in a turn-based game over each seat's own decisions (its rows
@@ -357,33 +457,47 @@ def train_loop(t: Training, runs: Runs, stop: StopRequest) -> None:
     state, cfg, every = t.state, t.config.ppo, t.config.run.checkpoint_every
     while state.iteration < t.num_iterations and not stop.requested and runs.training:
         state.iteration += 1
-        stop.lost, stop.at_once = lost_since(runs.newest, state.iteration, runs.resume), True  # until the update is done
+        stop.lost = lost_since(runs.newest, state.iteration, runs.resume)
+        stop.at_once = True  # until the update is done
         progress = schedule_progress(state.iteration, t.num_iterations, state.schedule_anchor)
         start = time.perf_counter()
         set_learning_rate(state.optimizer, scheduled(cfg.lr_schedule, cfg.learning_rate, progress))
-        coefs = UpdateCoefficients(
-            clip_coef=scheduled(cfg.clip_schedule, cfg.clip_coef, progress), ent_coef=scheduled(cfg.ent_schedule, cfg.ent_coef, progress), kl_beta=state.kl_beta
-        )
+        clip_coef = scheduled(cfg.clip_schedule, cfg.clip_coef, progress)
+        coefs = UpdateCoefficients(clip_coef, scheduled(cfg.ent_schedule, cfg.ent_coef, progress), state.kl_beta)
 
         with torch_threads(t.rollout_threads):
-            state.cursor, last_value = collect_rollout(state.agent.policy, t.envs, t.buf, state.cursor, t.normalize_obs, state.reward_scaler, t.timer, t.policy_step)
+            state.cursor, last_value = collect_rollout(
+                state.agent.policy,
+                t.envs,
+                t.buf,
+                state.cursor,
+                t.normalize_obs,
+                state.reward_scaler,
+                t.timer,
+                t.policy_step,
+            )
         check_finite_rollout(t.buf, state.cursor, state.iteration, state.global_step, t.agent_names)
         t.statistics.merge()  # every rank: the same statistics, and every rank's episodes
-        episodes = runs.take_episodes(t.world.gather_episodes(t.envs.pop_episodes()))  # played by the policy before this update
+        # the episodes played by the policy before this update
+        episodes = runs.take_episodes(t.world.gather_episodes(t.envs.pop_episodes()))
         targets = t.targets(last_value)  # advantages, returns; a game's decisions with a target
         with t.timer.section("update"):
             batch = {k: v.to(t.device, non_blocking=True) for k, v in runs.batch(t.buf, **targets).items()}
             losses = ppo_update(state.agent.policy, state.optimizer, batch, cfg, coefs, t.update_step)
         state.global_step += t.steps_per_iteration
         check_finite(losses, state.agent, state.optimizer, state.iteration, state.global_step)
-        metrics, state.kl_beta = runs.metrics(losses, coefs, batch, episodes, t.timer.pop(), time.perf_counter() - start, state.optimizer, t.steps_per_iteration)
+        timings, seconds = t.timer.pop(), time.perf_counter() - start
+        metrics, state.kl_beta = runs.metrics(
+            losses, coefs, batch, episodes, timings, seconds, state.optimizer, t.steps_per_iteration
+        )
         state.league.after_update(state.iteration, metrics[0])  # self-play: snapshots, games, ratings
         stop.at_once = False  # the state is whole again: a second signal waits for the save
 
         runs.log(state.global_step, metrics, progress)
         stop.agree()
         last = state.iteration == t.num_iterations or runs.all_solved()
-        saved = runs.checkpoint(state, t.envs, stop, due=stop.requested or last or bool(every and state.iteration % every == 0))
+        due = stop.requested or last or bool(every and state.iteration % every == 0)
+        saved = runs.checkpoint(state, t.envs, stop, due=due)
         runs.finish_solved(state, t.envs, saved)
 
 
@@ -402,7 +516,12 @@ def progress_summary(envs: Any) -> tuple[tuple[str, str, str], ...]:
 
 
 def open_logger(
-    config: Config, run_dir: Path | None, checkpoint: Checkpoint | None, total_steps: int, quiet: bool = False, summary: tuple[tuple[str, str, str], ...] = GYM_SUMMARY
+    config: Config,
+    run_dir: Path | None,
+    checkpoint: Checkpoint | None,
+    total_steps: int,
+    quiet: bool = False,
+    summary: tuple[tuple[str, str, str], ...] = GYM_SUMMARY,
 ) -> RunLogger:
     """The run's logger, its progress bar ending at ``total_steps`` (the steps the run takes); on
     resume, metrics.jsonl and TensorBoard are first rewound to the checkpoint's step (a killed run
@@ -410,14 +529,22 @@ def open_logger(
     shows nothing: no progress bar, no messages."""
     previous: list[dict[str, float]] = []
     purge_step = checkpoint.global_step + 1 if checkpoint else None
-    with writing(run_dir, "the run folder") if run_dir is not None else nullcontext():  # a full disk, a folder gone: one line
+    with (
+        writing(run_dir, "the run folder") if run_dir is not None else nullcontext()
+    ):  # a full disk, a folder gone: one line
         if run_dir is not None:
             run_dir.mkdir(parents=True, exist_ok=True)
             write_config(run_dir, config)
             previous = rewind_metrics(run_dir, checkpoint.global_step if checkpoint else 0)
-        logger = RunLogger(run_dir, total_steps, config.run.tensorboard, config.run.progress and not quiet, config.to_dict(), purge_step, summary)
+        logger = RunLogger(
+            run_dir,
+            total_steps,
+            config.run.tensorboard,
+            config.run.progress and not quiet,
+            config.to_dict(),
+            purge_step,
+            summary,
+        )
     logger.console.quiet = quiet
     logger.history[:0] = previous
     return logger
-
-

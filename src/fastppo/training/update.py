@@ -26,10 +26,18 @@ from fastppo.training.distributed import LONE, World
 from fastppo.training.optim import FusedAdam, flatten_parameters, fused_adam_available
 from fastppo.training.seed_stack import SeedAdam, SeedMinibatches
 
-MINIBATCH_KEYS = ("obs", "actions", "logprobs", "values", "advantages", "returns", "valid", "action_masks", "initial_state")
+MINIBATCH_KEYS = (
+    "obs",
+    "actions",
+    "logprobs",
+    "values",
+    "advantages",
+    "returns",
+    "valid",
+    "action_masks",
+    "initial_state",
+)
 """The flattened rollout fields one minibatch step reads (rewards and flags are GAE's only)."""
-
-
 
 
 @dataclass
@@ -42,10 +50,9 @@ class UpdateCoefficients:
     """A stack of seeds: each seed's (a list, which ``ppo_update`` puts on the device as ``[seeds]``)."""
 
 
-
-
-
-def make_optimizer(policy: nn.Module, lr: float, eps: float, device: torch.device, cudagraphs: bool = False) -> torch.optim.Adam | FusedAdam:
+def make_optimizer(
+    policy: nn.Module, lr: float, eps: float, device: torch.device, cudagraphs: bool = False
+) -> torch.optim.Adam | FusedAdam:
     """Adam over the policy's parameters, flattened into one tensor (``flatten_parameters``).
 
     ``fused=True`` runs the whole Adam update as one kernel per dtype/device instead of ~10 small
@@ -82,16 +89,26 @@ class RankShare(NamedTuple):
 
 
 def minibatch_loss(
-    policy: ActorCritic, mb: dict[str, Tensor], cfg: PPOConfig, coefs: UpdateCoefficients, advantage_moments: Tensor | None = None
+    policy: ActorCritic,
+    mb: dict[str, Tensor],
+    cfg: PPOConfig,
+    coefs: UpdateCoefficients,
+    advantage_moments: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """The PPO loss of one minibatch and its metrics (detached tensors, no host sync). Under
     torchrun ``advantage_moments`` normalise the advantages over every rank's part of the minibatch."""
     mask = mb.get("valid")  # None once ppo_update has dropped the reset rows
-    newlogprob, entropy, newvalue = policy.evaluate(mb["obs"], mb["actions"], mb.get("action_masks"), mb.get("initial_state"), mask)
+    newlogprob, entropy, newvalue = policy.evaluate(
+        mb["obs"], mb["actions"], mb.get("action_masks"), mb.get("initial_state"), mask
+    )
     # A stack of seeds' minibatch is [seeds, rows] (fastppo.training.seed_stack): one loss per seed (their sum
     # is minimised, so each seed's weights get its own loss's gradient), one advantage normalisation per seed.
     dim = -1 if mb["advantages"].dim() == 2 else None
-    mb_advantages = normalize_advantages(mb["advantages"], mask, moments=advantage_moments, dim=dim) if cfg.norm_adv else mb["advantages"]
+    mb_advantages = (
+        normalize_advantages(mb["advantages"], mask, moments=advantage_moments, dim=dim)
+        if cfg.norm_adv
+        else mb["advantages"]
+    )
     loss, metrics = ppo_loss(
         newlogprob,
         mb["logprobs"],
@@ -136,13 +153,21 @@ class MinibatchStep:
     WARMUP_STEPS = 3
 
     def __init__(
-        self, policy: ActorCritic, optimizer: torch.optim.Optimizer, cfg: PPOConfig, compile: bool = False, cudagraphs: bool = False, world: World = LONE
+        self,
+        policy: ActorCritic,
+        optimizer: torch.optim.Optimizer,
+        cfg: PPOConfig,
+        compile: bool = False,
+        cudagraphs: bool = False,
+        world: World = LONE,
     ):
         self.policy, self.optimizer, self.cfg, self.world = policy, optimizer, cfg, world
         # make_optimizer's one flat parameter: its gradient is every layer's gradient.
         params = [p for group in optimizer.param_groups for p in group["params"]]
         if len(params) != 1 or params[0].grad is None:
-            raise FastPPOError("the PPO update needs the optimizer from fastppo.training.update.make_optimizer(policy, ...): one flat parameter with its gradient")
+            raise FastPPOError(
+                "the PPO update needs the optimizer from fastppo.training.update.make_optimizer(policy, ...): one flat parameter with its gradient"
+            )
         self.flat_parameter = params[0]
         # A stack of seeds' flat parameter is seed-major: one gradient-norm clip per seed.
         self.seeds = policy.seeds if isinstance(policy, StackedActorCritic) else None
@@ -153,7 +178,9 @@ class MinibatchStep:
         if cudagraphs:
             check_cudagraphs(next(policy.parameters()).device)
             if world.size > 1:
-                raise FastPPOError("--cudagraphs captures a one-process update: it does not run under torchrun, drop it")
+                raise FastPPOError(
+                    "--cudagraphs captures a one-process update: it does not run under torchrun, drop it"
+                )
         self._steps = 0
         self._graph: torch.cuda.CUDAGraph | None = None
         self._graph_key: tuple | None = None
@@ -161,8 +188,16 @@ class MinibatchStep:
         self._static_out: dict[str, Tensor] = {}
         self.minibatches = minibatch_source(policy, cfg, cudagraphs, world)
 
-    def _eager(self, mb: dict[str, Tensor], coefs: UpdateCoefficients, share: RankShare | None = None, active: list[bool] | None = None) -> dict[str, Tensor]:
-        loss, metrics = self.loss_fn(self.policy, mb, self.cfg, coefs, None if share is None else share.advantage_moments)
+    def _eager(
+        self,
+        mb: dict[str, Tensor],
+        coefs: UpdateCoefficients,
+        share: RankShare | None = None,
+        active: list[bool] | None = None,
+    ) -> dict[str, Tensor]:
+        loss, metrics = self.loss_fn(
+            self.policy, mb, self.cfg, coefs, None if share is None else share.advantage_moments
+        )
         grad = self.flat_parameter.grad
         grad.zero_()  # in place, never None: see flatten_parameters
         loss.backward()
@@ -182,7 +217,13 @@ class MinibatchStep:
             self.optimizer.step(active)
         return metrics
 
-    def __call__(self, mb: dict[str, Tensor], coefs: UpdateCoefficients, share: RankShare | None = None, active: list[bool] | None = None) -> dict[str, Tensor]:
+    def __call__(
+        self,
+        mb: dict[str, Tensor],
+        coefs: UpdateCoefficients,
+        share: RankShare | None = None,
+        active: list[bool] | None = None,
+    ) -> dict[str, Tensor]:
         """One step; ``share``: under torchrun, this rank's part of the minibatch (``rank_shares``);
         ``active``: of a stack of seeds, those that take it (None: all)."""
         if not self.cudagraphs:
@@ -297,7 +338,9 @@ class Minibatches(Protocol):
         """Per-run figures as ``ppo_update`` returns them (one run: a plain float)."""
 
 
-def minibatch_source(policy: nn.Module, cfg: PPOConfig, cudagraphs: bool, world: World) -> Callable[[dict[str, Tensor]], Minibatches]:
+def minibatch_source(
+    policy: nn.Module, cfg: PPOConfig, cudagraphs: bool, world: World
+) -> Callable[[dict[str, Tensor]], Minibatches]:
     """How the update of ``policy`` on ``world`` cuts its batches (chosen once, by ``MinibatchStep``)."""
     if isinstance(policy, StackedActorCritic):
         return partial(SeedMinibatches, noise=policy.noise, num_minibatches=cfg.num_minibatches)
@@ -336,7 +379,9 @@ class RowMinibatches:
         if self.shuffle:
             # One gather per field per epoch, then contiguous slices: not one gather per minibatch.
             perm = torch.randperm(self.bounds[-1], device=batch["obs"].device)
-            batch = {k: v.index_select(1 if self.sequences and k != "initial_state" else 0, perm) for k, v in batch.items()}
+            batch = {
+                k: v.index_select(1 if self.sequences and k != "initial_state" else 0, perm) for k, v in batch.items()
+            }
         for (start, end), share in zip(zip(self.bounds[:-1], self.bounds[1:]), self.shares(batch)):
             if start < end:
                 yield minibatch(batch, start, end, self.sequences), share
@@ -345,7 +390,9 @@ class RowMinibatches:
         return [None] * (len(self.bounds) - 1)
 
     def in_order(self) -> Iterator[dict[str, Tensor]]:
-        return (minibatch(self.batch, start, end, self.sequences) for start, end in zip(self.bounds[:-1], self.bounds[1:]))
+        return (
+            minibatch(self.batch, start, end, self.sequences) for start, end in zip(self.bounds[:-1], self.bounds[1:])
+        )
 
     def across_ranks(self, value: Tensor, share: RankShare | None) -> Tensor:
         return value
@@ -394,7 +441,9 @@ def minibatch(batch: dict[str, Tensor], start: int, end: int, sequences: bool) -
 
 
 @torch.no_grad()
-def kl_after_update(policy: ActorCritic, minibatches: Iterable[dict[str, Tensor]], world: World = LONE) -> float | list[float]:
+def kl_after_update(
+    policy: ActorCritic, minibatches: Iterable[dict[str, Tensor]], world: World = LONE
+) -> float | list[float]:
     """KL(old || new) over the whole batch once the epochs are done: the mean k3 estimate
     (``core.kl_estimate``) of the rollout's actions under the updated policy, one forward per
     minibatch of the batch in order. The adaptive-KL rule (Schulman et al. 2017, sec. 4) adapts
@@ -403,7 +452,9 @@ def kl_after_update(policy: ActorCritic, minibatches: Iterable[dict[str, Tensor]
     alike. A stack of seeds' minibatches (``[seeds, rows]``) give one KL per seed."""
     total = count = torch.zeros((), device=next(policy.parameters()).device)
     for mb in minibatches:
-        newlogprob = policy.evaluate(mb["obs"], mb["actions"], mb.get("action_masks"), mb.get("initial_state"), mb.get("valid"))[0]
+        newlogprob = policy.evaluate(
+            mb["obs"], mb["actions"], mb.get("action_masks"), mb.get("initial_state"), mb.get("valid")
+        )[0]
         kl = kl_estimate(mb["logprobs"], newlogprob, "k3")
         valid = mb.get("valid")  # only the CUDA-graph, sequence and stack paths keep reset rows in the batch
         total = total + (kl if valid is None else torch.where(valid, kl, 0.0)).sum(-1)

@@ -81,4 +81,15 @@ def make_tensor_env(
     return env_class(num_envs, device=device, dtype=dtype, seed=seed, **blocks)
 
 
-__all__ = ["TENSOR_ENVS", "Acrobot", "CartPole", "CartPoleNoVelocity", "MountainCar", "Pendulum", "TensorEnv", "make_tensor_env", "tensor_env_class", "user_tensor_env"]
+__all__ = [
+    "TENSOR_ENVS",
+    "Acrobot",
+    "CartPole",
+    "CartPoleNoVelocity",
+    "MountainCar",
+    "Pendulum",
+    "TensorEnv",
+    "make_tensor_env",
+    "tensor_env_class",
+    "user_tensor_env",
+]

@@ -82,7 +82,12 @@ class TensorEnv(ABC):
         self._seed(seed)
         self.state = self._reset_state()
         self._check("_reset_state()", "state", self.state, (num_envs, None))
-        self._check("_observe(state)", "observation", self._observe(self.state), (num_envs, *self.single_observation_space.shape))
+        self._check(
+            "_observe(state)",
+            "observation",
+            self._observe(self.state),
+            (num_envs, *self.single_observation_space.shape),
+        )
         self._dynamics_checked = False  # on the first step: a user's env fails there, clearly, not deep in the trainer
         self._elapsed = torch.zeros(num_envs, dtype=torch.int64, device=self.device)
         self._episode_return = torch.zeros(num_envs, dtype=torch.float32, device=self.device)
@@ -133,7 +138,9 @@ class TensorEnv(ABC):
     def keep_seed_blocks(self, indices: list[int]) -> None:
         """Keep only the seed blocks at ``indices`` (in that order), at an iteration boundary: a
         stack of seeds drops the seeds that are done (``--run.stop-return``)."""
-        assert not self._pending and not self._finished, "between pop_episodes and the next step only: queued rows would be renumbered"
+        assert not self._pending and not self._finished, (
+            "between pop_episodes and the next step only: queued rows would be renumbered"
+        )
         blocks = len(self.generators)
         for name in self.per_env_state:  # [blocks, rows per block, ...]: the kept blocks in order
             setattr(self, name, getattr(self, name).unflatten(0, (blocks, -1))[indices].flatten(0, 1))
@@ -238,16 +245,28 @@ class TensorEnv(ABC):
         self._finished.append((returns[ended], lengths[ended], rows[ended]))
         self._pending.clear()
 
-    def _check(self, method: str, name: str, value: object, shape: tuple[int | None, ...], dtype: torch.dtype | None = None) -> None:
+    def _check(
+        self, method: str, name: str, value: object, shape: tuple[int | None, ...], dtype: torch.dtype | None = None
+    ) -> None:
         """A one-line error naming the method when it returns the wrong kind of ``name`` (None in
         ``shape``: any size there)."""
-        ok = isinstance(value, Tensor) and value.dim() == len(shape) and all(want in (None, got) for want, got in zip(shape, value.shape))
+        ok = (
+            isinstance(value, Tensor)
+            and value.dim() == len(shape)
+            and all(want in (None, got) for want, got in zip(shape, value.shape))
+        )
         ok = ok and (dtype is None or value.dtype == dtype)
         if not ok:
-            got = f"a {value.dtype} tensor of shape {tuple(value.shape)}" if isinstance(value, Tensor) else type(value).__name__
+            got = (
+                f"a {value.dtype} tensor of shape {tuple(value.shape)}"
+                if isinstance(value, Tensor)
+                else type(value).__name__
+            )
             want = "x".join("*" if n is None else str(n) for n in shape)
             kind = f"a {dtype} tensor" if dtype is not None else "a tensor"
-            raise FastPPOError(f"{type(self).__name__}.{method} gave {name} as {got}: expected {kind} of shape [{want}]")
+            raise FastPPOError(
+                f"{type(self).__name__}.{method} gave {name} as {got}: expected {kind} of shape [{want}]"
+            )
 
     # --- helpers for subclasses --------------------------------------------------------------
 

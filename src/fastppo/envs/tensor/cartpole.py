@@ -56,7 +56,9 @@ class CartPole(TensorEnv):
         x_dot, theta, theta_dot = state[:, 1], state[:, 2], state[:, 3]
         costheta, sintheta = torch.cos(theta), torch.sin(theta)
         # temp = (force + polemass_length * theta_dot**2 * sintheta) / total_mass
-        temp = torch.addcmul(self._force_over_mass[actions], theta_dot.square(), sintheta, value=self.POLEMASS_LENGTH / self.TOTAL_MASS)
+        temp = torch.addcmul(
+            self._force_over_mass[actions], theta_dot.square(), sintheta, value=self.POLEMASS_LENGTH / self.TOTAL_MASS
+        )
         # thetaacc = (gravity * sintheta - costheta * temp) / (length * (4/3 - masspole * costheta**2 / total_mass))
         thetaacc = torch.addcmul(torch.mul(sintheta, self.GRAVITY), costheta, temp, value=-1.0) / torch.addcmul(
             self._four_thirds_length, costheta, costheta, value=-self.LENGTH * self.MASS_POLE / self.TOTAL_MASS
