@@ -16,18 +16,26 @@
 # The atari stage trains Breakout on the atari preset's backend, ale-py's C++ vector env (it
 # comes with the ale-py wheel and needs no OpenCV), with 8 and with 32 envs, each run followed by
 # the env-only ceiling of the same envs in the same process (150 s at most).
-# `bash benchmarks/gpu_session.sh --dry-run [atari]` runs a stage's tiny CPU version here in
+# Two stages run only when named, each one call: `pong` (Pong from scratch, stopped at a last-20 mean
+# of 20 or after 300 s of wall time, then 10 deterministic games) and `breakout10m` (a 10M-step
+# Breakout run at the atari preset's settings, 480 s per call: a fresh one the first time, then
+# resumed from runs/breakout10m). Carry [".whl", "runs/breakout10m"] to a call after the first,
+# having copied the folder the last call returned (under its files_at, breakout10m/) to
+# runs/breakout10m here; the stage leaves the run's folder in $OUT/breakout10m.
+# `bash benchmarks/gpu_session.sh --dry-run [atari pong breakout10m]` runs a stage's tiny CPU version here in
 # seconds, with this machine's packages (PYTHON names the interpreter, python3 by default): the
 # stage's check before a device call.
 # Each stage runs under its own timeout and writes its log to $OUT: one failure leaves the others.
 # Leave MUJOCO_GL unset: with =egl, `import mujoco` fails there (no libEGL in the image).
 set -o pipefail
 ALL="tests gpu seeds atari rlhf"
-DRY_RUNNABLE="atari"
+NAMED_ONLY="pong breakout10m"
+DRY_RUNNABLE="atari pong breakout10m"
 DRY=0
 if [[ ${1:-} == --dry-run ]]; then DRY=1; shift; fi
 for name in "$@"; do
-  [[ " $ALL " == *" $name "* ]] || { echo "gpu_session.sh: error: unknown stage '$name': pick from $ALL" >&2; exit 2; }
+  [[ " $ALL $NAMED_ONLY " == *" $name "* ]] || {
+    echo "gpu_session.sh: error: unknown stage '$name': pick from $ALL $NAMED_ONLY" >&2; exit 2; }
   if ((DRY)) && [[ " $DRY_RUNNABLE " != *" $name "* ]]; then
     echo "gpu_session.sh: error: stage '$name' has no dry run: --dry-run runs $DRY_RUNNABLE" >&2; exit 2
   fi
@@ -61,6 +69,13 @@ stage() {
 cd benchmarks || exit 1
 if ((DRY)); then
   stage atari 120 "$PYTHON" atari.py --games BreakoutNoFrameskip-v4 --device cpu --num-envs 2 --total-timesteps 256 --ceiling-seconds 0.5
+  rm -rf "$OUT/pong" "$OUT/breakout10m"  # a dry run's runs start over
+  stage pong 300 "$PYTHON" atari_long.py "$OUT/pong" --seconds 200 --eval-games 1 -- PongNoFrameskip-v4 --device cpu --num-envs 2 \
+    --num-steps 32 --total-timesteps 256 --stop-return 20 --stop-window 20
+  # a first call stopped early, then one that resumes it to its end
+  stage breakout10m 300 bash -c "'$PYTHON' atari_long.py '$OUT/breakout10m' --seconds 1 -- BreakoutNoFrameskip-v4 \
+    --device cpu --num-envs 2 --num-steps 32 --total-timesteps 1024 && \
+    '$PYTHON' atari_long.py '$OUT/breakout10m' --seconds 200 --eval-games 1"
   exit
 fi
 cd .. || exit 1
@@ -74,3 +89,12 @@ stage seeds 240 "$PYTHON" seed_stack.py --seeds 1024 --device cuda --single-seed
 stage atari 150 bash -c "'$PYTHON' atari.py --games BreakoutNoFrameskip-v4 --device cuda --num-envs 8 --total-timesteps 65536 --ceiling-seconds 10 && \
   '$PYTHON' atari.py --games BreakoutNoFrameskip-v4 --device cuda --num-envs 32 --total-timesteps 131072 --ceiling-seconds 10"
 stage rlhf 90 "$PYTHON" rlhf_throughput.py --device cuda --steps 3
+# Named only. Pong's settings for speed: 64 envs (the preset's other settings); 300 s of training
+# within the 330 s the stage allows, so start-up and the save count in the 5 minutes.
+stage pong 420 "$PYTHON" atari_long.py "$OUT/pong" --seconds 300 -- PongNoFrameskip-v4 --device cuda --num-envs 64 \
+  --total-timesteps 5000000 --stop-return 20 --stop-window 20
+if [[ $STAGES == *" breakout10m "* ]]; then
+  [[ -d ../runs/breakout10m ]] && cp -r ../runs/breakout10m "$OUT/breakout10m"
+  if [[ -d $OUT/breakout10m ]]; then set --; else set -- -- BreakoutNoFrameskip-v4 --device cuda; fi
+  stage breakout10m 590 "$PYTHON" atari_long.py "$OUT/breakout10m" --seconds 480 "$@"
+fi

@@ -79,7 +79,7 @@ def test_an_unknown_gpu_session_stage_is_one_line_and_exit_2():
     )
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
-        "gpu_session.sh: error: unknown stage 'bogus': pick from tests gpu seeds atari rlhf"
+        "gpu_session.sh: error: unknown stage 'bogus': pick from tests gpu seeds atari rlhf pong breakout10m"
     ]
 
 
@@ -91,12 +91,14 @@ def test_a_gpu_session_stage_without_a_dry_run_is_one_line_and_exit_2():
     )
     assert (done.returncode, done.stderr) == (
         2,
-        "gpu_session.sh: error: stage 'gpu' has no dry run: --dry-run runs atari\n",
+        "gpu_session.sh: error: stage 'gpu' has no dry run: --dry-run runs atari pong breakout10m\n",
     )
 
 
-def test_the_gpu_sessions_atari_stage_dry_runs_on_the_cpu(tmp_path):
-    """The stage's CPU version: Breakout trained on the ale backend, then the env-only ceiling of the same envs."""
+def test_the_gpu_sessions_atari_stages_dry_run_on_the_cpu(tmp_path):
+    """The stages' CPU versions: Breakout trained on the ale backend, then the env-only ceiling of the
+    same envs; Pong trained and evaluated; a long Breakout run stopped by its time limit in a first
+    call and resumed to its end in a second, then evaluated."""
     import subprocess
 
     pytest.importorskip("ale_py")
@@ -105,7 +107,7 @@ def test_the_gpu_sessions_atari_stage_dry_runs_on_the_cpu(tmp_path):
         ["bash", str(BENCHMARKS / "gpu_session.sh"), "--dry-run"],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=840,
         cwd=BENCHMARKS.parent,
         env=env,
     )
@@ -113,6 +115,12 @@ def test_the_gpu_sessions_atari_stage_dry_runs_on_the_cpu(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     assert "BreakoutNoFrameskip-v4 (ale backend): final return" in log and "time: update" in log
     assert re.search(r"env-only ceiling \(the same 2 envs, random actions\): \d+ SPS; training makes \d+% of it", log)
+    pong = (tmp_path / "pong.log").read_text()
+    assert "PongNoFrameskip-v4: 256 of 256 steps" in pong and "deterministic evaluation, 1 game(s) (raw score)" in pong
+    long_run = (tmp_path / "breakout10m.log").read_text()
+    first, second = long_run.split("# atari_long: ")[1:]
+    assert "SIGINT: stopped after iteration" in first and "of 1,024 steps" in first and "evaluation" not in first
+    assert "resuming" in second and "1,024 of 1,024 steps" in second and "deterministic evaluation" in second
 
 
 def test_the_games_benchmark_measures_a_trained_game_agent(tmp_path, monkeypatch, capsys):
