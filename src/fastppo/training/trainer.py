@@ -450,8 +450,9 @@ class Training:
 
 
 def train_loop(t: Training, runs: Runs, stop: StopRequest) -> None:
-    """The PPO loop, DESIGN.md's pseudocode: collect_rollout -> compute_gae -> ppo_update -> log ->
-    checkpoint, each iteration, until the budget is spent, a signal asks to stop or no run is left.
+    """The PPO loop, the pseudocode of docs/how-it-works/ppo-loop.md (the design: docs/how-it-works/design.md):
+    collect_rollout -> compute_gae -> ppo_update -> log -> checkpoint, each iteration, until the
+    budget is spent, a signal asks to stop or no run is left.
     The same lines train a single run or a stack of seeds (``runs``), alone or as a torchrun rank
     (``t.world``: a lone process's collectives are identities), on env or agent rows."""
     state, cfg, every = t.state, t.config.ppo, t.config.run.checkpoint_every
