@@ -50,8 +50,9 @@ def _argument_type(hint) -> dict:
 def add_config_arguments(
     parser: argparse.ArgumentParser, cls: type, defaults: object | None = None, required: tuple[str, ...] = ()
 ) -> None:
-    """One flag per field of dataclass ``cls``, in a group titled by its docstring."""
-    group = parser.add_argument_group((cls.__doc__ or cls.__name__).strip().splitlines()[0].rstrip("."))
+    """One flag per field of dataclass ``cls``, in a group titled by its docstring's first paragraph."""
+    summary = (cls.__doc__ or cls.__name__).strip().split("\n\n")[0]
+    group = parser.add_argument_group(" ".join(summary.split()).rstrip("."))
     hints = get_type_hints(cls)
     for f in fields(cls):
         default = getattr(defaults, f.name) if defaults is not None else (None if f.default is MISSING else f.default)
