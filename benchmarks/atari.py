@@ -2,14 +2,16 @@
 
     python benchmarks/atari.py                                        # 10M steps each (use a GPU)
     python benchmarks/atari.py --games PongNoFrameskip-v4 --total-timesteps 500000 --device cpu --backend envpool
-    python benchmarks/atari.py --games BreakoutNoFrameskip-v4 --total-timesteps 131072 --device cuda --ceiling-seconds 10
+    python benchmarks/atari.py --games BreakoutNoFrameskip-v4 --total-timesteps 131072 --device cuda \
+        --ceiling-seconds 10
 
 Prints the return curve (mean raw game score of the episodes finished in each tenth of the run),
 the final return (last 20 games), wall time, SPS and where an iteration's time went (env, copy,
 policy, update); with ``--ceiling-seconds S`` also the env-only ceiling, the same envs stepped with
 random actions for S seconds in the same process, and the training SPS as a share of it. The
-backend is the ``atari`` preset's (ale-py's C++ vector env) unless ``--backend`` names another. CleanRL's published ppo_atari.py figures
-at 10M steps (docs.cleanrl.dev/rl-algorithms/ppo/#ppo_ataripy, mean ± std over 3 seeds):
+backend is the ``atari`` preset's (ale-py's C++ vector env) unless ``--backend`` names another.
+CleanRL's published ppo_atari.py figures at 10M steps (docs.cleanrl.dev/rl-algorithms/ppo/#ppo_ataripy,
+mean ± std over 3 seeds):
 BreakoutNoFrameskip-v4 414.66 ± 28.09, PongNoFrameskip-v4 20.36 ± 0.20. Compare at equal steps
 with their learning curves (the ppo_atari / ppo_atari_envpool reports linked there).
 
@@ -78,8 +80,9 @@ def main() -> None:
     for game in args.games:
         start = time.perf_counter()
         agent = fastppo.train(
-            game, seed=args.seed, total_timesteps=args.total_timesteps, device=args.device, num_envs=args.num_envs, progress=False, tensorboard=False,
-            run_dir=None if args.runs_dir is None else f"{args.runs_dir}/{game}", **({"backend": args.backend} if args.backend else {}),
+            game, seed=args.seed, total_timesteps=args.total_timesteps, device=args.device, num_envs=args.num_envs,
+            progress=False, tensorboard=False, run_dir=None if args.runs_dir is None else f"{args.runs_dir}/{game}",
+            **({"backend": args.backend} if args.backend else {}),
         )  # fmt: skip
         seconds = time.perf_counter() - start
         curve = return_curve(agent.history, args.total_timesteps)
@@ -100,7 +103,8 @@ def main() -> None:
             )
         )
         print(
-            f"{game} ({backend} backend): final return {final:.1f} after {args.total_timesteps:,} steps in {seconds:.0f}s ({args.total_timesteps / seconds:.0f} SPS, the loop's {loop_sps:.0f})"
+            f"{game} ({backend} backend): final return {final:.1f} after {args.total_timesteps:,} steps in "
+            f"{seconds:.0f}s ({args.total_timesteps / seconds:.0f} SPS, the loop's {loop_sps:.0f})"
         )
         print("  time: " + ", ".join(f"{name} {share:.0%}" for name, share in results[-1]["split"].items()))
         print("  curve: " + ", ".join(f"{step:,}: {value:.1f}" for step, value in curve), flush=True)
@@ -108,16 +112,19 @@ def main() -> None:
             ceiling = raw_env_sps(game, backend, args.num_envs, seconds=args.ceiling_seconds)
             results[-1].update(ceiling_sps=ceiling, share_of_ceiling=loop_sps / ceiling)
             print(
-                f"  env-only ceiling (the same {args.num_envs} envs, random actions): {ceiling:.0f} SPS; training makes {loop_sps / ceiling:.0%} of it",
+                f"  env-only ceiling (the same {args.num_envs} envs, random actions): {ceiling:.0f} SPS; "
+                f"training makes {loop_sps / ceiling:.0%} of it",
                 flush=True,
             )
 
     print(
-        "\n| game | steps | final return (last 20 games) | wall time | SPS | CleanRL ppo_atari at 10M |\n|---|---|---|---|---|---|"
+        "\n| game | steps | final return (last 20 games) | wall time | SPS | CleanRL ppo_atari at 10M "
+        "|\n|---|---|---|---|---|---|"
     )
     for r in results:
         print(
-            f"| {r['game']} | {r['steps']:,} | {r['final']:.1f} | {r['seconds']:.0f} s | {r['sps']:.0f} | {CLEANRL_10M.get(r['game'], 'n/a')} |"
+            f"| {r['game']} | {r['steps']:,} | {r['final']:.1f} | {r['seconds']:.0f} s | {r['sps']:.0f} | "
+            f"{CLEANRL_10M.get(r['game'], 'n/a')} |"
         )
     if args.json:
         with open(args.json, "w") as f:

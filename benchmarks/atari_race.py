@@ -1,4 +1,5 @@
-"""Atari from pixels on the CPU: fastppo against CleanRL's ppo_atari_envpool.py and Stable-Baselines3, same machine, same run.
+"""Atari from pixels on the CPU: fastppo against CleanRL's ppo_atari_envpool.py and Stable-Baselines3, same machine,
+same run.
 
     python benchmarks/atari_race.py --cleanrl-script path/to/ppo_atari_envpool.py     # 16 384 steps each, 2 rounds
     python benchmarks/atari_race.py --steps 4096 --rounds 1 --skip sb3               # quicker, without SB3
@@ -58,8 +59,8 @@ gymnasium.register_envs(ale_py)
 steps, seed = int(sys.argv[1]), int(sys.argv[2])
 env = VecFrameStack(make_atari_env(sys.argv[3], n_envs=8, seed=seed), n_stack=4)
 linear = lambda start: (lambda remaining: remaining * start)
-model = PPO("CnnPolicy", env, n_steps=128, n_epochs=4, batch_size=256, learning_rate=linear(2.5e-4), clip_range=linear(0.1),
-            ent_coef=0.01, vf_coef=0.5, device="cpu", seed=seed, verbose=0)
+model = PPO("CnnPolicy", env, n_steps=128, n_epochs=4, batch_size=256, learning_rate=linear(2.5e-4),
+            clip_range=linear(0.1), ent_coef=0.01, vf_coef=0.5, device="cpu", seed=seed, verbose=0)
 start = time.perf_counter()
 model.learn(steps)
 print(f"LOOP_SPS {steps / (time.perf_counter() - start):.1f}")
@@ -173,7 +174,8 @@ def run(name: str, steps: int, seed: int, args: argparse.Namespace) -> tuple[flo
     found = LOOP_SPS[name].findall(proc.stdout)
     if proc.returncode != 0 or not found:
         sys.exit(
-            f"atari_race: {name} failed (exit {proc.returncode}): {shlex.join(argv)}\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}"
+            f"atari_race: {name} failed (exit {proc.returncode}): "
+            f"{shlex.join(argv)}\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}"
         )
     return float(found[-1]), steps / wall
 
@@ -220,7 +222,8 @@ def main() -> None:
 
     ceiling = statistics.median(loop for loop, _ in results["ceiling"])
     print(
-        f"\n| contender | loop SPS (median) | process SPS (median) | fastppo / it (per round, loop) | share of the env-only ceiling ({ceiling:.0f} SPS) |"
+        "\n| contender | loop SPS (median) | process SPS (median) | fastppo / it (per round, loop) | share of "
+        f"the env-only ceiling ({ceiling:.0f} SPS) |"
     )
     print("|---|---:|---:|---|---:|")
     for name in contenders:
@@ -228,7 +231,8 @@ def main() -> None:
         ratios = ", ".join(f"{ours / theirs:.2f}x" for (ours, _), theirs in zip(results["fastppo"], loops))
         share = statistics.median(loops) / ceiling
         print(
-            f"| {name} | {statistics.median(loops):.0f} | {statistics.median(p for _, p in results[name]):.0f} | {ratios} | {share:.0%} |"
+            f"| {name} | {statistics.median(loops):.0f} | {statistics.median(p for _, p in results[name]):.0f} | "
+            f"{ratios} | {share:.0%} |"
         )
     footer()
 

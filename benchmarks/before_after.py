@@ -39,7 +39,9 @@ ROWS = {
     "solve-tensor": ["train", "CartPole-v1", "--backend", "tensor", "--run.stop-return", "475"],
     "cleanrl-sps": ["train", "CartPole-v1", "--preset", "cleanrl-discrete", "--total-timesteps", "100000"],
     "stack-64": ["train", "CartPole-v1", "--backend", "tensor", "--seeds", "1-64", "--total-timesteps", "65536"],
-    "halfcheetah-cpu": ["train", "HalfCheetah-v5", "--preset", "cleanrl-continuous", "--total-timesteps", "20480", "--device", "cpu"],
+    "halfcheetah-cpu": [
+        "train", "HalfCheetah-v5", "--preset", "cleanrl-continuous", "--total-timesteps", "20480", "--device", "cpu",
+    ],
     "preset-tensor": ["train", "CartPole-v1", "--backend", "tensor", "--total-timesteps", "100000"],
     "width-tensor": [
         "train", "CartPole-v1", "--backend", "tensor", "--num-envs", "1024", "--num-steps", "64",
@@ -170,10 +172,12 @@ def main() -> None:
     pairs = 2 if args.quick else args.pairs
     header("before/after: two fastppo checkouts, alternating fresh processes")
     print(
-        f"date: {time.strftime('%Y-%m-%d %H:%M')}\nbefore: {args.before.resolve()}\nafter:  {args.after.resolve()}\npairs per row: {pairs}\n"
+        f"date: {time.strftime('%Y-%m-%d %H:%M')}\nbefore: {args.before.resolve()}\nafter:  "
+        f"{args.after.resolve()}\npairs per row: {pairs}\n"
     )
     print(
-        f"{'row':<16} {'before s':>9} {'after s':>9} {'after/before':>13} {'CPU after/before':>17}   steps (before | after)"
+        f"{'row':<16} {'before s':>9} {'after s':>9} {'after/before':>13} {'CPU after/before':>17}   steps "
+        "(before | after)"
     )
     for row in args.rows:
         command = list(ROWS[row])
@@ -200,13 +204,15 @@ def main() -> None:
             sps = {side: median([measure(r) for r in runs[side]]) for side in ("before", "after")}
             if not row.startswith("solve") and sps["before"] and sps["after"]:
                 print(
-                    f"{'':<16} {label}: before {sps['before']:,.0f}, after {sps['after']:,.0f}, after/before {sps['after'] / sps['before']:.3f}"
+                    f"{'':<16} {label}: before {sps['before']:,.0f}, after {sps['after']:,.0f}, after/before "
+                    f"{sps['after'] / sps['before']:.3f}"
                 )
         if not row.startswith("solve"):
             for side in ("before", "after"):
                 print(f"{'':<16} {side} time: {split_text(runs[side])}", flush=True)
     print(
-        f"\ncommand per row: python -m fastppo <row's args> --no-progress --no-tensorboard --run-dir <tmp>; {' '.join(sys.argv)}"
+        "\ncommand per row: python -m fastppo <row's args> --no-progress --no-tensorboard --run-dir <tmp>; "
+        f"{' '.join(sys.argv)}"
     )
     footer()
 

@@ -39,7 +39,8 @@ def main() -> None:
         r = run_fastppo(cfg)
         projected = "" if args.full else f", projected {full // 1000}k-step wall {full / r.sps:.0f} s"
         print(
-            f"{script:26} {env_id:15} {r.steps:8d} steps in {r.wall_s:6.1f} s = {r.sps:6.0f} SPS{projected}; last-20 return {r.last20:.1f}",
+            f"{script:26} {env_id:15} {r.steps:8d} steps in {r.wall_s:6.1f} s = {r.sps:6.0f} SPS{projected}; "
+            f"last-20 return {r.last20:.1f}",
             flush=True,
         )
     footer()

@@ -1,7 +1,8 @@
 """Data-parallel fastppo on torchrun: 1 rank vs 2 ranks on this machine, in the same run.
 
     python benchmarks/distributed.py                      # ~11 min on 2 cores at load 6-7
-    python benchmarks/distributed.py --seeds 1 --quick    # ~4 min there: 1 seed, half the HalfCheetah steps, no latency probe
+    python benchmarks/distributed.py --seeds 1 --quick    # ~4 min there: 1 seed, half the HalfCheetah steps,
+                                                          # no latency probe
 
 Every run is its own fresh process tree: 1 rank is `python distributed.py --child ...` (no
 torchrun, the single-process path), 2 ranks are `python -m torch.distributed.run --standalone
@@ -182,7 +183,8 @@ def main() -> None:
     base_sps = statistics.median(r["sps"] for r in rows["1 rank, 32 envs"])
     print(f"\n## CartPole-v1, preset (100k steps), seeds {' '.join(map(str, args.seeds))}\n")
     print(
-        "| setting | steady SPS | vs 1 rank | seconds to solve | last 20 | update s/iter | collectives in update: ms/update (calls) | outside: ms/iter |"
+        "| setting | steady SPS | vs 1 rank | seconds to solve | last 20 | update s/iter | collectives in "
+        "update: ms/update (calls) | outside: ms/iter |"
     )
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for name, results in rows.items():
@@ -193,14 +195,18 @@ def main() -> None:
         outside = statistics.median(1e3 * r["other_s"] / r["iterations"] for r in results)
         collectives = f"{inside:.1f} ({calls:.0f})" if calls else "-"
         print(
-            f"| {name} | {sps:,.0f} | {sps / base_sps:.2f}x | {fmt(solve)} | {fmt([r['last20'] for r in results], '.0f')} | "
-            f"{statistics.median(r['update_s_per_iteration'] for r in results):.3f} | {collectives} | {outside:.1f} |"
+            f"| {name} | {sps:,.0f} | {sps / base_sps:.2f}x | {fmt(solve)} | "
+            f"{fmt([r['last20'] for r in results], '.0f')} | "
+            f"{statistics.median(r['update_s_per_iteration'] for r in results):.3f} | {collectives} | "
+            f"{outside:.1f} |"
         )
     latencies = [r for results in rows.values() for r in results if "latency_3_us" in r]
     if latencies:
         print(
-            f"\nBare gloo all-reduce between the 2 ranks: {statistics.median(r['latency_3_us'] for r in latencies):.0f} us (3 floats), "
-            f"{statistics.median(r['latency_grad_us'] for r in latencies):.0f} us (9155 floats, CartPole's flat gradient)"
+            "\nBare gloo all-reduce between the 2 ranks: "
+            f"{statistics.median(r['latency_3_us'] for r in latencies):.0f} us (3 floats), "
+            f"{statistics.median(r['latency_grad_us'] for r in latencies):.0f} us (9155 floats, CartPole's flat "
+            "gradient)"
         )
     solved = {name: [r["solved_s"] for r in results if r["solved_s"] is not None] for name, results in rows.items()}
     base = statistics.median(solved["1 rank, 32 envs"] or [float("nan")])
@@ -216,7 +222,8 @@ def main() -> None:
     if not args.no_mujoco:
         total = 2 * 2 * 2048 if args.quick else 4 * 2 * 2048
         print(
-            f"\n## HalfCheetah-v5, preset (1 env x 2048 steps per rank, 10 epochs x 32 minibatches), {total} steps, seed {args.seeds[0]}\n"
+            f"\n## HalfCheetah-v5, preset (1 env x 2048 steps per rank, 10 epochs x 32 minibatches), {total} "
+            f"steps, seed {args.seeds[0]}\n"
         )
         print("| setting | steady SPS | vs 1 rank | update s/iter | collectives in update: ms/update (calls) |")
         print("|---|---:|---:|---:|---:|")
@@ -227,7 +234,8 @@ def main() -> None:
             calls = r["update_calls"] / r["iterations"]
             collectives = f"{1e3 * r['update_s'] / r['iterations']:.0f} ({calls:.0f})" if calls else "-"
             print(
-                f"| {name} | {r['sps']:,.0f} | {r['sps'] / base:.2f}x | {r['update_s_per_iteration']:.3f} | {collectives} |"
+                f"| {name} | {r['sps']:,.0f} | {r['sps'] / base:.2f}x | {r['update_s_per_iteration']:.3f} | "
+                f"{collectives} |"
             )
     footer()
 

@@ -39,7 +39,8 @@ def main() -> None:
     header(f"end of training of {args.run_dir}: last {LAST} training episodes and a deterministic evaluation")
     last, evaluated = [], []
     print(
-        f"| seed | steps | last {LAST} episodes | deterministic eval ({args.episodes} episodes, seed {args.eval_seed}) |\n|---|---|---|---|"
+        f"| seed | steps | last {LAST} episodes | deterministic eval ({args.episodes} episodes, seed "
+        f"{args.eval_seed}) |\n|---|---|---|---|"
     )
     for folder in seeds:
         meta = json.loads((find_checkpoint(folder) / "trainer.json").read_text())

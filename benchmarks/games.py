@@ -43,14 +43,20 @@ def training_speed(run_dir: Path) -> str:
     seconds = sum(sum(v for k, v in r.items() if k.startswith("time/")) for r in records)
     env = sum(r.get("time/env", 0.0) for r in records)
     steps = records[-1]["global_step"] if records else 0
-    return f"{steps} steps, {games:.0f} games in {seconds:.0f} s of rollouts and updates: {games / max(seconds, 1e-9):.1f} games/s, env {100 * env / max(seconds, 1e-9):.0f}% of the time"
+    return (
+        f"{steps} steps, {games:.0f} games in {seconds:.0f} s of rollouts and updates: "
+        f"{games / max(seconds, 1e-9):.1f} games/s, env {100 * env / max(seconds, 1e-9):.0f}% of the time"
+    )
 
 
 def row(opponent: str, results: GameResults) -> str:
     wins, draws, losses = (sum(getattr(s, k) for s in results.seats) for k in ("wins", "draws", "losses"))
     seats = "; ".join(f"{s.seat}: {s.wins}/{s.draws}/{s.losses}" for s in results.seats)
     mean = sum(s.total_return for s in results.seats) / max(results.games, 1)
-    return f"| {opponent} | {results.games} | {wins} / {draws} / {losses} | {seats} | {mean:+.3f} | {results.games_per_second:.1f} |"
+    return (
+        f"| {opponent} | {results.games} | {wins} / {draws} / {losses} | {seats} | {mean:+.3f} | "
+        f"{results.games_per_second:.1f} |"
+    )
 
 
 def main() -> None:
@@ -83,7 +89,8 @@ def main() -> None:
         + ([f"mcts:{n}" for n in args.mcts] if game == CONNECT_FOUR else [])
     )
     print(
-        "\n| opponent | games | agent W / D / L | per seat (agent's seat: W/D/L) | agent's mean return | games/s |\n|---|--:|---|---|--:|--:|"
+        "\n| opponent | games | agent W / D / L | per seat (agent's seat: W/D/L) | agent's mean return | games/s "
+        "|\n|---|--:|---|---|--:|--:|"
     )
     for spec in opponents:
         games = args.mcts_games if spec.startswith("mcts:") else args.games

@@ -46,7 +46,8 @@ def measure(label: str, env_id: str, preset: str | None, overrides: dict) -> flo
     run = run_fastppo(config)
     sps = steady_sps(run, config.batch_size)
     print(
-        f"{label:44} {run.steps:9d} steps, wall {run.wall_s:7.1f} s, steady {sps:10.0f} SPS, last-20 return {run.last20:.1f}",
+        f"{label:44} {run.steps:9d} steps, wall {run.wall_s:7.1f} s, steady {sps:10.0f} SPS, last-20 return "
+        f"{run.last20:.1f}",
         flush=True,
     )
     steady = run.timings[WARMUP_ROLLOUTS:]

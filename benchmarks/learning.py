@@ -45,8 +45,9 @@ def main() -> None:
         finals.append(final)
         reached = first_step_reaching(agent, args.target)
         print(
-            f"{args.env_id} seed {seed}: final {final:.1f} (last 20 episodes) after {agent.history[-1]['global_step']} steps, "
-            f"{wall:.0f} s; target {args.target} first reached at step {reached}"
+            f"{args.env_id} seed {seed}: final {final:.1f} (last 20 episodes) after "
+            f"{agent.history[-1]['global_step']} steps, {wall:.0f} s; target {args.target} first reached at step "
+            f"{reached}"
         )
     print(f"{args.env_id}: final return {np.mean(finals):.1f} ± {np.std(finals):.1f} over {len(finals)} seeds")
 

@@ -49,7 +49,8 @@ def main() -> None:
             seconds.append(time.perf_counter() - start)
             finals.append(float(np.mean(agent.episode_returns[-LAST_EPISODES:])))
             print(
-                f"{env_id} seed {seed}: final return {finals[-1]:.1f} in {seconds[-1]:.0f}s ({args.total_timesteps / seconds[-1]:.0f} SPS)",
+                f"{env_id} seed {seed}: final return {finals[-1]:.1f} in {seconds[-1]:.0f}s "
+                f"({args.total_timesteps / seconds[-1]:.0f} SPS)",
                 flush=True,
             )
         results.append(
@@ -67,7 +68,8 @@ def main() -> None:
     print("\n| env | steps | seeds | final return (mean ± std) | wall time / run | SPS |\n|---|---|---|---|---|---|")
     for r in results:
         print(
-            f"| {r['env']} | {r['steps']:,} | {r['seeds']} | {r['mean']:.1f} ± {r['std']:.1f} | {r['seconds']:.0f} s | {r['sps']:.0f} |"
+            f"| {r['env']} | {r['steps']:,} | {r['seeds']} | {r['mean']:.1f} ± {r['std']:.1f} | "
+            f"{r['seconds']:.0f} s | {r['sps']:.0f} |"
         )
     if args.json:
         with open(args.json, "w") as f:

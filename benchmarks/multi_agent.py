@@ -1,7 +1,7 @@
 """Multi-agent PPO on PettingZoo MPE: fastppo MAPPO and IPPO vs a random policy and vs a
 CleanRL-style IPPO (``reference_ippo.py``), same machine, same env-step budget, several seeds.
 
-    python multi_agent.py                                   # both tasks, seeds 1 2 3, 100k steps: 10 min on 2 quiet cores
+    python multi_agent.py                        # both tasks, seeds 1 2 3, 100k steps: 10 min on 2 quiet cores
     python multi_agent.py --tasks simple_spread_v3 --seeds 1 --total-timesteps 16000   # a quick check (~1 min)
 
 Tasks: ``simple_spread_v3`` (3 agents cover 3 landmarks; shared and collision rewards) and
@@ -231,7 +231,8 @@ def summarise(results: dict, tasks: list[str], final_window: float) -> str:
     for task in tasks:
         lines += [
             f"\n### {task}\n",
-            "| row | team return, mean [95% CI] | per seed | SPS | SPS per CPU s | cold s | vs reference: return | SPS | SPS per CPU s |",
+            "| row | team return, mean [95% CI] | per seed | SPS | SPS per CPU s | cold s | vs reference: return "
+            "| SPS | SPS per CPU s |",
             "|---|---:|---|---:|---:|---:|---:|---:|---:|",
         ]
         ref = results[task].get("reference IPPO")
@@ -312,8 +313,9 @@ def main() -> None:
                 result = run_row(row, task, seed, steps, hp, args.final_window)
                 results[task].setdefault(row, []).append(result)
                 print(
-                    f"{task} seed {seed} {row}: {score(result, args.final_window, row == 'random'):.1f} after {result['steps']} steps, "
-                    f"{result['steps'] / result['wall_s']:.0f} SPS, {result['steps'] / result['cpu_s']:.0f} per CPU s, {result['cold_s']:.0f} s cold",
+                    f"{task} seed {seed} {row}: {score(result, args.final_window, row == 'random'):.1f} after "
+                    f"{result['steps']} steps, {result['steps'] / result['wall_s']:.0f} SPS, "
+                    f"{result['steps'] / result['cpu_s']:.0f} per CPU s, {result['cold_s']:.0f} s cold",
                     flush=True,
                 )
                 Path(args.out).write_text(json.dumps({"steps": steps, "seeds": args.seeds, "results": results}))

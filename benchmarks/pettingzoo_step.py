@@ -3,9 +3,10 @@ own ``parallel_env.step`` vs fastppo's direct MPE step (``fastppo.envs.mpe.paral
 bare copies (observations concatenated) and through ``PettingZooVecEnv`` (torch rows in and out,
 the trainer's path), there also with the copies stepped all at once
 (``fastppo.envs.mpe.BatchedWorlds``, fastppo's default for both tasks), and the same rows on
-``--backend async`` (the copies split among this process and worker processes, one per CPU). The variants take turns in one process, round after
-round, so that the load of a shared machine touches them alike; CPU time (the workers' included)
-is the steadier measure of work, wall time the one that async can improve.
+``--backend async`` (the copies split among this process and worker processes, one per CPU). The
+variants take turns in one process, round after round, so that the load of a shared machine
+touches them alike; CPU time (the workers' included) is the steadier measure of work, wall time
+the one that async can improve.
 
     python benchmarks/pettingzoo_step.py                                  # both tasks, 8 copies, IPPO rows
     python benchmarks/pettingzoo_step.py --tasks simple_spread_v3 --algorithm mappo --rounds 3
@@ -106,7 +107,8 @@ def main() -> None:
         f"PettingZoo MPE env steps per CPU second: {', '.join(args.tasks)}; {args.copies} copies, {args.algorithm} rows"
     )
     print(
-        "| task | variant | env steps per CPU s | vs PettingZoo's step | env steps per wall s | vs sync direct, wall |\n|---|---|---:|---:|---:|---:|"
+        "| task | variant | env steps per CPU s | vs PettingZoo's step | env steps per wall s | vs sync direct, "
+        "wall |\n|---|---|---:|---:|---:|---:|"
     )
     for task in args.tasks:
         variants = {
@@ -137,7 +139,8 @@ def main() -> None:
                 flush=True,
             )
     print(
-        f"\n{args.copies} copies, max_cycles 25, random actions, {args.rounds} rounds x {args.steps} steps per variant, {args.algorithm} rows"
+        f"\n{args.copies} copies, max_cycles 25, random actions, {args.rounds} rounds x {args.steps} steps per "
+        f"variant, {args.algorithm} rows"
     )
     footer()
 

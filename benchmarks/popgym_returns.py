@@ -75,12 +75,14 @@ def main() -> None:
         mmers.append(mmer)
         finals.append(final)
         print(
-            f"seed {seed}: MMER {mmer:.3f}, final {final:.3f} (last {WINDOW} episodes) after {agent.history[-1]['global_step']} steps, "
-            f"{args.target} first reached at step {reached}, {wall:.0f} s ({agent.history[-1]['global_step'] / wall:.0f} SPS)",
+            f"seed {seed}: MMER {mmer:.3f}, final {final:.3f} (last {WINDOW} episodes) after "
+            f"{agent.history[-1]['global_step']} steps, {args.target} first reached at step {reached}, "
+            f"{wall:.0f} s ({agent.history[-1]['global_step'] / wall:.0f} SPS)",
             flush=True,
         )
     print(
-        f"MMER {np.mean(mmers):.3f} ± {np.std(mmers):.3f}, final {np.mean(finals):.3f} ± {np.std(finals):.3f} over seeds {' '.join(map(str, args.seeds))}"
+        f"MMER {np.mean(mmers):.3f} ± {np.std(mmers):.3f}, final {np.mean(finals):.3f} ± {np.std(finals):.3f} "
+        f"over seeds {' '.join(map(str, args.seeds))}"
     )
     footer()
 

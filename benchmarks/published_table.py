@@ -260,7 +260,9 @@ def main() -> None:
             else f"{sum(spent.values()) / max(len(spent), 1):.0f} s per seed"
         )
         print(
-            f"| {row.env} | {row.budget:,} | {len(score['seeds'].split())} | {float(score['iqm']):.1f} [{float(score['iqm_low']):.1f}, {float(score['iqm_high']):.1f}] | {float(score['mean']):.1f} | {float(score['median']):.1f} | {row.published} ({row.source}) | {wall} |"
+            f"| {row.env} | {row.budget:,} | {len(score['seeds'].split())} | {float(score['iqm']):.1f} "
+            f"[{float(score['iqm_low']):.1f}, {float(score['iqm_high']):.1f}] | {float(score['mean']):.1f} | "
+            f"{float(score['median']):.1f} | {row.published} ({row.source}) | {wall} |"
         )
     footer()
     if args.plot:

@@ -226,7 +226,8 @@ def check_preset(extra: dict[str, Any]) -> None:
     config = fastppo_config(preset_overrides(1, "sync", extra))
     if config.policy.memory == "none":
         sys.exit(
-            f'no recurrent {ENV_ID} preset found (src/fastppo/presets/{ENV_ID}.yaml): pass a provisional one with --overrides \'{{"policy.memory": "gru", ...}}\''
+            f"no recurrent {ENV_ID} preset found (src/fastppo/presets/{ENV_ID}.yaml): pass a provisional one "
+            'with --overrides \'{"policy.memory": "gru", ...}\''
         )
 
 
@@ -273,7 +274,8 @@ def main() -> None:
     if "sps" in args.rows:
         steps = args.sps_steps or (5_120 if args.quick else 12_800)
         print(
-            f"\n## identical hyperparameters (rl-zoo's CartPoleNoVel-v1, LSTM 64): SPS over {steps} steps, set-up included (higher is better)"
+            f"\n## identical hyperparameters (rl-zoo's CartPoleNoVel-v1, LSTM 64): SPS over {steps} steps, "
+            "set-up included (higher is better)"
         )
         sb3_wall, sb3_steps, _, _ = sb3_run(steps, seed=1)
         sb3_sps = sb3_steps / sb3_wall
@@ -289,7 +291,8 @@ def main() -> None:
 
     if "cold" in args.rows:
         print(
-            f"\n## time to solve {ENV_ID} (last 20 episodes >= {SOLVED_RETURN:.0f}) in a fresh process: seconds from launching python to solved (lower is better)"
+            f"\n## time to solve {ENV_ID} (last 20 episodes >= {SOLVED_RETURN:.0f}) in a fresh process: seconds "
+            "from launching python to solved (lower is better)"
         )
         cold: dict[str, list[float]] = {library: [] for library in COLD_LIBRARIES}
         for seed in seeds:
@@ -314,7 +317,8 @@ def main() -> None:
 
     if "framestack" in args.rows:
         print(
-            f"\n## is it memory that solves {ENV_ID}? seconds from the call to solved, else the last 20 episodes at the budget"
+            f"\n## is it memory that solves {ENV_ID}? seconds from the call to solved, else the last 20 episodes "
+            "at the budget"
         )
         runs = {
             "MLP on [x, theta]": (ENV_ID, "CartPole-v1", {"total_timesteps": args.framestack_budget}),

@@ -227,7 +227,10 @@ class ParallelCopies:
         )
 
 
-def layer_init(layer, std=np.sqrt(2), bias_const=0.0):
+ROOT_2 = np.sqrt(2)  # CleanRL's orthogonal gain for hidden layers
+
+
+def layer_init(layer, std=ROOT_2, bias_const=0.0):
     torch.nn.init.orthogonal_(layer.weight, std)
     torch.nn.init.constant_(layer.bias, bias_const)
     return layer
@@ -372,7 +375,7 @@ if __name__ == "__main__":
         # Optimizing the policy and value network
         b_inds = np.arange(args.batch_size)
         clipfracs = []
-        for epoch in range(args.update_epochs):
+        for _epoch in range(args.update_epochs):
             np.random.shuffle(b_inds)
             for start in range(0, args.batch_size, args.minibatch_size):
                 end = start + args.minibatch_size
@@ -427,7 +430,8 @@ if __name__ == "__main__":
 
         if not args.quiet and iteration % 10 == 0:
             print(
-                f"iteration={iteration}, SPS={int(global_step / (time.time() - start_time))}, approx_kl={approx_kl.item():.4f}"
+                f"iteration={iteration}, SPS={int(global_step / (time.time() - start_time))}, "
+                f"approx_kl={approx_kl.item():.4f}"
             )
 
     wall, cpu = time.time() - start_time, time.process_time() - start_cpu

@@ -53,9 +53,10 @@ def main() -> None:
     build(work / "base")
     data = work / "pairs.jsonl"
     data.write_text("".join(json.dumps(row) + "\n" for row in pairs(args.pairs, seed=0)))
-    command = [sys.executable, "-m", "fastppo", "reward-model", "--model", str(work / "base"), "--data", str(data), "--output-dir", str(output),
-               "--eval-split", "0.2", "--eval-every", "10", "--epochs", str(args.epochs), "--batch-size", "16", "--learning-rate", "1e-3",
-               "--max-length", "64", "--device", "cpu", "--no-progress"]  # fmt: skip
+    command = [sys.executable, "-m", "fastppo", "reward-model", "--model", str(work / "base"), "--data", str(data),
+               "--output-dir", str(output), "--eval-split", "0.2", "--eval-every", "10", "--epochs", str(args.epochs),
+               "--batch-size", "16", "--learning-rate", "1e-3", "--max-length", "64", "--device", "cpu",
+               "--no-progress"]  # fmt: skip
     print(" ".join(command[2:]).replace(str(work), "$WORK"))
     start = time.perf_counter()
     subprocess.run(command, check=True, cwd=ROOT)

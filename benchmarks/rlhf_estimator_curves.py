@@ -49,8 +49,9 @@ sys.path.insert(0, str(ROOT))
 from examples.rlhf_tiny import build  # noqa: E402
 
 ESTIMATORS = {"PPO (gae, value head)": "gae", "GRPO": "grpo", "RLOO": "rloo"}
-SHARED_FLAGS = ["--num-generations", "4", "--prompts-per-step", "16", "--mini-batch-size", "16", "--learning-rate", "3e-3",
-                "--kl-warn", "30", "--save-every", "0", "--device", "cpu", "--torch-threads", "1", "--no-progress"]  # fmt: skip
+SHARED_FLAGS = ["--num-generations", "4", "--prompts-per-step", "16", "--mini-batch-size", "16",
+                "--learning-rate", "3e-3", "--kl-warn", "30", "--save-every", "0", "--device", "cpu",
+                "--torch-threads", "1", "--no-progress"]  # fmt: skip
 MAX_NEW_TOKENS = {"tiny": 6, "sentiment": 16}
 REWARD, KL = "rlhf/reward_mean", "rlhf/kl_ref"
 START_STEPS, END_STEPS = 3, 5
@@ -76,7 +77,8 @@ def prepare_tiny(out: Path) -> Task:
 
 
 def prepare_sentiment(out: Path, policy: Path) -> Task:
-    """The reward model of reward_model_sentiment.py (trained by that script, once) and its review openings as prompts."""
+    """The reward model of reward_model_sentiment.py (trained by that script, once) and its review openings as
+    prompts."""
     reward_model = out / "sentiment-reward-model"
     if not (reward_model / "model.safetensors").exists():
         subprocess.run(
@@ -102,9 +104,10 @@ def run_once(task: Task, estimator: str, seed: int, steps: int, run_dir: Path) -
         return rows, float(wall_file.read_text())
     shutil.rmtree(run_dir, ignore_errors=True)  # metrics.jsonl is appended to: start clean
     run_dir.mkdir(parents=True)
-    command = [sys.executable, "-m", "fastppo", "rlhf", "--model", str(task.model), "--reward", task.reward, "--prompts", str(task.prompts),
-               "--estimator", estimator, "--seed", str(seed), "--steps", str(steps), "--max-new-tokens", str(MAX_NEW_TOKENS[task.name]),
-               *SHARED_FLAGS, "--output-dir", str(run_dir)]  # fmt: skip
+    command = [sys.executable, "-m", "fastppo", "rlhf", "--model", str(task.model), "--reward", task.reward,
+               "--prompts", str(task.prompts), "--estimator", estimator, "--seed", str(seed), "--steps", str(steps),
+               "--max-new-tokens", str(MAX_NEW_TOKENS[task.name]), *SHARED_FLAGS,
+               "--output-dir", str(run_dir)]  # fmt: skip
     start = time.perf_counter()
     with (run_dir / "log.txt").open("w") as log:
         subprocess.run(command, check=True, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
@@ -130,7 +133,8 @@ def mean_ci(values: list[float]) -> str:
 
 def table(task: str, results: Runs, seeds: int) -> str:
     lines = [f"**{task}** ({seeds} seeds; mean [95% bootstrap CI])", "",
-             f"| estimator | reward, steps 1-{START_STEPS} | reward, last {END_STEPS} steps | KL to reference, last {END_STEPS} steps (nats) | wall s per run (min-max) |",
+             f"| estimator | reward, steps 1-{START_STEPS} | reward, last {END_STEPS} steps | KL to reference, "
+             f"last {END_STEPS} steps (nats) | wall s per run (min-max) |",
              "|---|---:|---:|---:|---:|"]  # fmt: skip
     for label, runs in results.items():
         start = [curve(rows, REWARD)[:START_STEPS].mean() for rows, _ in runs]
@@ -138,7 +142,8 @@ def table(task: str, results: Runs, seeds: int) -> str:
         kl = [curve(rows, KL)[-END_STEPS:].mean() for rows, _ in runs]
         walls = [wall for _, wall in runs]
         lines.append(
-            f"| {label} | {mean_ci(start)} | {mean_ci(end)} | {mean_ci(kl)} | {np.mean(walls):.0f} ({min(walls):.0f}-{max(walls):.0f}) |"
+            f"| {label} | {mean_ci(start)} | {mean_ci(end)} | {mean_ci(kl)} | {np.mean(walls):.0f} "
+            f"({min(walls):.0f}-{max(walls):.0f}) |"
         )
     return "\n".join(lines)
 
@@ -202,7 +207,8 @@ def main() -> None:
                 )
                 results[label].append((rows, wall))
                 print(
-                    f"{task.name} {estimator} seed {seed}: reward {rows[0][REWARD]:.3f} -> {rows[-1][REWARD]:.3f}, KL {rows[-1][KL]:.2f}, {wall:.0f} s",
+                    f"{task.name} {estimator} seed {seed}: reward {rows[0][REWARD]:.3f} -> "
+                    f"{rows[-1][REWARD]:.3f}, KL {rows[-1][KL]:.2f}, {wall:.0f} s",
                     flush=True,
                 )
     for task, results in all_results.items():

@@ -175,11 +175,13 @@ def main() -> None:
         else "cuda (none found)"
     )
     header(
-        f"fastppo rlhf tokens/s on {where}, {torch.get_num_threads()} CPU threads, {args.batch} prompts per generate call, {date.today()}"
+        f"fastppo rlhf tokens/s on {where}, {torch.get_num_threads()} CPU threads, {args.batch} prompts per "
+        f"generate call, {date.today()}"
     )
     vllm_columns = " vLLM generate tok/s | vLLM / HF |" if args.vllm else ""
     print(
-        f"| model | parameters | generate tok/s |{vllm_columns} rollout tok/s | train tok/s | rollout s/step | update s/step | completion tokens |"
+        f"| model | parameters | generate tok/s |{vllm_columns} rollout tok/s | train tok/s | rollout s/step | "
+        "update s/step | completion tokens |"
     )
     print("|---|---|---|" + "---|---|" * args.vllm + "---|---|---|---|---|")
     for name in args.models:
@@ -195,8 +197,10 @@ def main() -> None:
                     vllm_cells = f" {exc} | — |"
             figures = training_figures(Path(folder), args.steps, args.device)
         print(
-            f"| {name} | {params / 1e6:.2f}M | {generated:.0f} |{vllm_cells} {figures['perf/tokens_generated_per_s']:.0f} | {figures['perf/tokens_trained_per_s']:.0f} "
-            f"| {figures['time/rollout_s']:.2f} | {figures['time/update_s']:.2f} | {figures['rlhf/response_length']:.1f} |",
+            f"| {name} | {params / 1e6:.2f}M | {generated:.0f} |{vllm_cells} "
+            f"{figures['perf/tokens_generated_per_s']:.0f} | {figures['perf/tokens_trained_per_s']:.0f} | "
+            f"{figures['time/rollout_s']:.2f} | {figures['time/update_s']:.2f} | "
+            f"{figures['rlhf/response_length']:.1f} |",
             flush=True,
         )
     footer()

@@ -263,7 +263,8 @@ def main() -> None:
         )
         ours = run_fastppo(cfg)
         print(
-            f"CartPole-v1  4 envs x 128, {cart_steps} steps: fastppo {ours.sps:8.0f} SPS  SB3 {sb3_steps / sb3_wall:8.0f} SPS  ratio {ours.sps / (sb3_steps / sb3_wall):.2f}x",
+            f"CartPole-v1  4 envs x 128, {cart_steps} steps: fastppo {ours.sps:8.0f} SPS  SB3 "
+            f"{sb3_steps / sb3_wall:8.0f} SPS  ratio {ours.sps / (sb3_steps / sb3_wall):.2f}x",
             flush=True,
         )
         sps["CartPole-v1"] = (ours.sps, sb3_steps / sb3_wall)
@@ -288,7 +289,8 @@ def main() -> None:
         )
         ours = run_fastppo(cfg)
         print(
-            f"{args.halfcheetah} 1 env x 2048, {hc_steps} steps: fastppo {ours.sps:8.0f} SPS  SB3 {sb3_steps / sb3_wall:8.0f} SPS  ratio {ours.sps / (sb3_steps / sb3_wall):.2f}x",
+            f"{args.halfcheetah} 1 env x 2048, {hc_steps} steps: fastppo {ours.sps:8.0f} SPS  SB3 "
+            f"{sb3_steps / sb3_wall:8.0f} SPS  ratio {ours.sps / (sb3_steps / sb3_wall):.2f}x",
             flush=True,
         )
         sps[args.halfcheetah] = (ours.sps, sb3_steps / sb3_wall)
@@ -343,7 +345,8 @@ def main() -> None:
                 )
     if "cold" in args.rows:
         print(
-            "\n## time to solve CartPole-v1 in a fresh process: seconds from launching python to solved, start-up, imports and set-up included (lower is better)"
+            "\n## time to solve CartPole-v1 in a fresh process: seconds from launching python to solved, "
+            "start-up, imports and set-up included (lower is better)"
         )
         cold = solve.setdefault("fresh process, start-up included", {library: [] for library in COLD_LIBRARIES})
         for seed in seeds:

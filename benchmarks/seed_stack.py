@@ -6,7 +6,8 @@ SB3 rl-zoo runs, CartPole-v1, wall time until every seed is solved.
     python benchmarks/seed_stack.py --seeds 8 --sb3-seeds 2 --single-seeds 8   # ~2 min
     python benchmarks/seed_stack.py --compile --threads 1 2   # a stack row per (compile, threads)
     python benchmarks/seed_stack.py --rows width         # seconds per seed-step vs stack width
-    python benchmarks/seed_stack.py --rows width --widths 1 8 64 --width-steps 8192 --threads 1 --plot seed_stack_width.png   # ~30 s, and its plot
+    python benchmarks/seed_stack.py --rows width --widths 1 8 64 --width-steps 8192 --threads 1 \
+        --plot seed_stack_width.png                      # ~30 s, and its plot
     python benchmarks/seed_stack.py --preset cleanrl-discrete --single-seeds 16   # CleanRL's ppo.py settings
     python benchmarks/seed_stack.py --rows matmul        # the stack's update against its matmuls alone
 
@@ -48,6 +49,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -77,9 +79,12 @@ def stacked(
     from tempfile import mkdtemp
 
     parent = Path(mkdtemp()) / "stack"
-    command = [sys.executable, "-m", "fastppo.cli", "train", "CartPole-v1", "--backend", "tensor", "--seeds", f"1-{seeds}", "--stop-return", str(SOLVED_RETURN),
-               "--stop-window", "20", "--checkpoint-every", "0", "--no-tensorboard", "--no-progress", "--device", device, "--run-dir", str(parent),
-               *(["--preset", preset] if preset else []), *(["--compile"] if compile else []), *(["--run.torch-threads", str(threads)] if threads else [])]  # fmt: skip
+    command = [sys.executable, "-m", "fastppo.cli", "train", "CartPole-v1", "--backend", "tensor",
+               "--seeds", f"1-{seeds}", "--stop-return", str(SOLVED_RETURN), "--stop-window", "20",
+               "--checkpoint-every", "0", "--no-tensorboard", "--no-progress", "--device", device,
+               "--run-dir", str(parent),
+               *(["--preset", preset] if preset else []), *(["--compile"] if compile else []),
+               *(["--run.torch-threads", str(threads)] if threads else [])]  # fmt: skip
     launch = time.time()
     out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
     ended = time.time()
@@ -132,7 +137,11 @@ def width_child(preset: str, seeds: int, threads: int, steps: int, device: str) 
 
 
 def width_rows(
-    widths: list[int], threads: list[int], steps: int, device: str = "cpu", presets: list[str] = list(WIDTH_PRESETS)
+    widths: list[int],
+    threads: list[int],
+    steps: int,
+    device: str = "cpu",
+    presets: Sequence[str] = tuple(WIDTH_PRESETS),
 ) -> dict[str, list[float]]:
     """Print the table; return each row's seconds per seed-step by width, keyed by its label."""
     rows: dict[str, list[float]] = {}
@@ -234,13 +243,19 @@ def matmul_rows(seeds: int, preset: str | None, device: str, repeats: int = 10) 
         w = torch.randn(seeds, out_features, in_features, device=device)
         b = torch.randn(seeds, 1, out_features, device=device)
         g = torch.randn(seeds, rows, out_features, device=device)
-        products = [lambda: torch.baddbmm(b, x, w.transpose(1, 2)), lambda: torch.bmm(g.transpose(1, 2), x)]
+        # each product binds this layer's tensors (timed right here, but bound all the same)
+        products = [
+            lambda b=b, x=x, w=w: torch.baddbmm(b, x, w.transpose(1, 2)),
+            lambda g=g, x=x: torch.bmm(g.transpose(1, 2), x),
+        ]
         if in_features != obs_features:  # the observation needs no gradient
-            products.append(lambda: torch.bmm(g, w))
+            products.append(lambda g=g, w=w: torch.bmm(g, w))
         seconds += steps * sum(timed(product) for product in products)
         flops += steps * len(products) * 2 * seeds * rows * in_features * out_features
     print(
-        f"\n## one update of {seeds} stacked seeds ({config.ppo.update_epochs} epochs x {config.ppo.num_minibatches} minibatches of {rows} rows per seed, {torch.get_num_threads()} torch threads, {device})"
+        f"\n## one update of {seeds} stacked seeds ({config.ppo.update_epochs} epochs x "
+        f"{config.ppo.num_minibatches} minibatches of {rows} rows per seed, {torch.get_num_threads()} torch "
+        f"threads, {device})"
     )
     print("| | ms per update | share | GFLOP/s |")
     print("|---|--:|--:|--:|")
@@ -267,7 +282,8 @@ def solve_rows(
     take (this VM's varies by a third over an hour) weighs on both sides alike; a stack row is the
     mean of its runs. SB3's runs come last."""
     print(
-        f"\n## {n} CartPole-v1 seeds, fastppo preset {preset or 'CartPole-v1'}, the stack on {device}: wall time until all are solved (fresh processes, start-up included)"
+        f"\n## {n} CartPole-v1 seeds, fastppo preset {preset or 'CartPole-v1'}, the stack on {device}: wall time "
+        "until all are solved (fresh processes, start-up included)"
     )
     configs = [(compiled, n_threads) for compiled in ((False, True) if compile else (False,)) for n_threads in threads]
     timed: dict[tuple[bool, int], list[tuple[float, int]]] = {
@@ -287,7 +303,8 @@ def solve_rows(
             seconds, times, steps = stacked(n, *config, preset, device)
             timed[config].append((seconds, sum(t is None for t in times)))
             print(
-                f"{stack_name(*config)}: {seconds:.1f} s ({steps} steps per seed; {timed[config][-1][1]} unsolved); first seed solved at {min(t for t in times if t):.1f} s",
+                f"{stack_name(*config)}: {seconds:.1f} s ({steps} steps per seed; {timed[config][-1][1]} "
+                f"unsolved); first seed solved at {min(t for t in times if t):.1f} s",
                 flush=True,
             )
 
@@ -370,13 +387,15 @@ def main() -> None:
         type=nonnegative,
         nargs="+",
         default=[0],
-        help="torch threads (a row each; default 0: fastppo's own choice: a single run 1; stacked seeds on CPU a process per core, 1 thread each)",
+        help="torch threads (a row each; default 0: fastppo's own choice: a single run 1; stacked seeds on CPU a "
+        "process per core, 1 thread each)",
     )
     parser.add_argument(
         "--stack-runs",
         type=positive,
         default=2,
-        help="solve rows: times each stack runs, spread over the single runs (default 2: before and after them); its row is their mean",
+        help="solve rows: times each stack runs, spread over the single runs (default 2: before and after them); "
+        "its row is their mean",
     )
     parser.add_argument(
         "--widths", type=positive, nargs="+", default=[1, 8, 64], help="width rows: seeds per process (1: a single run)"

@@ -10,9 +10,9 @@ Each trial starts from the env's preset, draws one value per hyperparameter of t
 trains until the last 20 episodes average >= 475 (or the budget runs out) for every seed, and
 appends one JSON line: the hyperparameters, the median and worst seconds to solve (a failed
 seed counts as twice its wall time), the median steps and each seed's figures. ``--configs``
-screens a given list of override sets instead of random draws (``{}``: the preset itself). The best trials are printed at the
-end; re-check a winner over more seeds with ``sb3_compare.py``, ``learning.py`` or
-``recurrent.py`` before making it a preset.
+screens a given list of override sets instead of random draws (``{}``: the preset itself). The
+best trials are printed at the end; re-check a winner over more seeds with ``sb3_compare.py``,
+``learning.py`` or ``recurrent.py`` before making it a preset.
 """
 
 from __future__ import annotations

@@ -8,10 +8,14 @@ from pathlib import Path
 import imageio.v2 as imageio
 import numpy as np
 import pytest
+import torch
 
 import fastppo
+from fastppo.agents.agent import build_agent
 from fastppo.agents.evaluation import EvalResult
+from fastppo.agents.evaluation import record as run_recording
 from fastppo.cli.main import main
+from fastppo.envs.make import policy_spaces
 
 
 @pytest.fixture(scope="module")
@@ -173,3 +177,14 @@ def test_capture_video_records_episodes_during_training(tmp_path):
     videos = sorted((tmp_path / "videos").glob("episode-*.mp4"))
     assert [v.name for v in videos[:2]] == ["episode-000000.mp4", "episode-000001.mp4"]
     assert frames(videos[0]) > 1
+
+
+def test_record_plays_a_pettingzoo_agent_of_an_async_run_in_process(tmp_path):
+    """Worker processes have no frames to hand over: the recorded copy is built in this process
+    whatever backend the agent trained on."""
+    env_id = "pz:mpe2.simple_spread_v3"
+    config = fastppo.make_config(env_id, "cleanrl-discrete", {"backend": "async", "num_envs": 2})
+    observation_space, action_space, layout = policy_spaces(config)
+    agent = build_agent(config, observation_space, action_space, torch.device("cpu"), layout)
+    out, result, written = run_recording(agent, tmp_path / "spread.mp4", episodes=1, env_id=env_id, seed=0)
+    assert written == frames(out) == result.lengths[0] + 1  # the first frame, then one per step

@@ -9,7 +9,7 @@ import signal
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 import numpy as np
@@ -64,10 +64,10 @@ class Agent:
     """The signal (SIGINT, SIGTERM) that stopped ``fastppo.train`` before its total_timesteps, after
     saving a checkpoint to resume from; None when training ran to its end (and after ``load``)."""
     from_folder: bool = False
-    pettingzoo: PettingZooAgents | None = None
-    """A multi-agent policy's PettingZoo agents: ``act`` and ``step`` then take a dict of their own observations."""
     """Read from a run folder (``load_agent``): its config is the folder's word, so the env it
     names is built only if that imports no user code (fastppo.env_ids.folder_env_id)."""
+    pettingzoo: PettingZooAgents | None = None
+    """A multi-agent policy's PettingZoo agents: ``act`` and ``step`` then take a dict of their own observations."""
 
     @property
     def final_return(self) -> float | None:
@@ -107,8 +107,8 @@ class Agent:
         env publishes in ``infos`` come as ``action_mask={agent: mask}``."""
         if self.policy.recurrent:
             raise ValueError(
-                "this agent has a recurrent policy: carry its state, state = agent.initial_state(batch_size) at episode start, "
-                "then action, state = agent.step(obs, state)"
+                "this agent has a recurrent policy: carry its state, state = agent.initial_state(batch_size) at "
+                "episode start, then action, state = agent.step(obs, state)"
             )
         if isinstance(obs, Mapping):
             names, obs, action_mask = self._agent_rows(obs, action_mask)
@@ -124,7 +124,9 @@ class Agent:
         if isinstance(batch_size, int):
             return self.policy.initial_state(batch_size)
         names = list(batch_size)
-        return dict(zip(names, self.policy.initial_state(len(names)).unbind()))
+        state = self.policy.initial_state(len(names))
+        assert state is not None  # a recurrent policy's
+        return dict(zip(names, state.unbind()))
 
     def step(self, obs: Any, state: Any, deterministic: bool = False, action_mask: Any = None) -> tuple[Any, Any]:
         """A recurrent agent's ``act``: (actions, next state) for one observation or a batch and
@@ -143,7 +145,8 @@ class Agent:
             missing = [name for name in names if name not in state]
             if missing:
                 raise ValueError(
-                    f"agent.step got no state for {missing[0]!r}: start each agent's episode from agent.initial_state(env.possible_agents)"
+                    f"agent.step got no state for {missing[0]!r}: start each agent's episode from "
+                    "agent.initial_state(env.possible_agents)"
                 )
             actions, states = self.step(
                 rows,
@@ -156,7 +159,8 @@ class Agent:
         state = torch.as_tensor(state, dtype=next(self.policy.parameters()).dtype, device=self.device)
         if tuple(state.shape) != (obs_t.shape[0], self.policy.state_size):
             raise ValueError(
-                f"agent.step got a state of shape {tuple(state.shape)} for {obs_t.shape[0]} observations; expected {(obs_t.shape[0], self.policy.state_size)}"
+                f"agent.step got a state of shape {tuple(state.shape)} for {obs_t.shape[0]} observations; "
+                f"expected {(obs_t.shape[0], self.policy.state_size)}"
             )
         action, state = self.policy.predict(obs_t, mask_t, deterministic, state)
         return self._env_actions(action, single), state
@@ -169,14 +173,16 @@ class Agent:
             raise ValueError(
                 "agent.act takes a dict of observations for a policy trained on a PettingZoo env (pz:<module>) only"
                 if self.layout == ObservationLayout()
-                else "this agent does not know its PettingZoo agents' spaces (saved by an older fastppo): pass the rows training built, or train it again"
+                else "this agent does not know its PettingZoo agents' spaces (saved by an older fastppo): pass "
+                "the rows training built, or train it again"
             )
         if action_mask is not None and not isinstance(action_mask, Mapping):
             raise ValueError("with a dict of observations, give the masks as a dict too: action_mask={agent: mask}")
         names, rows, masks = self.pettingzoo.rows(self.config.multi_agent, observations, action_mask)
         if self.action_masks and masks is None:
             raise ValueError(
-                "this agent was trained with action masks: give each agent's, in its Dict observation's 'action_mask' or as action_mask={agent: infos[agent]['action_mask']}"
+                "this agent was trained with action masks: give each agent's, in its Dict observation's "
+                "'action_mask' or as action_mask={agent: infos[agent]['action_mask']}"
             )
         return names, rows, masks
 
@@ -186,7 +192,8 @@ class Agent:
         single = tuple(obs_t.shape) == self.obs_shape
         if not single and tuple(obs_t.shape[1:]) != self.obs_shape:
             raise ValueError(
-                f"agent.act got an observation of shape {tuple(obs_t.shape)}; this agent takes {self.obs_shape} (one) or [batch, *{self.obs_shape}]"
+                f"agent.act got an observation of shape {tuple(obs_t.shape)}; this agent takes {self.obs_shape} "
+                f"(one) or [batch, *{self.obs_shape}]"
             )
         if single:
             obs_t = obs_t.unsqueeze(0)
@@ -200,17 +207,19 @@ class Agent:
                 allowed := mask_t.flatten(1).any(dim=1)
             ).all():  # a masked softmax of no action would still sample one
                 raise ValueError(
-                    f"agent.act got an action mask that allows no action (row {int((~allowed).nonzero()[0, 0])}): a mask needs at least one True, the legal moves"
+                    "agent.act got an action mask that allows no action (row "
+                    f"{int((~allowed).nonzero()[0, 0])}): a mask needs at least one True, the legal moves"
                 )
         elif self.action_masks:
             raise ValueError(
-                "this agent was trained with action masks: pass the env's mask, agent.act(obs, action_mask=info['action_mask'])"
+                "this agent was trained with action masks: pass the env's mask, agent.act(obs, "
+                "action_mask=info['action_mask'])"
             )
         return self.normalize(obs_t), mask_t, single
 
     def _env_actions(self, action: torch.Tensor, single: bool) -> np.ndarray:
-        action = self.policy.action_head.env_action(action).cpu().numpy()
-        return action[0] if single else action
+        actions = self.policy.action_head.env_action(action).cpu().numpy()
+        return actions[0] if single else actions
 
     def save(self, directory: str | Path) -> None:
         """policy.safetensors (weights + obs statistics) and agent.json (config and spaces, as
@@ -258,7 +267,8 @@ def build_agent(
     layout = layout or ObservationLayout()
     policy_class = GroupedActorCritic if layout.groups else ActorCritic
     policy = policy_class(observation_space, action_space, config.policy, layout).to(device)
-    shape = observation_space.shape
+    box = cast(gym.spaces.Box, observation_space)  # the policy refuses any other (policies.actor_critic.make_encoder)
+    shape = box.shape
     # The trailing raw columns (agent ids) have no statistics: RunningMeanStd passes them through.
     obs_rms = (
         RunningMeanStd((shape[0] - layout.raw,) if layout.raw else shape, statistics_device or device)
@@ -268,7 +278,7 @@ def build_agent(
     return Agent(
         policy=policy,
         config=config,
-        observation_space=observation_space,
+        observation_space=box,
         action_space=action_space,
         obs_rms=obs_rms,
         layout=layout,
@@ -291,7 +301,8 @@ def load_agent(directory: str | Path, device: str | torch.device = "cpu", env_id
             directory = find_checkpoint(directory)
         elif seeds := seed_folders(directory):
             raise FastPPOError(
-                f"{directory} holds the runs of {len(seeds)} seeds (--seeds), one agent each: give one of them, e.g. {seeds[0]}"
+                f"{directory} holds the runs of {len(seeds)} seeds (--seeds), one agent each: give one of them, "
+                f"e.g. {seeds[0]}"
             )
     try:
         meta = json.loads((directory / AGENT_FILE).read_text())
@@ -301,11 +312,13 @@ def load_agent(directory: str | Path, device: str | torch.device = "cpu", env_id
         tensors = load_file(str(directory / POLICY_FILE), device=str(device))
     except FileNotFoundError as exc:
         raise FastPPOError(
-            f"no saved agent in {directory}: {Path(exc.filename or POLICY_FILE).name} is missing (train with --run-dir, or give a checkpoint folder)"
+            f"no saved agent in {directory}: {Path(exc.filename or POLICY_FILE).name} is missing (train with "
+            "--run-dir, or give a checkpoint folder)"
         ) from None
     except (ValueError, KeyError, TypeError, AttributeError, SafetensorError, OSError) as exc:
         raise FastPPOError(
-            f"cannot read the agent in {directory}: damaged or foreign file ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"
+            f"cannot read the agent in {directory}: damaged or foreign file "
+            f"({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"
         ) from None
     observation_space, action_space, layout = spaces or _env_spaces(config, directory, env_id)
     agent = build_agent(config, observation_space, action_space, torch.device(device), layout)
@@ -324,7 +337,8 @@ def load_agent(directory: str | Path, device: str | torch.device = "cpu", env_id
         raise FastPPOError(
             f"the weights in {directory / POLICY_FILE} do not fit the saved config: {exc}".splitlines()[0]
         ) from None
-    # Last: a file that does not parse or fit says how above; this finds what reads as valid (a flipped bit in a weight).
+    # Last: a file that does not parse or fit says how above; this finds what reads as valid (a flipped
+    # bit in a weight).
     if (problem := checksum_problem(directory, AGENT_FILES)) is not None:
         raise FastPPOError(f"the agent in {directory} is damaged: {problem}")
     agent.run_dir = directory
@@ -338,8 +352,9 @@ def _env_spaces(config: Config, directory: Path, env_id: str | None) -> tuple[gy
 
     folder_env = config.env.env_id
     fix = (
-        f"if you trust it, name it yourself: fastppo eval {directory} --env-id {folder_env}, or in Python fastppo.load('{directory}', env_id='{folder_env}') "
-        "(then agent.save() stores the spaces this older folder lacks, and no command needs the env to read it)"
+        f"if you trust it, name it yourself: fastppo eval {directory} --env-id {folder_env}, or in Python "
+        f"fastppo.load('{directory}', env_id='{folder_env}') (then agent.save() stores the spaces this older "
+        "folder lacks, and no command needs the env to read it)"
     )
     env_id = env_id if env_id is not None and names_user_code(folder_env) else folder_env_id(folder_env, directory, fix)
     return policy_spaces(dataclasses.replace(config, env=dataclasses.replace(config.env, env_id=env_id)))

@@ -93,7 +93,8 @@ class PettingZooAgents:
         unknown = [name for name in list(observations) + list(action_mask or {}) if name not in self.names]
         if unknown:
             raise ValueError(
-                f"agent.act got observations or masks of {unknown[0]!r}, an agent the policy was not trained on (its agents: {', '.join(self.names)})"
+                f"agent.act got observations or masks of {unknown[0]!r}, an agent the policy was not trained on "
+                f"(its agents: {', '.join(self.names)})"
             )
         if self._built is None or self._built[0] != cfg:  # built once: act is called every env step
             env = _SpacesOnly(self)

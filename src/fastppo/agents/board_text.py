@@ -64,7 +64,10 @@ def leduc(env: Any, seat: str) -> str:
         int(np.argmax(observation[start : start + CHIP_SLOTS])) for start in (2 * RANKS, 2 * RANKS + CHIP_SLOTS)
     )
     public_card = "JQK"[public[0]] if len(public) else "not dealt yet"
-    return f"you are {seat}: your card {'JQK'[hand[0]]}, public card {public_card}; chips in: you {mine}, the opponent {theirs}"
+    return (
+        f"you are {seat}: your card {'JQK'[hand[0]]}, public card {public_card}; chips in: you {mine}, the "
+        f"opponent {theirs}"
+    )
 
 
 def leduc_opponent_card(env: Any, seat: str) -> str:

@@ -19,6 +19,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import torch
+from torch import Tensor
 
 from fastppo.agents.agent import Agent, load_agent
 from fastppo.agents.game_env import is_game
@@ -29,6 +30,8 @@ from fastppo.envs.gymnasium_vec import published_action_mask
 from fastppo.envs.make import make_pettingzoo_env, make_single_env
 from fastppo.envs.pettingzoo_vec import PettingZooVecEnv
 from fastppo.envs.tensor import TensorEnv, user_tensor_env
+from fastppo.envs.turn_based import TurnBasedVecEnv
+from fastppo.envs.vector import StepResult
 from fastppo.envs.video import VideoWriter, env_fps
 from fastppo.errors import FastPPOError
 from fastppo.policies.memory import carry
@@ -89,7 +92,10 @@ class EvalResult:
             shown = f"return {self.mean_return:.1f} ± {self.std_return:.1f}" + (
                 f" ({groups})" if len(self.group_returns or {}) > 1 else ""
             )
-        return f"{self.env_id}: {shown}, length {self.mean_length:.1f} ± {self.std_length:.1f} over {len(self.lengths)} episodes ({mode} policy)"
+        return (
+            f"{self.env_id}: {shown}, length {self.mean_length:.1f} ± {self.std_length:.1f} over "
+            f"{len(self.lengths)} episodes ({mode} policy)"
+        )
 
 
 def played_env(agent: Agent | str | Path, env_id: str | None, command: str) -> tuple[Agent, str]:
@@ -102,7 +108,10 @@ def played_env(agent: Agent | str | Path, env_id: str | None, command: str) -> t
     own = agent.config.env.env_id
     if not agent.from_folder:  # trained in this process, on the env its caller named
         return agent, own
-    fix = f"if you trust it, name it yourself: fastppo {command} {agent.run_dir} --env-id {own} (in Python: env_id='{own}')"
+    fix = (
+        f"if you trust it, name it yourself: fastppo {command} {agent.run_dir} --env-id {own} (in Python: "
+        f"env_id='{own}')"
+    )
     return agent, folder_env_id(own, agent.run_dir, fix)
 
 
@@ -145,8 +154,9 @@ def run_episodes(
             masked = mask is not None
             if agent.action_masks and not masked:
                 raise FastPPOError(
-                    f"the agent was trained with action masks, but {env.spec.id if env.spec else 'the env'} published none from reset(): "
-                    "evaluate on an env that publishes info['action_mask'] (or a Dict observation's 'action_mask') from reset() and every step()"
+                    f"the agent was trained with action masks, but {env.spec.id if env.spec else 'the env'} "
+                    "published none from reset(): evaluate on an env that publishes info['action_mask'] (or a "
+                    "Dict observation's 'action_mask') from reset() and every step()"
                 )
             if on_frame is not None:
                 on_frame(env.render())
@@ -193,7 +203,7 @@ def run_tensor_episodes(
 
 def run_multi_agent_episodes(
     agent: Agent,
-    envs: PettingZooVecEnv,
+    envs: PettingZooVecEnv | TurnBasedVecEnv,
     episodes: int,
     deterministic: bool,
     seed: int | None,
@@ -211,7 +221,7 @@ def run_multi_agent_episodes(
             torch.manual_seed(seed)
         step = envs.reset(seed=seed)
         state = agent.initial_state(envs.num_envs) if agent.policy.recurrent else None
-        valid = step.live
+        valid = _live(step)
         if on_frame is not None:
             on_frame(envs.render())
         while len(lengths) < episodes:
@@ -221,7 +231,7 @@ def run_multi_agent_episodes(
                 action, state = agent.step(step.obs, state, deterministic=deterministic, action_mask=step.action_mask)
                 state = carry(state, valid)  # as the rollout does: fresh after a row that was no decision
             step = envs.step(torch.as_tensor(action))
-            valid = ~(step.terminated | step.truncated) & step.live
+            valid = ~(step.terminated | step.truncated) & _live(step)
             if on_frame is not None:
                 on_frame(envs.render())
             finished = envs.pop_episodes()
@@ -270,7 +280,8 @@ def evaluate(
         )
     if opponent is not None or games is not None:
         raise FastPPOError(
-            f"--opponent and --games play turn-based games, and {env_id} is not one (a PettingZoo AECEnv such as pz:pettingzoo.classic.tictactoe_v3): count episodes with --episodes"
+            f"--opponent and --games play turn-based games, and {env_id} is not one (a PettingZoo AECEnv such as "
+            "pz:pettingzoo.classic.tictactoe_v3): count episodes with --episodes"
         )
     episodes, deterministic = 10 if episodes is None else episodes, bool(deterministic)
     env_class = user_tensor_env(env_id)
@@ -307,7 +318,8 @@ def record(
     agent, env_id = played_env(agent, env_id, "record")
     if user_tensor_env(env_id) is not None:
         raise FastPPOError(
-            f"cannot record {env_id}: a tensor env has no renderer; record a gymnasium env that renders rgb_array frames"
+            f"cannot record {env_id}: a tensor env has no renderer; record a gymnasium env that renders "
+            "rgb_array frames"
         )
     if is_pettingzoo(env_id):
         envs = agent_rows_env(agent, env_id, render_mode="rgb_array")
@@ -332,11 +344,13 @@ def record(
     return Path(out), EvalResult(env_id, deterministic, seed, returns, lengths), video.frames
 
 
-def agent_rows_env(agent: Agent, env_id: str, render_mode: str | None = None) -> PettingZooVecEnv:
+def agent_rows_env(agent: Agent, env_id: str, render_mode: str | None = None) -> PettingZooVecEnv | TurnBasedVecEnv:
     """One copy of a PettingZoo env, its rows built as the agent was trained (env kwargs, MAPPO
-    state, agent ids)."""
-    cfg = dataclasses.replace(agent.config.env, env_id=env_id, num_envs=1)
+    state, agent ids), in this process whatever backend the agent trained on (a worker process
+    has no frames to record)."""
+    cfg = dataclasses.replace(agent.config.env, env_id=env_id, num_envs=1, backend="sync")
     envs = make_pettingzoo_env(cfg, agent.config.multi_agent, agent.device, render_mode)
+    assert isinstance(envs, PettingZooVecEnv | TurnBasedVecEnv)  # the sync backend's
     try:
         _check_obs_shape(agent, envs.single_observation_space.shape, env_id)
     except FastPPOError:
@@ -345,10 +359,18 @@ def agent_rows_env(agent: Agent, env_id: str, render_mode: str | None = None) ->
     return envs
 
 
-def _check_obs_shape(agent: Agent, shape: tuple[int, ...], env_id: str) -> None:
-    if tuple(shape) != tuple(agent.obs_shape):
+def _live(step: StepResult) -> Tensor:
+    """Which agent rows are in play: a PettingZoo env's steps always say."""
+    assert step.live is not None
+    return step.live
+
+
+def _check_obs_shape(agent: Agent, shape: tuple[int, ...] | None, env_id: str) -> None:
+    found = None if shape is None else tuple(shape)
+    if found != tuple(agent.obs_shape):
         raise FastPPOError(
-            f"{env_id} has observations of shape {tuple(shape)}, the agent expects {agent.obs_shape}: evaluate on {agent.config.env.env_id}"
+            f"{env_id} has observations of shape {found}, the agent expects {agent.obs_shape}: evaluate "
+            f"on {agent.config.env.env_id}"
         )
 
 

@@ -19,6 +19,7 @@ import logging
 import os
 import warnings
 from pathlib import Path
+from typing import cast
 
 import gymnasium as gym
 import numpy as np
@@ -28,6 +29,8 @@ from torch import Tensor, nn
 from fastppo.agents.agent import Agent, load_agent
 from fastppo.errors import FastPPOError, install_extra
 from fastppo.files.outputs import output_file, writing
+from fastppo.policies import ActorCritic
+from fastppo.policies.distributions import ActionHead
 
 
 class DeterministicPolicy(nn.Module):
@@ -35,27 +38,36 @@ class DeterministicPolicy(nn.Module):
     as one module without Python-side state, ready for tracing. A recurrent policy's module is
     ``Agent.step``: ``(obs, state) -> (action, next state)``."""
 
-    def __init__(self, agent: Agent, action_space: gym.Space):
+    encoder: nn.Module
+    head: ActionHead
+    obs_mean: Tensor
+    obs_var: Tensor
+    action_low: Tensor
+    action_high: Tensor
+
+    def __init__(self, agent: Agent, action_space: gym.Space) -> None:
         super().__init__()
-        policy = copy.deepcopy(agent.policy).cpu().eval()
+        # one ActorCritic: export refuses a policy per agent group before building this
+        policy = cast(ActorCritic, copy.deepcopy(agent.policy).cpu().eval())
         self.policy = policy if policy.recurrent else None
         self.encoder = policy.actor_encoder
         self.head = policy.action_head
-        self.normalize = agent.obs_rms is not None
+        obs_rms = agent.obs_rms
+        self.normalize = obs_rms is not None
         self.clip_obs = float(agent.config.env.clip_obs)
         # The actor's columns only (a MAPPO critic's global state is not an input); trailing
         # agent-id columns have no statistics (fastppo.envs.layout).
         skip, self.raw = agent.layout.critic_only, agent.layout.raw
-        if self.normalize:
+        if obs_rms is not None:
             # The same float32 arithmetic as RunningMeanStd.normalize on float32 observations.
-            self.register_buffer("obs_mean", agent.obs_rms.mean.detach().cpu().float()[skip:])
-            self.register_buffer("obs_var", agent.obs_rms.var.detach().cpu().float()[skip:])
+            self.register_buffer("obs_mean", obs_rms.mean.detach().cpu().float()[skip:])
+            self.register_buffer("obs_var", obs_rms.var.detach().cpu().float()[skip:])
         self.clip_action = isinstance(action_space, gym.spaces.Box)
-        if self.clip_action:
+        if isinstance(action_space, gym.spaces.Box):
             self.register_buffer("action_low", torch.as_tensor(action_space.low, dtype=torch.float32))
             self.register_buffer("action_high", torch.as_tensor(action_space.high, dtype=torch.float32))
 
-    def forward(self, obs: Tensor, state: Tensor | None = None) -> Tensor | tuple[Tensor, Tensor]:
+    def forward(self, obs: Tensor, state: Tensor | None = None) -> Tensor | tuple[Tensor, Tensor | None]:
         x = obs if obs.dtype == torch.uint8 and not self.normalize else obs.float()
         if self.normalize:
             stats = x[:, : x.shape[1] - self.raw] if self.raw else x
@@ -64,6 +76,7 @@ class DeterministicPolicy(nn.Module):
         if self.policy is None:
             params = self.head(self.encoder(x))
         else:
+            assert state is not None  # a recurrent policy's module takes (obs, state)
             params, _, state = self.policy.recurrent_forward(x, state)
         action = self.head.env_action(self.head.mode(params))
         if self.clip_action:
@@ -124,17 +137,20 @@ def export_onnx(agent: Agent | str | Path, path: str | Path, opset: int = 18) ->
     if not low <= opset <= high:
         exporter = "torch.export" if dynamo else "TorchScript"
         raise FastPPOError(
-            f"--opset {opset} is outside what the {exporter} ONNX exporter writes correctly: pick {low} to {high} (default 18)"
+            f"--opset {opset} is outside what the {exporter} ONNX exporter writes correctly: pick {low} to "
+            f"{high} (default 18)"
         )
     agent = agent if isinstance(agent, Agent) else load_agent(agent)
     path = output_file(path, "the ONNX file")
     if agent.layout.groups:
         raise FastPPOError(
-            "ONNX export of one policy per agent group is not supported yet: export an agent trained with --multi-agent.policies shared"
+            "ONNX export of one policy per agent group is not supported yet: export an agent trained with "
+            "--multi-agent.policies shared"
         )
     if agent.policy.recurrent and agent.layout.critic_only:
         raise FastPPOError(
-            "ONNX export of a recurrent MAPPO policy is not supported (its state holds the centralised critic's): export an IPPO or feed-forward agent"
+            "ONNX export of a recurrent MAPPO policy is not supported (its state holds the centralised "
+            "critic's): export an IPPO or feed-forward agent"
         )
     action_space = agent.action_space
     obs_space = agent.layout.actor_space(
@@ -154,7 +170,8 @@ def export_onnx(agent: Agent | str | Path, path: str | Path, opset: int = 18) ->
         written = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
         if written != opset:
             raise FastPPOError(
-                f"the ONNX exporter wrote opset {written}, not the requested {opset}: export with the default --opset 18"
+                f"the ONNX exporter wrote opset {written}, not the requested {opset}: export with the default "
+                "--opset 18"
             )
         meta = {
             "producer": "fastppo",

@@ -24,12 +24,13 @@ returns a fresh AECEnv (e.g. with keyword arguments of your own)."""
 
 
 def game_module(env_id: str) -> str:
-    """``pz:pettingzoo.classic.tictactoe_v3`` -> ``pettingzoo.classic.tictactoe_v3`` (``pz:<module>:<function>`` keeps its function), or a
-    one-line FastPPOError for an id that names no PettingZoo module."""
+    """``pz:pettingzoo.classic.tictactoe_v3`` -> ``pettingzoo.classic.tictactoe_v3`` (``pz:<module>:<function>``
+    keeps its function), or a one-line FastPPOError for an id that names no PettingZoo module."""
     module = env_id.removeprefix(PREFIX)
     if not env_id.startswith(PREFIX) or not module or module.startswith("."):
         raise FastPPOError(
-            f"{env_id} names no turn-based PettingZoo game: write pz:<module>, e.g. pz:pettingzoo.classic.connect_four_v3"
+            f"{env_id} names no turn-based PettingZoo game: write pz:<module>, e.g. "
+            "pz:pettingzoo.classic.connect_four_v3"
         )
     return module
 
@@ -49,7 +50,8 @@ def make_game(game: GameSource, env_kwargs: dict[str, Any] | None = None) -> Any
     ):
         env.close()
         raise FastPPOError(
-            f"{name} built a {type(env).__name__}, not a PettingZoo AECEnv (turn-based): name a game such as pz:pettingzoo.classic.tictactoe_v3"
+            f"{name} built a {type(env).__name__}, not a PettingZoo AECEnv (turn-based): name a game such as "
+            "pz:pettingzoo.classic.tictactoe_v3"
         )
     try:
         check_game(env, name)

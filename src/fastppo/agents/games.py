@@ -86,7 +86,8 @@ class GameResults:
         """A short text table: one line per seat and the total."""
         seat = "player's seat"
         lines = [
-            f"{self.game}: player {self.player} vs opponent {self.opponent}, {self.games} games, {self.moves} moves, {self.seconds:.1f} s ({self.games_per_second:.1f} games/s)",
+            f"{self.game}: player {self.player} vs opponent {self.opponent}, {self.games} games, {self.moves} "
+            f"moves, {self.seconds:.1f} s ({self.games_per_second:.1f} games/s)",
             f"{seat:<16}{'games':>8}{'wins':>8}{'draws':>8}{'losses':>8}{'mean return':>13}",
         ]
         for row in (*self.seats, self.total):
@@ -167,7 +168,8 @@ def evaluate_games(
         raise FastPPOError(f"--games must be >= 1, got {games}")
     if not same_env(env_id, agent.config.env.env_id):
         raise FastPPOError(
-            f"the agent was trained on {agent.config.env.env_id}, not on {env_id}: a game's agent plays the game it was trained on"
+            f"the agent was trained on {agent.config.env.env_id}, not on {env_id}: a game's agent plays the game "
+            "it was trained on"
         )
     player = AgentPlayer(agent, deterministic)
     if not deterministic:  # said in the table's title line
@@ -193,7 +195,8 @@ def play_game(env: Any, seated: Mapping[str, Player]) -> tuple[dict[str, float],
         action = seated[agent].act(env, agent, history)
         if action not in legal_actions(env, agent):
             raise ValueError(
-                f"{seated[agent].name} played {action} as {agent}, an illegal move (legal: {legal_actions(env, agent).tolist()})"
+                f"{seated[agent].name} played {action} as {agent}, an illegal move (legal: "
+                f"{legal_actions(env, agent).tolist()})"
             )
         history.append(action)
         env.step(action)

@@ -133,12 +133,14 @@ def tabular_policy(policy: PolicyFn, rules: Rules = "openspiel") -> Any:
             or np.any(probabilities < 0)
         ):
             raise ValueError(
-                f"the policy gave {probabilities.tolist()} for {state.information_state_string()}: give 4 probabilities, one per action (call, raise, fold, check)"
+                f"the policy gave {probabilities.tolist()} for {state.information_state_string()}: give 4 "
+                "probabilities, one per action (call, raise, fold, check)"
             )
         legal_mass = probabilities[list(legal.values())].sum()
         if legal_mass <= 0 or probabilities.sum() - legal_mass > 1e-6 * probabilities.sum():
             raise ValueError(
-                f"the policy gave {probabilities.tolist()} for {state.information_state_string()}, whose legal actions are {observation['action_mask'].tolist()}: give illegal actions probability 0"
+                f"the policy gave {probabilities.tolist()} for {state.information_state_string()}, whose legal "
+                f"actions are {observation['action_mask'].tolist()}: give illegal actions probability 0"
             )
         table.action_probability_array[row] = 0
         for action, rlcard_action in legal.items():

@@ -88,7 +88,8 @@ def simulations(text: str) -> int:
         len(text) > 6 or not MIN_SIMULATIONS <= int(text) <= MAX_SIMULATIONS
     ):  # the length first: int() refuses 4 300 digits and more
         raise FastPPOError(
-            f"MCTS needs {MIN_SIMULATIONS} to {MAX_SIMULATIONS} simulations per move (the strength knob, e.g. mcts:100), got {text}"
+            f"MCTS needs {MIN_SIMULATIONS} to {MAX_SIMULATIONS} simulations per move (the strength knob, e.g. "
+            f"mcts:100), got {text}"
         )
     return int(text)
 
@@ -108,7 +109,8 @@ class MCTSPlayer:
             or not MIN_SIMULATIONS <= simulations <= MAX_SIMULATIONS
         ):
             raise FastPPOError(
-                f"MCTS needs {MIN_SIMULATIONS} to {MAX_SIMULATIONS} simulations per move (the strength knob, e.g. mcts:100), got {simulations!r}"
+                f"MCTS needs {MIN_SIMULATIONS} to {MAX_SIMULATIONS} simulations per move (the strength knob, "
+                f"e.g. mcts:100), got {simulations!r}"
             )
         self.name = f"mcts:{simulations}"
         self.rules = rules
@@ -130,6 +132,7 @@ class MCTSPlayer:
         seat = list(env.possible_agents).index(agent)
         if state.current_player() != seat:
             raise ValueError(
-                f"the history has OpenSpiel's player {state.current_player()} to move, not {agent} (seat {seat}): pass every move of this game, both seats', in order"
+                f"the history has OpenSpiel's player {state.current_player()} to move, not {agent} (seat "
+                f"{seat}): pass every move of this game, both seats', in order"
             )
         return self.rules.to_pettingzoo[self._bot.step(state)]

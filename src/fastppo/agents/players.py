@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
+import gymnasium as gym
 import numpy as np
 import torch
 
@@ -87,7 +88,8 @@ class AgentPlayer:
         import fastppo
         from pettingzoo.classic import tictactoe_v3
 
-        agent = fastppo.load("runs/tictactoe")  # fastppo train pz:pettingzoo.classic.tictactoe_v3 --run-dir runs/tictactoe
+        # trained by: fastppo train pz:pettingzoo.classic.tictactoe_v3 --run-dir runs/tictactoe
+        agent = fastppo.load("runs/tictactoe")
         env = tictactoe_v3.env()
         env.reset(seed=0)
         returns = dict.fromkeys(env.possible_agents, 0.0)
@@ -108,7 +110,8 @@ class AgentPlayer:
     def __init__(self, agent: Agent, deterministic: bool = True, name: str | None = None):
         if agent.policy.recurrent:
             raise FastPPOError(
-                "this agent has a recurrent policy, and a game player acts on one observation at a time: train it without --policy.memory"
+                "this agent has a recurrent policy, and a game player acts on one observation at a time: train "
+                "it without --policy.memory"
             )
         self.agent = agent
         self.deterministic = deterministic
@@ -132,13 +135,14 @@ class AgentPlayer:
 def agent_policy(agent: Agent) -> PolicyFn:
     """``agent``'s action probabilities as a ``PolicyFn`` (its masked softmax, what ``act``
     samples from), for scores that need the whole distribution (exploitability)."""
-    if agent.pettingzoo is None or agent.policy.recurrent:
+    pettingzoo, action_space = agent.pettingzoo, agent.action_space
+    if pettingzoo is None or agent.policy.recurrent or not isinstance(action_space, gym.spaces.Discrete):
         raise ValueError("agent_policy takes a feed-forward agent trained on a PettingZoo game")
 
     @torch.no_grad()
     def probabilities(name: str, observation: dict[str, np.ndarray]) -> np.ndarray:
-        _, rows, masks = agent.pettingzoo.rows(agent.config.multi_agent, {name: observation}, None)
-        n = int(agent.action_space.n)
+        _, rows, masks = pettingzoo.rows(agent.config.multi_agent, {name: observation}, None)
+        n = int(action_space.n)
         obs = agent.normalize(torch.as_tensor(rows, device=agent.device)).expand(n, -1)
         mask = None if masks is None else torch.as_tensor(masks, device=agent.device).expand(n, -1)
         logprob, _, _ = agent.policy.evaluate(obs, torch.arange(n, device=agent.device), mask)
@@ -182,7 +186,8 @@ def _player(spec: str, env_id: str, seed: int, user_code: bool) -> Player:
         agent = load_agent(spec)
         if not same_env(agent.config.env.env_id, env_id):
             raise FastPPOError(
-                f"{spec} holds an agent trained on {agent.config.env.env_id}, not on {env_id}: give an agent of this game"
+                f"{spec} holds an agent trained on {agent.config.env.env_id}, not on {env_id}: give an agent of "
+                "this game"
             )
         return AgentPlayer(agent)
     if split_spec(spec) is not None and user_code:
@@ -191,7 +196,8 @@ def _player(spec: str, env_id: str, seed: int, user_code: bool) -> Player:
         split_spec(spec) is not None
     ):  # a run's config names its players, and a resumed run never imports code its folder names
         raise FastPPOError(
-            f"a run rates its learner against {_players_of(env_id, user_code)}; a player class of yours plays in fastppo eval RUN_DIR --opponent {spec}"
+            f"a run rates its learner against {_players_of(env_id, user_code)}; a player class of yours plays in "
+            f"fastppo eval RUN_DIR --opponent {spec}"
         )
     raise FastPPOError(f"unknown opponent, and no such folder: give {_players_of(env_id, user_code)}")
 
@@ -214,7 +220,8 @@ def user_player(spec: str, seed: int = 0) -> Player:
     if not isinstance(cls, type):
         what = "nothing" if cls is None else f"a {type(cls).__name__}"
         raise FastPPOError(
-            f"{spec} names {what}, not a player class: name a class with act(env, agent, history) -> move and reset(seed)"
+            f"{spec} names {what}, not a player class: name a class with act(env, agent, history) -> move and "
+            "reset(seed)"
         )
     try:
         player = cls()

@@ -128,7 +128,7 @@ class RlcardLeducState(pyspiel.State):
             chips, bets = list(self.chips), list(self.bets)
             chips[player] += max(bets) + size - bets[player]
             bets[player] = max(bets) + size
-            self.chips, self.bets = tuple(chips), tuple(bets)
+            self.chips, self.bets = (chips[0], chips[1]), (bets[0], bets[1])
         if action == FOLD:
             self.folded = player
         elif action == RAISE:
@@ -161,6 +161,7 @@ class RlcardLeducState(pyspiel.State):
         if self.folded is not None:
             winners = [1 - self.folded]
         else:
+            assert self.public is not None  # a showdown comes after the public card
             ranks = [rank(card) for card in self.cards]
             pair = [p for p in (0, 1) if ranks[p] == rank(self.public)]
             winners = pair or [p for p in (0, 1) if ranks[p] == max(ranks)]
@@ -173,7 +174,10 @@ class RlcardLeducState(pyspiel.State):
         return RLCARD_ACTIONS[action]
 
     def __str__(self) -> str:
-        return f"small blind {self.small_blind} cards {self.cards} public {self.public} chips {self.chips} moves {self.moves}"
+        return (
+            f"small blind {self.small_blind} cards {self.cards} public {self.public} chips {self.chips} moves "
+            f"{self.moves}"
+        )
 
 
 class InformationState:

@@ -32,18 +32,19 @@ def spaces_to_data(observation_space: gym.Space, action_space: gym.Space, layout
 def spaces_from_data(data: Any) -> tuple[gym.Space, gym.Space, ObservationLayout]:
     """(observation space, action space, layout) from ``spaces_to_data`` output; ValueError if damaged."""
     data = _mapping(data, "spaces", {"observation", "action", "layout"})
-    layout = _mapping(data["layout"], "spaces.layout", {"critic_only", "raw", "groups"})
-    groups = layout["groups"]
+    layout_data = _mapping(data["layout"], "spaces.layout", {"critic_only", "raw", "groups"})
+    groups = layout_data["groups"]
     if not isinstance(groups, list):
         raise ValueError(f"spaces.layout.groups must be a list, got {groups!r}")
     observation_space = space_from_data(data["observation"], "spaces.observation")
     layout = ObservationLayout(
-        _count(layout["critic_only"], "spaces.layout.critic_only"),
-        _count(layout["raw"], "spaces.layout.raw"),
+        _count(layout_data["critic_only"], "spaces.layout.critic_only"),
+        _count(layout_data["raw"], "spaces.layout.raw"),
         tuple(_count(g, "spaces.layout.groups") for g in groups),
     )
     columns = layout.critic_only + layout.raw
-    if columns and (len(observation_space.shape) != 1 or observation_space.shape[0] <= columns):
+    shape = observation_space.shape  # every space stored here has one
+    if columns and (shape is None or len(shape) != 1 or shape[0] <= columns):
         raise ValueError(
             f"spaces.layout names {columns} special columns of observations shaped {observation_space.shape}"
         )
@@ -70,7 +71,8 @@ def space_to_data(space: gym.Space) -> dict[str, Any]:
             "dtype": space.dtype.name,
         }
     if isinstance(space, gym.spaces.MultiBinary):
-        return {"type": "MultiBinary", "n": int(space.n) if np.ndim(space.n) == 0 else [int(size) for size in space.n]}
+        n = np.asarray(space.n)
+        return {"type": "MultiBinary", "n": int(n) if n.ndim == 0 else [int(size) for size in n]}
     raise ValueError(
         f"cannot store the space {space}: a policy's spaces are Box, Discrete, MultiDiscrete or MultiBinary"
     )
@@ -127,14 +129,15 @@ def _number(value: np.generic) -> bool | int | float | str:
         return bool(value)
     if value.dtype.kind in "iu":
         return int(value)
-    value = float(value)  # a float32 widened to float64 exactly: it narrows back to itself
-    return value if math.isfinite(value) else ("inf" if value > 0 else "-inf")
+    number = float(value)  # a float32 widened to float64 exactly: it narrows back to itself
+    return number if math.isfinite(number) else ("inf" if number > 0 else "-inf")
 
 
 def _mapping(data: Any, what: str, keys: set[str]) -> dict[str, Any]:
     if not isinstance(data, dict) or set(data) != keys:
         raise ValueError(
-            f"{what} must be an object with the keys {sorted(keys)}, got {sorted(data) if isinstance(data, dict) else type(data).__name__}"
+            f"{what} must be an object with the keys {sorted(keys)}, got "
+            f"{sorted(data) if isinstance(data, dict) else type(data).__name__}"
         )
     return data
 

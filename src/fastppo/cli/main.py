@@ -72,7 +72,7 @@ def console() -> None:
     # In the interpreter's order: threads, atexit, streams. threading._shutdown first runs the
     # threads' exit hooks, which tell idle thread pools (torch.compile's) to stop, then joins the
     # non-daemon threads: joining those pools' workers directly would wait forever.
-    threading._shutdown()
+    threading._shutdown()  # type: ignore[attr-defined]  # private, so not in typeshed's threading
     atexit._run_exitfuncs()
     _exit(code)
 

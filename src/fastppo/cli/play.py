@@ -10,7 +10,8 @@ from fastppo.cli.run import seed
 def register(subparsers: argparse._SubParsersAction) -> None:
     play = subparsers.add_parser(
         "play",
-        help="play a trained agent of a turn-based game in the terminal, moves typed as numbers (tic-tac-toe, connect four, Leduc hold'em)",
+        help="play a trained agent of a turn-based game in the terminal, moves typed as numbers (tic-tac-toe, "
+        "connect four, Leduc hold'em)",
         allow_abbrev=False,
     )
     play.add_argument(

@@ -10,9 +10,10 @@ from fastppo.experiments.plot import RETURN
 def register(subparsers: argparse._SubParsersAction) -> None:
     report = subparsers.add_parser(
         "report",
-        help="final returns over seeds as IQM, mean and median with 95%% bootstrap CIs; tables, curves, performance profile",
-        description="Group runs by env and config, score each run by its final METRIC, and write report.md, report.csv, "
-        "curves.png and profile.png to --out (needs the 'stats' extra).",
+        help="final returns over seeds as IQM, mean and median with 95%% bootstrap CIs; tables, curves, "
+        "performance profile",
+        description="Group runs by env and config, score each run by its final METRIC, and write report.md, "
+        "report.csv, curves.png and profile.png to --out (needs the 'stats' extra).",
         allow_abbrev=False,
     )
     report.add_argument("run_dirs", metavar="RUN_DIR", nargs="+", help="run directories, or folders holding runs")
@@ -29,7 +30,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--normalize",
         default=None,
         metavar="FILE",
-        help="YAML of reference scores 'ENV: [low, high]' for the performance profile (default: min-max per env over the runs)",
+        help="YAML of reference scores 'ENV: [low, high]' for the performance profile (default: min-max per env "
+        "over the runs)",
     )
     report.add_argument("--reps", type=int, default=2000, metavar="N", help="bootstrap resamples (default: 2000)")
     report.add_argument(
@@ -70,8 +72,8 @@ def run(args: argparse.Namespace) -> int:
     check_not_a_run(args.out, "--out")
     out = output_dir(args.out, "--out")
     caption = (
-        f"Final {args.metric}: its mean over the last {args.final_window:.0%} of each run's steps. IQM, mean and median over seeds "
-        f"with 95% stratified-bootstrap confidence intervals (rliable, {args.reps} resamples)."
+        f"Final {args.metric}: its mean over the last {args.final_window:.0%} of each run's steps. IQM, mean and "
+        f"median over seeds with 95% stratified-bootstrap confidence intervals (rliable, {args.reps} resamples)."
     )
     table = markdown_table(stats, caption)
     for name, text in (("report.md", table), ("report.csv", csv_table(stats))):

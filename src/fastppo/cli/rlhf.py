@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import argparse
 import types
+from collections.abc import Callable
 from dataclasses import MISSING, fields
 from functools import partial
 from pathlib import Path
-from typing import Literal, Union, get_args, get_origin, get_type_hints
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 
 from fastppo.cli.flags import add_boolean_flag
 from fastppo.config import coerce
@@ -33,8 +34,14 @@ from fastppo.rlhf.config import (
     validate_run,
 )
 
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+    from transformers import PreTrainedTokenizerBase
 
-def _argument_type(hint) -> dict:
+ConfigT = TypeVar("ConfigT", bound="DataclassInstance")
+
+
+def _argument_type(hint: Any) -> dict[str, Any]:
     """argparse keywords for a field's type: Literals become choices."""
     optional_args = (
         [a for a in get_args(hint) if a is not type(None)] if get_origin(hint) in (Union, types.UnionType) else None
@@ -50,8 +57,9 @@ def _argument_type(hint) -> dict:
 def add_config_arguments(
     parser: argparse.ArgumentParser, cls: type, defaults: object | None = None, required: tuple[str, ...] = ()
 ) -> None:
-    """One flag per field of dataclass ``cls``, in a group titled by its docstring."""
-    group = parser.add_argument_group((cls.__doc__ or cls.__name__).strip().splitlines()[0].rstrip("."))
+    """One flag per field of dataclass ``cls``, in a group titled by its docstring's first paragraph."""
+    summary = (cls.__doc__ or cls.__name__).strip().split("\n\n")[0]
+    group = parser.add_argument_group(" ".join(summary.split()).rstrip("."))
     hints = get_type_hints(cls)
     for f in fields(cls):
         default = getattr(defaults, f.name) if defaults is not None else (None if f.default is MISSING else f.default)
@@ -83,7 +91,7 @@ def add_config_arguments(
         group.add_argument(flag, dest=f.name, **kwargs)
 
 
-def config_from_args(cls: type, args: argparse.Namespace):
+def config_from_args(cls: type[ConfigT], args: argparse.Namespace) -> ConfigT:
     values = {f.name: getattr(args, f.name) for f in fields(cls)}
     return cls(**{name: tuple(value) if isinstance(value, list) else value for name, value in values.items()})
 
@@ -102,7 +110,7 @@ def _require_rlhf_extra() -> None:
     hf_logging.disable_progress_bar()
 
 
-def _chat_tokenizer(data: DataConfig, model: str):
+def _chat_tokenizer(data: DataConfig, model: str) -> PreTrainedTokenizerBase | None:
     """With --chat-template, the tokenizer whose template renders conversational data."""
     if not data.chat_template:
         return None
@@ -185,7 +193,8 @@ def run_dpo(args: argparse.Namespace) -> int:
     if history and launched_rank() == 0:
         first, last = history[0], history[-1]
         print(
-            f"DPO loss {first['dpo/loss']:.3f} -> {last['dpo/loss']:.3f}, margin {first['dpo/margin']:.3f} -> {last['dpo/margin']:.3f}; outputs in {cfg.run.output_dir}"
+            f"DPO loss {first['dpo/loss']:.3f} -> {last['dpo/loss']:.3f}, margin {first['dpo/margin']:.3f} -> "
+            f"{last['dpo/margin']:.3f}; outputs in {cfg.run.output_dir}"
         )
     return 0
 
@@ -229,7 +238,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     rlhf.add_argument(
         "--prompts",
         required=True,
-        help="prompts: a .jsonl/.json/.parquet/.csv file, a folder of them or one written by save_to_disk, or a hub dataset",
+        help="prompts: a .jsonl/.json/.parquet/.csv file, a folder of them or one written by save_to_disk, or a "
+        "hub dataset",
     )
     rlhf.add_argument(
         "--eval-prompts",
@@ -258,7 +268,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def preference_command(
-    subparsers: argparse._SubParsersAction, name: str, help: str, trainer_config: type, method_config: type, func
+    subparsers: argparse._SubParsersAction,
+    name: str,
+    help: str,
+    trainer_config: type[DataclassInstance],
+    method_config: type,
+    func: Callable[[argparse.Namespace], int],
 ) -> None:
     """A command that trains on preference pairs (dpo, reward-model): the data, model, method, lr
     schedule and run flags, with the run defaults of ``trainer_config``."""
@@ -266,11 +281,14 @@ def preference_command(
     parser.add_argument(
         "--data",
         required=True,
-        help="preference pairs: a .jsonl/.json/.parquet/.csv file, a folder of them or one written by save_to_disk, or a hub dataset",
+        help="preference pairs: a .jsonl/.json/.parquet/.csv file, a folder of them or one written by "
+        "save_to_disk, or a hub dataset",
     )
     add_config_arguments(parser, PreferenceDataConfig)
     add_config_arguments(parser, ModelConfig, required=("model",))
     add_config_arguments(parser, method_config)
     add_config_arguments(parser, LRScheduleConfig)
-    add_config_arguments(parser, RunConfig, defaults=trainer_config.__dataclass_fields__["run"].default_factory())
+    run_defaults = trainer_config.__dataclass_fields__["run"].default_factory
+    assert callable(run_defaults)  # every trainer config's run has a default factory
+    add_config_arguments(parser, RunConfig, defaults=run_defaults())
     parser.set_defaults(func=func)

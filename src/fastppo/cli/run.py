@@ -15,15 +15,16 @@ def seed(text: str) -> int:
 
 
 ENV_ID_HELP = (
-    "{verb} on this env (default: the run's own); a run trained on your code (module:Class, file.py:Class) needs it named here, "
-    "as fastppo never imports code that a run folder names"
+    "{verb} on this env (default: the run's own); a run trained on your code (module:Class, file.py:Class) needs "
+    "it named here, as fastppo never imports code that a run folder names"
 )
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     ev = subparsers.add_parser(
         "eval",
-        help="evaluate a trained run: mean ± std return and length; a turn-based game's: wins, draws and losses per seat against --opponent",
+        help="evaluate a trained run: mean ± std return and length; a turn-based game's: wins, draws and losses "
+        "per seat against --opponent",
         allow_abbrev=False,
     )
     ev.add_argument(
@@ -51,9 +52,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--opponent",
         default=None,
         metavar="SPEC",
-        help="a turn-based game's opponent: random (uniform legal moves), mcts:N (OpenSpiel's MCTS, N = 2 to 10000 simulations per move; tic-tac-toe, connect four), "
-        "minimax (perfect tic-tac-toe), the run folder of an agent of the same game, or a player class of yours, named as an env is: "
-        "file.py:Class or module:Class, built with no arguments, with act(env, agent, history) and reset(seed) (default: random)",
+        help="a turn-based game's opponent: random (uniform legal moves), mcts:N (OpenSpiel's MCTS, N = 2 to "
+        "10000 simulations per move; tic-tac-toe, connect four), minimax (perfect tic-tac-toe), the run "
+        "folder of an agent of the same game, or a player class of yours, named as an env is: file.py:Class "
+        "or module:Class, built with no arguments, with act(env, agent, history) and reset(seed) (default: "
+        "random)",
     )
     ev.add_argument(
         "--games",
@@ -113,7 +116,7 @@ def run_eval(args: argparse.Namespace) -> int:
     from fastppo.files.run_folder import seed_folders
 
     seeds = seed_folders(args.run_dir)  # a --seeds folder: each seed's run, with the same episodes and env seed
-    headlines = []  # (what, value, format): each seed's headline for the summary line
+    headlines: list[tuple[str, float, str]] = []  # (what, value, format): each seed's headline for the summary line
     for run_dir in seeds or [Path(args.run_dir)]:
         agent = load_agent(run_dir, env_id=args.env_id)
         # The threads its run trained with (Config.intra_op_threads): a small policy's ops are too small for more.
@@ -124,8 +127,9 @@ def run_eval(args: argparse.Namespace) -> int:
             if isinstance(result, GameResults)
             else ("return", result.mean_return, ".1f")
         )
-        if headline[1] is not None:  # None: agents in several groups, no headline (each group's is printed)
-            headlines.append(headline)
+        what, value, form = headline
+        if value is not None:  # None: agents in several groups, no headline (each group's is printed)
+            headlines.append((what, value, form))
         if args.json:
             print(json.dumps({**result.to_dict(), **({"run_dir": str(run_dir)} if seeds else {})}))
         else:
@@ -134,7 +138,9 @@ def run_eval(args: argparse.Namespace) -> int:
         what, _, form = headlines[0]
         values = [value for _, value, _ in headlines]
         print(
-            f"fastppo: mean {what} over the {len(seeds)} seeds {np.mean(values):{form}} (min {min(values):{form}}, max {max(values):{form}}); statistics: fastppo report {args.run_dir}"
+            f"fastppo: mean {what} over the {len(seeds)} seeds "
+            f"{np.mean(values):{form}} (min {min(values):{form}}, max {max(values):{form}}); statistics: "
+            f"fastppo report {args.run_dir}"
         )
     return 0
 

@@ -1,4 +1,5 @@
-"""`fastppo sweep ENV --trials N [--workers K] [--storage URL] [--space FILE] [--seeds SPEC] [--any.hyperparameter V]`."""
+"""`fastppo sweep ENV --trials N [--workers K] [--storage URL] [--space FILE] [--seeds SPEC]
+[--any.hyperparameter V]`."""
 
 from __future__ import annotations
 
@@ -14,23 +15,27 @@ from fastppo.errors import FastPPOError, install_extra
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "sweep",
-        help="tune hyperparameters with Optuna (TPE, median pruning) in parallel workers sharing one database; writes the best as a preset",
-        description="Tune the fields of a search space over the config that the preset and the flags give (a field set by a flag is not tuned). "
-        "Writes RUN_DIR/sweep.db, RUN_DIR/trial_<n>/seed_<s> (runs fastppo report reads) and RUN_DIR/best.yaml (a preset). "
-        "Re-running the same command continues a stopped sweep (needs the 'sweep' extra).",
+        help="tune hyperparameters with Optuna (TPE, median pruning) in parallel workers sharing one database; "
+        "writes the best as a preset",
+        description="Tune the fields of a search space over the config that the preset and the flags give (a "
+        "field set by a flag is not tuned). Writes RUN_DIR/sweep.db, RUN_DIR/trial_<n>/seed_<s> (runs "
+        "fastppo report reads) and RUN_DIR/best.yaml (a preset). Re-running the same command continues a "
+        "stopped sweep (needs the 'sweep' extra).",
         allow_abbrev=False,
     )
     parser.add_argument(
         "env_id",
         metavar="ENV_ID",
-        help="gymnasium id (CartPole-v1), package.module:EnvClass, or a PettingZoo Parallel env pz:<module> (see fastppo train --help)",
+        help="gymnasium id (CartPole-v1), package.module:EnvClass, or a PettingZoo Parallel env pz:<module> (see "
+        "fastppo train --help)",
     )
     parser.add_argument(
         "--trials",
         type=int,
         required=True,
         metavar="N",
-        help="finished (complete or pruned) trials the study is to hold, all workers together; 0: only print the best and rewrite best.yaml",
+        help="finished (complete or pruned) trials the study is to hold, all workers together; 0: only print the "
+        "best and rewrite best.yaml",
     )
     parser.add_argument(
         "--workers",
@@ -43,7 +48,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--seeds",
         default="1-3",
         metavar="SPEC",
-        help="seeds each trial trains, e.g. 1-3 or 1,5 (default: 1-3); a trial's value is the mean of their final returns",
+        help="seeds each trial trains, e.g. 1-3 or 1,5 (default: 1-3); a trial's value is the mean of their "
+        "final returns",
     )
     parser.add_argument(
         "--space",
@@ -66,7 +72,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--storage",
         default=None,
         metavar="URL",
-        help="Optuna storage URL (default: sqlite:///RUN_DIR/sweep.db); e.g. postgresql://user@host/db for workers on several machines",
+        help="Optuna storage URL (default: sqlite:///RUN_DIR/sweep.db); e.g. postgresql://user@host/db for "
+        "workers on several machines",
     )
     parser.add_argument("--study-name", default=None, metavar="NAME", help="study in the storage (default: the env id)")
     parser.add_argument(
@@ -77,7 +84,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=int,
         default=60,
         metavar="SECONDS",
-        help="a running trial's heartbeat period; a trial silent for twice as long (its process killed) is failed and run again (default: 60)",
+        help="a running trial's heartbeat period; a trial silent for twice as long (its process killed) is "
+        "failed and run again (default: 60)",
     )
     add_hyperparameter_flags(parser)
     parser.set_defaults(func=run)
@@ -136,7 +144,8 @@ def run(args: argparse.Namespace) -> int:
     if args.trials:
         workers = args.workers or os.cpu_count() or 1
         print(
-            f"fastppo: sweep of {base.env.env_id}, study '{study_name}' in {storage}: {args.trials} trials x {len(seeds)} seed{'s' if len(seeds) > 1 else ''}, {workers} workers; tuning {', '.join(space)}",
+            f"fastppo: sweep of {base.env.env_id}, study '{study_name}' in {storage}: {args.trials} trials x "
+            f"{len(seeds)} seed{'s' if len(seeds) > 1 else ''}, {workers} workers; tuning {', '.join(space)}",
             flush=True,
         )
         try:
@@ -152,7 +161,8 @@ def run(args: argparse.Namespace) -> int:
         print("fastppo: no trial has completed yet: no preset written")
     else:
         print(
-            f"fastppo: best config (trial {best.number}, {best.value:.1f}) in {folder / 'best.yaml'}: fastppo train {base.env.env_id} --preset {folder / 'best.yaml'}"
+            f"fastppo: best config (trial {best.number}, {best.value:.1f}) in {folder / 'best.yaml'}: fastppo "
+            f"train {base.env.env_id} --preset {folder / 'best.yaml'}"
         )
         print(f"fastppo: its runs: fastppo report {folder / f'trial_{best.number}'}")
     for index in failed:

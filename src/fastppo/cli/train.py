@@ -25,8 +25,11 @@ def add_hyperparameter_flags(parser: argparse.ArgumentParser) -> None:
     config = Config()
     names = Counter(f.name for section in sections(config).values() for f in dataclasses.fields(section))
     for section_name, section in sections(config).items():
-        group = parser.add_argument_group(f"{section_name} ({type(section).__doc__.strip().rstrip('.')})")
-        docs = field_docs(type(section))
+        section_type: type = type(section)
+        # the docstring's words on one line, however its source wraps them
+        summary = " ".join((section_type.__doc__ or "").split()).rstrip(".")
+        group = parser.add_argument_group(f"{section_name} ({summary})")
+        docs = field_docs(section_type)
         for f in dataclasses.fields(section):
             if (section_name, f.name) == ("env", "env_id"):
                 continue
@@ -59,40 +62,45 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "env_id",
         metavar="ENV_ID",
         nargs="?",
-        help="gymnasium id (CartPole-v1), package.module:EnvClass or file.py:EnvClass, or a PettingZoo Parallel env: "
-        "pz:<module> (its parallel_env(), e.g. pz:mpe2.simple_spread_v3) or pz:<module or file.py>:<function> returning one; "
-        "--env-kwargs '{...}' are its arguments",
+        help="gymnasium id (CartPole-v1), package.module:EnvClass or file.py:EnvClass, or a PettingZoo Parallel "
+        "env: pz:<module> (its parallel_env(), e.g. pz:mpe2.simple_spread_v3) or pz:<module or "
+        "file.py>:<function> returning one; --env-kwargs '{...}' are its arguments",
     )
     parser.add_argument(
         "--resume",
         metavar="RUN_DIR",
         default=None,
-        help="continue the run in RUN_DIR from its newest checkpoint, with its saved config (only --total-timesteps and the run.* output flags may change); "
-        "a run that stopped before its first checkpoint starts over",
+        help="continue the run in RUN_DIR from its newest checkpoint, with its saved config (only "
+        "--total-timesteps and the run.* output flags may change); a run that stopped before its first "
+        "checkpoint starts over",
     )
     parser.add_argument(
         "--preset",
         default=None,
-        help=f"hyperparameter preset: {', '.join(available_presets())}, or a preset YAML file's path (fastppo sweep writes one) (default: the env's own, else CleanRL's)",
+        help=f"hyperparameter preset: {', '.join(available_presets())}, or a preset YAML file's path (fastppo "
+        "sweep writes one) (default: the env's own, else CleanRL's)",
     )
     parser.add_argument(
         "--run-dir",
         default=None,
-        help="output folder, new or without a run in it: --resume continues a run (default: runs/<env>__<exp>__<seed>__<time>)",
+        help="output folder, new or without a run in it: --resume continues a run (default: "
+        "runs/<env>__<exp>__<seed>__<time>)",
     )
     parser.add_argument(
         "--seeds",
         metavar="SPEC",
         default=None,
         help=f"train one run per seed (1-10, 1,3,5, 1-4,8; at most {MAX_SEEDS}, each once) into RUN_DIR/seed_<n> "
-        "in --workers processes (on tensor envs each trains its share of the seeds as one batched computation); 'fastppo report RUN_DIR' summarises them",
+        "in --workers processes (on tensor envs each trains its share of the seeds as one batched "
+        "computation); 'fastppo report RUN_DIR' summarises them",
     )
     parser.add_argument(
         "--workers",
         metavar="K",
         type=int,
         default=None,
-        help="with --seeds: processes that train the seeds (default: one per CPU core, at most one per seed; a stack of seeds on a GPU: 1)",
+        help="with --seeds: processes that train the seeds (default: one per CPU core, at most one per seed; a "
+        "stack of seeds on a GPU: 1)",
     )
     add_hyperparameter_flags(parser)
     parser.set_defaults(func=run)
@@ -147,7 +155,10 @@ def run(args: argparse.Namespace) -> int:
     if main:
         groups = {group: group_returns[-FINAL_EPISODES:] for group, group_returns in agent.group_returns.items()}
         if agent.final_return is not None:
-            last = f"{agent.final_return:.1f} mean return over the last {len(agent.episode_returns[-FINAL_EPISODES:])} episodes"
+            last = (
+                f"{agent.final_return:.1f} mean return over the last "
+                f"{len(agent.episode_returns[-FINAL_EPISODES:])} episodes"
+            )
         elif any(groups.values()):  # agents in several groups, no headline: each group's
             last = f"mean returns over the last {len(next(iter(groups.values())))} episodes: " + ", ".join(
                 f"{group} {np.mean(r):.1f}" for group, r in groups.items()
@@ -218,7 +229,7 @@ def resume_seeds(parent: Path, overrides: dict[str, str], env_id: str | None) ->
     new = sum(c is None for c in checkpoints)
     print(
         f"fastppo: resuming the {len(seeds)} seed{'s' if len(seeds) > 1 else ''} of {parent} "
-        + ", ".join(filter(None, [started, new and f"{new} not started yet"]))
+        + ", ".join(filter(None, [started, f"{new} not started yet" if new else ""]))
     )
     return seeds_exit_code(*train_seeds(config, seeds, parent, workers, checkpoints), parent)
 
@@ -250,13 +261,19 @@ def solved_line(env_id: str, final_return: float | None) -> str | None:
     if threshold is None:
         return None
     verdict = "solved" if final_return >= threshold else "not solved yet (train longer: --total-timesteps)"
-    return f"fastppo: {env_id} counts as solved at a mean return of {threshold:g} (its reward_threshold): {final_return:.1f} is {verdict}"
+    return (
+        f"fastppo: {env_id} counts as solved at a mean return of {threshold:g} (its reward_threshold): "
+        f"{final_return:.1f} is {verdict}"
+    )
 
 
 def next_steps(run_dir: Path) -> str:
     """What to run next on a finished run's folder."""
     folder = shlex.quote(str(run_dir))
-    return f"fastppo: next: fastppo eval {folder} (evaluate the trained agent), fastppo plot {folder} (its learning curves)"
+    return (
+        f"fastppo: next: fastppo eval {folder} (evaluate the trained agent), fastppo plot {folder} (its "
+        "learning curves)"
+    )
 
 
 def start_header(config: Config, source: str, run_dir: Path | None, world_size: int = 1) -> list[str]:
@@ -273,9 +290,11 @@ def start_header(config: Config, source: str, run_dir: Path | None, world_size: 
     where = f" into {run_dir}" if run_dir is not None else ""
     ranks = f" per rank, {world_size} ranks" if world_size > 1 else ""
     lines = [
-        f"fastppo: {config.env.env_id} ({source}, {config.env.backend} backend){where}, on {device} ({threads} thread{'s' if threads > 1 else ''})",
-        f"fastppo: {config.env.num_envs} envs x {config.ppo.num_steps} steps = {config.batch_size}{ranks} per update in {config.ppo.num_minibatches} "
-        f"minibatches x {config.ppo.update_epochs} epochs; {config.ppo.total_timesteps} steps = {config.num_iterations // world_size} updates",
+        f"fastppo: {config.env.env_id} ({source}, {config.env.backend} backend){where}, on {device} ({threads} "
+        f"thread{'s' if threads > 1 else ''})",
+        f"fastppo: {config.env.num_envs} envs x {config.ppo.num_steps} steps = {config.batch_size}{ranks} per "
+        f"update in {config.ppo.num_minibatches} minibatches x {config.ppo.update_epochs} epochs; "
+        f"{config.ppo.total_timesteps} steps = {config.num_iterations // world_size} updates",
     ]
     defaults, values = Config().to_dict(), config.to_dict()
     changed = [

@@ -31,12 +31,14 @@ DIAGNOSTICS = (
 )
 NOT_HYPERPARAMETERS = {
     "run.seed", "run.exp_name", "run.run_root", "run.device", "run.torch_threads", "run.torch_deterministic",
-    "run.tensorboard", "run.progress", "run.checkpoint_every", "run.keep_checkpoints", "run.collective_timeout", "env.capture_video",
+    "run.tensorboard", "run.progress", "run.checkpoint_every", "run.keep_checkpoints", "run.collective_timeout",
+    "env.capture_video",
 }  # fmt: skip
 """Config keys that do not make runs different experiments."""
 TITLE_KEYS = {
     "env.num_envs": "envs", "ppo.num_steps": "steps", "ppo.learning_rate": "lr", "ppo.update_epochs": "epochs",
-    "ppo.num_minibatches": "minibatches", "ppo.clip_coef": "clip", "ppo.gamma": "γ", "ppo.gae_lambda": "λ", "ppo.ent_coef": "ent",
+    "ppo.num_minibatches": "minibatches", "ppo.clip_coef": "clip", "ppo.gamma": "γ", "ppo.gae_lambda": "λ",
+    "ppo.ent_coef": "ent",
 }  # fmt: skip
 
 
@@ -116,12 +118,14 @@ def read_metrics(path: Path) -> list[dict[str, float]]:
             ) from None
         if not isinstance(record, dict) or not _is_number(record.get("global_step")):
             raise FastPPOError(
-                f"{path} line {number} is not a metrics record (a JSON object with a numeric global_step): fix or delete that line, or leave the run out"
+                f"{path} line {number} is not a metrics record (a JSON object with a numeric global_step): fix "
+                "or delete that line, or leave the run out"
             )
         bad = next((name for name, value in record.items() if value is not None and not _is_number(value)), None)
         if bad is not None:
             raise FastPPOError(
-                f"{path} line {number}: {bad} is {record[bad]!r}, not a number: fix or delete that line, or leave the run out"
+                f"{path} line {number}: {bad} is {record[bad]!r}, not a number: fix or delete that line, or "
+                "leave the run out"
             )
         records.append(record)
     return records
@@ -150,7 +154,8 @@ def find_runs(paths: list[str | Path]) -> list[Path]:
     for run in found:  # e.g. a single run and a --seeds job trained into one folder: which is meant?
         if inner := next((p.parent for p in run.rglob("metrics.jsonl") if p.parent != run), None):
             raise FastPPOError(
-                f"{run} is a run and a folder of runs at once ({inner.relative_to(run)} inside it): move the run or the runs inside it into a folder of its own"
+                f"{run} is a run and a folder of runs at once ({inner.relative_to(run)} inside it): move the run "
+                "or the runs inside it into a folder of its own"
             )
     return list(found)
 
@@ -275,7 +280,8 @@ def plot_runs(run_dirs: list[str | Path], out: str | Path, smooth: int = 10) -> 
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for index, (group, label) in enumerate(zip(groups, labels)):
         color = colors[index % len(colors)]
-        # Agents in several groups without a headline (--multi-agent.headline): each group's return, one line style each.
+        # Agents in several groups without a headline (--multi-agent.headline): each group's return, one
+        # line style each.
         names = [RETURN] if any(RETURN in r for run in group for r in run.records) else group[0].group_returns
         for name, style in zip(names, ("-", "--", ":", "-.")):
             curve = _aggregate(group, name, smooth)
@@ -293,7 +299,7 @@ def plot_runs(run_dirs: list[str | Path], out: str | Path, smooth: int = 10) -> 
                     ax_return.fill_between(steps, low, high, color=color, alpha=0.2, lw=0)
         for name, style in zip(group[0].ratings if ax_ratings else [], ("-", "--", ":", "-.") * 4):
             curve = _aggregate(group, name, smooth)
-            if curve is not None:
+            if curve is not None and ax_ratings is not None:
                 ax_ratings.plot(
                     curve[0], curve[1], color=color, lw=1.6, ls=style, label=f"{label}: {name.removeprefix(RATINGS)}"
                 )

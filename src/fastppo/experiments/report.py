@@ -103,7 +103,8 @@ def final_score(run: Run, metric: str, final_window: float) -> float:
     if not len(values):
         if metric == RETURN and run.group_returns:  # agents in several groups: no headline return
             raise FastPPOError(
-                f"{run.path} logged no {metric}: its agents are in groups that may play against each other, so it logs each group's: pick one, --metric {run.group_returns[0]}"
+                f"{run.path} logged no {metric}: its agents are in groups that may play against each other, so "
+                f"it logs each group's: pick one, --metric {run.group_returns[0]}"
             )
         raise FastPPOError(
             f"{run.path} logged no {metric} (no episode finished?): train longer, or pick another --metric"
@@ -195,7 +196,8 @@ def check_each_seed_once(group: list[Run]) -> None:
         seed = run.config.get("run.seed")
         if (first := folders.setdefault(seed, run.path)) != run.path:
             raise FastPPOError(
-                f"seed {seed} of one {run.env_id} config was found twice, in {first} and {run.path}: a seed counts once: leave one of the two folders out of the report"
+                f"seed {seed} of one {run.env_id} config was found twice, in {first} and {run.path}: a seed "
+                "counts once: leave one of the two folders out of the report"
             )
 
 
@@ -206,7 +208,10 @@ def markdown_table(stats: list[GroupStats], caption: str) -> str:
         + " |"
         for s in stats
     ]
-    header = "| env | config | seeds | steps | IQM [95% CI] | mean [95% CI] | median [95% CI] |\n|---|---|--:|--:|--:|--:|--:|"
+    header = (
+        "| env | config | seeds | steps | IQM [95% CI] | mean [95% CI] | median [95% CI] "
+        "|\n|---|---|--:|--:|--:|--:|--:|"
+    )
     notes = [
         f"Note: {s.env_id}, {s.config}: {len(s.runs)} run{'s' if len(s.runs) > 1 else ''}, {UNTRUSTED}."
         for s in stats

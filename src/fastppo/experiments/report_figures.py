@@ -5,6 +5,8 @@ across envs (fraction of runs above each normalised score, with 95% CI bands).""
 from __future__ import annotations
 
 from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -12,10 +14,13 @@ from fastppo.experiments.plot import curves_on_grid
 from fastppo.experiments.report import GroupStats, iqm_curve, seeded_numpy
 from fastppo.files.outputs import writing
 
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
 PANELS_PER_ROW = 3
 
 
-def _pyplot():
+def _pyplot() -> ModuleType:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -39,7 +44,9 @@ def plot_curves(
     for ax, env in zip(axes.flat, envs):
         # Each config on its own grid, the steps its runs cover (a shorter or pruned run's config spans fewer).
         for color, s in enumerate(s for s in stats if s.env_id == env):
-            grid, values = curves_on_grid(s.runs, metric, smooth)
+            curve = curves_on_grid(s.runs, metric, smooth)
+            assert curve is not None  # the report refused any run that did not log ``metric``
+            grid, values = curve
             label = f"{s.config} ({len(s.runs)} seed{'s' if len(s.runs) > 1 else ''})"
             point, interval = iqm_curve(values, reps, seed)
             plot_utils.plot_sample_efficiency_curve(  # a single step (one logged return per run) as a dot
@@ -97,7 +104,7 @@ def plot_profile(
     return _save(fig, out)
 
 
-def _save(fig, out: Path) -> Path:
+def _save(fig: Figure, out: Path) -> Path:
     import matplotlib.pyplot as plt
 
     with writing(out, "the figure"):

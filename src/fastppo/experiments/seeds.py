@@ -54,7 +54,8 @@ def parse_seeds(spec: str) -> list[int]:
     count = sum(map(len, ranges))
     if count > MAX_SEEDS:
         raise FastPPOError(
-            f"--seeds {spec} names {count} seeds, more than the {MAX_SEEDS} one command trains: split them over several commands, each with its own --run-dir"
+            f"--seeds {spec} names {count} seeds, more than the {MAX_SEEDS} one command trains: split them over "
+            "several commands, each with its own --run-dir"
         )
     return _each_once([seed for seeds in ranges for seed in seeds], f"--seeds {spec}")
 
@@ -66,7 +67,8 @@ def seed_list(seeds: str | Iterable[int]) -> list[int]:
     taken = list(itertools.islice(seeds, MAX_SEEDS + 1))  # never more: range(1, 2**32) would fill the memory
     if len(taken) > MAX_SEEDS:
         raise FastPPOError(
-            f"seeds: more than the {MAX_SEEDS} seeds one call trains: split them over several calls, each with its own run_dir"
+            f"seeds: more than the {MAX_SEEDS} seeds one call trains: split them over several calls, each with "
+            "its own run_dir"
         )
     return _each_once([check_seed(int(seed), "--seeds") for seed in taken], "seeds")
 
@@ -125,12 +127,14 @@ def print_summary(results: list[SeedResult], parent: Path) -> None:
     if finals:
         which = "the seeds'" if len(finals) == len(results) else f"the {len(finals)} finished seeds'"
         print(
-            f"fastppo: mean of {which} final returns {sum(finals) / len(finals):.1f} (min {min(finals):.1f}, max {max(finals):.1f}); statistics: fastppo report {parent}"
+            f"fastppo: mean of {which} final returns {sum(finals) / len(finals):.1f} (min {min(finals):.1f}, max "
+            f"{max(finals):.1f}); statistics: fastppo report {parent}"
         )
     left = [r for r in results if not r.finished and not r.error]
     if left:
         print(
-            f"fastppo: {len(left)} of the {len(results)} seeds are not finished (stopped or not started): fastppo train --resume {parent} trains them on"
+            f"fastppo: {len(left)} of the {len(results)} seeds are not finished (stopped or not started): "
+            f"fastppo train --resume {parent} trains them on"
         )
 
 
@@ -298,7 +302,8 @@ def plan_config(config: Config, overrides: dict[str, Any], env_id: str | None, p
             getattr(apply_overrides(Config(), {full: value}), section), name
         ) != getattr(getattr(config, section), name):
             raise FastPPOError(
-                f"cannot change {full} when resuming (allowed: {', '.join(RESUMABLE_OVERRIDES)}): start a new run instead"
+                f"cannot change {full} when resuming (allowed: {', '.join(RESUMABLE_OVERRIDES)}): start a new "
+                "run instead"
             )
         apply_overrides(config, {full: value})
     return config.validate()
@@ -382,15 +387,15 @@ def train_seeds(
     parts = stacks(seeds, workers, checkpoints) if stacked else [[seed] for seed in seeds]
     if stacked and len(parts) == 1:  # no process to start
         try:
-            results, stopped = _results(seeds, train_seed_stack(config, seeds, parent, checkpoints))
+            stack_results, stack_stopped = _results(seeds, train_seed_stack(config, seeds, parent, checkpoints))
         except FastPPOError:
             _forget_unstarted_job(parent, fresh)
             raise
-        print(*results, sep="\n", flush=True)
-        return results, stopped
+        print(*stack_results, sep="\n", flush=True)
+        return stack_results, stack_stopped
     on_cpu = resolve_device(config.run.device).type == "cpu"  # also --device auto on a machine without a GPU
     fork = sys.platform.startswith("linux") and quiet.intra_op_threads(stacked) == 1 and on_cpu
-    context = multiprocessing.get_context("fork" if fork else "spawn")
+    context = multiprocessing.get_context("fork") if fork else multiprocessing.get_context("spawn")
     tasks, reports = context.Queue(), context.Queue()
     job_stop = context.Value(
         "i", 0, lock=False

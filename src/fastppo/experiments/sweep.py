@@ -8,8 +8,9 @@
   <- preset <- flags); a trial trains one run per seed, one after another (on tensor envs all
   at once, as one stack: fastppo.training.seed_stack), into RUN_DIR/trial_<n>/seed_<s>. Its value is the
   mean over seeds of each run's final score as ``fastppo report`` computes it: the mean episodic
-  return over the last 10% of the run's steps. A drawn combination the config refuses, a run that diverges (NaN) or finishes no
-  episode ends the trial as pruned, the reason in its user attribute ``pruned_because``.
+  return over the last 10% of the run's steps. A drawn combination the config refuses, a run that
+  diverges (NaN) or finishes no episode ends the trial as pruned, the reason in its user attribute
+  ``pruned_because``.
 - **Pruning.** The first seed's run reports its score so far (the same final-window score over
   the steps trained) at 20 evenly spaced points of the budget, the same steps whatever a trial's
   batch size, and Optuna's median pruner stops a trial below the median of earlier trials at
@@ -45,13 +46,19 @@ import warnings
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import optuna
 import sqlalchemy  # its event and exc modules come with it
 import yaml
-from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution, distribution_to_json
+from optuna.distributions import (
+    BaseDistribution,
+    CategoricalDistribution,
+    FloatDistribution,
+    IntDistribution,
+    distribution_to_json,
+)
 from optuna.exceptions import ExperimentalWarning
 from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.trial import FrozenTrial, TrialState
@@ -157,7 +164,8 @@ def retry_stale_trial(study: optuna.Study, trial: FrozenTrial) -> None:
         RetryHeartbeatStaleTrialCallback(max_retry=MAX_RETRY)(study, trial)
         retried = len(RetryHeartbeatStaleTrialCallback.retry_history(trial)) < MAX_RETRY
     print(
-        f"fastppo: trial {trial.number}: its worker stopped (no heartbeat); {'queued again' if retried else f'given up after {MAX_RETRY} retries'}",
+        f"fastppo: trial {trial.number}: its worker stopped (no heartbeat); "
+        f"{'queued again' if retried else f'given up after {MAX_RETRY} retries'}",
         flush=True,
     )
 
@@ -235,7 +243,8 @@ def open_study(
     if saved is None:
         if study.trials:
             raise FastPPOError(
-                f"study '{sweep.study_name}' in {sweep.storage} was not started by fastppo sweep: pick another --study-name"
+                f"study '{sweep.study_name}' in {sweep.storage} was not started by fastppo sweep: pick another "
+                "--study-name"
             )
         if any(sweep.folder.glob("trial_*")):
             raise FastPPOError(f"{sweep.folder} holds another sweep's trials: pick another --run-dir (or --study-name)")
@@ -307,6 +316,7 @@ def within(distribution: BaseDistribution, value: Any) -> bool:
     """Whether ``value`` is one that ``distribution`` draws (of its type: 1 is not True)."""
     if isinstance(distribution, CategoricalDistribution):
         return any(type(value) is type(choice) and value == choice for choice in distribution.choices)
+    assert isinstance(distribution, IntDistribution | FloatDistribution)  # what a sweep space holds besides choices
     kind = int if isinstance(distribution, IntDistribution) else (int, float)
     return is_number(value, kind) and distribution.low <= value <= distribution.high
 
@@ -449,7 +459,13 @@ class PruningReport:
         self.reported = 0
 
     def __call__(self, global_step: int, metrics: dict[str, float] | dict[int, dict[str, float]]) -> None:
-        for run, run_metrics in metrics.items() if self.stacked else [(None, metrics)]:
+        # a stack's metrics per seed, a run's its own
+        per_run = (
+            cast(dict[int, dict[str, float]], metrics).items()
+            if self.stacked
+            else [(None, cast(dict[str, float], metrics))]
+        )
+        for run, run_metrics in per_run:
             self.records.setdefault(run, []).append({"global_step": global_step, RETURN: run_metrics.get(RETURN)})
         point = global_step * PRUNE_POINTS // self.total
         scored = [records for records in self.records.values() if any(r[RETURN] is not None for r in records)]
@@ -473,7 +489,8 @@ def print_trial(study: optuna.Study, trial: FrozenTrial) -> None:
     else:
         return
     print(
-        f"fastppo: trial {trial.number}: {outcome}; {' '.join(f'{short(k)}={shown(v)}' for k, v in trial.params.items())}",
+        f"fastppo: trial {trial.number}: {outcome}; "
+        f"{' '.join(f'{short(k)}={shown(v)}' for k, v in trial.params.items())}",
         flush=True,
     )
 
@@ -486,17 +503,29 @@ def shown(value: Any) -> str:
     return f"{value:.3g}" if isinstance(value, float) else str(value)
 
 
+def _value(trial: FrozenTrial) -> float:
+    """A complete trial's value (optuna's type allows None, for the other states)."""
+    assert trial.value is not None
+    return trial.value
+
+
 def best_table(study: optuna.Study, sweep: Sweep, top: int = 5) -> str:
     """A count of the study's trials and a Markdown table of its ``top`` complete ones."""
     states = Counter(t.state for t in study.trials)
-    count = f"study '{sweep.study_name}': {states[TrialState.COMPLETE]} complete, {states[TrialState.PRUNED]} pruned, {states[TrialState.FAIL]} failed trials"
-    best = sorted(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)), key=lambda t: -t.value)[:top]
+    count = (
+        f"study '{sweep.study_name}': {states[TrialState.COMPLETE]} complete, {states[TrialState.PRUNED]} "
+        f"pruned, {states[TrialState.FAIL]} failed trials"
+    )
+    best = sorted(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)), key=lambda t: -_value(t))[:top]
     if not best:
         return count
     keys = list(sweep.space)
     rows = [["trial", "score", *map(short, keys)], ["--:"] * (2 + len(keys))]
     rows += [[str(t.number), f"{t.value:.1f}", *(shown(t.params[k]) for k in keys)] for t in best]
-    caption = f"{count}; the best by mean final return over seeds {','.join(map(str, sweep.seeds))} (each run's last {FINAL_WINDOW:.0%} of steps):"
+    caption = (
+        f"{count}; the best by mean final return over seeds {','.join(map(str, sweep.seeds))} (each run's "
+        f"last {FINAL_WINDOW:.0%} of steps):"
+    )
     return "\n".join([caption, "", *("| " + " | ".join(row) + " |" for row in rows)])
 
 
@@ -507,7 +536,7 @@ def write_best_preset(study: optuna.Study, sweep: Sweep, path: Path) -> FrozenTr
     complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
     if not complete:
         return None
-    best = max(complete, key=lambda t: t.value)
+    best = max(complete, key=_value)
     config = apply_overrides(copy.deepcopy(sweep.base), best.params).to_dict()
     defaults = Config().to_dict()
     fields = {
@@ -523,10 +552,12 @@ def write_best_preset(study: optuna.Study, sweep: Sweep, path: Path) -> FrozenTr
     }
     states = Counter(t.state for t in study.trials)
     description = (
-        f"fastppo sweep of {sweep.base.env.env_id}, study '{sweep.study_name}' ({states[TrialState.COMPLETE]} complete and "
-        f"{states[TrialState.PRUNED]} pruned trials, TPE sampler, median pruner): trial {best.number} scored {best.value:.1f}, the mean over "
-        f"seeds {','.join(map(str, sweep.seeds))} ({', '.join(f'{s:.1f}' for s in best.user_attrs[SEED_SCORES])}) of each run's mean return "
-        f"over the last {FINAL_WINDOW:.0%} of its {sweep.base.ppo.total_timesteps} steps; tuned: {', '.join(map(short, sweep.space))}."
+        f"fastppo sweep of {sweep.base.env.env_id}, study '{sweep.study_name}' ({states[TrialState.COMPLETE]} "
+        f"complete and {states[TrialState.PRUNED]} pruned trials, TPE sampler, median pruner): trial "
+        f"{best.number} scored {best.value:.1f}, the mean over seeds {','.join(map(str, sweep.seeds))} "
+        f"({', '.join(f'{s:.1f}' for s in best.user_attrs[SEED_SCORES])}) of each run's mean return over the "
+        f"last {FINAL_WINDOW:.0%} of its {sweep.base.ppo.total_timesteps} steps; tuned: "
+        f"{', '.join(map(short, sweep.space))}."
     )
     with writing(output_file(path, "the best preset"), "the best preset"):
         path.write_text(yaml.safe_dump({"description": description, **fields}, sort_keys=False, width=100))

@@ -40,7 +40,8 @@ def load_space(path: str | Path | None = None) -> dict[str, BaseDistribution]:
         raise FastPPOError(f"--space {source} is not valid YAML: {str(exc).splitlines()[0]}") from None
     if not isinstance(data, dict) or not data or not all(isinstance(fields, dict) for fields in data.values()):
         raise FastPPOError(
-            f"--space {source} must map sections to fields, e.g. 'ppo: {{learning_rate: {{float: [1.0e-5, 1.0e-2], log: true}}}}'"
+            f"--space {source} must map sections to fields, e.g. 'ppo: {{learning_rate: {{float: [1.0e-5, "
+            "1.0e-2], log: true}}'"
         )
     config = Config()
     space = {}
@@ -70,7 +71,8 @@ def distribution(key: str, entry: Any, annotation: Any) -> BaseDistribution:
     if kind == "choices":
         if not isinstance(values, list) or not values:
             raise FastPPOError(f"{key}: choices must be a non-empty list, got {values!r}")
-        # Optuna stores only scalars: a list choice ([64, 64]) is drawn as its text '64,64', which the config reads back.
+        # Optuna stores only scalars: a list choice ([64, 64]) is drawn as its text '64,64', which the config
+        # reads back.
         choices = tuple(",".join(map(str, c)) if isinstance(c, list) else c for c in values)
         for choice in choices:
             coerce(choice, annotation, key)
@@ -78,7 +80,8 @@ def distribution(key: str, entry: Any, annotation: Any) -> BaseDistribution:
     numeric = {int, float} & {annotation, *typing.get_args(annotation)}
     if not numeric or (kind == "float" and numeric == {int}):
         raise FastPPOError(
-            f"{key} is {'an integer' if numeric else 'not a number'}: give it {'{int: [low, high]} or ' if numeric else ''}{{choices: [...]}}"
+            f"{key} is {'an integer' if numeric else 'not a number'}: give it "
+            f"{'{int: [low, high]} or ' if numeric else ''}{{choices: [...]}}"
         )
     number = int if kind == "int" else (int, float)
     if not (

@@ -27,7 +27,7 @@ from fastppo.errors import FastPPOError
 from fastppo.files import outputs
 from fastppo.files.atomic import atomic_write_text, publish_folder
 from fastppo.rlhf.models import Models, save_models
-from fastppo.rlhf.parallel import Ranks
+from fastppo.rlhf.parallel import ONE_PROCESS, Ranks
 from fastppo.training.distributed import check_world_size
 
 LATEST = "latest"
@@ -99,7 +99,7 @@ def save_checkpoint(
     optimizer: torch.optim.Optimizer,
     state: dict[str, Any],
     keep: int,
-    ranks: Ranks = Ranks(),
+    ranks: Ranks = ONE_PROCESS,
 ) -> Path | None:
     """Write ``checkpoint-{step}`` atomically, point ``latest`` at it, delete all but the newest ``keep``.
 
@@ -163,12 +163,14 @@ def resume_point(output_dir: Path, resume: bool, command: str) -> Path | None:
         found = latest_checkpoint(output_dir)
         if found is None:
             raise FastPPOError(
-                f"--resume: {output_dir} holds no checkpoint (no {LATEST} file) to continue from: drop --resume to start a new run"
+                f"--resume: {output_dir} holds no checkpoint (no {LATEST} file) to continue from: drop --resume "
+                "to start a new run"
             )
         written_by = _read_state(found).get("command", command)  # older checkpoints do not say
         if written_by != command:
             raise FastPPOError(
-                f"--resume: {output_dir} holds a run of fastppo {written_by}, not of fastppo {command}: continue it with 'fastppo {written_by} --resume', or give a new or empty --output-dir"
+                f"--resume: {output_dir} holds a run of fastppo {written_by}, not of fastppo {command}: continue "
+                f"it with 'fastppo {written_by} --resume', or give a new or empty --output-dir"
             )
         return found
     if output_dir.is_file():
@@ -212,7 +214,8 @@ def latest_checkpoint(output_dir: Path) -> Path | None:
     if not CHECKPOINT_NAME.fullmatch(name) or folder.is_symlink():
         what = f"{folder}, a symbolic link" if CHECKPOINT_NAME.fullmatch(name) else repr(name[:80])
         raise FastPPOError(
-            f"{pointer} names {what}, not a checkpoint folder of {output_dir} (checkpoint-NNNNNN): write the name of its newest checkpoint into it"
+            f"{pointer} names {what}, not a checkpoint folder of {output_dir} (checkpoint-NNNNNN): write the "
+            "name of its newest checkpoint into it"
         )
     if not (folder / STATE_FILE).is_file():
         raise FastPPOError(
@@ -227,17 +230,19 @@ def _read_state(folder: Path) -> dict[str, Any]:
         state = json.loads((folder / STATE_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise FastPPOError(
-            f"checkpoint {folder} is damaged: {STATE_FILE} cannot be read ({str(exc).splitlines()[0]}): delete it and point {LATEST} at the one before"
+            f"checkpoint {folder} is damaged: {STATE_FILE} cannot be read ({str(exc).splitlines()[0]}): delete "
+            f"it and point {LATEST} at the one before"
         ) from None
     if not isinstance(state, dict):
         raise FastPPOError(
-            f"checkpoint {folder} is damaged: {STATE_FILE} is not an object: delete it and point {LATEST} at the one before"
+            f"checkpoint {folder} is damaged: {STATE_FILE} is not an object: delete it and point {LATEST} at the "
+            "one before"
         )
     return state
 
 
 def load_training_state(
-    folder: Path, optimizer: torch.optim.Optimizer, models: Models, ranks: Ranks = Ranks()
+    folder: Path, optimizer: torch.optim.Optimizer, models: Models, ranks: Ranks = ONE_PROCESS
 ) -> dict[str, Any]:
     """Restore optimizer and RNG states in place (this rank's); return the counters saved with them.
     A FastPPOError when the optimizer state does not fit ``models`` (a checkpoint of other models)."""
@@ -248,7 +253,8 @@ def load_training_state(
         _load_optimizer(optimizer, load_file(folder / OPTIMIZER_FILE), state.pop("param_groups"), models, ranks)
     except (ValueError, KeyError, RuntimeError, SafetensorError) as exc:
         raise FastPPOError(
-            f"checkpoint {folder} does not fit this run: its optimizer state is for other models ({str(exc).splitlines()[0]}): resume it with the command and --model that wrote it"
+            f"checkpoint {folder} does not fit this run: its optimizer state is for other models "
+            f"({str(exc).splitlines()[0]}): resume it with the command and --model that wrote it"
         ) from None
     _restore_rng(load_file(folder / RNG_FILE), ranks)
     return state

@@ -11,7 +11,7 @@ import os
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypeVar
 
 from fastppo.config import check_seed
 from fastppo.core.kl import KLEstimator
@@ -26,9 +26,10 @@ KLPlacement = Literal["reward", "loss"]
 ComputeDType = Literal["auto", "bf16", "fp16", "fp32"]
 GeneratorKind = Literal["hf", "vllm"]
 ReportTo = Literal["none", "wandb"]
+T = TypeVar("T")
 
 
-def _f(default, help: str):  # noqa: A002 - "help" mirrors argparse
+def _f(default: T, help: str) -> T:  # noqa: A002 - "help" mirrors argparse
     return field(default=default, metadata={"help": help})
 
 
@@ -54,8 +55,8 @@ class ModelConfig:
     )
     fsdp: bool = _f(
         False,
-        "under torchrun: shard the policy, reference and critic over the processes (FSDP FULL_SHARD) instead of a whole copy on each, "
-        "for a model that does not fit one device",
+        "under torchrun: shard the policy, reference and critic over the processes (FSDP FULL_SHARD) instead of "
+        "a whole copy on each, for a model that does not fit one device",
     )
 
 
@@ -68,7 +69,8 @@ class SamplingConfig:
     temperature: float = _f(1.0, "sampling temperature; log-probs for PPO use the same tempered logits")
     top_k: int = _f(
         0,
-        "sample among the k most likely tokens (0: all); log-probs are still scored under the full distribution (warns)",
+        "sample among the k most likely tokens (0: all); log-probs are still scored under the full distribution "
+        "(warns)",
     )
     top_p: float = _f(
         1.0, "nucleus sampling mass (1.0: off); log-probs are still scored under the full distribution (warns)"
@@ -76,12 +78,14 @@ class SamplingConfig:
     missing_eos_penalty: float | None = _f(None, "subtracted from the score of completions that never emit EOS")
     stop: tuple[str, ...] = _f(
         (),
-        "stop strings (repeat the flag or separate them by commas): a completion also ends at the token that completes one, "
-        "as at EOS, and its text is cut before it; a special token such as <|im_end|> stops as a token id",
+        "stop strings (repeat the flag or separate them by commas): a completion also ends at the token that "
+        "completes one, as at EOS, and its text is cut before it; a special token such as <|im_end|> stops as a "
+        "token id",
     )
     generator: GeneratorKind = _f(
         "hf",
-        "hf: transformers' generate on the policy; vllm: a vLLM engine (GPU, fastppo[vllm]) given the weights after every update",
+        "hf: transformers' generate on the policy; vllm: a vLLM engine (GPU, fastppo[vllm]) given the weights "
+        "after every update",
     )
     vllm_gpu_memory: float = _f(
         0.3, "vllm: share of the GPU's memory the engine reserves (weights and KV cache); the rest is the trainer's"
@@ -139,14 +143,15 @@ class PPOConfig:
     )
     whiten_advantages: bool | None = _f(
         None,
-        "standardise advantages over valid tokens (default: on for gae, off for grpo/rloo, whose advantage is one number per completion)",
+        "standardise advantages over valid tokens (default: on for gae, off for grpo/rloo, whose advantage is "
+        "one number per completion)",
     )
     kl_warn: float = _f(10.0, "warn when the mean per-sequence KL to the reference exceeds this (nats)")
     loss_aggregation: LossAggregation = _f(
         "token",
-        "how the policy loss (and the loss-side KL) averages a minibatch's tokens: token (every token of the batch alike, "
-        "as TRL's GRPO and DAPO), sequence (each completion's mean, then their mean, as DeepSeekMath's GRPO) or constant "
-        "(sum over tokens / (completions * max_new_tokens), Dr. GRPO)",
+        "how the policy loss (and the loss-side KL) averages a minibatch's tokens: token (every token of the "
+        "batch alike, as TRL's GRPO and DAPO), sequence (each completion's mean, then their mean, as "
+        "DeepSeekMath's GRPO) or constant (sum over tokens / (completions * max_new_tokens), Dr. GRPO)",
     )
 
     @property
@@ -180,7 +185,8 @@ class RunConfig:
     progress: bool = _f(True, "show a live progress bar")
     torch_threads: int = _f(
         0,
-        "CPU threads torch computes with (0: torch's default, one per core); 1 keeps a run fast when other jobs share the cores",
+        "CPU threads torch computes with (0: torch's default, one per core); 1 keeps a run fast when other jobs "
+        "share the cores",
     )
     report_to: ReportTo = _f(
         "none", "also log to Weights & Biases (wandb; WANDB_MODE=offline writes the run locally for a later wandb sync)"
@@ -210,12 +216,14 @@ class MonitorConfig:
 
     sample_every: int = _f(
         10,
-        "every this many steps (and at the last), log num_samples completions of the rollout with their rewards to samples.jsonl and TensorBoard; 0: at the last step only",
+        "every this many steps (and at the last), log num_samples completions of the rollout with their rewards "
+        "to samples.jsonl and TensorBoard; 0: at the last step only",
     )
     num_samples: int = _f(4, "completions per logged sample table")
     eval_every: int = _f(
         10,
-        "with --eval-prompts: every this many steps (and at the last), generate greedily for the eval prompts and log eval/reward_mean etc.",
+        "with --eval-prompts: every this many steps (and at the last), generate greedily for the eval prompts "
+        "and log eval/reward_mean etc.",
     )
 
 
@@ -253,7 +261,8 @@ class RewardModelConfig:
     max_grad_norm: float = _f(1.0, "gradient norm clip")
     max_length: int = _f(
         512,
-        "tokens of prompt + completion kept (the last ones); saved as the tokenizer's limit, which --reward then applies too",
+        "tokens of prompt + completion kept (the last ones); saved as the tokenizer's limit, which --reward then "
+        "applies too",
     )
     eval_split: float = _f(0.1, "share of the pairs held out to measure accuracy (0: none)")
     eval_every: int = _f(
@@ -263,7 +272,8 @@ class RewardModelConfig:
 
 @dataclass
 class DataConfig:
-    """Which split and column of the prompts are read, and how (--prompts: a .jsonl/.json/.parquet/.csv file, a folder, or a hub dataset)."""
+    """Which split and column of the prompts are read, and how (--prompts: a .jsonl/.json/.parquet/.csv
+    file, a folder, or a hub dataset)."""
 
     split: str = _f("train", "split of a dataset folder or hub dataset (a single file is read whole)")
     prompt_column: str = _f(
@@ -277,7 +287,8 @@ class DataConfig:
 
 @dataclass
 class PreferenceDataConfig(DataConfig):
-    """Which split and columns of the preference pairs are read, and how (--data: a .jsonl/.json/.parquet/.csv file, a folder, or a hub dataset)."""
+    """Which split and columns of the preference pairs are read, and how (--data: a
+    .jsonl/.json/.parquet/.csv file, a folder, or a hub dataset)."""
 
     chosen_column: str = _f(
         "chosen", "column of the preferred completions: text, or assistant messages with --chat-template"
@@ -302,13 +313,15 @@ def validate_reward_model(model: ModelConfig, reward_model: RewardModelConfig) -
         _positive(name, getattr(reward_model, name))
     if reward_model.batch_size % reward_model.gradient_accumulation_steps:
         raise FastPPOError(
-            f"--gradient-accumulation-steps {reward_model.gradient_accumulation_steps} must divide --batch-size {reward_model.batch_size}"
+            f"--gradient-accumulation-steps {reward_model.gradient_accumulation_steps} must divide --batch-size "
+            f"{reward_model.batch_size}"
         )
     if not 0.0 <= reward_model.eval_split < 1.0:
         raise FastPPOError(f"--eval-split must be in [0, 1), got {reward_model.eval_split}")
     if model.lora or model.gradient_checkpointing:
         raise FastPPOError(
-            "fastppo reward-model trains every weight without activation checkpointing: drop --lora and --gradient-checkpointing"
+            "fastppo reward-model trains every weight without activation checkpointing: drop --lora and "
+            "--gradient-checkpointing"
         )
     from fastppo.training.distributed import launched_world_size  # imports torch: not at config import time
 
@@ -370,11 +383,13 @@ def validate_ppo(model: ModelConfig, sampling: SamplingConfig, ppo: PPOConfig) -
     batch = ppo.prompts_per_step * ppo.num_generations
     if batch % ppo.mini_batch_size:
         raise FastPPOError(
-            f"--mini-batch-size {ppo.mini_batch_size} must divide the rollout size prompts_per_step * num_generations = {batch}"
+            f"--mini-batch-size {ppo.mini_batch_size} must divide the rollout size prompts_per_step * "
+            f"num_generations = {batch}"
         )
     if ppo.mini_batch_size % ppo.gradient_accumulation_steps:
         raise FastPPOError(
-            f"--gradient-accumulation-steps {ppo.gradient_accumulation_steps} must divide --mini-batch-size {ppo.mini_batch_size}"
+            f"--gradient-accumulation-steps {ppo.gradient_accumulation_steps} must divide --mini-batch-size "
+            f"{ppo.mini_batch_size}"
         )
     if ppo.estimator in ("grpo", "rloo") and ppo.num_generations < 2:
         raise FastPPOError(
@@ -502,7 +517,8 @@ def require_vllm(model: ModelConfig) -> None:
     """The one-line errors of ``--generator vllm`` where it cannot run, before anything is loaded."""
     if model.lora:
         raise FastPPOError(
-            "--generator vllm does not support --lora yet (the adapters would have to be merged into the engine after every update): use --generator hf"
+            "--generator vllm does not support --lora yet (the adapters would have to be merged into the engine "
+            "after every update): use --generator hf"
         )
     from fastppo.devices import resolve_device  # imports torch: not at config import time
 
@@ -512,7 +528,8 @@ def require_vllm(model: ModelConfig) -> None:
         import vllm  # noqa: F401  # imported, not just found: a broken install fails here too
     except ImportError as exc:
         raise FastPPOError(
-            f"--generator vllm needs vLLM, which is not installed: {install_extra('vllm')} (on a GPU machine; it brings its own CUDA build of torch)"
+            f"--generator vllm needs vLLM, which is not installed: {install_extra('vllm')} (on a GPU machine; it "
+            "brings its own CUDA build of torch)"
         ) from exc
 
 
@@ -520,7 +537,8 @@ def validate_parallel(model: ModelConfig, world_size: int, generator: str = "hf"
     """What torchrun and ``--fsdp`` cannot do, said before any loading."""
     if model.fsdp and world_size < 2:
         raise FastPPOError(
-            "--fsdp shards the model over the processes of a torchrun launch: run under torchrun --nproc-per-node N (N >= 2), or drop --fsdp"
+            "--fsdp shards the model over the processes of a torchrun launch: run under torchrun "
+            "--nproc-per-node N (N >= 2), or drop --fsdp"
         )
     if model.fsdp and model.lora:
         raise FastPPOError(

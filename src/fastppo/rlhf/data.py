@@ -11,11 +11,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, TypeGuard, cast
 
 import torch
 
 from fastppo.errors import FastPPOError
 from fastppo.rlhf.config import DataConfig, PreferenceDataConfig, looks_like_path
+
+if TYPE_CHECKING:
+    import datasets
+    from transformers import PreTrainedTokenizerBase
 
 FILE_BUILDERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
 LOCAL_SOURCES = "a local .jsonl/.json/.parquet/.csv file, a folder of them, or a folder written by Dataset.save_to_disk"
@@ -34,7 +39,7 @@ def _blank(path: Path) -> bool:
         return not any(line.strip() for line in lines)
 
 
-def load_table(source: str | Path, split: str, flag: str):
+def load_table(source: str | Path, split: str, flag: str) -> datasets.Dataset:
     """``split`` of ``source`` as a ``datasets.Dataset``; a single file is read whole."""
     import datasets
 
@@ -66,11 +71,13 @@ def load_table(source: str | Path, split: str, flag: str):
             table = datasets.load_dataset(source, split=split)
     except ConnectionError as exc:
         raise FastPPOError(
-            f"{flag} {source!r} is no local file or folder, and the Hugging Face hub cannot be reached (offline?): pass {LOCAL_SOURCES}"
+            f"{flag} {source!r} is no local file or folder, and the Hugging Face hub cannot be reached "
+            f"(offline?): pass {LOCAL_SOURCES}"
         ) from exc
     except datasets.exceptions.DatasetNotFoundError as exc:
         raise FastPPOError(
-            f"{flag} {source!r} is neither a local path nor a dataset on the hub: pass {LOCAL_SOURCES}, or a hub dataset name"
+            f"{flag} {source!r} is neither a local path nor a dataset on the hub: pass {LOCAL_SOURCES}, or a hub "
+            "dataset name"
         ) from exc
     except (ValueError, OSError, datasets.exceptions.DatasetsError) as exc:
         # A parse error is wrapped in a generic DatasetGenerationError; its cause names the row.
@@ -81,21 +88,22 @@ def load_table(source: str | Path, split: str, flag: str):
     return table
 
 
-def _column(table, name: str, source: str, flag: str, column_flag: str) -> list:
+def _column(table: datasets.Dataset, name: str, source: str, flag: str, column_flag: str) -> list[object]:
     if name not in table.column_names:
         raise FastPPOError(
-            f"{flag} {source!r} has no column {name!r} (it has {', '.join(table.column_names)}): name the column with {column_flag}"
+            f"{flag} {source!r} has no column {name!r} (it has {', '.join(table.column_names)}): name the column "
+            f"with {column_flag}"
         )
     return list(table[name])
 
 
-def _is_chat(value) -> bool:
+def _is_chat(value: object) -> TypeGuard[list[dict[str, str]]]:
     return isinstance(value, list) and all(
         isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in value
     )
 
 
-def _describe(value) -> str:
+def _describe(value: object) -> str:
     return "missing" if value is None else f"of type {type(value).__name__}"
 
 
@@ -103,30 +111,37 @@ class TextRenderer:
     """Cells to text: strings as they are; with a chat template, messages rendered by it (a string
     is first made one message of the role it plays: the user's prompt, the assistant's answer)."""
 
-    def __init__(self, source: str, flag: str, tokenizer=None):
+    def __init__(self, source: str, flag: str, tokenizer: PreTrainedTokenizerBase | None = None) -> None:
         self.source, self.flag, self.tokenizer = source, flag, tokenizer
         if tokenizer is not None and not tokenizer.chat_template:
             raise FastPPOError(
-                f"--chat-template: the tokenizer of {tokenizer.name_or_path!r} has no chat template: drop --chat-template, or use a tokenizer that has one"
+                f"--chat-template: the tokenizer of {tokenizer.name_or_path!r} has no chat template: drop "
+                "--chat-template, or use a tokenizer that has one"
             )
 
     def _where(self, row: int, column: str) -> str:
         return f"{self.flag} {self.source!r}, row {row + 1}, column {column!r}"
 
-    def _messages(self, value, role: str, row: int, column: str) -> list[dict]:
+    def _messages(self, value: object, role: str, row: int, column: str) -> list[dict[str, str]]:
         if isinstance(value, str):
             return [{"role": role, "content": value}]
         if _is_chat(value):
             return value
         raise FastPPOError(
-            f"{self._where(row, column)} is {_describe(value)}: expected text or a list of {{'role', 'content'}} messages"
+            f"{self._where(row, column)} is {_describe(value)}: expected text or a list of {{'role', 'content'}} "
+            "messages"
         )
 
-    def _render(self, messages: list[dict], generation_prompt: bool, row: int, column: str) -> str:
+    def _render(self, messages: list[dict[str, str]], generation_prompt: bool, row: int, column: str) -> str:
         from jinja2 import TemplateError
 
+        assert self.tokenizer is not None  # only text() and completion() render, and only with a tokenizer
         try:
-            text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation_prompt)
+            # tokenize=False returns the text; transformers' annotation covers every mode at once
+            text = cast(
+                str,
+                self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation_prompt),
+            )
         except TemplateError as exc:
             raise FastPPOError(f"{self._where(row, column)}: the chat template refused these messages ({exc})") from exc
         # A template that writes the BOS token itself, for a tokenizer that adds one when encoding:
@@ -136,18 +151,19 @@ class TextRenderer:
             text = text[len(bos) :]
         return text
 
-    def text(self, value, row: int, column: str) -> str:
+    def text(self, value: object, row: int, column: str) -> str:
         if isinstance(value, str) and self.tokenizer is None:
             return value
         if self.tokenizer is None:
             if _is_chat(value):
                 raise FastPPOError(
-                    f"{self._where(row, column)} holds chat messages: pass --chat-template to render them with the tokenizer's chat template"
+                    f"{self._where(row, column)} holds chat messages: pass --chat-template to render them with "
+                    "the tokenizer's chat template"
                 )
             raise FastPPOError(f"{self._where(row, column)} is {_describe(value)}: expected text")
         return self._render(self._messages(value, "user", row, column), True, row, column)
 
-    def completion(self, prompt, value, row: int, column: str) -> str:
+    def completion(self, prompt: object, value: object, row: int, column: str) -> str:
         """The completion's text: the conversation rendered with it, minus the rendered prompt."""
         if self.tokenizer is None:
             return self.text(value, row, column)
@@ -160,7 +176,8 @@ class TextRenderer:
         )
         if not full.startswith(prompt_text):
             raise FastPPOError(
-                f"{self._where(row, column)}: the chat template renders the prompt differently when an answer follows, so the answer cannot be cut from it"
+                f"{self._where(row, column)}: the chat template renders the prompt differently when an answer "
+                "follows, so the answer cannot be cut from it"
             )
         return full[len(prompt_text) :]
 
@@ -169,15 +186,15 @@ class TextRenderer:
 class PromptColumn:
     """The prompts as their data holds them (text or chat messages), to render with a tokenizer."""
 
-    values: list
+    values: list[object]
     source: str
     flag: str
     column: str
 
-    def renderer(self, tokenizer=None) -> TextRenderer:
+    def renderer(self, tokenizer: PreTrainedTokenizerBase | None = None) -> TextRenderer:
         return TextRenderer(self.source, self.flag, tokenizer)
 
-    def render(self, tokenizer=None) -> list[str]:
+    def render(self, tokenizer: PreTrainedTokenizerBase | None = None) -> list[str]:
         """Every prompt as text; with ``tokenizer``, rendered by its chat template."""
         renderer = self.renderer(tokenizer)
         return [renderer.text(value, row, self.column) for row, value in enumerate(self.values)]
@@ -193,7 +210,10 @@ def read_prompt_column(source: str | Path, flag: str = "--prompts", data: DataCo
 
 
 def read_prompts(
-    source: str | Path, flag: str = "--prompts", data: DataConfig | None = None, tokenizer=None
+    source: str | Path,
+    flag: str = "--prompts",
+    data: DataConfig | None = None,
+    tokenizer: PreTrainedTokenizerBase | None = None,
 ) -> list[str]:
     """The prompts of ``source``, rendered with ``tokenizer``'s chat template when ``data.chat_template``."""
     data = data or DataConfig()
@@ -208,10 +228,10 @@ class Conversations:
     whose text comes without special tokens, ends in the template's end token as every answer the
     reward model was trained on."""
 
-    def __init__(self, columns: list[PromptColumn], rendered: list[list[str]]):
+    def __init__(self, columns: list[PromptColumn], rendered: list[list[str]]) -> None:
         self.cells = {text: (column, row) for column, texts in zip(columns, rendered) for row, text in enumerate(texts)}
 
-    def texts(self, tokenizer, prompts: list[str], completions: list[str]) -> list[str]:
+    def texts(self, tokenizer: PreTrainedTokenizerBase, prompts: list[str], completions: list[str]) -> list[str]:
         texts = []
         for prompt, completion in zip(prompts, completions):
             column, row = self.cells[prompt]
@@ -223,7 +243,10 @@ class Conversations:
 
 
 def read_preferences(
-    source: str | Path, data: PreferenceDataConfig | None = None, tokenizer=None, flag: str = "--data"
+    source: str | Path,
+    data: PreferenceDataConfig | None = None,
+    tokenizer: PreTrainedTokenizerBase | None = None,
+    flag: str = "--data",
 ) -> list[PreferencePair]:
     """(prompt, chosen, rejected) triples of ``source``; with ``data.chat_template`` the prompt is
     rendered with a generation prompt and each completion is the text the template adds after it."""

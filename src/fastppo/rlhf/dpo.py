@@ -20,14 +20,17 @@ from fastppo.errors import FastPPOError
 from fastppo.rlhf.checkpoint import resume_point
 from fastppo.rlhf.config import DPOConfig, DPOTrainerConfig, validate_dpo, validate_run
 from fastppo.rlhf.data import PreferencePair
-from fastppo.rlhf.models import Models, Precision, load_models, reference_model, start_run
+from fastppo.rlhf.generation import Autocast
+from fastppo.rlhf.models import CausalLM, Models, Precision, load_models, reference_model, start_run
 from fastppo.rlhf.pair_training import PairSteps, train_on_pairs
 from fastppo.rlhf.parallel import Ranks
 from fastppo.rlhf.tokens import encode_completions, encode_prompts, forward_tokens
 from fastppo.training.distributed import joined, rank_device
 
 
-def completion_logps(model, query: Tensor, query_mask: Tensor, response: Tensor, response_mask: Tensor) -> Tensor:
+def completion_logps(
+    model: CausalLM, query: Tensor, query_mask: Tensor, response: Tensor, response_mask: Tensor
+) -> Tensor:
     """[B] log-probability of each whole completion (its valid tokens, EOS included)."""
     out = forward_tokens(model, None, query, query_mask, response, response_mask)
     return (out.logprobs * response_mask).sum(dim=1)
@@ -46,7 +49,7 @@ def _encode_pairs(models: Models, pairs: list[PreferencePair], dpo: DPOConfig) -
 
 @torch.no_grad()
 def reference_logps(
-    models: Models, pairs: list[PreferencePair], dpo: DPOConfig, micro_batch_size: int, autocast
+    models: Models, pairs: list[PreferencePair], dpo: DPOConfig, micro_batch_size: int, autocast: Autocast
 ) -> Tensor:
     """[N, 2] reference log-probs (chosen, rejected) of every pair: one pass over the data. The
     reference is frozen, so these are the values each step would compute, and training then runs
@@ -60,7 +63,7 @@ def reference_logps(
 
 
 def dpo_step_loss(
-    models: Models, pairs: list[PreferencePair], dpo: DPOConfig, autocast, ref_logps: Tensor | None = None
+    models: Models, pairs: list[PreferencePair], dpo: DPOConfig, autocast: Autocast, ref_logps: Tensor | None = None
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """DPO loss of a micro-batch; ``ref_logps`` [B, 2] are the pairs' precomputed reference
     log-probs, else the reference scores them here."""

@@ -10,12 +10,12 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import Protocol
+from typing import Protocol, cast
 
 import torch
 from torch import Tensor
 from torch.nn.utils.rnn import pad_sequence
-from transformers import AutoConfig, GenerationConfig, StopStringCriteria
+from transformers import AutoConfig, GenerationConfig, GenerationMixin, StopStringCriteria
 
 from fastppo.errors import FastPPOError
 from fastppo.rlhf.config import ModelConfig, SamplingConfig
@@ -47,7 +47,8 @@ class HFGenerator:
                 StopStringCriteria(models.tokenizer, strings)
         except ValueError:
             raise FastPPOError(
-                f"--stop {','.join(map(repr, strings))}: this tokenizer has no tokens that spell it (characters outside its vocabulary): pick stop strings made of text it knows"
+                f"--stop {','.join(map(repr, strings))}: this tokenizer has no tokens that spell it (characters "
+                "outside its vocabulary): pick stop strings made of text it knows"
             ) from None
 
     def generate(self, query: Tensor, query_mask: Tensor, greedy: bool = False) -> Tensor:
@@ -75,7 +76,8 @@ class HFGenerator:
         # off, so both modes sample the same distribution.
         policy.eval()
         with torch.no_grad(), self.autocast():
-            sequences = policy.generate(
+            # the policy is a causal LM (or peft's wrapper of one), which generates; its type does not say so
+            sequences = cast(GenerationMixin, policy).generate(
                 input_ids=query, attention_mask=query_mask, generation_config=generation, tokenizer=tokenizer
             )
         policy.train()

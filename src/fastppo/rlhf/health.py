@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import warnings
 from collections import deque
+from collections.abc import Mapping
 
 import torch
 from torch import Tensor
@@ -55,7 +56,7 @@ class HealthMonitor:
             warnings.warn(message, RLHFWarning, stacklevel=3)
 
 
-def check_finite(step: int, values: dict[str, float | Tensor], fix: str, ignore: tuple[str, ...] = ()) -> None:
+def check_finite(step: int, values: Mapping[str, float | Tensor], fix: str, ignore: tuple[str, ...] = ()) -> None:
     """Stop at the first step whose ``values`` (losses, rewards, gradient norm) hold a NaN or an
     infinity, naming them, before it is checkpointed: training on would only spread the NaN into
     the weights (and then crash in sampling). ``fix``: what to change; ``ignore``: names that may

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, TypeVar, cast
 
 import torch
 from safetensors.torch import load_file, save_file
@@ -21,6 +22,7 @@ from transformers import (
     AutoModelForCausalLM,
     AutoModelForSequenceClassification,
     AutoTokenizer,
+    PretrainedConfig,
     PreTrainedModel,
     PreTrainedTokenizerBase,
 )
@@ -34,12 +36,20 @@ POLICY_DIR = "policy"
 CRITIC_DIR = "critic"
 VALUE_HEAD_FILE = "value_head.safetensors"
 
+if TYPE_CHECKING:
+    from peft import PeftModel
+
+CausalLM: TypeAlias = "PreTrainedModel | PeftModel"
+"""A policy: a transformers model, or with LoRA peft's wrapper of one."""
+
+ModuleT = TypeVar("ModuleT", bound=nn.Module)
+
 
 class Critic(nn.Module):
     """V per token: a linear head on the policy's last hidden state (``trunk=None``, shared
     trunk) or on a trunk of its own (a separate model initialised from the policy or a reward model)."""
 
-    def __init__(self, hidden_size: int, trunk: PreTrainedModel | None = None):
+    def __init__(self, hidden_size: int, trunk: PreTrainedModel | None = None) -> None:
         super().__init__()
         self.trunk = trunk
         self.head = nn.Linear(hidden_size, 1)
@@ -54,7 +64,7 @@ class Models:
     adapters disabled (see :func:`reference_model`), so the base weights exist once in memory."""
 
     tokenizer: PreTrainedTokenizerBase
-    policy: PreTrainedModel
+    policy: CausalLM
     reference: PreTrainedModel | None
     critic: Critic | None
 
@@ -79,12 +89,18 @@ def _loading(path: str) -> Iterator[None]:
         if type(exc).__name__ != "UnpicklingError":
             raise
         raise FastPPOError(
-            f"cannot load {path!r}: its weights are a pickle that holds more than tensors, and unpickling it could run code: "
-            "save the model as safetensors (save_pretrained's default) or pass another model"
+            f"cannot load {path!r}: its weights are a pickle that holds more than tensors, and unpickling it "
+            "could run code: save the model as safetensors (save_pretrained's default) or pass another model"
         ) from None
 
 
-def _load(loader, path: str, **kwargs):
+class _Pretrained(Protocol):
+    """A transformers Auto class: what ``from_pretrained`` returns depends on the class and its arguments."""
+
+    def from_pretrained(self, *args: Any, **kwargs: Any) -> Any: ...
+
+
+def _load(loader: _Pretrained, path: str, **kwargs: Any) -> Any:
     check_model_path(path, "model path")
     with _loading(path):
         return loader.from_pretrained(path, **kwargs)
@@ -114,7 +130,7 @@ def _add_pad_token(tokenizer: PreTrainedTokenizerBase, path: str, why: str) -> N
     tokenizer.add_special_tokens({"pad_token": PAD_TOKEN})
 
 
-def _config_without_dropout(path: str):
+def _config_without_dropout(path: str) -> PretrainedConfig:
     config = _load(AutoConfig, path)
     for name, value in vars(config).items():
         if isinstance(value, float) and ("dropout" in name or "pdrop" in name):
@@ -131,12 +147,17 @@ def _disable_dropout(model: nn.Module) -> None:
 def _fit_embeddings(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> None:
     """Grow the embeddings for tokens the tokenizer added (the pad token). New rows are the mean
     of the old ones, not random: policy and reference get the same rows and stay identical."""
-    old = model.get_input_embeddings().num_embeddings
+    # transformers annotates both as nn.Module: a causal LM's are an embedding and a linear head
+    old = cast(nn.Embedding, model.get_input_embeddings()).num_embeddings
     if len(tokenizer) <= old:
         return
     model.resize_token_embeddings(len(tokenizer), mean_resizing=False)
     with torch.no_grad():
-        for embedding in (model.get_input_embeddings(), model.get_output_embeddings()):
+        embeddings = (
+            cast(nn.Embedding, model.get_input_embeddings()),
+            cast(nn.Linear | None, model.get_output_embeddings()),
+        )
+        for embedding in embeddings:
             if embedding is not None:
                 embedding.weight[old:] = embedding.weight[:old].mean(dim=0)
 
@@ -147,7 +168,8 @@ def _prepared(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, device
     model.config.pad_token_id = tokenizer.pad_token_id
     # fp32 whatever the checkpoint's dtype (transformers loads a bf16 one as bf16): these are the
     # master weights (see Precision), and a bf16 trunk would feed the fp32 value head a bf16 input.
-    return model.to(device=device, dtype=torch.float32)
+    # transformers' decorator on PreTrainedModel.to hides its signature from mypy
+    return model.to(device=device, dtype=torch.float32)  # type: ignore[call-arg]
 
 
 def load_causal_lm(path: str, tokenizer: PreTrainedTokenizerBase, device: torch.device) -> PreTrainedModel:
@@ -155,12 +177,12 @@ def load_causal_lm(path: str, tokenizer: PreTrainedTokenizerBase, device: torch.
     return _prepared(model, tokenizer, device)
 
 
-def _frozen(model: nn.Module) -> nn.Module:
+def _frozen(model: ModuleT) -> ModuleT:
     model.requires_grad_(False)
     return model.eval()
 
 
-def _add_lora(model: PreTrainedModel, cfg: ModelConfig) -> PreTrainedModel:
+def _add_lora(model: PreTrainedModel, cfg: ModelConfig) -> PeftModel:
     from peft import LoraConfig, get_peft_model
 
     targets = [name.strip() for name in cfg.lora_target_modules.split(",")] if cfg.lora_target_modules else None
@@ -184,6 +206,8 @@ def load_models(
     always comes from ``cfg.model``, the starting point the KL penalty anchors to."""
     device = resolve_device(cfg.device)
     tokenizer = load_tokenizer(cfg.model)
+    policy: CausalLM
+    reference: PreTrainedModel | None
     if cfg.lora:
         policy = load_causal_lm(cfg.model, tokenizer, device)
         if resume_from is None:
@@ -217,7 +241,12 @@ def load_models(
 
 
 def _load_critic(
-    kind: str | None, init_from: str, policy: PreTrainedModel, tokenizer, device: torch.device, resume_from: Path | None
+    kind: str | None,
+    init_from: str,
+    policy: CausalLM,
+    tokenizer: PreTrainedTokenizerBase,
+    device: torch.device,
+    resume_from: Path | None,
 ) -> Critic | None:
     if kind is None:
         return None
@@ -240,7 +269,7 @@ def save_models(models: Models, folder: Path, full_states: dict[str, dict[str, T
     loadable model; the critic's trunk likewise and its head as safetensors. ``full_states``: the
     "policy" and "critic" state dicts to write instead of the modules' own (FSDP's gathered shards)."""
     policy_state, critic_state = (full_states or {}).get("policy"), (full_states or {}).get("critic")
-    models.policy.save_pretrained(folder / POLICY_DIR, state_dict=policy_state)
+    models.policy.save_pretrained(str(folder / POLICY_DIR), state_dict=policy_state)
     models.tokenizer.save_pretrained(folder / POLICY_DIR)
     if models.critic is not None:
         critic_state = critic_state or models.critic.state_dict()
@@ -256,13 +285,14 @@ def save_models(models: Models, folder: Path, full_states: dict[str, dict[str, T
 
 
 @contextmanager
-def reference_model(models: Models) -> Iterator[PreTrainedModel]:
+def reference_model(models: Models) -> Iterator[CausalLM]:
     """The frozen reference: the separate copy, or with LoRA the policy with adapters disabled."""
     if models.reference is not None:
         yield models.reference
     else:
-        with models.policy.disable_adapter():
-            yield models.policy
+        policy = cast("PeftModel", models.policy)  # no separate reference: LoRA's
+        with policy.disable_adapter():
+            yield policy
 
 
 def start_run(run: RunConfig) -> None:
@@ -293,8 +323,9 @@ def load_reward_model(
     )
     if untrained and not trainable:  # transformers would fill them with random numbers: the scores would be noise
         raise FastPPOError(
-            f"the reward model {path!r} has no trained score head (its weights lack {', '.join(untrained[:3])}, so its scores would be random noise): "
-            f"train one with fastppo reward-model --model {path}, or pass a sequence-classification model folder"
+            f"the reward model {path!r} has no trained score head (its weights lack {', '.join(untrained[:3])}, "
+            f"so its scores would be random noise): train one with fastppo reward-model --model {path}, or pass "
+            "a sequence-classification model folder"
         )
     model = _prepared(model, tokenizer, device)
     return (model.train() if trainable else _frozen(model)), tokenizer
@@ -314,7 +345,8 @@ class Precision:
     place instead rounds away every step smaller than half an ulp (2^-9 relative). fp16 adds loss
     scaling (GradScaler) against gradient underflow. ``auto`` is bf16 on GPU and fp32 on CPU."""
 
-    def __init__(self, name: str, device: torch.device):
+    def __init__(self, name: str, device: torch.device) -> None:
+
         self.dtype = DTYPES[name] if name != "auto" else (torch.bfloat16 if device.type == "cuda" else torch.float32)
         if self.dtype == torch.bfloat16 and device.type == "cuda" and not torch.cuda.is_bf16_supported():
             raise FastPPOError(f"{torch.cuda.get_device_name(device)} has no bf16: use --dtype fp16 or fp32")
@@ -323,7 +355,8 @@ class Precision:
 
     @property
     def skips_non_finite_steps(self) -> bool:
-        """fp16's loss scaling: a step whose gradients overflow is skipped (its gradient norm is inf) and the scale lowered."""
+        """fp16's loss scaling: a step whose gradients overflow is skipped (its gradient norm is inf) and
+        the scale lowered."""
         return self.scaler.is_enabled()
 
     def autocast(self) -> AbstractContextManager:

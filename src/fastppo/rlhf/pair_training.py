@@ -71,7 +71,7 @@ def train_on_pairs(
     ``evaluate_every`` steps. Returns every logged step's metrics."""
     run, params = steps.run, models.trainable_parameters()
     optimizer = torch.optim.AdamW(params, lr=steps.learning_rate)
-    state = load_training_state(resume_from, optimizer, models, ranks) if resume_from else {"step": 0}
+    state: dict[str, Any] = load_training_state(resume_from, optimizer, models, ranks) if resume_from else {"step": 0}
     precision.load_state_dict(state.pop("grad_scaler", {}))
     first_step, micro_batch_size = state["step"] + 1, steps.micro_batch_size
     history: list[dict[str, float]] = []

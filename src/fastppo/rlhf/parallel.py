@@ -20,13 +20,20 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import torch
 from torch import Tensor, nn
 
 from fastppo.rlhf.config import ModelConfig
 from fastppo.training.distributed import World
+
+if TYPE_CHECKING:
+    from torch.distributed.device_mesh import DeviceMesh
+
+    from fastppo.rlhf.models import Models
+
+T = TypeVar("T")
 
 BUCKET_BYTES = 25 << 20
 """Gradients are all-reduced in flat buckets of about this size (DDP's default): few collectives,
@@ -102,7 +109,7 @@ class Ranks:
         valid = torch.where(mask, advantages.double(), 0.0)
         return self.world.sum_(torch.stack([mask.sum().double(), valid.sum(), valid.square().sum()]))
 
-    def prepare(self, models: Any) -> None:
+    def prepare(self, models: Models) -> None:
         """The same start on every rank: rank 0's trainable weights broadcast, or with FSDP every
         model sharded over the ranks (build the optimizer after this, on the sharded parameters)."""
         if self.world is None:
@@ -119,7 +126,9 @@ class Ranks:
                 _shard(model, mesh)
         # Generation stops when every row has ended, at a different step on each rank: transformers'
         # synced_gpus keeps the ranks' forward passes (and so FSDP's all-gathers) in step.
-        models.policy._is_fsdp_managed_module = True
+        # (torch's Module types any attribute it does not declare as Tensor | Module)
+        models.policy._is_fsdp_managed_module = True  # type: ignore[assignment]
+
         if models.critic is not None:
             _shard(models.critic.head, mesh)
 
@@ -135,8 +144,9 @@ class Ranks:
             for grad, part in zip(bucket, flat.split([grad.numel() for grad in bucket])):
                 grad.copy_(part.view_as(grad))
 
-    def gather_objects(self, value: object) -> list[object]:
-        return [value] if self.world is None else self.world.gather_objects(value)
+    def gather_objects(self, value: T) -> list[T]:
+        # every rank passes a value of the same type
+        return [value] if self.world is None else cast(list[T], self.world.gather_objects(value))
 
     def full_state(self, module: nn.Module) -> dict[str, Tensor] | None:
         """Under FSDP, ``module``'s whole state dict gathered on rank 0 (in CPU memory), None on the
@@ -145,7 +155,11 @@ class Ranks:
             return None
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-        state = get_model_state_dict(module, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        # a full state dict's values are the tensors (torch annotates any nested state)
+        state = cast(
+            dict[str, Tensor],
+            get_model_state_dict(module, options=StateDictOptions(full_state_dict=True, cpu_offload=True)),
+        )
         if not self.main:
             return None
         # A tied weight (GPT-2's lm_head is wte) comes back as two copies, which save_pretrained
@@ -156,15 +170,19 @@ class Ranks:
         ]
         return {name: value for name, value in state.items() if name not in aliases}
 
-    def full_optimizer_state(self, models: Any, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    def full_optimizer_state(self, models: Models, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
         """The optimizer's state dict with whole tensors, as one process's: indexed by the position
         of each parameter in the optimizer (rank 0's; empty on the others under FSDP)."""
         if not self.fsdp:
             return optimizer.state_dict()
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
 
-        state = get_optimizer_state_dict(
-            _trained(models), optimizer, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
+        # torch's nested ValueType does not narrow by key: read it as the optimizer's state dict it is
+        state = cast(
+            dict[str, Any],
+            get_optimizer_state_dict(
+                _trained(models), optimizer, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
+            ),
         )
         if not self.main:
             return {"state": {}, "param_groups": []}
@@ -173,28 +191,38 @@ class Ranks:
         groups = [{**group, "params": [index[name] for name in group["params"]]} for group in state["param_groups"]]
         return {"state": {index[name]: slots for name, slots in state["state"].items()}, "param_groups": groups}
 
-    def load_optimizer_state(self, models: Any, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
+    def load_optimizer_state(self, models: Models, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
         """``optimizer.load_state_dict`` of a ``full_optimizer_state``; under FSDP each rank keeps its shard."""
         if not self.fsdp:
             optimizer.load_state_dict(state)
             return
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+        from torch.distributed.checkpoint.state_dict import (
+            OptimizerStateType,
+            StateDictOptions,
+            set_optimizer_state_dict,
+        )
 
         modules = _trained(models)
         names = {param: name for name, param in modules.named_parameters()}
         order = [names[param] for group in optimizer.param_groups for param in group["params"]]
         groups = [{**group, "params": [order[i] for i in group["params"]]} for group in state["param_groups"]]
         full = {"state": {order[i]: slots for i, slots in state["state"].items()}, "param_groups": groups}
-        set_optimizer_state_dict(modules, optimizer, full, options=StateDictOptions(full_state_dict=True))
+        set_optimizer_state_dict(
+            modules, optimizer, cast(OptimizerStateType, full), options=StateDictOptions(full_state_dict=True)
+        )
 
 
-def _trained(models: Any) -> nn.ModuleDict:
+ONE_PROCESS = Ranks()
+"""The ranks of a run without torchrun: the default of every function that takes ``ranks``."""
+
+
+def _trained(models: Models) -> nn.ModuleDict:
     """The modules the optimizer trains, as one module: FSDP's state-dict functions name its
     parameters by their path in it."""
     return nn.ModuleDict({"policy": models.policy} | ({"critic": models.critic} if models.critic is not None else {}))
 
 
-def _shard(model: nn.Module, mesh) -> None:
+def _shard(model: nn.Module, mesh: DeviceMesh) -> None:
     """FULL_SHARD ``model``: each of its transformer blocks (the classes transformers never splits
     across devices, ``_no_split_modules``) an FSDP unit, the rest (embeddings, head) the root's."""
     from torch.distributed.fsdp import fully_shard

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import torch
 from torch import Tensor
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from fastppo.core.preference import bradley_terry_loss
 from fastppo.devices import resolve_device
@@ -22,9 +23,10 @@ from fastppo.errors import FastPPOError
 from fastppo.rlhf.checkpoint import resume_point
 from fastppo.rlhf.config import RewardModelTrainerConfig, validate_reward_model, validate_run
 from fastppo.rlhf.data import PreferencePair
+from fastppo.rlhf.generation import Autocast
 from fastppo.rlhf.models import POLICY_DIR, Models, Precision, load_reward_model, start_run
 from fastppo.rlhf.pair_training import PairSteps, train_on_pairs
-from fastppo.rlhf.parallel import Ranks
+from fastppo.rlhf.parallel import ONE_PROCESS
 from fastppo.rlhf.rewards import score_texts
 
 
@@ -40,7 +42,9 @@ def split_pairs(
     return [p for p in pairs if p.prompt not in held_out], [p for p in pairs if p.prompt in held_out]
 
 
-def pair_loss(model, tokenizer, pairs: list[PreferencePair], device: torch.device) -> tuple[Tensor, dict[str, Tensor]]:
+def pair_loss(
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, pairs: list[PreferencePair], device: torch.device
+) -> tuple[Tensor, dict[str, Tensor]]:
     """Bradley-Terry loss of a micro-batch, chosen and rejected texts scored in one batch of 2B."""
     scores = score_texts(
         model, tokenizer, [p.prompt + p.chosen for p in pairs] + [p.prompt + p.rejected for p in pairs], device
@@ -50,7 +54,12 @@ def pair_loss(model, tokenizer, pairs: list[PreferencePair], device: torch.devic
 
 @torch.no_grad()
 def evaluate(
-    model, tokenizer, pairs: list[PreferencePair], batch_size: int, device: torch.device, autocast
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    pairs: list[PreferencePair],
+    batch_size: int,
+    device: torch.device,
+    autocast: Autocast,
 ) -> dict[str, float]:
     """Loss and accuracy over all held-out pairs (each micro-batch weighted by its size)."""
     model.eval()
@@ -73,7 +82,8 @@ def train_reward_model(cfg: RewardModelTrainerConfig, pairs: list[PreferencePair
     train_pairs, eval_pairs = split_pairs(pairs, rm.eval_split, run.seed)
     if not train_pairs:
         raise FastPPOError(
-            f"no preference pairs to train on ({len(pairs)} given, {len(eval_pairs)} held out): give more pairs or a smaller --eval-split"
+            f"no preference pairs to train on ({len(pairs)} given, {len(eval_pairs)} held out): give more pairs "
+            "or a smaller --eval-split"
         )
     total_steps = math.ceil(rm.epochs * len(train_pairs) / rm.batch_size)
     validate_run(run, cfg.schedule, total_steps=total_steps)
@@ -113,7 +123,7 @@ def train_reward_model(cfg: RewardModelTrainerConfig, pairs: list[PreferencePair
         micro_loss,
         models,
         precision,
-        Ranks(),
+        ONE_PROCESS,
         resume_from,
         total_steps,
         asdict(cfg),

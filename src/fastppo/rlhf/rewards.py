@@ -11,6 +11,7 @@ from pathlib import Path
 
 import torch
 from torch import Tensor
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from fastppo.core import compute_gae, kl_estimate, normalize_advantages
 from fastppo.core.kl import KLEstimator
@@ -37,7 +38,8 @@ def load_reward(
     if split_spec(spec) is None:
         if looks_like_path(spec):
             raise FastPPOError(
-                f"--reward {spec!r} does not exist: pass a reward-model folder, or module:function (e.g. mypkg.rewards:score)"
+                f"--reward {spec!r} does not exist: pass a reward-model folder, or module:function (e.g. "
+                "mypkg.rewards:score)"
             )
         raise FastPPOError(
             f"--reward {spec!r} is neither a reward-model folder nor module:function (e.g. mypkg.rewards:score)"
@@ -52,13 +54,13 @@ def load_reward(
 
 def _reward_model_fn(path: str, device: torch.device, batch_size: int, conversations: Conversations | None) -> RewardFn:
     model, tokenizer = load_reward_model(path, device)
-    chat = conversations is not None and bool(tokenizer.chat_template)
+    chat = conversations if tokenizer.chat_template else None
 
     @torch.no_grad()
     def reward(prompts: list[str], completions: list[str]) -> list[float]:
         texts = (
-            conversations.texts(tokenizer, prompts, completions)
-            if chat
+            chat.texts(tokenizer, prompts, completions)
+            if chat is not None
             else [p + c for p, c in zip(prompts, completions)]
         )
         return torch.cat(
@@ -68,7 +70,9 @@ def _reward_model_fn(path: str, device: torch.device, batch_size: int, conversat
     return reward
 
 
-def score_texts(model, tokenizer, texts: list[str], device: torch.device) -> Tensor:
+def score_texts(
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, texts: list[str], device: torch.device
+) -> Tensor:
     """[N] first logit of a sequence classifier for each text (prompt + completion), encoded with
     the model's own tokenizer, padding side and length limit: how ``fastppo reward-model`` trains
     a reward model and how ``--reward`` scores with it."""
@@ -91,7 +95,8 @@ def compute_scores(reward_fn: RewardFn, prompts: list[str], completions: list[st
         ) from exc
     if scores.numel() != len(completions):
         raise FastPPOError(
-            f"the reward function returned {scores.numel()} scores for {len(completions)} completions: return one float per completion"
+            f"the reward function returned {scores.numel()} scores for {len(completions)} completions: return "
+            "one float per completion"
         )
     if not torch.isfinite(scores).all():
         raise FastPPOError("the reward function returned NaN or infinite scores: return finite floats")

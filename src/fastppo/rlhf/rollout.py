@@ -9,7 +9,7 @@ from torch import Tensor
 
 from fastppo.rlhf.config import SamplingConfig
 from fastppo.rlhf.generation import Autocast, Generator, HFGenerator
-from fastppo.rlhf.models import Models, reference_model
+from fastppo.rlhf.models import CausalLM, Critic, Models, reference_model
 from fastppo.rlhf.tokens import Stops, TokenOutputs, decode_completions, encode_prompts, forward_tokens
 
 
@@ -23,17 +23,17 @@ class Rollout:
     query_mask: Tensor  # [B, P]
     response: Tensor  # [B, R] sampled ids, padding after EOS
     response_mask: Tensor  # [B, R] bool, real tokens up to and including the first EOS
-    logprobs: (
-        Tensor | None
-    )  # [B, R] log-probs under the policy that sampled them; None until the update fills them (PPOConfig.old_logprobs_from_update)
+    # [B, R] log-probs under the policy that sampled them; None until the update fills them
+    # (PPOConfig.old_logprobs_from_update)
+    logprobs: Tensor | None
     ref_logprobs: Tensor  # [B, R] log-probs under the frozen reference
     values: Tensor | None  # [B, R] critic values, None for critic-free estimators
     has_eos: Tensor  # [B] bool: the completion ended with EOS or a stop string rather than at max_new_tokens
 
 
 def score_tokens(
-    model,
-    critic,
+    model: CausalLM,
+    critic: Critic | None,
     query: Tensor,
     query_mask: Tensor,
     response: Tensor,
@@ -49,7 +49,7 @@ def score_tokens(
             chunks.append(
                 forward_tokens(model, critic, query[s], query_mask[s], response[s], response_mask[s], temperature)
             )
-    values = torch.cat([c.values for c in chunks]) if critic is not None else None
+    values = torch.cat([c.values for c in chunks if c.values is not None]) if critic is not None else None
     return TokenOutputs(torch.cat([c.logprobs for c in chunks]), torch.cat([c.entropy for c in chunks]), values)
 
 
@@ -98,8 +98,8 @@ def collect_rollout(
             )
 
     # Scores of masked tokens are meaningless; zero them so no statistic can pick them up.
-    def valid(x: Tensor | None) -> Tensor | None:
-        return None if x is None else x.masked_fill(~response_mask, 0.0)
+    def valid(x: Tensor) -> Tensor:
+        return x.masked_fill(~response_mask, 0.0)
 
     return Rollout(
         prompts=[p for p in prompts for _ in range(num_generations)],
@@ -110,6 +110,6 @@ def collect_rollout(
         response_mask=response_mask,
         logprobs=None if new is None else valid(new.logprobs),
         ref_logprobs=valid(ref.logprobs),
-        values=None if new is None else valid(new.values),
+        values=None if new is None or new.values is None else valid(new.values),
         has_eos=stopped,
     )

@@ -11,14 +11,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 from torch import Tensor
 from torch.nn.utils.rnn import pad_sequence
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
+from transformers import PreTrainedTokenizerBase
 
 from fastppo.core import categorical_logprob_entropy
-from fastppo.rlhf.models import Critic
+from fastppo.rlhf.models import CausalLM, Critic
 
 
 def encode_prompts(
@@ -114,8 +115,10 @@ def decode_completions(
     tokenizer: PreTrainedTokenizerBase, response: Tensor, response_mask: Tensor, stops: Stops | None = None
 ) -> list[str]:
     """The text of each completion: its valid tokens, without EOS, other special tokens or stop strings."""
+    # one row of ids decodes to one str (transformers annotates the batched form too)
     texts = [
-        tokenizer.decode(row[mask].tolist(), skip_special_tokens=True) for row, mask in zip(response, response_mask)
+        cast(str, tokenizer.decode(row[mask].tolist(), skip_special_tokens=True))
+        for row, mask in zip(response, response_mask)
     ]
     return [stops.cut(text) for text in texts] if stops is not None else texts
 
@@ -130,7 +133,7 @@ class TokenOutputs:
 
 
 def forward_tokens(
-    policy: PreTrainedModel,
+    policy: CausalLM,
     critic: Critic | None,
     query: Tensor,
     query_mask: Tensor,
@@ -160,7 +163,7 @@ def forward_tokens(
     logprobs, entropy = categorical_logprob_entropy(logits, response)
     values = None
     if critic is not None:
-        if shared_trunk:
+        if critic.trunk is None:  # shared_trunk
             hidden = out.hidden_states[-1]
         else:
             hidden = critic.trunk(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -32,7 +33,7 @@ from fastppo.rlhf.evaluation import evaluate, sample_rows
 from fastppo.rlhf.generation import make_generator
 from fastppo.rlhf.health import HealthMonitor, check_finite
 from fastppo.rlhf.models import Models, Precision, load_models, start_run
-from fastppo.rlhf.parallel import Ranks
+from fastppo.rlhf.parallel import ONE_PROCESS, Ranks
 from fastppo.rlhf.rewards import (
     RewardFn,
     compute_scores,
@@ -55,20 +56,26 @@ LOSS_METRIC_NAMES = {"pg_loss": "losses/policy_loss", "v_loss": "losses/value_lo
 
 
 def compute_advantages(
-    rollout: Rollout, scores: Tensor, kl_coef: float, ppo: PPOConfig, ranks: Ranks = Ranks()
+    rollout: Rollout, scores: Tensor, kl_coef: float, ppo: PPOConfig, ranks: Ranks = ONE_PROCESS
 ) -> tuple[Tensor, Tensor | None]:
     """Advantages [B, R] (and returns for the critic) from scores and, unless it goes in the loss, the
     KL penalty. Whitened over every rank's tokens."""
     mask = rollout.response_mask
     reward_kl_coef = 0.0 if ppo.kl_in_loss else kl_coef
     if ppo.estimator == "gae":
+        # GAE's rollout has both: its advantages need the values, so its own pass scored the old log-probs
+        assert rollout.logprobs is not None and rollout.values is not None
         rewards, _ = token_rewards(
             scores, rollout.logprobs, rollout.ref_logprobs, mask, reward_kl_coef, ppo.kl_estimator
         )
         advantages, returns = gae_advantages(rewards, rollout.values, mask, ppo.gamma, ppo.gae_lambda)
     else:
-        # A return without KL needs no old log-probs: the rollout may not have them yet (PPOConfig.old_logprobs_from_update).
-        kl = token_kl(rollout.logprobs, rollout.ref_logprobs, mask, ppo.kl_estimator) if reward_kl_coef else None
+        # A return without KL needs no old log-probs: the rollout may not have them yet
+        # (PPOConfig.old_logprobs_from_update); one with KL has them.
+        kl = None
+        if reward_kl_coef:
+            assert rollout.logprobs is not None
+            kl = token_kl(rollout.logprobs, rollout.ref_logprobs, mask, ppo.kl_estimator)
         advantages, returns = (
             sequence_advantages(ppo.estimator, scores, kl, reward_kl_coef, mask, ppo.num_generations),
             None,
@@ -91,7 +98,7 @@ def ppo_update(
     kl_coef: float,
     temperature: float,
     precision: Precision,
-    ranks: Ranks = Ranks(),
+    ranks: Ranks = ONE_PROCESS,
     max_new_tokens: int | None = None,
 ) -> dict[str, float]:
     """PPO epochs over shuffled minibatches of completions, each accumulated over micro-batches,
@@ -110,11 +117,12 @@ def ppo_update(
     totals: dict[str, Tensor] = {}
     grad_norms: list[Tensor] = []
     count = epochs = 0
-    aggregation = {"aggregation": ppo.loss_aggregation, "max_length": max_new_tokens}
     fill_old_logprobs = rollout.logprobs is None
-    if fill_old_logprobs:
-        rollout.logprobs = torch.zeros_like(rollout.ref_logprobs)
-    for epochs in range(1, ppo.ppo_epochs + 1):
+    old_logprobs = rollout.logprobs = (
+        torch.zeros_like(rollout.ref_logprobs) if rollout.logprobs is None else rollout.logprobs
+    )
+    for _ in range(ppo.ppo_epochs):
+        epochs += 1
         kl_before, count_before = totals.get("approx_kl", 0.0), count
         order = torch.randperm(batch_size, device=rollout.response.device)
         for start in range(0, batch_size, ppo.mini_batch_size):
@@ -131,18 +139,26 @@ def ppo_update(
                         temperature,
                     )
                 if fill_old_logprobs:
-                    rollout.logprobs[mb] = new.logprobs.detach().masked_fill(~mask, 0.0)
+                    old_logprobs[mb] = new.logprobs.detach().masked_fill(~mask, 0.0)
                 if new.values is None:  # critic-free (GRPO/RLOO): surrogate and entropy only
                     loss, metrics = policy_loss(
-                        new.logprobs, rollout.logprobs[mb], advantages[mb], ppo.clip_coef, mask, **aggregation
+                        new.logprobs,
+                        old_logprobs[mb],
+                        advantages[mb],
+                        ppo.clip_coef,
+                        mask,
+                        aggregation=ppo.loss_aggregation,
+                        max_length=max_new_tokens,
                     )
                     entropy = masked_mean(new.entropy, mask)
                     loss = loss - ppo.ent_coef * entropy
                     metrics["entropy"] = entropy.detach()
                 else:
+                    # a critic's rollout has values and returns
+                    assert rollout.values is not None and returns is not None
                     loss, metrics = ppo_loss(
                         new.logprobs,
-                        rollout.logprobs[mb],
+                        old_logprobs[mb],
                         advantages[mb],
                         new.entropy,
                         new.values,
@@ -153,11 +169,17 @@ def ppo_update(
                         vf_coef=ppo.vf_coef,
                         clip_vloss=ppo.clip_vloss,
                         mask=mask,
-                        **aggregation,
+                        aggregation=ppo.loss_aggregation,
+                        max_length=max_new_tokens,
                     )
                 if ppo.kl_in_loss:
                     kl_loss, kl_metrics = reference_kl_penalty(
-                        new.logprobs, rollout.ref_logprobs[mb], kl_coef, mask, **aggregation
+                        new.logprobs,
+                        rollout.ref_logprobs[mb],
+                        kl_coef,
+                        mask,
+                        aggregation=ppo.loss_aggregation,
+                        max_length=max_new_tokens,
                     )
                     loss = loss + kl_loss
                     metrics.update(kl_metrics, loss=loss.detach())
@@ -213,7 +235,7 @@ def _train(
     device = next(models.policy.parameters()).device
     precision = Precision(model_cfg.dtype, device)
     optimizer = torch.optim.AdamW(models.trainable_parameters(), lr=ppo.learning_rate)
-    state = (
+    state: dict[str, Any] = (
         load_training_state(resume_from, optimizer, models, ranks)
         if resume_from
         else {"step": 0, "kl_coef": ppo.kl_coef}
@@ -287,9 +309,8 @@ def _train(
             generator.sync_weights()
             t_update = time.perf_counter()
 
-            kl = token_kl(
-                rollout.logprobs, rollout.ref_logprobs, rollout.response_mask, ppo.kl_estimator
-            )  # the old log-probs: ppo_update may have filled them
+            assert rollout.logprobs is not None  # the old log-probs: ppo_update filled them if the rollout had none
+            kl = token_kl(rollout.logprobs, rollout.ref_logprobs, rollout.response_mask, ppo.kl_estimator)
             kl_ref = sequence_kl(
                 ranks.gather(kl.sum(dim=1, keepdim=True))
             )  # summed per completion first: the ranks' R differ
@@ -316,6 +337,7 @@ def _train(
             if not ppo.kl_in_loss:  # the part of the return the KL penalty took
                 metrics["rlhf/non_score_reward"] = -state["kl_coef"] * kl_ref
             if returns is not None:
+                assert rollout.values is not None  # returns come with a critic's values
                 metrics["losses/explained_variance"] = explained_variance(
                     rollout.values, returns, rollout.response_mask
                 )
