@@ -25,7 +25,7 @@ frame skip is always set to 1 so that the max-pooling skip above does it.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, SupportsFloat
 
 import gymnasium as gym
 import numpy as np
@@ -64,15 +64,16 @@ def make_atari_env(
     env = gym.wrappers.RecordEpisodeStatistics(env)
     if not for_eval:
         env = EpisodicLife(env)
-    if FIRE in env.unwrapped.get_action_meanings():
+    if FIRE in env.unwrapped.get_action_meanings():  # type: ignore[attr-defined]  # ale-py's AtariEnv; gymnasium types unwrapped as Env
         env = FireReset(env, on_life_loss=for_eval)
     if not for_eval:
-        env = gym.wrappers.TransformReward(env, np.sign)
+        # numpy's ufunc overloads do not match gymnasium's Callable[[SupportsFloat], SupportsFloat].
+        env = gym.wrappers.TransformReward(env, np.sign)  # type: ignore[arg-type]
     return gym.wrappers.FrameStackObservation(env, frame_stack)
 
 
 def _lives(env: gym.Env) -> int:
-    return int(env.unwrapped.ale.lives())
+    return int(env.unwrapped.ale.lives())  # type: ignore[attr-defined]  # ale-py's AtariEnv; gymnasium types unwrapped as Env
 
 
 class EpisodicLife(gym.Wrapper):
@@ -85,7 +86,7 @@ class EpisodicLife(gym.Wrapper):
         self.lives = 0
         self.game_over = True
 
-    def step(self, action):
+    def step(self, action: int) -> tuple[np.ndarray, SupportsFloat, bool, bool, dict[str, Any]]:
         obs, reward, terminated, truncated, info = self.env.step(action)
         self.game_over = terminated or truncated
         lives = _lives(self.env)
@@ -94,7 +95,7 @@ class EpisodicLife(gym.Wrapper):
         self.lives = lives
         return obs, reward, terminated, truncated, info
 
-    def reset(self, **kwargs):
+    def reset(self, **kwargs: Any) -> tuple[np.ndarray, dict[str, Any]]:
         if self.game_over:
             obs, info = self.env.reset(**kwargs)
         else:
@@ -112,7 +113,7 @@ class FireReset(gym.Wrapper):
 
     def __init__(self, env: gym.Env, on_life_loss: bool = False):
         super().__init__(env)
-        meanings = env.unwrapped.get_action_meanings()
+        meanings = env.unwrapped.get_action_meanings()  # type: ignore[attr-defined]  # ale-py's AtariEnv; gymnasium types unwrapped as Env
         if len(meanings) < 3 or meanings[1] != FIRE:
             raise FastPPOError(f"FireReset needs FIRE as action 1, got {meanings}")
         self.on_life_loss = on_life_loss
@@ -127,7 +128,7 @@ class FireReset(gym.Wrapper):
                 break
         return obs, total, terminated, truncated, info
 
-    def reset(self, **kwargs):
+    def reset(self, **kwargs: Any) -> tuple[np.ndarray, dict[str, Any]]:
         obs, info = self.env.reset(**kwargs)
         obs, _, terminated, truncated, _ = self._fire()
         if terminated or truncated:
@@ -135,7 +136,7 @@ class FireReset(gym.Wrapper):
         self.lives = _lives(self.env)
         return obs, info
 
-    def step(self, action):
+    def step(self, action: int) -> tuple[np.ndarray, SupportsFloat, bool, bool, dict[str, Any]]:
         obs, reward, terminated, truncated, info = self.env.step(action)
         lives = _lives(self.env)
         if self.on_life_loss and not (terminated or truncated) and lives < self.lives:
