@@ -25,13 +25,16 @@ frame skip is always set to 1 so that the max-pooling skip above does it.
 
 from __future__ import annotations
 
-from typing import Any, SupportsFloat
+from typing import TYPE_CHECKING, Any, SupportsFloat, cast
 
 import gymnasium as gym
 import numpy as np
 
 from fastppo.envs.video import RecordEpisodeVideo
 from fastppo.errors import FastPPOError
+
+if TYPE_CHECKING:
+    from ale_py.env import AtariEnv
 
 FRAME_SKIP = 4
 NOOP_MAX = 30
@@ -64,7 +67,7 @@ def make_atari_env(
     env = gym.wrappers.RecordEpisodeStatistics(env)
     if not for_eval:
         env = EpisodicLife(env)
-    if FIRE in env.unwrapped.get_action_meanings():  # type: ignore[attr-defined]  # ale-py's AtariEnv; gymnasium types unwrapped as Env
+    if FIRE in _game(env).get_action_meanings():
         env = FireReset(env, on_life_loss=for_eval)
     if not for_eval:
         # numpy's ufunc overloads do not match gymnasium's Callable[[SupportsFloat], SupportsFloat].
@@ -72,8 +75,13 @@ def make_atari_env(
     return gym.wrappers.FrameStackObservation(env, frame_stack)
 
 
+def _game(env: gym.Env) -> AtariEnv:
+    """The ale-py game under ``env``'s wrappers (gymnasium types ``unwrapped`` as any Env)."""
+    return cast("AtariEnv", env.unwrapped)
+
+
 def _lives(env: gym.Env) -> int:
-    return int(env.unwrapped.ale.lives())  # type: ignore[attr-defined]  # ale-py's AtariEnv; gymnasium types unwrapped as Env
+    return int(_game(env).ale.lives())
 
 
 class EpisodicLife(gym.Wrapper):
@@ -113,7 +121,7 @@ class FireReset(gym.Wrapper):
 
     def __init__(self, env: gym.Env, on_life_loss: bool = False):
         super().__init__(env)
-        meanings = env.unwrapped.get_action_meanings()  # type: ignore[attr-defined]  # ale-py's AtariEnv; gymnasium types unwrapped as Env
+        meanings = _game(env).get_action_meanings()
         if len(meanings) < 3 or meanings[1] != FIRE:
             raise FastPPOError(f"FireReset needs FIRE as action 1, got {meanings}")
         self.on_life_loss = on_life_loss

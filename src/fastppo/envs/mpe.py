@@ -215,7 +215,7 @@ class BatchedWorlds:
     def __init__(self, inners: list[Any]):
         self.inners = inners
         scenario = scenario_steps(inners[0])
-        assert scenario is not None  # the copies are batched_env's, which found their task's
+        assert scenario is not None  # of() takes only copies batched_env accepts, whose task has steps here
         self.scenario = scenario
         world = inners[0].world
         agents = world.agents
