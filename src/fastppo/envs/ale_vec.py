@@ -55,7 +55,8 @@ def ale_vector_env(env_id: str, num_envs: int, frame_stack: int, threads: int) -
     vector_env = import_ale_vector_env()
     if not is_atari(env_id):
         raise FastPPOError(
-            f"the ale backend steps Atari games (ALE/Pong-v5, BreakoutNoFrameskip-v4), and {env_id} is not one: use --env.backend sync"
+            f"the ale backend steps Atari games (ALE/Pong-v5, BreakoutNoFrameskip-v4), and {env_id} is not one: "
+            "use --env.backend sync"
         )
     kwargs = gym.spec(env_id).kwargs
     return vector_env(

@@ -25,13 +25,16 @@ frame skip is always set to 1 so that the max-pooling skip above does it.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, SupportsFloat, cast
 
 import gymnasium as gym
 import numpy as np
 
 from fastppo.envs.video import RecordEpisodeVideo
 from fastppo.errors import FastPPOError
+
+if TYPE_CHECKING:
+    from ale_py.env import AtariEnv
 
 FRAME_SKIP = 4
 NOOP_MAX = 30
@@ -64,15 +67,21 @@ def make_atari_env(
     env = gym.wrappers.RecordEpisodeStatistics(env)
     if not for_eval:
         env = EpisodicLife(env)
-    if FIRE in env.unwrapped.get_action_meanings():
+    if FIRE in _game(env).get_action_meanings():
         env = FireReset(env, on_life_loss=for_eval)
     if not for_eval:
-        env = gym.wrappers.TransformReward(env, np.sign)
+        # numpy's ufunc overloads do not match gymnasium's Callable[[SupportsFloat], SupportsFloat].
+        env = gym.wrappers.TransformReward(env, np.sign)  # type: ignore[arg-type]
     return gym.wrappers.FrameStackObservation(env, frame_stack)
 
 
+def _game(env: gym.Env) -> AtariEnv:
+    """The ale-py game under ``env``'s wrappers (gymnasium types ``unwrapped`` as any Env)."""
+    return cast("AtariEnv", env.unwrapped)
+
+
 def _lives(env: gym.Env) -> int:
-    return int(env.unwrapped.ale.lives())
+    return int(_game(env).ale.lives())
 
 
 class EpisodicLife(gym.Wrapper):
@@ -85,7 +94,7 @@ class EpisodicLife(gym.Wrapper):
         self.lives = 0
         self.game_over = True
 
-    def step(self, action):
+    def step(self, action: int) -> tuple[np.ndarray, SupportsFloat, bool, bool, dict[str, Any]]:
         obs, reward, terminated, truncated, info = self.env.step(action)
         self.game_over = terminated or truncated
         lives = _lives(self.env)
@@ -94,7 +103,7 @@ class EpisodicLife(gym.Wrapper):
         self.lives = lives
         return obs, reward, terminated, truncated, info
 
-    def reset(self, **kwargs):
+    def reset(self, **kwargs: Any) -> tuple[np.ndarray, dict[str, Any]]:
         if self.game_over:
             obs, info = self.env.reset(**kwargs)
         else:
@@ -112,7 +121,7 @@ class FireReset(gym.Wrapper):
 
     def __init__(self, env: gym.Env, on_life_loss: bool = False):
         super().__init__(env)
-        meanings = env.unwrapped.get_action_meanings()
+        meanings = _game(env).get_action_meanings()
         if len(meanings) < 3 or meanings[1] != FIRE:
             raise FastPPOError(f"FireReset needs FIRE as action 1, got {meanings}")
         self.on_life_loss = on_life_loss
@@ -127,7 +136,7 @@ class FireReset(gym.Wrapper):
                 break
         return obs, total, terminated, truncated, info
 
-    def reset(self, **kwargs):
+    def reset(self, **kwargs: Any) -> tuple[np.ndarray, dict[str, Any]]:
         obs, info = self.env.reset(**kwargs)
         obs, _, terminated, truncated, _ = self._fire()
         if terminated or truncated:
@@ -135,7 +144,7 @@ class FireReset(gym.Wrapper):
         self.lives = _lives(self.env)
         return obs, info
 
-    def step(self, action):
+    def step(self, action: int) -> tuple[np.ndarray, SupportsFloat, bool, bool, dict[str, Any]]:
         obs, reward, terminated, truncated, info = self.env.step(action)
         lives = _lives(self.env)
         if self.on_life_loss and not (terminated or truncated) and lives < self.lives:

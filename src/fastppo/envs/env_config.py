@@ -40,6 +40,7 @@ def resolved_config(
     ``backend="tensor"``.
     """
     overrides = dict(overrides or {})
+    env_class: type | None
     if isinstance(env_id, type):
         env_class, env_id = env_id, f"{env_id.__module__}:{env_id.__qualname__}"
     else:
@@ -53,7 +54,8 @@ def resolved_config(
     ):
         overrides["backend"] = "tensor"
     if preset is None:
-        # Atari games act discretely: no env is built to ask (the gymnasium stack needs OpenCV, the ale backend does not).
+        # Atari games act discretely: no env is built to ask (the gymnasium stack needs OpenCV, the
+        # ale backend does not).
         preset = preset_for_env(
             env_id, continuous=not is_atari(env_id) and isinstance(action_space(env_id, overrides), gym.spaces.Box)
         )

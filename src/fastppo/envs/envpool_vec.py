@@ -17,6 +17,9 @@ Same semantics as the gymnasium backend:
 
 from __future__ import annotations
 
+from types import ModuleType
+from typing import Any, cast
+
 import gymnasium as gym
 import numpy as np
 import torch
@@ -30,7 +33,7 @@ from fastppo.errors import FastPPOError
 ATARI_SUFFIXES = ("NoFrameskip", "Deterministic")
 
 
-def import_envpool():
+def import_envpool() -> ModuleType:
     try:
         import envpool
     except ImportError:
@@ -90,7 +93,7 @@ class EnvPoolVecEnv(FinishedEpisodes, HostCopies):
         self.single_action_space = spec.gymnasium_action_space
         if isinstance(self.single_action_space, gym.spaces.Box):
             self.single_action_space = _float32_box(self.single_action_space)
-        self._pool = None
+        self._pool: Any = None  # an envpool env (untyped), built at the first reset
         self._seed: int | None = None
         self._reset_row = np.zeros(num_envs, dtype=bool)
         self._ep_return = np.zeros(num_envs, dtype=np.float64)
@@ -100,7 +103,8 @@ class EnvPoolVecEnv(FinishedEpisodes, HostCopies):
 
     def reset(self, seed: int | None = None) -> StepResult:
         if seed is None:
-            seed = self._seed if self._seed is not None else int(np.random.SeedSequence().entropy % 2**31)
+            # A fresh SeedSequence draws an int entropy (numpy types it as what one may pass in).
+            seed = self._seed if self._seed is not None else int(cast(int, np.random.SeedSequence().entropy) % 2**31)
         if self._pool is None or seed != self._seed:
             envpool = import_envpool()
             if self._pool is not None:

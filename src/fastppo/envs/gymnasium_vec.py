@@ -6,9 +6,10 @@ import importlib
 import os
 import re
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from importlib import metadata
 from pathlib import Path
+from typing import Any, SupportsFloat
 
 import gymnasium as gym
 import numpy as np
@@ -28,20 +29,22 @@ class ActionMaskFromObs(gym.ObservationWrapper):
 
     def __init__(self, env: gym.Env):
         super().__init__(env)
-        rest = {k: v for k, v in env.observation_space.spaces.items() if k != ACTION_MASK_KEY}
+        space = env.observation_space
+        assert isinstance(space, gym.spaces.Dict)  # flatten_if_needed wraps Dict spaces only
+        rest = {k: v for k, v in space.spaces.items() if k != ACTION_MASK_KEY}
         self.observation_space = gym.spaces.Dict(rest)
 
-    def observation(self, obs):
+    def observation(self, obs: dict[str, Any]) -> dict[str, Any]:
         return {k: v for k, v in obs.items() if k != ACTION_MASK_KEY}
 
-    def _with_mask(self, obs, info):
+    def _with_mask(self, obs: dict[str, Any], info: dict[str, Any]) -> dict[str, Any]:
         return {**info, ACTION_MASK_KEY: np.asarray(obs[ACTION_MASK_KEY], dtype=bool)}
 
-    def reset(self, **kwargs):
+    def reset(self, **kwargs: Any) -> tuple[dict[str, Any], dict[str, Any]]:
         obs, info = self.env.reset(**kwargs)
         return self.observation(obs), self._with_mask(obs, info)
 
-    def step(self, action):
+    def step(self, action: Any) -> tuple[dict[str, Any], SupportsFloat, bool, bool, dict[str, Any]]:
         obs, reward, terminated, truncated, info = self.env.step(action)
         return self.observation(obs), reward, terminated, truncated, self._with_mask(obs, info)
 
@@ -64,13 +67,17 @@ def published_action_mask(
         return np.asarray(mask, dtype=bool)
     if not present.any() and not expected:
         return None
-    fix = "publish it from reset() and from every step() (info['action_mask'] of the observation returned), or put it in a Dict observation under 'action_mask'"
+    fix = (
+        "publish it from reset() and from every step() (info['action_mask'] of the observation returned), "
+        "or put it in a Dict observation under 'action_mask'"
+    )
     if expected is None:
         raise FastPPOError(f"only some envs published info['action_mask'] from reset(): {fix}")
     if expected:
         raise FastPPOError(f"the env published info['action_mask'] from reset() but not from {call}: {fix}")
     raise FastPPOError(
-        f"the env published info['action_mask'] from {call} but not from reset(), so first observations would be acted on unmasked: {fix}"
+        f"the env published info['action_mask'] from {call} but not from reset(), "
+        f"so first observations would be acted on unmasked: {fix}"
     )
 
 
@@ -86,7 +93,8 @@ def resolve_env_id(env_id: str) -> str:
         # The module in the id keeps same-named classes of different modules apart.
         registered = f"fastppo/{re.sub(r'[^A-Za-z0-9_]', '_', module_name)}_{attr}-v0"
         if registered not in gym.registry:
-            gym.register(id=registered, entry_point=target)
+            # A class is an entry point gymnasium takes, which its EnvCreator protocol does not spell.
+            gym.register(id=registered, entry_point=target)  # type: ignore[arg-type]
         return registered
     if file_spec(env_id) is None and attr in gym.registry:  # gymnasium's 'module:Id': the import registered Id
         return env_id
@@ -94,7 +102,8 @@ def resolve_env_id(env_id: str) -> str:
         raise FastPPOError(f"'{attr}' in {module_name} is a TensorEnv: train it with --backend tensor")
     what = "a class" if isinstance(target, type) else f"a {type(target).__name__}"
     raise FastPPOError(
-        f"{module_name} defines '{attr}', but it is {what}, not a gymnasium.Env or TensorEnv subclass: name your env class after the colon"
+        f"{module_name} defines '{attr}', but it is {what}, not a gymnasium.Env or TensorEnv subclass: "
+        "name your env class after the colon"
     )
 
 
@@ -116,7 +125,7 @@ def _registering_module_hint(env_id: str) -> str:
     return "see gymnasium.pprint_registry()"
 
 
-def gym_make(env_id: str, **kwargs) -> gym.Env:
+def gym_make(env_id: str, **kwargs: Any) -> gym.Env:
     """``gym.make`` of ``env_id`` (resolved by :func:`resolve_env_id`), or a one-line FastPPOError
     saying why the id does not work."""
     try:
@@ -131,7 +140,8 @@ def gym_make(env_id: str, **kwargs) -> gym.Env:
     except gym.error.Error as exc:
         if spelled_as_atari(env_id) and not ale_installed():
             raise FastPPOError(
-                f"env '{env_id}' is an Atari game, and ale-py (which plays them) is not installed: pip install 'fastppo[atari]'"
+                f"env '{env_id}' is an Atari game, and ale-py (which plays them) is not installed: "
+                "pip install 'fastppo[atari]'"
             ) from None
         raise FastPPOError(f"unknown env id '{env_id}': {exc} ({_registering_module_hint(env_id)})") from None
     except Exception as exc:
@@ -140,8 +150,9 @@ def gym_make(env_id: str, **kwargs) -> gym.Env:
         backend = os.environ.get("MUJOCO_GL")
         if backend and any("mujoco" in Path(frame.filename).parts for frame in traceback.extract_tb(exc.__traceback__)):
             raise FastPPOError(
-                f"env '{env_id}': MuJoCo could not load the MUJOCO_GL={backend} renderer ({type(exc).__name__}: {exc}): "
-                "unset MUJOCO_GL to train (it only matters for rendering), or install that backend's libraries"
+                f"env '{env_id}': MuJoCo could not load the MUJOCO_GL={backend} renderer "
+                f"({type(exc).__name__}: {exc}): unset MUJOCO_GL to train (it only matters for rendering), "
+                "or install that backend's libraries"
             ) from None
         raise
 
@@ -166,7 +177,8 @@ def flatten_if_needed(env: gym.Env) -> gym.Env:
         else:
             return gym.wrappers.FlattenObservation(env)
     raise FastPPOError(
-        f"unsupported observation space {space}: fastppo handles Box, Discrete, MultiDiscrete, MultiBinary and Dict/Tuple of those"
+        f"unsupported observation space {space}: fastppo handles Box, Discrete, MultiDiscrete, MultiBinary "
+        "and Dict/Tuple of those"
     )
 
 
@@ -176,7 +188,7 @@ EnvFactory = Callable[[], gym.Env]
 class GymnasiumVecEnv(FinishedEpisodes, HostCopies):
     """Wraps a gymnasium vector env (NEXT_STEP autoreset) so it speaks torch tensors."""
 
-    def __init__(self, env_fns: list[EnvFactory], asynchronous: bool, device: torch.device):
+    def __init__(self, env_fns: Sequence[EnvFactory], asynchronous: bool, device: torch.device):
         vector_cls = gym.vector.AsyncVectorEnv if asynchronous else gym.vector.SyncVectorEnv
         self.envs = vector_cls(env_fns, autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP)
         self.num_envs = self.envs.num_envs

@@ -27,4 +27,5 @@ class ObservationLayout:
         """The observation space of the columns the actor reads (the policy's, the ONNX input)."""
         if not self.critic_only:
             return space
+        assert space.shape is not None  # agent rows: a flat Box
         return gym.spaces.Box(-np.inf, np.inf, (space.shape[0] - self.critic_only,), np.float32)

@@ -130,7 +130,8 @@ def make_vec_env(
     # Here, not in Config.validate, which checks values without looking envs up.
     if cfg.frame_stack != EnvConfig.frame_stack and not is_atari(cfg.env_id):
         raise FastPPOError(
-            f"--env.frame-stack {cfg.frame_stack} applies to Atari ids only, and {cfg.env_id} is not one: leave it at {EnvConfig.frame_stack}"
+            f"--env.frame-stack {cfg.frame_stack} applies to Atari ids only, and {cfg.env_id} is not one: "
+            f"leave it at {EnvConfig.frame_stack}"
         )
     if not is_pettingzoo(cfg.env_id):  # else they would be ignored without a word
         if cfg.env_kwargs:
@@ -139,11 +140,13 @@ def make_vec_env(
             )
         if multi_agent not in (None, MultiAgentConfig()):
             raise FastPPOError(
-                f"--multi-agent.* flags apply to PettingZoo envs (pz:<module>) only, and {cfg.env_id} is not one: drop them"
+                f"--multi-agent.* flags apply to PettingZoo envs (pz:<module>) only, and {cfg.env_id} is not one: "
+                "drop them"
             )
     if seed_blocks != 1 and (cfg.backend != "tensor" or is_pettingzoo(cfg.env_id)):
         raise FastPPOError(
-            f"seeds train as stacks on tensor envs only, not on the {cfg.backend} backend: train one run per seed on another --backend (sync, async)"
+            f"seeds train as stacks on tensor envs only, not on the {cfg.backend} backend: "
+            "train one run per seed on another --backend (sync, async)"
         )
     if is_pettingzoo(cfg.env_id):
         return make_pettingzoo_env(cfg, multi_agent or MultiAgentConfig(), device)
@@ -189,7 +192,8 @@ def make_pettingzoo_env(
         if cfg.backend != "sync":
             first.close()
             raise FastPPOError(
-                f"{cfg.env_id} is a turn-based game, whose copies step in the training process: use --backend sync, not {cfg.backend}"
+                f"{cfg.env_id} is a turn-based game, whose copies step in the training process: "
+                f"use --backend sync, not {cfg.backend}"
             )
         try:
             check_game(first, cfg.env_id)

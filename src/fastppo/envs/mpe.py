@@ -172,7 +172,12 @@ class SpeakerListener:
         ]
 
 
-def scenario_steps(inner: Any) -> type | None:
+ScenarioSteps = type[Spread] | type[SpeakerListener]
+"""A task's rewards and observations over copies; only simple_spread's weighs a global reward
+(``Spread.global_reward``: the one task with a ``local_ratio``)."""
+
+
+def scenario_steps(inner: Any) -> ScenarioSteps | None:
     """``Spread`` or ``SpeakerListener`` for the scenario of an mpe2 ``SimpleEnv``, else None."""
     import mpe2.simple_speaker_listener.simple_speaker_listener as speaker_listener
     import mpe2.simple_spread.simple_spread as spread
@@ -209,15 +214,16 @@ class BatchedWorlds:
 
     def __init__(self, inners: list[Any]):
         self.inners = inners
-        self.scenario = scenario_steps(inners[0])
+        scenario = scenario_steps(inners[0])
+        assert scenario is not None  # of() takes only copies batched_env accepts, whose task has steps here
+        self.scenario = scenario
         world = inners[0].world
         agents = world.agents
         self.n = len(agents)
         self.action_counts = np.array([int(inners[0].action_space(agent.name).n) for agent in agents])
         self.movable = np.array([agent.movable for agent in agents])
-        self.moving = (
-            slice(0, self.n) if self.movable.all() else np.flatnonzero(self.movable)
-        )  # a slice is a view: no copies
+        # A slice is a view: no copies.
+        self.moving = slice(0, self.n) if self.movable.all() else np.flatnonzero(self.movable)
         self.sensitivity = np.array([SENSITIVITY if agent.accel is None else agent.accel for agent in agents])[:, None]
         self.speaking = np.flatnonzero([not agent.silent for agent in agents])
         self.mass = np.array([agent.mass for agent in agents])[self.moving, None]
@@ -226,9 +232,8 @@ class BatchedWorlds:
             (a, b) for a in range(self.n) for b in range(a + 1, self.n) if agents[a].collide and agents[b].collide
         ]
         sizes = np.array([agent.size for agent in agents])
-        self.reach = (
-            sizes[:, None] + sizes[None, :]
-        )  # the distance under which a pair touches (is_collision, contact forces)
+        # The distance under which a pair touches (is_collision, contact forces).
+        self.reach = sizes[:, None] + sizes[None, :]
         self.others = ~np.eye(self.n, dtype=bool)
         self.dim_c, self.dt, self.damping = world.dim_c, world.dt, world.damping
         self.contact_force, self.contact_margin = world.contact_force, world.contact_margin
@@ -286,6 +291,7 @@ class BatchedWorlds:
         state = Copies(self, inners, pos, vel, comm)
         rewards = self.scenario.rewards(state)
         if self.local_ratio is not None:
+            assert issubclass(self.scenario, Spread)  # the one task with a local_ratio
             rewards = self.scenario.global_reward(state)[:, None] * (1 - self.local_ratio) + rewards * self.local_ratio
         observations = self.scenario.observations(state)
         for c, inner in enumerate(inners):

@@ -28,8 +28,8 @@ from __future__ import annotations
 import importlib
 import inspect
 import re
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, cast
 
 import gymnasium as gym
 import numpy as np
@@ -47,7 +47,10 @@ ACTION_MASK_KEY = "action_mask"
 MAX_FLAT_BOARD = 16_384
 """The most inputs a PettingZoo observation of 3 or more dimensions and no pixels (uint8) may
 flatten to: a board's planes (go 19x19x17: 6 137), not a frame."""
-MASKS_SOMETIMES = "the PettingZoo env published action masks at some steps and not at others: publish one for every agent at every step"
+MASKS_SOMETIMES = (
+    "the PettingZoo env published action masks at some steps and not at others: "
+    "publish one for every agent at every step"
+)
 
 
 def make_pettingzoo(env_id: str, env_kwargs: dict[str, Any], render_mode: str | None = None) -> Any:
@@ -73,7 +76,8 @@ def make_pettingzoo(env_id: str, env_kwargs: dict[str, Any], render_mode: str | 
         raise FastPPOError(f"{env_id} needs a package that is not installed: {_one_line(exc)}") from None
     if not callable(getattr(env, "step", None)) or not hasattr(env, "possible_agents"):
         raise FastPPOError(
-            f"{env_id} built a {type(env).__name__}, not a PettingZoo ParallelEnv or AECEnv: return one from {env_id.removeprefix(PREFIX)}"
+            f"{env_id} built a {type(env).__name__}, not a PettingZoo ParallelEnv or AECEnv: "
+            f"return one from {env_id.removeprefix(PREFIX)}"
         )
     return env
 
@@ -84,7 +88,8 @@ def make_parallel_env(env_id: str, env_kwargs: dict[str, Any], render_mode: str 
     if is_turn_based(env):
         env.close()
         raise FastPPOError(
-            f"{env_id} built an AECEnv (PettingZoo's turn-based API) where a ParallelEnv was expected: turn-based games train with --backend sync"
+            f"{env_id} built an AECEnv (PettingZoo's turn-based API) where a ParallelEnv was expected: "
+            "turn-based games train with --backend sync"
         )
     return env
 
@@ -95,12 +100,14 @@ def _env_maker(env_id: str) -> tuple[Callable[..., Any], Any]:
     target = env_id.removeprefix(PREFIX)
     if not target or target.startswith("."):  # else importlib's ValueError/TypeError
         raise FastPPOError(
-            f"{env_id} names no module: write pz:<package.module>, e.g. pz:mpe2.simple_spread_v3, or pz:<module or file.py>:<function>"
+            f"{env_id} names no module: write pz:<package.module>, e.g. pz:mpe2.simple_spread_v3, "
+            "or pz:<module or file.py>:<function>"
         )
-    if split_spec(target) is not None:
+    spec = split_spec(target)
+    if spec is not None:
         maker = named_object(target, "the PettingZoo env")
         if not callable(maker):
-            module_name, name = split_spec(target)
+            module_name, name = spec
             what = f"defines no '{name}'" if maker is None else f"defines '{name}' as a {type(maker).__name__}"
             raise FastPPOError(
                 f"{module_name} {what}: name a function that returns a PettingZoo ParallelEnv after the colon"
@@ -112,7 +119,8 @@ def _env_maker(env_id: str) -> tuple[Callable[..., Any], Any]:
     if callable(getattr(module, "env", None)):  # PettingZoo's AEC-only modules (classic board games)
         return module.env, module
     raise FastPPOError(
-        f"{target} has neither parallel_env() nor env(): name a PettingZoo env module, e.g. pz:mpe2.simple_spread_v3, or pz:<module>:<function> for your own"
+        f"{target} has neither parallel_env() nor env(): name a PettingZoo env module, "
+        "e.g. pz:mpe2.simple_spread_v3, or pz:<module>:<function> for your own"
     )
 
 
@@ -203,7 +211,8 @@ def _check_kwarg_types(env_id: str, env_kwargs: dict[str, Any], maker: Callable[
             and None not in (_kind(value), _kind(defaults[name]))
         ):
             raise FastPPOError(
-                f"--env-kwargs {env_kwargs}: {name} of {env_id} is {_kind(defaults[name])} (its default is {defaults[name]!r}), not {value!r}: give {_kind(defaults[name])}"
+                f"--env-kwargs {env_kwargs}: {name} of {env_id} is {_kind(defaults[name])} "
+                f"(its default is {defaults[name]!r}), not {value!r}: give {_kind(defaults[name])}"
             )
 
 
@@ -230,15 +239,18 @@ def _flat_size(space: gym.Space, agent: str) -> int:
         # be hundreds of thousands of inputs (cooperative_pong: 403 k), and ids do not fit an image.
         # A board game's planes are small and not pixels (tic-tac-toe 3x3x2 int8, chess 8x8x111).
         raise FastPPOError(
-            f"agent {agent} observes images ({space.shape} {space.dtype}), and fastppo's multi-agent rows are flat vectors for an MLP: "
+            f"agent {agent} observes images ({space.shape} {space.dtype}), "
+            "and fastppo's multi-agent rows are flat vectors for an MLP: "
             "PettingZoo envs with image observations are not supported yet; train one whose agents observe vectors "
-            "(the MPE envs, pz:pettingzoo.sisl.multiwalker_v9, pz:pettingzoo.butterfly.knights_archers_zombies_v11 with its default vector observations)"
+            "(the MPE envs, pz:pettingzoo.sisl.multiwalker_v9, "
+            "pz:pettingzoo.butterfly.knights_archers_zombies_v11 with its default vector observations)"
         )
     try:
         return int(gym.spaces.flatdim(space))
     except (NotImplementedError, TypeError, ValueError):
         raise FastPPOError(
-            f"unsupported agent observation space {space}: fastppo handles Box, Discrete, MultiDiscrete and Dict/Tuple of those"
+            f"unsupported agent observation space {space}: "
+            "fastppo handles Box, Discrete, MultiDiscrete and Dict/Tuple of those"
         ) from None
 
 
@@ -293,7 +305,8 @@ def headline_of(headline: str, groups: list[str]) -> str | None:
         return "team" if len(groups) == 1 else None
     if headline != "team" and headline not in groups:
         raise FastPPOError(
-            f"--multi-agent.headline {headline} is no group of this env's agents ({', '.join(groups)}): give one of them, team (their sum) or auto"
+            f"--multi-agent.headline {headline} is no group of this env's agents ({', '.join(groups)}): "
+            "give one of them, team (their sum) or auto"
         )
     return headline
 
@@ -304,7 +317,11 @@ def team_episodes(episodes: list[FinishedEpisode], spaces: AgentSpaces) -> Episo
     by_agent = {agent: [float(e[2][i]) for e in episodes] for i, agent in enumerate(spaces.agents)}
     members = np.asarray(spaces.agent_groups)
     by_group = {group: [float(e[2][members == group].sum()) for e in episodes] for group in spaces.group_names}
-    returns = [e[0] for e in episodes] if spaces.headline == "team" else by_group.get(spaces.headline, [])
+    headline = spaces.headline
+    if headline == "team":
+        returns = [e[0] for e in episodes]
+    else:  # a group's, or none's
+        returns = by_group.get(headline, []) if headline is not None else []
     return Episodes(returns, [e[1] for e in episodes], by_agent, by_group=by_group)
 
 
@@ -352,7 +369,11 @@ class AgentSpaces:
         if cfg.algorithm == "mappo":
             state_space = getattr(env, "state_space", None)
             self.env_state = isinstance(state_space, gym.spaces.Box)
-            self.state_size = int(np.prod(state_space.shape)) if self.env_state else self.obs_size * len(self.agents)
+            self.state_size = (
+                int(np.prod(state_space.shape))
+                if isinstance(state_space, gym.spaces.Box)
+                else self.obs_size * len(self.agents)
+            )
             # MPE's state() computes every agent's observation again (a fifth of MAPPO's env time
             # on simple_spread): the same values come from the observations the step returned.
             self.state_from_observations = (
@@ -392,7 +413,9 @@ class AgentSpaces:
             flats.append(flat)
             mask = mask if mask is not None else infos.get(agent, {}).get(ACTION_MASK_KEY)
             if mask is not None:
-                masks = np.ones((n, self.action_space.n), dtype=bool) if masks is None else masks
+                if masks is None:
+                    assert isinstance(self.action_space, gym.spaces.Discrete)  # masks are over Discrete moves
+                    masks = np.ones((n, self.action_space.n), dtype=bool)
                 masks[i, : len(mask)] &= np.asarray(mask, dtype=bool)
             rows[i, self.state_size : self.state_size + flat.shape[0]] = flat
         if self.state_from_observations and len(flats) == n:
@@ -414,12 +437,13 @@ class AgentSpaces:
 
 
 class PettingZooVecEnv(HostCopies):
-    """``len(env_fns)`` copies of a PettingZoo ParallelEnv as ``copies * agents`` rows (see the module docstring)."""
+    """``len(env_fns)`` copies of a PettingZoo ParallelEnv as ``copies * agents`` rows (see the module
+    docstring)."""
 
     CHECKPOINTED = ("envs", "_finished", "_returns", "_lengths", "_episodes", "_masked", "_learner", "_shown")
     """What ``fastppo.envs.snapshot.snapshot_envs`` saves: the copies and the episodes in flight."""
 
-    def __init__(self, env_fns: list[Callable[[], Any]], cfg: MultiAgentConfig, device: torch.device):
+    def __init__(self, env_fns: Sequence[Callable[[], Any]], cfg: MultiAgentConfig, device: torch.device):
         self.envs = [fn() for fn in env_fns]
         self.spaces = AgentSpaces(self.envs[0], cfg)
         self.agents = self.spaces.agents
@@ -464,7 +488,8 @@ class PettingZooVecEnv(HostCopies):
         return self.first_step(rows, masks, live=live)
 
     def reset_host(self, seed: int | None = None) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
-        """``reset``'s (observation rows, action masks, live) as numpy; copy ``c`` is seeded ``seed + c``."""
+        """``reset``'s (observation rows, action masks, live) as numpy; copy ``c`` is seeded
+        ``seed + c``."""
         rows = self._new_rows()
         masks = tuple(self._reset_copy(c, None if seed is None else seed + c, rows[c]) for c in range(len(self.envs)))
         live = np.stack([self._in_play(env) for env in self.envs])
@@ -486,6 +511,7 @@ class PettingZooVecEnv(HostCopies):
         if not playing.any():
             return host
         copies, agents = np.nonzero(playing)
+        assert self._shown is not None  # every reset and step shows rows
         rows, masks = self._shown
         shown_masks = None if masks is None else masks.reshape(len(self.envs), len(self.agents), -1)[copies, agents]
         host = host.copy()
@@ -505,14 +531,15 @@ class PettingZooVecEnv(HostCopies):
         return self._rows(self.envs[c], observations, infos, rows)
 
     def _join(self, masks: tuple[np.ndarray | None, ...]) -> np.ndarray | None:
-        return None if masks[0] is None else np.concatenate(masks)
+        # Every copy's or none (``_rows`` refuses masks at some steps only).
+        return None if masks[0] is None else np.concatenate(cast(tuple[np.ndarray, ...], masks))
 
     def step(self, actions: torch.Tensor) -> StepResult:
         return self.to_device(*self.step_host(self.to_host(actions)))
 
     def step_host(self, host: np.ndarray) -> HostStep:
-        """``step`` on numpy: actions [rows, ...] in, (rows, reward, terminated, truncated, masks, live) out;
-        batched MPE copies keep every agent in play (``BatchedWorlds.playable``)."""
+        """``step`` on numpy: actions [rows, ...] in, (rows, reward, terminated, truncated, masks,
+        live) out; batched MPE copies keep every agent in play (``BatchedWorlds.playable``)."""
         n = len(self.agents)
         host = self._with_opponents(host.reshape(len(self.envs), n, *host.shape[1:]))
         rows, all_masks = self._new_rows(), []
@@ -521,9 +548,9 @@ class PettingZooVecEnv(HostCopies):
         truncated = np.zeros((len(self.envs), n), dtype=bool)
         live = np.ones((len(self.envs), n), dtype=bool)
         batched = self._batched_copies(host)
-        if batched.size:
-            observations, reward[batched] = self._batched.step(batched, host[batched])
-            self.spaces.rows_of_arrays(observations, rows, batched)
+        if batched.size and self._batched is not None:
+            arrays, reward[batched] = self._batched.step(batched, host[batched])
+            self.spaces.rows_of_arrays(arrays, rows, batched)
             self._returns[batched] += reward[batched]
             self._lengths[batched] += 1
         stepped = set(batched.tolist())

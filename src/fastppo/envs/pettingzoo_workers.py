@@ -22,7 +22,7 @@ from __future__ import annotations
 import multiprocessing
 import signal
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -73,7 +73,7 @@ class PettingZooWorkers(HostCopies):
     blocks: the first stepped in this process, each other one in a worker process (see the
     module docstring)."""
 
-    def __init__(self, env_fns: list[Callable[[], Any]], cfg: MultiAgentConfig, device: torch.device, cpus: int):
+    def __init__(self, env_fns: Sequence[Callable[[], Any]], cfg: MultiAgentConfig, device: torch.device, cpus: int):
         blocks = [block.tolist() for block in np.array_split(np.arange(len(env_fns)), max(1, min(cpus, len(env_fns))))]
         self._offsets = [block[0] for block in blocks]
         self._pipes: list[Connection] = []
@@ -151,16 +151,20 @@ class PettingZooWorkers(HostCopies):
 
     def reset(self, seed: int | None = None) -> StepResult:
         seeds = [None if seed is None else seed + offset for offset in self._offsets]
-        rows, masks, live = zip(*self._ask([("reset", s) for s in seeds[1:]], lambda: self._local.reset_host(seeds[0])))
+        local = self._local
+        assert local is not None, "reset() after close()"
+        rows, masks, live = zip(*self._ask([("reset", s) for s in seeds[1:]], lambda: local.reset_host(seeds[0])))
         return self.first_step(np.concatenate(rows), _join(masks), live=np.concatenate(live))
 
     def step(self, actions: torch.Tensor) -> StepResult:
         host = self.to_host(actions)
         blocks = np.split(host, np.cumsum(self._block_rows)[:-1])
+        local = self._local
+        assert local is not None, "step() after close()"
         steps, episodes = zip(
             *self._ask(
                 [("step", block) for block in blocks[1:]],
-                lambda: (self._local.step_host(blocks[0]), self._local.pop_finished()),
+                lambda: (local.step_host(blocks[0]), local.pop_finished()),
             )
         )
         # the sync backend records a step's episodes in copy order, and the blocks are in copy order
@@ -199,8 +203,9 @@ class PettingZooWorkers(HostCopies):
 
 
 def _join(masks: tuple[np.ndarray | None, ...]) -> np.ndarray | None:
-    if all(m is None for m in masks):
+    published = [m for m in masks if m is not None]
+    if not published:
         return None
-    if any(m is None for m in masks):
+    if len(published) < len(masks):
         raise FastPPOError(MASKS_SOMETIMES)
-    return np.concatenate(masks)
+    return np.concatenate(published)

@@ -12,6 +12,8 @@ import numpy as np
 import torch
 
 if TYPE_CHECKING:
+    from gymnasium.vector import SyncVectorEnv
+
     from fastppo.envs.vector import VecEnv
 
 
@@ -158,7 +160,8 @@ class _Restore:
         for another snapshot object: the fresh env may point to a different landmark than the
         snapshot did (MPE's agent.goal_a), and the snapshot's structure is what must come back."""
         if id(current) in self.taken:
-            twin = type(current).__new__(type(current))
+            cls: type[object] = type(current)
+            twin = cls.__new__(cls)
             vars(twin).update(vars(current))  # attributes the snapshot skips (a pygame surface)
             current = twin
         self.taken.add(id(current))
@@ -283,13 +286,24 @@ def snapshot_envs(envs: VecEnv) -> tuple[dict[str, torch.Tensor], dict[str, Any]
     memo: dict[int, int] = {}  # one for all copies: they may share (a class-level metadata dict)
     if isinstance(envs, (PettingZooVecEnv, TurnBasedVecEnv)):
         return {}, {"kind": "pettingzoo", "vec": _snapshot_object(envs, memo, envs.CHECKPOINTED)}
-    vec = envs.envs
+    vec = _sync_vector_env(envs)
     meta = {
         "kind": "sync",
         "autoreset": vec._autoreset_envs.tolist(),
         "envs": [[_snapshot_object(layer, memo) for layer in _layers(e)] for e in vec.envs],
     }
     return {}, meta
+
+
+def _sync_vector_env(envs: VecEnv) -> SyncVectorEnv:
+    """The gymnasium vector env of a sync-backend VecEnv, the kind ``env_is_exact`` accepts besides
+    tensor and PettingZoo envs."""
+    from gymnasium.vector import SyncVectorEnv
+
+    from fastppo.envs.gymnasium_vec import GymnasiumVecEnv
+
+    assert isinstance(envs, GymnasiumVecEnv) and isinstance(envs.envs, SyncVectorEnv)
+    return envs.envs
 
 
 def restore_envs(envs: VecEnv, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
@@ -299,7 +313,13 @@ def restore_envs(envs: VecEnv, tensors: dict[str, torch.Tensor], meta: dict[str,
     attributes they have, each of the kind and shape they hold, the same number of copies, and
     what a PettingZoo vec env checks of its restored state (``restored_problem``). A snapshot
     that does not fit is a SnapshotMismatch, and the envs, part restored, are to be discarded."""
+    from fastppo.envs.pettingzoo_vec import PettingZooVecEnv
+    from fastppo.envs.tensor import TensorEnv
+    from fastppo.envs.turn_based import TurnBasedVecEnv
+
+    # The snapshot's kind is these envs' (check_fits_run compared it with theirs).
     if meta["kind"] == "tensor":
+        assert isinstance(envs, TensorEnv)
         for key, value in tensors.items():
             if key == "env.generator":
                 envs.generator.set_state(value)
@@ -308,6 +328,7 @@ def restore_envs(envs: VecEnv, tensors: dict[str, torch.Tensor], meta: dict[str,
         return
     restore = _Restore()
     if meta["kind"] == "pettingzoo":
+        assert isinstance(envs, (PettingZooVecEnv, TurnBasedVecEnv))
         copies = len(envs.envs)
         _restore_object(envs, meta["vec"], restore, type(envs).__qualname__, names=envs.CHECKPOINTED)
         problem = (
@@ -318,7 +339,7 @@ def restore_envs(envs: VecEnv, tensors: dict[str, torch.Tensor], meta: dict[str,
         if problem is not None:
             raise SnapshotMismatch(problem)
         return
-    vec = envs.envs
+    vec = _sync_vector_env(envs)
     if len(meta["envs"]) != len(vec.envs):
         raise SnapshotMismatch(f"holds {len(meta['envs'])} envs, the config makes {len(vec.envs)}")
     vec._autoreset_envs = np.asarray(meta["autoreset"], dtype=np.bool_)

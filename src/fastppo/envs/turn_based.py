@@ -24,8 +24,8 @@ step returns with every copy at a learner's turn or over. By default the learner
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, cast
 
 import gymnasium as gym
 import numpy as np
@@ -42,12 +42,13 @@ GameRecord = tuple[np.ndarray, np.ndarray, int]
 
 
 class TurnBasedVecEnv(HostCopies):
-    """``len(env_fns)`` copies of a PettingZoo AECEnv as ``copies * seats`` rows (module docstring)."""
+    """``len(env_fns)`` copies of a PettingZoo AECEnv as ``copies * seats`` rows (module
+    docstring)."""
 
     CHECKPOINTED = ("envs", "_finished", "_returns", "_lengths", "_learner", "_games", "_legal")
     """What ``fastppo.envs.snapshot.snapshot_envs`` saves: the copies and the games in flight."""
 
-    def __init__(self, env_fns: list[Callable[[], Any]], cfg: MultiAgentConfig, device: torch.device):
+    def __init__(self, env_fns: Sequence[Callable[[], Any]], cfg: MultiAgentConfig, device: torch.device):
         self.envs = [fn() for fn in env_fns]
         self.spaces = AgentSpaces(self.envs[0], cfg)
         self.agents = self.spaces.agents
@@ -64,14 +65,15 @@ class TurnBasedVecEnv(HostCopies):
         self._learner = np.ones((len(self.envs), seats), dtype=bool)  # the seats the learner plays, per copy
         self._games: list[GameRecord] = []
         self._seat_of = {agent: i for i, agent in enumerate(self.agents)}
-        discrete = isinstance(self.single_action_space, gym.spaces.Discrete)
+        action_space = self.single_action_space
+        discrete = isinstance(action_space, gym.spaces.Discrete)
         self._direct = [discrete and only_checking_wrappers(env) for env in self.envs]
-        self._moves = (
-            [int(space.n) for space in self.spaces.action_spaces] if discrete else []
-        )  # each seat's own actions
+        # Each seat's own actions.
+        self._moves = [int(space.n) for space in self.spaces.action_spaces] if discrete else []
         # The legal moves of each copy's seat to move, as its latest observation gave them (none
         # known: all False); a direct copy plays a move found here on the game itself.
-        self._legal = np.zeros((len(self.envs), int(self.single_action_space.n) if discrete else 0), dtype=bool)
+        moves = int(action_space.n) if isinstance(action_space, gym.spaces.Discrete) else 0
+        self._legal = np.zeros((len(self.envs), moves), dtype=bool)
         # A seat's row is its own observation alone unless the rows carry a state: an opponent's
         # move then needs only the observation of the seat to move.
         self._observe_alone = not self.spaces.state_size
@@ -128,7 +130,7 @@ class TurnBasedVecEnv(HostCopies):
         agent = game.agent_selection
         if game.terminations[agent] or game.truncations[agent] or not isinstance(action, (int, np.integer)):
             return False
-        return 0 <= action < self._moves[self._seat_of[agent]] and bool(self._legal[c, action])
+        return bool(0 <= action < self._moves[self._seat_of[agent]]) and bool(self._legal[c, action])
 
     def _opponents_move(
         self, games: list[Any], reward: np.ndarray, terminated: np.ndarray, truncated: np.ndarray
@@ -143,12 +145,14 @@ class TurnBasedVecEnv(HostCopies):
             rows = self._new_rows(waiting.size)
             seats = to_move[waiting]
             masks = []
-            for k, (c, seat) in enumerate(zip(waiting, seats)):
+            for k, (c, seat) in enumerate(zip(waiting.tolist(), seats)):
                 copy_masks = self._observe(c, games[c], rows[k], seat, alone=self._observe_alone)
                 masks.append(None if copy_masks is None else copy_masks[seat])
             seat_rows = rows[np.arange(waiting.size), seats]
-            actions = self.opponents.act(waiting, seat_rows, None if masks[0] is None else np.stack(masks))
-            for c, action in zip(waiting, actions):
+            # Every copy's mask or none (a game's seats to move all publish them: check_to_move).
+            joined = None if masks[0] is None else np.stack(cast(list[np.ndarray], masks))
+            actions = self.opponents.act(waiting, seat_rows, joined)
+            for c, action in zip(waiting.tolist(), actions):
                 self._play(c, games[c], action, reward, terminated, truncated)
 
     def _observe(self, c: int, game: Any, rows: np.ndarray, to_move: int, alone: bool = False) -> np.ndarray | None:
@@ -162,7 +166,8 @@ class TurnBasedVecEnv(HostCopies):
         if not game.agents or self._finished[c]:
             to_move = -1
         else:
-            if masks is None or not masks[to_move].any():  # a game that stops publishing its legal moves mid-game
+            # A game that stops publishing its legal moves mid-game.
+            if masks is None or not masks[to_move].any():
                 check_to_move(
                     f"after {self._lengths[c]} moves, observe",
                     self.agents[to_move],
@@ -191,7 +196,7 @@ class TurnBasedVecEnv(HostCopies):
         live = np.zeros((len(self.envs), len(self.agents)), dtype=bool)
         playing = np.flatnonzero(~self._finished)
         live[playing, to_move[playing]] = True  # the opponents have moved: a learner's seat
-        joined = None if masks[0] is None else np.concatenate(masks)
+        joined = None if masks[0] is None else np.concatenate(cast(list[np.ndarray], masks))
         return rows.reshape(self.num_envs, -1), joined, live.ravel()
 
     def reset(self, seed: int | None = None) -> StepResult:
@@ -255,7 +260,10 @@ class TurnBasedVecEnv(HostCopies):
             return f"holds finished games that are not (learner's seats, {seats} seats' returns, moves)"
         moving = next((c for c, game in enumerate(games) if game.agent_selection not in self.agents), None)
         if moving is not None:
-            return f"gives copy {moving} the seat to move {games[moving].agent_selection!r}, not one of the env's {self.agents}"
+            return (
+                f"gives copy {moving} the seat to move {games[moving].agent_selection!r}, "
+                f"not one of the env's {self.agents}"
+            )
         return copies_problem(games, self.agents)
 
     def pop_games(self) -> list[GameRecord]:
@@ -282,7 +290,8 @@ def check_game(env: Any, name: str) -> None:
     for seat in env.possible_agents:
         if not isinstance(space := env.action_space(seat), gym.spaces.Discrete):
             raise FastPPOError(
-                f"{name}: action_space({seat!r}) is {space}: a turn-based game's moves are Discrete (a number per move, the legal ones marked in the observation's action_mask)"
+                f"{name}: action_space({seat!r}) is {space}: a turn-based game's moves are Discrete "
+                "(a number per move, the legal ones marked in the observation's action_mask)"
             )
     env.reset(seed=0)
     seat = env.agent_selection
@@ -298,15 +307,18 @@ def check_to_move(where: str, seat: str, space: gym.Space, observation: Any) -> 
             f"a dict of {sorted(observation)}" if isinstance(observation, dict) else f"a {type(observation).__name__}"
         )
         raise FastPPOError(
-            f"{where}({seat!r}), the seat to move, gave {what}, with no action_mask: a turn-based game's observe(seat) returns {shape}"
+            f"{where}({seat!r}), the seat to move, gave {what}, with no action_mask: "
+            f"a turn-based game's observe(seat) returns {shape}"
         )
     if not isinstance(space, gym.spaces.Dict):
         raise FastPPOError(
-            f"{where}({seat!r}) gave a dict, and observation_space({seat!r}) says {space}: declare spaces.Dict for {shape}"
+            f"{where}({seat!r}) gave a dict, and observation_space({seat!r}) says {space}: "
+            f"declare spaces.Dict for {shape}"
         )
     if not np.asarray(observation[ACTION_MASK_KEY]).any():
         raise FastPPOError(
-            f"{where}({seat!r}) gave the seat to move no legal move (its action_mask is all 0): a seat to move needs at least one, or the game is over"
+            f"{where}({seat!r}) gave the seat to move no legal move (its action_mask is all 0): "
+            "a seat to move needs at least one, or the game is over"
         )
 
 

@@ -50,16 +50,22 @@ class Episodes(NamedTuple):
     rows: list[int] | None = None
     """The env row each episode ran in (tensor envs: a stack of seeds splits them by seed)."""
     by_group: dict[str, list[float]] | None = None
-    """Multi-agent envs: each agent group's returns, the sum of its agents' (fastppo.envs.pettingzoo_vec.agent_group)."""
+    """Multi-agent envs: each agent group's returns, the sum of its agents'
+    (fastppo.envs.pettingzoo_vec.agent_group)."""
 
 
 class VecEnv(Protocol):
     num_envs: int
-    single_observation_space: gym.Space
-    single_action_space: gym.Space
     device: torch.device
     layout: ObservationLayout
     """What the observation columns are (fastppo.envs.layout); all observation but for multi-agent rows."""
+
+    # Read-only, so that an env may declare a narrower space (a tensor env's class, a Box).
+    @property
+    def single_observation_space(self) -> gym.Space: ...
+
+    @property
+    def single_action_space(self) -> gym.Space: ...
 
     def reset(self, seed: int | None = None) -> StepResult:
         """Reset all envs (reward 0, flags false); seeded envs are reproducible."""

@@ -7,14 +7,18 @@ a long episode never sits in memory.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, SupportsFloat
 
 import gymnasium as gym
 import numpy as np
 
 from fastppo.errors import FastPPOError, install_extra
 from fastppo.files.outputs import output_file
+
+if TYPE_CHECKING:
+    from imageio.core.format import Format
 
 DEFAULT_FPS = 30
 SUFFIXES = (".mp4", ".mkv", ".mov", ".avi")
@@ -35,13 +39,14 @@ class VideoWriter:
         self.path = output_file(path, "the video", SUFFIXES)
         self.frames = 0
         # macro_block_size=2: libx264/yuv420p only needs even sizes (CartPole's 600x400 stays as is).
-        self._writer = imageio.get_writer(
+        self._writer: Format.Writer | None = imageio.get_writer(
             str(self.path), fps=fps, codec="libx264", macro_block_size=2, ffmpeg_log_level="error"
         )
 
     def append(self, frame: Any) -> None:
         if frame is None:
             raise FastPPOError("the env rendered no frame: it must support render_mode='rgb_array' to be recorded")
+        assert self._writer is not None, "a frame after close()"
         self._writer.append_data(np.asarray(frame, dtype=np.uint8))
         self.frames += 1
 
@@ -75,14 +80,16 @@ class RecordEpisodeVideo(gym.Wrapper):
     checkpoint's env snapshot carries it and a resumed run continues the numbering.
     """
 
-    def __init__(self, env: gym.Env, video_dir: str | Path, episode_trigger=capped_cubic_schedule):
+    def __init__(
+        self, env: gym.Env, video_dir: str | Path, episode_trigger: Callable[[int], bool] = capped_cubic_schedule
+    ):
         super().__init__(env)
         self.video_dir = Path(video_dir)
         self.episode_trigger = episode_trigger
         self.episode_id = -1
         self._video: VideoWriter | None = None
 
-    def reset(self, **kwargs):
+    def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
         obs, info = self.env.reset(**kwargs)
         self._finish()
         self.episode_id += 1
@@ -91,7 +98,7 @@ class RecordEpisodeVideo(gym.Wrapper):
             self._video.append(self.env.render())
         return obs, info
 
-    def step(self, action):
+    def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
         obs, reward, terminated, truncated, info = self.env.step(action)
         if self._video is not None:
             self._video.append(self.env.render())
@@ -104,6 +111,6 @@ class RecordEpisodeVideo(gym.Wrapper):
             self._video.close()
             self._video = None
 
-    def close(self):
+    def close(self) -> None:
         self._finish()
         super().close()

@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
+from torch.autograd.function import BackwardCFunction, FunctionCtx
 
 SIGMOID_TANH_MIN_ELEMENTS = 8192
 """Below this many elements the one-kernel torch.tanh is as fast (per-op overhead dominates)."""
@@ -60,13 +61,13 @@ class _SigmoidTanh(torch.autograd.Function):
         return _sigmoid_tanh_(x) if in_place else _sigmoid_tanh(x)
 
     @staticmethod
-    def setup_context(ctx, inputs: tuple[Tensor, bool], output: Tensor) -> None:
+    def setup_context(ctx: FunctionCtx, inputs: tuple[Tensor, bool], output: Tensor) -> None:
         if inputs[1]:
             ctx.mark_dirty(inputs[0])
         ctx.save_for_backward(output)
 
     @staticmethod
-    def backward(ctx, grad: Tensor) -> tuple[Tensor, None]:
+    def backward(ctx: BackwardCFunction, grad: Tensor) -> tuple[Tensor, None]:
         (y,) = ctx.saved_tensors
         return torch.ops.aten.tanh_backward(grad, y), None
 

@@ -3,6 +3,8 @@ value head, with CleanRL's orthogonal initialisation."""
 
 from __future__ import annotations
 
+from typing import overload
+
 import gymnasium as gym
 import numpy as np
 import torch
@@ -62,7 +64,8 @@ class ActorCritic(nn.Module):
         self.critic_only = layout.critic_only
         if self.critic_only and cfg.shared_trunk:
             raise FastPPOError(
-                "a centralised critic (--multi-agent.algorithm mappo) reads more than the actor: drop --policy.shared-trunk"
+                "a centralised critic (--multi-agent.algorithm mappo) reads more than the actor: "
+                "drop --policy.shared-trunk"
             )
         self.actor_encoder, features = make_encoder(layout.actor_space(obs_space), cfg)
         if cfg.shared_trunk:
@@ -73,7 +76,7 @@ class ActorCritic(nn.Module):
             self.critic_encoder = make_encoder(obs_space, cfg)[0]
         self.shared_trunk = cfg.shared_trunk
         self.recurrent = cfg.memory != "none"
-        if self.recurrent:
+        if cfg.memory != "none":
             self.actor_memory = RecurrentCore(cfg.memory, features, cfg.memory_size)
             if cfg.shared_trunk:
                 object.__setattr__(self, "critic_memory", self.actor_memory)  # as critic_encoder above
@@ -85,7 +88,7 @@ class ActorCritic(nn.Module):
         # Separate MLP trunks and their heads train as one autograd node (mlp_autograd); a plain
         # attribute, the layers are not registered a second time.
         actor, critic = mlp_layers(self.actor_encoder), mlp_layers(self.critic_encoder)
-        self._mlps = None
+        self._mlps: tuple[list[list[nn.Linear]], str | None] | None = None
         if (
             not cfg.shared_trunk
             and not self.recurrent
@@ -97,7 +100,7 @@ class ActorCritic(nn.Module):
             self._mlps = ([actor[0] + [self.action_head.linear], critic[0] + [self.value_head]], actor[1])
         # A recurrent policy's MLP encoders (one under a shared trunk) and its heads' Linear layers,
         # which a population runs on stacked weights around its cores (policies.population).
-        self._recurrent_mlps = None
+        self._recurrent_mlps: tuple[list[list[nn.Linear]], list[nn.Linear], str | None] | None = None
         if (
             self.recurrent
             and not self.critic_only
@@ -129,6 +132,12 @@ class ActorCritic(nn.Module):
         """The recurrent cores, each reading one of ``features``' tensors: one under a shared trunk."""
         return (self.actor_memory,) if self.shared_trunk else (self.actor_memory, self.critic_memory)
 
+    @overload
+    def recurrent_forward(self, obs: Tensor, state: Tensor, keep: None = None) -> tuple[Tensor, Tensor, Tensor]: ...
+    @overload
+    def recurrent_forward(
+        self, obs: Tensor, state: Tensor, keep: Tensor | None
+    ) -> tuple[Tensor, Tensor, Tensor | None]: ...
     def recurrent_forward(
         self, obs: Tensor, state: Tensor, keep: Tensor | None = None
     ) -> tuple[Tensor, Tensor, Tensor | None]:

@@ -12,7 +12,8 @@ from fastppo.policies.distributions import layer_init
 
 
 class NatureCNN(nn.Module):
-    """[B, C, H, W] frames (C stacked grayscale frames: 4x84x84 for Atari, Cx84x84 with --env.frame-stack C) -> [B, out_features].
+    """[B, C, H, W] frames -> [B, out_features]: C stacked grayscale frames, 4x84x84 for Atari
+    (Cx84x84 with --env.frame-stack C).
 
     uint8 pixels are scaled to [0, 1] here, so the rollout buffer stores 1 byte per pixel.
     Float inputs are taken as already scaled (e.g. by ``env.normalize_obs``) and pass unchanged.
@@ -22,12 +23,14 @@ class NatureCNN(nn.Module):
         super().__init__()
         if len(obs_shape) != 3:
             raise FastPPOError(
-                f"the cnn encoder needs [channels, height, width] observations, got shape {tuple(obs_shape)}: use --policy.encoder mlp"
+                "the cnn encoder needs [channels, height, width] observations, "
+                f"got shape {tuple(obs_shape)}: use --policy.encoder mlp"
             )
         channels, height, width = obs_shape
         if min(height, width) < 36:
             raise FastPPOError(
-                f"the Nature CNN needs frames of at least 36x36 pixels, got {height}x{width}: resize them or use --policy.encoder mlp"
+                f"the Nature CNN needs frames of at least 36x36 pixels, got {height}x{width}: "
+                "resize them or use --policy.encoder mlp"
             )
         self.convs = nn.Sequential(
             layer_init(nn.Conv2d(channels, 32, 8, stride=4), gain=np.sqrt(2)),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from abc import abstractmethod
+from typing import TypeVar, cast
 
 import gymnasium as gym
 import numpy as np
@@ -17,11 +18,14 @@ from torch import Tensor, nn
 from fastppo.core.categorical import categorical_logprob_entropy, log_softmax
 from fastppo.errors import FastPPOError
 
+_Layer = TypeVar("_Layer", nn.Linear, nn.Conv2d)
 
-def layer_init(layer: nn.Linear, gain: float, bias: float = 0.0) -> nn.Linear:
+
+def layer_init(layer: _Layer, gain: float, bias: float = 0.0) -> _Layer:
     """Orthogonal weights, constant bias (Engstrom et al. 2020; CleanRL's layer_init)."""
     nn.init.orthogonal_(layer.weight, gain)
-    nn.init.constant_(layer.bias, bias)
+    if layer.bias is not None:  # a Conv2d's is optional; ours all have one
+        nn.init.constant_(layer.bias, bias)
     return layer
 
 
@@ -35,8 +39,8 @@ def _mask_logits(logits: Tensor, action_mask: Tensor | None) -> Tensor:
 
 class Noise:
     """Where the heads' random draws come from: torch's global generator here (a run of one seed);
-    one generator per seed for a stack of seeds (``fastppo.training.seed_stack.SeedNoise``), so that each
-    seed draws what it would draw alone."""
+    one generator per seed for a stack of seeds (``fastppo.training.seed_stack.SeedNoise``), so
+    that each seed draws what it would draw alone."""
 
     def exponential(self, like: Tensor) -> Tensor:
         return torch.empty_like(like).exponential_()
@@ -61,6 +65,8 @@ def _categorical_sample(logits: Tensor, noise: Noise = GLOBAL_NOISE) -> Tensor:
 
 class ActionHead(nn.Module):
     """Maps features to distribution parameters and samples/scores actions from them."""
+
+    linear: nn.Linear  # the output layer, each head's own
 
     def forward(self, features: Tensor) -> Tensor:
         return self.linear(features)
@@ -92,11 +98,13 @@ class IndexHead(ActionHead):
     """A categorical head over ``Discrete``/``MultiDiscrete`` indices, whose env actions start at
     the space's ``start`` (e.g. Discrete(3, start=-1) takes -1, 0, 1)."""
 
+    start: Tensor | None
+
     def __init__(self, start: np.ndarray | int):
         super().__init__()
-        start = torch.as_tensor(np.asarray(start, dtype=np.int64))
+        offsets = torch.as_tensor(np.asarray(start, dtype=np.int64))
         # Not persistent: it follows the module to its device but derives from the space, not the weights.
-        self.register_buffer("start", start if bool(start.any()) else None, persistent=False)
+        self.register_buffer("start", offsets if bool(offsets.any()) else None, persistent=False)
 
     def env_action(self, action: Tensor) -> Tensor:
         return action if self.start is None else action + self.start
@@ -107,16 +115,20 @@ class CategoricalHead(IndexHead):
         super().__init__(start)
         self.linear = layer_init(nn.Linear(in_features, n), gain=0.01)
 
-    def sample(self, params, action_mask=None, noise=GLOBAL_NOISE):
+    def sample(
+        self, params: Tensor, action_mask: Tensor | None = None, noise: Noise = GLOBAL_NOISE
+    ) -> tuple[Tensor, Tensor]:
         # One log_softmax serves the draw and the logprob, no entropy.
         logp_all = log_softmax(_mask_logits(params, action_mask))
         action = _categorical_sample(logp_all, noise)
         return action, logp_all.gather(-1, action.unsqueeze(-1)).squeeze(-1)
 
-    def logprob_entropy(self, params, action, action_mask=None):
+    def logprob_entropy(
+        self, params: Tensor, action: Tensor, action_mask: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
         return categorical_logprob_entropy(_mask_logits(params, action_mask), action)
 
-    def mode(self, params, action_mask=None):
+    def mode(self, params: Tensor, action_mask: Tensor | None = None) -> Tensor:
         return _mask_logits(params, action_mask).argmax(dim=-1)
 
 
@@ -131,17 +143,22 @@ class MultiCategoricalHead(IndexHead):
     def _split(self, params: Tensor, action_mask: Tensor | None) -> tuple[Tensor, ...]:
         return torch.split(_mask_logits(params, action_mask), self.nvec, dim=-1)
 
-    def sample(self, params, action_mask=None, noise=GLOBAL_NOISE):
+    def sample(
+        self, params: Tensor, action_mask: Tensor | None = None, noise: Noise = GLOBAL_NOISE
+    ) -> tuple[Tensor, Tensor]:
         action = torch.stack([_categorical_sample(lg, noise) for lg in self._split(params, action_mask)], dim=-1)
         return action, self.logprob_entropy(params, action, action_mask)[0]
 
-    def logprob_entropy(self, params, action, action_mask=None):
+    def logprob_entropy(
+        self, params: Tensor, action: Tensor, action_mask: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
         parts = [
             categorical_logprob_entropy(lg, action[..., i]) for i, lg in enumerate(self._split(params, action_mask))
         ]
-        return sum(p[0] for p in parts), sum(p[1] for p in parts)
+        # sum() starts from the int 0, which a tensor absorbs: each sum is a Tensor.
+        return cast(Tensor, sum(p[0] for p in parts)), cast(Tensor, sum(p[1] for p in parts))
 
-    def mode(self, params, action_mask=None):
+    def mode(self, params: Tensor, action_mask: Tensor | None = None) -> Tensor:
         return torch.stack([lg.argmax(dim=-1) for lg in self._split(params, action_mask)], dim=-1)
 
 
@@ -152,11 +169,15 @@ class BernoulliHead(ActionHead):
         super().__init__()
         self.linear = layer_init(nn.Linear(in_features, n), gain=0.01)
 
-    def sample(self, params, action_mask=None, noise=GLOBAL_NOISE):
+    def sample(
+        self, params: Tensor, action_mask: Tensor | None = None, noise: Noise = GLOBAL_NOISE
+    ) -> tuple[Tensor, Tensor]:
         action = (noise.uniform(params) < torch.sigmoid(params)).to(params.dtype)
         return action, self.logprob_entropy(params, action)[0]
 
-    def logprob_entropy(self, params, action, action_mask=None):
+    def logprob_entropy(
+        self, params: Tensor, action: Tensor, action_mask: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
         # log p(a) = a*log(sigmoid(x)) + (1-a)*log(sigmoid(-x)) = -BCE(x, a)
         logprob = -nn.functional.binary_cross_entropy_with_logits(
             params, action.to(params.dtype), reduction="none"
@@ -165,7 +186,7 @@ class BernoulliHead(ActionHead):
         entropy = nn.functional.binary_cross_entropy_with_logits(params, p, reduction="none").sum(-1)
         return logprob, entropy
 
-    def mode(self, params, action_mask=None):
+    def mode(self, params: Tensor, action_mask: Tensor | None = None) -> Tensor:
         return (params > 0).to(params.dtype)
 
 
@@ -178,20 +199,24 @@ class GaussianHead(ActionHead):
         self.linear = layer_init(nn.Linear(in_features, dim), gain=0.01)
         self.log_std = nn.Parameter(torch.full((dim,), float(init_log_std)))
 
-    def sample(self, params, action_mask=None, noise=GLOBAL_NOISE):
+    def sample(
+        self, params: Tensor, action_mask: Tensor | None = None, noise: Noise = GLOBAL_NOISE
+    ) -> tuple[Tensor, Tensor]:
         # The log-density of mean + std * eps needs only eps.
         eps = noise.normal(params)
         action = torch.addcmul(params, self.log_std.exp(), eps)
         logprob = (-0.5 * eps.square() - self.log_std).sum(-1) - 0.5 * math.log(2 * math.pi) * params.shape[-1]
         return action, logprob
 
-    def logprob_entropy(self, params, action, action_mask=None):
+    def logprob_entropy(
+        self, params: Tensor, action: Tensor, action_mask: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
         log_std = self.log_std.expand_as(params)
         logprob = (-0.5 * ((action - params) / log_std.exp()).square() - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
         entropy = (0.5 + 0.5 * math.log(2 * math.pi) + log_std).sum(-1)
         return logprob, entropy
 
-    def mode(self, params, action_mask=None):
+    def mode(self, params: Tensor, action_mask: Tensor | None = None) -> Tensor:
         return params
 
 

@@ -147,7 +147,8 @@ class FusedActorCritic:
                 torch.addmm(critic_bias, x[:, rows:], critic_weight, out=out[:, actor_weight.shape[1] :])
             else:
                 out = torch.addmm(bias, x, weight)
-            x = self._activation(out)  # type: ignore[misc]: hidden layers imply one
+            assert self._activation is not None  # a hidden layer has one (mlp_layers)
+            x = self._activation(out)
         out = torch.addmm(layers[-1][1], x, layers[-1][0])
         action, logprob = self.policy.action_head.sample(out[:, :-1], action_mask)
         return action, logprob, out[:, -1]

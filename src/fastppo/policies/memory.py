@@ -93,13 +93,13 @@ class RecurrentCore(nn.Module):
         return parts[0].contiguous() if self.kind == "gru" else (parts[0].contiguous(), parts[1].contiguous())
 
     def _state(self, hx: Tensor | tuple[Tensor, Tensor]) -> Tensor:
-        return (hx if self.kind == "gru" else torch.cat(hx, dim=-1)).squeeze(0)
+        return (hx if isinstance(hx, Tensor) else torch.cat(hx, dim=-1)).squeeze(0)  # a GRU's h, an LSTM's (h, c)
 
     def forward(self, x: Tensor, state: Tensor) -> tuple[Tensor, Tensor]:
         """T steps with no episode boundary inside: (outputs [T, B, hidden], final state [B, state_size])."""
-        if (
-            x.shape[0] == 1
-        ):  # a rollout step: the bare cell costs under half of nn.LSTM's call on CPU (8 x 128 LSTM: ~100 vs ~240 us)
+        # A rollout step: the bare cell costs under half of nn.LSTM's call on CPU (8 x 128 LSTM: ~100
+        # vs ~240 us).
+        if x.shape[0] == 1:
             weights = self.weights()
             if self.kind == "gru":
                 h = torch.gru_cell(x[0], state, *weights)
@@ -118,7 +118,9 @@ class RecurrentCore(nn.Module):
 
     def weights(self) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """nn.LSTM/nn.GRU's (weight_ih, weight_hh, bias_ih, bias_hh), what ``cell_steps`` takes."""
-        return self.rnn.weight_ih_l0, self.rnn.weight_hh_l0, self.rnn.bias_ih_l0, self.rnn.bias_hh_l0
+        rnn = self.rnn
+        # nn.RNNBase registers its weights by name, which torch's stubs type as Tensor | Module.
+        return rnn.weight_ih_l0, rnn.weight_hh_l0, rnn.bias_ih_l0, rnn.bias_hh_l0  # type: ignore[return-value]
 
     def cell(self, gi: Tensor, state: Tensor, weight_hh: Tensor, bias_hh: Tensor) -> Tensor:
         """One step of nn.LSTM/nn.GRU's cell (its gate order and formulas) in plain tensor ops:
@@ -142,7 +144,7 @@ class RecurrentCore(nn.Module):
         x: Tensor,
         state: Tensor,
         keep: Tensor | None = None,
-        weights: tuple[Tensor, Tensor, Tensor, Tensor] | None = None,
+        weights: tuple[Tensor, ...] | None = None,
     ) -> tuple[Tensor, Tensor]:
         """(outputs [..., T * B, hidden], final state) of rows ``x`` [..., T * B, F] that are T steps
         of B sequences (time-major) from ``state`` [..., B, state_size], stepped cell by cell, the

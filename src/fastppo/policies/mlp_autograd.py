@@ -22,6 +22,8 @@ the fresh products they come from, and a tanh layer's bias goes in with its acti
 
 from __future__ import annotations
 
+from typing import Protocol, TypeVar, cast
+
 import torch
 from torch import Tensor, nn
 
@@ -54,11 +56,12 @@ def mlp_layers(encoder: nn.Module) -> tuple[list[nn.Linear], str | None] | None:
     modules = list(encoder) if isinstance(encoder, nn.Sequential) else [encoder]
     if not modules or not isinstance(modules[0], nn.Flatten):
         return None
-    linears, activations = modules[1::2], modules[2::2]
+    layers, activations = modules[1::2], modules[2::2]
+    linears = [m for m in layers if isinstance(m, nn.Linear)]
     kinds = {type(m) for m in activations}
     if (
-        len(linears) != len(activations)
-        or not all(isinstance(m, nn.Linear) for m in linears)
+        len(layers) != len(activations)
+        or len(linears) != len(layers)
         or len(kinds) > 1
         or not kinds <= _ACTIVATION_NAMES.keys()
     ):
@@ -93,7 +96,10 @@ def row_blocks(x: Tensor) -> list[slice | None]:
     return [slice(start, start + ROW_BLOCK) for start in range(0, rows, ROW_BLOCK)]
 
 
-def _rows(t: Tensor | None, block: slice | None) -> Tensor | None:
+_MaybeTensor = TypeVar("_MaybeTensor", Tensor, Tensor | None)
+
+
+def _rows(t: _MaybeTensor, block: slice | None) -> _MaybeTensor:
     """Rows ``block`` of ``t`` (all of it for the None block; no tensor stays none)."""
     return t if t is None or block is None else t[block]
 
@@ -158,12 +164,26 @@ def _forward(
         for n, ((weights, biases), activations) in enumerate(zip(nets, hidden)):
             h = _rows(x, block)
             for j, (weight, bias) in enumerate(zip(weights[:-1], biases[:-1])):
+                assert activation is not None  # a hidden layer has one (mlp_layers)
                 h = _hidden(bias, h, weight, activation, _rows(activations[j], block))
                 activations[j] = h if whole else activations[j]
             out = affine(biases[-1], h, weights[-1], _rows(outputs[n], block))
             outputs[n] = out if whole else outputs[n]
-    saved = [t for (weights, _), activations in zip(nets, hidden) for t in (*activations, *weights)]
-    return outputs, saved
+    # Every slot holds a tensor now: a whole batch's were assigned, a wide one's allocated first.
+    written = cast(list[list[Tensor]], hidden)
+    saved = [t for (weights, _), activations in zip(nets, written) for t in (*activations, *weights)]
+    return cast(list[Tensor], outputs), saved
+
+
+class _Context(Protocol):
+    """What ``_MLPsFunction``'s ctx carries from its forward to its backward."""
+
+    activation: str | None
+    depths: tuple[int, ...]
+    saved_tensors: tuple[Tensor, ...]
+    needs_input_grad: tuple[bool, ...]
+
+    def save_for_backward(self, *tensors: Tensor) -> None: ...
 
 
 class _MLPsFunction(torch.autograd.Function):
@@ -171,7 +191,7 @@ class _MLPsFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(
-        ctx, activation: str | None, depths: tuple[int, ...], x: Tensor, *weights_and_biases: Tensor
+        ctx: _Context, activation: str | None, depths: tuple[int, ...], x: Tensor, *weights_and_biases: Tensor
     ) -> tuple[Tensor, ...]:
         outputs, saved = _forward(activation, depths, x, weights_and_biases)
         ctx.activation, ctx.depths = activation, depths
@@ -179,7 +199,7 @@ class _MLPsFunction(torch.autograd.Function):
         return tuple(outputs)
 
     @staticmethod
-    def backward(ctx, *grad_outputs: Tensor) -> tuple[Tensor | None, ...]:
+    def backward(ctx: _Context, *grad_outputs: Tensor) -> tuple[Tensor | None, ...]:
         x, *saved = ctx.saved_tensors
         nets, offset = [], 0  # each net's (hidden activations, weights)
         for depth in ctx.depths:
@@ -196,12 +216,14 @@ class _MLPsFunction(torch.autograd.Function):
                     net_grads[2 * i + 1] = _accumulate(net_grads[2 * i + 1], grad.sum(-2))
                     net_grads[2 * i] = _accumulate(net_grads[2 * i], _weight_grad(grad, layer_inputs[i]))
                     if i > 0:  # layer_inputs[i] = act(z_i): carry the gradient to z_i
+                        assert ctx.activation is not None  # a hidden layer has one (mlp_layers)
                         grad = _activation_grad_(torch.matmul(grad, weights[i]), layer_inputs[i], ctx.activation)
                     elif ctx.needs_input_grad[2]:  # the input's gradient, summed over the nets
                         part = torch.matmul(grad, weights[0])
                         if block is None:
                             grad_x = part if grad_x is None else grad_x + part
                         else:
+                            assert grad_x is not None  # allocated whole for row blocks
                             grad_x[block] += part
         return (None, None, grad_x, *(g for net_grads in grads for g in net_grads))
 

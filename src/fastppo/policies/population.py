@@ -24,6 +24,8 @@ from __future__ import annotations
 import copy
 import math
 from abc import ABC, abstractmethod
+from collections.abc import Callable
+from typing import TypeVar
 
 import gymnasium as gym
 import torch
@@ -35,15 +37,20 @@ from fastppo.envs.layout import ObservationLayout
 from fastppo.policies.activations import IN_PLACE_ACTIVATIONS
 from fastppo.policies.actor_critic import ActorCritic
 from fastppo.policies.distributions import ActionHead, GaussianHead, Noise
+from fastppo.policies.memory import RecurrentCore
 from fastppo.policies.mlp_autograd import affine, mlps_one_node
 
 Outputs = tuple[Tensor, Tensor, Tensor | None]
 """(distribution parameters [M, n, ...], values [M, n], final states [M, B, state_size] or None)."""
 
+_MaybeTensor = TypeVar("_MaybeTensor", Tensor, Tensor | None)
+
 
 def _stacked_mlp(x: Tensor, layers: list[tuple[Tensor, Tensor]], activation: str | None) -> Tensor:
-    """act(... act(x W^T + b)) of an MLP encoder's stacked ``[M, out, in]`` weights on ``x`` [M, n, in]."""
+    """act(... act(x W^T + b)) of an MLP encoder's stacked ``[M, out, in]`` weights on ``x``
+    [M, n, in]."""
     for weight, bias in layers:
+        assert activation is not None  # a hidden layer has one (mlp_layers)
         x = IN_PLACE_ACTIVATIONS[activation](affine(bias, x, weight))  # over its fresh product
     return x
 
@@ -65,6 +72,11 @@ class Population(nn.Module, ABC):
     """Members of ``template``'s architecture whose weights ``weights()`` gives stacked, ``[M, *shape]``
     per parameter name. Subclasses store the weights and route rows to members."""
 
+    # Plain attributes (set with object.__setattr__ in __init__), not registered modules.
+    _parts: dict[str, _Member]
+    _template: ActorCritic
+    _head_math: ActionHead
+
     def __init__(self, template: ActorCritic):
         super().__init__()
         # Plain attributes: the definition whose modules functional_call runs, not registered weights.
@@ -75,7 +87,7 @@ class Population(nn.Module, ABC):
         self.recurrent, self.state_size = template.recurrent, template.state_size
         names = {id(p): name for name, p in template.named_parameters()}
         # The one-node speed layer's nets as parameter names (ActorCritic decides where it applies).
-        self._one_node = None
+        self._one_node: tuple[list[list[tuple[str, str]]], str | None] | None = None
         if template._mlps is not None:
             nets, activation = template._mlps
             self._one_node = (
@@ -84,10 +96,10 @@ class Population(nn.Module, ABC):
             )
         # The recurrent cores, stepped outside vmap on stacked weights (``_recurrent_outputs``), and
         # the MLP encoders and heads around them (None: other encoders, which run under vmap).
-        self._cores = (
+        self._cores: list[tuple[RecurrentCore, list[str]]] = (
             [(core, [names[id(w)] for w in core.weights()]) for core in template.cores] if template.recurrent else []
         )
-        self._around_cores = None
+        self._around_cores: tuple[list[list[tuple[str, str]]], list[tuple[str, str]], str | None] | None = None
         if template._recurrent_mlps is not None:
             encoders, heads, activation = template._recurrent_mlps
             self._around_cores = (
@@ -97,7 +109,7 @@ class Population(nn.Module, ABC):
             )
         # The head's math (sampling, log-probs) on [M, n, ...] parameters; its weights are the members'.
         head = copy.deepcopy(template.action_head)
-        head.linear = None
+        del head.linear
         if isinstance(head, GaussianHead):
             del head.log_std  # bound to the members' (or rows') log-std at each use: ``_head``
         object.__setattr__(self, "_head_math", head)
@@ -126,7 +138,8 @@ class Population(nn.Module, ABC):
         if state is not None:
             return self._recurrent_outputs(weights, obs, state, keep, shared_rows)
         member = vmap(self._call("layers_forward"), in_dims=(0, None if shared_rows else 0))
-        return (*member(weights, obs), None)
+        params, value = member(weights, obs)
+        return params, value, None
 
     def _recurrent_outputs(
         self, weights: dict[str, Tensor], obs: Tensor, state: Tensor, keep: Tensor | None, shared_rows: bool
@@ -163,7 +176,7 @@ class Population(nn.Module, ABC):
             )
         return params, value, torch.cat([s for _, s in runs], dim=-1)
 
-    def _call(self, part: str):
+    def _call(self, part: str) -> Callable[..., tuple[Tensor, ...]]:
         """``ActorCritic``'s method ``part`` as a function of the members' weights, to vmap."""
         module = self._parts[part]
 
@@ -258,7 +271,7 @@ class StackedActorCritic(Population):
         log_std = weights.get("action_head.log_std")
         return self._head(None if log_std is None else log_std.unsqueeze(1))  # [S, 1, A]: broadcasts over rows
 
-    def _stacked(self, rows: Tensor | None) -> Tensor | None:
+    def _stacked(self, rows: _MaybeTensor) -> _MaybeTensor:
         return None if rows is None else rows.view(self.seeds, -1, *rows.shape[1:])
 
     def act(self, obs: Tensor, action_mask: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
@@ -268,7 +281,8 @@ class StackedActorCritic(Population):
     def step(
         self, obs: Tensor, state: Tensor | None, action_mask: Tensor | None = None
     ) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
-        """The rollout step on flat rows (and, recurrent, their states): (action, logprob, value, next state) per row."""
+        """The rollout step on flat rows (and, recurrent, their states): (action, logprob, value,
+        next state) per row."""
         weights = self.weights()
         params, value, state = self._outputs(weights, self._stacked(obs), self._stacked(state), None, shared_rows=False)
         action, logprob = self._seed_head(weights).sample(params, self._stacked(action_mask), self.noise)
@@ -335,6 +349,8 @@ class GroupedActorCritic(Population):
     stacked at each call; the rows then sample once each, from their own group's distribution.
     """
 
+    agent_group: Tensor  # a buffer: each agent's group
+
     def __init__(self, obs_space: gym.Space, action_space: gym.Space, cfg: PolicyConfig, layout: ObservationLayout):
         policies = [ActorCritic(obs_space, action_space, cfg, layout) for _ in range(max(layout.groups) + 1)]
         super().__init__(policies[0])  # the template is member 0 itself: it moves with the module
@@ -346,7 +362,7 @@ class GroupedActorCritic(Population):
     @property
     def action_head(self) -> ActionHead:
         """For ``env_action``, the same for every group (they share the action space)."""
-        return self.policies[0].action_head
+        return self._template.action_head
 
     @property
     def members(self) -> int:
@@ -357,14 +373,14 @@ class GroupedActorCritic(Population):
         return {name: torch.stack([m[name] for m in members]) for name in members[0]}
 
     def initial_state(self, batch_size: int) -> Tensor | None:
-        return self.policies[0].initial_state(batch_size)
+        return self._template.initial_state(batch_size)
 
     def _rows(
         self, obs: Tensor, state: Tensor | None = None, keep: Tensor | None = None
     ) -> tuple[Tensor, Tensor, Tensor | None, ActionHead]:
         """(each row's distribution parameters, value and final state, the head to sample them)."""
         if len(self.policies) == 1:  # a population of one is its ActorCritic, speed layers and all
-            policy = self.policies[0]
+            policy = self._template
             params, value, final = (*policy(obs), None) if state is None else policy.recurrent_forward(obs, state, keep)
             return params, value, final, policy.action_head
         weights = self.weights()
@@ -385,9 +401,9 @@ class GroupedActorCritic(Population):
 
     def step(
         self, obs: Tensor, state: Tensor, action_mask: Tensor | None = None
-    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        params, value, state, head = self._rows(obs, state)
-        return (*head.sample(params, action_mask), value, state)
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
+        params, value, final, head = self._rows(obs, state)
+        return (*head.sample(params, action_mask), value, final)
 
     def get_value(self, obs: Tensor, state: Tensor | None = None) -> Tensor:
         return self._rows(obs, state)[1]

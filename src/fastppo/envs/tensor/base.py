@@ -220,6 +220,7 @@ class TensorEnv(ABC):
 
     def close(self) -> None:
         """Nothing to release: the envs are tensors."""
+        return None  # a no-op on purpose, not an abstract method a subclass must write
 
     # --- episode statistics ------------------------------------------------------------------
 
@@ -254,8 +255,8 @@ class TensorEnv(ABC):
             isinstance(value, Tensor)
             and value.dim() == len(shape)
             and all(want in (None, got) for want, got in zip(shape, value.shape))
+            and (dtype is None or value.dtype == dtype)
         )
-        ok = ok and (dtype is None or value.dtype == dtype)
         if not ok:
             got = (
                 f"a {value.dtype} tensor of shape {tuple(value.shape)}"

@@ -9,6 +9,7 @@ U(-0.05, 0.05)^4, and the 500-step limit of the ``CartPole-v1`` registration.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import torch
@@ -38,7 +39,7 @@ class CartPole(TensorEnv):
     single_action_space = spaces.Discrete(2)
     max_episode_steps = 500
 
-    def __init__(self, *args, **kwargs) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:  # TensorEnv's
         super().__init__(*args, **kwargs)
         # Constants as tensors: on CPU a tensor-tensor op skips wrapping a Python scalar, which is
         # half the cost of an op on these small batches. Indexed by the action: force / total mass.

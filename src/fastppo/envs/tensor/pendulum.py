@@ -48,8 +48,8 @@ class Pendulum(TensorEnv):
         th, thdot = state.unbind(1)
         u = actions[:, 0].to(state.dtype).clamp(-self.MAX_TORQUE, self.MAX_TORQUE)
         costs = angle_normalize(th).square() + 0.1 * thdot.square() + 0.001 * u.square()
-        g, m, l, dt = self.G, self.M, self.L, self.DT
-        newthdot = thdot + (3 * g / (2 * l) * torch.sin(th) + 3.0 / (m * l**2) * u) * dt
+        g, m, length, dt = self.G, self.M, self.L, self.DT
+        newthdot = thdot + (3 * g / (2 * length) * torch.sin(th) + 3.0 / (m * length**2) * u) * dt
         newthdot = newthdot.clamp(-self.MAX_SPEED, self.MAX_SPEED)
         newth = th + newthdot * dt
         terminated = torch.zeros_like(th, dtype=torch.bool)
