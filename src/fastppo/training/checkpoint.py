@@ -257,9 +257,9 @@ class Checkpoint:
 def load_checkpoint(path: str | Path, device: str | torch.device = "cpu", env_id: str | None = None) -> Checkpoint:
     """Read a checkpoint (a run directory's newest, or a checkpoint folder); FastPPOError if damaged:
     a file missing or unreadable, a field of trainer.json missing or wrong (``check_trainer_json``),
-    a tensor not finite, a file that does not match its checksum. ``check_fits_run`` then checks its tensors against the run it resumes.
-    ``env_id`` is the env the caller names (``load_agent``: a folder written before agent.json held
-    its spaces rebuilds them from it)."""
+    a tensor not finite, a file that does not match its checksum. ``check_fits_run`` then checks its
+    tensors against the run it resumes. ``env_id`` is the env the caller names (``load_agent``: a
+    folder written before agent.json held its spaces rebuilds them from it)."""
     folder = find_checkpoint(path)
     for name in CHECKPOINT_FILES:
         if not (folder / name).is_file():
@@ -274,7 +274,8 @@ def load_checkpoint(path: str | Path, device: str | torch.device = "cpu", env_id
         raise FastPPOError(f"checkpoint {folder} is incomplete: {Path(exc.filename).name} is missing") from None
     except (json.JSONDecodeError, ValueError, UnicodeDecodeError, SafetensorError, OSError) as exc:
         raise FastPPOError(
-            f"checkpoint {folder} is damaged or not a fastppo checkpoint ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__}); delete it to use the previous one"
+            f"checkpoint {folder} is damaged or not a fastppo checkpoint "
+            f"({str(exc).splitlines()[0] if str(exc) else type(exc).__name__}); delete it to use the previous one"
         ) from None
     check_trainer_json(folder, meta, agent.config)
     weights = agent.policy.state_dict() | (
@@ -351,7 +352,8 @@ def check_trainer_json(folder: Path, meta: Any, config: Config) -> None:
     steps = iteration * config.batch_size * world_size
     if meta["global_step"] != steps or not _integer(meta["global_step"]):
         raise damaged(
-            f"global_step is {meta['global_step']!r}, not {steps} ({iteration} iterations of {config.batch_size} x {world_size} steps)"
+            f"global_step is {meta['global_step']!r}, not {steps} ({iteration} iterations of {config.batch_size} x "
+            f"{world_size} steps)"
         )
     if not (_number(meta["kl_beta"]) and meta["kl_beta"] >= 0):
         raise damaged(f"kl_beta is {meta['kl_beta']!r}, not a finite number >= 0")
@@ -374,13 +376,15 @@ def check_trainer_json(folder: Path, meta: Any, config: Config) -> None:
             raise damaged(f"param_groups[{i}] lacks {', '.join(lacking)}")
         betas = group["betas"]
         fine = (
-            _number(group["lr"]) and group["lr"] >= 0 and _number(group["eps"]) and group["eps"] > 0 and _number(group["weight_decay"]) and group["weight_decay"] >= 0
+            _number(group["lr"]) and group["lr"] >= 0 and _number(group["eps"]) and group["eps"] > 0
+            and _number(group["weight_decay"]) and group["weight_decay"] >= 0
             and isinstance(betas, list) and len(betas) == 2 and all(_number(b) and 0 <= b < 1 for b in betas)
             and isinstance(group["params"], list) and all(_integer(p) for p in group["params"])
         )  # fmt: skip
         if not fine:
             raise damaged(
-                f"param_groups[{i}] is { ({k: group[k] for k in (*ADAM_HYPERPARAMETERS, 'params')}) }, not Adam's settings"
+                f"param_groups[{i}] is { ({k: group[k] for k in (*ADAM_HYPERPARAMETERS, 'params')}) }, not Adam's "
+                "settings"
             )
     returns = meta["episode_returns"]
     if not (isinstance(returns, list) and all(_number(r) for r in returns)):
@@ -395,7 +399,8 @@ def check_trainer_json(folder: Path, meta: Any, config: Config) -> None:
         np.random.RandomState().set_state((kind, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
     except (TypeError, ValueError, KeyError, IndexError, OverflowError) as exc:
         raise damaged(
-            f"rng is not a python and a numpy RNG state ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
+            f"rng is not a python and a numpy RNG state ({type(exc).__name__}: "
+            f"{str(exc).splitlines()[0] if str(exc) else ''})"
         ) from None
     if meta["env"] is not None:
         try:
@@ -515,7 +520,9 @@ def check_fits_run(
     no_open = not any(name.startswith(OPEN_DECISIONS) for name in found)
     optional = {
         name for name in found.keys() | expected.keys()
-        if name.startswith("rng.cuda.") or (name.startswith("env.") and fresh_env is None) or (name.startswith(OPEN_DECISIONS) and no_open)
+        if name.startswith("rng.cuda.")
+        or (name.startswith("env.") and fresh_env is None)
+        or (name.startswith(OPEN_DECISIONS) and no_open)
     }  # fmt: skip
     lacking = sorted(expected.keys() - found.keys() - optional)
     if lacking:
@@ -529,13 +536,15 @@ def check_fits_run(
         if found[name] != expected[name]:
             raise _damaged(
                 checkpoint.path,
-                f"{TRAINER_TENSORS} holds {name} as {_shown(found[name])} where this run needs {_shown(expected[name])}",
+                f"{TRAINER_TENSORS} holds {name} as {_shown(found[name])} where this run needs "
+                f"{_shown(expected[name])}",
             )
     numbering = [group["params"] for group in state.optimizer.state_dict()["param_groups"]]
     if [group["params"] for group in checkpoint.param_groups] != numbering:
         raise _damaged(
             checkpoint.path,
-            f"{TRAINER_JSON}'s param_groups number the parameters {[g['params'] for g in checkpoint.param_groups]}, the optimizer {numbering}",
+            f"{TRAINER_JSON}'s param_groups number the parameters {[g['params'] for g in checkpoint.param_groups]}, "
+            f"the optimizer {numbering}",
         )
 
 
@@ -636,8 +645,8 @@ def check_metrics_reach(run_dir: Path, checkpoint: Checkpoint) -> None:
         last = max((step for step in steps if step < checkpoint.global_step), default=None)
         ends = "holds no records" if last is None else f"ends at step {last}"
         raise FastPPOError(
-            f"{path} {ends}, short of the step of its checkpoint {checkpoint.path} ({checkpoint.global_step}): the file was cut short, "
-            "and resuming would leave a gap in it; put the whole file back, or start a new run"
+            f"{path} {ends}, short of the step of its checkpoint {checkpoint.path} ({checkpoint.global_step}): the "
+            "file was cut short, and resuming would leave a gap in it; put the whole file back, or start a new run"
         )
 
 

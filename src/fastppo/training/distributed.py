@@ -106,7 +106,8 @@ def check_world_size(run_dir: object, trained_on: int) -> None:
             else f"with torchrun, {trained_on} processes in all (--nnodes x --nproc-per-node)"
         )
         raise FastPPOError(
-            f"{run_dir} was trained by {trained_on} rank{'s' * (trained_on > 1)}, this launch has {world_size}: resume it {how}"
+            f"{run_dir} was trained by {trained_on} rank{'s' * (trained_on > 1)}, this launch has {world_size}: resume "
+            f"it {how}"
         )
 
 
@@ -122,7 +123,8 @@ def rank_device(device: torch.device) -> torch.device:
     local_rank, gpus = _launch_variable("LOCAL_RANK", 0), torch.cuda.device_count()
     if local_rank >= gpus:
         raise FastPPOError(
-            f"local rank {local_rank} has no GPU of its own ({gpus} on this machine): start at most {gpus} processes per node (--nproc-per-node {gpus})"
+            f"local rank {local_rank} has no GPU of its own ({gpus} on this machine): start at most {gpus} processes "
+            f"per node (--nproc-per-node {gpus})"
         )
     return torch.device("cuda", local_rank)
 
@@ -283,7 +285,8 @@ def joined(device: torch.device, timeout_s: float = RunConfig.collective_timeout
     missing = [name for name in ("RANK", "MASTER_ADDR", "MASTER_PORT") if name not in os.environ]
     if owned and missing:
         raise FastPPOError(
-            f"WORLD_SIZE={launched_world_size()} is set but not {', '.join(missing)}: launch with torchrun, or unset WORLD_SIZE to train in one process"
+            f"WORLD_SIZE={launched_world_size()} is set but not {', '.join(missing)}: launch with torchrun, or unset "
+            "WORLD_SIZE to train in one process"
         )
     if device.type == "cuda":
         torch.cuda.set_device(device)  # NCCL's object collectives (the episodes) use the current device
@@ -306,7 +309,10 @@ def joined(device: torch.device, timeout_s: float = RunConfig.collective_timeout
         if not owned or not _raised_by_torch_distributed(exc):
             raise
         if any(word in str(exc).lower() for word in ("timed out", "timeout")):
-            problem = f"no answer from the other ranks within {timeout_s:g} s (--run.collective-timeout): a rank stalled or died"
+            problem = (
+                f"no answer from the other ranks within {timeout_s:g} s (--run.collective-timeout): a rank stalled "
+                "or died"
+            )
         else:
             problem = "another rank stopped the run: see its error, or torchrun's summary for a rank that died"
         _say(rank, problem)

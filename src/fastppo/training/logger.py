@@ -236,5 +236,6 @@ def _start_wandb(project: str, run_dir: Path | None, config: dict[str, Any] | No
     except wandb.errors.Error as exc:  # no API key, refused login, unreachable server...
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise FastPPOError(
-            f"--report-to wandb: W&B could not start the run ({reason}): run 'wandb login', or set WANDB_MODE=offline to log locally and wandb sync later"
+            f"--report-to wandb: W&B could not start the run ({reason}): run 'wandb login', or set WANDB_MODE=offline "
+            "to log locally and wandb sync later"
         ) from exc

@@ -86,8 +86,9 @@ class FusedAdam:
                 raise ValueError(f"FusedAdam needs floating-point parameters on {' or '.join(DEVICES)}")
         # The keys and order of torch.optim.Adam(fused=True)'s param group: identical state_dicts.
         self.defaults: dict[str, Any] = {
-            "lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay, "amsgrad": False, "maximize": False,
-            "foreach": None, "capturable": False, "differentiable": False, "fused": True, "decoupled_weight_decay": False,
+            "lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay, "amsgrad": False,
+            "maximize": False, "foreach": None, "capturable": False, "differentiable": False, "fused": True,
+            "decoupled_weight_decay": False,
         }  # fmt: skip
         self.param_groups: list[dict[str, Any]] = [{**self.defaults, "params": params}]
         self.state: defaultdict[Tensor, dict[str, Tensor]] = defaultdict(dict)

@@ -53,7 +53,10 @@ def reached_stop_return(run: RunConfig, returns: list[float]) -> bool:
 
 
 def stop_return_note(run: RunConfig, returns: list[float], global_step: int) -> str:
-    return f"mean return {np.mean(returns[-run.stop_window :]):.1f} over the last {run.stop_window} episodes reached --run.stop-return {run.stop_return:g} at step {global_step}: stopped"
+    return (
+        f"mean return {np.mean(returns[-run.stop_window :]):.1f} over the last {run.stop_window} episodes reached "
+        f"--run.stop-return {run.stop_return:g} at step {global_step}: stopped"
+    )
 
 
 def resume_command(run_dir: Path | None, env_id: str) -> str:
@@ -299,8 +302,8 @@ class SingleRun(Runs):
             interrupted_by is not None and out_dir is not None
         ):  # plain print, after the progress bar is gone: one unwrapped line to copy
             print(
-                f"fastppo: {interrupted_by.name}: stopped after iteration {iteration}, checkpoint saved in {self.saved}\n"
-                f"fastppo: resume with: {world.relaunch}{self.resume}",
+                f"fastppo: {interrupted_by.name}: stopped after iteration {iteration}, checkpoint saved in "
+                f"{self.saved}\nfastppo: resume with: {world.relaunch}{self.resume}",
                 file=sys.stderr,
                 flush=True,
             )
@@ -410,13 +413,17 @@ class SeedRuns(Runs):
         last_good = list_checkpoints(self.seed_dirs[0]) if self.seed_dirs else []
         if not last_good:
             return None
-        return f"each seed's, {self.run_dir}/seed_<n>/checkpoints/{last_good[-1].name} (fastppo train --resume {self.run_dir})"
+        return (
+            f"each seed's, {self.run_dir}/seed_<n>/checkpoints/{last_good[-1].name} "
+            f"(fastppo train --resume {self.run_dir})"
+        )
 
     def result(self, iteration: int, interrupted_by: signal.Signals | None, world: World) -> list[Agent]:
         if interrupted_by is not None:
             print(
-                f"fastppo: {interrupted_by.name}: stopped after iteration {iteration}, each seed checkpointed in {self.run_dir}/seed_<n>\n"
-                f"fastppo: resume the stack with: {self.resume} (or one seed alone: --resume {self.run_dir}/seed_<n>)",
+                f"fastppo: {interrupted_by.name}: stopped after iteration {iteration}, each seed checkpointed in "
+                f"{self.run_dir}/seed_<n>\nfastppo: resume the stack with: {self.resume} (or one seed alone: --resume "
+                f"{self.run_dir}/seed_<n>)",
                 file=sys.stderr,
                 flush=True,
             )

@@ -156,7 +156,8 @@ def check_seed_stack(config: Config) -> None:
     for need, broken in refused.items():
         if broken:
             raise FastPPOError(
-                f"--seeds on tensor envs trains stacks of seeds, which need {need}: change that, or train one run per seed on another --backend (sync, async)"
+                f"--seeds on tensor envs trains stacks of seeds, which need {need}: change that, or train one run per "
+                "seed on another --backend (sync, async)"
             )
 
 
@@ -351,8 +352,9 @@ def _rng_key(generator: torch.Generator) -> str:
 def restore_seed_stack(state, envs, checkpoints: list) -> list[list[float]]:
     """Put each seed's checkpoint (as ``save_seed_checkpoints`` wrote it: its single run's) back into
     its row of the stack: weights, Adam moments and step count, statistics, env rows and their
-    generator, a recurrent policy's live states, its generator, counters, kl_beta. The inverse of ``save_seed_checkpoints``, so that ``fastppo train --resume
-    RUN_DIR`` continues the whole stack as it would have gone on. Returns each seed's recent
+    generator, a recurrent policy's live states, its generator, counters, kl_beta. The inverse of
+    ``save_seed_checkpoints``, so that ``fastppo train --resume RUN_DIR`` continues the whole stack
+    as it would have gone on. Returns each seed's recent
     episode returns (a checkpoint keeps the last 100, as a single run's does)."""
     from fastppo.training.checkpoint import check_fits_run, optimizer_from_tensors
     from fastppo.training.rollout import EnvCursor

@@ -85,15 +85,18 @@ def check_league(config: Config, envs: VecEnv, processes: int) -> None:
     if config.policy.memory != "none" and turn_based:
         # A seat's rows are decisions on its turns only, and a state restarts after every row that is none.
         raise FastPPOError(
-            f"--policy.memory on a turn-based game would carry nothing from one of a seat's turns to the next: drop --policy.memory {config.policy.memory}"
+            "--policy.memory on a turn-based game would carry nothing from one of a seat's turns to the next: drop "
+            f"--policy.memory {config.policy.memory}"
         )
     if config.policy.memory != "none":
         raise FastPPOError(
-            f"a self-play pool's snapshots act on one observation at a time, without memory: drop --policy.memory {config.policy.memory}"
+            "a self-play pool's snapshots act on one observation at a time, without memory: drop --policy.memory "
+            f"{config.policy.memory}"
         )
     if sp.pool_size and turn_based and len(envs.agents) != 2:
         raise FastPPOError(
-            f"--self-play.pool-size needs a two-seat game (the learner in one seat, a snapshot in the other), and this one has {len(envs.agents)} seats: drop it to train by self-play alone"
+            "--self-play.pool-size needs a two-seat game (the learner in one seat, a snapshot in the other), and this "
+            f"one has {len(envs.agents)} seats: drop it to train by self-play alone"
         )
     if sp.pool_size and processes > 1:
         raise FastPPOError(
@@ -107,7 +110,8 @@ def check_league(config: Config, envs: VecEnv, processes: int) -> None:
     ):
         # fastppo.envs.turn_based.game_episodes: a game against itself has no return of the learner's.
         raise FastPPOError(
-            "--run.stop-return reads the learner's return in games against its past snapshots, and this run plays none: give --self-play.pool-size N and --self-play.latest-share below 1, or --self-play.random-share"
+            "--run.stop-return reads the learner's return in games against its past snapshots, and this run plays "
+            "none: give --self-play.pool-size N and --self-play.latest-share below 1, or --self-play.random-share"
         )
     for spec in (
         sp.eval_opponents if turn_based else ()
@@ -128,22 +132,26 @@ def _check_parallel_league(config: Config, envs: VecEnv) -> None:
     if not isinstance(envs, PettingZooVecEnv):
         what = "a Parallel env on the async backend" if is_pettingzoo(env_id) else "not a PettingZoo env"
         raise FastPPOError(
-            f"--self-play.* flags apply to PettingZoo games and Parallel envs stepped in the training process, and {env_id} is {what}: drop them, or use --backend sync"
+            "--self-play.* flags apply to PettingZoo games and Parallel envs stepped in the training process, and "
+            f"{env_id} is {what}: drop them, or use --backend sync"
         )
     if sp.eval_every or sp.random_share:
         flag = "--self-play.eval-every" if sp.eval_every else "--self-play.random-share"
         raise FastPPOError(
-            f"{flag} plays games against fixed players (random, MCTS), which need a turn-based game, and {env_id} is a Parallel env: drop it"
+            f"{flag} plays games against fixed players (random, MCTS), which need a turn-based game, and {env_id} is a "
+            "Parallel env: drop it"
         )
     if not sp.pool_size:
         raise FastPPOError(
-            f"on a Parallel env the learner already plays every agent: --self-play.* flags need a pool, --self-play.pool-size N, for {env_id}"
+            "on a Parallel env the learner already plays every agent: --self-play.* flags need a pool, "
+            f"--self-play.pool-size N, for {env_id}"
         )
     groups = envs.spaces.group_names
     if len(groups) != 2:
         raise FastPPOError(
-            f"--self-play.pool-size on a Parallel env plays one group of agents against the other, and {env_id}'s agents form {len(groups)} group(s) "
-            f"({', '.join(groups)}): a pool needs two, e.g. adversary_* | agent_* in pz:mpe2.simple_tag_v3"
+            f"--self-play.pool-size on a Parallel env plays one group of agents against the other, and {env_id}'s "
+            f"agents form {len(groups)} group(s) ({', '.join(groups)}): a pool needs two, e.g. adversary_* | agent_* "
+            "in pz:mpe2.simple_tag_v3"
         )
 
 

@@ -98,7 +98,10 @@ def lost_since(checkpoint: Path | None, iteration: int, resume: str) -> str:
     if checkpoint is None:
         return f"no checkpoint had been saved: the run's {iteration} iterations are lost"
     lost = iteration - int(checkpoint.name)
-    return f"the {lost} iteration{'s' if lost > 1 else ''} since checkpoint {checkpoint.name} {'are' if lost > 1 else 'is'} lost; resume with: {resume}"
+    return (
+        f"the {lost} iteration{'s' if lost > 1 else ''} since checkpoint {checkpoint.name} "
+        f"{'are' if lost > 1 else 'is'} lost; resume with: {resume}"
+    )
 
 
 @contextmanager

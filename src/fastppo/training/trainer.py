@@ -76,9 +76,9 @@ def gpu_note(device: torch.device, envs: Any, policy: torch.nn.Module) -> str | 
     ):
         return None
     return (
-        f"[yellow]note:[/] an MLP policy on {envs.num_envs} host env{'s' if envs.num_envs > 1 else ''} may train faster with --device cpu "
-        "(HalfCheetah with CleanRL's defaults on an H200: 749 SPS eager, 1 668 with --compile --cudagraphs, 1 703 on its CPU); "
-        "a GPU pays for --backend tensor, CNN policies and --seeds"
+        f"[yellow]note:[/] an MLP policy on {envs.num_envs} host env{'s' if envs.num_envs > 1 else ''} may train "
+        "faster with --device cpu (HalfCheetah with CleanRL's defaults on an H200: 749 SPS eager, 1 668 with "
+        "--compile --cudagraphs, 1 703 on its CPU); a GPU pays for --backend tensor, CNN policies and --seeds"
     )
 
 
@@ -120,12 +120,16 @@ def check_finite_rollout(
             t, row = (int(i) for i in bad.nonzero()[0])
             t -= buf.first_row  # a game's rows of steps start after its carried decisions
             if agents:
-                what = f"the env returned a NaN/Inf {name} for agent {agents[row % len(agents)]} of copy {row // len(agents)}"
+                what = (
+                    f"the env returned a NaN/Inf {name} for agent {agents[row % len(agents)]} of copy "
+                    f"{row // len(agents)}"
+                )
             else:
                 what = f"env {row} returned a NaN/Inf {name}"
             fix = "fix the env" if agents else "fix the env or sanitise it in a gymnasium wrapper"
             raise FastPPOError(
-                f"training stopped at iteration {iteration}: {what} at rollout step {t} (about global step {global_step + t * copies}); {fix}"
+                f"training stopped at iteration {iteration}: {what} at rollout step {t} (about global step "
+                f"{global_step + t * copies}); {fix}"
             )
 
 
@@ -135,8 +139,9 @@ def check_stop_return(run: RunConfig, envs: Any) -> None:
     spaces = getattr(envs, "spaces", None)
     if run.stop_return is not None and isinstance(spaces, AgentSpaces) and spaces.headline is None:
         raise FastPPOError(
-            f"--run.stop-return reads one return, and the agents are in {len(spaces.group_names)} groups ({', '.join(spaces.group_names)}) that may play against each other: "
-            f"name the one it reads, e.g. --multi-agent.headline {spaces.group_names[0]} (or team for the sum of all agents')"
+            f"--run.stop-return reads one return, and the agents are in {len(spaces.group_names)} groups "
+            f"({', '.join(spaces.group_names)}) that may play against each other: name the one it reads, e.g. "
+            f"--multi-agent.headline {spaces.group_names[0]} (or team for the sum of all agents')"
         )
 
 
@@ -152,9 +157,10 @@ def few_updates_warning(config: Config, world_size: int = 1) -> str | None:
         return None
     batch = config.batch_size * world_size
     return (
-        f"--total-timesteps {config.ppo.total_timesteps} gives only {iterations} update{'s' if iterations != 1 else ''} "
-        f"of {batch} steps ({config.env.num_envs} envs x {config.ppo.num_steps} steps{f' x {world_size} ranks' if world_size > 1 else ''}): "
-        f"PPO needs more to learn; raise --total-timesteps to {FEW_UPDATES * batch} or more, or lower --num-envs/--num-steps"
+        f"--total-timesteps {config.ppo.total_timesteps} gives only {iterations} "
+        f"update{'s' if iterations != 1 else ''} of {batch} steps ({config.env.num_envs} envs x {config.ppo.num_steps} "
+        f"steps{f' x {world_size} ranks' if world_size > 1 else ''}): PPO needs more to learn; raise --total-timesteps "
+        f"to {FEW_UPDATES * batch} or more, or lower --num-envs/--num-steps"
     )
 
 
@@ -354,11 +360,11 @@ def train_rank(
         runs = SingleRun(config, agent, logger, run_dir, out_dir, on_iteration, newest)
     if not exact:
         logger.message(
-            "[yellow]note:[/] under torchrun every rank restarts fresh episodes and random streams (the checkpoint holds "
-            "rank 0's); weights, optimizer, statistics and counters are restored exactly"
+            "[yellow]note:[/] under torchrun every rank restarts fresh episodes and random streams (the checkpoint "
+            "holds rank 0's); weights, optimizer, statistics and counters are restored exactly"
             if world.size > 1
-            else f"[yellow]note:[/] {config.env.env_id} ({config.env.backend} backend) cannot be snapshot: its envs restart fresh "
-            "episodes; weights, optimizer, statistics, counters and RNGs are restored exactly"
+            else f"[yellow]note:[/] {config.env.env_id} ({config.env.backend} backend) cannot be snapshot: its envs "
+            "restart fresh episodes; weights, optimizer, statistics, counters and RNGs are restored exactly"
         )
     if isinstance(envs, HostCopies):
         envs.timer = training.timer  # numpy-backed envs time their host<->device copies ("copy")

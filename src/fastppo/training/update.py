@@ -166,7 +166,8 @@ class MinibatchStep:
         params = [p for group in optimizer.param_groups for p in group["params"]]
         if len(params) != 1 or params[0].grad is None:
             raise FastPPOError(
-                "the PPO update needs the optimizer from fastppo.training.update.make_optimizer(policy, ...): one flat parameter with its gradient"
+                "the PPO update needs the optimizer from fastppo.training.update.make_optimizer(policy, ...): one flat "
+                "parameter with its gradient"
             )
         self.flat_parameter = params[0]
         # A stack of seeds' flat parameter is seed-major: one gradient-norm clip per seed.
