@@ -286,9 +286,9 @@ class Config:
             "ppo.update_epochs": self.ppo.update_epochs,
             "ppo.total_timesteps": self.ppo.total_timesteps,
         }
-        for name, value in positive_ints.items():
-            if value <= 0:
-                raise FastPPOError(f"--{name.replace('_', '-')} must be a positive integer, got {value}")
+        for name, number in positive_ints.items():
+            if number <= 0:
+                raise FastPPOError(f"--{name.replace('_', '-')} must be a positive integer, got {number}")
         if self.run.stop_return is not None and not math.isfinite(self.run.stop_return):
             raise FastPPOError(f"--run.stop-return must be a finite return or none, got {self.run.stop_return}")
         if not 1 <= self.run.stop_window <= 100:
@@ -656,7 +656,7 @@ def load_preset(name: str) -> dict[str, Any]:
             reason = f"not UTF-8 text (byte {exc.start})"
         else:
             reason = (
-                exc.strerror
+                exc.strerror or str(exc)
                 if isinstance(exc, OSError)
                 else "expected sections (env, ppo, policy) mapping fields to values"
             )
