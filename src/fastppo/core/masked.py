@@ -8,7 +8,7 @@ statistic per seed, rows ``[seeds, rows]`` reduced along ``dim=-1``.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, overload
 
 import torch
 from torch import Tensor
@@ -97,6 +97,14 @@ def mean_std(moments: Tensor) -> tuple[Tensor, Tensor]:
     count, total, squares = moments.double()
     mean = total / count.clamp_min(1)
     return mean, ((squares - total * mean) / (count - 1).clamp_min(1)).clamp_min(0).sqrt()
+
+
+@overload
+def explained_variance(values: Tensor, returns: Tensor, mask: Tensor | None = None, dim: None = None) -> float: ...
+
+
+@overload
+def explained_variance(values: Tensor, returns: Tensor, mask: Tensor | None = None, *, dim: int) -> list[float]: ...
 
 
 def explained_variance(

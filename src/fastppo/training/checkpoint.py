@@ -46,7 +46,7 @@ import random
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 import numpy as np
 import torch
@@ -69,6 +69,7 @@ from fastppo.files.run_folder import (
     find_checkpoint,
     list_checkpoints,
 )
+from fastppo.training.optim import Optimizer
 from fastppo.training.rollout import EnvCursor, ObservationNormalizer, fresh_state
 from fastppo.training.self_play import Damaged
 
@@ -86,7 +87,7 @@ FORMAT_VERSION = 1
 # --- state <-> tensors + JSON ---------------------------------------------------------------------
 
 
-def optimizer_to_tensors(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], list[dict[str, Any]]]:
+def optimizer_to_tensors(optimizer: Optimizer) -> tuple[dict[str, torch.Tensor], list[dict[str, Any]]]:
     """``optimizer.state_dict()`` split into flat tensors ('optim.<param>.<slot>') and the JSON part."""
     state = optimizer.state_dict()
     tensors = {
@@ -98,7 +99,7 @@ def optimizer_to_tensors(optimizer: torch.optim.Optimizer) -> tuple[dict[str, to
 
 
 def optimizer_from_tensors(
-    optimizer: torch.optim.Optimizer, tensors: dict[str, torch.Tensor], param_groups: list[dict[str, Any]]
+    optimizer: Optimizer, tensors: dict[str, torch.Tensor], param_groups: list[dict[str, Any]]
 ) -> None:
     state: dict[int, dict[str, torch.Tensor]] = {}
     for name, value in tensors.items():
@@ -116,7 +117,9 @@ def rng_state(device: torch.device) -> tuple[dict[str, torch.Tensor], dict[str, 
     if device.type == "cuda":
         tensors |= {f"rng.cuda.{i}": s for i, s in enumerate(torch.cuda.get_rng_state_all())}
     version, internal, gauss = random.getstate()
-    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    numpy_state = np.random.get_state(legacy=True)  # the default, spelled out for numpy's stubs
+    assert isinstance(numpy_state, tuple)  # a legacy state is the tuple (the stubs allow the dict)
+    kind, keys, pos, has_gauss, cached = numpy_state
     meta = {
         "python": [version, list(internal), gauss],
         "numpy": [kind, keys.tolist(), int(pos), int(has_gauss), float(cached)],
@@ -317,11 +320,11 @@ def _damaged(folder: Path, problem: str) -> FastPPOError:
     return FastPPOError(f"checkpoint {folder} is damaged: {problem}; delete it to use the previous one")
 
 
-def _integer(value: Any) -> bool:
+def _integer(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _number(value: Any) -> bool:
+def _number(value: Any) -> TypeGuard[float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
@@ -465,7 +468,7 @@ def _check_snapshot_node(node: Any, ids: set[int]) -> None:
         items = node[kind]
         if not isinstance(items, dict if kind == "dict" else list):
             raise ValueError(f"holds a {kind} that is a {type(items).__name__}")
-        for value in items.values() if kind == "dict" else items:
+        for value in items.values() if isinstance(items, dict) else items:
             _check_snapshot_node(value, ids)
 
 
@@ -477,7 +480,7 @@ def _shown(spec: Spec) -> str:
     return f"{list(spec[0])} {str(spec[1]).removeprefix('torch.')}"
 
 
-def adam_specs(optimizer: Any) -> dict[str, Spec]:
+def adam_specs(optimizer: Optimizer) -> dict[str, Spec]:
     """The tensors Adam's state holds for each parameter (``step``, ``exp_avg``, ``exp_avg_sq``:
     torch.optim.Adam's layout, FusedAdam's too), named as ``optimizer_to_tensors`` names them."""
     params = [p for group in optimizer.param_groups for p in group["params"]]  # state_dict numbers them in this order
@@ -618,7 +621,7 @@ def restore_train_state(
 def _metrics_lines(path: Path) -> list[tuple[str, dict[str, Any], float]]:
     """(line, record, its global_step) of each record of a metrics.jsonl; a line that is no record
     (cut short by a kill) left out, and a record without a numeric global_step placed after every step."""
-    found = []
+    found: list[tuple[str, dict[str, Any], float]] = []
     for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
         try:
             record = json.loads(line)

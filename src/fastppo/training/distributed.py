@@ -26,6 +26,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -35,6 +36,9 @@ from fastppo.config import RunConfig, check_seed
 from fastppo.core.normalize import RunningMeanStd
 from fastppo.envs.vector import Episodes
 from fastppo.errors import FastPPOError
+
+T = TypeVar("T")
+"""Whatever picklable value ``gather_objects`` collects from the ranks."""
 
 
 def _launch_variable(name: str, default: int) -> int:
@@ -180,9 +184,9 @@ class World:
         dist.all_gather(parts, tensor.contiguous())
         return torch.cat(parts)
 
-    def gather_objects(self, value: object) -> list[object]:
+    def gather_objects(self, value: T) -> list[T]:
         """Every rank's picklable ``value``, by rank, on every rank."""
-        parts: list[object] = [None] * self.size
+        parts: list[Any] = [None] * self.size  # each rank's slot filled by all_gather_object
         dist.all_gather_object(parts, value)
         return parts
 
@@ -201,7 +205,7 @@ class World:
     def gather_episodes(self, episodes: Episodes) -> Episodes:
         """Every rank's finished episodes, rank 0's first, on every rank (for the log and the
         checkpoint's recent returns)."""
-        parts: list[Episodes] = self.gather_objects(episodes)
+        parts = self.gather_objects(episodes)
         by_agent: dict[str, list[float]] = {}
         by_group: dict[str, list[float]] = {}
         for part in parts:
@@ -244,7 +248,7 @@ class LoneWorld(World):
     def gather(self, tensor: Tensor) -> Tensor:
         return tensor
 
-    def gather_objects(self, value: object) -> list[object]:
+    def gather_objects(self, value: T) -> list[T]:
         return [value]
 
     def gather_episodes(self, episodes: Episodes) -> Episodes:

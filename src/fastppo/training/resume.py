@@ -196,9 +196,8 @@ def resume_seed_stack_config(
             f"{run_dir} holds seeds trained one process each ({first.backend} envs): resume each alone, fastppo train "
             f"--resume {run_dir}/seed_<n>"
         )
-    check_resumed_env(
-        run_dir, first.env_id, env_id
-    )  # named for the stack, before each seed's resume_config names its own folder
+    # named for the stack, before each seed's resume_config names its own folder
+    check_resumed_env(run_dir, first.env_id, env_id)
     folders = [folder for folder in folders if not finished_run(folder, overrides)]
     if not folders:
         raise every_seed_finished(run_dir)
@@ -212,7 +211,7 @@ def resume_seed_stack_config(
         resumed.append(
             resume_config(at if at.is_dir() and list_checkpoints(folder)[-1] != at else folder, overrides, env_id)
         )
-    config, first = resumed[0]
+    config = resumed[0][0]
     for other, _ in resumed[1:]:
         if replace(other, run=replace(other.run, seed=config.run.seed)) != config:
             raise FastPPOError(

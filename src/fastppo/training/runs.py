@@ -15,6 +15,7 @@ import sys
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -65,6 +66,12 @@ def resume_command(run_dir: Path | None, env_id: str) -> str:
     return f"fastppo train --resume {run_dir}" + (f" {env_id}" if names_user_code(env_id) else "")
 
 
+def run_kl_beta(coefs: UpdateCoefficients) -> float:
+    """One run's PPO-KL beta (``Runs.split_losses`` gives each run coefficients of its own)."""
+    assert isinstance(coefs.kl_beta, (int, float))
+    return coefs.kl_beta
+
+
 def iteration_metrics(
     losses: dict[str, float],
     episodes: Episodes,
@@ -98,7 +105,7 @@ def iteration_metrics(
         **{f"time/{name}": value for name, value in seconds.items()},
     }
     if config.ppo.objective == "kl":
-        metrics["losses/kl_beta"] = coefs.kl_beta
+        metrics["losses/kl_beta"] = run_kl_beta(coefs)
         metrics["losses/kl_after_update"] = losses["kl_after_update"]  # what beta adapts from
     if episodes.returns:  # a multi-agent env's headline: none when its agents are not one team
         metrics["charts/episodic_return"] = float(np.mean(episodes.returns))
@@ -168,17 +175,18 @@ class Runs(ABC):
             )
             for run_losses, run_coefs, run_episodes, run_explained in zip(runs_losses, runs_coefs, episodes, explained)
         ]
-        betas = [c.kl_beta for c in runs_coefs]
+        betas = [run_kl_beta(c) for c in runs_coefs]
         if self.config.ppo.objective == "kl":
             betas = [
-                adaptive_kl_beta(c.kl_beta, run_losses["kl_after_update"], self.config.ppo.kl_target)
+                adaptive_kl_beta(run_kl_beta(c), run_losses["kl_after_update"], self.config.ppo.kl_target)
                 for c, run_losses in zip(runs_coefs, runs_losses)
             ]
         return runs_metrics, self.one_per_run(betas)
 
     def log(self, step: int, runs_metrics: list[dict[str, float]], progress: float) -> None:
         """Each run's metrics to its log, its health monitor's warnings, then ``on_iteration``."""
-        with writing(self.out_dir, "the metrics in"):  # a full disk: one line, the last checkpoint kept
+        # a full disk: one line, the last checkpoint kept
+        with writing(self.out_dir, "the metrics in") if self.out_dir is not None else nullcontext():
             self.logger.log(step, self.one_per_run(runs_metrics))
         for label, monitor, run_metrics in zip(self.labels, self.monitors, runs_metrics):
             for warning in monitor.check(run_metrics, progress):
@@ -252,6 +260,8 @@ class SingleRun(Runs):
     """One run: its folder (``out_dir``: None on a torchrun rank but 0, or without a folder), its
     logger; --run.stop-return ends it."""
 
+    logger: RunLogger
+
     def __init__(
         self,
         config: Config,
@@ -283,6 +293,7 @@ class SingleRun(Runs):
         return runs_metrics[0]
 
     def save_all(self, state: TrainState, envs: Any) -> Path:
+        assert self.out_dir is not None  # ``checkpoint`` saves only where this process writes
         return save_checkpoint(self.out_dir, state, envs, self.config.run.keep_checkpoints)
 
     def all_solved(self) -> bool:
@@ -320,6 +331,9 @@ class SeedRuns(Runs):
     leaves, and the stack trains on without it (``keep``: shrinks what the loop trains to the
     seeds at the given indices)."""
 
+    logger: SeedLoggers
+    run_dir: Path
+
     def __init__(
         self,
         config: Config,
@@ -354,7 +368,8 @@ class SeedRuns(Runs):
 
     def explained(self, batch: dict[str, Tensor]) -> list[float]:
         # The critic's fit on each seed's rows, [S, ...], all seeds at once.
-        return explained_variance(*(batch[k].flatten(1) for k in ("values", "returns", "valid")), dim=-1)
+        values, returns, valid = (batch[k].flatten(1) for k in ("values", "returns", "valid"))
+        return explained_variance(values, returns, valid, dim=-1)
 
     def one_per_run(self, values: list) -> list:
         return values
@@ -394,17 +409,12 @@ class SeedRuns(Runs):
                 )
             self.logger.loggers[i].close()
         kept = [i for i in range(len(self.seeds)) if i not in done]
-        self.seeds, self.seed_dirs, self.seeds_returns, self.monitors, self.labels, self.logger.loggers = (
-            [items[i] for i in kept]
-            for items in (
-                self.seeds,
-                self.seed_dirs,
-                self.seeds_returns,
-                self.monitors,
-                self.labels,
-                self.logger.loggers,
-            )
-        )
+        self.seeds = [self.seeds[i] for i in kept]
+        self.seed_dirs = [self.seed_dirs[i] for i in kept]
+        self.seeds_returns = [self.seeds_returns[i] for i in kept]
+        self.monitors = [self.monitors[i] for i in kept]
+        self.labels = [self.labels[i] for i in kept]
+        self.logger.loggers = [self.logger.loggers[i] for i in kept]
         if kept:  # the stack trains on without them
             self.keep(kept)
 
