@@ -34,6 +34,7 @@ from fastppo.training.checkpoint import save_checkpoint
 from fastppo.training.diagnostics import HealthMonitor
 from fastppo.training.distributed import World
 from fastppo.training.logger import GROUP_RETURN, RunLogger
+from fastppo.training.optim import Optimizer
 from fastppo.training.rollout import RolloutBuffer
 from fastppo.training.seed_stack import SeedLoggers, episodes_by_seed, per_seed, save_seed_agent, save_seed_checkpoints
 from fastppo.training.signals import StopRequest
@@ -76,7 +77,7 @@ def iteration_metrics(
     losses: dict[str, float],
     episodes: Episodes,
     seconds: dict[str, float],
-    optimizer: Any,
+    optimizer: Optimizer,
     config: Config,
     coefs: UpdateCoefficients,
     explained: float,
@@ -162,7 +163,7 @@ class Runs(ABC):
         episodes: list[Episodes],
         seconds: dict[str, float],
         elapsed: float,
-        optimizer: Any,
+        optimizer: Optimizer,
         batch_size: int,
     ) -> tuple[list[dict[str, float]], list[float] | float]:
         """One metrics dict per run (its losses, coefficients, episodes, critic fit), and the

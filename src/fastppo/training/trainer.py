@@ -27,7 +27,7 @@ from fastppo.envs.make import rollout_device
 from fastppo.envs.pettingzoo_vec import AgentSpaces
 from fastppo.envs.tensor import TensorEnv
 from fastppo.envs.turn_based import TurnBasedVecEnv
-from fastppo.envs.vector import HostCopies
+from fastppo.envs.vector import HostCopies, VecEnv
 from fastppo.errors import FastPPOError
 from fastppo.files.outputs import no_links, output_dir, removed_if_left_empty, writing
 from fastppo.files.run_folder import check_no_run, write_config
@@ -37,7 +37,7 @@ from fastppo.profiling import SectionTimer
 from fastppo.training.allocator import reuse_freed_memory
 from fastppo.training.checkpoint import Checkpoint, check_metrics_reach, restore_train_state, rewind_metrics
 from fastppo.training.cuda_graphs import check_cudagraphs
-from fastppo.training.distributed import LONE, World, rank_device, ranks
+from fastppo.training.distributed import LONE, SyncedStatistics, Unsynced, World, rank_device, ranks
 from fastppo.training.logger import GROUP_RETURN, GYM_SUMMARY, RunLogger
 from fastppo.training.optim import Optimizer
 from fastppo.training.rollout import (
@@ -65,7 +65,7 @@ def seed_everything(seed: int, deterministic: bool) -> None:
     torch.backends.cudnn.deterministic = deterministic
 
 
-def gpu_note(device: torch.device, envs: Any, policy: torch.nn.Module) -> str | None:
+def gpu_note(device: torch.device, envs: VecEnv, policy: torch.nn.Module) -> str | None:
     """A hint when a GPU trains an MLP policy on envs that step on the host: every rollout step is
     then a round trip to the device for a forward of a few tiny kernels, and the CPU is often as
     fast (measured, benchmarks/README.md "GPU figures"). Tensor envs, CNNs and stacks of seeds are
@@ -135,7 +135,7 @@ def check_finite_rollout(
             )
 
 
-def check_stop_return(run: RunConfig, envs: Any) -> None:
+def check_stop_return(run: RunConfig, envs: VecEnv) -> None:
     """--run.stop-return reads the headline return: a multi-agent env without one (agents in
     several groups, --multi-agent.headline auto) must name the group it reads."""
     spaces = getattr(envs, "spaces", None)
@@ -416,7 +416,7 @@ class Training:
         device: torch.device,
         collect_on: torch.device,
         normalize_obs: ObservationNormalizer,
-        statistics: Any,
+        statistics: SyncedStatistics | Unsynced,
         mask_dim: int | None,
         rollout_threads: int,
     ):
@@ -520,7 +520,7 @@ def train_loop(t: Training, runs: Runs, stop: StopRequest) -> None:
         runs.finish_solved(state, t.envs, saved)
 
 
-def progress_summary(envs: Any) -> tuple[tuple[str, str, str], ...]:
+def progress_summary(envs: VecEnv) -> tuple[tuple[str, str, str], ...]:
     """The progress bar's figures: a gymnasium run's; for agents in several groups each group's
     return beside the headline (in its place when there is none); for a game the learner's
     record against its pool and its rating."""
