@@ -7,11 +7,15 @@ import signal
 import warnings
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastppo.agents.agent import Agent, load_agent
 from fastppo.agents.players import Player
 from fastppo.envs.env_config import make_config
+
+if TYPE_CHECKING:  # annotations only: like the trainer, evaluation is imported when called
+    from fastppo.agents.evaluation import EvalResult
+    from fastppo.agents.games import GameResults
 
 
 def train(
@@ -69,7 +73,7 @@ def train_seeds(
         agent.from_folder = False  # written just now, from the env the caller named
         agent.history = read_run(result.run_dir).records
         agent.episode_returns = list(load_checkpoint(result.run_dir).meta.get("episode_returns", []))
-        agent.interrupted_by = stopped and signal.Signals(stopped)
+        agent.interrupted_by = signal.Signals(stopped) if stopped else None
         agents.append(agent)
     return agents
 
@@ -110,7 +114,7 @@ def evaluate(
     seed: int | None = None,
     opponent: str | Player | None = None,
     games: int | None = None,
-):
+) -> EvalResult | GameResults:
     """Play ``episodes`` episodes (default 10; default env: the agent's own; a run folder trained
     on your own code needs ``env_id`` naming it) with frozen observation statistics, sampling
     actions unless ``deterministic``; returns an ``EvalResult`` (returns, lengths, mean_return,

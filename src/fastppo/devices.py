@@ -23,7 +23,8 @@ def resolve_device(name: str) -> torch.device:
         raise FastPPOError(f"--device {name} asked for, but torch sees no CUDA GPU: use --device cpu")
     if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
         raise FastPPOError(
-            f"--device {name} asked for, but torch sees {torch.cuda.device_count()} CUDA GPU(s): use cuda:0 to cuda:{torch.cuda.device_count() - 1}"
+            f"--device {name} asked for, but torch sees {torch.cuda.device_count()} CUDA GPU(s): use cuda:0 to "
+            f"cuda:{torch.cuda.device_count() - 1}"
         )
     if device.type == "mps" and not torch.backends.mps.is_available():
         raise FastPPOError(f"--device {name} asked for, but torch sees no Apple MPS GPU: use --device cpu")

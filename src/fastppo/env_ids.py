@@ -117,7 +117,8 @@ def folder_env_id(env_id: str, run_dir: str | Path | None, fix: str) -> str:
     else a FastPPOError ending in ``fix`` (how to name the env yourself)."""
     if names_user_code(env_id):
         raise FastPPOError(
-            f"{run_dir} was trained on user code '{env_id}', and fastppo never imports code that a run folder names: {fix}"
+            f"{run_dir} was trained on user code '{env_id}', and fastppo never imports code that a run folder names: "
+            f"{fix}"
         )
     return env_id
 

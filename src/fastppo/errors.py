@@ -3,7 +3,7 @@ a command by a signal."""
 
 from __future__ import annotations
 
-from typing import Any
+from types import FrameType
 
 
 class FastPPOError(Exception):
@@ -31,7 +31,7 @@ class Interrupted(KeyboardInterrupt):
 _pending_signal: int | None = None
 
 
-def stop_at_once(signum: int, frame: Any) -> None:
+def stop_at_once(signum: int, frame: FrameType | None) -> None:
     """The command's SIGINT and SIGTERM handler where no training loop's waits for them
     (``fastppo.cli.main.console`` sets it first thing): ``Interrupted`` now. Python drops an
     exception raised where none can propagate (in a ``__del__``, a garbage-collector or weakref

@@ -150,6 +150,13 @@ def test_loss_aggregation_by_hand() -> None:
         aggregate_loss(x, mask, "constant")
 
 
+def test_loss_aggregation_without_a_mask_counts_every_token() -> None:
+    x = torch.tensor([[1.0, 2.0, 3.0], [6.0, 4.0, 8.0]])
+    assert aggregate_loss(x, None, "token").item() == pytest.approx(24 / 6)
+    assert aggregate_loss(x, None, "sequence").item() == pytest.approx((2.0 + 6.0) / 2)
+    assert aggregate_loss(x, None, "constant", max_length=4).item() == pytest.approx(24 / (2 * 4))  # 3.0
+
+
 def test_policy_loss_aggregates_its_mean_per_sequence_on_request() -> None:
     """At ratio 1 the clipped surrogate is -A per token: sequence aggregation gives a 1-token
     completion the weight of a 3-token one; the metrics stay means over tokens."""

@@ -26,7 +26,7 @@ def policy_loss(
     clip_coef: float,
     mask: Tensor | None = None,
     objective: PolicyObjective = "clip",
-    kl_beta: float = 0.0,
+    kl_beta: float | Tensor = 0.0,
     dim: int | None = None,
     aggregation: LossAggregation = "token",
     max_length: int | None = None,
@@ -35,7 +35,8 @@ def policy_loss(
 
     ``objective="clip"``: L = -mean(min(r A, clip(r, 1-eps, 1+eps) A)), r = exp(newlogprob - oldlogprob).
     ``objective="kl"``:   L = -mean(r A) + beta * mean(KL_k3(old || new)), the adaptive-penalty variant.
-    ``clip_coef = inf`` gives the unclipped surrogate (and a clip fraction of 0). For [B, L] tokens
+    ``clip_coef = inf`` gives the unclipped surrogate (and a clip fraction of 0). With ``dim``,
+    ``kl_beta`` may be a tensor of one beta per mean taken (a stack's seeds). For [B, L] tokens
     of B sequences, ``aggregation`` picks how the loss's mean weighs them (:func:`aggregate_loss`;
     the metrics stay means over tokens).
     """
@@ -127,7 +128,7 @@ def ppo_loss(
     clip_vloss: bool = True,
     mask: Tensor | None = None,
     objective: PolicyObjective = "clip",
-    kl_beta: float = 0.0,
+    kl_beta: float | Tensor = 0.0,
     dim: int | None = None,
     aggregation: LossAggregation = "token",
     max_length: int | None = None,

@@ -8,7 +8,7 @@ statistic per seed, rows ``[seeds, rows]`` reduced along ``dim=-1``.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, overload
 
 import torch
 from torch import Tensor
@@ -28,9 +28,10 @@ def masked_mean(x: Tensor, mask: Tensor | None = None, dim: int | None = None) -
 
 
 def aggregate_loss(
-    x: Tensor, mask: Tensor, aggregation: LossAggregation = "token", max_length: int | None = None
+    x: Tensor, mask: Tensor | None, aggregation: LossAggregation = "token", max_length: int | None = None
 ) -> Tensor:
-    """One loss from per-token losses ``x`` [B, L] of B sequences (valid where ``mask``):
+    """One loss from per-token losses ``x`` [B, L] of B sequences (valid where ``mask``; every token
+    when ``mask`` is None, as in ``masked_mean``):
 
     - ``token``: mean over every valid token of the batch, so a sequence weighs by its length
       (TRL's GRPO "bnpo"/"dapo"; DAPO, Yu et al. 2025);
@@ -46,7 +47,8 @@ def aggregate_loss(
     if aggregation == "constant":
         if max_length is None:
             raise ValueError("constant loss aggregation needs max_length, the longest a sequence may be")
-        return torch.where(mask.bool(), x, 0.0).sum() / (x.shape[0] * max_length)
+        valid = x if mask is None else torch.where(mask.bool(), x, 0.0)
+        return valid.sum() / (x.shape[0] * max_length)
     raise ValueError(f"unknown loss aggregation {aggregation!r}: choose token, sequence or constant")
 
 
@@ -95,6 +97,14 @@ def mean_std(moments: Tensor) -> tuple[Tensor, Tensor]:
     count, total, squares = moments.double()
     mean = total / count.clamp_min(1)
     return mean, ((squares - total * mean) / (count - 1).clamp_min(1)).clamp_min(0).sqrt()
+
+
+@overload
+def explained_variance(values: Tensor, returns: Tensor, mask: Tensor | None = None, dim: None = None) -> float: ...
+
+
+@overload
+def explained_variance(values: Tensor, returns: Tensor, mask: Tensor | None = None, *, dim: int) -> list[float]: ...
 
 
 def explained_variance(

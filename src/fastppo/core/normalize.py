@@ -6,6 +6,8 @@ per env), kept as tensors so they save with a checkpoint and can be frozen for e
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import Tensor
 
@@ -105,7 +107,7 @@ class RunningMeanStd:
         self.count = total if self.groups is None else total.reshape(self.groups)
         self._refresh()
 
-    def by_group(self, x: Tensor, apply) -> Tensor:
+    def by_group(self, x: Tensor, apply: Callable[[Tensor, Tensor, Tensor], Tensor]) -> Tensor:
         """``apply(rows, mean32, inv_std32)`` on ``x``'s rows; grouped statistics broadcast over the
         rows of their block (viewed ``[groups, rows, ...]``, no per-row copy of the statistics)."""
         if self.groups is None:
@@ -157,6 +159,7 @@ class RunningMeanStd:
 
     def keep_groups(self, indices: list[int]) -> None:
         """Keep only the statistics of the groups at ``indices`` (a stack dropping seeds)."""
+        assert isinstance(self.count, Tensor), "only grouped statistics (a tensor count per group) keep groups"
         self.mean, self.var, self.count = self.mean[indices], self.var[indices], self.count[indices]
         self.groups = len(indices)
         self._refresh()

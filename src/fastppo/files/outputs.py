@@ -36,8 +36,10 @@ def no_links(path: Path, what: str, inside: Path | None = None) -> None:
     """A FastPPOError when ``path`` is a symbolic link (writing it would write wherever the link
     points), or, with ``inside`` (the run folder a default output lies in, e.g. RUN/videos/...),
     when a folder between ``inside`` and ``path`` is one: outputs are regular files in the folder."""
-    below = path.relative_to(inside).parents if inside is not None else ()
-    link = next((p for p in (path, *(inside / part for part in below if part != Path("."))) if p.is_symlink()), None)
+    between = (
+        [] if inside is None else [inside / part for part in path.relative_to(inside).parents if part != Path(".")]
+    )
+    link = next((p for p in (path, *between) if p.is_symlink()), None)
     if link is not None:
         where = "is a symbolic link" if link == path else f"lies in {link}, a symbolic link"
         raise FastPPOError(

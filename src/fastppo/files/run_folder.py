@@ -109,7 +109,8 @@ def failed_start_files(folder: Path) -> list[Path]:
     if foreign:
         names = sorted(str(p.relative_to(folder)) for p in foreign)
         raise FastPPOError(
-            f"{folder} holds {_first(names)}, which no fastppo run wrote: move it out of the folder (fastppo deletes only what a run wrote), or pick another --run-dir"
+            f"{folder} holds {_first(names)}, which no fastppo run wrote: move it out of the folder (fastppo deletes "
+            "only what a run wrote), or pick another --run-dir"
         )
     return sorted(folder.iterdir())
 
@@ -130,11 +131,13 @@ def check_no_run(folder: str | Path, start_over: bool = False) -> None:
     found = own_run_files(folder) + seeds
     if found and not (start_over and stopped_before_first_checkpoint(folder)):
         raise FastPPOError(
-            f"{folder} already holds a run ({_first(found)}): continue it with 'fastppo train --resume {folder}' or pick another --run-dir"
+            f"{folder} already holds a run ({_first(found)}): continue it with 'fastppo train --resume {folder}' or "
+            "pick another --run-dir"
         )
     if below:  # e.g. --run-dir runs: a run there would make runs/ a run and a folder of runs at once
         raise FastPPOError(
-            f"{folder} holds runs ({_first([f'{p.name}/' for p in below])}): pick another --run-dir, a folder of its own for the new run"
+            f"{folder} holds runs ({_first([f'{p.name}/' for p in below])}): pick another --run-dir, a folder of its "
+            "own for the new run"
         )
 
 
@@ -226,7 +229,8 @@ def find_checkpoint(path: str | Path) -> Path:
     found = list_checkpoints(path)
     if not found and stopped_before_first_checkpoint(path):
         raise FastPPOError(
-            f"no checkpoint in {path}: its run stopped before its first, and has no agent to load; 'fastppo train --resume {path}' starts it over"
+            f"no checkpoint in {path}: its run stopped before its first, and has no agent to load; 'fastppo train "
+            f"--resume {path}' starts it over"
         )
     if not found:
         raise FastPPOError(

@@ -46,7 +46,7 @@ import random
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 import numpy as np
 import torch
@@ -69,6 +69,7 @@ from fastppo.files.run_folder import (
     find_checkpoint,
     list_checkpoints,
 )
+from fastppo.training.optim import Optimizer
 from fastppo.training.rollout import EnvCursor, ObservationNormalizer, fresh_state
 from fastppo.training.self_play import Damaged
 
@@ -86,7 +87,7 @@ FORMAT_VERSION = 1
 # --- state <-> tensors + JSON ---------------------------------------------------------------------
 
 
-def optimizer_to_tensors(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], list[dict[str, Any]]]:
+def optimizer_to_tensors(optimizer: Optimizer) -> tuple[dict[str, torch.Tensor], list[dict[str, Any]]]:
     """``optimizer.state_dict()`` split into flat tensors ('optim.<param>.<slot>') and the JSON part."""
     state = optimizer.state_dict()
     tensors = {
@@ -98,7 +99,7 @@ def optimizer_to_tensors(optimizer: torch.optim.Optimizer) -> tuple[dict[str, to
 
 
 def optimizer_from_tensors(
-    optimizer: torch.optim.Optimizer, tensors: dict[str, torch.Tensor], param_groups: list[dict[str, Any]]
+    optimizer: Optimizer, tensors: dict[str, torch.Tensor], param_groups: list[dict[str, Any]]
 ) -> None:
     state: dict[int, dict[str, torch.Tensor]] = {}
     for name, value in tensors.items():
@@ -116,7 +117,9 @@ def rng_state(device: torch.device) -> tuple[dict[str, torch.Tensor], dict[str, 
     if device.type == "cuda":
         tensors |= {f"rng.cuda.{i}": s for i, s in enumerate(torch.cuda.get_rng_state_all())}
     version, internal, gauss = random.getstate()
-    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    numpy_state = np.random.get_state(legacy=True)  # the default, spelled out for numpy's stubs
+    assert isinstance(numpy_state, tuple)  # a legacy state is the tuple (the stubs allow the dict)
+    kind, keys, pos, has_gauss, cached = numpy_state
     meta = {
         "python": [version, list(internal), gauss],
         "numpy": [kind, keys.tolist(), int(pos), int(has_gauss), float(cached)],
@@ -257,9 +260,9 @@ class Checkpoint:
 def load_checkpoint(path: str | Path, device: str | torch.device = "cpu", env_id: str | None = None) -> Checkpoint:
     """Read a checkpoint (a run directory's newest, or a checkpoint folder); FastPPOError if damaged:
     a file missing or unreadable, a field of trainer.json missing or wrong (``check_trainer_json``),
-    a tensor not finite, a file that does not match its checksum. ``check_fits_run`` then checks its tensors against the run it resumes.
-    ``env_id`` is the env the caller names (``load_agent``: a folder written before agent.json held
-    its spaces rebuilds them from it)."""
+    a tensor not finite, a file that does not match its checksum. ``check_fits_run`` then checks its
+    tensors against the run it resumes. ``env_id`` is the env the caller names (``load_agent``: a
+    folder written before agent.json held its spaces rebuilds them from it)."""
     folder = find_checkpoint(path)
     for name in CHECKPOINT_FILES:
         if not (folder / name).is_file():
@@ -274,7 +277,8 @@ def load_checkpoint(path: str | Path, device: str | torch.device = "cpu", env_id
         raise FastPPOError(f"checkpoint {folder} is incomplete: {Path(exc.filename).name} is missing") from None
     except (json.JSONDecodeError, ValueError, UnicodeDecodeError, SafetensorError, OSError) as exc:
         raise FastPPOError(
-            f"checkpoint {folder} is damaged or not a fastppo checkpoint ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__}); delete it to use the previous one"
+            f"checkpoint {folder} is damaged or not a fastppo checkpoint "
+            f"({str(exc).splitlines()[0] if str(exc) else type(exc).__name__}); delete it to use the previous one"
         ) from None
     check_trainer_json(folder, meta, agent.config)
     weights = agent.policy.state_dict() | (
@@ -316,11 +320,11 @@ def _damaged(folder: Path, problem: str) -> FastPPOError:
     return FastPPOError(f"checkpoint {folder} is damaged: {problem}; delete it to use the previous one")
 
 
-def _integer(value: Any) -> bool:
+def _integer(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _number(value: Any) -> bool:
+def _number(value: Any) -> TypeGuard[float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
@@ -351,7 +355,8 @@ def check_trainer_json(folder: Path, meta: Any, config: Config) -> None:
     steps = iteration * config.batch_size * world_size
     if meta["global_step"] != steps or not _integer(meta["global_step"]):
         raise damaged(
-            f"global_step is {meta['global_step']!r}, not {steps} ({iteration} iterations of {config.batch_size} x {world_size} steps)"
+            f"global_step is {meta['global_step']!r}, not {steps} ({iteration} iterations of {config.batch_size} x "
+            f"{world_size} steps)"
         )
     if not (_number(meta["kl_beta"]) and meta["kl_beta"] >= 0):
         raise damaged(f"kl_beta is {meta['kl_beta']!r}, not a finite number >= 0")
@@ -374,13 +379,15 @@ def check_trainer_json(folder: Path, meta: Any, config: Config) -> None:
             raise damaged(f"param_groups[{i}] lacks {', '.join(lacking)}")
         betas = group["betas"]
         fine = (
-            _number(group["lr"]) and group["lr"] >= 0 and _number(group["eps"]) and group["eps"] > 0 and _number(group["weight_decay"]) and group["weight_decay"] >= 0
+            _number(group["lr"]) and group["lr"] >= 0 and _number(group["eps"]) and group["eps"] > 0
+            and _number(group["weight_decay"]) and group["weight_decay"] >= 0
             and isinstance(betas, list) and len(betas) == 2 and all(_number(b) and 0 <= b < 1 for b in betas)
             and isinstance(group["params"], list) and all(_integer(p) for p in group["params"])
         )  # fmt: skip
         if not fine:
             raise damaged(
-                f"param_groups[{i}] is { ({k: group[k] for k in (*ADAM_HYPERPARAMETERS, 'params')}) }, not Adam's settings"
+                f"param_groups[{i}] is { ({k: group[k] for k in (*ADAM_HYPERPARAMETERS, 'params')}) }, not Adam's "
+                "settings"
             )
     returns = meta["episode_returns"]
     if not (isinstance(returns, list) and all(_number(r) for r in returns)):
@@ -395,7 +402,8 @@ def check_trainer_json(folder: Path, meta: Any, config: Config) -> None:
         np.random.RandomState().set_state((kind, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
     except (TypeError, ValueError, KeyError, IndexError, OverflowError) as exc:
         raise damaged(
-            f"rng is not a python and a numpy RNG state ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
+            f"rng is not a python and a numpy RNG state ({type(exc).__name__}: "
+            f"{str(exc).splitlines()[0] if str(exc) else ''})"
         ) from None
     if meta["env"] is not None:
         try:
@@ -460,7 +468,7 @@ def _check_snapshot_node(node: Any, ids: set[int]) -> None:
         items = node[kind]
         if not isinstance(items, dict if kind == "dict" else list):
             raise ValueError(f"holds a {kind} that is a {type(items).__name__}")
-        for value in items.values() if kind == "dict" else items:
+        for value in items.values() if isinstance(items, dict) else items:
             _check_snapshot_node(value, ids)
 
 
@@ -472,7 +480,7 @@ def _shown(spec: Spec) -> str:
     return f"{list(spec[0])} {str(spec[1]).removeprefix('torch.')}"
 
 
-def adam_specs(optimizer: Any) -> dict[str, Spec]:
+def adam_specs(optimizer: Optimizer) -> dict[str, Spec]:
     """The tensors Adam's state holds for each parameter (``step``, ``exp_avg``, ``exp_avg_sq``:
     torch.optim.Adam's layout, FusedAdam's too), named as ``optimizer_to_tensors`` names them."""
     params = [p for group in optimizer.param_groups for p in group["params"]]  # state_dict numbers them in this order
@@ -515,7 +523,9 @@ def check_fits_run(
     no_open = not any(name.startswith(OPEN_DECISIONS) for name in found)
     optional = {
         name for name in found.keys() | expected.keys()
-        if name.startswith("rng.cuda.") or (name.startswith("env.") and fresh_env is None) or (name.startswith(OPEN_DECISIONS) and no_open)
+        if name.startswith("rng.cuda.")
+        or (name.startswith("env.") and fresh_env is None)
+        or (name.startswith(OPEN_DECISIONS) and no_open)
     }  # fmt: skip
     lacking = sorted(expected.keys() - found.keys() - optional)
     if lacking:
@@ -529,13 +539,15 @@ def check_fits_run(
         if found[name] != expected[name]:
             raise _damaged(
                 checkpoint.path,
-                f"{TRAINER_TENSORS} holds {name} as {_shown(found[name])} where this run needs {_shown(expected[name])}",
+                f"{TRAINER_TENSORS} holds {name} as {_shown(found[name])} where this run needs "
+                f"{_shown(expected[name])}",
             )
     numbering = [group["params"] for group in state.optimizer.state_dict()["param_groups"]]
     if [group["params"] for group in checkpoint.param_groups] != numbering:
         raise _damaged(
             checkpoint.path,
-            f"{TRAINER_JSON}'s param_groups number the parameters {[g['params'] for g in checkpoint.param_groups]}, the optimizer {numbering}",
+            f"{TRAINER_JSON}'s param_groups number the parameters {[g['params'] for g in checkpoint.param_groups]}, "
+            f"the optimizer {numbering}",
         )
 
 
@@ -609,7 +621,7 @@ def restore_train_state(
 def _metrics_lines(path: Path) -> list[tuple[str, dict[str, Any], float]]:
     """(line, record, its global_step) of each record of a metrics.jsonl; a line that is no record
     (cut short by a kill) left out, and a record without a numeric global_step placed after every step."""
-    found = []
+    found: list[tuple[str, dict[str, Any], float]] = []
     for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
         try:
             record = json.loads(line)
@@ -636,8 +648,8 @@ def check_metrics_reach(run_dir: Path, checkpoint: Checkpoint) -> None:
         last = max((step for step in steps if step < checkpoint.global_step), default=None)
         ends = "holds no records" if last is None else f"ends at step {last}"
         raise FastPPOError(
-            f"{path} {ends}, short of the step of its checkpoint {checkpoint.path} ({checkpoint.global_step}): the file was cut short, "
-            "and resuming would leave a gap in it; put the whole file back, or start a new run"
+            f"{path} {ends}, short of the step of its checkpoint {checkpoint.path} ({checkpoint.global_step}): the "
+            "file was cut short, and resuming would leave a gap in it; put the whole file back, or start a new run"
         )
 
 

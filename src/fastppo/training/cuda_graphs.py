@@ -1,5 +1,6 @@
-"""The opt-in speed layers' shared pieces: torch.compile's mode (``--compile``), and the CUDA-graph plumbing shared by the rollout's policy step and the update's minibatch step
-(``--cudagraphs``): warm-up calls on a side stream, capture, and the device check.
+"""The opt-in speed layers' shared pieces: torch.compile's mode (``--compile``), and the CUDA-graph
+plumbing shared by the rollout's policy step and the update's minibatch step (``--cudagraphs``):
+warm-up calls on a side stream, capture, and the device check.
 
 A captured graph replays the same kernels on the same memory: its inputs are static tensors the
 caller copies new values into, and its outputs are the tensors the capture returned, overwritten
@@ -25,7 +26,8 @@ Not "max-autotune": minutes of autotuning for 64-unit MLPs that gain nothing mea
 def check_cudagraphs(device: torch.device) -> None:
     if device.type != "cuda":
         raise FastPPOError(
-            f"--cudagraphs needs --device cuda (CUDA graphs capture GPU kernels), but the run is on {device}: drop --cudagraphs or use --device cuda"
+            f"--cudagraphs needs --device cuda (CUDA graphs capture GPU kernels), but the run is on {device}: drop "
+            "--cudagraphs or use --device cuda"
         )
 
 

@@ -54,7 +54,8 @@ class HealthMonitor:
             ),
             "clip_zero": (
                 len(self._still) == self._still.maxlen and all(self._still),
-                f"clip_fraction stuck at 0 and approx_kl below {STILL_KL:g}: the policy barely moves; raise --learning-rate or lower --clip-coef",
+                f"clip_fraction stuck at 0 and approx_kl below {STILL_KL:g}: the policy barely moves; raise "
+                "--learning-rate or lower --clip-coef",
             ),
             "entropy": (
                 progress < 0.25
@@ -68,8 +69,8 @@ class HealthMonitor:
                 len(self._v_loss) == self._v_loss.maxlen
                 and all(b > a for a, b in zip(self._v_loss, list(self._v_loss)[1:]))
                 and self._v_loss[-1] > max(10 * self._v_loss[0], 1.0),
-                f"value loss keeps rising (now {self._v_loss[-1]:.3g}): value network diverging; lower --learning-rate, "
-                "set --normalize-reward true or --clip-vloss true",
+                f"value loss keeps rising (now {self._v_loss[-1]:.3g}): value network diverging; lower "
+                "--learning-rate, set --normalize-reward true or --clip-vloss true",
             ),
         }
         warnings = []

@@ -26,6 +26,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -35,6 +36,9 @@ from fastppo.config import RunConfig, check_seed
 from fastppo.core.normalize import RunningMeanStd
 from fastppo.envs.vector import Episodes
 from fastppo.errors import FastPPOError
+
+T = TypeVar("T")
+"""Whatever picklable value ``gather_objects`` collects from the ranks."""
 
 
 def _launch_variable(name: str, default: int) -> int:
@@ -106,7 +110,8 @@ def check_world_size(run_dir: object, trained_on: int) -> None:
             else f"with torchrun, {trained_on} processes in all (--nnodes x --nproc-per-node)"
         )
         raise FastPPOError(
-            f"{run_dir} was trained by {trained_on} rank{'s' * (trained_on > 1)}, this launch has {world_size}: resume it {how}"
+            f"{run_dir} was trained by {trained_on} rank{'s' * (trained_on > 1)}, this launch has {world_size}: resume "
+            f"it {how}"
         )
 
 
@@ -122,7 +127,8 @@ def rank_device(device: torch.device) -> torch.device:
     local_rank, gpus = _launch_variable("LOCAL_RANK", 0), torch.cuda.device_count()
     if local_rank >= gpus:
         raise FastPPOError(
-            f"local rank {local_rank} has no GPU of its own ({gpus} on this machine): start at most {gpus} processes per node (--nproc-per-node {gpus})"
+            f"local rank {local_rank} has no GPU of its own ({gpus} on this machine): start at most {gpus} processes "
+            f"per node (--nproc-per-node {gpus})"
         )
     return torch.device("cuda", local_rank)
 
@@ -178,9 +184,9 @@ class World:
         dist.all_gather(parts, tensor.contiguous())
         return torch.cat(parts)
 
-    def gather_objects(self, value: object) -> list[object]:
+    def gather_objects(self, value: T) -> list[T]:
         """Every rank's picklable ``value``, by rank, on every rank."""
-        parts: list[object] = [None] * self.size
+        parts: list[Any] = [None] * self.size  # each rank's slot filled by all_gather_object
         dist.all_gather_object(parts, value)
         return parts
 
@@ -199,7 +205,7 @@ class World:
     def gather_episodes(self, episodes: Episodes) -> Episodes:
         """Every rank's finished episodes, rank 0's first, on every rank (for the log and the
         checkpoint's recent returns)."""
-        parts: list[Episodes] = self.gather_objects(episodes)
+        parts = self.gather_objects(episodes)
         by_agent: dict[str, list[float]] = {}
         by_group: dict[str, list[float]] = {}
         for part in parts:
@@ -242,7 +248,7 @@ class LoneWorld(World):
     def gather(self, tensor: Tensor) -> Tensor:
         return tensor
 
-    def gather_objects(self, value: object) -> list[object]:
+    def gather_objects(self, value: T) -> list[T]:
         return [value]
 
     def gather_episodes(self, episodes: Episodes) -> Episodes:
@@ -283,7 +289,8 @@ def joined(device: torch.device, timeout_s: float = RunConfig.collective_timeout
     missing = [name for name in ("RANK", "MASTER_ADDR", "MASTER_PORT") if name not in os.environ]
     if owned and missing:
         raise FastPPOError(
-            f"WORLD_SIZE={launched_world_size()} is set but not {', '.join(missing)}: launch with torchrun, or unset WORLD_SIZE to train in one process"
+            f"WORLD_SIZE={launched_world_size()} is set but not {', '.join(missing)}: launch with torchrun, or unset "
+            "WORLD_SIZE to train in one process"
         )
     if device.type == "cuda":
         torch.cuda.set_device(device)  # NCCL's object collectives (the episodes) use the current device
@@ -306,7 +313,10 @@ def joined(device: torch.device, timeout_s: float = RunConfig.collective_timeout
         if not owned or not _raised_by_torch_distributed(exc):
             raise
         if any(word in str(exc).lower() for word in ("timed out", "timeout")):
-            problem = f"no answer from the other ranks within {timeout_s:g} s (--run.collective-timeout): a rank stalled or died"
+            problem = (
+                f"no answer from the other ranks within {timeout_s:g} s (--run.collective-timeout): a rank stalled "
+                "or died"
+            )
         else:
             problem = "another rank stopped the run: see its error, or torchrun's summary for a rank that died"
         _say(rank, problem)

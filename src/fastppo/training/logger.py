@@ -11,13 +11,17 @@ import math
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from fastppo.errors import FastPPOError, install_extra
 from fastppo.files.run_folder import TENSORBOARD_EVENTS
+
+if TYPE_CHECKING:  # an optional extra, imported when --report-to wandb asks for it
+    import wandb
 
 SAMPLES_FILE = "samples.jsonl"
 WANDB_ID_FILE = "wandb-run-id"
@@ -160,10 +164,9 @@ class RunLogger:
         if self._wandb is not None:
             import wandb
 
-            self._wandb.log(
-                {f"samples/{name}": wandb.Table(columns=columns, data=[[row[c] for c in columns] for row in rows])},
-                step=step,
-            )
+            # the names copied into the list[str | int] wandb.Table asks for
+            table = wandb.Table(columns=list(columns), data=[[row[c] for c in columns] for row in rows])
+            self._wandb.log({f"samples/{name}": table}, step=step)
 
     def message(self, text: str) -> None:
         """A line for the user (warnings, summary), printed above the progress bar. Piped or
@@ -207,7 +210,7 @@ def _markdown_cell(value: Any) -> str:
     return text.replace("|", "\\|").replace("\n", "<br>")
 
 
-def import_wandb():
+def import_wandb() -> ModuleType:
     """The wandb module, or a one-line error saying how to install it."""
     try:
         import wandb
@@ -216,7 +219,7 @@ def import_wandb():
     return wandb
 
 
-def _start_wandb(project: str, run_dir: Path | None, config: dict[str, Any] | None):
+def _start_wandb(project: str, run_dir: Path | None, config: dict[str, Any] | None) -> wandb.Run:
     """A W&B run named after ``run_dir``; its id is kept there so a resumed run continues the same W&B run."""
     wandb = import_wandb()
     if run_dir is None:
@@ -236,5 +239,6 @@ def _start_wandb(project: str, run_dir: Path | None, config: dict[str, Any] | No
     except wandb.errors.Error as exc:  # no API key, refused login, unreachable server...
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise FastPPOError(
-            f"--report-to wandb: W&B could not start the run ({reason}): run 'wandb login', or set WANDB_MODE=offline to log locally and wandb sync later"
+            f"--report-to wandb: W&B could not start the run ({reason}): run 'wandb login', or set WANDB_MODE=offline "
+            "to log locally and wandb sync later"
         ) from exc

@@ -18,13 +18,26 @@ from __future__ import annotations
 
 from collections import defaultdict
 from copy import deepcopy
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from torch import Tensor, nn
 
 DEVICES = ("cpu", "cuda")
 """Devices FusedAdam is used on (torch has a fused Adam kernel for both)."""
+
+
+class Optimizer(Protocol):
+    """The optimizer a run trains with (``update.make_optimizer``: ``torch.optim.Adam``,
+    ``FusedAdam`` or a stack's ``SeedAdam``), as the update, the schedules and checkpoints use it."""
+
+    param_groups: list[dict[str, Any]]
+
+    def step(self) -> object: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None: ...
 
 
 def fused_adam_available(device: torch.device) -> bool:
@@ -86,8 +99,9 @@ class FusedAdam:
                 raise ValueError(f"FusedAdam needs floating-point parameters on {' or '.join(DEVICES)}")
         # The keys and order of torch.optim.Adam(fused=True)'s param group: identical state_dicts.
         self.defaults: dict[str, Any] = {
-            "lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay, "amsgrad": False, "maximize": False,
-            "foreach": None, "capturable": False, "differentiable": False, "fused": True, "decoupled_weight_decay": False,
+            "lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay, "amsgrad": False,
+            "maximize": False, "foreach": None, "capturable": False, "differentiable": False, "fused": True,
+            "decoupled_weight_decay": False,
         }  # fmt: skip
         self.param_groups: list[dict[str, Any]] = [{**self.defaults, "params": params}]
         self.state: defaultdict[Tensor, dict[str, Tensor]] = defaultdict(dict)
@@ -96,16 +110,18 @@ class FusedAdam:
         """One Adam step on every parameter with a gradient (torch.optim.Adam's fused path)."""
         with torch.no_grad():
             for group in self.param_groups:
-                params = [p for p in group["params"] if p.grad is not None]
-                by_kind: dict[tuple[torch.device, torch.dtype], list[Tensor]] = defaultdict(list)
-                for p in params:
-                    by_kind[(p.device, p.dtype)].append(p)
-                for same in by_kind.values():
+                # (parameter, gradient) of each parameter with a gradient, by device and dtype
+                by_kind: dict[tuple[torch.device, torch.dtype], list[tuple[Tensor, Tensor]]] = defaultdict(list)
+                for p in group["params"]:
+                    if p.grad is not None:
+                        by_kind[(p.device, p.dtype)].append((p, p.grad))
+                for pairs in by_kind.values():
+                    same = [p for p, _ in pairs]
                     states = [self._state(p) for p in same]
                     adam_step(
                         group,
                         same,
-                        [p.grad for p in same],
+                        [grad for _, grad in pairs],
                         [s["exp_avg"] for s in states],
                         [s["exp_avg_sq"] for s in states],
                         [s["step"] for s in states],

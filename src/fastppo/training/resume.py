@@ -49,13 +49,13 @@ def resume_config(
     run_dir: str | Path, overrides: dict[str, Any] | None = None, env_id: str | None = None
 ) -> tuple[Config, Checkpoint]:
     """The config saved with a run's newest checkpoint (plus the few overrides that keep it the same
-    experiment: ``RESUMABLE_OVERRIDES``, and a backend asked for among ``SWITCHABLE_BACKENDS``), and that checkpoint, its schedules re-anchored when
-    total_timesteps changes: a run stopped before its end goes on from the schedules' current values
-    in a straight line to 0 at the new end; a finished run (its linear lr, clip and entropy at 0)
-    restarts them from their configured start values, annealing to 0 at the new end (a warm
-    restart). An unchanged total resumes exactly. A finished run without a larger total is an error
-    that says how to train further; so is an ``env_id`` (as the command line names one) that
-    ``check_resumed_env`` refuses."""
+    experiment: ``RESUMABLE_OVERRIDES``, and a backend asked for among ``SWITCHABLE_BACKENDS``), and
+    that checkpoint, its schedules re-anchored when total_timesteps changes: a run stopped before its
+    end goes on from the schedules' current values in a straight line to 0 at the new end; a finished
+    run (its linear lr, clip and entropy at 0) restarts them from their configured start values,
+    annealing to 0 at the new end (a warm restart). An unchanged total resumes exactly. A finished
+    run without a larger total is an error that says how to train further; so is an ``env_id`` (as
+    the command line names one) that ``check_resumed_env`` refuses."""
     checkpoint = load_checkpoint(run_dir, env_id=env_id)
     config = checkpoint.config
     check_resumed_env(run_dir, config.env.env_id, env_id)
@@ -66,12 +66,13 @@ def resume_config(
     num_iterations = planned_iterations(config, world_size)
     if checkpoint.iteration == planned and num_iterations <= planned:
         raise FastPPOError(
-            f"{run_dir} is finished (trained its {checkpoint.global_step} steps); "
-            f"to train further, give it a larger budget: fastppo train --resume {run_dir} --total-timesteps {2 * checkpoint.global_step}"
+            f"{run_dir} is finished (trained its {checkpoint.global_step} steps); to train further, give it a larger "
+            f"budget: fastppo train --resume {run_dir} --total-timesteps {2 * checkpoint.global_step}"
         )
     if num_iterations <= checkpoint.iteration:
         raise FastPPOError(
-            f"the checkpoint is at step {checkpoint.global_step}, --total-timesteps {config.ppo.total_timesteps} leaves nothing to train: raise it to train further"
+            f"the checkpoint is at step {checkpoint.global_step}, --total-timesteps {config.ppo.total_timesteps} "
+            "leaves nothing to train: raise it to train further"
         )
     if num_iterations != planned:  # a new horizon: the schedules' line goes to its end (core.schedule_progress)
         # A run stopped early goes on from where its schedules stand; a finished one, whose linear
@@ -89,7 +90,8 @@ def check_backend_switch(run_dir: str | Path, saved: str, asked: str) -> None:
     """A resume may move to another backend that steps the same envs the same way (``SWITCHABLE_BACKENDS``)."""
     if saved not in SWITCHABLE_BACKENDS or asked not in SWITCHABLE_BACKENDS:
         raise FastPPOError(
-            f"{run_dir} was trained on the {saved} backend and cannot resume on {asked}: a resume may move between {', '.join(SWITCHABLE_BACKENDS)} only; drop --backend"
+            f"{run_dir} was trained on the {saved} backend and cannot resume on {asked}: a resume may move between "
+            f"{', '.join(SWITCHABLE_BACKENDS)} only; drop --backend"
         )
 
 
@@ -107,7 +109,8 @@ def apply_resumable(config: Config, overrides: dict[str, Any], run_dir: str | Pa
             check_backend_switch(run_dir, config.env.backend, str(value))
         elif full not in RESUMABLE_OVERRIDES and not unchanged:
             raise FastPPOError(
-                f"cannot change {full} when resuming (allowed: {', '.join(RESUMABLE_OVERRIDES)}): start a new run instead"
+                f"cannot change {full} when resuming (allowed: {', '.join(RESUMABLE_OVERRIDES)}): start a new run "
+                "instead"
             )
         apply_overrides(config, {full: value})
     return config.validate()
@@ -127,7 +130,8 @@ def restart_config(
         config = Config.from_dict(read_config(run_dir / CONFIG_FILE))
     except (OSError, UnicodeDecodeError, yaml.YAMLError, ValueError) as exc:
         raise FastPPOError(
-            f"{run_dir} stopped before its first checkpoint, and its {CONFIG_FILE} cannot start it over: damaged ({str(exc).splitlines()[0]})"
+            f"{run_dir} stopped before its first checkpoint, and its {CONFIG_FILE} cannot start it over: damaged "
+            f"({str(exc).splitlines()[0]})"
         ) from None
     check_resumed_env(run_dir, config.env.env_id, env_id)
     return apply_resumable(config, overrides or {}, run_dir)
@@ -153,8 +157,9 @@ def finished_run(run_dir: Path, overrides: dict[str, Any] | None = None) -> bool
 
 def every_seed_finished(run_dir: str | Path) -> FastPPOError:
     return FastPPOError(
-        f"every seed in {run_dir} is finished (its --total-timesteps or --run.stop-return reached): nothing is left to train; "
-        f"to train further, give a larger budget: fastppo train --resume {run_dir} --total-timesteps N (or --stop-return none)"
+        f"every seed in {run_dir} is finished (its --total-timesteps or --run.stop-return reached): nothing is left to "
+        f"train; to train further, give a larger budget: fastppo train --resume {run_dir} --total-timesteps N (or "
+        "--stop-return none)"
     )
 
 
@@ -188,11 +193,11 @@ def resume_seed_stack_config(
     first = load_checkpoint(folders[0]).config.env
     if first.backend != "tensor":  # trained as separate processes (--workers): each is an ordinary run
         raise FastPPOError(
-            f"{run_dir} holds seeds trained one process each ({first.backend} envs): resume each alone, fastppo train --resume {run_dir}/seed_<n>"
+            f"{run_dir} holds seeds trained one process each ({first.backend} envs): resume each alone, fastppo train "
+            f"--resume {run_dir}/seed_<n>"
         )
-    check_resumed_env(
-        run_dir, first.env_id, env_id
-    )  # named for the stack, before each seed's resume_config names its own folder
+    # named for the stack, before each seed's resume_config names its own folder
+    check_resumed_env(run_dir, first.env_id, env_id)
     folders = [folder for folder in folders if not finished_run(folder, overrides)]
     if not folders:
         raise every_seed_finished(run_dir)
@@ -206,10 +211,11 @@ def resume_seed_stack_config(
         resumed.append(
             resume_config(at if at.is_dir() and list_checkpoints(folder)[-1] != at else folder, overrides, env_id)
         )
-    config, first = resumed[0]
+    config = resumed[0][0]
     for other, _ in resumed[1:]:
         if replace(other, run=replace(other.run, seed=config.run.seed)) != config:
             raise FastPPOError(
-                f"the seeds in {run_dir} were trained with different configs: resume each alone (fastppo train --resume {run_dir}/seed_<n>)"
+                f"the seeds in {run_dir} were trained with different configs: resume each alone (fastppo train "
+                f"--resume {run_dir}/seed_<n>)"
             )
     return config, [c.config.run.seed for _, c in resumed], [c for _, c in resumed]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
 
@@ -17,10 +17,14 @@ from fastppo.envs.vector import StepResult, VecEnv
 from fastppo.policies import ActorCritic
 from fastppo.policies.fused import FusedActorCritic
 from fastppo.policies.memory import carry
+from fastppo.policies.population import GroupedActorCritic, StackedActorCritic
 from fastppo.profiling import SectionTimer
 from fastppo.training.cuda_graphs import COMPILE_MODE, capture_graph, check_cudagraphs, on_side_stream
 
 ActFn = Callable[[Tensor, Tensor | None], tuple[Tensor, Tensor, Tensor]]
+TrainedPolicy = ActorCritic | GroupedActorCritic | StackedActorCritic
+"""What the loop trains: one actor-critic, one per agent group, or a stack of seeds'
+(``fastppo.policies.population``)."""
 
 
 @dataclass
@@ -63,6 +67,8 @@ class RolloutBuffer:
     ) -> RolloutBuffer:
         T, N = num_steps + turns, envs.num_envs
         obs_space, act_space = envs.single_observation_space, envs.single_action_space
+        # gymnasium types a space's shape Optional; the spaces a policy takes (Box, Discrete, ...) have one
+        assert obs_space.shape is not None and act_space.shape is not None
         obs_dtype = torch.uint8 if obs_space.dtype == np.uint8 else torch.float32
         if isinstance(act_space, gym.spaces.Discrete):
             actions = torch.zeros((T, N), dtype=torch.long, device=device)
@@ -100,6 +106,7 @@ class RolloutBuffer:
 
     def carry_in(self, carried: RolloutBuffer) -> None:
         """Row 0 := the decisions ``carry_out`` left in ``carried``."""
+        assert self.at_turn is not None  # a turn-based game's buffer
         for name, row in carried.flatten().items():
             getattr(self, name)[0] = row
         self.at_turn[0] = False
@@ -108,6 +115,7 @@ class RolloutBuffer:
         """Into the one-row ``into``: each column's decision left open at the rollout's end
         (``open_decisions``: no ending after it, and the rollout ends on another seat's turn),
         with the sum of the column's rewards from it on; ``valid`` false where none is open."""
+        assert self.at_turn is not None  # a turn-based game's buffer
         done = self.terminated | self.truncated
         ending_ahead = done.flip(0).cumsum(0).flip(0) > 0  # an ending at or after the row
         carried = open_decisions(self.valid, self.terminated, self.truncated, self.at_turn) & ~ending_ahead
@@ -215,7 +223,7 @@ class PolicyStep:
 
     WARMUP_CALLS = 3
 
-    def __init__(self, policy: ActorCritic, compile: bool = False, cudagraphs: bool = False):
+    def __init__(self, policy: TrainedPolicy, compile: bool = False, cudagraphs: bool = False):
         on_cuda = next(policy.parameters()).device.type == "cuda"
         # On CUDA, compiling and CUDA graphs remove the per-kernel overhead the merged weights
         # save: they keep the module forward (and need no refresh). On the CPU the merged eager
@@ -269,14 +277,14 @@ def torch_threads(threads: int) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-def fresh_state(policy: ActorCritic, num_envs: int, device: torch.device) -> Tensor | None:
+def fresh_state(policy: TrainedPolicy, num_envs: int, device: torch.device) -> Tensor | None:
     """A recurrent policy's zero state for ``num_envs`` fresh episodes on the rollout's ``device``
     (None without memory)."""
     state = policy.initial_state(num_envs)
     return None if state is None else state.to(device)
 
 
-def packed_copy(tensors: tuple[Tensor, ...], device: torch.device) -> list[Tensor]:
+def packed_copy(tensors: Sequence[Tensor], device: torch.device) -> list[Tensor]:
     """``tensors`` (one row per env each) on ``device`` in one copy, so one host sync per step
     instead of one per tensor: packed as float32 columns (integer actions are small, exact in
     float32), then split and cast back."""
@@ -286,7 +294,7 @@ def packed_copy(tensors: tuple[Tensor, ...], device: torch.device) -> list[Tenso
 
 
 def collect_rollout(
-    policy: ActorCritic,
+    policy: TrainedPolicy,
     envs: VecEnv,
     buf: RolloutBuffer,
     cursor: EnvCursor,
@@ -309,19 +317,21 @@ def collect_rollout(
     here, policy_device = buf.obs.device, next(policy.parameters()).device
     hop = here != policy_device
 
-    def decide(cursor: EnvCursor, value_only: bool = False) -> tuple[Tensor, ...]:
+    def decide(cursor: EnvCursor, value_only: bool = False) -> Sequence[Tensor]:
         obs, mask, state = cursor.obs, cursor.action_mask, cursor.state
         if hop:
             with timer.section("copy"):
-                obs, mask, state = (
-                    None if x is None else x.to(policy_device, non_blocking=True) for x in (obs, mask, state)
-                )
+                obs = obs.to(policy_device, non_blocking=True)
+                mask, state = (None if x is None else x.to(policy_device, non_blocking=True) for x in (mask, state))
+        outputs: Sequence[Tensor]
         if value_only:
             outputs = (policy.get_value(obs, state),)
         elif state is None:
             outputs = act(obs, mask)
         else:  # recurrent: eager (config refuses --compile/--cudagraphs with memory)
-            outputs = policy.step(obs, state, mask)
+            action, logprob, value, next_state = policy.step(obs, state, mask)
+            assert next_state is not None  # a recurrent policy's, as the state it stepped from
+            outputs = (action, logprob, value, next_state)
         if hop:
             with timer.section("copy"):
                 outputs = packed_copy(outputs, here)
@@ -329,6 +339,7 @@ def collect_rollout(
 
     with torch.inference_mode():
         if buf.initial_state is not None:
+            assert cursor.state is not None  # a recurrent policy's cursor holds its state
             buf.initial_state.copy_(cursor.state)
         carried = cursor.open
         if carried is not None:
@@ -352,6 +363,7 @@ def collect_rollout(
             buf.terminated[t] = step.terminated
             buf.truncated[t] = step.truncated
             if buf.at_turn is not None:
+                assert step.live is not None  # a turn-based game says whose turn comes next
                 buf.at_turn[t] = step.live
             # A reset row's successor is an episode's first observation: its state starts at zeros.
             next_state = None if cursor.state is None else carry(state[0], cursor.valid)

@@ -15,6 +15,7 @@ import sys
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,7 @@ from fastppo.training.checkpoint import save_checkpoint
 from fastppo.training.diagnostics import HealthMonitor
 from fastppo.training.distributed import World
 from fastppo.training.logger import GROUP_RETURN, RunLogger
+from fastppo.training.optim import Optimizer
 from fastppo.training.rollout import RolloutBuffer
 from fastppo.training.seed_stack import SeedLoggers, episodes_by_seed, per_seed, save_seed_agent, save_seed_checkpoints
 from fastppo.training.signals import StopRequest
@@ -53,7 +55,10 @@ def reached_stop_return(run: RunConfig, returns: list[float]) -> bool:
 
 
 def stop_return_note(run: RunConfig, returns: list[float], global_step: int) -> str:
-    return f"mean return {np.mean(returns[-run.stop_window :]):.1f} over the last {run.stop_window} episodes reached --run.stop-return {run.stop_return:g} at step {global_step}: stopped"
+    return (
+        f"mean return {np.mean(returns[-run.stop_window :]):.1f} over the last {run.stop_window} episodes reached "
+        f"--run.stop-return {run.stop_return:g} at step {global_step}: stopped"
+    )
 
 
 def resume_command(run_dir: Path | None, env_id: str) -> str:
@@ -62,11 +67,17 @@ def resume_command(run_dir: Path | None, env_id: str) -> str:
     return f"fastppo train --resume {run_dir}" + (f" {env_id}" if names_user_code(env_id) else "")
 
 
+def run_kl_beta(coefs: UpdateCoefficients) -> float:
+    """One run's PPO-KL beta (``Runs.split_losses`` gives each run coefficients of its own)."""
+    assert isinstance(coefs.kl_beta, (int, float))
+    return coefs.kl_beta
+
+
 def iteration_metrics(
     losses: dict[str, float],
     episodes: Episodes,
     seconds: dict[str, float],
-    optimizer: Any,
+    optimizer: Optimizer,
     config: Config,
     coefs: UpdateCoefficients,
     explained: float,
@@ -95,7 +106,7 @@ def iteration_metrics(
         **{f"time/{name}": value for name, value in seconds.items()},
     }
     if config.ppo.objective == "kl":
-        metrics["losses/kl_beta"] = coefs.kl_beta
+        metrics["losses/kl_beta"] = run_kl_beta(coefs)
         metrics["losses/kl_after_update"] = losses["kl_after_update"]  # what beta adapts from
     if episodes.returns:  # a multi-agent env's headline: none when its agents are not one team
         metrics["charts/episodic_return"] = float(np.mean(episodes.returns))
@@ -152,7 +163,7 @@ class Runs(ABC):
         episodes: list[Episodes],
         seconds: dict[str, float],
         elapsed: float,
-        optimizer: Any,
+        optimizer: Optimizer,
         batch_size: int,
     ) -> tuple[list[dict[str, float]], list[float] | float]:
         """One metrics dict per run (its losses, coefficients, episodes, critic fit), and the
@@ -165,17 +176,18 @@ class Runs(ABC):
             )
             for run_losses, run_coefs, run_episodes, run_explained in zip(runs_losses, runs_coefs, episodes, explained)
         ]
-        betas = [c.kl_beta for c in runs_coefs]
+        betas = [run_kl_beta(c) for c in runs_coefs]
         if self.config.ppo.objective == "kl":
             betas = [
-                adaptive_kl_beta(c.kl_beta, run_losses["kl_after_update"], self.config.ppo.kl_target)
+                adaptive_kl_beta(run_kl_beta(c), run_losses["kl_after_update"], self.config.ppo.kl_target)
                 for c, run_losses in zip(runs_coefs, runs_losses)
             ]
         return runs_metrics, self.one_per_run(betas)
 
     def log(self, step: int, runs_metrics: list[dict[str, float]], progress: float) -> None:
         """Each run's metrics to its log, its health monitor's warnings, then ``on_iteration``."""
-        with writing(self.out_dir, "the metrics in"):  # a full disk: one line, the last checkpoint kept
+        # a full disk: one line, the last checkpoint kept
+        with writing(self.out_dir, "the metrics in") if self.out_dir is not None else nullcontext():
             self.logger.log(step, self.one_per_run(runs_metrics))
         for label, monitor, run_metrics in zip(self.labels, self.monitors, runs_metrics):
             for warning in monitor.check(run_metrics, progress):
@@ -249,6 +261,8 @@ class SingleRun(Runs):
     """One run: its folder (``out_dir``: None on a torchrun rank but 0, or without a folder), its
     logger; --run.stop-return ends it."""
 
+    logger: RunLogger
+
     def __init__(
         self,
         config: Config,
@@ -280,6 +294,7 @@ class SingleRun(Runs):
         return runs_metrics[0]
 
     def save_all(self, state: TrainState, envs: Any) -> Path:
+        assert self.out_dir is not None  # ``checkpoint`` saves only where this process writes
         return save_checkpoint(self.out_dir, state, envs, self.config.run.keep_checkpoints)
 
     def all_solved(self) -> bool:
@@ -299,8 +314,8 @@ class SingleRun(Runs):
             interrupted_by is not None and out_dir is not None
         ):  # plain print, after the progress bar is gone: one unwrapped line to copy
             print(
-                f"fastppo: {interrupted_by.name}: stopped after iteration {iteration}, checkpoint saved in {self.saved}\n"
-                f"fastppo: resume with: {world.relaunch}{self.resume}",
+                f"fastppo: {interrupted_by.name}: stopped after iteration {iteration}, checkpoint saved in "
+                f"{self.saved}\nfastppo: resume with: {world.relaunch}{self.resume}",
                 file=sys.stderr,
                 flush=True,
             )
@@ -316,6 +331,9 @@ class SeedRuns(Runs):
     checkpoints; a seed that reaches --run.stop-return saves its final checkpoint and agent and
     leaves, and the stack trains on without it (``keep``: shrinks what the loop trains to the
     seeds at the given indices)."""
+
+    logger: SeedLoggers
+    run_dir: Path
 
     def __init__(
         self,
@@ -351,7 +369,8 @@ class SeedRuns(Runs):
 
     def explained(self, batch: dict[str, Tensor]) -> list[float]:
         # The critic's fit on each seed's rows, [S, ...], all seeds at once.
-        return explained_variance(*(batch[k].flatten(1) for k in ("values", "returns", "valid")), dim=-1)
+        values, returns, valid = (batch[k].flatten(1) for k in ("values", "returns", "valid"))
+        return explained_variance(values, returns, valid, dim=-1)
 
     def one_per_run(self, values: list) -> list:
         return values
@@ -391,17 +410,12 @@ class SeedRuns(Runs):
                 )
             self.logger.loggers[i].close()
         kept = [i for i in range(len(self.seeds)) if i not in done]
-        self.seeds, self.seed_dirs, self.seeds_returns, self.monitors, self.labels, self.logger.loggers = (
-            [items[i] for i in kept]
-            for items in (
-                self.seeds,
-                self.seed_dirs,
-                self.seeds_returns,
-                self.monitors,
-                self.labels,
-                self.logger.loggers,
-            )
-        )
+        self.seeds = [self.seeds[i] for i in kept]
+        self.seed_dirs = [self.seed_dirs[i] for i in kept]
+        self.seeds_returns = [self.seeds_returns[i] for i in kept]
+        self.monitors = [self.monitors[i] for i in kept]
+        self.labels = [self.labels[i] for i in kept]
+        self.logger.loggers = [self.logger.loggers[i] for i in kept]
         if kept:  # the stack trains on without them
             self.keep(kept)
 
@@ -410,13 +424,17 @@ class SeedRuns(Runs):
         last_good = list_checkpoints(self.seed_dirs[0]) if self.seed_dirs else []
         if not last_good:
             return None
-        return f"each seed's, {self.run_dir}/seed_<n>/checkpoints/{last_good[-1].name} (fastppo train --resume {self.run_dir})"
+        return (
+            f"each seed's, {self.run_dir}/seed_<n>/checkpoints/{last_good[-1].name} "
+            f"(fastppo train --resume {self.run_dir})"
+        )
 
     def result(self, iteration: int, interrupted_by: signal.Signals | None, world: World) -> list[Agent]:
         if interrupted_by is not None:
             print(
-                f"fastppo: {interrupted_by.name}: stopped after iteration {iteration}, each seed checkpointed in {self.run_dir}/seed_<n>\n"
-                f"fastppo: resume the stack with: {self.resume} (or one seed alone: --resume {self.run_dir}/seed_<n>)",
+                f"fastppo: {interrupted_by.name}: stopped after iteration {iteration}, each seed checkpointed in "
+                f"{self.run_dir}/seed_<n>\nfastppo: resume the stack with: {self.resume} (or one seed alone: --resume "
+                f"{self.run_dir}/seed_<n>)",
                 file=sys.stderr,
                 flush=True,
             )

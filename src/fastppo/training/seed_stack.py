@@ -24,10 +24,10 @@ final agent), which ``fastppo eval``, ``plot``, ``report`` and ``fastppo.load`` 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, cast
 
 import gymnasium as gym
 import numpy as np
@@ -37,13 +37,19 @@ from torch import Tensor, nn
 from fastppo.agents.agent import Agent
 from fastppo.config import Config
 from fastppo.core.normalize import RewardScaler, RunningMeanStd
-from fastppo.envs.vector import Episodes
+from fastppo.envs.tensor import TensorEnv
+from fastppo.envs.vector import Episodes, VecEnv
 from fastppo.errors import FastPPOError
 from fastppo.policies import ActorCritic
 from fastppo.policies.population import SeedNoise, StackedActorCritic, seed_policy
-from fastppo.training.distributed import LONE
+from fastppo.training.distributed import LONE, World
 from fastppo.training.logger import RunLogger
-from fastppo.training.optim import DEVICES, FusedAdam, adam_step
+from fastppo.training.optim import DEVICES, FusedAdam, Optimizer, adam_step
+from fastppo.training.rollout import EnvCursor
+from fastppo.training.state import TrainState
+
+if TYPE_CHECKING:
+    from fastppo.training.checkpoint import Checkpoint
 
 
 class SeedMinibatches:
@@ -59,7 +65,7 @@ class SeedMinibatches:
     envs, so no padding.
     """
 
-    world = LONE  # a stack trains in one process
+    world: World = LONE  # a stack trains in one process
 
     def __init__(self, batch: dict[str, Tensor], noise: SeedNoise, num_minibatches: int):
         self.noise, self.num_minibatches = noise, num_minibatches
@@ -100,7 +106,8 @@ class SeedMinibatches:
         """The minibatches of each seed's valid rows (or envs) in rollout order (``update.kl_after_update``)."""
         return self._cut(self.rows)
 
-    def across_ranks(self, value: Tensor, share: None) -> Tensor:
+    def across_ranks(self, value: Tensor, share: object) -> Tensor:
+        """``value`` as it is: a stack has no other ranks (``share`` is always None)."""
         return value
 
     def one_per_run(self, values: list[float]) -> list[float]:
@@ -156,7 +163,8 @@ def check_seed_stack(config: Config) -> None:
     for need, broken in refused.items():
         if broken:
             raise FastPPOError(
-                f"--seeds on tensor envs trains stacks of seeds, which need {need}: change that, or train one run per seed on another --backend (sync, async)"
+                f"--seeds on tensor envs trains stacks of seeds, which need {need}: change that, or train one run per "
+                "seed on another --backend (sync, async)"
             )
 
 
@@ -165,6 +173,7 @@ def stacked_agent(
 ) -> Agent:
     """An Agent whose policy is the stack of each seed's single-run initial policy, with per-seed
     observation statistics."""
+    assert isinstance(observation_space, gym.spaces.Box)  # a tensor env's observations
     policies, generators = zip(*(seed_policy(config, seed, observation_space, action_space, device) for seed in seeds))
     shape = observation_space.shape
     obs_rms = RunningMeanStd(shape, device, groups=len(seeds)) if config.env.normalize_obs else None
@@ -205,11 +214,14 @@ def seed_agent(
 ) -> Agent:
     """Seed ``index`` of a stack as an ordinary Agent (a copy of its policy, written into
     ``policy`` if given, and of its observation statistics), with its run folder ``directory``."""
+    assert isinstance(stack.policy, StackedActorCritic)
     obs_rms = None
     if stack.obs_rms is not None:
+        counts = stack.obs_rms.count
+        assert isinstance(counts, Tensor)  # a stack's statistics: one count per seed
         obs_rms = RunningMeanStd(stack.obs_shape, stack.device)
         obs_rms.load_state_dict(
-            {"mean": stack.obs_rms.mean[index], "var": stack.obs_rms.var[index], "count": stack.obs_rms.count[index]}
+            {"mean": stack.obs_rms.mean[index], "var": stack.obs_rms.var[index], "count": counts[index]}
         )
     seed = int(directory.name.removeprefix("seed_"))
     config = replace(stack.config, run=replace(stack.config.run, seed=seed))
@@ -348,18 +360,20 @@ def _rng_key(generator: torch.Generator) -> str:
     return "rng.torch" if generator.device.type == "cpu" else f"rng.cuda.{generator.device.index or 0}"
 
 
-def restore_seed_stack(state, envs, checkpoints: list) -> list[list[float]]:
+def restore_seed_stack(state: TrainState, envs: VecEnv, checkpoints: list[Checkpoint]) -> list[list[float]]:
     """Put each seed's checkpoint (as ``save_seed_checkpoints`` wrote it: its single run's) back into
     its row of the stack: weights, Adam moments and step count, statistics, env rows and their
-    generator, a recurrent policy's live states, its generator, counters, kl_beta. The inverse of ``save_seed_checkpoints``, so that ``fastppo train --resume
-    RUN_DIR`` continues the whole stack as it would have gone on. Returns each seed's recent
+    generator, a recurrent policy's live states, its generator, counters, kl_beta. The inverse of
+    ``save_seed_checkpoints``, so that ``fastppo train --resume RUN_DIR`` continues the whole stack
+    as it would have gone on. Returns each seed's recent
     episode returns (a checkpoint keeps the last 100, as a single run's does)."""
     from fastppo.training.checkpoint import check_fits_run, optimizer_from_tensors
-    from fastppo.training.rollout import EnvCursor
 
+    assert isinstance(envs, TensorEnv)  # a stack's seeds are blocks of one tensor env
     for index, checkpoint in enumerate(checkpoints):  # every seed's, before anything is restored
         check_fits_run(checkpoint, *_seed_run(state, envs, index))
-    stack: StackedActorCritic = state.agent.policy
+    stack = state.agent.policy
+    assert isinstance(stack, StackedActorCritic)
     first, device = checkpoints[0], state.agent.device
 
     def stacked(key: str) -> Tensor:  # one tensor of every seed's checkpoint, seed-major: [S, ...]
@@ -370,7 +384,10 @@ def restore_seed_stack(state, envs, checkpoints: list) -> list[list[float]]:
             torch.stack([torch.cat([p.reshape(-1) for p in c.agent.policy.parameters()]) for c in checkpoints])
         )
     if state.agent.obs_rms is not None:
-        parts = [c.agent.obs_rms.state_dict() for c in checkpoints]
+        parts = []
+        for c in checkpoints:
+            assert c.agent.obs_rms is not None  # each seed's run normalises as the stack does: one config
+            parts.append(c.agent.obs_rms.state_dict())
         state.agent.obs_rms.load_state_dict(
             {k: torch.stack([torch.as_tensor(p[k]) for p in parts]) for k in ("mean", "var", "count")}
         )
@@ -400,7 +417,7 @@ def restore_seed_stack(state, envs, checkpoints: list) -> list[list[float]]:
     return [list(c.meta.get("episode_returns", [])) for c in checkpoints]
 
 
-def keep_seeds(state, envs, indices: list[int]) -> None:
+def keep_seeds(state: TrainState, envs: TensorEnv, indices: list[int]) -> None:
     """Shrink a stack in place to the seeds at ``indices`` (in that order), at an iteration
     boundary: their weights, Adam state, generators, statistics, env rows, cursor rows and
     kl_betas, so that each goes on as it would have in the whole stack (nothing of a seed depends on
@@ -408,34 +425,39 @@ def keep_seeds(state, envs, indices: list[int]) -> None:
     and a sum over another padded length can round another way, as between a stack and its single
     runs (module docstring). The trainer rebuilds what holds the old parameter (its buffer and steps)."""
     from fastppo.training.optim import flatten_parameters
-    from fastppo.training.rollout import EnvCursor
 
-    stack: StackedActorCritic = state.agent.policy
+    stack, optimizer, kl_betas = state.agent.policy, state.optimizer, state.kl_beta
+    assert isinstance(stack, StackedActorCritic) and isinstance(optimizer, SeedAdam) and isinstance(kl_betas, list)
     seeds = stack.seeds
     stack.keep(indices)
-    state.optimizer.keep(indices, flatten_parameters(stack))
+    optimizer.keep(indices, flatten_parameters(stack))
     for statistics in (state.agent.obs_rms, state.reward_scaler):
         if statistics is not None:
             statistics.keep_groups(indices)
     envs.keep_seed_blocks(indices)
-    cursor = state.cursor
     # Each seed's rows are a block: viewed [seeds, rows per seed, ...], the kept blocks in order.
-    state.cursor = EnvCursor(
-        *(
-            None if t is None else t.unflatten(0, (seeds, -1))[indices].flatten(0, 1)
-            for t in (cursor.obs, cursor.action_mask, cursor.valid, cursor.state)
-        )
+    state.cursor = _cursor_rows(state.cursor, lambda t: t.unflatten(0, (seeds, -1))[indices].flatten(0, 1))
+    state.kl_beta = [kl_betas[i] for i in indices]
+
+
+def _cursor_rows(cursor: EnvCursor, pick: Callable[[Tensor], Tensor]) -> EnvCursor:
+    """The cursor of the rows ``pick`` takes from each of ``cursor``'s tensors (a stack's cursor:
+    no decisions open)."""
+    mask, state = cursor.action_mask, cursor.state
+    return EnvCursor(
+        pick(cursor.obs),
+        None if mask is None else pick(mask),
+        pick(cursor.valid),
+        None if state is None else pick(state),
     )
-    state.kl_beta = [state.kl_beta[i] for i in indices]
 
 
-def _seed_run(state, envs, index: int) -> tuple[Any, Any, dict[str, Tensor]]:
+def _seed_run(state: TrainState, envs: TensorEnv, index: int) -> tuple[TrainState, TensorEnv, dict[str, Tensor]]:
     """Seed ``index`` of a stack as its single run's state (its optimizer row, reward scaler, cursor
     rows and kl_beta; the agent is still the stack's), envs and generator (as torch's RNG): what its
     checkpoint holds."""
-    from fastppo.training.rollout import EnvCursor
-
-    stack: StackedActorCritic = state.agent.policy
+    stack, optimizer, kl_betas = state.agent.policy, state.optimizer, state.kl_beta
+    assert isinstance(stack, StackedActorCritic) and isinstance(optimizer, SeedAdam) and isinstance(kl_betas, list)
     rows = slice(index * envs.num_envs // stack.seeds, (index + 1) * envs.num_envs // stack.seeds)
     scaler = None
     if state.reward_scaler is not None:
@@ -443,6 +465,7 @@ def _seed_run(state, envs, index: int) -> tuple[Any, Any, dict[str, Tensor]]:
             rows.stop - rows.start, state.reward_scaler.gamma, state.reward_scaler.clip, state.agent.device
         )
         rms = state.reward_scaler.return_rms
+        assert isinstance(rms.count, Tensor)  # a stack's statistics: one count per seed
         scaler.load_state_dict(
             {
                 "return_rms.mean": rms.mean[index],
@@ -451,24 +474,21 @@ def _seed_run(state, envs, index: int) -> tuple[Any, Any, dict[str, Tensor]]:
                 "discounted_return": state.reward_scaler.discounted_return[rows],
             }
         )
-    cursor = state.cursor
-    seed_cursor = EnvCursor(
-        *(None if t is None else t[rows] for t in (cursor.obs, cursor.action_mask, cursor.valid, cursor.state))
-    )
     seed_state = replace(
         state,
-        optimizer=_SeedOptimizer(state.optimizer, index),
+        # only saved (or checked against a checkpoint): a checkpoint reads its param_groups and state_dict
+        optimizer=cast(Optimizer, _SeedOptimizer(optimizer, index)),
         reward_scaler=scaler,
-        cursor=seed_cursor,
-        kl_beta=state.kl_beta[index],
+        cursor=_cursor_rows(state.cursor, lambda t: t[rows]),
+        kl_beta=kl_betas[index],
     )
     generator = stack.noise.generators[index]
     return seed_state, envs.seed_block(index), {_rng_key(generator): generator.get_state()}
 
 
 def save_seed_checkpoints(
-    state,
-    envs,
+    state: TrainState,
+    envs: TensorEnv,
     seeds: list[int],
     seed_dirs: list[Path],
     seeds_returns: list[list[float]],
@@ -483,11 +503,14 @@ def save_seed_checkpoints(
     depends on its width (so, bit for bit, does each seed's run). Returns the last folder written."""
     from fastppo.training.checkpoint import save_checkpoint
 
-    saved, scratch = None, None  # one module takes each seed's weights in turn: written, not kept
+    saved: Path | None = None
+    scratch: ActorCritic | None = None  # one module takes each seed's weights in turn: written, not kept
     for index in range(len(seed_dirs)) if indices is None else indices:
         directory, returns = seed_dirs[index], seeds_returns[index]
         agent = seed_agent(state.agent, index, directory, [], returns, scratch)
+        assert isinstance(agent.policy, ActorCritic)  # the seed's own policy, unstacked
         scratch = agent.policy
         seed_state, seed_envs, rng = _seed_run(state, envs, index)
         saved = save_checkpoint(directory, replace(seed_state, agent=agent), seed_envs, keep, rng, {"stack": seeds})
+    assert saved is not None  # the stack saves at least one seed
     return saved

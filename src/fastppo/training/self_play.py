@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import torch
 
@@ -34,11 +35,14 @@ from fastppo.agents.game_env import make_game
 from fastppo.agents.games import play_games
 from fastppo.agents.players import AgentPlayer, Player, player_from_spec
 from fastppo.config import Config, SelfPlayConfig
+from fastppo.core.normalize import RunningMeanStd
 from fastppo.env_ids import is_pettingzoo
 from fastppo.envs.pettingzoo_vec import PettingZooVecEnv
 from fastppo.envs.turn_based import TurnBasedVecEnv
 from fastppo.envs.vector import VecEnv
 from fastppo.errors import FastPPOError, install_extra
+from fastppo.policies import ActorCritic
+from fastppo.policies.population import GroupedActorCritic
 
 LATEST = -1
 """A copy's opponent id when the learner plays every seat."""
@@ -59,8 +63,8 @@ class Snapshot:
     """One past learner in the pool: its weights, statistics and record."""
 
     iteration: int
-    policy: torch.nn.Module
-    obs_rms: Any
+    policy: ActorCritic | GroupedActorCritic
+    obs_rms: RunningMeanStd | None
     record: list[int] = field(default_factory=lambda: [0, 0, 0])
     """The learner's wins, draws and losses against it."""
     rating: tuple[float, float] = START_RATING
@@ -85,15 +89,18 @@ def check_league(config: Config, envs: VecEnv, processes: int) -> None:
     if config.policy.memory != "none" and turn_based:
         # A seat's rows are decisions on its turns only, and a state restarts after every row that is none.
         raise FastPPOError(
-            f"--policy.memory on a turn-based game would carry nothing from one of a seat's turns to the next: drop --policy.memory {config.policy.memory}"
+            "--policy.memory on a turn-based game would carry nothing from one of a seat's turns to the next: drop "
+            f"--policy.memory {config.policy.memory}"
         )
     if config.policy.memory != "none":
         raise FastPPOError(
-            f"a self-play pool's snapshots act on one observation at a time, without memory: drop --policy.memory {config.policy.memory}"
+            "a self-play pool's snapshots act on one observation at a time, without memory: drop --policy.memory "
+            f"{config.policy.memory}"
         )
-    if sp.pool_size and turn_based and len(envs.agents) != 2:
+    if sp.pool_size and isinstance(envs, TurnBasedVecEnv) and len(envs.agents) != 2:
         raise FastPPOError(
-            f"--self-play.pool-size needs a two-seat game (the learner in one seat, a snapshot in the other), and this one has {len(envs.agents)} seats: drop it to train by self-play alone"
+            "--self-play.pool-size needs a two-seat game (the learner in one seat, a snapshot in the other), and this "
+            f"one has {len(envs.agents)} seats: drop it to train by self-play alone"
         )
     if sp.pool_size and processes > 1:
         raise FastPPOError(
@@ -107,7 +114,8 @@ def check_league(config: Config, envs: VecEnv, processes: int) -> None:
     ):
         # fastppo.envs.turn_based.game_episodes: a game against itself has no return of the learner's.
         raise FastPPOError(
-            "--run.stop-return reads the learner's return in games against its past snapshots, and this run plays none: give --self-play.pool-size N and --self-play.latest-share below 1, or --self-play.random-share"
+            "--run.stop-return reads the learner's return in games against its past snapshots, and this run plays "
+            "none: give --self-play.pool-size N and --self-play.latest-share below 1, or --self-play.random-share"
         )
     for spec in (
         sp.eval_opponents if turn_based else ()
@@ -128,22 +136,26 @@ def _check_parallel_league(config: Config, envs: VecEnv) -> None:
     if not isinstance(envs, PettingZooVecEnv):
         what = "a Parallel env on the async backend" if is_pettingzoo(env_id) else "not a PettingZoo env"
         raise FastPPOError(
-            f"--self-play.* flags apply to PettingZoo games and Parallel envs stepped in the training process, and {env_id} is {what}: drop them, or use --backend sync"
+            "--self-play.* flags apply to PettingZoo games and Parallel envs stepped in the training process, and "
+            f"{env_id} is {what}: drop them, or use --backend sync"
         )
     if sp.eval_every or sp.random_share:
         flag = "--self-play.eval-every" if sp.eval_every else "--self-play.random-share"
         raise FastPPOError(
-            f"{flag} plays games against fixed players (random, MCTS), which need a turn-based game, and {env_id} is a Parallel env: drop it"
+            f"{flag} plays games against fixed players (random, MCTS), which need a turn-based game, and {env_id} is a "
+            "Parallel env: drop it"
         )
     if not sp.pool_size:
         raise FastPPOError(
-            f"on a Parallel env the learner already plays every agent: --self-play.* flags need a pool, --self-play.pool-size N, for {env_id}"
+            "on a Parallel env the learner already plays every agent: --self-play.* flags need a pool, "
+            f"--self-play.pool-size N, for {env_id}"
         )
     groups = envs.spaces.group_names
     if len(groups) != 2:
         raise FastPPOError(
-            f"--self-play.pool-size on a Parallel env plays one group of agents against the other, and {env_id}'s agents form {len(groups)} group(s) "
-            f"({', '.join(groups)}): a pool needs two, e.g. adversary_* | agent_* in pz:mpe2.simple_tag_v3"
+            f"--self-play.pool-size on a Parallel env plays one group of agents against the other, and {env_id}'s "
+            f"agents form {len(groups)} group(s) ({', '.join(groups)}): a pool needs two, e.g. adversary_* | agent_* "
+            "in pz:mpe2.simple_tag_v3"
         )
 
 
@@ -234,7 +246,9 @@ class League:
         for iteration in np.unique(self.opponent[copies]):
             at = np.flatnonzero(self.opponent[copies] == iteration)
             if iteration == RANDOM:  # a uniform legal move each (every move where the rows carry no mask)
-                allowed = np.ones((at.size, self.learner.action_space.n), dtype=bool) if masks is None else masks[at]
+                moves = self.learner.action_space
+                assert isinstance(moves, gym.spaces.Discrete)  # a game's moves (fastppo.envs.turn_based.check_game)
+                allowed = np.ones((at.size, int(moves.n)), dtype=bool) if masks is None else masks[at]
                 action = np.array([self.rng.choice(np.flatnonzero(legal)) for legal in allowed])
                 actions = np.zeros(len(copies), dtype=action.dtype) if actions is None else actions
                 actions[at] = action
@@ -245,12 +259,13 @@ class League:
                 obs = snapshot.obs_rms.normalize(obs, self.learner.config.env.clip_obs)
             mask = None if masks is None else torch.as_tensor(masks[at])
             with torch.inference_mode():  # the actor alone: the sample act() draws, without the critic's forward
-                action, _ = snapshot.policy.predict(
+                chosen, _ = snapshot.policy.predict(
                     obs.to(self.learner.device), None if mask is None else mask.to(self.learner.device)
                 )
-            action = snapshot.policy.action_head.env_action(action).cpu().numpy()
+            action = snapshot.policy.action_head.env_action(chosen).cpu().numpy()
             actions = np.zeros((len(copies), *action.shape[1:]), dtype=action.dtype) if actions is None else actions
             actions[at] = action
+        assert actions is not None  # the env asks for the moves of at least one row
         return actions
 
     def game_over(self, copy: int, returns: np.ndarray) -> None:
@@ -308,7 +323,7 @@ class League:
         if self.cfg.pool_size and iteration % self.cfg.snapshot_every == 0:
             self.snapshots[iteration] = Snapshot(
                 iteration,
-                self._frozen(self.learner.policy),
+                self._frozen_learner(),
                 copy.deepcopy(self.learner.obs_rms),
                 rating=self.learner_rating,
             )
@@ -346,7 +361,10 @@ class League:
                 f"eval/{spec}/loss_rate": losses / games,
             }
 
-    def _frozen(self, policy: torch.nn.Module) -> torch.nn.Module:
+    def _frozen_learner(self) -> ActorCritic | GroupedActorCritic:
+        """A frozen copy of the learner's policy (a game's or a Parallel env's: never a stack of seeds)."""
+        policy = self.learner.policy
+        assert isinstance(policy, (ActorCritic, GroupedActorCritic))
         frozen = copy.deepcopy(policy).eval()
         frozen.requires_grad_(False)
         return frozen
@@ -449,7 +467,7 @@ class League:
 
     def _snapshot_of(self, entry: dict[str, Any], tensors: dict[str, torch.Tensor]) -> Snapshot:
         iteration = entry["iteration"]
-        policy, obs_rms = self._frozen(self.learner.policy), copy.deepcopy(self.learner.obs_rms)
+        policy, obs_rms = self._frozen_learner(), copy.deepcopy(self.learner.obs_rms)
         for name, module in (("policy", policy), ("obs_rms", obs_rms)):
             if module is not None:
                 prefix = f"{POOL_TENSORS}{iteration}.{name}."
@@ -457,7 +475,9 @@ class League:
         return Snapshot(iteration, policy, obs_rms, entry["record"], entry["rating"])
 
 
-def snapshot_tensors(iteration: int, policy: torch.nn.Module, obs_rms: Any) -> dict[str, torch.Tensor]:
+def snapshot_tensors(
+    iteration: int, policy: torch.nn.Module, obs_rms: RunningMeanStd | None
+) -> dict[str, torch.Tensor]:
     """A snapshot's weights and statistics as a checkpoint names them."""
     tensors = {
         f"{POOL_TENSORS}{iteration}.policy.{k}": v.detach().cpu().contiguous() for k, v in policy.state_dict().items()

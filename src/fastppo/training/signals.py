@@ -9,6 +9,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from fastppo.errors import Interrupted, take_pending_signal
@@ -53,7 +54,7 @@ class StopRequest:
         self._since = 0.0  # when the first signal came
         self._previous: dict[int, Any] = {}
 
-    def _handle(self, signum: int, frame: Any) -> None:
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
         if self.world.size > 1:
             self._seen = self._seen or signum
             return
@@ -98,7 +99,10 @@ def lost_since(checkpoint: Path | None, iteration: int, resume: str) -> str:
     if checkpoint is None:
         return f"no checkpoint had been saved: the run's {iteration} iterations are lost"
     lost = iteration - int(checkpoint.name)
-    return f"the {lost} iteration{'s' if lost > 1 else ''} since checkpoint {checkpoint.name} {'are' if lost > 1 else 'is'} lost; resume with: {resume}"
+    return (
+        f"the {lost} iteration{'s' if lost > 1 else ''} since checkpoint {checkpoint.name} "
+        f"{'are' if lost > 1 else 'is'} lost; resume with: {resume}"
+    )
 
 
 @contextmanager

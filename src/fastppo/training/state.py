@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
-
-import torch
 
 from fastppo.agents.agent import Agent
 from fastppo.config import Config
 from fastppo.core import RewardScaler
 from fastppo.errors import FastPPOError
+from fastppo.training.optim import Optimizer
 from fastppo.training.rollout import EnvCursor
-from fastppo.training.self_play import NoLeague
+from fastppo.training.self_play import League, NoLeague
 
 
 @dataclass
@@ -20,7 +18,7 @@ class TrainState:
     """Everything a run carries from one iteration to the next (and what a checkpoint holds)."""
 
     agent: Agent
-    optimizer: torch.optim.Optimizer
+    optimizer: Optimizer
     reward_scaler: RewardScaler | None
     cursor: EnvCursor
     iteration: int = 0
@@ -32,7 +30,7 @@ class TrainState:
     that changes total_timesteps."""
     world_size: int = 1
     """Ranks training together (torchrun); a resume needs as many."""
-    league: Any = field(default_factory=NoLeague)
+    league: League | NoLeague = field(default_factory=NoLeague)
     """A turn-based game's self-play league (fastppo.training.self_play.League): its pool is part of the run."""
 
 

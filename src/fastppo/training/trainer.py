@@ -25,8 +25,9 @@ from fastppo.env_ids import is_pettingzoo
 from fastppo.envs import make_vec_env
 from fastppo.envs.make import rollout_device
 from fastppo.envs.pettingzoo_vec import AgentSpaces
+from fastppo.envs.tensor import TensorEnv
 from fastppo.envs.turn_based import TurnBasedVecEnv
-from fastppo.envs.vector import HostCopies
+from fastppo.envs.vector import HostCopies, VecEnv
 from fastppo.errors import FastPPOError
 from fastppo.files.outputs import no_links, output_dir, removed_if_left_empty, writing
 from fastppo.files.run_folder import check_no_run, write_config
@@ -36,8 +37,9 @@ from fastppo.profiling import SectionTimer
 from fastppo.training.allocator import reuse_freed_memory
 from fastppo.training.checkpoint import Checkpoint, check_metrics_reach, restore_train_state, rewind_metrics
 from fastppo.training.cuda_graphs import check_cudagraphs
-from fastppo.training.distributed import LONE, World, rank_device, ranks
+from fastppo.training.distributed import LONE, SyncedStatistics, Unsynced, World, rank_device, ranks
 from fastppo.training.logger import GROUP_RETURN, GYM_SUMMARY, RunLogger
+from fastppo.training.optim import Optimizer
 from fastppo.training.rollout import (
     EnvCursor,
     ObservationNormalizer,
@@ -63,7 +65,7 @@ def seed_everything(seed: int, deterministic: bool) -> None:
     torch.backends.cudnn.deterministic = deterministic
 
 
-def gpu_note(device: torch.device, envs: Any, policy: torch.nn.Module) -> str | None:
+def gpu_note(device: torch.device, envs: VecEnv, policy: torch.nn.Module) -> str | None:
     """A hint when a GPU trains an MLP policy on envs that step on the host: every rollout step is
     then a round trip to the device for a forward of a few tiny kernels, and the CPU is often as
     fast (measured, benchmarks/README.md "GPU figures"). Tensor envs, CNNs and stacks of seeds are
@@ -76,14 +78,14 @@ def gpu_note(device: torch.device, envs: Any, policy: torch.nn.Module) -> str | 
     ):
         return None
     return (
-        f"[yellow]note:[/] an MLP policy on {envs.num_envs} host env{'s' if envs.num_envs > 1 else ''} may train faster with --device cpu "
-        "(HalfCheetah with CleanRL's defaults on an H200: 749 SPS eager, 1 668 with --compile --cudagraphs, 1 703 on its CPU); "
-        "a GPU pays for --backend tensor, CNN policies and --seeds"
+        f"[yellow]note:[/] an MLP policy on {envs.num_envs} host env{'s' if envs.num_envs > 1 else ''} may train "
+        "faster with --device cpu (HalfCheetah with CleanRL's defaults on an H200: 749 SPS eager, 1 668 with "
+        "--compile --cudagraphs, 1 703 on its CPU); a GPU pays for --backend tensor, CNN policies and --seeds"
     )
 
 
 def check_finite(
-    metrics: dict[str, float], agent: Agent, optimizer: torch.optim.Optimizer, iteration: int, global_step: int
+    metrics: dict[str, float], agent: Agent, optimizer: Optimizer, iteration: int, global_step: int
 ) -> None:
     """Stop with the culprit's name instead of training on NaNs (and before checkpointing them)."""
     # A stack of seeds has one value per seed (a list): any non-finite one stops them all.
@@ -120,23 +122,28 @@ def check_finite_rollout(
             t, row = (int(i) for i in bad.nonzero()[0])
             t -= buf.first_row  # a game's rows of steps start after its carried decisions
             if agents:
-                what = f"the env returned a NaN/Inf {name} for agent {agents[row % len(agents)]} of copy {row // len(agents)}"
+                what = (
+                    f"the env returned a NaN/Inf {name} for agent {agents[row % len(agents)]} of copy "
+                    f"{row // len(agents)}"
+                )
             else:
                 what = f"env {row} returned a NaN/Inf {name}"
             fix = "fix the env" if agents else "fix the env or sanitise it in a gymnasium wrapper"
             raise FastPPOError(
-                f"training stopped at iteration {iteration}: {what} at rollout step {t} (about global step {global_step + t * copies}); {fix}"
+                f"training stopped at iteration {iteration}: {what} at rollout step {t} (about global step "
+                f"{global_step + t * copies}); {fix}"
             )
 
 
-def check_stop_return(run: RunConfig, envs: Any) -> None:
+def check_stop_return(run: RunConfig, envs: VecEnv) -> None:
     """--run.stop-return reads the headline return: a multi-agent env without one (agents in
     several groups, --multi-agent.headline auto) must name the group it reads."""
     spaces = getattr(envs, "spaces", None)
     if run.stop_return is not None and isinstance(spaces, AgentSpaces) and spaces.headline is None:
         raise FastPPOError(
-            f"--run.stop-return reads one return, and the agents are in {len(spaces.group_names)} groups ({', '.join(spaces.group_names)}) that may play against each other: "
-            f"name the one it reads, e.g. --multi-agent.headline {spaces.group_names[0]} (or team for the sum of all agents')"
+            f"--run.stop-return reads one return, and the agents are in {len(spaces.group_names)} groups "
+            f"({', '.join(spaces.group_names)}) that may play against each other: name the one it reads, e.g. "
+            f"--multi-agent.headline {spaces.group_names[0]} (or team for the sum of all agents')"
         )
 
 
@@ -152,9 +159,10 @@ def few_updates_warning(config: Config, world_size: int = 1) -> str | None:
         return None
     batch = config.batch_size * world_size
     return (
-        f"--total-timesteps {config.ppo.total_timesteps} gives only {iterations} update{'s' if iterations != 1 else ''} "
-        f"of {batch} steps ({config.env.num_envs} envs x {config.ppo.num_steps} steps{f' x {world_size} ranks' if world_size > 1 else ''}): "
-        f"PPO needs more to learn; raise --total-timesteps to {FEW_UPDATES * batch} or more, or lower --num-envs/--num-steps"
+        f"--total-timesteps {config.ppo.total_timesteps} gives only {iterations} "
+        f"update{'s' if iterations != 1 else ''} of {batch} steps ({config.env.num_envs} envs x {config.ppo.num_steps} "
+        f"steps{f' x {world_size} ranks' if world_size > 1 else ''}): PPO needs more to learn; raise --total-timesteps "
+        f"to {FEW_UPDATES * batch} or more, or lower --num-envs/--num-steps"
     )
 
 
@@ -227,13 +235,17 @@ def train_rank(
     reuse_freed_memory()  # the update's large temporaries: no fresh page faults each time (fastppo.training.allocator)
     out_dir = run_dir if world.main else None  # where this process writes
     stacked = seeds is not None
-    seed_dirs = [run_dir / f"seed_{s}" for s in seeds] if stacked else []
+    # What is resumed: a stack's checkpoints (one per seed), or a single run's.
+    checkpoints = checkpoint if isinstance(checkpoint, list) else [] if checkpoint is None else [checkpoint]
+    run_checkpoint = None if isinstance(checkpoint, list) else checkpoint
+    seed_dirs: list[Path] = []
+    if seeds is not None:  # a stack: each seed a run of its own in run_dir/seed_<n>
+        assert run_dir is not None
+        seed_dirs = [run_dir / f"seed_{s}" for s in seeds]
     directories = seed_dirs if stacked else [d for d in [out_dir] if d is not None]
     for directory in directories if checkpoint is None else []:
         check_no_run(directory, start_over)  # before anything is written to any of them
-    for directory, saved in zip(
-        directories, (checkpoint if stacked else [checkpoint]) if checkpoint is not None else []
-    ):
+    for directory, saved in zip(directories, checkpoints):
         check_metrics_reach(directory, saved)  # a resume: its metrics.jsonl is whole
     for directory in directories:
         output_dir(directory, "the run directory")  # before a single step is spent
@@ -241,8 +253,8 @@ def train_rank(
         on_start()
     cfg = config.ppo
     # Each rank its own envs and random streams; a resumed rank restarts them (the checkpoint holds rank 0's).
-    seed = world.seed(config.run.seed, config.env.num_envs, checkpoint.iteration if checkpoint and not stacked else 0)
-    seed_everything(seeds[0] if stacked else seed, config.run.torch_deterministic)
+    seed = world.seed(config.run.seed, config.env.num_envs, run_checkpoint.iteration if run_checkpoint else 0)
+    seed_everything(seeds[0] if seeds is not None else seed, config.run.torch_deterministic)
     torch.set_num_threads(config.intra_op_threads(stacked=stacked))
     if config.run.cudagraphs:
         check_cudagraphs(device)
@@ -261,10 +273,12 @@ def train_rank(
     except FastPPOError:
         envs.close()
         raise
-    first = envs.reset(seed=seeds if stacked else seed)
-    if stacked:
+    if seeds is not None:  # a stack's envs: a block of one tensor env per seed (check_seed_stack)
+        assert isinstance(envs, TensorEnv)
+        first = envs.reset(seed=seeds)
         agent = stacked_agent(config, envs.single_observation_space, envs.single_action_space, device, seeds)
     else:
+        first = envs.reset(seed=seed)
         agent = build_agent(
             config,
             envs.single_observation_space,
@@ -279,16 +293,16 @@ def train_rank(
         agent.pettingzoo = PettingZooAgents.of(spaces)
     normalize_obs = ObservationNormalizer(agent.obs_rms, config.env.clip_obs)
     reward_scaler = (
-        RewardScaler(envs.num_envs, cfg.gamma, config.env.clip_reward, collect_on, groups=seeds and len(seeds))
+        RewardScaler(
+            envs.num_envs, cfg.gamma, config.env.clip_reward, collect_on, groups=None if seeds is None else len(seeds)
+        )
         if config.env.normalize_reward
         else None
     )
-    world.broadcast_module(
-        agent.policy
-    )  # the same start on every rank: rank 0's weights, and statistics merged each iteration
-    statistics = world.synced(
-        [rms for rms in (agent.obs_rms, reward_scaler and reward_scaler.return_rms) if rms is not None]
-    )
+    # The same start on every rank: rank 0's weights, and statistics merged each iteration.
+    world.broadcast_module(agent.policy)
+    return_rms = None if reward_scaler is None else reward_scaler.return_rms
+    statistics = world.synced([rms for rms in (agent.obs_rms, return_rms) if rms is not None])
     mask_dim = None if first.action_mask is None else first.action_mask.shape[-1]
     # A turn-based game's cursor carries the decisions a rollout's end leaves open (fastppo.training.rollout).
     open_decisions = (
@@ -305,7 +319,7 @@ def train_rank(
             state=fresh_state(agent.policy, envs.num_envs, collect_on),
             open=open_decisions,
         ),
-        kl_beta=[cfg.kl_beta] * len(seeds) if stacked else cfg.kl_beta,
+        kl_beta=[cfg.kl_beta] * len(seeds) if seeds is not None else cfg.kl_beta,
         world_size=world.size,
     )
     state.league = make_league(config, envs, agent, seed)  # self-play: the learner's opponents, its past snapshots
@@ -314,7 +328,7 @@ def train_rank(
     # TensorBoard and rewrites config.yaml: a damaged one leaves the run folder as it was.
     exact = True
     try:
-        if checkpoint is not None and stacked:
+        if isinstance(checkpoint, list):
             seeds_returns = restore_seed_stack(state, envs, checkpoint)
         elif checkpoint is not None:
             exact = restore_train_state(state, envs, checkpoint, normalize_obs, fresh_seed=world.restart_seed(seed))
@@ -322,7 +336,7 @@ def train_rank(
     except BaseException:
         envs.close()
         raise
-    newest = None if checkpoint is None else (checkpoint[0] if stacked else checkpoint).path
+    newest = checkpoints[0].path if checkpoints else None
     training = Training(
         config,
         state,
@@ -335,14 +349,16 @@ def train_rank(
         mask_dim,
         config.rollout_threads(stacked=stacked),
     )
-    planned = (
-        training.num_iterations * training.steps_per_iteration
-    )  # the bar's 100%: --total-timesteps rounded down to whole batches
-    if stacked:  # one run folder per seed, one progress bar for them all
+    # the bar's 100%: --total-timesteps rounded down to whole batches
+    planned = training.num_iterations * training.steps_per_iteration
+    logger: SeedLoggers | RunLogger
+    if seeds is not None:  # one run folder per seed, one progress bar for them all
+        assert run_dir is not None
+        seed_checkpoints: list[Checkpoint | None] = [*checkpoints] if checkpoints else [None] * len(seeds)
         logger = SeedLoggers(
             [
                 open_logger(replace(config, run=replace(config.run, seed=s, progress=False)), d, c, planned)
-                for s, d, c in zip(seeds, seed_dirs, checkpoint or [None] * len(seeds))
+                for s, d, c in zip(seeds, seed_dirs, seed_checkpoints)
             ],
             RunLogger(None, planned, False, config.run.progress),
         )
@@ -350,15 +366,17 @@ def train_rank(
             config, agent, logger, run_dir, seeds, seeds_returns, on_iteration, newest, training.keep_runs
         )
     else:
-        logger = open_logger(config, out_dir, checkpoint, planned, quiet=not world.main, summary=progress_summary(envs))
+        logger = open_logger(
+            config, out_dir, run_checkpoint, planned, quiet=not world.main, summary=progress_summary(envs)
+        )
         runs = SingleRun(config, agent, logger, run_dir, out_dir, on_iteration, newest)
     if not exact:
         logger.message(
-            "[yellow]note:[/] under torchrun every rank restarts fresh episodes and random streams (the checkpoint holds "
-            "rank 0's); weights, optimizer, statistics and counters are restored exactly"
+            "[yellow]note:[/] under torchrun every rank restarts fresh episodes and random streams (the checkpoint "
+            "holds rank 0's); weights, optimizer, statistics and counters are restored exactly"
             if world.size > 1
-            else f"[yellow]note:[/] {config.env.env_id} ({config.env.backend} backend) cannot be snapshot: its envs restart fresh "
-            "episodes; weights, optimizer, statistics, counters and RNGs are restored exactly"
+            else f"[yellow]note:[/] {config.env.env_id} ({config.env.backend} backend) cannot be snapshot: its envs "
+            "restart fresh episodes; weights, optimizer, statistics, counters and RNGs are restored exactly"
         )
     if isinstance(envs, HostCopies):
         envs.timer = training.timer  # numpy-backed envs time their host<->device copies ("copy")
@@ -374,6 +392,7 @@ def train_rank(
                 runs.checkpoint(
                     state, envs, stop, due=runs.saved is None or not runs.saved.name.endswith(f"{state.iteration:06d}")
                 )
+                assert stop.signal is not None  # requested
                 agent.interrupted_by = signal.Signals(stop.signal)
     except FastPPOError as exc:
         kept = runs.kept_note()
@@ -397,7 +416,7 @@ class Training:
         device: torch.device,
         collect_on: torch.device,
         normalize_obs: ObservationNormalizer,
-        statistics: Any,
+        statistics: SyncedStatistics | Unsynced,
         mask_dim: int | None,
         rollout_threads: int,
     ):
@@ -502,7 +521,7 @@ def train_loop(t: Training, runs: Runs, stop: StopRequest) -> None:
         runs.finish_solved(state, t.envs, saved)
 
 
-def progress_summary(envs: Any) -> tuple[tuple[str, str, str], ...]:
+def progress_summary(envs: VecEnv) -> tuple[tuple[str, str, str], ...]:
     """The progress bar's figures: a gymnasium run's; for agents in several groups each group's
     return beside the headline (in its place when there is none); for a game the learner's
     record against its pool and its rating."""

@@ -8,7 +8,7 @@ and ``cudagraphs`` captures the whole step, optimizer included, in one CUDA grap
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import NamedTuple, Protocol
@@ -19,11 +19,11 @@ from torch import Tensor, nn
 from fastppo.config import PPOConfig
 from fastppo.core import kl_estimate, normalize_advantages, ppo_loss
 from fastppo.errors import FastPPOError
-from fastppo.policies import ActorCritic
 from fastppo.policies.population import StackedActorCritic
 from fastppo.training.cuda_graphs import COMPILE_MODE, capture_graph, check_cudagraphs, on_side_stream
 from fastppo.training.distributed import LONE, World
-from fastppo.training.optim import FusedAdam, flatten_parameters, fused_adam_available
+from fastppo.training.optim import FusedAdam, Optimizer, flatten_parameters, fused_adam_available
+from fastppo.training.rollout import TrainedPolicy
 from fastppo.training.seed_stack import SeedAdam, SeedMinibatches
 
 MINIBATCH_KEYS = (
@@ -51,7 +51,7 @@ class UpdateCoefficients:
 
 
 def make_optimizer(
-    policy: nn.Module, lr: float, eps: float, device: torch.device, cudagraphs: bool = False
+    policy: TrainedPolicy, lr: float, eps: float, device: torch.device, cudagraphs: bool = False
 ) -> torch.optim.Adam | FusedAdam:
     """Adam over the policy's parameters, flattened into one tensor (``flatten_parameters``).
 
@@ -71,7 +71,7 @@ def make_optimizer(
     return torch.optim.Adam([flatten_parameters(policy)], lr=lr, eps=eps, fused=True, capturable=capturable)
 
 
-def set_learning_rate(optimizer: torch.optim.Optimizer, lr: float) -> None:
+def set_learning_rate(optimizer: Optimizer, lr: float) -> None:
     """Set every group's lr (a captured update step notices the change and recaptures)."""
     for group in optimizer.param_groups:
         group["lr"] = lr
@@ -89,7 +89,7 @@ class RankShare(NamedTuple):
 
 
 def minibatch_loss(
-    policy: ActorCritic,
+    policy: TrainedPolicy,
     mb: dict[str, Tensor],
     cfg: PPOConfig,
     coefs: UpdateCoefficients,
@@ -98,6 +98,8 @@ def minibatch_loss(
     """The PPO loss of one minibatch and its metrics (detached tensors, no host sync). Under
     torchrun ``advantage_moments`` normalise the advantages over every rank's part of the minibatch."""
     mask = mb.get("valid")  # None once ppo_update has dropped the reset rows
+    kl_beta = coefs.kl_beta
+    assert not isinstance(kl_beta, list)  # ppo_update puts a stack's betas on the device first
     newlogprob, entropy, newvalue = policy.evaluate(
         mb["obs"], mb["actions"], mb.get("action_masks"), mb.get("initial_state"), mask
     )
@@ -123,7 +125,7 @@ def minibatch_loss(
         clip_vloss=cfg.clip_vloss,
         mask=mask,
         objective=cfg.objective,
-        kl_beta=coefs.kl_beta,
+        kl_beta=kl_beta,
         dim=dim,
     )
     return (loss if dim is None else loss.sum()), metrics
@@ -154,8 +156,8 @@ class MinibatchStep:
 
     def __init__(
         self,
-        policy: ActorCritic,
-        optimizer: torch.optim.Optimizer,
+        policy: TrainedPolicy,
+        optimizer: Optimizer,
         cfg: PPOConfig,
         compile: bool = False,
         cudagraphs: bool = False,
@@ -166,7 +168,8 @@ class MinibatchStep:
         params = [p for group in optimizer.param_groups for p in group["params"]]
         if len(params) != 1 or params[0].grad is None:
             raise FastPPOError(
-                "the PPO update needs the optimizer from fastppo.training.update.make_optimizer(policy, ...): one flat parameter with its gradient"
+                "the PPO update needs the optimizer from fastppo.training.update.make_optimizer(policy, ...): one flat "
+                "parameter with its gradient"
             )
         self.flat_parameter = params[0]
         # A stack of seeds' flat parameter is seed-major: one gradient-norm clip per seed.
@@ -213,7 +216,8 @@ class MinibatchStep:
         metrics["grad_norm"] = grad_norm if self.seeds else grad_norm[0]
         if active is None:
             self.optimizer.step()
-        else:  # a stack's seeds that have stopped sit the step out (SeedAdam)
+        else:  # a stack's seeds that have stopped sit the step out
+            assert isinstance(self.optimizer, SeedAdam)
             self.optimizer.step(active)
         return metrics
 
@@ -238,6 +242,7 @@ class MinibatchStep:
             self._graph_key = key
         for name, value in mb.items():
             self._static_in[name].copy_(value)
+        assert self._graph is not None  # captured by this call or an earlier one
         self._graph.replay()
         return self._static_out
 
@@ -247,8 +252,8 @@ class MinibatchStep:
 
 
 def ppo_update(
-    policy: ActorCritic,
-    optimizer: torch.optim.Optimizer,
+    policy: TrainedPolicy,
+    optimizer: Optimizer,
     batch: dict[str, Tensor],
     cfg: PPOConfig,
     coefs: UpdateCoefficients,
@@ -308,6 +313,7 @@ def ppo_update(
             going = [g and kl <= cfg.target_kl for g, kl in zip(going, approx_kl.view(-1).tolist())]
             if not any(going):
                 break
+    assert sums is not None  # every update runs a first minibatch
     source.world.mean_(sums)
     means = dict(zip(names, (sums / torch.tensor(minibatches, device=sums.device)).tolist()))
     means["epochs"] = source.one_per_run([float(n) for n in epochs])
@@ -339,7 +345,7 @@ class Minibatches(Protocol):
 
 
 def minibatch_source(
-    policy: nn.Module, cfg: PPOConfig, cudagraphs: bool, world: World
+    policy: TrainedPolicy, cfg: PPOConfig, cudagraphs: bool, world: World
 ) -> Callable[[dict[str, Tensor]], Minibatches]:
     """How the update of ``policy`` on ``world`` cuts its batches (chosen once, by ``MinibatchStep``)."""
     if isinstance(policy, StackedActorCritic):
@@ -386,7 +392,7 @@ class RowMinibatches:
             if start < end:
                 yield minibatch(batch, start, end, self.sequences), share
 
-    def shares(self, batch: dict[str, Tensor]) -> list[RankShare | None]:
+    def shares(self, batch: dict[str, Tensor]) -> Sequence[RankShare | None]:
         return [None] * (len(self.bounds) - 1)
 
     def in_order(self) -> Iterator[dict[str, Tensor]]:
@@ -413,6 +419,7 @@ class RankMinibatches(RowMinibatches):
         return rank_shares(self.world, batch, self.bounds, self.sequences)
 
     def across_ranks(self, value: Tensor, share: RankShare | None) -> Tensor:
+        assert share is not None  # a rank's minibatches each come with its share
         return self.world.mean_(value * share.weight)
 
 
@@ -442,7 +449,7 @@ def minibatch(batch: dict[str, Tensor], start: int, end: int, sequences: bool) -
 
 @torch.no_grad()
 def kl_after_update(
-    policy: ActorCritic, minibatches: Iterable[dict[str, Tensor]], world: World = LONE
+    policy: TrainedPolicy, minibatches: Iterable[dict[str, Tensor]], world: World = LONE
 ) -> float | list[float]:
     """KL(old || new) over the whole batch once the epochs are done: the mean k3 estimate
     (``core.kl_estimate``) of the rollout's actions under the updated policy, one forward per
