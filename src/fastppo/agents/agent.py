@@ -27,7 +27,7 @@ from fastppo.errors import FastPPOError
 from fastppo.files.checksums import CHECKSUMS_FILE, checksum_problem, write_checksums
 from fastppo.files.run_folder import AGENT_FILE, POLICY_FILE
 from fastppo.policies import ActorCritic
-from fastppo.policies.population import GroupedActorCritic
+from fastppo.policies.population import GroupedActorCritic, StackedActorCritic
 
 AGENT_FILES = (POLICY_FILE, AGENT_FILE)
 """What ``Agent.save`` writes (with their checksums)."""
@@ -40,7 +40,7 @@ summary line and each seed's line of ``--seeds`` report the same figure)."""
 class Agent:
     """What ``fastppo.train`` returns and ``fastppo.load`` restores."""
 
-    policy: ActorCritic | GroupedActorCritic
+    policy: ActorCritic | GroupedActorCritic | StackedActorCritic  # a stack only while its seeds train
     config: Config
     """The run's hyperparameters, every section (``agent.config.ppo.learning_rate``...)."""
     observation_space: gym.spaces.Box
@@ -114,7 +114,13 @@ class Agent:
             names, obs, action_mask = self._agent_rows(obs, action_mask)
             return dict(zip(names, self.act(obs, deterministic, action_mask))) if names else {}
         obs_t, mask_t, single = self._inputs(obs, action_mask)
-        return self._env_actions(self.policy.predict(obs_t, mask_t, deterministic)[0], single)
+        return self._env_actions(self._player.predict(obs_t, mask_t, deterministic)[0], single)
+
+    @property
+    def _player(self) -> ActorCritic | GroupedActorCritic:
+        """The policy that acts: a stack of seeds is split into one agent per seed before any plays."""
+        assert not isinstance(self.policy, StackedActorCritic)
+        return self.policy
 
     def initial_state(self, batch_size: int | Iterable[str] = 1) -> Any:
         """A recurrent agent's state for ``batch_size`` fresh episodes (zeros); for a multi-agent
@@ -162,7 +168,7 @@ class Agent:
                 f"agent.step got a state of shape {tuple(state.shape)} for {obs_t.shape[0]} observations; "
                 f"expected {(obs_t.shape[0], self.policy.state_size)}"
             )
-        action, state = self.policy.predict(obs_t, mask_t, deterministic, state)
+        action, state = self._player.predict(obs_t, mask_t, deterministic, state)
         return self._env_actions(action, single), state
 
     def _agent_rows(

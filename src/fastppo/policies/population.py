@@ -245,6 +245,8 @@ class StackedActorCritic(Population):
     the rule the single run's ``memory.Segments`` applies by cutting the rows into episodes.
     """
 
+    action_head: ActionHead  # the head's math, set past nn.Module's registry (no weights of its own)
+
     def __init__(self, policies: list[ActorCritic], generators: list[torch.Generator]):
         super().__init__(policies[0])
         self.seeds = len(policies)
