@@ -38,7 +38,7 @@ def test_every_shipped_preset_loads_and_validates(name):
 def test_preset_chosen_by_env_id():
     assert preset_for_env("CartPole-v1", continuous=False) == "CartPole-v1"
     assert preset_for_env("MountainCarContinuous-v0", continuous=True) == "cleanrl-continuous"
-    assert preset_for_env("tests.fake_envs:MaskedChoiceEnv", continuous=False) == "cleanrl-discrete"
+    assert preset_for_env("tests.support.fake_envs:MaskedChoiceEnv", continuous=False) == "cleanrl-discrete"
 
 
 def test_overrides_accept_dotted_and_bare_names_and_coerce_types():

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from fastppo.errors import FastPPOError
-from tests.rlhf.tiny import cli_error, parse_cli, run_cli
+from tests.support.tiny_lm import cli_error, parse_cli, run_cli
 
 
 def test_rlhf_command_trains_and_resumes(tiny_model, tmp_path, capsys) -> None:
@@ -20,7 +20,7 @@ def test_rlhf_command_trains_and_resumes(tiny_model, tmp_path, capsys) -> None:
         "--model",
         str(tiny_model),
         "--reward",
-        "tests.rlhf.tiny:early_letters",
+        "tests.support.tiny_lm:early_letters",
         "--prompts",
         str(prompts),
         "--steps",
@@ -104,7 +104,7 @@ def test_missing_inputs_are_one_line_errors(tiny_model, tmp_path) -> None:
     empty.write_text("")
     with pytest.raises(FastPPOError, match="empty"):
         run_cli(
-            ["rlhf", "--model", str(tiny_model), "--reward", "tests.rlhf.tiny:early_letters", "--prompts", str(empty)]
+            ["rlhf", "--model", str(tiny_model), "--reward", "tests.support.tiny_lm:early_letters", "--prompts", str(empty)]
         )
     with pytest.raises(FastPPOError, match="required"):
         parse_cli(["rlhf", "--reward", "x:y", "--prompts", "p.jsonl"])
@@ -216,7 +216,7 @@ def test_bad_input_is_one_line_and_exit_2(tiny_model, tmp_path, capsys, command,
     base = {
         "rlhf": [
             "--reward",
-            "tests.rlhf.tiny:early_letters",
+            "tests.support.tiny_lm:early_letters",
             "--prompts",
             str(prompts),
             "--steps",

@@ -13,7 +13,7 @@ import pytest
 from fastppo.errors import FastPPOError
 from fastppo.rlhf.config import DataConfig, PreferenceDataConfig
 from fastppo.rlhf.data import PreferencePair, read_preferences, read_prompts
-from tests.rlhf.tiny import build_tokenizer, run_cli
+from tests.support.tiny_lm import build_tokenizer, run_cli
 
 datasets = pytest.importorskip("datasets")
 

@@ -30,8 +30,8 @@ from fastppo.rlhf.data import PreferencePair, batch_indices
 from fastppo.rlhf.models import Precision, load_models
 from fastppo.rlhf.rewards import compute_scores, shape_scores
 from fastppo.rlhf.rollout import Rollout, collect_rollout
-from tests.rlhf.tiny import PROMPTS, early_letters, tiny_config
-from tests.test_distributed import fastppo_errors, rank_of, spawn, torchrun
+from tests.support.tiny_lm import PROMPTS, early_letters, tiny_config
+from tests.support.torchrun import fastppo_errors, rank_of, spawn, torchrun
 
 SEED = 3
 PROMPTS_PER_RANK, GENERATIONS, EPOCHS = 2, 2, 2

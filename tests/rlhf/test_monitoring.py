@@ -8,7 +8,6 @@ import shutil
 import sys
 from contextlib import nullcontext
 from dataclasses import fields, replace
-from pathlib import Path
 from types import ModuleType, SimpleNamespace
 
 import pytest
@@ -28,7 +27,8 @@ from fastppo.rlhf.config import (
     validate_run,
 )
 from fastppo.rlhf.trainer import train
-from tests.rlhf.tiny import PROMPTS, early_letters, run_cli, tiny_config
+from tests.support.paths import ROOT
+from tests.support.tiny_lm import PROMPTS, early_letters, run_cli, tiny_config
 
 EVAL_PROMPTS = ["abc", "hello world", "ok"]
 
@@ -201,7 +201,7 @@ def test_cli_eval_prompts_and_schedule(tiny_model, tmp_path) -> None:
         "--model",
         str(tiny_model),
         "--reward",
-        "tests.rlhf.tiny:early_letters",
+        "tests.support.tiny_lm:early_letters",
         "--prompts",
         str(prompts),
         "--steps",
@@ -287,7 +287,7 @@ def test_vllm_error_comes_before_any_loading(tiny_model, tmp_path) -> None:
 
 
 def test_the_rlhf_guide_documents_every_new_flag() -> None:
-    guide = (Path(__file__).parents[2] / "docs" / "guides" / "rlhf.md").read_text()
+    guide = (ROOT / "docs" / "guides" / "rlhf.md").read_text()
     flags = ["--eval-prompts", "--report-to", "--wandb-project", "--generator", "--vllm-gpu-memory"]
     flags += [f"--{f.name.replace('_', '-')}" for cls in (LRScheduleConfig, MonitorConfig) for f in fields(cls)]
     assert [flag for flag in flags if f"`{flag}" not in guide] == []
@@ -322,7 +322,7 @@ def test_vllm_generator_against_a_stand_in_engine(tmp_path, monkeypatch) -> None
     loaded into the engine at start and after a change, trimmed to the checkpoint's vocabulary."""
     from fastppo.rlhf.generation import VLLMGenerator
     from fastppo.rlhf.models import load_models
-    from tests.rlhf.tiny import build_model_folder
+    from tests.support.tiny_lm import build_model_folder
 
     vllm, inputs = ModuleType("vllm"), ModuleType("vllm.inputs")
     vllm.LLM, vllm.SamplingParams, inputs.TokensPrompt = _FakeLLM, SimpleNamespace, dict

@@ -18,7 +18,7 @@ from fastppo.rlhf.models import Precision, load_models
 from fastppo.rlhf.rewards import sequence_advantages
 from fastppo.rlhf.tokens import encode_completions, encode_prompts, forward_tokens
 from fastppo.rlhf.trainer import train
-from tests.rlhf.tiny import PROMPTS, early_letters, tiny_config
+from tests.support.tiny_lm import PROMPTS, early_letters, tiny_config
 
 CPU = torch.device("cpu")
 

@@ -10,7 +10,7 @@ import torch
 
 from fastppo.errors import FastPPOError
 from fastppo.rlhf.rewards import load_reward
-from tests.rlhf.tiny import build_encoder_folder, run_cli
+from tests.support.tiny_lm import build_encoder_folder, run_cli
 
 WORDS = ["hi", "the cat", "ok", "yo", "good day", "sun", "a dog", "rain", "tea", "moon"]
 

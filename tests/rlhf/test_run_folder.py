@@ -18,7 +18,7 @@ from fastppo.errors import FastPPOError
 from fastppo.rlhf.checkpoint import LATEST, latest_checkpoint, load_training_state, save_checkpoint
 from fastppo.rlhf.config import ModelConfig
 from fastppo.rlhf.models import load_models
-from tests.rlhf.tiny import cli_error, early_letters, run_cli
+from tests.support.tiny_lm import cli_error, early_letters, run_cli
 
 
 def folder_bytes(folder: Path) -> dict[str, bytes]:
@@ -38,7 +38,7 @@ def inputs(tmp_path) -> dict[str, Path]:
 def command_argv(command: str, model: Path, inputs: dict[str, Path], output_dir: Path, *extra: str) -> list[str]:
     """A tiny run of ``command`` (two optimizer steps at most) writing into ``output_dir``."""
     specific = {
-        "rlhf": ["--reward", "tests.rlhf.tiny:early_letters", "--prompts", str(inputs["prompts"]), "--steps", "2", "--prompts-per-step", "2",
+        "rlhf": ["--reward", "tests.support.tiny_lm:early_letters", "--prompts", str(inputs["prompts"]), "--steps", "2", "--prompts-per-step", "2",
                  "--num-generations", "2", "--mini-batch-size", "4", "--ppo-epochs", "1", "--max-new-tokens", "6", "--estimator", "rloo"],
         "dpo": ["--data", str(inputs["pairs"]), "--batch-size", "2"],
         "reward-model": ["--data", str(inputs["pairs"]), "--batch-size", "2", "--eval-split", "0"],
@@ -181,7 +181,7 @@ def test_a_nan_loss_stops_the_run_with_the_last_good_checkpoint_kept(tiny_model,
     REWARD_CALLS.clear()
     run = tmp_path / "run"
     argv = command_argv("rlhf", tiny_model, inputs, run, "--save-every", "1", "--steps", "4")
-    argv[argv.index("tests.rlhf.tiny:early_letters")] = f"{__name__}:huge_from_the_third_step"
+    argv[argv.index("tests.support.tiny_lm:early_letters")] = f"{__name__}:huge_from_the_third_step"
     message = cli_error(argv, capsys)
     assert message.startswith("fastppo: error: training stopped at step 3: ")
     assert message.endswith(
@@ -217,7 +217,7 @@ def test_a_diverging_preference_run_stops_with_the_last_good_checkpoint_kept(
 
 def test_a_causal_lm_is_refused_as_a_reward_model(tiny_model, tmp_path, capsys, inputs) -> None:
     argv = command_argv("rlhf", tiny_model, inputs, tmp_path / "run")
-    argv[argv.index("tests.rlhf.tiny:early_letters")] = str(tiny_model)
+    argv[argv.index("tests.support.tiny_lm:early_letters")] = str(tiny_model)
     assert cli_error(argv, capsys) == (
         f"fastppo: error: the reward model '{tiny_model}' has no trained score head (its weights lack score.weight, so its scores would be random noise): "
         f"train one with fastppo reward-model --model {tiny_model}, or pass a sequence-classification model folder"

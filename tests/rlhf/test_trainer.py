@@ -15,7 +15,7 @@ from fastppo.rlhf.config import PPOConfig
 from fastppo.rlhf.models import Models, Precision
 from fastppo.rlhf.tokens import TokenOutputs
 from fastppo.rlhf.trainer import ppo_update, train
-from tests.rlhf.tiny import PROMPTS, early_letters, synthetic_rollout, tiny_config
+from tests.support.tiny_lm import PROMPTS, early_letters, synthetic_rollout, tiny_config
 
 
 def _window_mean(history, key, window=5):
