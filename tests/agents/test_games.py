@@ -36,7 +36,7 @@ LEDUC = leduc_rules.LEDUC_ENV_ID
 RACE = "pz:tests.support.fake_pz_envs:race"
 
 # PettingZoo's leduc_holdem_v4 module warns that it is imported without its registry.
-pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+pytestmark = [pytest.mark.games, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 
 
 # --- the move tables to OpenSpiel -------------------------------------------------------------

@@ -116,6 +116,7 @@ def test_the_gpu_sessions_atari_stage_dry_runs_on_the_cpu(tmp_path):
     assert re.search(r"env-only ceiling \(the same 2 envs, random actions\): \d+ SPS; training makes \d+% of it", log)
 
 
+@pytest.mark.games
 def test_the_games_benchmark_measures_a_trained_game_agent(tmp_path, monkeypatch, capsys):
     import fastppo
 

@@ -31,6 +31,7 @@ LEDUC = "pz:pettingzoo.classic.leduc_holdem_v4"
 TINY = dict(total_timesteps=1024, num_envs=4, num_steps=32, progress=False, tensorboard=False)
 
 pytestmark = [
+    pytest.mark.games,
     pytest.mark.filterwarnings("ignore::UserWarning"),
     pytest.mark.filterwarnings("ignore::DeprecationWarning"),
 ]

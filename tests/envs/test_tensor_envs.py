@@ -321,7 +321,7 @@ def test_unknown_env_id_names_the_available_ones() -> None:
         make_tensor_env("CartPole-v1", 0)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.gpu
 @pytest.mark.parametrize("env_id", CASES)
 def test_cuda_steps_without_host_sync_and_matches_cpu(env_id: str) -> None:
     env, rng = make_pair(env_id, 256, torch.float64, seed=5)

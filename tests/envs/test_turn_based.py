@@ -24,6 +24,8 @@ from fastppo.training.rollout import EnvCursor, ObservationNormalizer, RolloutBu
 from fastppo.training.trainer import train
 from tests.support.fake_pz_envs import Race, TakeAway
 
+pytestmark = pytest.mark.games
+
 RACE = "pz:tests.support.fake_pz_envs:race"
 GAMMA, LAMBDA = 0.9, 0.8
 ADD_ONE, ADD_TWO = 0, 1

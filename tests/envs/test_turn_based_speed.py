@@ -19,6 +19,8 @@ pytest.importorskip("pettingzoo.classic")
 from pettingzoo.utils.env_logger import EnvLogger  # noqa: E402
 from pettingzoo.utils.wrappers import BaseWrapper  # noqa: E402
 
+pytestmark = pytest.mark.games
+
 STEPS = 300
 COPIES = 4
 

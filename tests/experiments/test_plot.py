@@ -133,6 +133,7 @@ def test_a_damaged_metrics_line_is_named_by_its_number(runs, tmp_path, capsys, d
     assert not (tmp_path / "p.png").exists()
 
 
+@pytest.mark.games
 def test_a_self_play_run_plots_its_ratings_beside_the_return(tmp_path, monkeypatch):
     run = tmp_path / "ttt"
     fastppo.train(

@@ -33,6 +33,8 @@ from fastppo.rlhf.rollout import Rollout, collect_rollout
 from tests.support.tiny_lm import PROMPTS, early_letters, tiny_config
 from tests.support.torchrun import fastppo_errors, rank_of, spawn, torchrun
 
+pytestmark = pytest.mark.torchrun
+
 SEED = 3
 PROMPTS_PER_RANK, GENERATIONS, EPOCHS = 2, 2, 2
 ROWS_PER_RANK = PROMPTS_PER_RANK * GENERATIONS

@@ -23,7 +23,7 @@ from fastppo.policies import ActorCritic
 from fastppo.training.rollout import PolicyStep
 from fastppo.training.update import MinibatchStep, UpdateCoefficients, make_optimizer, set_learning_rate
 
-DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+DEVICES = ["cpu"] + ([pytest.param("cuda", marks=pytest.mark.gpu)] if torch.cuda.is_available() else [])
 
 
 class CPUGraph:
@@ -189,7 +189,7 @@ def test_cudagraphs_on_cpu_exits_2_from_the_cli(capsys):
     assert "needs --device cuda" in capsys.readouterr().err
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.gpu
 @pytest.mark.parametrize("backend", ["sync", "tensor"])
 def test_cudagraphs_run_on_gpu_learns_cartpole(backend):
     # Not compared loss for loss with an eager run: graphed sampling draws other random numbers

@@ -292,6 +292,7 @@ ENV_DAMAGES = {  # each trained on before its fix, and crashed after metrics.jso
 
 
 @pytest.mark.parametrize("case", ENV_DAMAGES)
+@pytest.mark.games
 def test_an_env_snapshot_that_does_not_fit_the_env_is_one_line_and_leaves_the_run_folder_as_it_was(
     trained, trained_games, tmp_path, capsys, case
 ):

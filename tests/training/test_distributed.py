@@ -38,6 +38,8 @@ from fastppo.training.resume import resume_config
 from fastppo.training.update import MinibatchStep, UpdateCoefficients, make_optimizer, ppo_update
 from tests.support.torchrun import fastppo_errors, rank_of, spawn, torchrun
 
+pytestmark = pytest.mark.torchrun
+
 ROWS, MINIBATCHES, EPOCHS = 64, 4, 3
 HALF = ROWS // 2
 TARGET_KL = 0.02

@@ -14,7 +14,6 @@ from fastppo.training.resume import resume_config
 from fastppo.training.trainer import train
 from tests.support.resume import ITERATIONS, assert_same_run, metrics, stop_after
 
-NEEDS_CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 
 def config(env_id: str = "CartPole-v1", **overrides):
@@ -55,12 +54,12 @@ def config(env_id: str = "CartPole-v1", **overrides):
         pytest.param(
             "Pendulum-v1",
             {"device": "cuda", "normalize_obs": True, "normalize_reward": True, "tensorboard": False},
-            marks=NEEDS_CUDA,
+            marks=pytest.mark.gpu,
         ),
         pytest.param(
             "CartPole-v1",
             {"device": "cuda", "policy.memory": "lstm", "policy.memory_size": 16, "tensorboard": False},
-            marks=NEEDS_CUDA,
+            marks=pytest.mark.gpu,
         ),
     ],
     ids=[

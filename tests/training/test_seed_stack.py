@@ -621,7 +621,7 @@ STOPS = {3: 1792, 1: 2304, 2: 3072}  # where seeds 1-3 of that config reach a me
 
 @pytest.mark.parametrize(
     "device",
-    ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"))],
+    ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)],
 )
 def test_a_stack_ends_each_seed_at_its_stop_return_and_trains_the_others_on(tmp_path, capsys, device):
     """Seeds that reach --stop-return leave the stack as finished runs (final checkpoint and agent

@@ -24,6 +24,8 @@ from fastppo.training.trainer import train
 from tests.support.checkpoints import fields, snapshot, tensors
 from tests.support.resume import ITERATIONS, assert_same_run, stop_after
 
+pytestmark = pytest.mark.games
+
 RACE = "pz:tests.support.fake_pz_envs:race"
 TICTACTOE = "pz:pettingzoo.classic.tictactoe_v3"
 TAKE_AWAY = "pz:tests.support.fake_pz_envs:take_away"

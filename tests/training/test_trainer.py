@@ -220,7 +220,7 @@ def test_packed_copy_hands_back_each_output_exactly_in_its_dtype_and_shape():
         assert torch.equal(copied, original)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.gpu
 def test_a_gpu_policy_on_host_envs_keeps_its_statistics_on_the_cpu_and_acts_from_numpy():
     agent = fastppo.train(
         "Pendulum-v1",
