@@ -286,8 +286,11 @@ def test_an_env_fastppo_cannot_train_is_one_line_saying_why(env_id, message, cap
     assert message in err and len(err.strip().splitlines()) == 1
 
 
-@pytest.mark.skipif(importlib.util.find_spec("chess") is not None, reason="needs chess_v6's dependency missing")
-def test_a_missing_dependency_of_a_pettingzoo_env_names_it_and_its_extra(capsys):
+def test_a_missing_dependency_of_a_pettingzoo_env_names_it_and_its_extra(capsys, monkeypatch):
+    """chess_v6 needs python-chess, which [games] installs: here it is made missing."""
+    for name in [m for m in sys.modules if m.startswith("pettingzoo.classic.chess")]:
+        monkeypatch.delitem(sys.modules, name)  # built before: it would not import chess again
+    monkeypatch.setitem(sys.modules, "chess", None)  # `import chess` raises ModuleNotFoundError
     assert main(["train", "pz:pettingzoo.classic.chess_v6"]) == 2
     assert (
         capsys.readouterr().err
