@@ -12,23 +12,21 @@ import numpy as np
 import pytest
 import torch
 
-pyspiel = pytest.importorskip("pyspiel")
+pytest.importorskip("pyspiel")
 pytest.importorskip("rlcard")
 
-from open_spiel.python import policy as openspiel_policy  # noqa: E402
-from open_spiel.python.algorithms import exploitability as openspiel_exploitability  # noqa: E402
+import pyspiel
+from open_spiel.python import policy as openspiel_policy
+from open_spiel.python.algorithms import exploitability as openspiel_exploitability
 
-from fastppo.agents import (
-    leduc,  # noqa: E402
-    leduc_rules,  # noqa: E402
-)
-from fastppo.agents.game_env import legal_actions, make_game  # noqa: E402
-from fastppo.agents.games import GameResults, play_games  # noqa: E402
-from fastppo.agents.minimax import MinimaxPlayer, board_of, value  # noqa: E402
-from fastppo.agents.openspiel_games import SAME_RULES, MCTSPlayer, openspiel_state  # noqa: E402
-from fastppo.agents.players import AgentPlayer, PolicyPlayer, RandomPlayer, agent_policy, player_from_spec  # noqa: E402
-from fastppo.errors import FastPPOError  # noqa: E402
-from tests.support.games import leduc_agent  # noqa: E402
+from fastppo.agents import leduc, leduc_rules
+from fastppo.agents.game_env import legal_actions, make_game
+from fastppo.agents.games import GameResults, play_games
+from fastppo.agents.minimax import MinimaxPlayer, board_of, value
+from fastppo.agents.openspiel_games import SAME_RULES, MCTSPlayer, openspiel_state
+from fastppo.agents.players import AgentPlayer, PolicyPlayer, RandomPlayer, agent_policy, player_from_spec
+from fastppo.errors import FastPPOError
+from tests.support.games import leduc_agent
 
 TICTACTOE = "pz:pettingzoo.classic.tictactoe_v3"
 CONNECT_FOUR = "pz:pettingzoo.classic.connect_four_v3"

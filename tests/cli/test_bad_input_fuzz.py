@@ -374,7 +374,7 @@ def run_case(case: Case, folder: Path) -> Outcome:
                 code = main(argv)
             except SystemExit as exc:  # --help
                 code = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
-            except Exception as exc:  # noqa: BLE001 - the fuzzer's whole point: any other exception is a finding
+            except Exception as exc:  # the fuzzer's whole point: any other exception is a finding
                 return Outcome(
                     None, stderr.getvalue(), f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
                 )

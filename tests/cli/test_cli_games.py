@@ -4,6 +4,7 @@ types moves in the terminal: fastppo.agents.human, fastppo.agents.board_text).""
 
 from __future__ import annotations
 
+import ast
 import io
 import json
 import re
@@ -15,13 +16,13 @@ import pytest
 pytest.importorskip("pyspiel")
 pytest.importorskip("rlcard")
 
-import fastppo  # noqa: E402
-from fastppo.agents.board_text import board_text  # noqa: E402
-from fastppo.agents.game_env import make_game  # noqa: E402
-from fastppo.agents.human import HumanPlayer, Quit, play_against  # noqa: E402
-from fastppo.agents.players import AgentPlayer  # noqa: E402
-from fastppo.cli.main import main  # noqa: E402
-from tests.support.fake_pz_envs import FirstLegal  # noqa: E402  the lowest legal move, always: a player without chance
+import fastppo
+from fastppo.agents.board_text import board_text
+from fastppo.agents.game_env import make_game
+from fastppo.agents.human import HumanPlayer, Quit, play_against
+from fastppo.agents.players import AgentPlayer
+from fastppo.cli.main import main
+from tests.support.fake_pz_envs import FirstLegal  # the lowest legal move, always: a player without chance
 from tests.support.games import leduc_agent
 from tests.support.paths import SUPPORT
 
@@ -329,7 +330,7 @@ def test_the_documented_loop_plays_a_trained_agent_in_pettingzoos_own_loop(runs,
     code = textwrap.dedent(AgentPlayer.__doc__.split("::\n", 1)[1])
     assert code.count('"runs/tictactoe"') == 1
     exec(code.replace('"runs/tictactoe"', repr(str(runs["tictactoe"]))), {})
-    returns = eval(capsys.readouterr().out)  # noqa: S307 - the dict the loop printed
+    returns = ast.literal_eval(capsys.readouterr().out)  # the dict the loop printed
     assert (
         set(returns) == {"player_1", "player_2"}
         and sum(returns.values()) == 0
@@ -373,7 +374,19 @@ def test_a_player_class_of_yours_plays_from_the_command_line(runs, capsys, tmp_p
     run = runs["tictactoe"]
     from_python = without_timing(fastppo.evaluate(run, opponent=FirstLegal(), games=6, seed=0).to_dict())
     assert (
-        main(["eval", str(run), "--opponent", "tests.support.fake_pz_envs:FirstLegal", "--games", "6", "--seed", "0", "--json"])
+        main(
+            [
+                "eval",
+                str(run),
+                "--opponent",
+                "tests.support.fake_pz_envs:FirstLegal",
+                "--games",
+                "6",
+                "--seed",
+                "0",
+                "--json",
+            ]
+        )
         == 0
     )
     assert without_timing(json.loads(capsys.readouterr().out)) == from_python

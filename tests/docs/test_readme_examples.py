@@ -112,7 +112,7 @@ def page_commands(text: str) -> list[Command]:
             lines = body.splitlines()
             for i, line in enumerate(lines):
                 if line.startswith("$ "):
-                    shown = list(itertools.takewhile(lambda l: not l.startswith("$ "), lines[i + 1 :]))
+                    shown = list(itertools.takewhile(lambda later: not later.startswith("$ "), lines[i + 1 :]))
                     commands.append(Command("shell", line[2:], first + i, shown))
     return commands
 

@@ -3,6 +3,7 @@ NEXT_STEP reset rows and truncation, and episodic returns recorded the same way 
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 
 import numpy as np
@@ -16,13 +17,9 @@ from fastppo.envs.envpool_vec import import_envpool, make_envpool_env
 from fastppo.errors import FastPPOError
 
 CPU = torch.device("cpu")
-try:
-    import envpool  # noqa: F401
-
-    HAVE_ENVPOOL = True
-except ImportError:
-    HAVE_ENVPOOL = False
-needs_envpool = pytest.mark.skipif(not HAVE_ENVPOOL, reason="envpool is not installed: pip install envpool")
+needs_envpool = pytest.mark.skipif(
+    importlib.util.find_spec("envpool") is None, reason="envpool is not installed: pip install envpool"
+)
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::UserWarning")
 
 

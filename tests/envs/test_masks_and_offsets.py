@@ -116,7 +116,9 @@ def test_a_masked_agent_needs_a_mask_and_a_loaded_one_remembers_it(masked_run):
     assert actions <= {0, 3}
 
 
-@pytest.mark.parametrize("env_id", ["tests.support.fake_envs:OffsetTargetEnv", "tests.support.fake_envs:MultiOffsetTargetEnv"])
+@pytest.mark.parametrize(
+    "env_id", ["tests.support.fake_envs:OffsetTargetEnv", "tests.support.fake_envs:MultiOffsetTargetEnv"]
+)
 def test_discrete_actions_and_observations_that_start_away_from_zero(env_id, tmp_path):
     # The env raises on an action outside its space, so training is itself the first check.
     agent = fastppo.train(

@@ -428,7 +428,9 @@ def test_train_help_names_pettingzoo_envs(capsys):
 
 def test_a_function_returning_a_parallel_env_trains_and_its_folder_names_it(tmp_path):
     """pz:<module>:<function> and pz:<file.py>:<function> (saved with the file's absolute path)."""
-    for i, env_id in enumerate(("pz:tests.support.fake_pz_envs:parallel_env", "pz:tests/support/fake_pz_envs.py:parallel_env")):
+    for i, env_id in enumerate(
+        ("pz:tests.support.fake_pz_envs:parallel_env", "pz:tests/support/fake_pz_envs.py:parallel_env")
+    ):
         agent = fastppo.train(env_id, run_dir=tmp_path / str(i), **TINY, env_kwargs=json.dumps({"length": 4}))
         assert agent.config.env.env_id == env_id.replace("tests/", f"{Path.cwd()}/tests/")
         assert fastppo.evaluate(agent, episodes=2, seed=0).mean_length == 4.0
@@ -695,7 +697,7 @@ def test_the_direct_mpe_step_equals_pettingzoos_parallel_step(module, env_kwargs
             env.unwrapped.scenario.is_terminal = lambda world, inner=env.unwrapped: inner.steps == 9
     rng = np.random.default_rng(0)
     ended = []
-    for episode, seed in enumerate([5, None, 6]):
+    for seed in [5, None, 6]:
         results = [env.reset(seed=seed) for env in (direct, generic)]
         while generic.agents:
             assert direct.agents == generic.agents
@@ -832,8 +834,11 @@ def test_training_on_mpe_is_bit_identical_with_the_direct_step(tmp_path, monkeyp
     generic = fastppo.train("pz:mpe2.simple_spread_v3", run_dir=tmp_path / "generic", **overrides)
     for name, value in direct.policy.state_dict().items():
         assert torch.equal(value, generic.policy.state_dict()[name]), name
-    untimed = lambda path: [
-        {k: v for k, v in json.loads(line).items() if "time" not in k and "SPS" not in k}
-        for line in open(path / "metrics.jsonl")
-    ]
+
+    def untimed(path):
+        return [
+            {k: v for k, v in json.loads(line).items() if "time" not in k and "SPS" not in k}
+            for line in open(path / "metrics.jsonl")
+        ]
+
     assert untimed(tmp_path / "direct") == untimed(tmp_path / "generic")

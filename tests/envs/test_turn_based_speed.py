@@ -16,8 +16,8 @@ from fastppo.envs.pettingzoo_vec import make_pettingzoo
 from fastppo.envs.turn_based import TurnBasedVecEnv, game_episodes
 
 pytest.importorskip("pettingzoo.classic")
-from pettingzoo.utils.env_logger import EnvLogger  # noqa: E402
-from pettingzoo.utils.wrappers import BaseWrapper  # noqa: E402
+from pettingzoo.utils.env_logger import EnvLogger
+from pettingzoo.utils.wrappers import BaseWrapper
 
 pytestmark = pytest.mark.games
 

@@ -45,7 +45,10 @@ def test_user_tensor_env_from_the_cli(tmp_path, capsys):
         "512",
     ]
     assert main([*args, "--run-dir", str(run_dir), "--progress", "false", "--tensorboard", "false"]) == 0
-    env = ["--env-id", "tests.support.fake_envs:MatchTensorEnv"]  # user code is imported only when the command line names it
+    env = [
+        "--env-id",
+        "tests.support.fake_envs:MatchTensorEnv",
+    ]  # user code is imported only when the command line names it
     assert main(["eval", str(run_dir), "--episodes", "4", *env]) == 0
     assert "over 4 episodes" in capsys.readouterr().out
     assert main(["record", str(run_dir), "--out", str(tmp_path / "match.mp4"), *env]) == 2
@@ -143,7 +146,9 @@ def test_a_file_without_the_named_class_is_named(capsys):
 @pytest.mark.parametrize("name, what", [("NotAnEnv", "a class"), ("make", "a function"), ("MatchTensorEnv", None)])
 def test_a_name_that_is_no_gymnasium_env_is_one_clear_line(tmp_path, capsys, name, what):
     envs = tmp_path / "my_envs.py"
-    envs.write_text("from tests.support.fake_envs import MatchTensorEnv\nclass NotAnEnv:\n    pass\ndef make():\n    pass\n")
+    envs.write_text(
+        "from tests.support.fake_envs import MatchTensorEnv\nclass NotAnEnv:\n    pass\ndef make():\n    pass\n"
+    )
     assert main(["train", f"{envs}:{name}", "--backend", "sync", "--run-dir", str(tmp_path / "run")]) == 2
     expected = (
         f"'{name}' in {envs} is a TensorEnv: train it with --backend tensor"

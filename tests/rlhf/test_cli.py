@@ -104,7 +104,15 @@ def test_missing_inputs_are_one_line_errors(tiny_model, tmp_path) -> None:
     empty.write_text("")
     with pytest.raises(FastPPOError, match="empty"):
         run_cli(
-            ["rlhf", "--model", str(tiny_model), "--reward", "tests.support.tiny_lm:early_letters", "--prompts", str(empty)]
+            [
+                "rlhf",
+                "--model",
+                str(tiny_model),
+                "--reward",
+                "tests.support.tiny_lm:early_letters",
+                "--prompts",
+                str(empty),
+            ]
         )
     with pytest.raises(FastPPOError, match="required"):
         parse_cli(["rlhf", "--reward", "x:y", "--prompts", "p.jsonl"])

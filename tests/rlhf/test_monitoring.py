@@ -28,7 +28,7 @@ from fastppo.rlhf.config import (
 )
 from fastppo.rlhf.trainer import train
 from tests.support.paths import ROOT
-from tests.support.tiny_lm import PROMPTS, early_letters, run_cli, tiny_config
+from tests.support.tiny_lm import PROMPTS, deterministic, early_letters, run_cli, tiny_config
 
 EVAL_PROMPTS = ["abc", "hello world", "ok"]
 
@@ -114,7 +114,6 @@ def test_lr_schedule_is_applied_and_logged(tiny_model, tmp_path) -> None:
 def test_resume_mid_schedule_continues_exactly(tiny_model, tmp_path) -> None:
     """Stopped after step 2 of 4 (in the middle of a linear decay after warm-up), the resumed run
     repeats the uninterrupted run's steps 3 and 4: same learning rates, same losses and rewards."""
-    deterministic = lambda h: {k: v for k, v in h.items() if not k.startswith(("time/", "perf/"))}  # noqa: E731
     cfg = tiny_config(tiny_model, tmp_path / "full", steps=4, learning_rate=1e-3)
     cfg = replace(cfg, schedule=LRScheduleConfig("linear", 1), run=replace(cfg.run, save_every=2))
     full = train(cfg, early_letters, PROMPTS)

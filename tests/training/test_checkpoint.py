@@ -125,7 +125,9 @@ def test_sigkill_while_saving_leaves_a_loadable_checkpoint(tmp_path):
 @pytest.mark.parametrize("env, what", [("NaNRewardEnv", "reward"), ("InfObservationEnv", "observation")])
 def test_nan_from_the_env_stops_with_its_name_and_keeps_the_last_checkpoint(tmp_path, env, what):
     # 100 good steps per env, 16 per iteration: iteration 7 sees the first bad value.
-    cfg = config(f"tests.support.nonfinite_envs:{env}", checkpoint_every=1, total_timesteps=32 * 20, normalize_obs=False)
+    cfg = config(
+        f"tests.support.nonfinite_envs:{env}", checkpoint_every=1, total_timesteps=32 * 20, normalize_obs=False
+    )
     with pytest.raises(FastPPOError) as info:
         train(cfg, tmp_path)
     message = str(info.value)

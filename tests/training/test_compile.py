@@ -57,7 +57,9 @@ def test_compile_flag_on_tensor_backend(eager_backend):
 
 
 INDUCTOR_CASES = ([("cpu", "sync")] if shutil.which("g++") or shutil.which("c++") else []) + (
-    [pytest.param("cuda", backend, marks=pytest.mark.gpu) for backend in ("sync", "tensor")] if torch.cuda.is_available() else []
+    [pytest.param("cuda", backend, marks=pytest.mark.gpu) for backend in ("sync", "tensor")]
+    if torch.cuda.is_available()
+    else []
 )
 """(device, env backend) runs inductor can compile here: on CPU it needs a C++ compiler."""
 

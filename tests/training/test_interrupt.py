@@ -179,8 +179,6 @@ def test_a_double_sigterm_exits_143_without_a_traceback(tmp_path):
         assert load_checkpoint(run).global_step == logged[-1]
 
 
-
-
 def test_ctrl_c_during_start_up_is_one_line_and_exit_130(tmp_path):
     # Sent once the command says it is building its env (which then takes a minute): in start-up
     # whatever the machine's load, not after a sleep that a slow start-up may outlast.

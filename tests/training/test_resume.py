@@ -15,7 +15,6 @@ from fastppo.training.trainer import train
 from tests.support.resume import ITERATIONS, assert_same_run, metrics, stop_after
 
 
-
 def config(env_id: str = "CartPole-v1", **overrides):
     base = {
         "num_envs": 4,

@@ -637,7 +637,7 @@ def test_a_parallel_env_plays_a_group_by_its_opponents_on_the_rows_it_showed():
     envs.opponents = opponents = Adversaries()
     step = envs.reset(seed=0)
     assert step.live.tolist() == [False, False, True, True, True, True]  # copy 0: the learner plays agent_0 alone
-    for t in range(3):
+    for _ in range(3):
         shown = step.obs.view(2, 3, -1)[0, :2].numpy()
         step = envs.step(
             step.action_mask.float().argmax(1)

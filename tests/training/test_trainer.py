@@ -101,7 +101,9 @@ def test_action_masks_are_respected():
     assert set(actions.tolist()) <= {0, 2}
 
 
-@pytest.mark.parametrize("env_id", ["tests.support.fake_envs:TargetEnv", "tests.support.fake_envs:MultiBinaryTargetEnv"])
+@pytest.mark.parametrize(
+    "env_id", ["tests.support.fake_envs:TargetEnv", "tests.support.fake_envs:MultiBinaryTargetEnv"]
+)
 def test_multidiscrete_and_multibinary_actions_with_tuple_observations_learn(env_id):
     agent = fastppo.train(
         env_id, preset="cleanrl-discrete", **{**TINY, "total_timesteps": 8192, "learning_rate": 3e-3, "ent_coef": 0.0}
