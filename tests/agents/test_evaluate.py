@@ -121,7 +121,8 @@ def test_eval_computes_on_the_threads_its_run_trained_with(run, capsys):
         # File types their writer cannot write: refused before any frame is rendered or figure drawn.
         (
             ["record", "{run}", "--out", "{empty}/v.txt"],
-            "the video {empty}/v.txt ends in '.txt', a file type it cannot be written as: end the name in .avi, .mkv, .mov, .mp4",
+            "the video {empty}/v.txt ends in '.txt', a file type it cannot be written as: end the name in "
+            ".avi, .mkv, .mov, .mp4",
         ),
         (
             ["record", "{run}", "--out", "{empty}/v"],
@@ -129,7 +130,8 @@ def test_eval_computes_on_the_threads_its_run_trained_with(run, capsys):
         ),
         (
             ["plot", "{run}", "--out", "{empty}/p.xyz"],
-            "the plot {empty}/p.xyz ends in '.xyz', a file type it cannot be written as: end the name in .avif, .eps, .gif, .jpeg, .jpg, .pdf",
+            "the plot {empty}/p.xyz ends in '.xyz', a file type it cannot be written as: end the name in "
+            ".avif, .eps, .gif, .jpeg, .jpg, .pdf",
         ),
     ],
 )

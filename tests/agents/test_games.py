@@ -231,13 +231,15 @@ def test_opponent_specs_build_their_players(tmp_path):
         (
             "minimax",
             CONNECT_FOUR,
-            "--opponent minimax: minimax plays pz:pettingzoo.classic.tictactoe_v3 only, not pz:pettingzoo.classic.connect_four_v3: use random, mcts:N",
+            "--opponent minimax: minimax plays pz:pettingzoo.classic.tictactoe_v3 only, not "
+            "pz:pettingzoo.classic.connect_four_v3: use random, mcts:N",
         ),
         # a game OpenSpiel has no twin of: mcts:N is no choice there
         (
             "minimax",
             RACE,
-            f"--opponent minimax: minimax plays pz:pettingzoo.classic.tictactoe_v3 only, not {RACE}: use random, the run folder of an agent trained on this game or a player class",
+            f"--opponent minimax: minimax plays pz:pettingzoo.classic.tictactoe_v3 only, not {RACE}: use "
+            "random, the run folder of an agent trained on this game or a player class",
         ),
         ("alphazero", CONNECT_FOUR, "--opponent alphazero: unknown opponent, and no such folder"),
         ("", CONNECT_FOUR, "--opponent '': an empty name names no opponent (nor the working directory)"),
@@ -255,7 +257,10 @@ def test_an_agent_of_another_game_is_refused(tmp_path):
     leduc_agent().save(tmp_path / "run")
     with pytest.raises(
         FastPPOError,
-        match=r"^--opponent .*run: .*run holds an agent trained on pz:pettingzoo.classic.leduc_holdem_v4, not on pz:pettingzoo.classic.connect_four_v3",
+        match=(
+            r"^--opponent .*run: .*run holds an agent trained on pz:pettingzoo.classic.leduc_holdem_v4, not on "
+            r"pz:pettingzoo.classic.connect_four_v3"
+        ),
     ):
         player_from_spec(str(tmp_path / "run"), CONNECT_FOUR)
 

@@ -429,7 +429,8 @@ def fuzz(all_cases: list[Case], tmp_path: Path, capsys: pytest.CaptureFixture) -
     flags = {(c.command, c.flag) for c in all_cases}
     with capsys.disabled():
         print(
-            f"\nbad-input fuzz: {len(all_cases)} command lines over {len(flags)} flags and inputs of {len({c.command for c in all_cases})} subcommands: "
+            f"\nbad-input fuzz: {len(all_cases)} command lines over {len(flags)} flags and inputs of "
+            f"{len({c.command for c in all_cases})} subcommands: "
             f"{accepted} accepted (exit 0), {refused} refused in one line (exit 2), {len(failures)} failures"
         )
     assert not failures, "\n".join(failures)

@@ -257,7 +257,8 @@ def test_a_run_starts_with_a_header_of_what_it_trains(tmp_path, capsys):
         f"fastppo: Acrobot-v1 (preset Acrobot-v1, sync backend) into {run}, on cpu (1 thread)",
         "fastppo: 2 envs x 64 steps = 128 per update in 4 minibatches x 4 epochs; 256 steps = 2 updates",
         "fastppo: differs from the defaults: learning_rate=0.001",  # the Acrobot preset's values are CleanRL's defaults
-        "fastppo: warning: --total-timesteps 256 gives only 2 updates of 128 steps (2 envs x 64 steps): PPO needs more to learn; "
+        "fastppo: warning: --total-timesteps 256 gives only 2 updates of 128 steps (2 envs x 64 steps): PPO "
+        "needs more to learn; "
         "raise --total-timesteps to 1280 or more, or lower --num-envs/--num-steps",
     ]
     assert lines[4].startswith("fastppo: Acrobot-v1: 256 steps, ")
@@ -347,7 +348,8 @@ def test_a_finished_run_ends_with_what_its_return_means_and_what_to_run_next(tmp
     final = re.search(r", (-?[\d.]+) mean return over the last", lines[-4]).group(1)
     assert lines[-3] == f"fastppo: results in {run} (metrics.jsonl, TensorBoard: tensorboard --logdir {tmp_path})"
     assert lines[-2:] == [
-        f"fastppo: CartPole-v1 counts as solved at a mean return of 475 (its reward_threshold): {final} is not solved yet (train longer: --total-timesteps)",
+        f"fastppo: CartPole-v1 counts as solved at a mean return of 475 (its reward_threshold): {final} is "
+        "not solved yet (train longer: --total-timesteps)",
         f"fastppo: next: fastppo eval '{run}' (evaluate the trained agent), fastppo plot '{run}' (its learning curves)",
     ]
 

@@ -129,19 +129,23 @@ def test_a_games_agent_plays_its_most_likely_move_unless_told_to_sample(runs):
         ),
         (
             ["eval", "{tictactoe}", "--opponent", "tests.support.fake_pz_envs:NoSuchPlayer"],
-            "--opponent tests.support.fake_pz_envs:NoSuchPlayer: tests.support.fake_pz_envs:NoSuchPlayer names nothing, not a player class",
+            "--opponent tests.support.fake_pz_envs:NoSuchPlayer: tests.support.fake_pz_envs:NoSuchPlayer "
+            "names nothing, not a player class",
         ),
         (
             ["eval", "{tictactoe}", "--opponent", "tests.support.fake_pz_envs:race"],
-            "--opponent tests.support.fake_pz_envs:race: tests.support.fake_pz_envs:race names a function, not a player class",
+            "--opponent tests.support.fake_pz_envs:race: tests.support.fake_pz_envs:race names a function, "
+            "not a player class",
         ),
         (
             ["eval", "{tictactoe}", "--opponent", "tests.support.fake_pz_envs:Broken"],
-            "--opponent tests.support.fake_pz_envs:Broken: tests.support.fake_pz_envs:Broken() raised ValueError: the board is missing; a player class is built with no arguments",
+            "--opponent tests.support.fake_pz_envs:Broken: tests.support.fake_pz_envs:Broken() raised "
+            "ValueError: the board is missing; a player class is built with no arguments",
         ),
         (
             ["eval", "{tictactoe}", "--opponent", "tests/nowhere.py:Player"],
-            "--opponent tests/nowhere.py:Player: cannot load the player 'tests/nowhere.py:Player': no Python file at tests/nowhere.py",
+            "--opponent tests/nowhere.py:Player: cannot load the player 'tests/nowhere.py:Player': no Python "
+            "file at tests/nowhere.py",
         ),
         (["eval", "{tictactoe}", "--opponent", "nobody"], "--opponent nobody: unknown opponent, and no such folder"),
         (
@@ -201,7 +205,10 @@ def test_leduc_is_told_in_words_from_the_observation():
         game = env.unwrapped.env.game
         seat = env.agent_selection
         me, other = game.players[env.possible_agents.index(seat)], game.players[1 - env.possible_agents.index(seat)]
-        expected = f"you are {seat}: your card {me.hand.rank}, public card {game.public_card.rank}; chips in: you {me.in_chips}, the opponent {other.in_chips}"
+        expected = (
+            f"you are {seat}: your card {me.hand.rank}, public card {game.public_card.rank}; chips in: you "
+            f"{me.in_chips}, the opponent {other.in_chips}"
+        )
         assert text.position(env, seat) == expected
     first = played(LEDUC, [])
     assert "public card not dealt yet" in text.position(first, first.agent_selection)
@@ -295,9 +302,8 @@ def test_a_person_plays_a_whole_game_of_tictactoe_typed_on_stdin(runs, monkeypat
     assert won_by is not None or not re.search(r"\d", "".join(final))  # a line of three, or a full board
     outcome = "a draw" if won_by is None else "you won" if won_by == mark else "you lost"
     assert lines[result].startswith(outcome)
-    assert (
-        lines[result + 1]
-        == f"score: {int(outcome == 'you won')} won, {int(outcome == 'a draw')} drawn, {int(outcome == 'you lost')} lost"
+    assert lines[result + 1] == (
+        f"score: {int(outcome == 'you won')} won, {int(outcome == 'a draw')} drawn, {int(outcome == 'you lost')} lost"
     )
 
 

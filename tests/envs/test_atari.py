@@ -411,7 +411,10 @@ def test_the_ale_backend_refuses_an_id_it_cannot_serve(tmp_path, capsys):
         main(["train", "CartPole-v1", "--backend", "ale", "--run-dir", str(tmp_path / "run"), "--progress", "false"])
         == 2
     )
-    message = "the ale backend steps Atari games (ALE/Pong-v5, BreakoutNoFrameskip-v4), and CartPole-v1 is not one: use --env.backend sync"
+    message = (
+        "the ale backend steps Atari games (ALE/Pong-v5, BreakoutNoFrameskip-v4), and CartPole-v1 is not one: use "
+        "--env.backend sync"
+    )
     assert capsys.readouterr().err == f"fastppo: error: {message}\n"
 
 
@@ -425,7 +428,10 @@ def test_an_atari_id_without_ale_py_is_one_line(tmp_path, backend):
     )
     argv = ["train", "ALE/Pong-v5", *backend, "--run-dir", str(tmp_path / "run"), "--progress", "false"]
     proc = subprocess.run([sys.executable, "-c", hide_ale, *argv], capture_output=True, text=True, timeout=120)
-    message = "env 'ALE/Pong-v5' is an Atari game, and ale-py (which plays them) is not installed: pip install 'fastppo[atari]'"
+    message = (
+        "env 'ALE/Pong-v5' is an Atari game, and ale-py (which plays them) is not installed: pip install "
+        "'fastppo[atari]'"
+    )
     assert (proc.returncode, proc.stderr) == (2, f"fastppo: error: {message}\n")
     assert not (tmp_path / "run").exists()
 
@@ -476,7 +482,10 @@ def test_a_run_resumes_on_its_saved_backend_or_on_another_host_backend_when_aske
         main(["train", "--resume", str(run), "--total-timesteps", "256", "--backend", "tensor", "--progress", "false"])
         == 2
     )
-    message = f"{run} was trained on the ale backend and cannot resume on tensor: a resume may move between sync, async, envpool, ale only; drop --backend"
+    message = (
+        f"{run} was trained on the ale backend and cannot resume on tensor: a resume may move between sync, "
+        "async, envpool, ale only; drop --backend"
+    )
     assert capsys.readouterr().err == f"fastppo: error: {message}\n"
 
 

@@ -248,7 +248,8 @@ def test_a_recurrent_shared_policy_trains_and_evaluates():
         (["--env-kwargs", "{die_at: 3}"], "expects a JSON object"),
         (
             ["--env-kwargs", '{"bogus": 1}'],
-            "pz:tests.support.fake_pz_envs rejected --env-kwargs {'bogus': 1}: Relay.__init__() got an unexpected keyword argument 'bogus'",
+            "pz:tests.support.fake_pz_envs rejected --env-kwargs {'bogus': 1}: Relay.__init__() got an "
+            "unexpected keyword argument 'bogus'",
         ),
         (["--multi-agent.algorithm", "mappo", "--policy.shared-trunk"], "drop --policy.shared-trunk"),
     ],
@@ -271,7 +272,8 @@ def test_bad_multi_agent_input_is_one_line_and_exit_2(argv, message, capsys):
         ),
         (
             "pz:tests.support.fake_pz_envs:no_such_function",
-            "tests.support.fake_pz_envs defines no 'no_such_function': name a function that returns a PettingZoo ParallelEnv",
+            "tests.support.fake_pz_envs defines no 'no_such_function': name a function that returns a "
+            "PettingZoo ParallelEnv",
         ),
         ("pz:tests.support.fake_pz_envs:AGENTS", "defines 'AGENTS' as a tuple"),
         (
@@ -292,9 +294,9 @@ def test_a_missing_dependency_of_a_pettingzoo_env_names_it_and_its_extra(capsys,
         monkeypatch.delitem(sys.modules, name)  # built before: it would not import chess again
     monkeypatch.setitem(sys.modules, "chess", None)  # `import chess` raises ModuleNotFoundError
     assert main(["train", "pz:pettingzoo.classic.chess_v6"]) == 2
-    assert (
-        capsys.readouterr().err
-        == "fastppo: error: pz:pettingzoo.classic.chess_v6 needs the module 'chess', which is not installed: pip install -e \".[games]\" in the fastppo repository\n"
+    assert capsys.readouterr().err == (
+        "fastppo: error: pz:pettingzoo.classic.chess_v6 needs the module 'chess', which is not installed: pip "
+        'install -e ".[games]" in the fastppo repository\n'
     )
 
 
@@ -377,7 +379,8 @@ def test_the_batch_counts_a_row_per_agent(tmp_path, capsys):
     assert main(["train", RELAY, *tiny, "--num-minibatches", "3", "--run-dir", str(tmp_path / "three")]) == 0
     assert main(["train", RELAY, *tiny, "--num-minibatches", "4", "--run-dir", str(tmp_path / "four")]) == 2
     assert capsys.readouterr().err.endswith(
-        "fastppo: error: batch size 15 (num_envs 1 x num_steps 5 x 3 agents) does not split into 4 minibatches: pick num_minibatches dividing 15\n"
+        "fastppo: error: batch size 15 (num_envs 1 x num_steps 5 x 3 agents) does not split into 4 "
+        "minibatches: pick num_minibatches dividing 15\n"
     )
     assert not (tmp_path / "four").exists()
     assert (
@@ -412,7 +415,8 @@ def test_a_nan_from_a_pettingzoo_env_names_the_agent_and_its_copy():
             agents=["agent_0", "agent_1", "agent_2"],
         )
     assert str(raised.value) == (
-        "training stopped at iteration 3: the env returned a NaN/Inf reward for agent agent_1 of copy 1 at rollout step 2 (about global step 104); fix the env"
+        "training stopped at iteration 3: the env returned a NaN/Inf reward for agent agent_1 of copy 1 at "
+        "rollout step 2 (about global step 104); fix the env"
     )
 
 
@@ -421,9 +425,9 @@ def test_train_help_names_pettingzoo_envs(capsys):
         main(["train", "--help"])
     help_text = " ".join(capsys.readouterr().out.split())
     assert (
-        "pz:<module> (its parallel_env(), e.g. pz:mpe2.simple_spread_v3) or pz:<module or file.py>:<function> returning one"
-        in help_text
-    )
+        "pz:<module> (its parallel_env(), e.g. pz:mpe2.simple_spread_v3) or pz:<module or file.py>:<function> "
+        "returning one"
+    ) in help_text
 
 
 def test_a_function_returning_a_parallel_env_trains_and_its_folder_names_it(tmp_path):

@@ -367,7 +367,8 @@ def test_a_games_progress_bar_and_last_line_speak_of_games(tmp_path, capsys):
         ),
         (
             "undeclared_dict",
-            "on reset, observe('player_0') gave a dict, and observation_space('player_0') says Box(0.0, 5.0, (2,), float32): declare spaces.Dict",
+            "on reset, observe('player_0') gave a dict, and observation_space('player_0') says Box(0.0, 5.0, "
+            "(2,), float32): declare spaces.Dict",
         ),
         (
             "unmasked",
@@ -410,9 +411,9 @@ def test_a_games_constructor_error_is_no_env_kwargs_error_when_none_were_given(c
 
     assert main(["train", "pz:tests.support.fake_pz_envs:broken", "--preset", "cleanrl-discrete"]) == 2
     err = capsys.readouterr().err.strip()
-    assert (
-        err
-        == "fastppo: error: pz:tests.support.fake_pz_envs:broken raised ValueError as it was built (no --env-kwargs given): the board is missing"
+    assert err == (
+        "fastppo: error: pz:tests.support.fake_pz_envs:broken raised ValueError as it was built (no "
+        "--env-kwargs given): the board is missing"
     ), err
 
 

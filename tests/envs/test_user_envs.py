@@ -65,7 +65,9 @@ def test_an_env_class_itself_trains_through_the_python_api():
 def test_a_spec_that_is_not_a_tensor_env_is_a_clear_error():
     with pytest.raises(
         FastPPOError,
-        match="no tensor env for 'tests.support.fake_envs:TargetEnv'.*your own subclass of fastppo.envs.tensor.TensorEnv",
+        match=(
+            "no tensor env for 'tests.support.fake_envs:TargetEnv'.*your own subclass of fastppo.envs.tensor.TensorEnv"
+        ),
     ):
         make_tensor_env("tests.support.fake_envs:TargetEnv", 4)  # a gymnasium env, not a tensor env
     with pytest.raises(FastPPOError, match="cannot load env 'no_such_module_xyz:Match'"):
@@ -137,9 +139,9 @@ def test_a_file_env_run_evaluates_from_any_folder(tmp_path, monkeypatch, capsys)
 def test_a_file_without_the_named_class_is_named(capsys):
     assert main(["train", f"{FAKE_ENVS_FILE}:NoSuchEnv"]) == 2
     err = capsys.readouterr().err
-    assert (
-        err
-        == f"fastppo: error: cannot load env '{FAKE_ENVS_FILE}:NoSuchEnv': {FAKE_ENVS_FILE} defines no 'NoSuchEnv' (check the name after the colon)\n"
+    assert err == (
+        f"fastppo: error: cannot load env '{FAKE_ENVS_FILE}:NoSuchEnv': {FAKE_ENVS_FILE} defines no "
+        "'NoSuchEnv' (check the name after the colon)\n"
     )
 
 
@@ -154,7 +156,8 @@ def test_a_name_that_is_no_gymnasium_env_is_one_clear_line(tmp_path, capsys, nam
         f"'{name}' in {envs} is a TensorEnv: train it with --backend tensor"
         if what is None
         else (
-            f"{envs} defines '{name}', but it is {what}, not a gymnasium.Env or TensorEnv subclass: name your env class after the colon"
+            f"{envs} defines '{name}', but it is {what}, not a gymnasium.Env or TensorEnv subclass: name your "
+            "env class after the colon"
         )
     )
     assert capsys.readouterr().err == f"fastppo: error: {expected}\n"
@@ -195,11 +198,13 @@ class ColumnReward(MatchTensorEnv):
     [
         (
             WideObservation,
-            r"WideObservation._observe\(state\) gave observation as a torch.float32 tensor of shape \(6, 4\): expected a tensor of shape \[6x3\]",
+            r"WideObservation._observe\(state\) gave observation as a torch.float32 tensor of shape \(6, 4\): "
+            r"expected a tensor of shape \[6x3\]",
         ),
         (
             FloatFlags,
-            r"FloatFlags._dynamics\(state, actions\) gave terminated as a torch.float32 tensor of shape \(6,\): expected a torch.bool tensor of shape \[6\]",
+            r"FloatFlags._dynamics\(state, actions\) gave terminated as a torch.float32 tensor of shape "
+            r"\(6,\): expected a torch.bool tensor of shape \[6\]",
         ),
         (
             ColumnReward,

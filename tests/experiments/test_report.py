@@ -300,9 +300,9 @@ def test_a_seed_found_in_two_folders_is_refused_with_both_named(root, tmp_path, 
     assert main(["report", str(root), str(copy), "--out", str(tmp_path / "out"), "--reps", "10"]) == 2
     err = capsys.readouterr().err.strip()
     first = (root / "lr-2" / "s1").resolve()
-    assert (
-        err
-        == f"fastppo: error: seed 1 of one CartPole-v1 config was found twice, in {first} and {copy.resolve()}: a seed counts once: leave one of the two folders out of the report"
+    assert err == (
+        f"fastppo: error: seed 1 of one CartPole-v1 config was found twice, in {first} and {copy.resolve()}: "
+        "a seed counts once: leave one of the two folders out of the report"
     )
     assert not (tmp_path / "out").exists()
     # The same run reached twice (itself, through its parent, through a link) counts once.
@@ -318,9 +318,9 @@ def test_a_folder_that_is_a_run_and_a_folder_of_runs_is_refused(root, tmp_path, 
     for target in (both, tmp_path):
         assert main(["report", str(target), "--out", str(tmp_path / "out"), "--reps", "10"]) == 2
         err = capsys.readouterr().err.strip()
-        assert (
-            err
-            == f"fastppo: error: {both.resolve()} is a run and a folder of runs at once (seed_2 inside it): move the run or the runs inside it into a folder of its own"
+        assert err == (
+            f"fastppo: error: {both.resolve()} is a run and a folder of runs at once (seed_2 inside it): move "
+            "the run or the runs inside it into a folder of its own"
         )
 
 
@@ -340,6 +340,8 @@ def test_a_report_into_a_run_folder_is_refused_and_writes_nothing(root, tmp_path
     assert main(["report", str(root), "--out", str(out), "--reps", "10"]) == 2
     err = capsys.readouterr().err
     assert err.splitlines() == [
-        f"fastppo: error: --out {out} is a run's folder ({'config.yaml, metrics.jsonl, agent.json, ...' if target != 'seeds' else 'seed_1/'}): give --out a folder of its own"
+        f"fastppo: error: --out {out} is a run's folder "
+        f"({'config.yaml, metrics.jsonl, agent.json, ...' if target != 'seeds' else 'seed_1/'}): give --out a "
+        "folder of its own"
     ]
     assert _files(out) == before

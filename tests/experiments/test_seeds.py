@@ -57,7 +57,8 @@ def test_the_most_seeds_a_command_takes_are_parsed_in_order():
         ("1-4294967296", "--seeds must be in [0, 4294967295] (2**32 - 1), got 4294967296"),
         (
             "1-4294967295",
-            "--seeds 1-4294967295 names 4294967295 seeds, more than the 10000 one command trains: split them over several commands, each with its own --run-dir",
+            "--seeds 1-4294967295 names 4294967295 seeds, more than the 10000 one command trains: split them "
+            "over several commands, each with its own --run-dir",
         ),
         ("1-20000,20001-40000", "--seeds 1-20000,20001-40000 names 40000 seeds, more than the 10000"),
         ("1-10000,0", "--seeds 1-10000,0 names 10001 seeds, more than the 10000"),
@@ -163,7 +164,11 @@ def test_train_seeds_api_returns_each_seeds_agent(tmp_path, capsys, backend, wor
     assert [a.run_dir for a in agents] == [tmp_path / "s" / f"seed_{seed}" for seed in seeds]
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("fastppo: seed ")]
     assert sorted(lines) == sorted(
-        f"fastppo: seed {a.config.run.seed}: {sum(a.episode_returns[-20:]) / len(a.episode_returns[-20:]):.1f} mean return over the last 20 episodes ({a.run_dir})"
+        (
+            f"fastppo: seed {a.config.run.seed}: "
+            f"{sum(a.episode_returns[-20:]) / len(a.episode_returns[-20:]):.1f} mean return over the last 20 "
+            f"episodes ({a.run_dir})"
+        )
         for a in agents
     )
     for agent in agents:

@@ -107,7 +107,8 @@ def test_a_command_that_needs_the_env_refuses_user_code_the_folder_names(trained
     assert done.returncode == 2, done.stderr
     named = env_id.format(tmp=tmp_path)
     assert done.stderr == (
-        f"fastppo: error: run was trained on user code '{named}', and fastppo never imports code that a run folder names: "
+        f"fastppo: error: run was trained on user code '{named}', and fastppo never imports code that a run "
+        "folder names: "
         f"if you trust it, name it yourself: {FIXES[command].format(env=named)} (in Python: env_id='{named}')\n"
     )
 
@@ -283,9 +284,9 @@ def test_a_stack_of_seeds_on_user_code_resumes_only_when_the_command_line_names_
     capsys.readouterr()
     assert main(["train", "--resume", str(parent), "--total-timesteps", "128"]) == 2
     fix = f"fastppo train --resume {parent} {env} (in Python: env_id='{env}')"  # the stack's folder, not one seed's
-    assert (
-        capsys.readouterr().err
-        == f"fastppo: error: {parent} was trained on user code '{env}', and fastppo never imports code that a run folder names: if you trust it, name it yourself: {fix}\n"
+    assert capsys.readouterr().err == (
+        f"fastppo: error: {parent} was trained on user code '{env}', and fastppo never imports code that a "
+        f"run folder names: if you trust it, name it yourself: {fix}\n"
     )
     assert main(["train", "--resume", str(parent), env, "--total-timesteps", "128"]) == 0
 
@@ -317,12 +318,14 @@ def test_outputs_in_a_run_folder_are_never_written_through_a_link(trained, tmp_p
     (run / "plot.png").symlink_to(outside / "plot.png")
     assert main(["plot", str(run)]) == 2
     assert capsys.readouterr().err.splitlines() == [
-        f"fastppo: error: the plot {run / 'plot.png'} is a symbolic link, and fastppo writes no file through one: remove the link, or give another path"
+        f"fastppo: error: the plot {run / 'plot.png'} is a symbolic link, and fastppo writes no file through "
+        "one: remove the link, or give another path"
     ]
     (run / "videos").symlink_to(outside, target_is_directory=True)
     assert main(["record", str(run)]) == 2
     assert capsys.readouterr().err.splitlines() == [
-        f"fastppo: error: the video {run / 'videos' / 'record.mp4'} lies in {run / 'videos'}, a symbolic link, and fastppo writes no file through one: remove the link, or give another path"
+        f"fastppo: error: the video {run / 'videos' / 'record.mp4'} lies in {run / 'videos'}, a symbolic "
+        "link, and fastppo writes no file through one: remove the link, or give another path"
     ]
     new = tmp_path / "new"
     new.mkdir()

@@ -75,17 +75,17 @@ def test_train_refuses_a_seeds_folder_and_a_folder_of_runs(finished, tmp_path, c
     seeds = tmp_path / "seeds"
     holding(finished, seeds / "seed_3", "metrics.jsonl", "agent.json")
     err = refused(["train", "CartPole-v1", *TINY, "--run-dir", str(seeds)], capsys)
-    assert (
-        err
-        == f"fastppo: error: {seeds} already holds a run (seed_3/): continue it with 'fastppo train --resume {seeds}' or pick another --run-dir"
+    assert err == (
+        f"fastppo: error: {seeds} already holds a run (seed_3/): continue it with 'fastppo train --resume "
+        f"{seeds}' or pick another --run-dir"
     )
     runs = tmp_path / "runs"
     holding(finished, runs / "CartPole-v1__ppo__1__1", "metrics.jsonl")
     before = contents(runs)
     err = refused(["train", "CartPole-v1", *TINY, "--run-dir", str(runs)], capsys)
-    assert (
-        err
-        == f"fastppo: error: {runs} holds runs (CartPole-v1__ppo__1__1/): pick another --run-dir, a folder of its own for the new run"
+    assert err == (
+        f"fastppo: error: {runs} holds runs (CartPole-v1__ppo__1__1/): pick another --run-dir, a folder of "
+        "its own for the new run"
     )
     assert contents(runs) == before
 
@@ -205,6 +205,7 @@ def test_resume_refuses_a_damaged_config_of_a_run_that_stopped_before_its_first_
     before = contents(run)
     err = refused(["train", "--resume", str(run)], capsys)
     assert err.startswith(
-        f"fastppo: error: {run} stopped before its first checkpoint, and its config.yaml cannot start it over: damaged ({reason}"
+        f"fastppo: error: {run} stopped before its first checkpoint, and its config.yaml cannot start it "
+        f"over: damaged ({reason}"
     ), err
     assert contents(run) == before

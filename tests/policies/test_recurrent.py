@@ -233,9 +233,9 @@ def test_fastppo_record_eval_and_export_carry_the_state_of_a_recurrent_run(tmp_p
     fastppo.train("CartPoleNoVelocity-v1", run_dir=tmp_path / "run", **{**TINY, "num_minibatches": 1})
     assert main(["export", str(tmp_path / "run"), "--onnx", str(tmp_path / "nov.onnx")]) == 0
     # the preset's actor and critic LSTMs of 32: h and c of each, 128 numbers of state per row
-    assert (
-        capsys.readouterr().out
-        == f"fastppo: wrote {tmp_path / 'nov.onnx'} (inputs 'obs' [batch, 2], 'state' [batch, 128]; outputs 'action' [batch], 'state_out' [batch, 128])\n"
+    assert capsys.readouterr().out == (
+        f"fastppo: wrote {tmp_path / 'nov.onnx'} (inputs 'obs' [batch, 2], 'state' [batch, 128]; outputs "
+        "'action' [batch], 'state_out' [batch, 128])\n"
     )
     assert main(["record", str(tmp_path / "run"), "--out", str(tmp_path / "nov.mp4"), "--seed", "0"]) == 0
     assert (tmp_path / "nov.mp4").stat().st_size > 0

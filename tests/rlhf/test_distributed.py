@@ -315,14 +315,18 @@ def test_torchrun_dpo_writes_one_checkpoint_resumes_and_refuses_a_one_process_re
     alone = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert alone.returncode == 2
     assert fastppo_errors(alone.stderr) == [
-        f"fastppo: error: {out} was trained by 2 ranks, this launch has 1: resume it with torchrun, 2 processes in all (--nnodes x --nproc-per-node)"
+        f"fastppo: error: {out} was trained by 2 ranks, this launch has 1: resume it with torchrun, 2 "
+        "processes in all (--nnodes x --nproc-per-node)"
     ]
 
 
 def test_fsdp_in_one_process_is_a_one_line_error(tiny_model: Path, tmp_path: Path):
     with pytest.raises(
         FastPPOError,
-        match=r"^--fsdp shards the model over the processes of a torchrun launch: run under torchrun --nproc-per-node N \(N >= 2\), or drop --fsdp$",
+        match=(
+            r"^--fsdp shards the model over the processes of a torchrun launch: run under torchrun "
+            r"--nproc-per-node N \(N >= 2\), or drop --fsdp$"
+        ),
     ):
         dpo_module.train_dpo(dpo_config(tiny_model, tmp_path, fsdp=True), PAIRS)
 

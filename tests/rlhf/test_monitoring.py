@@ -186,7 +186,10 @@ def test_wandb_refusing_to_start_is_a_one_line_error(tmp_path, monkeypatch) -> N
     monkeypatch.setattr(wandb, "init", refuse)
     with pytest.raises(
         FastPPOError,
-        match=r"--report-to wandb: W&B could not start the run \(No API key configured.*wandb login.*WANDB_MODE=offline",
+        match=(
+            r"--report-to wandb: W&B could not start the run \(No API key configured.*wandb "
+            r"login.*WANDB_MODE=offline"
+        ),
     ):
         RunLogger(tmp_path, 1, tensorboard=False, progress=False, wandb_project="p")
 

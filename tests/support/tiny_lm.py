@@ -13,7 +13,10 @@ CHARS = "abcdefghijklmnopqrstuvwxyz "
 # A Qwen-style chat template in the tiny vocabulary: every message ends in the EOS token, and the
 # template writes a character after it (Qwen's "<|im_end|>\n"), so a completion's text as the
 # template renders it is its answer, "<eos>", then a space.
-CHAT_TEMPLATE = "{% for m in messages %}{{ m['role'] }} {{ m['content'] }}<eos> {% endfor %}{% if add_generation_prompt %}assistant {% endif %}"
+CHAT_TEMPLATE = (
+    "{% for m in messages %}{{ m['role'] }} {{ m['content'] }}<eos> {% endfor %}{% if add_generation_prompt "
+    "%}assistant {% endif %}"
+)
 
 
 def build_tokenizer(with_pad: bool = True):

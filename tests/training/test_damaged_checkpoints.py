@@ -323,7 +323,8 @@ def test_a_flipped_bit_in_the_final_policy_is_one_line(run, capsys, command):
     before = snapshot(run)
     assert main([part.format(run=run) for part in command]) == 2
     assert capsys.readouterr().err.splitlines() == [
-        f"fastppo: error: the agent in {run} is damaged: policy.safetensors changed since it was written (its SHA-256 is not the one in SHA256SUMS)"
+        f"fastppo: error: the agent in {run} is damaged: policy.safetensors changed since it was written (its "
+        "SHA-256 is not the one in SHA256SUMS)"
     ]
     assert snapshot(run) == before
 
@@ -345,7 +346,8 @@ def test_a_metrics_file_cut_short_before_the_checkpoint_is_one_line(run, capsys,
     assert main(["train", "--resume", str(run)]) == 2
     ends = "ends at step 128" if records else "holds no records"
     assert capsys.readouterr().err.splitlines() == [
-        f"fastppo: error: {run / 'metrics.jsonl'} {ends}, short of the step of its checkpoint {run / RESUMED} (256): the file was cut short, "
+        f"fastppo: error: {run / 'metrics.jsonl'} {ends}, short of the step of its checkpoint {run / RESUMED} "
+        "(256): the file was cut short, "
         "and resuming would leave a gap in it; put the whole file back, or start a new run"
     ]
     assert snapshot(run) == before
@@ -371,7 +373,8 @@ def test_a_full_disk_at_save_is_one_line_and_keeps_the_last_checkpoint(run, caps
     assert main(["train", "--resume", str(run)]) == 2
     err = capsys.readouterr().err
     assert err.splitlines() == [
-        f"fastppo: error: cannot write the checkpoint {run}/checkpoints/000003: No space left on device; the last good checkpoint is kept: {run / RESUMED}"
+        f"fastppo: error: cannot write the checkpoint {run}/checkpoints/000003: No space left on device; the "
+        f"last good checkpoint is kept: {run / RESUMED}"
     ]
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == [
         "000001",

@@ -271,7 +271,8 @@ def test_torchrun_trains_checkpoints_once_resumes_and_refuses_another_world_size
     )
     assert alone.returncode == 2
     assert alone.stderr.strip().splitlines() == [
-        f"fastppo: error: {run_dir} was trained by 2 ranks, this launch has 1: resume it with torchrun, 2 processes in all (--nnodes x --nproc-per-node)"
+        f"fastppo: error: {run_dir} was trained by 2 ranks, this launch has 1: resume it with torchrun, 2 "
+        "processes in all (--nnodes x --nproc-per-node)"
     ]
 
 
@@ -297,14 +298,16 @@ def test_an_error_on_rank_1_alone_is_one_line_naming_rank_1(tmp_path: Path):
     assert failed.returncode == 1  # torchrun's code for a failed launch
     first, *others = launch_failure_lines(failed.stderr)
     assert re.fullmatch(
-        r"fastppo: error: rank 1: training stopped at iteration \d+: env \d returned a NaN/Inf reward at rollout step \d+ .*",
+        r"fastppo: error: rank 1: training stopped at iteration \d+: env \d returned a NaN/Inf reward at "
+        r"rollout step \d+ .*",
         first,
     ), failed.stderr
     # Rank 0 (in a collective when rank 1 left) says why it stopped, unless torchrun's SIGTERM came first.
     assert others in (
         [],
         [
-            "fastppo: error: rank 0: another rank stopped the run: see its error, or torchrun's summary for a rank that died"
+            "fastppo: error: rank 0: another rank stopped the run: see its error, or torchrun's summary for a "
+            "rank that died"
         ],
     ), failed.stderr
 
@@ -324,15 +327,16 @@ def test_a_rank_stalled_past_the_collective_timeout_ends_the_run_with_one_line(t
     )
     assert failed.returncode == 1
     first, *others = launch_failure_lines(failed.stderr)
-    assert (
-        first
-        == "fastppo: error: rank 0: no answer from the other ranks within 2 s (--run.collective-timeout): a rank stalled or died"
+    assert first == (
+        "fastppo: error: rank 0: no answer from the other ranks within 2 s (--run.collective-timeout): a rank "
+        "stalled or died"
     ), failed.stderr
     # The stalled rank, once it wakes (unless torchrun's SIGTERM ends it first), finds rank 0 gone.
     assert others in (
         [],
         [
-            "fastppo: error: rank 1: another rank stopped the run: see its error, or torchrun's summary for a rank that died"
+            "fastppo: error: rank 1: another rank stopped the run: see its error, or torchrun's summary for a "
+            "rank that died"
         ],
     ), failed.stderr
     assert time.monotonic() - began < 60  # not the 30 min of gloo's own timeout; rank 1 stalls 8 s

@@ -121,9 +121,9 @@ def test_a_second_signal_cuts_the_iteration_short_and_says_what_is_lost(tmp_path
     assert main(["train", "CartPole-v1", "--num-envs", "2", "--num-steps", "64", "--total-timesteps", "2048", "--checkpoint-every", "2",
                  "--no-progress", "--no-tensorboard", "--run-dir", str(run)]) == 130  # fmt: skip
     err = capsys.readouterr().err
-    assert (
-        err
-        == f"fastppo: SIGINT again: stopped at once; the 2 iterations since checkpoint 000002 are lost; resume with: fastppo train --resume {run}\n"
+    assert err == (
+        "fastppo: SIGINT again: stopped at once; the 2 iterations since checkpoint 000002 are lost; resume "
+        f"with: fastppo train --resume {run}\n"
     )
     assert load_checkpoint(run).iteration == 2
 

@@ -51,6 +51,9 @@ def test_the_progress_line_fits_80_columns(monkeypatch):
 def test_a_long_warning_is_one_line_when_piped(monkeypatch, capsys):
     monkeypatch.setenv("COLUMNS", "80")
     logger = RunLogger(None, total_steps=100, tensorboard=False, progress=False)
-    warning = "approx_kl above 0.05 for 3 iterations: the policy moves too far per update; lower --learning-rate or set --target-kl 0.02"
+    warning = (
+        "approx_kl above 0.05 for 3 iterations: the policy moves too far per update; lower --learning-rate or set "
+        "--target-kl 0.02"
+    )
     logger.message(f"[yellow]warning:[/] {warning}")
     assert capsys.readouterr().err == f"warning: {warning}\n"

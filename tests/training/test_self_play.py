@@ -371,7 +371,8 @@ POOL_DAMAGES = {
     ),
     "snapshot tensor misshapen": (
         tensors(lambda t: t.update({"pool.2.policy.action_head.linear.bias": torch.zeros(3)})),
-        "trainer.safetensors holds pool.2.policy.action_head.linear.bias as [3] float32 where this run needs [9] float32",
+        "trainer.safetensors holds pool.2.policy.action_head.linear.bias as [3] float32 where this run needs "
+        "[9] float32",
     ),
     "stray snapshot tensor": (
         tensors(lambda t: t.update({"pool.9.policy.action_head.linear.bias": torch.zeros(9)})),
@@ -416,7 +417,8 @@ TINY_CLI = [
     [
         (
             [RACE, "--env-kwargs", '{"seats": 3}', "--self-play.pool-size", "2"],
-            "--self-play.pool-size needs a two-seat game (the learner in one seat, a snapshot in the other), and this one has 3 seats",
+            "--self-play.pool-size needs a two-seat game (the learner in one seat, a snapshot in the other), "
+            "and this one has 3 seats",
         ),
         (
             ["CartPole-v1", "--self-play.pool-size", "2"],
@@ -424,11 +426,13 @@ TINY_CLI = [
         ),
         (
             ["pz:tests.support.fake_pz_envs", "--self-play.pool-size", "2"],
-            "--self-play.pool-size on a Parallel env plays one group of agents against the other, and pz:tests.support.fake_pz_envs's agents form 1 group(s)",
+            "--self-play.pool-size on a Parallel env plays one group of agents against the other, and "
+            "pz:tests.support.fake_pz_envs's agents form 1 group(s)",
         ),
         (
             [CHASE, "--self-play.pool-size", "2", "--env.backend", "async"],
-            "--self-play.* flags apply to PettingZoo games and Parallel envs stepped in the training process, and pz:tests.support.fake_pz_teams is a Parallel env on the async backend",
+            "--self-play.* flags apply to PettingZoo games and Parallel envs stepped in the training process, "
+            "and pz:tests.support.fake_pz_teams is a Parallel env on the async backend",
         ),
         (
             [CHASE, "--self-play.pool-size", "2", "--self-play.eval-every", "2"],
@@ -451,12 +455,14 @@ TINY_CLI = [
         ([TICTACTOE, "--self-play.latest-share", "1.5"], "--self-play.latest-share must be in [0, 1], got 1.5"),
         (
             [RACE, "--self-play.sampling", "uniform"],
-            "--self-play.sampling uniform needs a pool, and --self-play.pool-size is 0: give --self-play.pool-size N (N >= 1), or drop it",
+            "--self-play.sampling uniform needs a pool, and --self-play.pool-size is 0: give "
+            "--self-play.pool-size N (N >= 1), or drop it",
         ),
         ([TICTACTOE, "--self-play.sampling", "best"], "--self-play.sampling"),
         (
             [TICTACTOE, "--env.backend", "async"],
-            "pz:pettingzoo.classic.tictactoe_v3 is a turn-based game, whose copies step in the training process: use --backend sync, not async",
+            "pz:pettingzoo.classic.tictactoe_v3 is a turn-based game, whose copies step in the training "
+            "process: use --backend sync, not async",
         ),
         (
             [RACE, "--policy.memory", "lstm"],
@@ -502,11 +508,13 @@ TINY_CLI = [
         ),
         (
             [TICTACTOE, "--self-play.eval-opponents", "tests.support.fake_pz_envs:FirstLegal"],
-            "--self-play.eval-opponents tests.support.fake_pz_envs:FirstLegal: a run rates its learner against random, mcts:N",
+            "--self-play.eval-opponents tests.support.fake_pz_envs:FirstLegal: a run rates its learner "
+            "against random, mcts:N",
         ),
         (
             [RACE, "--self-play.eval-opponents", "minimax"],
-            f"--self-play.eval-opponents minimax: minimax plays pz:pettingzoo.classic.tictactoe_v3 only, not {RACE}: use random or the run folder of an agent trained on this game",
+            "--self-play.eval-opponents minimax: minimax plays pz:pettingzoo.classic.tictactoe_v3 only, not "
+            f"{RACE}: use random or the run folder of an agent trained on this game",
         ),
         # the tictactoe_v3 preset's pool is off: its pool settings go with it, and the user's own flags are what an error names
         (
