@@ -36,8 +36,8 @@ def observations(env_id: str, n: int = 256) -> np.ndarray:
 def run(request, tmp_path_factory) -> Path:
     run = tmp_path_factory.mktemp("export") / "run"
     fastppo.train(
-        request.param, run_dir=run, total_timesteps=512, num_envs=2, num_steps=64, num_minibatches=2, normalize_obs=True,
-        progress=False, tensorboard=False,
+        request.param, run_dir=run, total_timesteps=512, num_envs=2, num_steps=64, num_minibatches=2,
+        normalize_obs=True, progress=False, tensorboard=False,
     )  # fmt: skip
     return run
 

@@ -171,8 +171,8 @@ def run_folders(artefacts: Artefacts) -> list[Value]:
 
 
 ENV_IDS: list[Value] = [
-    "", "NoSuchEnv-v0", "x:y", "nosuchmodule:Env", "1j", "[1]", "pz:nosuch_v0", "pz:x:y", "pz:none.py:make_env", "pz:pettingzoo.classic.tictactoe_v3",
-    named("<missing file.py:Env>", lambda case: f"{case / 'none.py'}:Env"),
+    "", "NoSuchEnv-v0", "x:y", "nosuchmodule:Env", "1j", "[1]", "pz:nosuch_v0", "pz:x:y", "pz:none.py:make_env",
+    "pz:pettingzoo.classic.tictactoe_v3", named("<missing file.py:Env>", lambda case: f"{case / 'none.py'}:Env"),
     named("<non-UTF-8 file.py:Env>", lambda case: write(case / "bad_env.py", NOT_UTF8) + ":Env"),
     named("<file.py:NotAnEnv>", lambda case: write(case / "not_env.py", "class NotAnEnv:\n    pass\n") + ":NotAnEnv"),
 ]  # fmt: skip
@@ -391,8 +391,9 @@ def artefacts(tmp_path_factory) -> Artefacts:
     root = tmp_path_factory.mktemp("fuzz-inputs")
     run = root / "run"
     with contextlib.redirect_stdout(io.StringIO()):
-        assert main(["train", "CartPole-v1", "--total-timesteps", "256", "--num-envs", "2", "--num-steps", "64", "--num-minibatches", "2",
-                     "--update-epochs", "1", "--no-tensorboard", "--no-progress", "--checkpoint-every", "1", "--run-dir", str(run)]) == 0  # fmt: skip
+        assert main(["train", "CartPole-v1", "--total-timesteps", "256", "--num-envs", "2", "--num-steps", "64",
+                     "--num-minibatches", "2", "--update-epochs", "1", "--no-tensorboard", "--no-progress",
+                     "--checkpoint-every", "1", "--run-dir", str(run)]) == 0  # fmt: skip
     model = None
     try:
         from tests.support.tiny_lm import build_model_folder

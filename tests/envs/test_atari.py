@@ -226,10 +226,12 @@ def test_a_short_pong_run_trains_saves_and_loads(tmp_path):
 
 
 CLEANRL_PPO_ATARI_LSTM = {
-    "env.num_envs": 8, "env.frame_stack": 1, "ppo.total_timesteps": 10_000_000, "ppo.num_steps": 128, "ppo.num_minibatches": 4, "ppo.update_epochs": 4,
-    "ppo.learning_rate": 2.5e-4, "ppo.lr_schedule": "linear", "ppo.gamma": 0.99, "ppo.gae_lambda": 0.95, "ppo.norm_adv": True, "ppo.clip_coef": 0.1,
-    "ppo.clip_schedule": "constant", "ppo.clip_vloss": True, "ppo.ent_coef": 0.01, "ppo.vf_coef": 0.5, "ppo.max_grad_norm": 0.5,
-    "policy.memory": "lstm", "policy.memory_size": 128, "policy.shared_trunk": True, "policy.encoder": "cnn",
+    "env.num_envs": 8, "env.frame_stack": 1, "ppo.total_timesteps": 10_000_000, "ppo.num_steps": 128,
+    "ppo.num_minibatches": 4, "ppo.update_epochs": 4, "ppo.learning_rate": 2.5e-4, "ppo.lr_schedule": "linear",
+    "ppo.gamma": 0.99, "ppo.gae_lambda": 0.95, "ppo.norm_adv": True, "ppo.clip_coef": 0.1,
+    "ppo.clip_schedule": "constant", "ppo.clip_vloss": True, "ppo.ent_coef": 0.01, "ppo.vf_coef": 0.5,
+    "ppo.max_grad_norm": 0.5, "policy.memory": "lstm", "policy.memory_size": 128, "policy.shared_trunk": True,
+    "policy.encoder": "cnn",
 }  # fmt: skip
 """CleanRL ppo_atari_lstm.py's arguments (anneal_lr only: its clip coefficient stays 0.1) in fastppo's names."""
 
@@ -245,8 +247,8 @@ def test_the_atari_lstm_preset_observes_one_frame_through_resume_load_eval_and_e
     config's frame_stack must rebuild the same 1-channel env wherever the agent goes."""
     ort = pytest.importorskip("onnxruntime", reason="ONNX export needs the [export] extra")
     agent = fastppo.train(
-        "BreakoutNoFrameskip-v4", preset="atari-lstm", run_dir=tmp_path, total_timesteps=256, num_envs=2, num_steps=64, num_minibatches=2,
-        lr_schedule="constant", clip_schedule="constant", progress=False, tensorboard=False,
+        "BreakoutNoFrameskip-v4", preset="atari-lstm", run_dir=tmp_path, total_timesteps=256, num_envs=2, num_steps=64,
+        num_minibatches=2, lr_schedule="constant", clip_schedule="constant", progress=False, tensorboard=False,
     )  # fmt: skip
     policy = agent.policy
     assert (
@@ -507,8 +509,9 @@ def test_a_cnn_run_collects_on_one_thread_and_updates_on_every_cpu(tmp_path, mon
 
         monkeypatch.setattr(NatureCNN, "forward", recorded)
         fastppo.train(
-            "BreakoutNoFrameskip-v4", run_dir=tmp_path / str(explicit), total_timesteps=64, num_envs=2, num_steps=32, num_minibatches=2, update_epochs=1,
-            progress=False, tensorboard=False, **({"torch_threads": explicit} if explicit else {}),
+            "BreakoutNoFrameskip-v4", run_dir=tmp_path / str(explicit), total_timesteps=64, num_envs=2, num_steps=32,
+            num_minibatches=2, update_epochs=1, progress=False, tensorboard=False,
+            **({"torch_threads": explicit} if explicit else {}),
         )  # fmt: skip
         monkeypatch.setattr(NatureCNN, "forward", original)
         return {"rollout": {n for grad, n in seen if not grad}, "update": {n for grad, n in seen if grad}}

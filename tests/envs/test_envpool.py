@@ -89,8 +89,8 @@ def test_atari_frame_stack_is_envpools_stack_num(tmp_path):
     )
     envs.close()
     fastppo.train(
-        "BreakoutNoFrameskip-v4", preset="atari-lstm", backend="envpool", run_dir=tmp_path, total_timesteps=128, num_envs=2, num_steps=64,
-        num_minibatches=2, progress=False, tensorboard=False,
+        "BreakoutNoFrameskip-v4", preset="atari-lstm", backend="envpool", run_dir=tmp_path, total_timesteps=128,
+        num_envs=2, num_steps=64, num_minibatches=2, progress=False, tensorboard=False,
     )  # fmt: skip
     assert fastppo.load(tmp_path).obs_shape == (1, 84, 84)
 

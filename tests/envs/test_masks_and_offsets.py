@@ -72,8 +72,9 @@ def test_the_update_scores_every_row_under_the_mask_it_was_sampled_with():
 def test_masks_published_by_only_one_of_reset_and_step_are_a_one_line_error(env, message, capsys, tmp_path):
     with pytest.raises(FastPPOError, match=message):
         fastppo.train(f"tests.support.fake_envs:{env}", preset="cleanrl-discrete", **TINY)
-    code = main(["train", f"tests.support.fake_envs:{env}", "--total-timesteps", "512", "--num-envs", "2", "--num-steps", "64",
-                 "--progress", "false", "--tensorboard", "false", "--run-root", str(tmp_path)])  # fmt: skip
+    code = main(["train", f"tests.support.fake_envs:{env}", "--total-timesteps", "512", "--num-envs", "2",
+                 "--num-steps", "64", "--progress", "false", "--tensorboard", "false", "--run-root",
+                 str(tmp_path)])  # fmt: skip
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and "action_mask" in err
 

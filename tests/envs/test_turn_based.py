@@ -290,8 +290,9 @@ def test_short_rollouts_learn_the_optimal_take_away_moves(seed):
     optimal moves in each; over seeds 1-5 0.79-0.96); carried to its own next turn, every one
     is right."""
     agent = fastppo.train(
-        "pz:tests.support.fake_pz_envs:take_away", preset="cleanrl-discrete", seed=seed, num_envs=16, num_steps=8, total_timesteps=10_000,
-        learning_rate=2e-3, num_minibatches=2, update_epochs=4, gamma=1.0, gae_lambda=0.8, env_kwargs='{"most": 21}', progress=False, tensorboard=False,
+        "pz:tests.support.fake_pz_envs:take_away", preset="cleanrl-discrete", seed=seed, num_envs=16, num_steps=8,
+        total_timesteps=10_000, learning_rate=2e-3, num_minibatches=2, update_epochs=4, gamma=1.0, gae_lambda=0.8,
+        env_kwargs='{"most": 21}', progress=False, tensorboard=False,
     )  # fmt: skip
     game, right, winning = TakeAway(most=21), 0, 0
     game.reset(seed=0)

@@ -137,8 +137,8 @@ def test_a_damaged_metrics_line_is_named_by_its_number(runs, tmp_path, capsys, d
 def test_a_self_play_run_plots_its_ratings_beside_the_return(tmp_path, monkeypatch):
     run = tmp_path / "ttt"
     fastppo.train(
-        "pz:pettingzoo.classic.tictactoe_v3", run_dir=run, total_timesteps=6144, num_envs=4, num_steps=64, progress=False, tensorboard=False,
-        **{"self_play.pool_size": 2, "self_play.snapshot_every": 2},
+        "pz:pettingzoo.classic.tictactoe_v3", run_dir=run, total_timesteps=6144, num_envs=4, num_steps=64,
+        progress=False, tensorboard=False, **{"self_play.pool_size": 2, "self_play.snapshot_every": 2},
     )  # fmt: skip
     assert read_run(run).ratings[0] == "ratings/learner"
     import matplotlib.figure

@@ -194,8 +194,9 @@ def test_train_seeds_api_errors(tmp_path):
 
 
 def seeds_job(parent: Path, seeds: str, *flags: str) -> subprocess.Popen:
-    argv = [sys.executable, "-m", "fastppo.cli", "train", "CartPole-v1", "--backend", "sync", "--num-envs", "2", "--num-steps", "64",
-            "--no-progress", "--no-tensorboard", "--seeds", seeds, "--workers", "2", "--run-dir", str(parent), *flags]  # fmt: skip
+    argv = [sys.executable, "-m", "fastppo.cli", "train", "CartPole-v1", "--backend", "sync", "--num-envs", "2",
+            "--num-steps", "64", "--no-progress", "--no-tensorboard", "--seeds", seeds, "--workers", "2", "--run-dir",
+            str(parent), *flags]  # fmt: skip
     return subprocess.Popen(
         argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
     )  # a group of its own: the signal reaches the parent alone

@@ -113,12 +113,14 @@ SHORT_UPDATES = 20
 """A short run: the warning signs' windows (10 updates in the first half of the run) fill."""
 
 PRESET_ENVS = {
-    "Acrobot-v1": "Acrobot-v1", "CartPole-v1": "CartPole-v1", "CartPoleNoVelocity-v1": "CartPoleNoVelocity-v1", "Pendulum-v1": "Pendulum-v1",
-    "cleanrl-discrete": "CartPole-v1", "cleanrl-continuous": "Pendulum-v1", "simple_spread_v3": "pz:mpe2.simple_spread_v3",
-    "popgym-RepeatPreviousEasy-v0": "popgym:popgym-RepeatPreviousEasy-v0", "tictactoe_v3": "pz:pettingzoo.classic.tictactoe_v3",
-    "connect_four_v3": "pz:pettingzoo.classic.connect_four_v3", "leduc_holdem_v4": "pz:pettingzoo.classic.leduc_holdem_v4",
-    "LunarLander-v3": "LunarLander-v3", "LunarLanderContinuous": "LunarLanderContinuous-v3", "BipedalWalker": "BipedalWalker-v3",
-    "Ant": "Ant-v5", "HalfCheetah": "HalfCheetah-v5", "Hopper": "Hopper-v5", "Humanoid": "Humanoid-v5", "Walker2d": "Walker2d-v5",
+    "Acrobot-v1": "Acrobot-v1", "CartPole-v1": "CartPole-v1", "CartPoleNoVelocity-v1": "CartPoleNoVelocity-v1",
+    "Pendulum-v1": "Pendulum-v1", "cleanrl-discrete": "CartPole-v1", "cleanrl-continuous": "Pendulum-v1",
+    "simple_spread_v3": "pz:mpe2.simple_spread_v3",
+    "popgym-RepeatPreviousEasy-v0": "popgym:popgym-RepeatPreviousEasy-v0",
+    "tictactoe_v3": "pz:pettingzoo.classic.tictactoe_v3", "connect_four_v3": "pz:pettingzoo.classic.connect_four_v3",
+    "leduc_holdem_v4": "pz:pettingzoo.classic.leduc_holdem_v4", "LunarLander-v3": "LunarLander-v3",
+    "LunarLanderContinuous": "LunarLanderContinuous-v3", "BipedalWalker": "BipedalWalker-v3", "Ant": "Ant-v5",
+    "HalfCheetah": "HalfCheetah-v5", "Hopper": "Hopper-v5", "Humanoid": "Humanoid-v5", "Walker2d": "Walker2d-v5",
     "atari": "ALE/Pong-v5", "atari-lstm": "ALE/Pong-v5",
 }  # fmt: skip
 """An env each preset is for."""

@@ -118,8 +118,9 @@ def test_a_second_signal_cuts_the_iteration_short_and_says_what_is_lost(tmp_path
 
     monkeypatch.setattr(fastppo.training.trainer, "ppo_update", twice_in_the_fourth)
     run = tmp_path / "run"
-    assert main(["train", "CartPole-v1", "--num-envs", "2", "--num-steps", "64", "--total-timesteps", "2048", "--checkpoint-every", "2",
-                 "--no-progress", "--no-tensorboard", "--run-dir", str(run)]) == 130  # fmt: skip
+    assert main(["train", "CartPole-v1", "--num-envs", "2", "--num-steps", "64", "--total-timesteps", "2048",
+                 "--checkpoint-every", "2", "--no-progress", "--no-tensorboard", "--run-dir",
+                 str(run)]) == 130  # fmt: skip
     err = capsys.readouterr().err
     assert err == (
         "fastppo: SIGINT again: stopped at once; the 2 iterations since checkpoint 000002 are lost; resume "
@@ -156,8 +157,9 @@ def test_a_double_sigterm_exits_143_without_a_traceback(tmp_path):
     the second cut the iteration short (one line says what is lost) or it came at the save, which
     then ended the run with the iteration's checkpoint."""
     run = tmp_path / "run"
-    argv = [sys.executable, "-m", "fastppo.cli", "train", "CartPole-v1", "--run-dir", str(run), "--num-envs", "4", "--num-steps", "2048",
-            "--total-timesteps", "100000000", "--no-progress", "--no-tensorboard", "--checkpoint-every", "1"]  # fmt: skip
+    argv = [sys.executable, "-m", "fastppo.cli", "train", "CartPole-v1", "--run-dir", str(run), "--num-envs", "4",
+            "--num-steps", "2048", "--total-timesteps", "100000000", "--no-progress", "--no-tensorboard",
+            "--checkpoint-every", "1"]  # fmt: skip
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
     while not (run / "checkpoints").is_dir():
@@ -206,8 +208,9 @@ def test_a_ctrl_c_that_start_up_drops_still_stops_the_command(tmp_path):
     may anywhere in start-up's imports and env building) stops the run before its first
     iteration; it trained to its end."""
     run = tmp_path / "run"
-    argv = [sys.executable, "-m", "fastppo.cli", "train", "tests.support.fake_envs:SignalLosingEnv", "--run-dir", str(run), "--no-progress",
-            "--num-envs", "2", "--num-steps", "16", "--total-timesteps", "64", "--no-tensorboard"]  # fmt: skip
+    argv = [sys.executable, "-m", "fastppo.cli", "train", "tests.support.fake_envs:SignalLosingEnv", "--run-dir",
+            str(run), "--no-progress", "--num-envs", "2", "--num-steps", "16", "--total-timesteps", "64",
+            "--no-tensorboard"]  # fmt: skip
     done = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert done.returncode == 130, done.stdout + done.stderr
     lines = done.stderr.splitlines()

@@ -204,8 +204,9 @@ def test_a_signal_stops_every_worker_with_a_checkpoint(tmp_path, sig, group):
     current iteration (not at once, which would leave no checkpoint: --checkpoint-every 0), and
     the run exits 128 + the signal."""
     parent = tmp_path / "stack"
-    argv = [sys.executable, "-m", "fastppo.cli", "train", "CartPole-v1", "--backend", "tensor", "--num-envs", "4", "--num-steps", "64",
-            "--total-timesteps", "100000000", "--no-progress", "--no-tensorboard", "--checkpoint-every", "0", "--seeds", "1-4", "--workers", "2", "--run-dir", str(parent)]  # fmt: skip
+    argv = [sys.executable, "-m", "fastppo.cli", "train", "CartPole-v1", "--backend", "tensor", "--num-envs", "4",
+            "--num-steps", "64", "--total-timesteps", "100000000", "--no-progress", "--no-tensorboard",
+            "--checkpoint-every", "0", "--seeds", "1-4", "--workers", "2", "--run-dir", str(parent)]  # fmt: skip
     proc = subprocess.Popen(
         argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
     )  # a group of its own, as a shell's job
