@@ -41,7 +41,8 @@ pytestmark = [pytest.mark.games, pytest.mark.filterwarnings("ignore::Deprecation
 
 
 def tictactoe_picture(env) -> list[list[int]]:
-    """PettingZoo's board as drawn (``tictactoe.board``: cell ``3 * column + row``), rows top down; 0 empty, 1 first seat, 2 second."""
+    """PettingZoo's board as drawn (``tictactoe.board``: cell ``3 * column + row``), rows top down;
+    0 empty, 1 first seat, 2 second."""
     cells = env.unwrapped.board.squares
     return [[cells[3 * column + row] for column in range(3)] for row in range(3)]
 
@@ -212,7 +213,8 @@ def test_opponent_specs_build_their_players(tmp_path):
     [
         ("mcts:0", TICTACTOE, "--opponent mcts:0: MCTS needs 2 to 10000 simulations per move"),
         ("mcts:-3", TICTACTOE, "--opponent mcts:-3: MCTS needs 2 to 10000 simulations per move"),
-        # one simulation leaves OpenSpiel's root unexpanded (its ValueError at the first move); a huge N never ends a move
+        # one simulation leaves OpenSpiel's root unexpanded (its ValueError at the first move);
+        # a huge N never ends a move
         ("mcts:1", TICTACTOE, "--opponent mcts:1: MCTS needs 2 to 10000 simulations per move"),
         ("mcts:10001", CONNECT_FOUR, "--opponent mcts:10001: MCTS needs 2 to 10000 simulations per move"),
         (
@@ -347,7 +349,8 @@ def test_an_illegal_move_is_refused():
 
 
 def test_the_observation_encoding_is_rlcards():
-    """``rlcard_observation`` rebuilt from rlcard's game state equals what PettingZoo shows, at every decision of 200 random hands."""
+    """``rlcard_observation`` rebuilt from rlcard's game state equals what PettingZoo shows, at every
+    decision of 200 random hands."""
     rng = np.random.default_rng(0)
     env = make_game(LEDUC)
     decisions = 0

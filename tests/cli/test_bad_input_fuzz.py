@@ -237,10 +237,12 @@ def base_command(command: str, artefacts: Artefacts) -> list[Value]:
         "export": [run, "--onnx", out("policy.onnx")],
         "play": [run],  # a CartPole run: refused before any input is read (a game's run would wait for typed moves)
         "report": [run, "--out", out("report"), "--reps", "10"],
-        "rlhf": ["--model", model, "--reward", "tests.support.tiny_lm:early_letters", "--prompts", prompts, "--steps", "1", "--prompts-per-step", "2",
-                 "--num-generations", "2", "--mini-batch-size", "2", "--ppo-epochs", "1", "--max-new-tokens", "4", "--output-dir", out("rlhf"), "--no-progress"],
+        "rlhf": ["--model", model, "--reward", "tests.support.tiny_lm:early_letters", "--prompts", prompts,
+                 "--steps", "1", "--prompts-per-step", "2", "--num-generations", "2", "--mini-batch-size", "2",
+                 "--ppo-epochs", "1", "--max-new-tokens", "4", "--output-dir", out("rlhf"), "--no-progress"],
         "dpo": ["--model", model, "--data", pairs, "--batch-size", "1", "--output-dir", out("dpo"), "--no-progress"],
-        "reward-model": ["--model", model, "--data", pairs, "--batch-size", "1", "--output-dir", out("reward-model"), "--no-progress"],
+        "reward-model": ["--model", model, "--data", pairs, "--batch-size", "1", "--output-dir", out("reward-model"),
+                         "--no-progress"],
     }[command]  # fmt: skip
 
 

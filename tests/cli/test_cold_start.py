@@ -38,8 +38,8 @@ def test_the_console_command_flushes_runs_atexit_handlers_and_keeps_every_file(t
         "false",
     ]
     code = (
-        f"import atexit, sys\natexit.register(print, 'atexit ran')\nsys.argv = {argv!r}\nfrom fastppo.cli.main "
-        "import console\nconsole()\n"
+        f"import atexit, sys\natexit.register(print, 'atexit ran')\nsys.argv = {argv!r}\n"
+        "from fastppo.cli.main import console\nconsole()\n"
     )
     buffered = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}  # pipes block-buffered, as usual
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=buffered)
@@ -63,8 +63,8 @@ def test_the_console_command_exits_with_an_idle_thread_pool_alive():
     code = (
         "import sys\nfrom concurrent.futures import ThreadPoolExecutor\n"
         "pool = ThreadPoolExecutor(2)\npool.submit(print, 'pool ran').result()\n"
-        "sys.argv = ['fastppo', 'train', 'CartPole-v1', '--num-envs', '0']\nfrom fastppo.cli.main import "
-        "console\nconsole()\n"
+        "sys.argv = ['fastppo', 'train', 'CartPole-v1', '--num-envs', '0']\n"
+        "from fastppo.cli.main import console\nconsole()\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "pool ran" in proc.stdout and proc.stderr.startswith("fastppo: error:")

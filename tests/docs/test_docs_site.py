@@ -39,7 +39,8 @@ needs_chromium = pytest.mark.skipif(
 
 LITERAL_MARKDOWN = {
     "a list item left as text": r"(?m)^[ \t]*[-*+][ \t]+\S.*",
-    "emphasis left as asterisks": r".{0,30}\*\*[^\s*](?:[^*\n]*[^\s*])?\*\*.{0,30}",  # a pair: `f(**kwargs)` in prose is text
+    # a pair of them: a lone `f(**kwargs)` in prose is text
+    "emphasis left as asterisks": r".{0,30}\*\*[^\s*](?:[^*\n]*[^\s*])?\*\*.{0,30}",
     "a table row left as text": r"(?m)^[ \t]*\|.*\|[ \t]*$",
     "a table rule left as text": r".{0,30}\|[ \t]*:?-{3,}.{0,30}",
     "a link left as text": r"\[[^\]\n]*\]\([^)\s]*\)",
@@ -261,7 +262,8 @@ NAMED_BY_THE_GUIDES = [
     "fastppo.agents.games.GameResults",
     "fastppo.config.SelfPlayConfig",
 ]
-"""What the guides tell users to use without writing its full path (`agent.history`, the result of `fastppo.evaluate`...)."""
+"""What the guides tell users to use without writing its full path (`agent.history`, the result of
+`fastppo.evaluate`...)."""
 
 
 def is_module(name: str) -> bool:

@@ -112,7 +112,8 @@ SB3_DEFAULTS = {
     "ent_coef": 0.0,
     "clip_vloss": False,
 }
-"""stable_baselines3.PPO's defaults (n_steps, batch_size, n_epochs, learning_rate constant, ent_coef, no clip_range_vf)."""
+"""stable_baselines3.PPO's defaults (n_steps, batch_size, n_epochs, learning_rate constant, ent_coef, no
+clip_range_vf)."""
 CLEANRL_IN_SB3 = {
     "num_steps": 128,
     "minibatch": 128,

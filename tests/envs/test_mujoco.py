@@ -120,8 +120,7 @@ def test_a_mujoco_gl_backend_that_cannot_load_is_a_one_line_error(tmp_path):
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
         "fastppo: error: env 'HalfCheetah-v5': MuJoCo could not load the MUJOCO_GL=bogus renderer "
-        "(RuntimeError: invalid value for "
-        "environment variable MUJOCO_GL: bogus): unset MUJOCO_GL to train (it only matters for rendering), or "
-        "install that backend's libraries"
+        "(RuntimeError: invalid value for environment variable MUJOCO_GL: bogus): unset MUJOCO_GL to train "
+        "(it only matters for rendering), or install that backend's libraries"
     ]
     assert not (tmp_path / "run").exists()

@@ -329,7 +329,8 @@ def test_a_missing_pettingzoo_names_the_extra_of_its_envs_family(env_id, package
     [
         (
             '{"max_cycles": "abc"}',
-            """--env-kwargs {'max_cycles': 'abc'}: max_cycles of pz:mpe2.simple_spread_v3 is a number (its default is 25), not 'abc': give a number""",
+            "--env-kwargs {'max_cycles': 'abc'}: max_cycles of pz:mpe2.simple_spread_v3 is a number (its default "
+            "is 25), not 'abc': give a number",
         ),
         (
             '{"continuous_actions": "yes"}',

@@ -79,7 +79,8 @@ def test_worker_rows_equal_the_sync_rows_step_by_step(monkeypatch, cpus, env_id,
 
 
 def test_an_async_run_equals_the_sync_run(tmp_path, monkeypatch):
-    """Same seed, sync vs async with the copies in two blocks (one in a worker): the same weights, metrics and episodes."""
+    """Same seed, sync vs async with the copies in two blocks (one in a worker): the same weights,
+    metrics and episodes."""
     monkeypatch.setattr(env_make, "available_cpus", lambda: 2)
     overrides = TINY | {
         "num_envs": 3,

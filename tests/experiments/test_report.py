@@ -150,8 +150,9 @@ def test_markdown_and_csv_tables():
     ]
     rows = list(csv.DictReader(io.StringIO(csv_table(stats))))
     assert rows == [
-        {"env": "CartPole-v1", "config": "learning_rate=0.01", "seeds": "1 2 3", "steps": "1000", "iqm": "1.0", "iqm_low": "0.5", "iqm_high": "1.5",
-         "mean": "2.0", "mean_low": "1.25", "mean_high": "2.75", "median": "3.0", "median_low": "2.0", "median_high": "4.125"}
+        {"env": "CartPole-v1", "config": "learning_rate=0.01", "seeds": "1 2 3", "steps": "1000",
+         "iqm": "1.0", "iqm_low": "0.5", "iqm_high": "1.5", "mean": "2.0", "mean_low": "1.25", "mean_high": "2.75",
+         "median": "3.0", "median_low": "2.0", "median_high": "4.125"}
     ]  # fmt: skip
 
 

@@ -228,8 +228,8 @@ def test_a_trial_its_worker_left_without_a_heartbeat_is_queued_again(tmp_path):
 def test_a_space_file_replaces_the_default(tmp_path):
     space = tmp_path / "space.yaml"
     space.write_text(
-        "ppo:\n  learning_rate: {float: [1.0e-3, 1.0e-2], log: true}\n  update_epochs: {int: [1, "
-        "3]}\npolicy:\n  hidden_sizes: {choices: [[16], [32, 32]]}\n"
+        "ppo:\n  learning_rate: {float: [1.0e-3, 1.0e-2], log: true}\n  update_epochs: {int: [1, 3]}\n"
+        "policy:\n  hidden_sizes: {choices: [[16], [32, 32]]}\n"
     )
     sweep = tmp_path / "sweep"
     assert (

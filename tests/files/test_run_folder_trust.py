@@ -74,7 +74,8 @@ def fastppo_cli(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
     )
 
 
-# a file by absolute path, a module or package in the working directory; PettingZoo envs by module, file or module function
+# a file by absolute path, a module or package in the working directory; PettingZoo envs by module, file or
+# module function
 USER_CODE = [
     "{tmp}/evil.py:Env",
     "evilmod:Env",

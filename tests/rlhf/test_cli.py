@@ -54,8 +54,9 @@ def test_dpo_command(tiny_model, tmp_path) -> None:
     data.write_text(json.dumps({"prompt": "hi", "chosen": "aa", "rejected": "zz"}) + "\n")
     threads = torch.get_num_threads()
     try:
-        assert run_cli(["dpo", "--model", str(tiny_model), "--data", str(data), "--batch-size", "1", "--output-dir", str(tmp_path / "dpo"), "--no-progress",
-                        "--dtype", "bf16", "--gradient-checkpointing", "--torch-threads", "1"]) == 0  # fmt: skip
+        assert run_cli(["dpo", "--model", str(tiny_model), "--data", str(data), "--batch-size", "1",
+                        "--output-dir", str(tmp_path / "dpo"), "--no-progress", "--dtype", "bf16",
+                        "--gradient-checkpointing", "--torch-threads", "1"]) == 0  # fmt: skip
         assert torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(threads)
@@ -123,11 +124,14 @@ def test_local_paths_that_do_not_exist_fail_before_anything_loads(tmp_path, monk
     monkeypatch.chdir(tmp_path)
     (tmp_path / "p.jsonl").write_text(json.dumps({"prompt": "hi"}))
     cases = [
-        (["rlhf", "--model", "./typo-path", "--reward", "x:y", "--prompts", "missing.jsonl"], "--model './typo-path' does not exist"),
+        (["rlhf", "--model", "./typo-path", "--reward", "x:y", "--prompts", "missing.jsonl"],
+         "--model './typo-path' does not exist"),
         (["dpo", "--model", "../typo-path", "--data", "missing.jsonl"], "--model '../typo-path' does not exist"),
-        (["rlhf", "--model", str(tmp_path), "--critic-model", "./typo-critic", "--reward", "x:y", "--prompts", "missing.jsonl"],
+        (["rlhf", "--model", str(tmp_path), "--critic-model", "./typo-critic", "--reward", "x:y", "--prompts",
+          "missing.jsonl"],
          "--critic-model './typo-critic' does not exist"),
-        (["rlhf", "--model", str(tmp_path), "--reward", "./typo-reward", "--prompts", "p.jsonl"], "--reward './typo-reward' does not exist"),
+        (["rlhf", "--model", str(tmp_path), "--reward", "./typo-reward", "--prompts", "p.jsonl"],
+         "--reward './typo-reward' does not exist"),
     ]  # fmt: skip
     for argv, message in cases:
         with pytest.raises(FastPPOError, match=message):

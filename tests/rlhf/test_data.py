@@ -24,8 +24,8 @@ ROWS = [
 COLUMNS = PreferenceDataConfig(prompt_column="question", chosen_column="good", rejected_column="bad")
 EXPECTED = [PreferencePair("hi", "aa", "zz"), PreferencePair("the cat", "sat", "ran")]
 CHAT_TEMPLATE = (
-    "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}{% endfor %}{% if add_generation_prompt "
-    "%}<assistant>{% endif %}"
+    "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}{% endfor %}"
+    "{% if add_generation_prompt %}<assistant>{% endif %}"
 )
 
 

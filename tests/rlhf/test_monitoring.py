@@ -187,8 +187,8 @@ def test_wandb_refusing_to_start_is_a_one_line_error(tmp_path, monkeypatch) -> N
     with pytest.raises(
         FastPPOError,
         match=(
-            r"--report-to wandb: W&B could not start the run \(No API key configured.*wandb "
-            r"login.*WANDB_MODE=offline"
+            r"--report-to wandb: W&B could not start the run \(No API key configured"
+            r".*wandb login.*WANDB_MODE=offline"
         ),
     ):
         RunLogger(tmp_path, 1, tensorboard=False, progress=False, wandb_project="p")

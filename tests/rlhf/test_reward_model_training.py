@@ -37,7 +37,8 @@ def test_reward_model_learns_held_out_preferences_and_serves_as_reward(tiny_mode
             "3e-3", "--max-length", "48", "--no-progress"]  # fmt: skip
     assert run_cli(argv) == 0
     logged = [json.loads(line) for line in (output / "metrics.jsonl").read_text().splitlines()]
-    # 2 of the 10 prompts held out with their 4 pairs each: 32 training pairs, 8 per step, 4 epochs; step 0: before training
+    # 2 of the 10 prompts held out with their 4 pairs each: 32 training pairs, 8 per step, 4 epochs;
+    # step 0: before training
     assert [row["global_step"] for row in logged] == list(range(0, 17))
     accuracies = {
         row["global_step"]: row["reward_model/eval_accuracy"] for row in logged if "reward_model/eval_accuracy" in row

@@ -38,8 +38,9 @@ def inputs(tmp_path) -> dict[str, Path]:
 def command_argv(command: str, model: Path, inputs: dict[str, Path], output_dir: Path, *extra: str) -> list[str]:
     """A tiny run of ``command`` (two optimizer steps at most) writing into ``output_dir``."""
     specific = {
-        "rlhf": ["--reward", "tests.support.tiny_lm:early_letters", "--prompts", str(inputs["prompts"]), "--steps", "2", "--prompts-per-step", "2",
-                 "--num-generations", "2", "--mini-batch-size", "4", "--ppo-epochs", "1", "--max-new-tokens", "6", "--estimator", "rloo"],
+        "rlhf": ["--reward", "tests.support.tiny_lm:early_letters", "--prompts", str(inputs["prompts"]), "--steps", "2",
+                 "--prompts-per-step", "2", "--num-generations", "2", "--mini-batch-size", "4", "--ppo-epochs", "1",
+                 "--max-new-tokens", "6", "--estimator", "rloo"],
         "dpo": ["--data", str(inputs["pairs"]), "--batch-size", "2"],
         "reward-model": ["--data", str(inputs["pairs"]), "--batch-size", "2", "--eval-split", "0"],
     }[command]  # fmt: skip
@@ -87,7 +88,8 @@ def test_a_new_run_refuses_a_used_folder_and_leaves_it_unchanged(
         and "continue its run with --resume, or give a new or empty folder" in message
     )
     assert folder_bytes(first) == ran
-    # Another command's run, and a `fastppo train` run, are refused alike (no --resume hint: there is no RLHF checkpoint).
+    # Another command's run, and a `fastppo train` run, are refused alike (no --resume hint: there is no RLHF
+    # checkpoint).
     ppo_files = folder_bytes(ppo_run)
     message = cli_error(command_argv(command, tiny_model, inputs, ppo_run), capsys)
     assert message == (
@@ -172,7 +174,8 @@ REWARD_CALLS: list[int] = []
 
 
 def huge_from_the_third_step(prompts: list[str], completions: list[str]) -> list[float]:
-    """Finite scores, but from the third call so large that their sums overflow: the advantages and the losses become NaN."""
+    """Finite scores, but from the third call so large that their sums overflow: the advantages and the
+    losses become NaN."""
     REWARD_CALLS.append(len(completions))
     return early_letters(prompts, completions) if len(REWARD_CALLS) < 3 else [3e38] * len(completions)
 
@@ -228,8 +231,10 @@ def test_a_causal_lm_is_refused_as_a_reward_model(tiny_model, tmp_path, capsys, 
     assert not (tmp_path / "run").exists()
 
 
-DEVICES = [("cuda", "torch sees no CUDA GPU: use --device cpu"), ("cuda:3", "torch sees 1 CUDA GPU(s): use cuda:0 to cuda:0"),
-           ("mps", "torch sees no Apple MPS GPU: use --device cpu"), ("meta", "unknown device 'meta': use cpu, cuda, cuda:N, mps or auto")]  # fmt: skip
+DEVICES = [("cuda", "torch sees no CUDA GPU: use --device cpu"),
+           ("cuda:3", "torch sees 1 CUDA GPU(s): use cuda:0 to cuda:0"),
+           ("mps", "torch sees no Apple MPS GPU: use --device cpu"),
+           ("meta", "unknown device 'meta': use cpu, cuda, cuda:N, mps or auto")]  # fmt: skip
 
 
 @pytest.mark.parametrize("command", COMMANDS)

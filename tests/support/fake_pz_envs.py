@@ -3,10 +3,11 @@ Parallel env Relay below, the turn-based (AEC) games Race (``pz:tests.support.fa
 TakeAway (``pz:tests.support.fake_pz_envs:take_away``), variants of Race that each break one rule of a
 turn-based game, and a fixed player of any game, FirstLegal.
 
-Three agents (``agents``, by default agent_0..2) walk a counter; the second finishes at step ``die_at`` (terminated) while the
-others play on until ``length`` (truncated). With ``join_at`` > 1 the last agent is absent at
-reset and joins late, as the Parallel API allows: its first action is the one of step ``join_at``. Observations carry the step and the agent's index,
-so a test can tell every row apart; the reward is 1 when an agent's action equals its index
+Three agents (``agents``, by default agent_0..2) walk a counter; the second finishes at step
+``die_at`` (terminated) while the others play on until ``length`` (truncated). With ``join_at`` > 1
+the last agent is absent at reset and joins late, as the Parallel API allows: its first action is
+the one of step ``join_at``. Observations carry the step and the agent's index, so a test can tell
+every row apart; the reward is 1 when an agent's action equals its index
 modulo the number of actions (a policy can learn it), and ``state()`` is the step and the
 agents' last actions.
 """

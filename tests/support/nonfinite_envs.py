@@ -1,4 +1,5 @@
-"""Tiny envs that go bad after a while, for the non-finite guard tests (``tests.support.nonfinite_envs:NaNRewardEnv``)."""
+"""Tiny envs that go bad after a while, for the non-finite guard tests
+(``tests.support.nonfinite_envs:NaNRewardEnv``)."""
 
 from __future__ import annotations
 

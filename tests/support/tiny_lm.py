@@ -14,8 +14,8 @@ CHARS = "abcdefghijklmnopqrstuvwxyz "
 # template writes a character after it (Qwen's "<|im_end|>\n"), so a completion's text as the
 # template renders it is its answer, "<eos>", then a space.
 CHAT_TEMPLATE = (
-    "{% for m in messages %}{{ m['role'] }} {{ m['content'] }}<eos> {% endfor %}{% if add_generation_prompt "
-    "%}assistant {% endif %}"
+    "{% for m in messages %}{{ m['role'] }} {{ m['content'] }}<eos> {% endfor %}"
+    "{% if add_generation_prompt %}assistant {% endif %}"
 )
 
 

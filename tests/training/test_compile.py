@@ -1,4 +1,5 @@
-"""--compile: the compiled update agrees with the eager one, on CPU and on a GPU when present (--cudagraphs: tests/test_cuda_graphs.py).
+"""--compile: the compiled update agrees with the eager one, on CPU and on a GPU when present
+(--cudagraphs: tests/training/test_cuda_graphs.py).
 
 One test runs the real inductor compile (20-60 s on a 2-core CPU; it needs a C++ compiler and is
 skipped without one); the others run the same code path through torch.compile with the "eager"

@@ -46,7 +46,8 @@ TARGET_KL = 0.02
 """Between the ranks' own KLs after the first epoch (make_batch): only their mean stops both ranks there."""
 COEFS = UpdateCoefficients(clip_coef=0.2, ent_coef=0.01, kl_beta=1.0)
 SCENARIOS = {
-    # name: (PPO settings, the rows every rank leaves invalid (NEXT_STEP reset rows), the ranks' seeds before the update)
+    # name: (PPO settings, the rows every rank leaves invalid (NEXT_STEP reset rows),
+    #        the ranks' seeds before the update)
     "all_valid": ({"target_kl": TARGET_KL}, (), 100),
     "reset_rows": ({}, (3, 4, 5, 9, 20, 40, 41, 50, 51, 52, 60), 200),
 }

@@ -1,4 +1,5 @@
-"""fastppo.training.optim.FusedAdam is torch.optim.Adam(fused=True), bit for bit (without torch._dynamo: tests/test_cold_start.py)."""
+"""fastppo.training.optim.FusedAdam is torch.optim.Adam(fused=True), bit for bit (without torch._dynamo:
+tests/cli/test_cold_start.py)."""
 
 from __future__ import annotations
 

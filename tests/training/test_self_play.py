@@ -484,7 +484,8 @@ TINY_CLI = [
             [CONNECT_FOUR, "--self-play.eval-every", "2", "--self-play.eval-opponents", "minimax"],
             "--self-play.eval-opponents minimax: minimax plays pz:pettingzoo.classic.tictactoe_v3 only",
         ),
-        # one simulation: OpenSpiel's ValueError at the first evaluation game, which stopped the run before its first checkpoint
+        # one simulation: OpenSpiel's ValueError at the first evaluation game, which stopped the run before its
+        # first checkpoint
         (
             [TICTACTOE, "--self-play.eval-every", "1", "--self-play.eval-opponents", "mcts:1"],
             "--self-play.eval-opponents mcts:1: MCTS needs 2 to 10000 simulations per move",
@@ -516,7 +517,8 @@ TINY_CLI = [
             "--self-play.eval-opponents minimax: minimax plays pz:pettingzoo.classic.tictactoe_v3 only, not "
             f"{RACE}: use random or the run folder of an agent trained on this game",
         ),
-        # the tictactoe_v3 preset's pool is off: its pool settings go with it, and the user's own flags are what an error names
+        # the tictactoe_v3 preset's pool is off: its pool settings go with it, and the user's own flags are what an
+        # error names
         (
             [TICTACTOE, "--self-play.pool-size", "0", "--self-play.snapshot-every", "3"],
             "--self-play.snapshot-every 3 needs a pool, and --self-play.pool-size is 0",
