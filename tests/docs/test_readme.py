@@ -1,5 +1,5 @@
 """The README is a first page that stays true to the repository, and the documentation's CLI
-reference is built from the code: every hyperparameter in it (tests/test_docs_site.py builds and
+reference is built from the code: every hyperparameter in it (tests/docs/test_docs_site.py builds and
 renders the whole site)."""
 
 from __future__ import annotations

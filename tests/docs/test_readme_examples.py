@@ -60,9 +60,10 @@ SKIPPED = (
     (r"^tensorboard ", "starts a server that runs until stopped"),
     (
         r"^torchrun ",
-        "several processes under torchrun: tests/test_distributed.py and tests/rlhf/test_distributed.py run them",
+        "several processes under torchrun: tests/training/test_distributed.py and tests/rlhf/test_distributed.py "
+        "run them",
     ),
-    (r"^fastppo sweep ", "dozens of trials (minutes): tests/test_sweep.py runs the command"),
+    (r"^fastppo sweep ", "dozens of trials (minutes): tests/experiments/test_sweep.py runs the command"),
     (r"runs/sweep_", "reads the output of the sweep skipped above"),
     (
         r"\./my-llm|\./big-llm|\./my-r|\bmy-rm\b|prompts\.(jsonl|parquet)|pairs\.jsonl|HuggingFaceH4/",
@@ -78,7 +79,7 @@ SLOW = ((r"^fastppo rlhf --model runs/tiny-gpt2", "trains a GPT-2 (minutes on 2 
 ON_CPU = ((r"--device cuda", "--device cpu"), (r'device="cuda"', 'device="cpu"'))
 """Without a GPU, these run on the CPU: the rest of the command (sizes, budget, env) is still checked."""
 
-NEEDS_GPU = ((r"--cudagraphs", "CUDA graphs need a GPU: tests/test_cuda_graphs.py runs them on one"),)
+NEEDS_GPU = ((r"--cudagraphs", "CUDA graphs need a GPU: tests/training/test_cuda_graphs.py runs them on one"),)
 """Skipped without a GPU, where ``ON_CPU`` cannot stand in."""
 
 

@@ -509,7 +509,7 @@ def test_group_policies_need_agent_ids(capsys):
     ids=["relay", "relay-joining", "simple-spread"],
 )
 def test_stop_and_resume_equals_one_go(tmp_path, monkeypatch, env_id, env_kwargs, algorithm):
-    """As tests/test_resume.py's: the stop after 21 of 42 steps falls mid-episode (Relay: agent_1
+    """As tests/training/test_resume.py's: the stop after 21 of 42 steps falls mid-episode (Relay: agent_1
     dead, its rows masked; MPE: moving entities, and an episode end ahead that resets from the
     env's np_random), so the resumed envs must go on from the snapshot, not from fresh episodes."""
     overrides = TINY | {

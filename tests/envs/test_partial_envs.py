@@ -1,7 +1,7 @@
 """CartPoleNoVelocity-v1 (fastppo.envs.partial): CartPole-v1 observing [x, theta] only.
 
 The gymnasium env is checked against CartPole-v1 itself, step by step; the tensor twin is checked
-against the gymnasium env in tests/test_tensor_envs.py (its ``CASES``).
+against the gymnasium env in tests/envs/test_tensor_envs.py (its ``CASES``).
 """
 
 from __future__ import annotations

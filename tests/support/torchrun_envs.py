@@ -1,4 +1,4 @@
-"""Envs that go wrong on torchrun's rank 1 only, for the error-reporting tests of tests/test_distributed.py
+"""Envs that go wrong on torchrun's rank 1 only, for the error-reporting tests of tests/training/test_distributed.py
 (``tests.support.torchrun_envs:NaNRewardOnRank1Env``)."""
 
 from __future__ import annotations

@@ -330,7 +330,7 @@ def test_a_flipped_bit_in_the_final_policy_is_one_line(run, capsys, command):
 
 
 def test_a_folder_without_checksums_loads_as_before(run):
-    """Folders written before checksums were kept (tests/test_old_run_folders.py resumes some)."""
+    """Folders written before checksums were kept (tests/training/test_old_run_folders.py resumes some)."""
     for listing in run.rglob(CHECKSUMS_FILE):
         listing.unlink()
     flip_bit(run / "policy.safetensors")  # unseen without them, as it was
