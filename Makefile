@@ -48,7 +48,7 @@ docs: $(VENV)/.docs
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 # docs/cartpole.png, the figure of docs/getting-started/evaluate-record-export.md, made by that page's own
-# commands (tests/test_readme.py checks they are the page's) in a scratch folder: 3 CartPole-v1 runs.
+# commands (tests/docs/test_readme.py checks they are the page's) in a scratch folder: 3 CartPole-v1 runs.
 FASTPPO := $(abspath $(VENV))/bin/fastppo
 cartpole-figure: $(VENV)/.base
 	set -e; scratch=$$(mktemp -d); cd $$scratch; \

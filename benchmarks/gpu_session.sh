@@ -80,9 +80,9 @@ if ((DRY)); then
 fi
 cd .. || exit 1
 nvidia-smi -L
-stage tests 150 "$PYTHON" -m pytest -q -rs -p no:cacheprovider --timeout 100 tests/test_cuda_graphs.py tests/test_optim.py \
-  "tests/test_tensor_envs.py::test_cuda_steps_without_host_sync_and_matches_cpu" \
-  "tests/test_compile.py::test_inductor_compiled_run_matches_eager_on_first_update"
+stage tests 150 "$PYTHON" -m pytest -q -rs -p no:cacheprovider --timeout 100 tests/training/test_cuda_graphs.py tests/training/test_optim.py \
+  "tests/envs/test_tensor_envs.py::test_cuda_steps_without_host_sync_and_matches_cpu" \
+  "tests/training/test_compile.py::test_inductor_compiled_run_matches_eager_on_first_update"
 cd benchmarks || exit 1
 stage gpu 300 "$PYTHON" gpu.py --halfcheetah-steps 40960
 stage seeds 240 "$PYTHON" seed_stack.py --seeds 1024 --device cuda --single-seeds 2 --sb3-seeds 0

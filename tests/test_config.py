@@ -38,7 +38,7 @@ def test_every_shipped_preset_loads_and_validates(name):
 def test_preset_chosen_by_env_id():
     assert preset_for_env("CartPole-v1", continuous=False) == "CartPole-v1"
     assert preset_for_env("MountainCarContinuous-v0", continuous=True) == "cleanrl-continuous"
-    assert preset_for_env("tests.fake_envs:MaskedChoiceEnv", continuous=False) == "cleanrl-discrete"
+    assert preset_for_env("tests.support.fake_envs:MaskedChoiceEnv", continuous=False) == "cleanrl-discrete"
 
 
 def test_overrides_accept_dotted_and_bare_names_and_coerce_types():
@@ -170,12 +170,16 @@ def test_a_presets_minibatch_count_that_leaves_one_row_names_the_preset_and_the_
     with pytest.raises(FastPPOError) as error:
         make_config("LunarLander-v3", overrides={"num_envs": 4, "num_steps": 64})
     assert str(error.value) == (
-        "--num-minibatches 256 (the LunarLander-v3 preset's) splits the batch of 256 steps (num_envs 4 x num_steps 64) into minibatches of 1 row, "
+        "--num-minibatches 256 (the LunarLander-v3 preset's) splits the batch of 256 steps (num_envs 4 x "
+        "num_steps 64) into minibatches of 1 row, "
         "and a minibatch needs at least 2: give --num-minibatches 128 or fewer, or raise --num-envs or --num-steps"
     )
     with pytest.raises(
         FastPPOError,
-        match=r"^--num-minibatches 1 splits the batch of 1 step \(num_envs 1 x num_steps 1\) into minibatches of 1 row, and a minibatch needs at least 2: raise --num-envs or --num-steps$",
+        match=(
+            r"^--num-minibatches 1 splits the batch of 1 step \(num_envs 1 x num_steps 1\) into minibatches of 1 "
+            r"row, and a minibatch needs at least 2: raise --num-envs or --num-steps$"
+        ),
     ):
         make_config("LunarLander-v3", overrides={"num_envs": 1, "num_steps": 1, "num_minibatches": 1})
 

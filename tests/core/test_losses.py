@@ -150,7 +150,10 @@ def test_value_loss_clipping_keeps_the_larger_error():
 
 def random_batch(seed, B=40):
     g = torch.Generator().manual_seed(seed)
-    r = lambda: torch.randn(B, generator=g, dtype=F64)  # noqa: E731
+
+    def r():
+        return torch.randn(B, generator=g, dtype=F64)
+
     old = r()
     return dict(
         newlogprob=old + 0.3 * r(),

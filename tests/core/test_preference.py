@@ -7,8 +7,8 @@ import torch
 
 from fastppo.core.preference import bradley_terry_loss, dpo_loss
 
-# Two pairs, beta = 0.5. h = (log pi_w - log ref_w) - (log pi_l - log ref_l) = [(-1+2) - (-3+2), (-2+2) - (-1+2)] = [2, -1],
-# so the margins beta * h are [1.0, -0.5].
+# Two pairs, beta = 0.5. h = (log pi_w - log ref_w) - (log pi_l - log ref_l)
+#   = [(-1+2) - (-3+2), (-2+2) - (-1+2)] = [2, -1], so the margins beta * h are [1.0, -0.5].
 POLICY_CHOSEN, POLICY_REJECTED = torch.tensor([-1.0, -2.0]), torch.tensor([-3.0, -1.0])
 REF = torch.tensor([-2.0, -2.0])
 

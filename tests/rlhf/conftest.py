@@ -9,7 +9,7 @@ import pytest
 pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
-from tests.rlhf.tiny import build_model_folder  # noqa: E402
+from tests.support.tiny_lm import build_model_folder
 
 
 @pytest.fixture(scope="session")

@@ -20,7 +20,7 @@ from fastppo.rlhf.rewards import (
 )
 from fastppo.rlhf.tokens import mask_after_eos
 from fastppo.rlhf.trainer import compute_advantages
-from tests.rlhf.tiny import synthetic_rollout
+from tests.support.tiny_lm import synthetic_rollout
 
 EOS = 1
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from fastppo.errors import FastPPOError
-from tests.rlhf.tiny import cli_error, parse_cli, run_cli
+from tests.support.tiny_lm import cli_error, parse_cli, run_cli
 
 
 def test_rlhf_command_trains_and_resumes(tiny_model, tmp_path, capsys) -> None:
@@ -20,7 +20,7 @@ def test_rlhf_command_trains_and_resumes(tiny_model, tmp_path, capsys) -> None:
         "--model",
         str(tiny_model),
         "--reward",
-        "tests.rlhf.tiny:early_letters",
+        "tests.support.tiny_lm:early_letters",
         "--prompts",
         str(prompts),
         "--steps",
@@ -54,8 +54,9 @@ def test_dpo_command(tiny_model, tmp_path) -> None:
     data.write_text(json.dumps({"prompt": "hi", "chosen": "aa", "rejected": "zz"}) + "\n")
     threads = torch.get_num_threads()
     try:
-        assert run_cli(["dpo", "--model", str(tiny_model), "--data", str(data), "--batch-size", "1", "--output-dir", str(tmp_path / "dpo"), "--no-progress",
-                        "--dtype", "bf16", "--gradient-checkpointing", "--torch-threads", "1"]) == 0  # fmt: skip
+        assert run_cli(["dpo", "--model", str(tiny_model), "--data", str(data), "--batch-size", "1",
+                        "--output-dir", str(tmp_path / "dpo"), "--no-progress", "--dtype", "bf16",
+                        "--gradient-checkpointing", "--torch-threads", "1"]) == 0  # fmt: skip
         assert torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(threads)
@@ -104,7 +105,15 @@ def test_missing_inputs_are_one_line_errors(tiny_model, tmp_path) -> None:
     empty.write_text("")
     with pytest.raises(FastPPOError, match="empty"):
         run_cli(
-            ["rlhf", "--model", str(tiny_model), "--reward", "tests.rlhf.tiny:early_letters", "--prompts", str(empty)]
+            [
+                "rlhf",
+                "--model",
+                str(tiny_model),
+                "--reward",
+                "tests.support.tiny_lm:early_letters",
+                "--prompts",
+                str(empty),
+            ]
         )
     with pytest.raises(FastPPOError, match="required"):
         parse_cli(["rlhf", "--reward", "x:y", "--prompts", "p.jsonl"])
@@ -115,11 +124,14 @@ def test_local_paths_that_do_not_exist_fail_before_anything_loads(tmp_path, monk
     monkeypatch.chdir(tmp_path)
     (tmp_path / "p.jsonl").write_text(json.dumps({"prompt": "hi"}))
     cases = [
-        (["rlhf", "--model", "./typo-path", "--reward", "x:y", "--prompts", "missing.jsonl"], "--model './typo-path' does not exist"),
+        (["rlhf", "--model", "./typo-path", "--reward", "x:y", "--prompts", "missing.jsonl"],
+         "--model './typo-path' does not exist"),
         (["dpo", "--model", "../typo-path", "--data", "missing.jsonl"], "--model '../typo-path' does not exist"),
-        (["rlhf", "--model", str(tmp_path), "--critic-model", "./typo-critic", "--reward", "x:y", "--prompts", "missing.jsonl"],
+        (["rlhf", "--model", str(tmp_path), "--critic-model", "./typo-critic", "--reward", "x:y", "--prompts",
+          "missing.jsonl"],
          "--critic-model './typo-critic' does not exist"),
-        (["rlhf", "--model", str(tmp_path), "--reward", "./typo-reward", "--prompts", "p.jsonl"], "--reward './typo-reward' does not exist"),
+        (["rlhf", "--model", str(tmp_path), "--reward", "./typo-reward", "--prompts", "p.jsonl"],
+         "--reward './typo-reward' does not exist"),
     ]  # fmt: skip
     for argv, message in cases:
         with pytest.raises(FastPPOError, match=message):
@@ -216,7 +228,7 @@ def test_bad_input_is_one_line_and_exit_2(tiny_model, tmp_path, capsys, command,
     base = {
         "rlhf": [
             "--reward",
-            "tests.rlhf.tiny:early_letters",
+            "tests.support.tiny_lm:early_letters",
             "--prompts",
             str(prompts),
             "--steps",

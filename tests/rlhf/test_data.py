@@ -13,7 +13,7 @@ import pytest
 from fastppo.errors import FastPPOError
 from fastppo.rlhf.config import DataConfig, PreferenceDataConfig
 from fastppo.rlhf.data import PreferencePair, read_preferences, read_prompts
-from tests.rlhf.tiny import build_tokenizer, run_cli
+from tests.support.tiny_lm import build_tokenizer, run_cli
 
 datasets = pytest.importorskip("datasets")
 
@@ -23,7 +23,10 @@ ROWS = [
 ]
 COLUMNS = PreferenceDataConfig(prompt_column="question", chosen_column="good", rejected_column="bad")
 EXPECTED = [PreferencePair("hi", "aa", "zz"), PreferencePair("the cat", "sat", "ran")]
-CHAT_TEMPLATE = "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}{% endfor %}{% if add_generation_prompt %}<assistant>{% endif %}"
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}{% endfor %}"
+    "{% if add_generation_prompt %}<assistant>{% endif %}"
+)
 
 
 def write_source(kind: str, folder):
@@ -166,6 +169,7 @@ def test_a_hub_name_offline_is_a_one_line_error(tiny_model, tmp_path, command, f
     )
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
-        f"fastppo: error: {flag} 'someone/some-dataset' is no local file or folder, and the Hugging Face hub cannot be reached (offline?): "
+        f"fastppo: error: {flag} 'someone/some-dataset' is no local file or folder, and the Hugging Face hub "
+        "cannot be reached (offline?): "
         "pass a local .jsonl/.json/.parquet/.csv file, a folder of them, or a folder written by Dataset.save_to_disk"
     ]

@@ -30,8 +30,10 @@ from fastppo.rlhf.data import PreferencePair, batch_indices
 from fastppo.rlhf.models import Precision, load_models
 from fastppo.rlhf.rewards import compute_scores, shape_scores
 from fastppo.rlhf.rollout import Rollout, collect_rollout
-from tests.rlhf.tiny import PROMPTS, early_letters, tiny_config
-from tests.test_distributed import fastppo_errors, rank_of, spawn, torchrun
+from tests.support.tiny_lm import PROMPTS, early_letters, tiny_config
+from tests.support.torchrun import fastppo_errors, rank_of, spawn, torchrun
+
+pytestmark = pytest.mark.torchrun
 
 SEED = 3
 PROMPTS_PER_RANK, GENERATIONS, EPOCHS = 2, 2, 2
@@ -313,14 +315,18 @@ def test_torchrun_dpo_writes_one_checkpoint_resumes_and_refuses_a_one_process_re
     alone = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert alone.returncode == 2
     assert fastppo_errors(alone.stderr) == [
-        f"fastppo: error: {out} was trained by 2 ranks, this launch has 1: resume it with torchrun, 2 processes in all (--nnodes x --nproc-per-node)"
+        f"fastppo: error: {out} was trained by 2 ranks, this launch has 1: resume it with torchrun, 2 "
+        "processes in all (--nnodes x --nproc-per-node)"
     ]
 
 
 def test_fsdp_in_one_process_is_a_one_line_error(tiny_model: Path, tmp_path: Path):
     with pytest.raises(
         FastPPOError,
-        match=r"^--fsdp shards the model over the processes of a torchrun launch: run under torchrun --nproc-per-node N \(N >= 2\), or drop --fsdp$",
+        match=(
+            r"^--fsdp shards the model over the processes of a torchrun launch: run under torchrun "
+            r"--nproc-per-node N \(N >= 2\), or drop --fsdp$"
+        ),
     ):
         dpo_module.train_dpo(dpo_config(tiny_model, tmp_path, fsdp=True), PAIRS)
 

@@ -102,7 +102,7 @@ def test_a_chat_templates_answer_ends_at_its_own_eos(tmp_path) -> None:
     from fastppo.rlhf.config import PreferenceDataConfig
     from fastppo.rlhf.data import read_preferences
     from fastppo.rlhf.tokens import encode_completions
-    from tests.rlhf.tiny import CHAT_TEMPLATE, build_tokenizer
+    from tests.support.tiny_lm import CHAT_TEMPLATE, build_tokenizer
 
     tokenizer = build_tokenizer()
     tokenizer.chat_template = CHAT_TEMPLATE

@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import re
 import shlex
-from pathlib import Path
 
 from examples import rlhf_tiny
 
-from tests.rlhf.tiny import run_cli
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.paths import ROOT
+from tests.support.tiny_lm import run_cli
 
 
 def test_the_reward_is_won_by_answering_with_the_prompts_letters() -> None:

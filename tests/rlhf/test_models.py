@@ -15,7 +15,7 @@ from fastppo.rlhf.models import PAD_TOKEN, load_models, reference_model, save_mo
 from fastppo.rlhf.rewards import compute_scores, load_reward
 from fastppo.rlhf.tokens import encode_prompts
 from fastppo.rlhf.trainer import train
-from tests.rlhf.tiny import PROMPTS, build_model_folder, early_letters, tiny_config
+from tests.support.tiny_lm import PROMPTS, build_model_folder, early_letters, tiny_config
 
 
 def _generate(model, tokenizer, seed: int = 7) -> torch.Tensor:
@@ -122,13 +122,13 @@ def test_reward_function_results_are_checked() -> None:
 
 
 def test_reward_spec_resolution(tmp_path, tiny_model) -> None:
-    assert load_reward("tests.rlhf.tiny:early_letters", torch.device("cpu")) is early_letters
+    assert load_reward("tests.support.tiny_lm:early_letters", torch.device("cpu")) is early_letters
     script = tmp_path / "my_reward.py"
     script.write_text("def score(prompts, completions):\n    return [1.0] * len(completions)\n")
     assert load_reward(f"{script}:score", torch.device("cpu"))(["p"], ["c"]) == [1.0]
     for spec, message in (
         ("no_such_module_xyz:f", "cannot load the reward function"),
-        ("tests.rlhf.tiny:nope", "names no function"),
+        ("tests.support.tiny_lm:nope", "names no function"),
         ("justaname", "neither"),
     ):
         with pytest.raises(FastPPOError, match=message):
@@ -138,7 +138,7 @@ def test_reward_spec_resolution(tmp_path, tiny_model) -> None:
 def test_reward_model_folder_scores_texts(tmp_path) -> None:
     from transformers import GPT2Config, GPT2ForSequenceClassification
 
-    from tests.rlhf.tiny import build_tokenizer
+    from tests.support.tiny_lm import build_tokenizer
 
     tokenizer = build_tokenizer()
     config = GPT2Config(

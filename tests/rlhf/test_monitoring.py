@@ -8,7 +8,6 @@ import shutil
 import sys
 from contextlib import nullcontext
 from dataclasses import fields, replace
-from pathlib import Path
 from types import ModuleType, SimpleNamespace
 
 import pytest
@@ -28,7 +27,8 @@ from fastppo.rlhf.config import (
     validate_run,
 )
 from fastppo.rlhf.trainer import train
-from tests.rlhf.tiny import PROMPTS, early_letters, run_cli, tiny_config
+from tests.support.paths import ROOT
+from tests.support.tiny_lm import PROMPTS, deterministic, early_letters, run_cli, tiny_config
 
 EVAL_PROMPTS = ["abc", "hello world", "ok"]
 
@@ -114,7 +114,6 @@ def test_lr_schedule_is_applied_and_logged(tiny_model, tmp_path) -> None:
 def test_resume_mid_schedule_continues_exactly(tiny_model, tmp_path) -> None:
     """Stopped after step 2 of 4 (in the middle of a linear decay after warm-up), the resumed run
     repeats the uninterrupted run's steps 3 and 4: same learning rates, same losses and rewards."""
-    deterministic = lambda h: {k: v for k, v in h.items() if not k.startswith(("time/", "perf/"))}  # noqa: E731
     cfg = tiny_config(tiny_model, tmp_path / "full", steps=4, learning_rate=1e-3)
     cfg = replace(cfg, schedule=LRScheduleConfig("linear", 1), run=replace(cfg.run, save_every=2))
     full = train(cfg, early_letters, PROMPTS)
@@ -187,7 +186,10 @@ def test_wandb_refusing_to_start_is_a_one_line_error(tmp_path, monkeypatch) -> N
     monkeypatch.setattr(wandb, "init", refuse)
     with pytest.raises(
         FastPPOError,
-        match=r"--report-to wandb: W&B could not start the run \(No API key configured.*wandb login.*WANDB_MODE=offline",
+        match=(
+            r"--report-to wandb: W&B could not start the run \(No API key configured"
+            r".*wandb login.*WANDB_MODE=offline"
+        ),
     ):
         RunLogger(tmp_path, 1, tensorboard=False, progress=False, wandb_project="p")
 
@@ -201,7 +203,7 @@ def test_cli_eval_prompts_and_schedule(tiny_model, tmp_path) -> None:
         "--model",
         str(tiny_model),
         "--reward",
-        "tests.rlhf.tiny:early_letters",
+        "tests.support.tiny_lm:early_letters",
         "--prompts",
         str(prompts),
         "--steps",
@@ -287,7 +289,7 @@ def test_vllm_error_comes_before_any_loading(tiny_model, tmp_path) -> None:
 
 
 def test_the_rlhf_guide_documents_every_new_flag() -> None:
-    guide = (Path(__file__).parents[2] / "docs" / "guides" / "rlhf.md").read_text()
+    guide = (ROOT / "docs" / "guides" / "rlhf.md").read_text()
     flags = ["--eval-prompts", "--report-to", "--wandb-project", "--generator", "--vllm-gpu-memory"]
     flags += [f"--{f.name.replace('_', '-')}" for cls in (LRScheduleConfig, MonitorConfig) for f in fields(cls)]
     assert [flag for flag in flags if f"`{flag}" not in guide] == []
@@ -322,7 +324,7 @@ def test_vllm_generator_against_a_stand_in_engine(tmp_path, monkeypatch) -> None
     loaded into the engine at start and after a change, trimmed to the checkpoint's vocabulary."""
     from fastppo.rlhf.generation import VLLMGenerator
     from fastppo.rlhf.models import load_models
-    from tests.rlhf.tiny import build_model_folder
+    from tests.support.tiny_lm import build_model_folder
 
     vllm, inputs = ModuleType("vllm"), ModuleType("vllm.inputs")
     vllm.LLM, vllm.SamplingParams, inputs.TokensPrompt = _FakeLLM, SimpleNamespace, dict

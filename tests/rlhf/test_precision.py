@@ -18,7 +18,7 @@ from fastppo.rlhf.models import Precision, load_models
 from fastppo.rlhf.rewards import sequence_advantages
 from fastppo.rlhf.tokens import encode_completions, encode_prompts, forward_tokens
 from fastppo.rlhf.trainer import train
-from tests.rlhf.tiny import PROMPTS, early_letters, tiny_config
+from tests.support.tiny_lm import PROMPTS, deterministic, early_letters, tiny_config
 
 CPU = torch.device("cpu")
 
@@ -78,7 +78,6 @@ def test_bf16_ppo_on_cpu_moves_every_parameter_and_resumes(bf16_model, tmp_path)
     """The default PPO path (GAE, shared value head) from a bf16 checkpoint on CPU, at lr 1e-5:
     every weight of the policy and value head moves, checkpoints hold the fp32 masters, and a
     resumed run repeats the uninterrupted one."""
-    deterministic = lambda h: {k: v for k, v in h.items() if not k.startswith(("time/", "perf/"))}  # noqa: E731
     full_cfg = tiny_config(bf16_model, tmp_path / "full", steps=2, learning_rate=1e-5)
     full_cfg = replace(full_cfg, model=replace(full_cfg.model, dtype="bf16"))
     full = train(full_cfg, early_letters, PROMPTS)

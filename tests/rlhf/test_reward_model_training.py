@@ -10,7 +10,7 @@ import torch
 
 from fastppo.errors import FastPPOError
 from fastppo.rlhf.rewards import load_reward
-from tests.rlhf.tiny import build_encoder_folder, run_cli
+from tests.support.tiny_lm import build_encoder_folder, run_cli
 
 WORDS = ["hi", "the cat", "ok", "yo", "good day", "sun", "a dog", "rain", "tea", "moon"]
 
@@ -32,11 +32,13 @@ def test_reward_model_learns_held_out_preferences_and_serves_as_reward(tiny_mode
     data = tmp_path / "pairs.jsonl"
     data.write_text("".join(json.dumps(row) + "\n" for row in rows))
     output = tmp_path / "rm"
-    argv = ["reward-model", "--model", str(tiny_model), "--data", str(data), "--output-dir", str(output), "--eval-split", "0.25", "--eval-every", "5",
-            "--epochs", "4", "--batch-size", "8", "--learning-rate", "3e-3", "--max-length", "48", "--no-progress"]  # fmt: skip
+    argv = ["reward-model", "--model", str(tiny_model), "--data", str(data), "--output-dir", str(output),
+            "--eval-split", "0.25", "--eval-every", "5", "--epochs", "4", "--batch-size", "8", "--learning-rate",
+            "3e-3", "--max-length", "48", "--no-progress"]  # fmt: skip
     assert run_cli(argv) == 0
     logged = [json.loads(line) for line in (output / "metrics.jsonl").read_text().splitlines()]
-    # 2 of the 10 prompts held out with their 4 pairs each: 32 training pairs, 8 per step, 4 epochs; step 0: before training
+    # 2 of the 10 prompts held out with their 4 pairs each: 32 training pairs, 8 per step, 4 epochs;
+    # step 0: before training
     assert [row["global_step"] for row in logged] == list(range(0, 17))
     accuracies = {
         row["global_step"]: row["reward_model/eval_accuracy"] for row in logged if "reward_model/eval_accuracy" in row
@@ -56,9 +58,10 @@ def test_reward_model_learns_held_out_preferences_and_serves_as_reward(tiny_mode
 
     prompts_file = tmp_path / "prompts.jsonl"
     prompts_file.write_text("".join(json.dumps({"prompt": w}) + "\n" for w in WORDS[:4]))
-    assert run_cli(["rlhf", "--model", str(tiny_model), "--reward", str(output), "--prompts", str(prompts_file), "--steps", "1", "--prompts-per-step", "2",
-                    "--num-generations", "2", "--mini-batch-size", "4", "--ppo-epochs", "1", "--max-new-tokens", "6", "--estimator", "rloo",
-                    "--output-dir", str(tmp_path / "ppo"), "--no-progress"]) == 0  # fmt: skip
+    assert run_cli(["rlhf", "--model", str(tiny_model), "--reward", str(output), "--prompts", str(prompts_file),
+                    "--steps", "1", "--prompts-per-step", "2", "--num-generations", "2", "--mini-batch-size", "4",
+                    "--ppo-epochs", "1", "--max-new-tokens", "6", "--estimator", "rloo", "--output-dir",
+                    str(tmp_path / "ppo"), "--no-progress"]) == 0  # fmt: skip
 
 
 def test_an_encoder_reward_model_trains_and_serves_as_reward(tmp_path) -> None:
@@ -67,8 +70,9 @@ def test_an_encoder_reward_model_trains_and_serves_as_reward(tmp_path) -> None:
     data = tmp_path / "pairs.jsonl"
     data.write_text("".join(json.dumps(row) + "\n" for row in rows))
     output = tmp_path / "rm"
-    argv = ["reward-model", "--model", str(build_encoder_folder(tmp_path / "bert")), "--data", str(data), "--output-dir", str(output),
-            "--eval-split", "0.25", "--epochs", "4", "--batch-size", "8", "--learning-rate", "3e-3", "--max-length", "48", "--no-progress"]  # fmt: skip
+    argv = ["reward-model", "--model", str(build_encoder_folder(tmp_path / "bert")), "--data", str(data),
+            "--output-dir", str(output), "--eval-split", "0.25", "--epochs", "4", "--batch-size", "8",
+            "--learning-rate", "3e-3", "--max-length", "48", "--no-progress"]  # fmt: skip
     assert run_cli(argv) == 0
     logged = [json.loads(line) for line in (output / "metrics.jsonl").read_text().splitlines()]
     assert logged[0]["reward_model/eval_accuracy"] <= 0.7 and logged[-1]["reward_model/eval_accuracy"] == 1.0
@@ -84,8 +88,9 @@ def test_an_encoder_reward_model_trains_and_serves_as_reward(tmp_path) -> None:
 def test_reward_model_resumes_where_it_stopped(tiny_model, tmp_path) -> None:
     data = tmp_path / "pairs.jsonl"
     data.write_text("".join(json.dumps(row) + "\n" for row in separable_pairs()[:12]))
-    argv = ["reward-model", "--model", str(tiny_model), "--data", str(data), "--output-dir", str(tmp_path / "rm"), "--eval-split", "0",
-            "--batch-size", "4", "--learning-rate", "1e-3", "--save-every", "1", "--no-progress"]  # fmt: skip
+    argv = ["reward-model", "--model", str(tiny_model), "--data", str(data), "--output-dir", str(tmp_path / "rm"),
+            "--eval-split", "0", "--batch-size", "4", "--learning-rate", "1e-3", "--save-every", "1",
+            "--no-progress"]  # fmt: skip
     assert run_cli([*argv, "--epochs", "1"]) == 0
     assert run_cli([*argv, "--epochs", "2", "--resume"]) == 0
     steps = [json.loads(line)["global_step"] for line in (tmp_path / "rm" / "metrics.jsonl").read_text().splitlines()]

@@ -8,7 +8,7 @@ import torch
 from transformers import AutoTokenizer
 
 from fastppo.rlhf.rewards import load_reward
-from tests.rlhf.tiny import build_encoder_folder, build_tokenizer
+from tests.support.tiny_lm import build_encoder_folder, build_tokenizer
 
 # Different lengths, so that batching pads all but the longest.
 PROMPTS = ["ab", "hello there", "x", "the cat sat on the"]
@@ -72,7 +72,7 @@ def test_with_a_chat_template_a_sampled_completion_is_scored_as_the_reward_model
     from fastppo.rlhf.models import load_reward_model
     from fastppo.rlhf.rewards import score_texts
     from fastppo.rlhf.tokens import Stops, decode_completions
-    from tests.rlhf.tiny import CHAT_TEMPLATE
+    from tests.support.tiny_lm import CHAT_TEMPLATE
 
     cpu = torch.device("cpu")
     folder = tmp_path / "rm"

@@ -87,7 +87,10 @@ def test_padding_and_post_eos_tokens_change_no_loss_or_statistic(tiny_model) -> 
     def stats(query, response, garbage: float):
         # garbage only where the mask is false: in log-probs, ref log-probs and values
         out = forward_tokens(models.policy, models.critic, query, r.query_mask, response, mask)
-        fill = lambda x: torch.where(mask, x, torch.full_like(x, garbage))  # noqa: E731
+
+        def fill(x):
+            return torch.where(mask, x, torch.full_like(x, garbage))
+
         rewards, kl = token_rewards(torch.ones(6), out.logprobs, fill(r.ref_logprobs), mask, 0.1, "k3")
         adv, ret = gae_advantages(rewards, fill(out.values), mask, 1.0, 0.95)
         loss, metrics = ppo_loss(

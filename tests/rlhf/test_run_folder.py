@@ -18,7 +18,7 @@ from fastppo.errors import FastPPOError
 from fastppo.rlhf.checkpoint import LATEST, latest_checkpoint, load_training_state, save_checkpoint
 from fastppo.rlhf.config import ModelConfig
 from fastppo.rlhf.models import load_models
-from tests.rlhf.tiny import cli_error, early_letters, run_cli
+from tests.support.tiny_lm import cli_error, early_letters, run_cli
 
 
 def folder_bytes(folder: Path) -> dict[str, bytes]:
@@ -38,8 +38,9 @@ def inputs(tmp_path) -> dict[str, Path]:
 def command_argv(command: str, model: Path, inputs: dict[str, Path], output_dir: Path, *extra: str) -> list[str]:
     """A tiny run of ``command`` (two optimizer steps at most) writing into ``output_dir``."""
     specific = {
-        "rlhf": ["--reward", "tests.rlhf.tiny:early_letters", "--prompts", str(inputs["prompts"]), "--steps", "2", "--prompts-per-step", "2",
-                 "--num-generations", "2", "--mini-batch-size", "4", "--ppo-epochs", "1", "--max-new-tokens", "6", "--estimator", "rloo"],
+        "rlhf": ["--reward", "tests.support.tiny_lm:early_letters", "--prompts", str(inputs["prompts"]), "--steps", "2",
+                 "--prompts-per-step", "2", "--num-generations", "2", "--mini-batch-size", "4", "--ppo-epochs", "1",
+                 "--max-new-tokens", "6", "--estimator", "rloo"],
         "dpo": ["--data", str(inputs["pairs"]), "--batch-size", "2"],
         "reward-model": ["--data", str(inputs["pairs"]), "--batch-size", "2", "--eval-split", "0"],
     }[command]  # fmt: skip
@@ -87,12 +88,13 @@ def test_a_new_run_refuses_a_used_folder_and_leaves_it_unchanged(
         and "continue its run with --resume, or give a new or empty folder" in message
     )
     assert folder_bytes(first) == ran
-    # Another command's run, and a `fastppo train` run, are refused alike (no --resume hint: there is no RLHF checkpoint).
+    # Another command's run, and a `fastppo train` run, are refused alike (no --resume hint: there is no RLHF
+    # checkpoint).
     ppo_files = folder_bytes(ppo_run)
     message = cli_error(command_argv(command, tiny_model, inputs, ppo_run), capsys)
-    assert (
-        message
-        == f"fastppo: error: --output-dir {ppo_run} is not empty (it holds SHA256SUMS, agent.json, checkpoints, ...): give a new or empty folder"
+    assert message == (
+        f"fastppo: error: --output-dir {ppo_run} is not empty (it holds SHA256SUMS, agent.json, checkpoints, "
+        "...): give a new or empty folder"
     )
     assert folder_bytes(ppo_run) == ppo_files
     # An empty folder is a new run's.
@@ -106,9 +108,9 @@ def test_resume_with_nothing_to_resume_is_an_error(tiny_model, tmp_path, capsys,
     for folder in (tmp_path / "absent", tmp_path / "empty", ppo_run):
         before = folder_bytes(folder) if folder.exists() else None
         message = cli_error(command_argv(command, tiny_model, inputs, folder, "--resume"), capsys)
-        assert (
-            message
-            == f"fastppo: error: --resume: {folder} holds no checkpoint (no latest file) to continue from: drop --resume to start a new run"
+        assert message == (
+            f"fastppo: error: --resume: {folder} holds no checkpoint (no latest file) to continue from: drop "
+            "--resume to start a new run"
         )
         assert (folder_bytes(folder) if folder.exists() else None) == before
     assert not (tmp_path / "absent").exists()
@@ -172,7 +174,8 @@ REWARD_CALLS: list[int] = []
 
 
 def huge_from_the_third_step(prompts: list[str], completions: list[str]) -> list[float]:
-    """Finite scores, but from the third call so large that their sums overflow: the advantages and the losses become NaN."""
+    """Finite scores, but from the third call so large that their sums overflow: the advantages and the
+    losses become NaN."""
     REWARD_CALLS.append(len(completions))
     return early_letters(prompts, completions) if len(REWARD_CALLS) < 3 else [3e38] * len(completions)
 
@@ -181,11 +184,12 @@ def test_a_nan_loss_stops_the_run_with_the_last_good_checkpoint_kept(tiny_model,
     REWARD_CALLS.clear()
     run = tmp_path / "run"
     argv = command_argv("rlhf", tiny_model, inputs, run, "--save-every", "1", "--steps", "4")
-    argv[argv.index("tests.rlhf.tiny:early_letters")] = f"{__name__}:huge_from_the_third_step"
+    argv[argv.index("tests.support.tiny_lm:early_letters")] = f"{__name__}:huge_from_the_third_step"
     message = cli_error(argv, capsys)
     assert message.startswith("fastppo: error: training stopped at step 3: ")
     assert message.endswith(
-        f"became NaN/Inf; lower --learning-rate, or check the reward and --missing-eos-penalty/--reward-clip; the last good checkpoint is kept: {run / 'checkpoint-000002'}"
+        "became NaN/Inf; lower --learning-rate, or check the reward and --missing-eos-penalty/--reward-clip; "
+        f"the last good checkpoint is kept: {run / 'checkpoint-000002'}"
     )
     assert sorted(p.name for p in run.glob("checkpoint-*")) == ["checkpoint-000001", "checkpoint-000002"]
     assert latest_checkpoint(run) == run / "checkpoint-000002"
@@ -209,7 +213,8 @@ def test_a_diverging_preference_run_stops_with_the_last_good_checkpoint_kept(
     prefix = "dpo" if command == "dpo" else "reward_model"
     assert message.startswith(f"fastppo: error: training stopped at step 2: {prefix}/loss, ")
     assert message.endswith(
-        f"became NaN/Inf; lower --learning-rate or check the preference data; the last good checkpoint is kept: {run / 'checkpoint-000001'}"
+        "became NaN/Inf; lower --learning-rate or check the preference data; the last good checkpoint is "
+        f"kept: {run / 'checkpoint-000001'}"
     )
     assert sorted(p.name for p in run.glob("checkpoint-*")) == ["checkpoint-000001"]
     assert not (run / "model.safetensors").exists()  # a reward model's final weights are not written either
@@ -217,16 +222,19 @@ def test_a_diverging_preference_run_stops_with_the_last_good_checkpoint_kept(
 
 def test_a_causal_lm_is_refused_as_a_reward_model(tiny_model, tmp_path, capsys, inputs) -> None:
     argv = command_argv("rlhf", tiny_model, inputs, tmp_path / "run")
-    argv[argv.index("tests.rlhf.tiny:early_letters")] = str(tiny_model)
+    argv[argv.index("tests.support.tiny_lm:early_letters")] = str(tiny_model)
     assert cli_error(argv, capsys) == (
-        f"fastppo: error: the reward model '{tiny_model}' has no trained score head (its weights lack score.weight, so its scores would be random noise): "
+        f"fastppo: error: the reward model '{tiny_model}' has no trained score head (its weights lack "
+        "score.weight, so its scores would be random noise): "
         f"train one with fastppo reward-model --model {tiny_model}, or pass a sequence-classification model folder"
     )
     assert not (tmp_path / "run").exists()
 
 
-DEVICES = [("cuda", "torch sees no CUDA GPU: use --device cpu"), ("cuda:3", "torch sees 1 CUDA GPU(s): use cuda:0 to cuda:0"),
-           ("mps", "torch sees no Apple MPS GPU: use --device cpu"), ("meta", "unknown device 'meta': use cpu, cuda, cuda:N, mps or auto")]  # fmt: skip
+DEVICES = [("cuda", "torch sees no CUDA GPU: use --device cpu"),
+           ("cuda:3", "torch sees 1 CUDA GPU(s): use cuda:0 to cuda:0"),
+           ("mps", "torch sees no Apple MPS GPU: use --device cpu"),
+           ("meta", "unknown device 'meta': use cpu, cuda, cuda:N, mps or auto")]  # fmt: skip
 
 
 @pytest.mark.parametrize("command", COMMANDS)
@@ -247,9 +255,9 @@ def test_resume_refuses_a_run_of_another_command(tiny_model, tmp_path, capsys, i
     assert run_cli(command_argv("rlhf", tiny_model, inputs, run, "--estimator", "gae")) == 0
     before = folder_bytes(run)
     message = cli_error(command_argv("dpo", tiny_model, inputs, run, "--resume"), capsys)
-    assert (
-        message
-        == f"fastppo: error: --resume: {run} holds a run of fastppo rlhf, not of fastppo dpo: continue it with 'fastppo rlhf --resume', or give a new or empty --output-dir"
+    assert message == (
+        f"fastppo: error: --resume: {run} holds a run of fastppo rlhf, not of fastppo dpo: continue it with "
+        "'fastppo rlhf --resume', or give a new or empty --output-dir"
     )
     # A checkpoint written before they named their command: its optimizer state does not fit DPO's models.
     state = run / "checkpoint-000002" / "trainer_state.json"
@@ -257,7 +265,8 @@ def test_resume_refuses_a_run_of_another_command(tiny_model, tmp_path, capsys, i
     before = folder_bytes(run)
     message = cli_error(command_argv("dpo", tiny_model, inputs, run, "--resume"), capsys)
     assert message.startswith(
-        f"fastppo: error: checkpoint {run / 'checkpoint-000002'} does not fit this run: its optimizer state is for other models ("
+        f"fastppo: error: checkpoint {run / 'checkpoint-000002'} does not fit this run: its optimizer state "
+        "is for other models ("
     )
     assert message.endswith("): resume it with the command and --model that wrote it")
     assert folder_bytes(run) == before
@@ -288,7 +297,10 @@ def test_latest_never_names_a_folder_outside_the_output_dir(tmp_path, pointer) -
     (run / LATEST).write_text(pointer.format(tmp=tmp_path))
     with pytest.raises(
         FastPPOError,
-        match=f"{run / LATEST} names .*, not a checkpoint folder of {run} \\(checkpoint-NNNNNN\\): write the name of its newest checkpoint into it",
+        match=(
+            f"{run / LATEST} names .*, not a checkpoint folder of {run} \\(checkpoint-NNNNNN\\): write the name "
+            "of its newest checkpoint into it"
+        ),
     ):
         latest_checkpoint(run)
     (run / LATEST).write_text("checkpoint-000001\n")
@@ -318,7 +330,8 @@ def test_pickled_weights_are_one_line_and_never_run(tiny_model, tmp_path, capsys
     pickled_weights(model, marker)
     message = cli_error(command_argv("dpo", model, inputs, tmp_path / "new"), capsys)
     assert message == (
-        f"fastppo: error: cannot load '{model}': its weights are a pickle that holds more than tensors, and unpickling it could run code: "
+        f"fastppo: error: cannot load '{model}': its weights are a pickle that holds more than tensors, and "
+        "unpickling it could run code: "
         "save the model as safetensors (save_pretrained's default) or pass another model"
     )
     # In a checkpoint of a run, as --resume loads it.

@@ -9,7 +9,7 @@ from fastppo.rlhf.config import ModelConfig, SamplingConfig
 from fastppo.rlhf.models import Precision, load_models
 from fastppo.rlhf.rollout import collect_rollout
 from fastppo.rlhf.tokens import Stops, decode_completions
-from tests.rlhf.tiny import build_tokenizer, parse_cli
+from tests.support.tiny_lm import build_tokenizer, parse_cli
 
 
 def ids(tokenizer, text: str, eos_at: int | None = None) -> list[int]:

@@ -15,7 +15,7 @@ from fastppo.rlhf.config import PPOConfig
 from fastppo.rlhf.models import Models, Precision
 from fastppo.rlhf.tokens import TokenOutputs
 from fastppo.rlhf.trainer import ppo_update, train
-from tests.rlhf.tiny import PROMPTS, early_letters, synthetic_rollout, tiny_config
+from tests.support.tiny_lm import PROMPTS, deterministic, early_letters, synthetic_rollout, tiny_config
 
 
 def _window_mean(history, key, window=5):
@@ -87,7 +87,6 @@ def test_every_estimator_runs_and_logs(tiny_model, tmp_path, estimator, critic) 
 
 
 def test_resume_continues_exactly_where_the_run_stopped(tiny_model, tmp_path) -> None:
-    deterministic = lambda h: {k: v for k, v in h.items() if not k.startswith(("time/", "perf/"))}  # noqa: E731
     full = train(tiny_config(tiny_model, tmp_path / "full", steps=3, kl_target=1.0), early_letters, PROMPTS)
     interrupted = tiny_config(tiny_model, tmp_path / "resumed", steps=2, kl_target=1.0)
     train(interrupted, early_letters, PROMPTS)

@@ -2,7 +2,7 @@
 
 OpenSpiel (``pyspiel``) implements the same two games with its own action numbers, so the bot
 plays OpenSpiel's game and a table translates moves. The tables were checked against both
-libraries' sources and by replaying random games in both (tests/test_games.py: the same board
+libraries' sources and by replaying random games in both (tests/agents/test_games.py: the same board
 after every move, the same legal moves, the same final step and the same returns):
 
 - tic-tac-toe: PettingZoo numbers the cells column by column (``pettingzoo.classic.tictactoe.board``:

@@ -3,7 +3,7 @@ game, so that OpenSpiel's exploitability can score a policy in the very game it 
 (``fastppo.agents.leduc.exploitability(policy, rules="rlcard")``).
 
 The rules are rlcard's (``rlcard.games.leducholdem`` and ``limitholdem.Round``, read and replayed
-move for move against PettingZoo in tests/test_games.py): a small blind of 1 and a big blind of 2,
+move for move against PettingZoo in tests/agents/test_games.py): a small blind of 1 and a big blind of 2,
 the small blind seat drawn at random each hand and acting first; raises of 2 in round 1 and 4 in
 round 2, at most two a round; a round ends when both players called or checked since its last
 raise, and round 2 opens with the player after the one who closed round 1; fold is legal at every

@@ -47,7 +47,7 @@ def tanh_of_sum_(z: Tensor, bias: Tensor) -> Tensor:
     first copy the bias into every row of their output: on a 64-seed stack's [64, 512, 64]
     activations a pass of 8 MB from memory (a 64-seed CartPole update: 5-9% less time,
     benchmarks/README.md). Equal to the bit to :func:`tanh` of the addmm where the BLAS adds
-    the bias after the product (MKL, x86: tests/test_activations.py)."""
+    the bias after the product (MKL, x86: tests/policies/test_activations.py)."""
     if not z.is_cpu or z.numel() < SIGMOID_TANH_MIN_ELEMENTS:
         return torch.tanh_(z.add_(bias))
     return _from_sigmoid_(torch.sigmoid_(torch.add(bias + bias, z, alpha=2, out=z)))

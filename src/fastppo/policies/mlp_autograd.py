@@ -4,7 +4,7 @@ Autograd records about five nodes per ``Linear`` + activation (addmm, transpose,
 gradient accumulations) and walks them one by one in the backward; for the 64-unit networks of
 classic-control and MuJoCo PPO on CPU that bookkeeping costs as much as the matmuls. ``mlps_one_node``
 computes exactly what the ``nn.Sequential``s compute and returns the same gradients
-(tests/test_mlp_autograd.py checks them against autograd's in float64), as one node whose backward
+(tests/policies/test_mlp_autograd.py checks them against autograd's in float64), as one node whose backward
 is textbook backprop: per layer one matmul for the weight gradient, one sum for the bias, one
 matmul and one activation derivative for the layer below. Each weight-gradient matmul also puts
 the narrower side first: MKL's sgemm takes 27 µs for ``[64, 512] @ [512, 2]`` (autograd's

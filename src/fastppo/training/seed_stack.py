@@ -16,7 +16,7 @@ role of torch's global one (action sampling, minibatch permutations), and its en
 seeded as the single run's. A stacked seed therefore follows its single run exactly but for
 float rounding: a batched matmul sums in another order than the single run's fused forward, and
 after many updates a last-bit difference can flip a sampled action, from where the two runs are
-different samples of the same distribution (tests/test_seed_stack.py compares a short budget).
+different samples of the same distribution (tests/training/test_seed_stack.py compares a short budget).
 
 Each seed is saved as an ordinary run in ``RUN_DIR/seed_<n>`` (metrics.jsonl, TensorBoard, the
 final agent), which ``fastppo eval``, ``plot``, ``report`` and ``fastppo.load`` read as any run.

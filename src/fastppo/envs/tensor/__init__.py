@@ -3,7 +3,7 @@
 With them the rollout never leaves the training device, as PureJaxRL does with JAX. The four
 classic-control tasks, and ``CartPoleNoVelocity-v1`` (CartPole observing ``[x, theta]`` only),
 re-implement gymnasium 1.4's code exactly (checked step by step against it in
-``tests/test_tensor_envs.py``); your own simulator plugs in by subclassing :class:`TensorEnv`
+``tests/envs/test_tensor_envs.py``); your own simulator plugs in by subclassing :class:`TensorEnv`
 and naming the class as ``module:Class`` (or ``path/to/file.py:Class``) where an env id goes:
 
     envs = make_tensor_env("CartPole-v1", num_envs=4096, device="cuda", seed=1)

@@ -53,7 +53,7 @@ class CartPole(TensorEnv):
     def _dynamics(self, state: Tensor, actions: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         # gymnasium's formulas, each folded into as few fused torch ops as its terms allow (the
         # batch is small on CPU, so the op count sets the cost); the reassociated constants move
-        # results by rounding only (float64 agrees with gymnasium to 1e-12, tests/test_tensor_envs.py).
+        # results by rounding only (float64 agrees with gymnasium to 1e-12, tests/envs/test_tensor_envs.py).
         x_dot, theta, theta_dot = state[:, 1], state[:, 2], state[:, 3]
         costheta, sintheta = torch.cos(theta), torch.sin(theta)
         # temp = (force + polemass_length * theta_dot**2 * sintheta) / total_mass

@@ -1,0 +1,34 @@
+"""A fastppo agent for Leduc hold'em that needs no training: its preferences are set by hand."""
+
+from __future__ import annotations
+
+import torch
+
+from fastppo.agents import leduc_rules
+from fastppo.agents.agent import Agent, build_agent
+from fastppo.agents.agent_rows import PettingZooAgents
+from fastppo.agents.game_env import make_game
+from fastppo.config import Config, EnvConfig, MultiAgentConfig
+from fastppo.envs.pettingzoo_vec import AgentSpaces
+
+LEDUC = leduc_rules.LEDUC_ENV_ID
+
+
+def leduc_agent(prefer_raise: bool = True) -> Agent:
+    """An untrained agent on Leduc's rows as training builds them (AgentSpaces of the AEC env),
+    whose action head prefers to raise (bias 5, weights 0) where raising is legal."""
+    env = make_game(LEDUC)
+    spaces = AgentSpaces(env, MultiAgentConfig())
+    agent = build_agent(
+        Config(env=EnvConfig(env_id=LEDUC)),
+        spaces.observation_space,
+        spaces.action_space,
+        torch.device("cpu"),
+        spaces.layout,
+    )
+    agent.pettingzoo = PettingZooAgents.of(spaces)
+    agent.action_masks = True
+    with torch.no_grad():
+        agent.policy.action_head.linear.weight.zero_()
+        agent.policy.action_head.linear.bias.copy_(torch.tensor([0.0, 5.0 if prefer_raise else 0.0, 0.0, 0.0]))
+    return agent
