@@ -40,9 +40,22 @@ def flag_row(parser: argparse.ArgumentParser, action: argparse.Action) -> str:
 
 def subcommand_section(name: str, parser: argparse.ArgumentParser, summary: str) -> list[str]:
     usage = parser.format_usage().removeprefix("usage: ").strip()
-    lines = [f"## fastppo {name}", "", cell(summary or "") if summary else "", "", parser.description or "", "", "```text", usage, "```", ""]
+    lines = [
+        f"## fastppo {name}",
+        "",
+        cell(summary or "") if summary else "",
+        "",
+        parser.description or "",
+        "",
+        "```text",
+        usage,
+        "```",
+        "",
+    ]
     for group in parser._action_groups:
-        actions = [a for a in group._group_actions if a.help != argparse.SUPPRESS and not isinstance(a, argparse._HelpAction)]
+        actions = [
+            a for a in group._group_actions if a.help != argparse.SUPPRESS and not isinstance(a, argparse._HelpAction)
+        ]
         if not actions:
             continue
         title = {"positional arguments": "Arguments", "options": "Options"}.get(group.title, group.title)
@@ -82,7 +95,11 @@ def mathjax_files() -> dict[str, Path]:
         raise PluginError("MathJax is not installed: pip install -e '.[docs]' (it brings django-static-mathjax)")
     package = Path(next(iter(spec.submodule_search_locations))) / "static" / "mathjax"
     es5 = package / "es5"
-    found = {f"{MATHJAX_DIR}/{path.relative_to(es5)}": path for pattern in MATHJAX_FILES for path in sorted(es5.glob(pattern))}
+    found = {
+        f"{MATHJAX_DIR}/{path.relative_to(es5)}": path
+        for pattern in MATHJAX_FILES
+        for path in sorted(es5.glob(pattern))
+    }
     if f"{MATHJAX_DIR}/tex-mml-chtml.js" not in found:
         raise PluginError(f"no MathJax 3 component tex-mml-chtml.js in {es5}: pip install -e '.[docs]'")
     return found | {f"{MATHJAX_DIR}/LICENSE": package / "LICENSE"}

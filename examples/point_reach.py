@@ -42,7 +42,9 @@ class PointReach(TensorEnv):
         return state[:, 2:4] - state[:, 0:2]
 
 
-SETTINGS = dict(num_envs=256, num_steps=16, update_epochs=4, num_minibatches=4, learning_rate=3e-3, total_timesteps=200_000)
+SETTINGS = dict(
+    num_envs=256, num_steps=16, update_epochs=4, num_minibatches=4, learning_rate=3e-3, total_timesteps=200_000
+)
 """CleanRL's continuous-control setup (normalised observations and rewards) on 256 envs, with
 fewer, larger minibatch steps: about 1.5 s on one CPU core."""
 
