@@ -35,7 +35,11 @@ $(VENV)/.dev: $(VENV)/.base
 train: $(VENV)/.base
 	$(VENV)/bin/fastppo train $(ENV) $(ARGS)
 
+# Style and types first (seconds; mypy about a minute from cold), then the suite.
 test: $(VENV)/.dev
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
 	$(PY) -m pytest -q
 
 test-slow: $(VENV)/.dev
