@@ -169,6 +169,10 @@ class PolicyConfig:
     """Recurrent core after the encoder (for actor and critic, shared or separate as shared_trunk says): none, lstm or gru."""
     memory_size: int = 128
     """Hidden units of the recurrent core."""
+    precision: Literal["fp32", "bf16"] = "fp32"
+    """Compute of the Nature CNN (pixel policies): fp32, or bf16 autocast in the rollout and the
+    update, the weights, heads, losses and optimizer staying fp32; bf16 needs CUDA (Ampere on) or a
+    CPU with native bf16 (AVX512-BF16 or AMX)."""
 
 
 @dataclass
@@ -336,6 +340,11 @@ class Config:
                 raise FastPPOError(
                     "--compile and --cudagraphs do not support --policy.memory yet: drop them for a recurrent policy"
                 )
+        if self.policy.precision == "bf16" and not self.pixel_policy:
+            raise FastPPOError(
+                "--policy.precision bf16 computes the Nature CNN of a pixel policy (an Atari id, or "
+                "--policy.encoder cnn), and this policy is an MLP, which trains in fp32: drop it"
+            )
         self._validate_multi_agent()
         self._validate_self_play()
         if any(w <= 0 for w in self.policy.hidden_sizes):
@@ -433,11 +442,11 @@ class Config:
         if not isinstance(data, dict) or not all(isinstance(values, dict) for values in data.values()):
             raise ValueError("the config is not a mapping of sections")
         given = {f"{section}.{key}": value for section, values in data.items() for key, value in values.items()}
-        # A section newer than the folder is the defaults: the run trained without it.
+        # A section or field newer than the folder is the defaults: the run trained without it.
         missing = [
             key
             for key in field_index(config)
-            if key not in given and key.split(".")[0] not in set(SECTIONS_ADDED) - set(data)
+            if key not in given and key not in FIELDS_ADDED and key.split(".")[0] not in set(SECTIONS_ADDED) - set(data)
         ]
         if missing:
             raise ValueError(f"the config lacks {', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}")
@@ -449,6 +458,9 @@ class Config:
 
 SECTIONS_ADDED = ("self_play",)
 """Config sections added after run folders were first written (fastppo 0.1.0's run folders lack them)."""
+FIELDS_ADDED = ("policy.precision",)
+"""Fields added to a section after run folders were first written: a folder without one trained
+with its default (e.g. fp32 before --policy.precision)."""
 
 
 def check_seed(seed: int, flag: str) -> int:
