@@ -59,6 +59,9 @@ class EnvConfig:
     """Atari only: how many of the latest 84x84 frames one observation stacks (1 when --policy.memory remembers instead, as CleanRL's ppo_atari_lstm.py)."""
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     """PettingZoo envs (pz:<module>) only: keyword arguments for the module's parallel_env(**kwargs), as JSON: '{"max_cycles": 25}'."""
+    step_in_halves: bool = False
+    """ale backend only: step the envs as two halves that take turns, the env threads stepping one
+    half while the policy acts on the other (each env's steps are those of the default)."""
 
 
 @dataclass
@@ -340,6 +343,15 @@ class Config:
                 raise FastPPOError(
                     "--compile and --cudagraphs do not support --policy.memory yet: drop them for a recurrent policy"
                 )
+        if self.env.step_in_halves and self.env.backend != "ale":
+            raise FastPPOError(
+                f"--env.step-in-halves steps the ale backend's C++ envs, not the {self.env.backend} backend's: "
+                "use --env.backend ale (Atari ids), or drop it"
+            )
+        if self.env.step_in_halves and self.env.num_envs % 2:
+            raise FastPPOError(
+                f"--env.step-in-halves needs an even --num-envs (two equal halves), got {self.env.num_envs}"
+            )
         if self.policy.precision == "bf16" and not self.pixel_policy:
             raise FastPPOError(
                 "--policy.precision bf16 computes the Nature CNN of a pixel policy (an Atari id, or "
@@ -458,7 +470,7 @@ class Config:
 
 SECTIONS_ADDED = ("self_play",)
 """Config sections added after run folders were first written (fastppo 0.1.0's run folders lack them)."""
-FIELDS_ADDED = ("policy.precision",)
+FIELDS_ADDED = ("policy.precision", "env.step_in_halves")
 """Fields added to a section after run folders were first written: a folder without one trained
 with its default (e.g. fp32 before --policy.precision)."""
 
