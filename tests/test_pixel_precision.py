@@ -104,3 +104,12 @@ def test_a_bf16_breakout_run_trains_and_saves_its_precision(tmp_path):
 
     agent = load_agent(tmp_path / "run")
     assert agent.config.policy.precision == "bf16" and agent.policy.actor_encoder.autocast
+    # Its ONNX file computes in fp32, which ONNX runtimes run (a bf16 convolution they refuse).
+    ort = pytest.importorskip("onnxruntime")
+    from fastppo.agents.export import export_onnx
+
+    session = ort.InferenceSession(str(export_onnx(agent, tmp_path / "policy.onnx")))
+    frames = np.random.default_rng(0).integers(0, 256, (8, 4, 84, 84), dtype=np.uint8)
+    agent.policy.actor_encoder.autocast = False
+    (actions,) = session.run(None, {"obs": frames})
+    np.testing.assert_array_equal(actions, agent.act(frames, deterministic=True))

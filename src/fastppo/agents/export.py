@@ -28,6 +28,7 @@ from torch import Tensor, nn
 from fastppo.agents.agent import Agent, load_agent
 from fastppo.errors import FastPPOError, install_extra
 from fastppo.files.outputs import output_file, writing
+from fastppo.policies.cnn import NatureCNN
 
 
 class DeterministicPolicy(nn.Module):
@@ -38,6 +39,9 @@ class DeterministicPolicy(nn.Module):
     def __init__(self, agent: Agent, action_space: gym.Space):
         super().__init__()
         policy = copy.deepcopy(agent.policy).cpu().eval()
+        for module in policy.modules():  # bf16 is a training setting: ONNX runtimes convolve fp32
+            if isinstance(module, NatureCNN):
+                module.autocast = False
         self.policy = policy if policy.recurrent else None
         self.encoder = policy.actor_encoder
         self.head = policy.action_head
