@@ -136,3 +136,12 @@ def test_halves_where_they_cannot_be_are_one_line_and_exit_2(tmp_path, capsys, a
     assert main(["train", *argv, "--run-dir", str(tmp_path / "run"), "--progress", "false"]) == 2
     assert capsys.readouterr().err == f"fastppo: error: {message}\n"
     assert not (tmp_path / "run").exists()
+
+
+def test_a_resume_may_turn_the_halves_on_or_off():
+    """The halves change no env's steps: a resume may switch them (a speed setting, as threads)."""
+    from fastppo.training.resume import apply_resumable
+
+    config = fastppo.make_config("BreakoutNoFrameskip-v4")
+    assert apply_resumable(config, {"step-in-halves": "true"}, "run").env.step_in_halves
+    assert not apply_resumable(config, {"env.step_in_halves": "false"}, "run").env.step_in_halves
