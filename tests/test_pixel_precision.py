@@ -113,3 +113,15 @@ def test_a_bf16_breakout_run_trains_and_saves_its_precision(tmp_path):
     agent.policy.actor_encoder.autocast = False
     (actions,) = session.run(None, {"obs": frames})
     np.testing.assert_array_equal(actions, agent.act(frames, deterministic=True))
+
+
+def test_a_bf16_cnn_collects_on_the_updates_threads(monkeypatch):
+    """oneDNN rebuilds its bf16 convolutions after each change of torch's thread count: a bf16
+    run's rollout keeps the update's threads (every CPU, 3 here), where fp32's collects on one."""
+    import fastppo
+    import fastppo.config as config_module
+
+    monkeypatch.setattr(config_module, "available_cpus", lambda: 3)
+    fp32, bf16 = (fastppo.make_config("BreakoutNoFrameskip-v4", overrides={"precision": p}) for p in ("fp32", "bf16"))
+    assert (fp32.rollout_threads(stacked=False), fp32.intra_op_threads(stacked=False)) == (1, 3)
+    assert (bf16.rollout_threads(stacked=False), bf16.intra_op_threads(stacked=False)) == (3, 3)

@@ -252,7 +252,11 @@ class Config:
         """Intra-op threads while the rollout collects: ``intra_op_threads``, but 1 for one run's
         CNN when automatic: its forward on a step's few frames gains little from more threads and,
         on a shared machine, loses much (threads waiting for each other), while the update's
-        minibatches keep every CPU."""
+        minibatches keep every CPU. Under bf16 autocast the rollout keeps the update's threads:
+        oneDNN rebuilds its bf16 convolutions after each change of torch's thread count (the
+        update step of a 256-frame minibatch: 0.30 s without the change, 4.6 s after it)."""
+        if self.policy.precision == "bf16":
+            return self.intra_op_threads(stacked)
         return self.run.torch_threads or (available_cpus() if stacked else 1)
 
     def validate(self, minibatches_from: str | None = None) -> Config:
