@@ -64,6 +64,9 @@ class EnvConfig:
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     """PettingZoo envs (pz:<module>) only: keyword arguments for the module's parallel_env(**kwargs), as JSON:
     '{"max_cycles": 25}'."""
+    step_in_halves: bool = False
+    """ale backend only: step the envs as two halves that take turns, the env threads stepping one
+    half while the policy acts on the other (each env's steps are those of the default)."""
 
 
 @dataclass
@@ -186,6 +189,10 @@ class PolicyConfig:
     or gru."""
     memory_size: int = 128
     """Hidden units of the recurrent core."""
+    precision: Literal["fp32", "bf16"] = "fp32"
+    """Compute of the Nature CNN (pixel policies): fp32, or bf16 autocast in the rollout and the
+    update, the weights, heads, losses and optimizer staying fp32; bf16 needs CUDA (Ampere on) or a
+    CPU with native bf16 (AVX512-BF16 or AMX)."""
 
 
 @dataclass
@@ -271,7 +278,11 @@ class Config:
         """Intra-op threads while the rollout collects: ``intra_op_threads``, but 1 for one run's
         CNN when automatic: its forward on a step's few frames gains little from more threads and,
         on a shared machine, loses much (threads waiting for each other), while the update's
-        minibatches keep every CPU."""
+        minibatches keep every CPU. Under bf16 autocast the rollout keeps the update's threads:
+        oneDNN rebuilds its bf16 convolutions after each change of torch's thread count (the
+        update step of a 256-frame minibatch: 0.30 s without the change, 4.6 s after it)."""
+        if self.policy.precision == "bf16":
+            return self.intra_op_threads(stacked)
         return self.run.torch_threads or (available_cpus() if stacked else 1)
 
     def validate(self, minibatches_from: str | None = None) -> Config:
@@ -365,6 +376,20 @@ class Config:
                 raise FastPPOError(
                     "--compile and --cudagraphs do not support --policy.memory yet: drop them for a recurrent policy"
                 )
+        if self.env.step_in_halves and self.env.backend != "ale":
+            raise FastPPOError(
+                f"--env.step-in-halves steps the ale backend's C++ envs, not the {self.env.backend} backend's: "
+                "use --env.backend ale (Atari ids), or drop it"
+            )
+        if self.env.step_in_halves and self.env.num_envs % 2:
+            raise FastPPOError(
+                f"--env.step-in-halves needs an even --num-envs (two equal halves), got {self.env.num_envs}"
+            )
+        if self.policy.precision == "bf16" and not self.pixel_policy:
+            raise FastPPOError(
+                "--policy.precision bf16 computes the Nature CNN of a pixel policy (an Atari id, or "
+                "--policy.encoder cnn), and this policy is an MLP, which trains in fp32: drop it"
+            )
         self._validate_multi_agent()
         self._validate_self_play()
         if any(w <= 0 for w in self.policy.hidden_sizes):
@@ -469,11 +494,11 @@ class Config:
         if not isinstance(data, dict) or not all(isinstance(values, dict) for values in data.values()):
             raise ValueError("the config is not a mapping of sections")
         given = {f"{section}.{key}": value for section, values in data.items() for key, value in values.items()}
-        # A section newer than the folder is the defaults: the run trained without it.
+        # A section or field newer than the folder is the defaults: the run trained without it.
         missing = [
             key
             for key in field_index(config)
-            if key not in given and key.split(".")[0] not in set(SECTIONS_ADDED) - set(data)
+            if key not in given and key not in FIELDS_ADDED and key.split(".")[0] not in set(SECTIONS_ADDED) - set(data)
         ]
         if missing:
             raise ValueError(f"the config lacks {', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}")
@@ -485,6 +510,9 @@ class Config:
 
 SECTIONS_ADDED = ("self_play",)
 """Config sections added after run folders were first written (fastppo 0.1.0's run folders lack them)."""
+FIELDS_ADDED = ("policy.precision", "env.step_in_halves")
+"""Fields added to a section after run folders were first written: a folder without one trained
+with its default (e.g. fp32 before --policy.precision)."""
 
 
 def check_seed(seed: int, flag: str) -> int:

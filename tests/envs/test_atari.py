@@ -335,15 +335,10 @@ def test_ale_backend_ends_training_episodes_at_lost_lives_and_logs_whole_games_i
 
     def recording_init(self, *args, **kwargs):
         step(self, *args, **kwargs)
-        inner = self.envs.step
-
-        def recorded(action):
-            sent.append(np.array(action))
-            result = inner(action)
-            received.append(result)
-            return result
-
-        self.envs.step = recorded
+        (engine,) = self.engines
+        send, recv = engine.send, engine.recv
+        engine.send = lambda action: (sent.append(np.array(action)), send(action))[1]
+        engine.recv = lambda: (received.append(result := recv()), result)[1]
 
     monkeypatch.setattr(AleVecEnv, "__init__", recording_init)
     results, episodes, _ = random_steps("SpaceInvadersNoFrameskip-v4", "ale", 2, 2500, seed=0)

@@ -129,3 +129,53 @@ def test_compile_on_the_cpu_keeps_an_mlps_merged_rollout_forward_and_compiles_th
     recurrent = ActorCritic(obs, actions, PolicyConfig(memory="gru", memory_size=8))  # no merged forward
     assert not isinstance(PolicyStep(recurrent, compile=True).act, FusedActorCritic)
     assert PolicyStep(recurrent, compile=False).act == recurrent.act
+
+
+CNN_TINY = dict(TINY, total_timesteps=64, num_steps=32, update_epochs=1)
+
+
+def first_cnn_update_losses(**overrides) -> dict[str, float]:
+    agent = fastppo.train("BreakoutNoFrameskip-v4", seed=5, **{**CNN_TINY, **overrides})
+    return {name: agent.history[0][name] for name in LOSSES}
+
+
+def native_bf16_here() -> bool:
+    from fastppo.devices import native_bf16
+
+    return native_bf16(torch.device("cpu"))
+
+
+@pytest.mark.parametrize(
+    "precision",
+    ["fp32", pytest.param("bf16", marks=pytest.mark.skipif(not native_bf16_here(), reason="no native bf16 here"))],
+)
+def test_compile_flag_on_the_nature_cnn_traces_act_and_update_and_matches_eager(eager_backend, monkeypatch, precision):
+    """Atari's CNN policy: --compile compiles its rollout forward (no merged MLP forward to keep)
+    and its update's loss, bf16 autocast inside them; the first update as eager's."""
+    pytest.importorskip("ale_py")
+    from fastppo.training.rollout import PolicyStep
+
+    compiled_acts = []
+    original = PolicyStep.__init__
+
+    def recorded(self, policy, compile=False, cudagraphs=False):
+        original(self, policy, compile, cudagraphs)
+        compiled_acts.append(compile and self.act is not policy.act)
+
+    monkeypatch.setattr(PolicyStep, "__init__", recorded)
+    eager = first_cnn_update_losses(precision=precision)
+    compiled = first_cnn_update_losses(precision=precision, compile=True)
+    assert compiled_acts == [False, True]
+    assert compiled == pytest.approx(eager, rel=1e-5, abs=1e-6)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (shutil.which("g++") or shutil.which("c++")), reason="inductor needs a C++ compiler on CPU")
+def test_inductor_compiled_nature_cnn_run_matches_eager_on_first_update():
+    pytest.importorskip("ale_py")
+    torch._dynamo.reset()
+    eager = first_cnn_update_losses()
+    with torch._inductor.config.patch(fallback_random=True):
+        compiled = first_cnn_update_losses(compile=True)
+    torch._dynamo.reset()
+    assert compiled == pytest.approx(eager, rel=1e-3, abs=1e-5)

@@ -30,6 +30,7 @@ from fastppo.agents.agent import Agent, load_agent
 from fastppo.errors import FastPPOError, install_extra
 from fastppo.files.outputs import output_file, writing
 from fastppo.policies import ActorCritic
+from fastppo.policies.cnn import NatureCNN
 from fastppo.policies.distributions import ActionHead
 
 
@@ -49,6 +50,9 @@ class DeterministicPolicy(nn.Module):
         super().__init__()
         # one ActorCritic: export refuses a policy per agent group before building this
         policy = cast(ActorCritic, copy.deepcopy(agent.policy).cpu().eval())
+        for module in policy.modules():  # bf16 is a training setting: ONNX runtimes convolve fp32
+            if isinstance(module, NatureCNN):
+                module.autocast = False
         self.policy = policy if policy.recurrent else None
         self.encoder = policy.actor_encoder
         self.head = policy.action_head

@@ -193,16 +193,25 @@ class RewardScaler:
         self.return_rms = RunningMeanStd((), device, norm_epsilon=epsilon, groups=groups)
         self.discounted_return = torch.zeros(num_envs, dtype=torch.float64, device=device)
 
-    def __call__(self, rewards: Tensor, done: Tensor, update: bool = True, valid: Tensor | None = None) -> Tensor:
+    def __call__(
+        self,
+        rewards: Tensor,
+        done: Tensor,
+        update: bool = True,
+        valid: Tensor | None = None,
+        rows: slice = slice(None),
+    ) -> Tensor:
         """Scale a [N] batch of rewards; ``done`` [N] marks the steps that end an episode and
         ``valid`` [N] the real transitions: NEXT_STEP reset rows (false) carry no reward and stay
-        out of the return statistics, as they stay out of GAE and the loss."""
+        out of the return statistics, as they stay out of GAE and the loss. ``rows``: the envs the
+        batch is of, when they step in parts (all by default)."""
         if update:
             # A reset row follows a done step, so its discounted return is 0 + 0: only the
             # statistics need the mask.
-            self.discounted_return.mul_(self.gamma).add_(rewards)
-            self.return_rms.update(self.discounted_return, valid)
-            self.discounted_return.masked_fill_(done, 0.0)
+            returns = self.discounted_return[rows]  # a view: updated in place
+            returns.mul_(self.gamma).add_(rewards)
+            self.return_rms.update(returns, valid)
+            returns.masked_fill_(done, 0.0)
         return self.return_rms.by_group(
             rewards, lambda rows, mean, inv_std: (rows * inv_std).clamp(-self.clip, self.clip)
         )

@@ -161,7 +161,7 @@ def make_vec_env(
     if cfg.backend == "ale":
         from fastppo.envs.ale_vec import make_ale_env
 
-        return make_ale_env(cfg, device, threads=min(cfg.num_envs, available_cpus()))
+        return make_ale_env(cfg, device, cpus=available_cpus())
     if cfg.backend not in ("sync", "async"):
         raise FastPPOError(f"unknown env backend '{cfg.backend}': choose sync, async, tensor, envpool or ale")
     gym_make(cfg.env_id).close()  # a bad id fails here in one line, not in every worker

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 from contextlib import AbstractContextManager, nullcontext
-from typing import NamedTuple, Protocol
+from typing import NamedTuple, Protocol, runtime_checkable
 
 import gymnasium as gym
 import numpy as np
@@ -77,6 +77,44 @@ class VecEnv(Protocol):
         """Return and forget the finished episodes' statistics (called once per iteration)."""
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class SteppedInParts(Protocol):
+    """A vector env whose rows step in ``parts`` that take turns (the ale backend's halves,
+    ``--env.step-in-halves``): ``send`` starts a part's step and returns at once, ``recv`` waits
+    for its result, so the policy acts on one part while the env threads step another. A part's
+    steps follow the rules of ``VecEnv.step``; its rows are those of ``parts[part]``."""
+
+    parts: tuple[slice, ...]
+
+    def send(self, actions: Tensor, part: int) -> None: ...
+
+    def recv(self, part: int) -> StepResult: ...
+
+
+class WholeSteps:
+    """Any VecEnv as one part, all its rows: ``recv`` steps the actions ``send`` gave."""
+
+    parts: tuple[slice, ...] = (slice(None),)
+
+    def __init__(self, envs: VecEnv):
+        self.envs = envs
+        self._actions: Tensor | None = None
+
+    def send(self, actions: Tensor, part: int) -> None:
+        self._actions = actions
+
+    def recv(self, part: int) -> StepResult:
+        assert self._actions is not None, "recv before send"
+        return self.envs.step(self._actions)
+
+
+def in_parts(envs: VecEnv) -> SteppedInParts:
+    """``envs`` as parts that take turns: its own, or all its rows as one (``WholeSteps``)."""
+    if isinstance(envs, SteppedInParts):
+        return envs
+    return WholeSteps(envs)
 
 
 NUMPY_DTYPES = {torch.float32: np.float32, torch.bool: np.bool_, torch.uint8: np.uint8}

@@ -42,7 +42,7 @@ def make_encoder(obs_space: gym.Space, cfg: PolicyConfig) -> tuple[nn.Module, in
     if kind == "cnn":
         from fastppo.policies.cnn import NatureCNN
 
-        encoder = NatureCNN(obs_space.shape)
+        encoder = NatureCNN(obs_space.shape, precision=cfg.precision)
         return encoder, encoder.out_features
     raise FastPPOError(f"unknown encoder {cfg.encoder!r}: choose mlp, cnn or auto")
 

@@ -38,6 +38,7 @@ RESUMABLE_OVERRIDES = (
     "run.stop_return",
     "run.stop_window",
     "run.collective_timeout",
+    "env.step_in_halves",
 )
 """What may change on resume; anything else would make the resumed run a different experiment."""
 SWITCHABLE_BACKENDS = ("sync", "async", "envpool", "ale")

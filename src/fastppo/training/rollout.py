@@ -13,7 +13,7 @@ from torch import Tensor
 
 from fastppo.core.gae import compute_decision_gae, compute_gae, open_decisions, shift_values
 from fastppo.core.normalize import RewardScaler, RunningMeanStd
-from fastppo.envs.vector import StepResult, VecEnv
+from fastppo.envs.vector import StepResult, VecEnv, in_parts
 from fastppo.policies import ActorCritic
 from fastppo.policies.fused import FusedActorCritic
 from fastppo.policies.memory import carry
@@ -126,6 +126,16 @@ class RolloutBuffer:
         into.valid[0] = carried.any(0)
         into.rewards[0] = torch.where(into.valid[0], rewards_ahead, 0.0)
 
+    def columns(self, part: slice) -> RolloutBuffer:
+        """The env columns ``part`` of every field, as views (the buffer itself for all of them)."""
+        if part == slice(None):
+            return self
+        views = {f.name: getattr(self, f.name) for f in fields(self)}
+        for name, x in views.items():
+            if x is not None:
+                views[name] = x[part] if name == "initial_state" else x[:, part]
+        return RolloutBuffer(**views)
+
     def _fields(self, extra: dict[str, Tensor], initial_state: bool = False) -> dict[str, Tensor]:
         """The buffer's tensors (``initial_state`` only if asked for) plus ``extra``, None ones left out."""
         tensors = {
@@ -190,6 +200,35 @@ class EnvCursor:
         if open is not None:
             open.valid.zero_()
         return cls(normalize_obs(first.obs, update=update, mask=first.live), first.action_mask, valid, state, open)
+
+    def split(self, parts: tuple[slice, ...]) -> list[EnvCursor]:
+        """One cursor per part of the env rows (views; itself for one part), ``open`` left out."""
+        if len(parts) == 1:
+            return [self]
+        return [
+            EnvCursor(self.obs[part], rows(self.action_mask, part), self.valid[part], rows(self.state, part))
+            for part in parts
+        ]
+
+    @classmethod
+    def join(cls, cursors: list[EnvCursor], open: RolloutBuffer | None) -> EnvCursor:
+        """The cursor of all the rows ``split`` parted, with ``open``."""
+        if len(cursors) == 1:
+            cursors[0].open = open
+            return cursors[0]
+        masks, states = [c.action_mask for c in cursors], [c.state for c in cursors]
+        return cls(
+            torch.cat([c.obs for c in cursors]),
+            None if masks[0] is None else torch.cat(masks),  # type: ignore[arg-type]
+            torch.cat([c.valid for c in cursors]),
+            None if states[0] is None else torch.cat(states),  # type: ignore[arg-type]
+            open,
+        )
+
+
+def rows(x: Tensor | None, part: slice) -> Tensor | None:
+    """``x[part]``, or None for None."""
+    return None if x is None else x[part]
 
 
 class ObservationNormalizer:
@@ -311,6 +350,11 @@ def collect_rollout(
     CUDA graphs); by default an eager one. The buffer, the cursor and the statistics live on the
     rollout's device (fastppo.envs.make.rollout_device); a policy elsewhere (a GPU beside host
     envs) gets each step's inputs there and hands its outputs back, both timed as "copy".
+
+    The env's rows step in the parts it declares (``fastppo.envs.vector.in_parts``: all rows as
+    one, or the ale backend's halves), which take turns: a part's step is sent and received only
+    after the policy acted on the other parts, and fills the part's own columns, so the buffer
+    holds each env's steps in order whatever the parts.
     """
     act = act or PolicyStep(policy)
     act.refresh()
@@ -337,6 +381,10 @@ def collect_rollout(
                 outputs = packed_copy(outputs, here)
         return outputs
 
+    # An env stepped in parts (fastppo.envs.vector.SteppedInParts) is sent a part's actions and
+    # acted on for the next part while its threads step; the loop fills each part's columns, and
+    # takes a part's step into row t - 1 just before acting on it at row t (the last at the end).
+    stepper = in_parts(envs)
     with torch.inference_mode():
         if buf.initial_state is not None:
             assert cursor.state is not None  # a recurrent policy's cursor holds its state
@@ -344,39 +392,59 @@ def collect_rollout(
         carried = cursor.open
         if carried is not None:
             buf.carry_in(carried)
-        for t in range(buf.first_row, buf.obs.shape[0]):
-            buf.obs[t] = cursor.obs
-            buf.valid[t] = cursor.valid
-            if buf.action_masks is not None and cursor.action_mask is not None:
-                buf.action_masks[t] = cursor.action_mask
-            with timer.section("policy"):
-                action, logprob, value, *state = decide(cursor)
-            buf.actions[t] = action
-            buf.logprobs[t] = logprob
-            buf.values[t] = value
+        cursors = cursor.split(stepper.parts)
+        columns = [buf.columns(part) for part in stepper.parts]
+        acted: list[tuple[Tensor, Tensor | None]] = [(c.valid, None) for c in cursors]  # what receive needs
+
+        def receive(part: int, t: int) -> None:
+            """The part's step into row t (rewards, flags) and into its cursor."""
             with timer.section("env"):
-                step = envs.step(policy.action_head.env_action(action))
+                step = stepper.recv(part)
+            rows, (was_valid, next_state) = columns[part], acted[part]
             done = step.terminated | step.truncated
-            buf.rewards[t] = (
-                step.reward if reward_scaler is None else reward_scaler(step.reward, done, valid=cursor.valid)
+            rows.rewards[t] = (
+                step.reward
+                if reward_scaler is None
+                else reward_scaler(step.reward, done, valid=was_valid, rows=stepper.parts[part])
             )
-            buf.terminated[t] = step.terminated
-            buf.truncated[t] = step.truncated
-            if buf.at_turn is not None:
+            rows.terminated[t] = step.terminated
+            rows.truncated[t] = step.truncated
+            if rows.at_turn is not None:
                 assert step.live is not None  # a turn-based game says whose turn comes next
-                buf.at_turn[t] = step.live
-            # A reset row's successor is an episode's first observation: its state starts at zeros.
-            next_state = None if cursor.state is None else carry(state[0], cursor.valid)
+                rows.at_turn[t] = step.live
             # Rows of agents out of play (multi-agent envs) are no decisions either, and no
             # statistics; a finishing agent's final observation is one.
             valid = ~done if step.live is None else ~done & step.live
             seen = None if step.live is None else step.live | done
-            cursor = EnvCursor(normalize_obs(step.obs, update=True, mask=seen), step.action_mask, valid, next_state)
+            cursors[part] = EnvCursor(
+                normalize_obs(step.obs, update=True, mask=seen), step.action_mask, valid, next_state
+            )
+
+        for t in range(buf.first_row, buf.obs.shape[0]):
+            for part, rows in enumerate(columns):
+                if t > buf.first_row:
+                    receive(part, t - 1)
+                now = cursors[part]
+                rows.obs[t] = now.obs
+                rows.valid[t] = now.valid
+                if rows.action_masks is not None and now.action_mask is not None:
+                    rows.action_masks[t] = now.action_mask
+                with timer.section("policy"):
+                    action, logprob, value, *state = decide(now)
+                rows.actions[t] = action
+                rows.logprobs[t] = logprob
+                rows.values[t] = value
+                # A reset row's successor is an episode's first observation: its state starts at zeros.
+                acted[part] = (now.valid, None if now.state is None else carry(state[0], now.valid))
+                with timer.section("env"):
+                    stepper.send(policy.action_head.env_action(action), part)
+        for part in range(len(columns)):
+            receive(part, buf.obs.shape[0] - 1)
+        cursor = EnvCursor.join(cursors, carried)
         with timer.section("policy"):
             (last_value,) = decide(cursor, value_only=True)
         if carried is not None:
             buf.carry_out(carried)
-            cursor.open = carried
     return cursor, last_value
 
 

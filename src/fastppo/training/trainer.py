@@ -20,7 +20,7 @@ from fastppo.agents.agent import Agent, build_agent
 from fastppo.agents.agent_rows import PettingZooAgents
 from fastppo.config import Config, RunConfig
 from fastppo.core import RewardScaler, schedule_progress, scheduled
-from fastppo.devices import resolve_device
+from fastppo.devices import check_precision, resolve_device
 from fastppo.env_ids import is_pettingzoo
 from fastppo.envs import make_vec_env
 from fastppo.envs.make import rollout_device
@@ -232,6 +232,7 @@ def train_rank(
 ) -> Any:
     """``train`` on ``device``, as one rank of ``world``; with ``seeds``, as a stack of those seeds
     (``train_seed_stack``; ``checkpoint`` is then one per seed): the setup, then ``train_loop``."""
+    check_precision(config.policy.precision, device)  # before anything is written
     reuse_freed_memory()  # the update's large temporaries: no fresh page faults each time (fastppo.training.allocator)
     out_dir = run_dir if world.main else None  # where this process writes
     stacked = seeds is not None
