@@ -37,7 +37,7 @@ class ScriptedOpponent:
         if self.rng.random() < 0.7:
             seats[:] = False
             seats[self.rng.integers(self.seats)] = True
-        self.calls.append(("new_game", copy, seats.tolist()))
+        self.calls.append(("new_game", int(copy), seats.tolist()))  # the copy as a plain int, whatever its type
         return seats
 
     def act(self, copies: np.ndarray, rows: np.ndarray, masks: np.ndarray | None) -> np.ndarray:
@@ -45,7 +45,7 @@ class ScriptedOpponent:
         return np.array([self.rng.choice(np.flatnonzero(m)) for m in masks])
 
     def game_over(self, copy: int, returns: np.ndarray) -> None:
-        self.calls.append(("game_over", copy, returns.tolist()))
+        self.calls.append(("game_over", int(copy), returns.tolist()))
 
 
 class OwnWrapper(BaseWrapper):
@@ -98,7 +98,9 @@ def trace(module: str, seed: int = 3, wrapped: bool = False) -> dict[str, str]:
     return {name: hashlib.sha256(b"|".join(values)).hexdigest()[:16] for name, values in parts.items()}
 
 
-PLAIN = {  # trace() of the plain implementation (9a6bab1)
+# trace() of the plain implementation (9a6bab1); "calls" since the copies are recorded as plain ints
+# (the env hands Python ints now, numpy ints before: c039d09, the last with numpy ints, traces the same)
+PLAIN = {
     "tictactoe_v3": {
         "rows": "87d6d58c72522808",
         "reward": "c3a0cd08d3eff016",
@@ -108,7 +110,7 @@ PLAIN = {  # trace() of the plain implementation (9a6bab1)
         "live": "4e89edc597fac343",
         "games": "5c34ba00130176cf",
         "episodes": "9714ea40bfd08556",
-        "calls": "01d7c1fcd609a7e9",
+        "calls": "249cf05bf7d8b8c3",
     },
     "connect_four_v3": {
         "rows": "3d038d85e438fc82",
@@ -119,7 +121,7 @@ PLAIN = {  # trace() of the plain implementation (9a6bab1)
         "live": "138b6853ed9ba0bf",
         "games": "2e15e46f58c9e7fb",
         "episodes": "a4b1aa7876af71f2",
-        "calls": "ff48b101f87d2b28",
+        "calls": "92a46a7c21a2f3e0",
     },
     "leduc_holdem_v4": {
         "rows": "7b8118706e0bfc32",
@@ -130,7 +132,7 @@ PLAIN = {  # trace() of the plain implementation (9a6bab1)
         "live": "6e56a956c25b72b5",
         "games": "6188eb0e2caa719e",
         "episodes": "a9a8946b053e4781",
-        "calls": "5936b1d1a2602b27",
+        "calls": "826814183d2eb297",
     },
 }
 
