@@ -436,8 +436,7 @@ def collect_rollout(
                 rows.values[t] = value
                 # A reset row's successor is an episode's first observation: its state starts at zeros.
                 acted[part] = (now.valid, None if now.state is None else carry(state[0], now.valid))
-                with timer.section("env"):
-                    stepper.send(policy.action_head.env_action(action), part)
+                stepper.send(policy.action_head.env_action(action), part)  # returns at once: recv is timed
         for part in range(len(columns)):
             receive(part, buf.obs.shape[0] - 1)
         cursor = EnvCursor.join(cursors, carried)
