@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from common import footer, header
+from common import footer, header, positive
 
 LAST_GAMES = 20
 EVAL_GAMES = 10
@@ -42,9 +42,20 @@ def fastppo(*args: str) -> list[str]:
     return [sys.executable, "-m", "fastppo", *args]
 
 
+def positive_seconds(text: str) -> float:
+    value = float(text)
+    if not value > 0:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"must be above 0, got {text}")
+    return value
+
+
 def newest_checkpoint(run_dir: Path) -> Path | None:
     latest = run_dir / "checkpoints" / "latest"
     return run_dir / "checkpoints" / latest.read_text().strip() if latest.is_file() else None
+
+
+class BadInput(Exception):
+    """A run folder that does not fit the arguments: the parser's one line, exit 2."""
 
 
 def logged_iterations(run_dir: Path) -> int:
@@ -57,11 +68,11 @@ def train_for(run_dir: Path, seconds: float, new_run: list[str]) -> tuple[int, f
     this call (a call that saves nothing would be lost). (Its exit code, this call's wall seconds.)"""
     if (run_dir / "config.yaml").is_file():  # a run, with a checkpoint or stopped before its first
         if new_run:
-            sys.exit(f"atari_long.py: {run_dir} holds a run: give no train arguments to resume it")
+            raise BadInput(f"{run_dir} holds a run: give no train arguments to resume it")
         command = fastppo("train", "--resume", str(run_dir), "--no-progress")
     else:
         if not new_run:
-            sys.exit(f"atari_long.py: {run_dir} holds no run: give the new run's train arguments after --")
+            raise BadInput(f"{run_dir} holds no run: give the new run's train arguments after --")
         command = fastppo(
             "train", *new_run[:1], "--preset", "atari", *new_run[1:], "--run-dir", str(run_dir),
             "--no-tensorboard", "--keep-checkpoints", "1", "--no-progress",
@@ -109,9 +120,11 @@ def report(run_dir: Path, call_seconds: float, steps_before: int) -> bool:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("run_dir", type=Path)
-    parser.add_argument("--seconds", type=float, required=True, help="train this long in this call, then save and stop")
     parser.add_argument(
-        "--eval-games", type=int, default=EVAL_GAMES, help="games of the final evaluation (default: 10)"
+        "--seconds", type=positive_seconds, required=True, help="train this long in this call, then save and stop"
+    )
+    parser.add_argument(
+        "--eval-games", type=positive, default=EVAL_GAMES, help="games of the final evaluation (default: 10)"
     )
     parser.epilog = "after --: a new run's env id and its fastppo train flags"
     cut = sys.argv.index("--") if "--" in sys.argv else len(sys.argv)
@@ -119,7 +132,10 @@ def main() -> None:
     header(f"atari_long: {args.run_dir}, at most {args.seconds:.0f} s")
     checkpoint = newest_checkpoint(args.run_dir)
     steps_before = json.loads((checkpoint / "trainer.json").read_text())["global_step"] if checkpoint else 0
-    code, seconds = train_for(args.run_dir, args.seconds, new_run)
+    try:
+        code, seconds = train_for(args.run_dir, args.seconds, new_run)
+    except BadInput as exc:
+        parser.error(str(exc))
     if code not in (0, 130):
         sys.exit(f"atari_long.py: fastppo train exited with {code}")
     if report(args.run_dir, seconds, steps_before):

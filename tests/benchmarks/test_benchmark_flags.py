@@ -58,6 +58,10 @@ NO_CUDA = "torch sees no CUDA GPU"
         ("tune_solve_time", ["--env", "NoSuchEnv-v9"], "NoSuchEnv-v9"),
         ("games", ["/nonexistent/run"], "/nonexistent/run"),
         ("games", [str(BENCHMARKS), "--mcts", "10,0"], "argument --mcts: must be at least 1, got 0"),
+        ("atari_long", ["/nonexistent/run", "--seconds", "0"], "argument --seconds: must be above 0, got 0"),
+        ("atari_long", ["/nonexistent/run", "--seconds", "nan"], "argument --seconds: must be above 0, got nan"),
+        ("atari_long", ["/x", "--seconds", "9", "--eval-games", "0"], "argument --eval-games: must be at least 1"),
+        ("atari_long", [str(BENCHMARKS), "--seconds", "9"], "holds no run: give the new run's train arguments"),
     ],
 )
 def test_a_bad_benchmark_flag_is_one_line_and_exit_2(script, argv, message, monkeypatch, capsys):
