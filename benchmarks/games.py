@@ -18,11 +18,11 @@ from pathlib import Path
 
 from common import footer, header, positive
 from fastppo.agents.agent import load_agent
-from fastppo.agents.game_env import game_module
-from fastppo.agents.games import GameResults, play_games
-from fastppo.agents.leduc import exploitability
-from fastppo.agents.players import AgentPlayer, agent_policy, player_from_spec
 from fastppo.errors import FastPPOError
+from fastppo.games.game_env import game_module
+from fastppo.games.leduc import exploitability
+from fastppo.games.matches import GameResults, play_games
+from fastppo.games.players import AgentPlayer, agent_policy, player_from_spec
 
 TICTACTOE, CONNECT_FOUR, LEDUC = (
     "pettingzoo.classic.tictactoe_v3",

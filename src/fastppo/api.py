@@ -10,12 +10,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fastppo.agents.agent import Agent, load_agent
-from fastppo.agents.players import Player
 from fastppo.envs.env_config import make_config
+from fastppo.games.players import Player
 
 if TYPE_CHECKING:  # annotations only: like the trainer, evaluation is imported when called
     from fastppo.agents.evaluation import EvalResult
-    from fastppo.agents.games import GameResults
+    from fastppo.games.matches import GameResults
 
 
 def train(

@@ -1,6 +1,6 @@
 """A trained game agent from the command line: ``fastppo eval`` on a turn-based game (games
 against ``--opponent``, seats swapped, wins/draws/losses per seat) and ``fastppo play`` (a person
-types moves in the terminal: fastppo.agents.human, fastppo.agents.board_text)."""
+types moves in the terminal: fastppo.games.human, fastppo.games.board_text)."""
 
 from __future__ import annotations
 
@@ -17,11 +17,11 @@ pytest.importorskip("pyspiel")
 pytest.importorskip("rlcard")
 
 import fastppo
-from fastppo.agents.board_text import board_text
-from fastppo.agents.game_env import make_game
-from fastppo.agents.human import HumanPlayer, Quit, play_against
-from fastppo.agents.players import AgentPlayer
 from fastppo.cli.main import main
+from fastppo.games.board_text import board_text
+from fastppo.games.game_env import make_game
+from fastppo.games.human import HumanPlayer, Quit, play_against
+from fastppo.games.players import AgentPlayer
 from tests.support.fake_pz_envs import FirstLegal  # the lowest legal move, always: a player without chance
 from tests.support.games import leduc_agent
 from tests.support.paths import SUPPORT

@@ -259,7 +259,7 @@ NAMED_BY_THE_GUIDES = [
     "fastppo.agents.agent.Agent.config",
     "fastppo.agents.agent.Agent.run_dir",
     "fastppo.agents.evaluation.EvalResult",
-    "fastppo.agents.games.GameResults",
+    "fastppo.games.matches.GameResults",
     "fastppo.config.SelfPlayConfig",
 ]
 """What the guides tell users to use without writing its full path (`agent.history`, the result of

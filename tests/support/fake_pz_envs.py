@@ -338,7 +338,7 @@ def broken(**kwargs) -> Broken:
 
 
 class FirstLegal:
-    """A player of any turn-based game (fastppo.agents.players.Player): the lowest legal move,
+    """A player of any turn-based game (fastppo.games.players.Player): the lowest legal move,
     always (no chance), for ``--opponent tests.support.fake_pz_envs:FirstLegal``."""
 
     name = "first legal"

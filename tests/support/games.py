@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import torch
 
-from fastppo.agents import leduc_rules
 from fastppo.agents.agent import Agent, build_agent
 from fastppo.agents.agent_rows import PettingZooAgents
-from fastppo.agents.game_env import make_game
 from fastppo.config import Config, EnvConfig, MultiAgentConfig
 from fastppo.envs.pettingzoo_vec import AgentSpaces
+from fastppo.games import leduc_rules
+from fastppo.games.game_env import make_game
 
 LEDUC = leduc_rules.LEDUC_ENV_ID
 

@@ -22,9 +22,6 @@ import torch
 from torch import Tensor
 
 from fastppo.agents.agent import Agent, load_agent
-from fastppo.agents.game_env import is_game
-from fastppo.agents.games import GameResults, evaluate_games
-from fastppo.agents.players import Player
 from fastppo.env_ids import folder_env_id, is_pettingzoo
 from fastppo.envs.gymnasium_vec import published_action_mask
 from fastppo.envs.make import make_pettingzoo_env, make_single_env
@@ -34,6 +31,9 @@ from fastppo.envs.turn_based import TurnBasedVecEnv
 from fastppo.envs.vector import StepResult
 from fastppo.envs.video import VideoWriter, env_fps
 from fastppo.errors import FastPPOError
+from fastppo.games.game_env import is_game
+from fastppo.games.matches import GameResults, evaluate_games
+from fastppo.games.players import Player
 from fastppo.policies.memory import carry
 
 
@@ -263,7 +263,7 @@ def evaluate(
     On a turn-based game (a PettingZoo AECEnv): ``games`` (default 100) games against
     ``opponent`` (default ``random``; ``mcts:N``, ``minimax``, a run folder, or a ``Player``),
     seats swapped, the agent playing its most likely move unless ``deterministic=False``: a
-    ``GameResults`` (``fastppo.agents.games.evaluate_games``)."""
+    ``GameResults`` (``fastppo.games.matches.evaluate_games``)."""
     agent, env_id = played_env(agent, env_id, "eval")
     if is_game(env_id, agent.config.env.env_kwargs):
         if episodes is not None:

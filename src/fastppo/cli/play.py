@@ -38,7 +38,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run_play(args: argparse.Namespace) -> int:
     from fastppo.agents.agent import load_agent
-    from fastppo.agents.human import HumanPlayer, Quit, play_against
+    from fastppo.games.human import HumanPlayer, Quit, play_against
 
     agent = load_agent(args.run_dir)
     human = HumanPlayer(agent.config.env.env_id)  # a game without a text board is refused before it is built

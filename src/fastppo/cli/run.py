@@ -112,8 +112,8 @@ def run_eval(args: argparse.Namespace) -> int:
 
     from fastppo.agents.agent import load_agent
     from fastppo.agents.evaluation import evaluate
-    from fastppo.agents.games import GameResults
     from fastppo.files.run_folder import seed_folders
+    from fastppo.games.matches import GameResults
 
     seeds = seed_folders(args.run_dir)  # a --seeds folder: each seed's run, with the same episodes and env seed
     headlines: list[tuple[str, float, str]] = []  # (what, value, format): each seed's headline for the summary line

@@ -1,5 +1,5 @@
 """Who plays the rows of a multi-agent env that the learner does not: the protocol the
-self-play league implements (fastppo.training.self_play), and the default, the learner
+self-play league implements (fastppo.games.league), and the default, the learner
 everywhere. The envs hold one (``opponents``) and ask it at each new episode, for each opponent
 move, and at each episode's end (fastppo.envs.turn_based, fastppo.envs.pettingzoo_vec)."""
 

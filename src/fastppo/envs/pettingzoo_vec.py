@@ -464,7 +464,7 @@ class PettingZooVecEnv(HostCopies):
         rows_ok = not self.spaces.state_size or self.spaces.state_from_observations
         self._batched = mpe.BatchedWorlds.of(self.envs) if rows_ok else None
         self._blank = self.spaces.blank_rows(len(self.envs))
-        # Self-play (fastppo.training.self_play): the agents the learner plays in each copy; the
+        # Self-play (fastppo.games.league): the agents the learner plays in each copy; the
         # others act through ``opponents`` on the rows and masks the last step showed.
         self.opponents: Opponents = LearnerEverywhere(n)
         self._learner = np.ones((len(self.envs), n), dtype=bool)

@@ -17,7 +17,7 @@ a truncated game's final observation it marks the seat the game names to move (n
 game is over, but the value that seat's last transition bootstraps from).
 
 Opponents: a copy's seats are the learner's (its rows are decisions) or an opponent's
-(``Opponents``, e.g. a past snapshot from the self-play pool, ``fastppo.training.self_play``).
+(``Opponents``, e.g. a past snapshot from the self-play pool, ``fastppo.games.league``).
 An opponent's moves are played inside ``step``, batched over the copies waiting for one, so each
 step returns with every copy at a learner's turn or over. By default the learner plays every seat.
 """

@@ -69,9 +69,9 @@ from fastppo.files.run_folder import (
     find_checkpoint,
     list_checkpoints,
 )
+from fastppo.games.league import Damaged
 from fastppo.training.optim import Optimizer
 from fastppo.training.rollout import EnvCursor, ObservationNormalizer, fresh_state
-from fastppo.training.self_play import Damaged
 
 if TYPE_CHECKING:
     from fastppo.envs.vector import VecEnv

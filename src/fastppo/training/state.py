@@ -8,9 +8,9 @@ from fastppo.agents.agent import Agent
 from fastppo.config import Config
 from fastppo.core import RewardScaler
 from fastppo.errors import FastPPOError
+from fastppo.games.league import League, NoLeague
 from fastppo.training.optim import Optimizer
 from fastppo.training.rollout import EnvCursor
-from fastppo.training.self_play import League, NoLeague
 
 
 @dataclass
@@ -31,7 +31,7 @@ class TrainState:
     world_size: int = 1
     """Ranks training together (torchrun); a resume needs as many."""
     league: League | NoLeague = field(default_factory=NoLeague)
-    """A turn-based game's self-play league (fastppo.training.self_play.League): its pool is part of the run."""
+    """A turn-based game's self-play league (fastppo.games.league.League): its pool is part of the run."""
 
 
 def planned_iterations(config: Config, world_size: int) -> int:

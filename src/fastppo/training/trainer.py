@@ -31,6 +31,7 @@ from fastppo.envs.vector import HostCopies, VecEnv
 from fastppo.errors import FastPPOError
 from fastppo.files.outputs import no_links, output_dir, removed_if_left_empty, writing
 from fastppo.files.run_folder import check_no_run, write_config
+from fastppo.games.league import check_league, make_league
 from fastppo.policies import ActorCritic
 from fastppo.policies.mlp_autograd import mlp_layers
 from fastppo.profiling import SectionTimer
@@ -52,7 +53,6 @@ from fastppo.training.rollout import (
 )
 from fastppo.training.runs import OnIteration, Runs, SeedRuns, SingleRun
 from fastppo.training.seed_stack import SeedLoggers, check_seed_stack, keep_seeds, restore_seed_stack, stacked_agent
-from fastppo.training.self_play import check_league, make_league
 from fastppo.training.signals import StopRequest, during_start_up, lost_since
 from fastppo.training.state import TrainState, planned_iterations
 from fastppo.training.update import MinibatchStep, UpdateCoefficients, make_optimizer, ppo_update, set_learning_rate

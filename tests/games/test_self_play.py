@@ -1,4 +1,4 @@
-"""The self-play league (fastppo.training.self_play): how each game's opponent is drawn, the pool
+"""The self-play league (fastppo.games.league): how each game's opponent is drawn, the pool
 and its evictions, records and ratings, its metrics; a run with a pool stopped and resumed equals
 the run in one go; a damaged pool in a checkpoint and bad --self-play input are one line."""
 
@@ -18,8 +18,8 @@ from fastppo.agents.agent import Agent, build_agent
 from fastppo.cli.main import main
 from fastppo.config import SelfPlayConfig
 from fastppo.envs import make_vec_env
+from fastppo.games.league import LATEST, RANDOM, START_RATING, League, ordinal
 from fastppo.training.resume import resume_config
-from fastppo.training.self_play import LATEST, RANDOM, START_RATING, League, ordinal
 from fastppo.training.trainer import train
 from tests.support.checkpoints import fields, snapshot, tensors
 from tests.support.resume import ITERATIONS, assert_same_run, stop_after

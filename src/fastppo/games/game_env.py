@@ -3,7 +3,7 @@ training: ``pz:<module>`` builds ``<module>.env()``, the module function Petting
 (tic-tac-toe, connect four, Leduc hold'em, chess, go) provide, with its usual wrappers (order
 enforcing, illegal moves end the game).
 
-Players and ``play_games`` (``fastppo.agents.games``) read an AECEnv the way PettingZoo's own docs
+Players and ``play_games`` (``fastppo.games.matches``) read an AECEnv the way PettingZoo's own docs
 loop does: ``env.agent_iter()``, ``env.last()``, the seat to move's ``action_mask``."""
 
 from __future__ import annotations

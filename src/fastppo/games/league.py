@@ -31,9 +31,6 @@ import numpy as np
 import torch
 
 from fastppo.agents.agent import Agent
-from fastppo.agents.game_env import make_game
-from fastppo.agents.games import play_games
-from fastppo.agents.players import AgentPlayer, Player, player_from_spec
 from fastppo.config import Config, SelfPlayConfig
 from fastppo.core.normalize import RunningMeanStd
 from fastppo.env_ids import is_pettingzoo
@@ -41,6 +38,9 @@ from fastppo.envs.pettingzoo_vec import PettingZooVecEnv
 from fastppo.envs.turn_based import TurnBasedVecEnv
 from fastppo.envs.vector import VecEnv
 from fastppo.errors import FastPPOError, install_extra
+from fastppo.games.game_env import make_game
+from fastppo.games.matches import play_games
+from fastppo.games.players import AgentPlayer, Player, player_from_spec
 from fastppo.policies import ActorCritic
 from fastppo.policies.population import GroupedActorCritic
 
@@ -271,7 +271,7 @@ class League:
     def game_over(self, copy: int, returns: np.ndarray) -> None:
         if self.opponent[copy] == LATEST:
             return
-        # A side wins when its return beats the other side's (agents.games scores games alike).
+        # A side wins when its return beats the other side's (games.matches scores games alike).
         mine = float(returns[self.sides == self.learner_seat[copy]].sum())
         theirs = float(returns[self.sides != self.learner_seat[copy]].sum())
         result = int(np.sign(mine - theirs))

@@ -1,9 +1,9 @@
 """rlcard's Leduc hold'em, the game PettingZoo's ``leduc_holdem_v4`` plays, written as an OpenSpiel
 game, so that OpenSpiel's exploitability can score a policy in the very game it was trained on
-(``fastppo.agents.leduc.exploitability(policy, rules="rlcard")``).
+(``fastppo.games.leduc.exploitability(policy, rules="rlcard")``).
 
 The rules are rlcard's (``rlcard.games.leducholdem`` and ``limitholdem.Round``, read and replayed
-move for move against PettingZoo in tests/agents/test_games.py): a small blind of 1 and a big blind of 2,
+move for move against PettingZoo in tests/games/test_games.py): a small blind of 1 and a big blind of 2,
 the small blind seat drawn at random each hand and acting first; raises of 2 in round 1 and 4 in
 round 2, at most two a round; a round ends when both players called or checked since its last
 raise, and round 2 opens with the player after the one who closed round 1; fold is legal at every
@@ -22,7 +22,7 @@ from typing import Any
 
 import pyspiel
 
-from fastppo.agents.leduc_rules import (
+from fastppo.games.leduc_rules import (
     BIG_BLIND,
     CALL,
     CARDS,

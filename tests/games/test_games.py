@@ -1,4 +1,4 @@
-"""Players and whole games on PettingZoo's turn-based classic games (fastppo.agents.players,
+"""Players and whole games on PettingZoo's turn-based classic games (fastppo.games.players,
 games, minimax, openspiel_games, leduc): the move tables to OpenSpiel checked by replaying random
 games in both libraries, perfect tic-tac-toe, MCTS, a fastppo agent through the dict API, the
 seat-swapped results, and Leduc hold'em's observation mapping and exploitability."""
@@ -19,13 +19,13 @@ import pyspiel
 from open_spiel.python import policy as openspiel_policy
 from open_spiel.python.algorithms import exploitability as openspiel_exploitability
 
-from fastppo.agents import leduc, leduc_rules
-from fastppo.agents.game_env import legal_actions, make_game
-from fastppo.agents.games import GameResults, play_games
-from fastppo.agents.minimax import MinimaxPlayer, board_of, value
-from fastppo.agents.openspiel_games import SAME_RULES, MCTSPlayer, openspiel_state
-from fastppo.agents.players import AgentPlayer, PolicyPlayer, RandomPlayer, agent_policy, player_from_spec
 from fastppo.errors import FastPPOError
+from fastppo.games import leduc, leduc_rules
+from fastppo.games.game_env import legal_actions, make_game
+from fastppo.games.matches import GameResults, play_games
+from fastppo.games.minimax import MinimaxPlayer, board_of, value
+from fastppo.games.openspiel_games import SAME_RULES, MCTSPlayer, openspiel_state
+from fastppo.games.players import AgentPlayer, PolicyPlayer, RandomPlayer, agent_policy, player_from_spec
 from tests.support.games import leduc_agent
 
 TICTACTOE = "pz:pettingzoo.classic.tictactoe_v3"
@@ -503,7 +503,7 @@ def test_rlcards_rules_as_an_openspiel_game_replay_pettingzoo_move_for_move():
     """Hands dealt by PettingZoo's env, random legal moves (folds rarer): the same player to move, the same
     observation and mask at every decision, the end at the same move with the same payoffs (rlcard
     pays big blinds, half the chips)."""
-    from fastppo.agents.rlcard_leduc import RlcardLeducGame
+    from fastppo.games.rlcard_leduc import RlcardLeducGame
 
     game = RlcardLeducGame()
     env = make_game(LEDUC)

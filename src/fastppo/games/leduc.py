@@ -9,7 +9,7 @@ it exactly for a tabular policy, so the policy function is asked once for every 
 of ``leduc_poker``, shown as the observation PettingZoo would give.
 
 **The observation** (rlcard's ``LeducholdemEnv._extract_state``, 36 floats:
-``fastppo.agents.leduc_rules.rlcard_observation``): the ranks of the private and the public card
+``fastppo.games.leduc_rules.rlcard_observation``): the ranks of the private and the public card
 and the chips each player has put in, one-hot; with an ``action_mask`` over rlcard's actions
 ``call, raise, fold, check``.
 
@@ -40,7 +40,7 @@ So ``exploitability(policy)`` scores the policy's rules of play in OpenSpiel's g
 game, and for a policy trained in PettingZoo's an approximation of its quality, not a measurement in
 the game it was trained on. ``exploitability(policy, rules="rlcard")`` is that measurement: the
 same OpenSpiel computation in rlcard's rules, written as an OpenSpiel game
-(``fastppo.agents.rlcard_leduc``, replayed move for move against PettingZoo in tests), where every
+(``fastppo.games.rlcard_leduc``, replayed move for move against PettingZoo in tests), where every
 state is shown exactly as PettingZoo shows it (its fold included). Both are in chips per hand."""
 
 from __future__ import annotations
@@ -49,9 +49,9 @@ from typing import Any, Literal
 
 import numpy as np
 
-from fastppo.agents.leduc_rules import ANTE, CALL, CHECK, FOLD, RAISE, RAISE_SIZES, RLCARD_ACTIONS, SEATS, shown
-from fastppo.agents.openspiel_games import load_openspiel_game
-from fastppo.agents.players import PolicyFn
+from fastppo.games.leduc_rules import ANTE, CALL, CHECK, FOLD, RAISE, RAISE_SIZES, RLCARD_ACTIONS, SEATS, shown
+from fastppo.games.openspiel_games import load_openspiel_game
+from fastppo.games.players import PolicyFn
 
 OPENSPIEL_FOLD, OPENSPIEL_CALL, OPENSPIEL_RAISE = range(3)
 Rules = Literal["openspiel", "rlcard"]
@@ -95,7 +95,7 @@ def _openspiel_view(state: Any) -> View:
 
 
 def _rlcard_view(state: Any) -> View:
-    """``fastppo.agents.rlcard_leduc``'s states hold rlcard's fields and actions as they are."""
+    """``fastppo.games.rlcard_leduc``'s states hold rlcard's fields and actions as they are."""
     player = state.current_player()
     legal = {action: action for action in state.legal_actions()}
     return shown(state.cards[player], state.public, state.chips[player], state.chips[1 - player], list(legal)), legal
@@ -106,10 +106,10 @@ VIEWS = {"openspiel": _openspiel_view, "rlcard": _rlcard_view}
 
 def leduc_game(rules: Rules = "openspiel") -> Any:
     """The OpenSpiel game of ``rules``: OpenSpiel's ``leduc_poker``, or rlcard's Leduc
-    (``fastppo.agents.rlcard_leduc``, what PettingZoo plays)."""
+    (``fastppo.games.rlcard_leduc``, what PettingZoo plays)."""
     if rules == "rlcard":
         load_openspiel_game("leduc_poker")  # a one-line error without OpenSpiel, before rlcard_leduc imports it
-        from fastppo.agents.rlcard_leduc import RlcardLeducGame  # needs OpenSpiel: imported when asked for
+        from fastppo.games.rlcard_leduc import RlcardLeducGame  # needs OpenSpiel: imported when asked for
 
         return RlcardLeducGame()
     if rules != "openspiel":

@@ -1,5 +1,5 @@
 """A person at a terminal as a ``Player`` (``fastppo play``): before each of their moves the
-position is drawn as text (``fastppo.agents.board_text``) with the legal moves, and a move is typed
+position is drawn as text (``fastppo.games.board_text``) with the legal moves, and a move is typed
 as its number. ``read`` and ``write`` are ``input`` and ``print`` by default, any callables in
 tests."""
 
@@ -11,11 +11,11 @@ from typing import Any
 import numpy as np
 
 from fastppo.agents.agent import Agent
-from fastppo.agents.board_text import board_text
-from fastppo.agents.game_env import legal_actions, make_game, require_two_seats
-from fastppo.agents.games import SeatResults, play_game
-from fastppo.agents.players import AgentPlayer
 from fastppo.errors import FastPPOError
+from fastppo.games.board_text import board_text
+from fastppo.games.game_env import legal_actions, make_game, require_two_seats
+from fastppo.games.matches import SeatResults, play_game
+from fastppo.games.players import AgentPlayer
 
 
 class Quit(Exception):

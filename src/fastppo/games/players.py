@@ -5,7 +5,7 @@
 A player sees the PettingZoo AECEnv itself (its observation of the seat it plays, the action
 mask) and the moves played so far: an agent acts on its observation, a search engine (OpenSpiel's
 MCTS, minimax) rebuilds the position from the history. Every move a player returns must be legal
-(the seat's ``action_mask``); ``fastppo.agents.games.play_games`` checks that."""
+(the seat's ``action_mask``); ``fastppo.games.matches.play_games`` checks that."""
 
 from __future__ import annotations
 
@@ -18,11 +18,11 @@ import numpy as np
 import torch
 
 from fastppo.agents.agent import Agent, load_agent
-from fastppo.agents.game_env import game_module, legal_actions, make_game, require_two_seats
-from fastppo.agents.minimax import MinimaxPlayer
-from fastppo.agents.openspiel_games import MCTSPlayer, same_rules, simulations
 from fastppo.env_ids import named_object, same_env, split_spec
 from fastppo.errors import FastPPOError
+from fastppo.games.game_env import game_module, legal_actions, make_game, require_two_seats
+from fastppo.games.minimax import MinimaxPlayer
+from fastppo.games.openspiel_games import MCTSPlayer, same_rules, simulations
 
 PolicyFn = Callable[[str, dict[str, np.ndarray]], np.ndarray]
 """A policy as a function: (the seat's name, its PettingZoo observation ``{"observation": ...,
@@ -63,7 +63,7 @@ class RandomPlayer:
 class PolicyPlayer:
     """Plays a ``PolicyFn``: samples each move from its probabilities (e.g. a tabular policy, or a
     trained agent's through ``agent_policy``), the same function an exploitability figure scores
-    (``fastppo.agents.leduc``)."""
+    (``fastppo.games.leduc``)."""
 
     def __init__(self, policy: PolicyFn, name: str = "policy", seed: int = 0):
         self.policy = policy

@@ -2,7 +2,7 @@
 
 OpenSpiel (``pyspiel``) implements the same two games with its own action numbers, so the bot
 plays OpenSpiel's game and a table translates moves. The tables were checked against both
-libraries' sources and by replaying random games in both (tests/agents/test_games.py: the same board
+libraries' sources and by replaying random games in both (tests/games/test_games.py: the same board
 after every move, the same legal moves, the same final step and the same returns):
 
 - tic-tac-toe: PettingZoo numbers the cells column by column (``pettingzoo.classic.tictactoe.board``:
@@ -27,8 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from fastppo.agents.game_env import game_module
 from fastppo.errors import FastPPOError, install_extra
+from fastppo.games.game_env import game_module
 
 
 @dataclass(frozen=True)

@@ -20,10 +20,10 @@ from typing import Any
 import numpy as np
 
 from fastppo.agents.agent import Agent
-from fastppo.agents.game_env import GameSource, legal_actions, make_game, require_two_seats
-from fastppo.agents.players import AgentPlayer, Player, player_from_spec
 from fastppo.env_ids import same_env
 from fastppo.errors import FastPPOError
+from fastppo.games.game_env import GameSource, legal_actions, make_game, require_two_seats
+from fastppo.games.players import AgentPlayer, Player, player_from_spec
 
 
 @dataclass

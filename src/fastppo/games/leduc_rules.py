@@ -1,7 +1,7 @@
 """Leduc hold'em as data: the numbers rlcard's rules (PettingZoo's ``leduc_holdem_v4``) and
 OpenSpiel's ``leduc_poker`` are made of, and the observation rlcard shows a player. Shared by the
-exploitability of a policy (``fastppo.agents.leduc``) and rlcard's rules as an OpenSpiel game
-(``fastppo.agents.rlcard_leduc``); importing it needs neither library."""
+exploitability of a policy (``fastppo.games.leduc``) and rlcard's rules as an OpenSpiel game
+(``fastppo.games.rlcard_leduc``); importing it needs neither library."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ the seat to move sees it, with the numbers its moves are typed as.
 PettingZoo renders its classic boards with pygame only, so tic-tac-toe and connect four are drawn
 from the env's own board (``env.unwrapped.board``: marks 1 and 2 for the first and second seat);
 Leduc hold'em, whose rlcard state is not a board, is told in words from the seat's observation
-(``fastppo.agents.leduc_rules``' encoding)."""
+(``fastppo.games.leduc_rules``' encoding)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from fastppo.agents.leduc_rules import CHIP_SLOTS, LEDUC_ENV_ID, RANKS, RLCARD_ACTIONS
 from fastppo.errors import FastPPOError
+from fastppo.games.leduc_rules import CHIP_SLOTS, LEDUC_ENV_ID, RANKS, RLCARD_ACTIONS
 
 MARKS = ".XO"
 """An empty cell, the first seat's mark, the second seat's (PettingZoo's board values 0, 1, 2)."""
