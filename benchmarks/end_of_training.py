@@ -13,7 +13,7 @@ import json
 import statistics
 
 from common import SOLVED_RETURN, footer, header, positive
-from fastppo.agents.evaluation import evaluate
+from fastppo.api import evaluate
 from fastppo.files.run_folder import find_checkpoint, seed_folders
 
 LAST = 20

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from fastppo.agents.agent import Agent, load_agent
 from fastppo.envs.env_config import make_config
+from fastppo.errors import FastPPOError
 from fastppo.games.players import Player
 
 if TYPE_CHECKING:  # annotations only: like the trainer, evaluation is imported when called
@@ -126,9 +127,30 @@ def evaluate(
     seats swapped, its most likely move unless ``deterministic=False``; returns a
     ``GameResults`` (wins, draws, losses per seat: ``seats``, ``total``, ``win_rate``,
     ``table()``, ``to_dict()``)."""
-    from fastppo.agents.evaluation import evaluate as run_evaluation
+    from fastppo.agents.evaluation import evaluate_episodes, played_env
+    from fastppo.games.game_env import is_game
+    from fastppo.games.matches import evaluate_games
 
-    return run_evaluation(agent, env_id, episodes, deterministic, seed, opponent, games)
+    agent, env_id = played_env(agent, env_id, "eval")
+    if is_game(env_id, agent.config.env.env_kwargs):
+        if episodes is not None:
+            raise FastPPOError(
+                f"{env_id} is a turn-based game: count its games with --games N (default 100), not --episodes"
+            )
+        return evaluate_games(
+            agent,
+            env_id,
+            "random" if opponent is None else opponent,
+            100 if games is None else games,
+            deterministic is not False,
+            seed,
+        )
+    if opponent is not None or games is not None:
+        raise FastPPOError(
+            f"--opponent and --games play turn-based games, and {env_id} is not one (a PettingZoo AECEnv such as "
+            "pz:pettingzoo.classic.tictactoe_v3): count episodes with --episodes"
+        )
+    return evaluate_episodes(agent, env_id, 10 if episodes is None else episodes, bool(deterministic), seed)
 
 
 def record(

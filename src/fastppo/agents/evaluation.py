@@ -31,9 +31,6 @@ from fastppo.envs.turn_based import TurnBasedVecEnv
 from fastppo.envs.vector import StepResult
 from fastppo.envs.video import VideoWriter, env_fps
 from fastppo.errors import FastPPOError
-from fastppo.games.game_env import is_game
-from fastppo.games.matches import GameResults, evaluate_games
-from fastppo.games.players import Player
 from fastppo.policies.memory import carry
 
 
@@ -246,44 +243,12 @@ def run_multi_agent_episodes(
     )
 
 
-def evaluate(
-    agent: Agent | str | Path,
-    env_id: str | None = None,
-    episodes: int | None = None,
-    deterministic: bool | None = None,
-    seed: int | None = None,
-    opponent: str | Player | None = None,
-    games: int | None = None,
-) -> EvalResult | GameResults:
-    """Mean ± std return and length over ``episodes`` (default 10) episodes of ``env_id``
-    (default: the env the agent was trained on, unless a run folder names user code:
-    ``played_env``), with the observation statistics frozen as saved; actions sampled unless
-    ``deterministic``.
-
-    On a turn-based game (a PettingZoo AECEnv): ``games`` (default 100) games against
-    ``opponent`` (default ``random``; ``mcts:N``, ``minimax``, a run folder, or a ``Player``),
-    seats swapped, the agent playing its most likely move unless ``deterministic=False``: a
-    ``GameResults`` (``fastppo.games.matches.evaluate_games``)."""
-    agent, env_id = played_env(agent, env_id, "eval")
-    if is_game(env_id, agent.config.env.env_kwargs):
-        if episodes is not None:
-            raise FastPPOError(
-                f"{env_id} is a turn-based game: count its games with --games N (default 100), not --episodes"
-            )
-        return evaluate_games(
-            agent,
-            env_id,
-            "random" if opponent is None else opponent,
-            100 if games is None else games,
-            deterministic is not False,
-            seed,
-        )
-    if opponent is not None or games is not None:
-        raise FastPPOError(
-            f"--opponent and --games play turn-based games, and {env_id} is not one (a PettingZoo AECEnv such as "
-            "pz:pettingzoo.classic.tictactoe_v3): count episodes with --episodes"
-        )
-    episodes, deterministic = 10 if episodes is None else episodes, bool(deterministic)
+def evaluate_episodes(
+    agent: Agent, env_id: str, episodes: int = 10, deterministic: bool = False, seed: int | None = None
+) -> EvalResult:
+    """Mean ± std return and length over ``episodes`` episodes of ``env_id`` (not a turn-based
+    game: ``fastppo.evaluate`` plays those), with the observation statistics frozen as saved;
+    actions sampled unless ``deterministic``."""
     env_class = user_tensor_env(env_id)
     if is_pettingzoo(env_id):
         envs = agent_rows_env(agent, env_id)

@@ -111,7 +111,7 @@ def run_eval(args: argparse.Namespace) -> int:
     import torch
 
     from fastppo.agents.agent import load_agent
-    from fastppo.agents.evaluation import evaluate
+    from fastppo.api import evaluate
     from fastppo.files.run_folder import seed_folders
     from fastppo.games.matches import GameResults
 
