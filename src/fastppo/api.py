@@ -128,11 +128,11 @@ def evaluate(
     ``GameResults`` (wins, draws, losses per seat: ``seats``, ``total``, ``win_rate``,
     ``table()``, ``to_dict()``)."""
     from fastppo.agents.evaluation import evaluate_episodes, played_env
-    from fastppo.games.game_env import is_game
+    from fastppo.games.game_env import names_game
     from fastppo.games.matches import evaluate_games
 
     agent, env_id = played_env(agent, env_id, "eval")
-    if is_game(env_id, agent.config.env.env_kwargs):
+    if names_game(env_id, agent.config.env.env_kwargs):
         if episodes is not None:
             raise FastPPOError(
                 f"{env_id} is a turn-based game: count its games with --games N (default 100), not --episodes"

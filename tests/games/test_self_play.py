@@ -18,7 +18,8 @@ from fastppo.agents.agent import Agent, build_agent
 from fastppo.cli.main import main
 from fastppo.config import SelfPlayConfig
 from fastppo.envs import make_vec_env
-from fastppo.games.league import LATEST, RANDOM, START_RATING, League, ordinal
+from fastppo.games.league import LATEST, RANDOM, League
+from fastppo.games.ratings import START_RATING, ordinal
 from fastppo.training.resume import resume_config
 from fastppo.training.trainer import train
 from tests.support.checkpoints import fields, snapshot, tensors
@@ -49,7 +50,7 @@ def league(copies: int = 1, seed: int = 0, normalize_obs: bool = False, **cfg) -
 
 def snapshots_at(league: League, *iterations: int) -> League:
     for iteration in iterations:
-        league.after_update(iteration, {})
+        league.after_update(iteration)
     return league
 
 
@@ -78,7 +79,7 @@ def result(league: League, copy: int, outcome: int) -> np.ndarray:
 
 def test_latest_sampling_always_plays_the_newest_snapshot():
     sp = snapshots_at(league(pool_size=3, sampling="latest", latest_share=0.0), 1, 2, 3, 4)
-    assert sp.pool_ids == [2, 3, 4] and sorted(sp.snapshots) == [2, 3, 4]
+    assert sp.pool.ids == [2, 3, 4] and sorted(sp.pool.snapshots) == [2, 3, 4]
     seats = [sp.new_game(0) for _ in range(40)]
     assert set(sp.opponent.tolist()) == {4}
     # One seat is the learner's, drawn at random: both come up.
@@ -121,7 +122,7 @@ def test_prioritised_sampling_favours_the_snapshots_the_learner_scores_worst_aga
     sp = snapshots_at(league(pool_size=4, sampling="prioritised", latest_share=0.0), 1, 2, 3, 4)
     records = {1: [4, 0, 0], 2: [0, 0, 4], 3: [1, 2, 1], 4: [0, 0, 0]}  # scores 1, 0, 0.5, none yet (0.5)
     for iteration, record in records.items():
-        sp.snapshots[iteration].record = record
+        sp.pool.snapshots[iteration].record = record
     sp.rng = recorded = RecordedChoices(sp.rng)
     found = draws(sp, 2000)
     weights = np.array([0.0, 1.0, 0.25, 0.25]) + 1e-3  # (1 - score)^2, and a floor so that each keeps a chance
@@ -142,23 +143,23 @@ def test_latest_share_is_the_share_of_games_against_the_latest_self():
 
 def test_without_a_pool_the_learner_plays_every_seat_and_nothing_is_snapshot():
     sp = snapshots_at(league(pool_size=0, latest_share=0.0), 1, 2)
-    assert sp.new_game(0).all() and sp.opponent[0] == LATEST and sp.snapshots == {}
+    assert sp.new_game(0).all() and sp.opponent[0] == LATEST and sp.pool.snapshots == {}
     assert sp.state()[0] == {}
 
 
 def test_snapshots_are_taken_every_snapshot_every_iterations_and_frozen():
     sp = league(pool_size=5, snapshot_every=2, normalize_obs=True)
     snapshots_at(sp, 1, 2, 3, 4)
-    assert sp.pool_ids == [2, 4]
-    frozen = {k: v.clone() for k, v in sp.snapshots[4].policy.state_dict().items()}
-    statistics = {k: v.clone() for k, v in sp.snapshots[4].obs_rms.state_dict().items()}
+    assert sp.pool.ids == [2, 4]
+    frozen = {k: v.clone() for k, v in sp.pool.snapshots[4].policy.state_dict().items()}
+    statistics = {k: v.clone() for k, v in sp.pool.snapshots[4].obs_rms.state_dict().items()}
     with torch.no_grad():
         for p in sp.learner.policy.parameters():
             p.add_(1.0)  # the learner trains on
     sp.learner.obs_rms.update(torch.full((8, 2), 3.0))  # and sees more observations
-    assert all(torch.equal(v, frozen[k]) for k, v in sp.snapshots[4].policy.state_dict().items())
-    assert all(torch.equal(v, statistics[k]) for k, v in sp.snapshots[4].obs_rms.state_dict().items())
-    assert not any(p.requires_grad for p in sp.snapshots[4].policy.parameters())
+    assert all(torch.equal(v, frozen[k]) for k, v in sp.pool.snapshots[4].policy.state_dict().items())
+    assert all(torch.equal(v, statistics[k]) for k, v in sp.pool.snapshots[4].obs_rms.state_dict().items())
+    assert not any(p.requires_grad for p in sp.pool.snapshots[4].policy.parameters())
 
 
 # The pool as games go on -------------------------------------------------------------------------
@@ -172,15 +173,15 @@ def test_an_evicted_snapshot_finishes_its_game_then_is_forgotten():
     assert sp.opponent.tolist() == [1, LATEST]
     plays(sp, 1)
     snapshots_at(sp, 2)  # snapshot 1 leaves the pool while copy 0 still plays it
-    assert sp.pool_ids == [2] and sorted(sp.snapshots) == [1, 2]
+    assert sp.pool.ids == [2] and sorted(sp.pool.snapshots) == [1, 2]
     assert any(name.startswith("pool.1.") for name in sp.state()[0])  # a checkpoint now keeps it
     sp.new_game(1)
     assert sp.opponent.tolist() == [1, 2]
     assert opponents_move(sp, [0, 1]) == [0, 1]  # each copy against its own snapshot: 1 plays 0, 2 plays 1
     sp.game_over(0, result(sp, 0, WIN))
-    assert sp.snapshots[1].record == [1, 0, 0]
+    assert sp.pool.snapshots[1].record == [1, 0, 0]
     sp.new_game(0)  # its next game draws from the pool: snapshot 1 is forgotten
-    assert sp.opponent.tolist() == [2, 2] and sorted(sp.snapshots) == [2]
+    assert sp.opponent.tolist() == [2, 2] and sorted(sp.pool.snapshots) == [2]
     assert not any(name.startswith("pool.1.") for name in sp.state()[0])
 
 
@@ -188,7 +189,7 @@ def test_a_snapshot_plays_on_its_own_observation_statistics():
     sp = league(pool_size=1, latest_share=0.0, normalize_obs=True)
     snapshots_at(sp, 1)
     sp.learner.obs_rms.update(torch.full((4, 2), 7.0))  # the learner's statistics move on
-    own, shown = sp.snapshots[1].obs_rms, []
+    own, shown = sp.pool.snapshots[1].obs_rms, []
     normalize = own.normalize
     own.normalize = lambda obs, clip: shown.append(obs) or normalize(obs, clip)
     sp.new_game(0)
@@ -205,30 +206,30 @@ def test_records_count_wins_draws_and_losses_from_the_learners_seat():
         seats.append(int(sp.learner_seat[0]))
         sp.game_over(0, result(sp, 0, outcome))
     assert set(seats) == {0, 1}  # the learner played both seats
-    assert sp.snapshots[1].record == [4, 2, 2]
-    assert sp.snapshots[1].learner_score() == (4 + 0.5 * 2) / 8
+    assert sp.pool.snapshots[1].record == [4, 2, 2]
+    assert sp.pool.snapshots[1].learner_score() == (4 + 0.5 * 2) / 8
 
 
 def test_a_game_against_the_latest_self_counts_for_no_record():
     sp = snapshots_at(league(pool_size=1, latest_share=1.0), 1)
     sp.new_game(0)
     sp.game_over(0, np.array([1.0, -1.0]))
-    assert sp.snapshots[1].record == [0, 0, 0] and sp.learner_rating == START_RATING
+    assert sp.pool.snapshots[1].record == [0, 0, 0] and sp.ratings.learner == START_RATING
 
 
 def test_a_win_raises_the_learners_rating_and_a_loss_lowers_it():
     sp = snapshots_at(league(pool_size=1, latest_share=0.0), 1)
-    assert sp.snapshots[1].rating == START_RATING  # a new snapshot starts from the learner's rating
-    learner, snapshot = ordinal(sp.learner_rating), sp.snapshots[1].rating
+    assert sp.pool.snapshots[1].rating == START_RATING  # a new snapshot starts from the learner's rating
+    learner, snapshot = ordinal(sp.ratings.learner), sp.pool.snapshots[1].rating
     sp.new_game(0)
     sp.game_over(0, result(sp, 0, WIN))
-    assert ordinal(sp.learner_rating) > learner and sp.snapshots[1].rating[0] < snapshot[0]
-    won = sp.learner_rating
+    assert ordinal(sp.ratings.learner) > learner and sp.pool.snapshots[1].rating[0] < snapshot[0]
+    won = sp.ratings.learner
     sp.new_game(0)
     sp.game_over(0, result(sp, 0, LOSS))
-    assert sp.learner_rating[0] < won[0] and sp.snapshots[1].rating[0] > snapshot[0] - 1e-9
+    assert sp.ratings.learner[0] < won[0] and sp.pool.snapshots[1].rating[0] > snapshot[0] - 1e-9
     snapshots_at(sp, 2)
-    assert sp.snapshots[2].rating == sp.learner_rating
+    assert sp.pool.snapshots[2].rating == sp.ratings.learner
 
 
 def test_after_update_logs_the_iterations_games_against_the_pool_and_the_ratings():
@@ -236,17 +237,15 @@ def test_after_update_logs_the_iterations_games_against_the_pool_and_the_ratings
     for outcome in (WIN, WIN, DRAW, LOSS):
         sp.new_game(0)
         sp.game_over(0, result(sp, 0, outcome))
-    metrics: dict[str, float] = {}
-    sp.after_update(2, metrics)
+    metrics = sp.after_update(2)
     assert metrics == {
         "self_play/win_vs_pool": 0.5,
         "self_play/draw_vs_pool": 0.25,
         "self_play/loss_vs_pool": 0.25,
         "self_play/pool_size": 2.0,
-        "ratings/learner": ordinal(sp.learner_rating),
+        "ratings/learner": ordinal(sp.ratings.learner),
     }
-    quiet: dict[str, float] = {}
-    sp.after_update(3, quiet)  # no game against the pool since: no vs_pool figures
+    quiet = sp.after_update(3)  # no game against the pool since: no vs_pool figures
     assert sorted(quiet) == ["ratings/learner", "self_play/pool_size"]
 
 
@@ -263,16 +262,20 @@ def test_state_and_load_restore_the_pool_and_draw_on_alike():
     twin = league(copies=2, pool_size=2, latest_share=0.5, seed=99, normalize_obs=True)
     twin.load(tensors, json.loads(json.dumps(meta)))  # as trainer.json holds it
     assert (
-        twin.pool_ids == sp.pool_ids
+        twin.pool.ids == sp.pool.ids
         and twin.opponent.tolist() == sp.opponent.tolist()
         and twin.learner_seat.tolist() == sp.learner_seat.tolist()
     )
-    assert {i: s.record for i, s in twin.snapshots.items()} == {i: s.record for i, s in sp.snapshots.items()}
-    assert {i: s.rating for i, s in twin.snapshots.items()} == {i: s.rating for i, s in sp.snapshots.items()}
-    assert twin.learner_rating == sp.learner_rating
-    for i, s in sp.snapshots.items():
-        assert all(torch.equal(v, twin.snapshots[i].policy.state_dict()[k]) for k, v in s.policy.state_dict().items())
-        assert all(torch.equal(v, twin.snapshots[i].obs_rms.state_dict()[k]) for k, v in s.obs_rms.state_dict().items())
+    assert {i: s.record for i, s in twin.pool.snapshots.items()} == {i: s.record for i, s in sp.pool.snapshots.items()}
+    assert {i: s.rating for i, s in twin.pool.snapshots.items()} == {i: s.rating for i, s in sp.pool.snapshots.items()}
+    assert twin.ratings.learner == sp.ratings.learner
+    for i, s in sp.pool.snapshots.items():
+        assert all(
+            torch.equal(v, twin.pool.snapshots[i].policy.state_dict()[k]) for k, v in s.policy.state_dict().items()
+        )
+        assert all(
+            torch.equal(v, twin.pool.snapshots[i].obs_rms.state_dict()[k]) for k, v in s.obs_rms.state_dict().items()
+        )
     assert [tuple(twin.new_game(0)) + (twin.opponent[0],) for _ in range(20)] == [
         tuple(sp.new_game(0)) + (sp.opponent[0],) for _ in range(20)
     ]
@@ -601,22 +604,19 @@ def test_evaluation_games_rate_the_learner_against_fixed_players():
     agent.pettingzoo = PettingZooAgents.of(envs.spaces)
     cfg = SelfPlayConfig(eval_every=2, eval_games=6, eval_opponents=("random", "minimax"))
     first, again = (League(cfg, agent, 1, 2, seed=5, game=TICTACTOE) for _ in range(2))
-    metrics: dict[str, float] = {}
-    first.after_update(1, metrics)
-    assert not any(name.startswith("eval/") for name in metrics)  # not due at iteration 1
-    first.after_update(2, metrics)
+    assert not any(name.startswith("eval/") for name in first.after_update(1))  # not due at iteration 1
+    metrics = first.after_update(2)
     for spec in ("random", "minimax"):
         rates = [metrics[f"eval/{spec}/{kind}_rate"] for kind in ("win", "draw", "loss")]
         assert sum(rates) == pytest.approx(1.0) and all(r * 6 == round(r * 6) for r in rates)
     assert metrics["eval/minimax/win_rate"] == 0.0
-    assert first.fixed_ratings == {"random": START_RATING, "minimax": START_RATING} and metrics[
+    assert first.ratings.fixed == {"random": START_RATING, "minimax": START_RATING} and metrics[
         "ratings/minimax"
     ] == ordinal(START_RATING)
     assert (
-        ordinal(first.learner_rating) < ordinal(START_RATING) and first.learner_rating[1] < START_RATING[1]
+        ordinal(first.ratings.learner) < ordinal(START_RATING) and first.ratings.learner[1] < START_RATING[1]
     )  # rated: lower, and surer
-    again_metrics: dict[str, float] = {}
-    again.after_update(2, again_metrics)
+    again_metrics = again.after_update(2)
     assert {k: v for k, v in again_metrics.items() if k.startswith("eval/")} == {
         k: v for k, v in metrics.items() if k.startswith("eval/")
     }  # seeded by the iteration
@@ -668,12 +668,12 @@ def test_a_league_on_a_parallel_env_plays_one_group_against_the_other():
         config, envs.single_observation_space, envs.single_action_space, torch.device("cpu"), envs.layout
     )
     league = League(SelfPlayConfig(pool_size=2, latest_share=0.0), agent, 1, [0, 0, 1], seed=0)
-    league.after_update(10, {})
+    league.after_update(10)
     sides = {tuple(league.new_game(0).tolist()) for _ in range(40)}
     assert sides == {(True, True, False), (False, False, True)}  # the learner is one whole group, either
     league.learner_seat[0] = 0  # the adversaries: 6 + 6 beat the agent's -6
     league.game_over(0, np.array([6.0, 6.0, -6.0]))
-    assert league.snapshots[10].record == [1, 0, 0]
+    assert league.pool.snapshots[10].record == [1, 0, 0]
 
 
 def test_stop_and_resume_with_decisions_left_open_equals_one_go(tmp_path, monkeypatch):
@@ -732,12 +732,11 @@ def test_a_random_share_plays_uniform_legal_moves_rated_as_random():
     ]  # the one legal move
     league_.learner_seat[0] = 0
     league_.game_over(0, np.array([1.0, -1.0]))
-    metrics: dict[str, float] = {}
-    league_.after_update(2, metrics)
+    metrics = league_.after_update(2)
     assert (
-        metrics["self_play/win_vs_random"] == 1.0 and league_.fixed_ratings["random"] == START_RATING
+        metrics["self_play/win_vs_random"] == 1.0 and league_.ratings.fixed["random"] == START_RATING
     )  # an anchor: it does not move
-    assert league_.learner_rating[0] > START_RATING[0]
+    assert league_.ratings.learner[0] > START_RATING[0]
     again = league(copies=4, pool_size=2, random_share=0.5)
     tensors, meta = league_.state()
     again.load(tensors, json.loads(json.dumps(meta)))  # a copy playing random is part of the state

@@ -14,9 +14,9 @@ from fastppo.envs.atari import make_atari_env
 from fastppo.envs.gymnasium_vec import GymnasiumVecEnv, flatten_if_needed, gym_make
 from fastppo.envs.layout import ObservationLayout
 from fastppo.envs.partial import CARTPOLE_NO_VELOCITY
-from fastppo.envs.pettingzoo_vec import PettingZooVecEnv, is_turn_based, make_parallel_env, make_pettingzoo
+from fastppo.envs.pettingzoo_vec import PettingZooVecEnv, make_parallel_env, make_pettingzoo
 from fastppo.envs.pettingzoo_workers import PettingZooWorkers
-from fastppo.envs.turn_based import TurnBasedVecEnv, check_game
+from fastppo.envs.turn_based import TurnBasedVecEnv, check_game, is_game
 from fastppo.envs.vector import VecEnv
 from fastppo.envs.video import RecordEpisodeVideo
 from fastppo.errors import FastPPOError
@@ -188,7 +188,7 @@ def make_pettingzoo_env(
     """``cfg.num_envs`` copies as agent rows: in this process (``sync``) or in worker processes
     (``async``, fastppo.envs.pettingzoo_workers)."""
     first = make_pettingzoo(cfg.env_id, cfg.env_kwargs, render_mode)
-    if is_turn_based(first):
+    if is_game(first):
         if cfg.backend != "sync":
             first.close()
             raise FastPPOError(

@@ -125,7 +125,8 @@ def _env_maker(env_id: str) -> tuple[Callable[..., Any], Any]:
 
 
 def is_turn_based(env: Any) -> bool:
-    """Whether a built PettingZoo env is an AECEnv (turn-based: one agent acts at a time)."""
+    """Whether a built PettingZoo env is an AECEnv (turn-based: one agent acts at a time): the test
+    beneath ``fastppo.envs.turn_based.is_game``, which everything above this module asks."""
     try:
         from pettingzoo import AECEnv
     except ImportError:

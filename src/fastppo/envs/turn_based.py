@@ -33,7 +33,7 @@ import torch
 
 from fastppo.config import MultiAgentConfig
 from fastppo.envs.opponents import LearnerEverywhere, Opponents
-from fastppo.envs.pettingzoo_vec import ACTION_MASK_KEY, AgentSpaces, copies_problem, is_count, is_row
+from fastppo.envs.pettingzoo_vec import ACTION_MASK_KEY, AgentSpaces, copies_problem, is_count, is_row, is_turn_based
 from fastppo.envs.vector import Episodes, HostCopies, StepResult
 from fastppo.errors import FastPPOError
 
@@ -320,6 +320,12 @@ def check_to_move(where: str, seat: str, space: gym.Space, observation: Any) -> 
             f"{where}({seat!r}) gave the seat to move no legal move (its action_mask is all 0): "
             "a seat to move needs at least one, or the game is over"
         )
+
+
+def is_game(env: Any) -> bool:
+    """Whether ``env`` is a turn-based game: a built PettingZoo env that is an AECEnv, or the
+    ``TurnBasedVecEnv`` of such a game's copies. The one place fastppo asks."""
+    return isinstance(env, TurnBasedVecEnv) or is_turn_based(env)
 
 
 def game_episodes(games: list[GameRecord], agents: list[str]) -> Episodes:

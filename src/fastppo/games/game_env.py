@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 
 from fastppo.env_ids import PREFIX, is_pettingzoo
-from fastppo.envs.pettingzoo_vec import is_turn_based, make_pettingzoo
-from fastppo.envs.turn_based import check_game
+from fastppo.envs.pettingzoo_vec import make_pettingzoo
+from fastppo.envs.turn_based import check_game, is_game
 from fastppo.errors import FastPPOError
 
 GameSource = str | Callable[[], Any]
@@ -45,9 +45,7 @@ def make_game(game: GameSource, env_kwargs: dict[str, Any] | None = None) -> Any
     else:
         game_module(game)  # a one-line error for an id that names no PettingZoo module
         env, name = make_pettingzoo(game, env_kwargs or {}), game
-    if not is_turn_based(env) or not all(
-        hasattr(env, attr) for attr in ("agent_iter", "last", "observe", "possible_agents")
-    ):
+    if not is_game(env) or not all(hasattr(env, attr) for attr in ("agent_iter", "last", "observe", "possible_agents")):
         env.close()
         raise FastPPOError(
             f"{name} built a {type(env).__name__}, not a PettingZoo AECEnv (turn-based): name a game such as "
@@ -61,13 +59,13 @@ def make_game(game: GameSource, env_kwargs: dict[str, Any] | None = None) -> Any
     return env
 
 
-def is_game(env_id: str, env_kwargs: dict[str, Any] | None = None) -> bool:
-    """Whether ``env_id`` is a turn-based PettingZoo game (its env an AECEnv): builds one to tell."""
+def names_game(env_id: str, env_kwargs: dict[str, Any] | None = None) -> bool:
+    """Whether ``env_id`` names a turn-based PettingZoo game: builds its env to ask ``is_game``."""
     if not is_pettingzoo(env_id):
         return False
     env = make_pettingzoo(env_id, env_kwargs or {})
     try:
-        return is_turn_based(env)
+        return is_game(env)
     finally:
         env.close()
 

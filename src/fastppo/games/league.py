@@ -1,5 +1,6 @@
-"""Self-play: the pool of the learner's past snapshots it plays against, how each game's
-opponent is drawn, the opponents' moves, and the ratings (--self-play.*).
+"""Self-play: the league of a game's run, which draws each game's opponent from the pool of the
+learner's past snapshots (fastppo.games.pool), plays the opponents' moves, and reports the games
+and ratings (fastppo.games.ratings, fastppo.games.league_evaluation) each iteration (--self-play.*).
 
 The league is its env's ``Opponents`` (fastppo.envs.opponents): at each new game (episode) it
 decides whether the learner plays every row (a game against its latest self, each seat
@@ -22,9 +23,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from functools import partial
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 import numpy as np
@@ -32,48 +31,23 @@ import torch
 
 from fastppo.agents.agent import Agent
 from fastppo.config import Config, SelfPlayConfig
-from fastppo.core.normalize import RunningMeanStd
 from fastppo.env_ids import is_pettingzoo
-from fastppo.envs.pettingzoo_vec import PettingZooVecEnv
-from fastppo.envs.turn_based import TurnBasedVecEnv
+from fastppo.envs.pettingzoo_vec import AgentSpaces, PettingZooVecEnv
+from fastppo.envs.turn_based import TurnBasedVecEnv, is_game
 from fastppo.envs.vector import VecEnv
-from fastppo.errors import FastPPOError, install_extra
-from fastppo.games.game_env import make_game
-from fastppo.games.matches import play_games
-from fastppo.games.players import AgentPlayer, Player, player_from_spec
-from fastppo.policies import ActorCritic
-from fastppo.policies.population import GroupedActorCritic
+from fastppo.errors import FastPPOError
+from fastppo.games.league_evaluation import FixedPlayerGames, fixed_player, results_metrics
+from fastppo.games.pool import Pool, Snapshot, frozen, load_snapshot, snapshot_tensors
+from fastppo.games.ratings import Rating, Ratings
 
 LATEST = -1
 """A copy's opponent id when the learner plays every seat."""
 RANDOM = -2
 """A copy's opponent id when the other side plays uniform legal moves (--self-play.random-share)."""
-START_RATING = (25.0, 25.0 / 3.0)
-"""openskill's default (mu, sigma)."""
-POOL_TENSORS = "pool."
-"""The league's tensors in a checkpoint: ``pool.<iteration>.policy.<name>`` and ``pool.<iteration>.obs_rms.<name>``."""
 
 
 class Damaged(ValueError):
     """What a league's checkpoint JSON gets wrong, phrased after "trainer.json's self_play"."""
-
-
-@dataclass
-class Snapshot:
-    """One past learner in the pool: its weights, statistics and record."""
-
-    iteration: int
-    policy: ActorCritic | GroupedActorCritic
-    obs_rms: RunningMeanStd | None
-    record: list[int] = field(default_factory=lambda: [0, 0, 0])
-    """The learner's wins, draws and losses against it."""
-    rating: tuple[float, float] = START_RATING
-
-    def learner_score(self) -> float:
-        """The learner's mean score against it (win 1, draw 0.5), 0.5 before any game."""
-        wins, draws, losses = self.record
-        games = wins + draws + losses
-        return 0.5 if games == 0 else (wins + 0.5 * draws) / games
 
 
 def check_league(config: Config, envs: VecEnv, processes: int) -> None:
@@ -81,7 +55,7 @@ def check_league(config: Config, envs: VecEnv, processes: int) -> None:
     flags alone): --self-play.* where they would be ignored, a pool of other than two sides or
     over several processes, memory, and a --run.stop-return that no game would ever reach."""
     sp = config.self_play
-    turn_based = isinstance(envs, TurnBasedVecEnv)
+    turn_based = is_game(envs)
     if sp == SelfPlayConfig() and not turn_based:
         return
     if not turn_based:
@@ -97,10 +71,12 @@ def check_league(config: Config, envs: VecEnv, processes: int) -> None:
             "a self-play pool's snapshots act on one observation at a time, without memory: drop --policy.memory "
             f"{config.policy.memory}"
         )
-    if sp.pool_size and isinstance(envs, TurnBasedVecEnv) and len(envs.agents) != 2:
+    spaces: AgentSpaces | None = getattr(envs, "spaces", None)  # a game's seats, a Parallel env's agents
+    seats = len(spaces.agents) if turn_based and spaces is not None else 0
+    if sp.pool_size and turn_based and seats != 2:
         raise FastPPOError(
             "--self-play.pool-size needs a two-seat game (the learner in one seat, a snapshot in the other), and this "
-            f"one has {len(envs.agents)} seats: drop it to train by self-play alone"
+            f"one has {seats} seats: drop it to train by self-play alone"
         )
     if sp.pool_size and processes > 1:
         raise FastPPOError(
@@ -121,13 +97,6 @@ def check_league(config: Config, envs: VecEnv, processes: int) -> None:
         sp.eval_opponents if turn_based else ()
     ):  # checked even unused (--self-play.eval-every 0): the config saves them
         fixed_player(spec, config.env.env_id)
-
-
-def fixed_player(spec: str, env_id: str, seed: int = 0) -> Player:
-    """The fixed player ``--self-play.eval-opponents`` names (``player_from_spec``: not a class
-    of the user's, as the run's config names it and a resumed run never imports code its folder
-    names), or a one-line FastPPOError (mcts:0, minimax off tic-tac-toe, ...)."""
-    return player_from_spec(spec, env_id, seed, flag="--self-play.eval-opponents", user_code=False)
 
 
 def _check_parallel_league(config: Config, envs: VecEnv) -> None:
@@ -162,8 +131,8 @@ def _check_parallel_league(config: Config, envs: VecEnv) -> None:
 class NoLeague:
     """Training without a league: nothing to snapshot, rate or save."""
 
-    def after_update(self, iteration: int, metrics: dict[str, float]) -> None:
-        pass
+    def after_update(self, iteration: int) -> dict[str, float]:
+        return {}
 
     def state(self) -> tuple[dict[str, torch.Tensor], dict[str, Any] | None]:
         return {}, None
@@ -178,7 +147,7 @@ class NoLeague:
 
 
 class League:
-    """The self-play pool of one run (module docstring); ``Opponents`` of its turn-based env."""
+    """The self-play league of one run (module docstring); ``Opponents`` of its env."""
 
     def __init__(
         self,
@@ -195,51 +164,37 @@ class League:
         build the game the evaluation games (``--self-play.eval-every``) are played on."""
         self.sides = np.arange(sides) if isinstance(sides, int) else np.asarray(sides)
         self.seats = int(self.sides.max()) + 1  # sides to draw the learner's from (learner_seat: its side)
-        self.cfg, self.learner, self.seed = cfg, learner, seed
-        self.game, self.env_kwargs = game, env_kwargs or {}
-        self.fixed = [fixed_player(spec, game, seed) for spec in cfg.eval_opponents] if cfg.eval_every else []
-        self.snapshots: dict[int, Snapshot] = {}  # by iteration: the pool's and any a game in flight still plays
-        self.pool_ids: list[int] = []  # the pool, oldest first: what new games draw from
+        self.cfg, self.learner = cfg, learner
+        self.fixed_games = (
+            FixedPlayerGames(cfg.eval_opponents, game, env_kwargs or {}, cfg.eval_games, seed)
+            if cfg.eval_every
+            else None
+        )
+        self.pool = Pool(cfg.pool_size, cfg.sampling)
+        self.ratings = Ratings()
         self.opponent = np.full(copies, LATEST)  # the pool snapshot (its iteration) each copy plays, or LATEST
         self.learner_seat = np.zeros(copies, dtype=int)
         self.rng = np.random.default_rng(seed)
-        self.learner_rating = START_RATING
-        self.fixed_ratings: dict[str, tuple[float, float]] = {}
         self._results: list[int] = []  # this iteration's learner results against the pool: +1, 0, -1
         self._random_results: list[int] = []  # and against uniform legal moves
-        self._model: Any = None
 
     # The env's Opponents: ------------------------------------------------------------------------
 
-    @property
-    def pool(self) -> list[Snapshot]:
-        return [self.snapshots[i] for i in self.pool_ids]
-
     def _forget_unused(self) -> None:
-        """Drop the snapshots that left the pool once no game plays them any more."""
-        used = set(self.pool_ids) | set(self.opponent.tolist())
-        self.snapshots = {i: s for i, s in self.snapshots.items() if i in used}
+        self.pool.forget_unused(set(self.opponent.tolist()))
 
     def new_game(self, copy: int) -> np.ndarray:
         if self.cfg.random_share and self.rng.random() < self.cfg.random_share:
             self.opponent[copy] = RANDOM
-        elif not self.pool_ids or self.rng.random() < self.cfg.latest_share:
+        elif not self.pool.ids or self.rng.random() < self.cfg.latest_share:
             self.opponent[copy] = LATEST
             self._forget_unused()
             return np.ones(len(self.sides), dtype=bool)
         else:
-            self.opponent[copy] = self._draw().iteration
+            self.opponent[copy] = self.pool.draw(self.rng).iteration
         self.learner_seat[copy] = self.rng.integers(self.seats)
         self._forget_unused()
         return self.sides == self.learner_seat[copy]
-
-    def _draw(self) -> Snapshot:
-        if self.cfg.sampling == "latest":
-            return self.pool[-1]
-        if self.cfg.sampling == "uniform":
-            return self.pool[self.rng.integers(len(self.pool))]
-        weights = np.array([(1.0 - s.learner_score()) ** 2 for s in self.pool]) + 1e-3  # every snapshot keeps a chance
-        return self.pool[self.rng.choice(len(self.pool), p=weights / weights.sum())]
 
     def act(self, copies: np.ndarray, rows: np.ndarray, masks: np.ndarray | None) -> np.ndarray:
         actions: np.ndarray | None = None
@@ -253,7 +208,7 @@ class League:
                 actions = np.zeros(len(copies), dtype=action.dtype) if actions is None else actions
                 actions[at] = action
                 continue
-            snapshot = self.snapshots[int(iteration)]
+            snapshot = self.pool.snapshots[int(iteration)]
             obs = torch.as_tensor(rows[at])
             if snapshot.obs_rms is not None:
                 obs = snapshot.obs_rms.normalize(obs, self.learner.config.env.clip_obs)
@@ -277,42 +232,19 @@ class League:
         result = int(np.sign(mine - theirs))
         if self.opponent[copy] == RANDOM:  # rated as the evaluation games rate the fixed player 'random'
             self._random_results.append(result)
-            self.rate_against_fixed("random", result)
+            self.ratings.learner_against_fixed("random", result)
             return
-        snapshot = self.snapshots[int(self.opponent[copy])]
+        snapshot = self.pool.snapshots[int(self.opponent[copy])]
         snapshot.record[1 - result] += 1  # +1 -> wins, 0 -> draws, -1 -> losses
         self._results.append(result)
-        self.learner_rating, snapshot.rating = self.rate(self.learner_rating, snapshot.rating, result)
-
-    # Ratings: ------------------------------------------------------------------------------------
-
-    def rate(
-        self, a: tuple[float, float], b: tuple[float, float], result: int
-    ) -> tuple[tuple[float, float], tuple[float, float]]:
-        """(a, b)'s openskill ratings after a game that ``a`` won (1), drew (0) or lost (-1)."""
-        if self._model is None:
-            try:
-                from openskill.models import PlackettLuce
-            except ImportError:
-                raise FastPPOError(f"self-play ratings need openskill: {install_extra('games')}") from None
-            self._model = PlackettLuce()
-        model = self._model
-        ranks = {1: [0, 1], 0: [0, 0], -1: [1, 0]}[result]
-        [[new_a], [new_b]] = model.rate([[model.create_rating(list(a))], [model.create_rating(list(b))]], ranks=ranks)
-        return (new_a.mu, new_a.sigma), (new_b.mu, new_b.sigma)
-
-    def rate_against_fixed(self, name: str, result: int, games: int = 1) -> None:
-        """Rate the learner after ``games`` games of ``result`` against the fixed player ``name``,
-        whose rating stays where it starts: a player that does not change anchors the scale
-        (were it rated too, the whole scale would drift with the learner)."""
-        anchor = self.fixed_ratings.setdefault(name, START_RATING)
-        for _ in range(games):
-            self.learner_rating, _ = self.rate(self.learner_rating, anchor, result)
+        snapshot.rating = self.ratings.learner_against(snapshot.rating, result)
 
     # Each iteration: -----------------------------------------------------------------------------
 
-    def after_update(self, iteration: int, metrics: dict[str, float]) -> None:
-        """Log the iteration's games and ratings into ``metrics``; snapshot the learner when due."""
+    def after_update(self, iteration: int) -> dict[str, float]:
+        """The iteration's games and ratings, for the run to log; snapshots the learner when due
+        and plays the evaluation games."""
+        metrics: dict[str, float] = {}
         for against, results in (("pool", self._results), ("random", self._random_results)):
             if results:
                 metrics |= {
@@ -321,72 +253,39 @@ class League:
                 }
         self._results, self._random_results = [], []
         if self.cfg.pool_size and iteration % self.cfg.snapshot_every == 0:
-            self.snapshots[iteration] = Snapshot(
-                iteration,
-                self._frozen_learner(),
-                copy.deepcopy(self.learner.obs_rms),
-                rating=self.learner_rating,
+            learner = self.learner
+            self.pool.add(
+                Snapshot(iteration, frozen(learner.policy), copy.deepcopy(learner.obs_rms), rating=self.ratings.learner)
             )
-            self.pool_ids = [*self.pool_ids, iteration][-self.cfg.pool_size :]
             self._forget_unused()
-        if self.cfg.eval_every and iteration % self.cfg.eval_every == 0:
-            self.evaluate(iteration, metrics)
-        metrics["self_play/pool_size"] = float(len(self.pool_ids))
-        metrics["ratings/learner"] = ordinal(self.learner_rating)
-        for name, rating in self.fixed_ratings.items():
-            metrics[f"ratings/{name}"] = ordinal(rating)
-
-    def evaluate(self, iteration: int, metrics: dict[str, float]) -> None:
-        """The learner (deterministic) against each fixed player, ``eval_games`` games with seats
-        swapped, seeded by the iteration (a resumed run plays the same games); every game rates
-        the learner against that player's fixed rating, which anchors the pool's ratings to
-        players that do not change (random, MCTS-N)."""
-        learner = AgentPlayer(self.learner, deterministic=True, name="learner")
-        for spec, player in zip(self.cfg.eval_opponents, self.fixed):
-            results = play_games(
-                partial(make_game, self.game, self.env_kwargs),
-                (learner, player),
-                self.cfg.eval_games,
-                seed=self.seed + iteration,
-            )
-            wins, draws, losses = (
-                sum(getattr(seat, field) for seat in results.seats) for field in ("wins", "draws", "losses")
-            )
-            for result, count in ((1, wins), (0, draws), (-1, losses)):
-                self.rate_against_fixed(spec, result, count)
-            games = max(wins + draws + losses, 1)
-            metrics |= {
-                f"eval/{spec}/win_rate": wins / games,
-                f"eval/{spec}/draw_rate": draws / games,
-                f"eval/{spec}/loss_rate": losses / games,
-            }
-
-    def _frozen_learner(self) -> ActorCritic | GroupedActorCritic:
-        """A frozen copy of the learner's policy (a game's or a Parallel env's: never a stack of seeds)."""
-        policy = self.learner.policy
-        assert isinstance(policy, (ActorCritic, GroupedActorCritic))
-        frozen = copy.deepcopy(policy).eval()
-        frozen.requires_grad_(False)
-        return frozen
+        if self.fixed_games is not None and iteration % self.cfg.eval_every == 0:
+            # Every game rates the learner against the player's fixed rating, which anchors the
+            # pool's ratings to players that do not change (random, MCTS-N).
+            for spec, games in self.fixed_games.play(self.learner, iteration):
+                total = games.total
+                for result, count in ((1, total.wins), (0, total.draws), (-1, total.losses)):
+                    self.ratings.learner_against_fixed(spec, result, count)
+                metrics |= results_metrics(spec, games)
+        return metrics | {"self_play/pool_size": float(len(self.pool.ids))} | self.ratings.metrics()
 
     # Checkpoints: --------------------------------------------------------------------------------
 
     def state(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
         """(tensors, JSON) of the whole league, for a checkpoint."""
         tensors: dict[str, torch.Tensor] = {}
-        for s in self.snapshots.values():
-            tensors |= snapshot_tensors(s.iteration, s.policy, s.obs_rms)
+        for s in self.pool.snapshots.values():
+            tensors |= s.tensors()
         meta = {
             "snapshots": [
                 {"iteration": s.iteration, "record": list(s.record), "rating": list(s.rating)}
-                for s in self.snapshots.values()
+                for s in self.pool.snapshots.values()
             ],
-            "pool": list(self.pool_ids),
+            "pool": list(self.pool.ids),
             "opponent": self.opponent.tolist(),
             "learner_seat": self.learner_seat.tolist(),
             "rng": self.rng.bit_generator.state,
-            "learner_rating": list(self.learner_rating),
-            "fixed_ratings": {k: list(v) for k, v in self.fixed_ratings.items()},
+            "learner_rating": list(self.ratings.learner),
+            "fixed_ratings": {k: list(v) for k, v in self.ratings.fixed.items()},
         }
         return tensors, meta
 
@@ -404,14 +303,24 @@ class League:
     def load(self, tensors: dict[str, torch.Tensor], meta: Any) -> None:
         """``state()``'s output back, once ``expected_tensors`` has passed (then it cannot fail)."""
         saved = self._parse(meta)
-        self.snapshots = {e["iteration"]: self._snapshot_of(e, tensors) for e in saved["snapshots"]}
-        self.pool_ids, self.opponent, self.learner_seat, self.rng = (
+        self.pool.snapshots = {
+            e["iteration"]: load_snapshot(
+                e["iteration"],
+                frozen(self.learner.policy),
+                copy.deepcopy(self.learner.obs_rms),
+                tensors,
+                e["record"],
+                e["rating"],
+            )
+            for e in saved["snapshots"]
+        }
+        self.pool.ids, self.opponent, self.learner_seat, self.rng = (
             saved["pool"],
             saved["opponent"],
             saved["learner_seat"],
             saved["rng"],
         )
-        self.learner_rating, self.fixed_ratings = saved["learner_rating"], saved["fixed_ratings"]
+        self.ratings.learner, self.ratings.fixed = saved["learner_rating"], saved["fixed_ratings"]
 
     def _parse(self, meta: Any) -> dict[str, Any]:
         """``state()``'s JSON as values, or ``Damaged``."""
@@ -465,30 +374,6 @@ class League:
         except (TypeError, ValueError, AttributeError) as exc:  # from int(), numpy, the RNG state's setter
             raise Damaged(f"is malformed ({str(exc).splitlines()[0]})") from None
 
-    def _snapshot_of(self, entry: dict[str, Any], tensors: dict[str, torch.Tensor]) -> Snapshot:
-        iteration = entry["iteration"]
-        policy, obs_rms = self._frozen_learner(), copy.deepcopy(self.learner.obs_rms)
-        for name, module in (("policy", policy), ("obs_rms", obs_rms)):
-            if module is not None:
-                prefix = f"{POOL_TENSORS}{iteration}.{name}."
-                module.load_state_dict({k.removeprefix(prefix): v for k, v in tensors.items() if k.startswith(prefix)})
-        return Snapshot(iteration, policy, obs_rms, entry["record"], entry["rating"])
-
-
-def snapshot_tensors(
-    iteration: int, policy: torch.nn.Module, obs_rms: RunningMeanStd | None
-) -> dict[str, torch.Tensor]:
-    """A snapshot's weights and statistics as a checkpoint names them."""
-    tensors = {
-        f"{POOL_TENSORS}{iteration}.policy.{k}": v.detach().cpu().contiguous() for k, v in policy.state_dict().items()
-    }
-    if obs_rms is not None:
-        tensors |= {
-            f"{POOL_TENSORS}{iteration}.obs_rms.{k}": v.detach().cpu().contiguous()
-            for k, v in obs_rms.state_dict().items()
-        }
-    return tensors
-
 
 def _iteration(value: Any) -> int:
     """A snapshot's iteration as JSON holds it: an integer >= 1, never a string or float coerced."""
@@ -509,7 +394,7 @@ def _record(value: Any) -> list[int]:
     return list(value)
 
 
-def _rating(value: Any) -> tuple[float, float]:
+def _rating(value: Any) -> Rating:
     if not (
         isinstance(value, list)
         and len(value) == 2
@@ -520,23 +405,19 @@ def _rating(value: Any) -> tuple[float, float]:
     return float(value[0]), float(value[1])
 
 
-def ordinal(rating: tuple[float, float]) -> float:
-    """openskill's conservative single figure, mu - 3 sigma."""
-    return rating[0] - 3.0 * rating[1]
-
-
 def make_league(config: Config, envs: VecEnv, learner: Agent, seed: int) -> NoLeague | League:
     """The run's league, set as its envs' opponents: every turn-based game has one (the learner
     plays every seat, and with a pool its snapshots); a Parallel env with a pool plays one of its
     two agent groups (sides) against a snapshot playing the other; any other run has none."""
-    if isinstance(envs, TurnBasedVecEnv):
-        sides: int | list[int] = len(envs.agents)
+    spaces = cast(AgentSpaces, getattr(envs, "spaces", None))
+    if is_game(envs):
+        sides: int | list[int] = len(spaces.agents)
     elif isinstance(envs, PettingZooVecEnv) and config.self_play.pool_size:
-        sides = [envs.spaces.group_names.index(group) for group in envs.spaces.agent_groups]
+        sides = [spaces.group_names.index(group) for group in spaces.agent_groups]
     else:
         return NoLeague()
     league = League(
         config.self_play, learner, config.env.num_envs, sides, seed, config.env.env_id, config.env.env_kwargs
     )
-    envs.opponents = league
+    cast(TurnBasedVecEnv | PettingZooVecEnv, envs).opponents = league  # the envs that ask Opponents
     return league

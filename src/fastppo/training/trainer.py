@@ -26,7 +26,7 @@ from fastppo.envs import make_vec_env
 from fastppo.envs.make import rollout_device
 from fastppo.envs.pettingzoo_vec import AgentSpaces
 from fastppo.envs.tensor import TensorEnv
-from fastppo.envs.turn_based import TurnBasedVecEnv
+from fastppo.envs.turn_based import is_game
 from fastppo.envs.vector import HostCopies, VecEnv
 from fastppo.errors import FastPPOError
 from fastppo.files.outputs import no_links, output_dir, removed_if_left_empty, writing
@@ -306,9 +306,7 @@ def train_rank(
     statistics = world.synced([rms for rms in (agent.obs_rms, return_rms) if rms is not None])
     mask_dim = None if first.action_mask is None else first.action_mask.shape[-1]
     # A turn-based game's cursor carries the decisions a rollout's end leaves open (fastppo.training.rollout).
-    open_decisions = (
-        RolloutBuffer.allocate(1, envs, collect_on, mask_dim) if isinstance(envs, TurnBasedVecEnv) else None
-    )
+    open_decisions = RolloutBuffer.allocate(1, envs, collect_on, mask_dim) if is_game(envs) else None
     state = TrainState(
         agent=agent,
         optimizer=make_optimizer(agent.policy, cfg.learning_rate, cfg.adam_eps, device, config.run.cudagraphs),
@@ -511,7 +509,7 @@ def train_loop(t: Training, runs: Runs, stop: StopRequest) -> None:
         metrics, state.kl_beta = runs.metrics(
             losses, coefs, batch, episodes, timings, seconds, state.optimizer, t.steps_per_iteration
         )
-        state.league.after_update(state.iteration, metrics[0])  # self-play: snapshots, games, ratings
+        metrics[0] |= state.league.after_update(state.iteration)  # self-play: snapshots, games, ratings
         stop.at_once = False  # the state is whole again: a second signal waits for the save
 
         runs.log(state.global_step, metrics, progress)
@@ -527,7 +525,7 @@ def progress_summary(envs: VecEnv) -> tuple[tuple[str, str, str], ...]:
     return beside the headline (in its place when there is none); for a game the learner's
     record against its pool and its rating."""
     sps, headline, *rest = GYM_SUMMARY
-    if isinstance(envs, TurnBasedVecEnv):
+    if is_game(envs):
         return (sps, ("win vs pool", "self_play/win_vs_pool", ".2f"), ("rating", "ratings/learner", ".1f"), *rest)
     spaces = getattr(envs, "spaces", None)
     if not isinstance(spaces, AgentSpaces) or len(spaces.group_names) == 1:
