@@ -13,8 +13,8 @@ import numpy as np
 from fastppo.agents.agent import Agent
 from fastppo.errors import FastPPOError
 from fastppo.games.board_text import board_text
-from fastppo.games.game_env import legal_actions, make_game, require_two_seats
-from fastppo.games.matches import SeatResults, play_game
+from fastppo.games.game_env import legal_actions, require_two_seats
+from fastppo.games.matches import SeatResults, game_table, play_game
 from fastppo.games.players import AgentPlayer
 
 
@@ -90,23 +90,22 @@ def play_against(
     if games < 1:
         raise FastPPOError(f"--games must be >= 1, got {games}")
     opponent = AgentPlayer(agent, deterministic)
-    env = make_game(agent.config.env.env_id, agent.config.env.env_kwargs)
+    envs = game_table(agent.config.env.env_id, agent.config.env.env_kwargs)
     seeds = np.random.default_rng(seed)
     score = SeatResults("you")
     try:
-        require_two_seats(env, agent.config.env.env_id, "a game against a person")
-        seats = list(env.possible_agents)
+        require_two_seats(envs.envs[0], agent.config.env.env_id, "a game against a person")
+        seats = envs.agents
         for index in range(games):
             mine = seats[index % 2 if seat is None else seat]
             game_seed = int(seeds.integers(2**32))
             opponent.reset(game_seed)
-            env.reset(seed=game_seed)
             human.write(f"game {index + 1} of {games}: you play {mine}")
-            returns, history = play_game(env, {name: human if name == mine else opponent for name in seats})
+            returns, history = play_game(envs, {name: human if name == mine else opponent for name in seats}, game_seed)
             own, other = returns[mine], max(value for name, value in returns.items() if name != mine)
-            human.game_over(env, mine, history, own, other)
+            human.game_over(envs.envs[0], mine, history, own, other)
             score.add(own, other)
             human.write(f"score: {score.wins} won, {score.draws} drawn, {score.losses} lost")
     finally:
-        env.close()
+        envs.close()
     return score

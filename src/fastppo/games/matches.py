@@ -7,8 +7,9 @@ in even games and in the second in odd ones, and the results keep the two apart.
 ``2k + 1`` start from the same env seed: in a game of chance (Leduc hold'em) the two players then
 hold each deal once from each seat, which cancels much of the luck of the cards (duplicate poker).
 
-The loop is PettingZoo's own AEC loop: ``env.agent_iter()``, ``env.last()``, ``env.step(None)``
-for a seat whose game is over; a seat's return is the sum of the rewards ``last()`` gives it."""
+A game is played as training plays one: on a ``TurnBasedVecEnv`` of one copy, the players seated
+behind its ``Opponents`` (``SeatedPlayers``), so that every seat is an opponent's and the whole
+game is played inside the env's reset; a seat's return is the sum of the rewards the game gives it."""
 
 from __future__ import annotations
 
@@ -18,12 +19,15 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
+import torch
 
 from fastppo.agents.agent import Agent
+from fastppo.config import MultiAgentConfig
 from fastppo.env_ids import same_env
+from fastppo.envs.turn_based import TurnBasedVecEnv
 from fastppo.errors import FastPPOError
-from fastppo.games.game_env import GameSource, legal_actions, make_game, require_two_seats
-from fastppo.games.players import AgentPlayer, Player, player_from_spec
+from fastppo.games.game_env import GameSource, make_game, require_two_seats
+from fastppo.games.players import AgentPlayer, Player, SeatedPlayers, player_from_spec
 
 
 @dataclass
@@ -131,24 +135,25 @@ def play_games(
         raise ValueError(f"play_games takes two players (A, B), got {len(players)}")
     if games < 1:
         raise ValueError(f"play_games needs at least one game, got {games}")
-    env = make_game(game, env_kwargs)
+    envs = game_table(game, env_kwargs)
     name = game if isinstance(game, str) else getattr(game, "__name__", "game")
-    require_two_seats(env, name, "play_games")
-    seats = list(env.possible_agents)
-    results = [SeatResults(seat) for seat in seats]
-    moves = 0
-    start = time.perf_counter()
-    for index in range(games):
-        a_seat = index % 2
-        seated = {seats[a_seat]: players[0], seats[1 - a_seat]: players[1]}
-        for k, player in enumerate(players):
-            player.reset(_seed(1 + k, seed, index))
-        env.reset(seed=_seed(0, seed, index // 2))
-        returns, history = play_game(env, seated)
-        moves += len(history)
-        results[a_seat].add(returns[seats[a_seat]], returns[seats[1 - a_seat]])
-    seconds = time.perf_counter() - start
-    env.close()
+    try:
+        require_two_seats(envs.envs[0], name, "play_games")
+        seats = envs.agents
+        results = [SeatResults(seat) for seat in seats]
+        moves = 0
+        start = time.perf_counter()
+        for index in range(games):
+            a_seat = index % 2
+            seated = {seats[a_seat]: players[0], seats[1 - a_seat]: players[1]}
+            for k, player in enumerate(players):
+                player.reset(_seed(1 + k, seed, index))
+            returns, history = play_game(envs, seated, _seed(0, seed, index // 2))
+            moves += len(history)
+            results[a_seat].add(returns[seats[a_seat]], returns[seats[1 - a_seat]])
+        seconds = time.perf_counter() - start
+    finally:
+        envs.close()
     return GameResults(name, players[0].name, players[1].name, results, moves, seconds, seed)
 
 
@@ -181,26 +186,25 @@ def evaluate_games(
     return play_games(env_id, [player, opponent], games, seed, agent.config.env.env_kwargs)
 
 
-def play_game(env: Any, seated: Mapping[str, Player]) -> tuple[dict[str, float], list[int]]:
-    """One game on ``env`` (reset by the caller), ``seated[seat]`` choosing each move of
-    ``seat``: each seat's return and every move played, in order."""
-    returns = dict.fromkeys(env.possible_agents, 0.0)
-    history: list[int] = []
-    for agent in env.agent_iter():
-        _, reward, terminated, truncated, _ = env.last()
-        returns[agent] += float(reward)
-        if terminated or truncated:
-            env.step(None)
-            continue
-        action = seated[agent].act(env, agent, history)
-        if action not in legal_actions(env, agent):
-            raise ValueError(
-                f"{seated[agent].name} played {action} as {agent}, an illegal move (legal: "
-                f"{legal_actions(env, agent).tolist()})"
-            )
-        history.append(action)
-        env.step(action)
-    return returns, history
+def game_table(game: GameSource, env_kwargs: dict[str, Any] | None = None) -> TurnBasedVecEnv:
+    """One copy of ``game`` (``make_game``: built and checked as training builds it) as the
+    ``TurnBasedVecEnv`` whole games are played on."""
+    env = make_game(game, env_kwargs)
+    return TurnBasedVecEnv([lambda: env], MultiAgentConfig(), torch.device("cpu"))
+
+
+def play_game(
+    envs: TurnBasedVecEnv, seated: Mapping[str, Player], seed: int | None
+) -> tuple[dict[str, float], list[int]]:
+    """One game on the one copy of ``envs``, from its reset with ``seed``, ``seated[seat]``
+    choosing each move of ``seat`` (the players reset by the caller): each seat's return and
+    every move played, in order."""
+    players = SeatedPlayers(envs, seated)
+    envs.opponents = players
+    envs.reset_host(seed)  # every seat an opponent's: the whole game is played here
+    returns = envs.pop_episodes().by_agent
+    assert returns is not None  # a game's episodes give each seat's return
+    return {seat: returns[seat][0] for seat in envs.agents}, players.history[0]
 
 
 def _seed(stream: int, seed: int, index: int) -> int:

@@ -9,7 +9,7 @@ MCTS, minimax) rebuilds the position from the history. Every move a player retur
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -19,6 +19,7 @@ import torch
 
 from fastppo.agents.agent import Agent, load_agent
 from fastppo.env_ids import named_object, same_env, split_spec
+from fastppo.envs.turn_based import TurnBasedVecEnv
 from fastppo.errors import FastPPOError
 from fastppo.games.game_env import game_module, legal_actions, make_game, require_two_seats
 from fastppo.games.minimax import MinimaxPlayer
@@ -130,6 +131,38 @@ class AgentPlayer:
             action = self.agent.act({agent: env.observe(agent)}, deterministic=self.deterministic)[agent]
             self._torch_random = torch.get_rng_state()
         return int(action)
+
+
+class SeatedPlayers:
+    """Players behind a turn-based env's ``Opponents`` (fastppo.envs.opponents): ``seated[seat]``
+    plays every move of ``seat`` in each copy of ``envs``, seeing the game itself and the moves
+    played so far; the learner plays the seats no player sits at. Every move must be legal."""
+
+    def __init__(self, envs: TurnBasedVecEnv, seated: Mapping[str, Player]):
+        self.envs, self.seated = envs, seated
+        self.history: list[list[int]] = [[] for _ in envs.envs]
+        """Each copy's moves so far, both seats', in order (the players' alone where the learner plays too)."""
+
+    def new_game(self, copy: int) -> np.ndarray:
+        self.history[copy] = []
+        return np.array([seat not in self.seated for seat in self.envs.agents])
+
+    def act(self, copies: np.ndarray, rows: np.ndarray, masks: np.ndarray | None) -> np.ndarray:
+        return np.array([self._move(int(copy)) for copy in copies])
+
+    def _move(self, copy: int) -> int:
+        env = self.envs.envs[copy]
+        seat = env.agent_selection
+        player, history = self.seated[seat], self.history[copy]
+        action = player.act(env, seat, history)
+        legal = legal_actions(env, seat)
+        if action not in legal:
+            raise ValueError(f"{player.name} played {action} as {seat}, an illegal move (legal: {legal.tolist()})")
+        history.append(action)
+        return action
+
+    def game_over(self, copy: int, returns: np.ndarray) -> None:
+        pass
 
 
 def agent_policy(agent: Agent) -> PolicyFn:
