@@ -16,6 +16,7 @@ from fastppo.agents.evaluation import EvalResult
 from fastppo.agents.evaluation import record as run_recording
 from fastppo.cli.main import main
 from fastppo.envs.make import policy_spaces
+from fastppo.envs.tensor.cartpole import CartPole
 
 
 @pytest.fixture(scope="module")
@@ -190,3 +191,36 @@ def test_record_plays_a_pettingzoo_agent_of_an_async_run_in_process(tmp_path):
     agent = build_agent(config, observation_space, action_space, torch.device("cpu"), layout)
     out, result, written = run_recording(agent, tmp_path / "spread.mp4", episodes=1, env_id=env_id, seed=0)
     assert written == frames(out) == result.lengths[0] + 1  # the first frame, then one per step
+
+
+@pytest.mark.parametrize("memory", ["none", "lstm"])
+def test_a_tensor_env_plays_the_first_episode_of_each_row_in_row_order(memory):
+    """play_episodes over a tensor env's rows: each row's first episode, in row order, its raw
+    return and length, the policy sampled on every row at every step until the last row ends (a
+    plain loop over the same env gives the same figures; episodes of different lengths end in
+    another order than their rows')."""
+    env_id = "fastppo.envs.tensor.cartpole:CartPole"
+    config = fastppo.make_config(
+        env_id, "cleanrl-discrete", {"num_envs": 1, "num_minibatches": 1, "policy.memory": memory}
+    )
+    torch.manual_seed(0)
+    observation_space, action_space, layout = policy_spaces(config)
+    agent = build_agent(config, observation_space, action_space, torch.device("cpu"), layout)
+    result = fastppo.evaluate(agent, env_id, episodes=9, seed=5)
+    env = CartPole(9)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(5)
+        step, state = env.reset(seed=5), agent.initial_state(9) if agent.policy.recurrent else None
+        returns, lengths = torch.zeros(9), torch.zeros(9, dtype=torch.long)
+        running = torch.ones(9, dtype=torch.bool)
+        while running.any():
+            if state is None:
+                action = agent.act(step.obs)
+            else:
+                action, state = agent.step(step.obs, state)
+            step = env.step(torch.as_tensor(action))
+            returns += step.reward * running
+            lengths += running
+            running &= ~(step.terminated | step.truncated)
+    assert (result.returns, result.lengths) == (returns.tolist(), lengths.tolist())
+    assert sorted(result.lengths) != result.lengths  # rows that end in another order than theirs

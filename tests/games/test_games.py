@@ -22,10 +22,17 @@ from open_spiel.python.algorithms import exploitability as openspiel_exploitabil
 from fastppo.errors import FastPPOError
 from fastppo.games import leduc, leduc_rules
 from fastppo.games.game_env import legal_actions, make_game
-from fastppo.games.matches import GameResults, play_games
+from fastppo.games.matches import GameResults, game_table, play_game, play_games
 from fastppo.games.minimax import MinimaxPlayer, board_of, value
 from fastppo.games.openspiel_games import SAME_RULES, MCTSPlayer, openspiel_state
-from fastppo.games.players import AgentPlayer, PolicyPlayer, RandomPlayer, agent_policy, player_from_spec
+from fastppo.games.players import (
+    AgentPlayer,
+    PolicyPlayer,
+    RandomPlayer,
+    SeatedPlayers,
+    agent_policy,
+    player_from_spec,
+)
 from tests.support.games import leduc_agent
 
 TICTACTOE = "pz:pettingzoo.classic.tictactoe_v3"
@@ -289,6 +296,33 @@ def test_results_swap_seats_add_up_and_replay_from_the_seed():
         and len(table) == 5
     )
     assert re.match(r"player_1\s+51\s+\d+\s+\d+\s+\d+\s+-?\d\.\d{3}$", table[2])
+
+
+@pytest.mark.parametrize("env_id", [TICTACTOE, CONNECT_FOUR, LEDUC])
+def test_a_game_on_the_training_env_scores_as_pettingzoos_own_loop(env_id):
+    """play_game plays on a TurnBasedVecEnv, the players behind its Opponents: the same seeds give
+    the moves and returns of PettingZoo's own AEC loop (agent_iter, last, step(None) for a seat
+    whose game is over; a seat's return the sum of the rewards last() gives it)."""
+    envs = game_table(env_id)
+    for game in range(6):
+        seated = {seat: RandomPlayer(10 * game + k) for k, seat in enumerate(envs.agents)}
+        returns, history = play_game(envs, seated, seed=game)
+        env = make_game(env_id)
+        env.reset(seed=game)
+        expected, moves = dict.fromkeys(env.possible_agents, 0.0), []
+        for k, seat in enumerate(env.possible_agents):
+            seated[seat].reset(10 * game + k)
+        for seat in env.agent_iter():
+            _, reward, terminated, truncated, _ = env.last()
+            expected[seat] += float(reward)
+            move = None if terminated or truncated else seated[seat].act(env, seat, moves)
+            moves += [] if move is None else [move]
+            env.step(move)
+        assert (returns, history) == (expected, moves)
+    with pytest.raises(
+        ValueError, match=r"^seat a player at each of \['player_1', 'player_2'\], not at \['player_1'\]$"
+    ):
+        SeatedPlayers(game_table(TICTACTOE), {"player_1": RandomPlayer()})
 
 
 def test_the_first_seat_wins_more_in_random_tictactoe():

@@ -26,9 +26,9 @@ from fastppo.env_ids import folder_env_id, is_pettingzoo
 from fastppo.envs.gymnasium_vec import published_action_mask
 from fastppo.envs.make import make_pettingzoo_env, make_single_env
 from fastppo.envs.pettingzoo_vec import PettingZooVecEnv
-from fastppo.envs.tensor import TensorEnv, user_tensor_env
+from fastppo.envs.tensor import user_tensor_env
 from fastppo.envs.turn_based import TurnBasedVecEnv
-from fastppo.envs.vector import StepResult
+from fastppo.envs.vector import StepResult, VecEnv
 from fastppo.envs.video import VideoWriter, env_fps
 from fastppo.errors import FastPPOError
 from fastppo.policies.memory import carry
@@ -112,12 +112,12 @@ def played_env(agent: Agent | str | Path, env_id: str | None, command: str) -> t
     return agent, folder_env_id(own, agent.run_dir, fix)
 
 
-def episode_policy(agent: Agent, batch_size: int, deterministic: bool) -> Callable[[Any, Any], np.ndarray]:
-    """``(obs, action_mask) -> actions`` for one episode (per row) from its start: ``agent.act``,
-    or for a recurrent agent ``agent.step`` carrying its state from ``initial_state``."""
+def episode_policy(agent: Agent, deterministic: bool) -> Callable[[Any, Any], np.ndarray]:
+    """``(obs, action_mask) -> action`` for one episode of a single env from its start:
+    ``agent.act``, or for a recurrent agent ``agent.step`` carrying its state from ``initial_state``."""
     if not agent.policy.recurrent:
         return lambda obs, mask: agent.act(obs, deterministic=deterministic, action_mask=mask)
-    state = agent.initial_state(batch_size)
+    state = agent.initial_state(1)
 
     def step(obs: Any, mask: Any) -> np.ndarray:
         nonlocal state
@@ -135,7 +135,9 @@ def run_episodes(
     seed: int | None,
     on_frame: Callable[[Any], None] | None = None,
 ) -> tuple[list[float], list[int]]:
-    """Play ``episodes`` full episodes in ``env``; ``on_frame`` gets each rendered frame."""
+    """Play ``episodes`` full episodes in the single gymnasium env ``env``, one after another, each
+    from its own reset; ``on_frame`` gets each rendered frame. (Not ``play_episodes``: a VecEnv's
+    autoreset step would draw a sample the single env never does, moving every later episode's.)"""
     _check_episodes(episodes)
     space = env.action_space
     returns, lengths = [], []
@@ -158,7 +160,7 @@ def run_episodes(
             if on_frame is not None:
                 on_frame(env.render())
             total, length, done = 0.0, 0, False
-            policy = episode_policy(agent, 1, deterministic)
+            policy = episode_policy(agent, deterministic)
             while not done:
                 action = policy(obs, mask)
                 if isinstance(space, gym.spaces.Box):
@@ -175,53 +177,35 @@ def run_episodes(
     return returns, lengths
 
 
-def run_tensor_episodes(
-    agent: Agent, env_class: type[TensorEnv], episodes: int, deterministic: bool, seed: int | None
-) -> tuple[list[float], list[int]]:
-    """One episode in each of ``episodes`` parallel envs of a user's tensor env (which has no
-    gymnasium twin to play one by one), on CPU; raw rewards, as the env returns them."""
-    _check_episodes(episodes)
-    env = env_class(episodes)
-    with torch.random.fork_rng(devices=[]):
-        if seed is not None:
-            torch.manual_seed(seed)
-        result = env.reset(seed=seed)
-        returns, lengths = torch.zeros(episodes), torch.zeros(episodes, dtype=torch.long)
-        running = torch.ones(episodes, dtype=torch.bool)
-        policy = episode_policy(agent, episodes, deterministic)
-        while running.any():  # at most max_episode_steps steps
-            action = policy(result.obs, result.action_mask)
-            result = env.step(torch.as_tensor(action))
-            returns += result.reward * running
-            lengths += running
-            running &= ~(result.terminated | result.truncated)
-    return returns.tolist(), lengths.tolist()
-
-
-def run_multi_agent_episodes(
+def play_episodes(
     agent: Agent,
-    envs: PettingZooVecEnv | TurnBasedVecEnv,
+    envs: VecEnv,
     episodes: int,
     deterministic: bool,
     seed: int | None,
-    on_frame: Callable[[Any], None] | None = None,
+    after_step: Callable[[], None] | None = None,
 ) -> tuple[list[float], list[int], dict[str, list[float]]]:
-    """Play ``episodes`` episodes of one PettingZoo env copy, every agent's row acting with the
-    agent; headline returns (as training logs them: --multi-agent.headline), lengths and each
-    agent group's returns."""
+    """Play ``episodes`` episodes on the rows of ``envs``, from its reset with ``seed``, every row
+    acting with ``agent`` (a recurrent one's state fresh after a row that was no decision, as in
+    the rollout): the rows of one PettingZoo copy play episodes one after another, and an env
+    whose episodes name their row (a tensor env of ``episodes`` rows) plays the first of each
+    row. ``after_step`` is called after the reset and after each step (recording renders a frame).
+    Returns the headline returns (raw rewards; a multi-agent env's as training logs them:
+    --multi-agent.headline), lengths and each agent group's returns."""
     _check_episodes(episodes)
     returns: list[float] = []
     lengths: list[int] = []
     groups: dict[str, list[float]] = {}
+    done_rows: dict[int, tuple[float, int]] = {}  # a row's first episode, where episodes name their rows
     with torch.random.fork_rng(devices=[]):
         if seed is not None:
             torch.manual_seed(seed)
         step = envs.reset(seed=seed)
         state = agent.initial_state(envs.num_envs) if agent.policy.recurrent else None
         valid = _live(step)
-        if on_frame is not None:
-            on_frame(envs.render())
-        while len(lengths) < episodes:
+        if after_step is not None:
+            after_step()
+        while len(lengths) + len(done_rows) < episodes:
             if state is None:
                 action = agent.act(step.obs, deterministic=deterministic, action_mask=step.action_mask)
             else:
@@ -229,13 +213,20 @@ def run_multi_agent_episodes(
                 state = carry(state, valid)  # as the rollout does: fresh after a row that was no decision
             step = envs.step(torch.as_tensor(action))
             valid = ~(step.terminated | step.truncated) & _live(step)
-            if on_frame is not None:
-                on_frame(envs.render())
+            if after_step is not None:
+                after_step()
             finished = envs.pop_episodes()
+            if finished.rows is not None:
+                for row, episode in zip(finished.rows, zip(finished.returns, finished.lengths)):
+                    done_rows.setdefault(row, episode)
+                continue
             returns += finished.returns
             lengths += finished.lengths
             for group, group_returns in (finished.by_group or {}).items():
                 groups.setdefault(group, []).extend(group_returns)
+    for row in sorted(done_rows):
+        returns.append(done_rows[row][0])
+        lengths.append(done_rows[row][1])
     return (
         returns[:episodes],
         lengths[:episodes],
@@ -253,14 +244,15 @@ def evaluate_episodes(
     if is_pettingzoo(env_id):
         envs = agent_rows_env(agent, env_id)
         try:
-            return EvalResult(
-                env_id, deterministic, seed, *run_multi_agent_episodes(agent, envs, episodes, deterministic, seed)
-            )
+            return EvalResult(env_id, deterministic, seed, *play_episodes(agent, envs, episodes, deterministic, seed))
         finally:
             envs.close()
     elif env_class is not None:
+        # One episode in each of ``episodes`` rows of a user's tensor env (which has no gymnasium
+        # twin to play one by one), on CPU.
         _check_obs_shape(agent, env_class.single_observation_space.shape, env_id)
-        returns, lengths = run_tensor_episodes(agent, env_class, episodes, deterministic, seed)
+        _check_episodes(episodes)
+        returns, lengths, _ = play_episodes(agent, env_class(episodes), episodes, deterministic, seed)
     else:
         env = make_single_env(env_id, for_eval=True, frame_stack=agent.config.env.frame_stack)
         try:
@@ -294,7 +286,7 @@ def record(
                     env_id,
                     deterministic,
                     seed,
-                    *run_multi_agent_episodes(agent, envs, episodes, deterministic, seed, on_frame=video.append),
+                    *play_episodes(agent, envs, episodes, deterministic, seed, lambda: video.append(envs.render())),
                 )
         finally:
             envs.close()
@@ -325,9 +317,8 @@ def agent_rows_env(agent: Agent, env_id: str, render_mode: str | None = None) ->
 
 
 def _live(step: StepResult) -> Tensor:
-    """Which agent rows are in play: a PettingZoo env's steps always say."""
-    assert step.live is not None
-    return step.live
+    """Which rows are in play: a PettingZoo env's steps say; every row of any other env."""
+    return torch.ones_like(step.terminated) if step.live is None else step.live
 
 
 def _check_obs_shape(agent: Agent, shape: tuple[int, ...] | None, env_id: str) -> None:

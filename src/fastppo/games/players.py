@@ -136,16 +136,20 @@ class AgentPlayer:
 class SeatedPlayers:
     """Players behind a turn-based env's ``Opponents`` (fastppo.envs.opponents): ``seated[seat]``
     plays every move of ``seat`` in each copy of ``envs``, seeing the game itself and the moves
-    played so far; the learner plays the seats no player sits at. Every move must be legal."""
+    played so far. Every seat is a player's (a search player rebuilds the position from every
+    move, which the learner's would not reach it through this protocol), so the env plays whole
+    games inside its reset; every move must be legal."""
 
     def __init__(self, envs: TurnBasedVecEnv, seated: Mapping[str, Player]):
+        if set(seated) != set(envs.agents):
+            raise ValueError(f"seat a player at each of {envs.agents}, not at {sorted(seated)}")
         self.envs, self.seated = envs, seated
         self.history: list[list[int]] = [[] for _ in envs.envs]
-        """Each copy's moves so far, both seats', in order (the players' alone where the learner plays too)."""
+        """Each copy's moves so far in its game, both seats', in order."""
 
     def new_game(self, copy: int) -> np.ndarray:
         self.history[copy] = []
-        return np.array([seat not in self.seated for seat in self.envs.agents])
+        return np.zeros(len(self.envs.agents), dtype=bool)  # the learner plays no seat
 
     def act(self, copies: np.ndarray, rows: np.ndarray, masks: np.ndarray | None) -> np.ndarray:
         return np.array([self._move(int(copy)) for copy in copies])
