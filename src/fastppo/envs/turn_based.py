@@ -19,7 +19,9 @@ game is over, but the value that seat's last transition bootstraps from).
 Opponents: a copy's seats are the learner's (its rows are decisions) or an opponent's
 (``Opponents``, e.g. a past snapshot from the self-play pool, ``fastppo.games.league``).
 An opponent's moves are played inside ``step``, batched over the copies waiting for one, so each
-step returns with every copy at a learner's turn or over. By default the learner plays every seat.
+step returns with every copy at a learner's turn or over. By default the learner plays every seat;
+with a fixed player at every seat (``fastppo.games.players.SeatedPlayers``) a whole game is
+played inside ``reset``, as ``fastppo.games.matches.play_games`` plays them.
 """
 
 from __future__ import annotations
