@@ -249,7 +249,7 @@ class TurnBasedVecEnv(HostCopies):
         finished games' records."""
         seats, games = len(self.agents), self._game_objects()
 
-        def is_game(g: Any) -> bool:  # a GameRecord
+        def is_record(g: Any) -> bool:  # a GameRecord
             return (
                 isinstance(g, tuple)
                 and len(g) == 3
@@ -258,7 +258,7 @@ class TurnBasedVecEnv(HostCopies):
                 and is_count(g[2])
             )
 
-        if not all(is_game(game) for game in self._games):
+        if not all(is_record(game) for game in self._games):
             return f"holds finished games that are not (learner's seats, {seats} seats' returns, moves)"
         moving = next((c for c, game in enumerate(games) if game.agent_selection not in self.agents), None)
         if moving is not None:
