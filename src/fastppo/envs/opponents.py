@@ -1,7 +1,8 @@
 """Who plays the rows of a multi-agent env that the learner does not: the protocol the
 self-play league (fastppo.games.league) and the fixed players of whole games
-(fastppo.games.players.SeatedPlayers) implement, and the default, the learner everywhere. The envs hold one (``opponents``) and ask it at each new episode, for each opponent
-move, and at each episode's end (fastppo.envs.turn_based, fastppo.envs.pettingzoo_vec)."""
+(fastppo.games.players.SeatedPlayers) implement, and the default, the learner everywhere. The
+envs hold one (``opponents``) and ask it at each new episode, for each opponent move, and at each
+episode's end (fastppo.envs.turn_based, fastppo.envs.pettingzoo_vec)."""
 
 from __future__ import annotations
 
