@@ -438,3 +438,30 @@ def test_agent_act_refuses_a_mask_with_no_legal_move(tmp_path):
         agent.act({"player_0": observation}, deterministic=True)
     with pytest.raises(ValueError, match=r"allows no action \(row 1\)"):
         agent.act(np.zeros((2, 4), dtype=np.float32), action_mask=np.array([[True, False], [False, False]]))
+
+
+def test_is_this_a_game_is_asked_in_one_place():
+    """fastppo.envs.turn_based.is_game answers "is this a game?" for the whole package: no module
+    asks isinstance(..., TurnBasedVecEnv) itself, nor PettingZoo's AECEnv test beneath is_game
+    (pettingzoo_vec.is_turn_based, which only its own module may use)."""
+    import ast
+
+    from tests.support.paths import ROOT
+
+    package = ROOT / "src" / "fastppo"
+    asked = []
+    for path in sorted(package.rglob("*.py")):
+        where = path.relative_to(package).as_posix()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
+                continue
+            name = node.func.id
+            if (
+                name == "isinstance"
+                and ast.unparse(node.args[1]) == "TurnBasedVecEnv"
+                and where != "envs/turn_based.py"
+            ):
+                asked.append(f"{where}:{node.lineno} isinstance")
+            if name == "is_turn_based" and where not in ("envs/turn_based.py", "envs/pettingzoo_vec.py"):
+                asked.append(f"{where}:{node.lineno} is_turn_based")
+    assert asked == []
