@@ -108,9 +108,11 @@ def deals(seed: int | None, hands: int, env: OpenSpielGame | None = None) -> lis
 def test_chance_nodes_follow_the_seed_at_their_probabilities():
     assert deals(7, 20) == deals(7, 20)  # the same seed, the same deals, hand after hand
     assert deals(7, 20) != deals(8, 20)
-    counts = Counter(tuple(d) for d in deals(0, 3000))
-    assert len(counts) == 6  # the six deals of two of three cards, each at 1/6
-    assert all(abs(n / 3000 - 1 / 6) < 0.03 for n in counts.values()), counts
+    # Hanabi's first card: 25 outcomes at 0.06, 0.04 or 0.02 (three ones of a colour, two twos, ...).
+    hanabi = OpenSpielGame("openspiel:hanabi")
+    first = Counter(dealt[0] for dealt in deals(0, 4000, hanabi))
+    for outcome, probability in hanabi.game.new_initial_state().chance_outcomes():
+        assert abs(first[outcome] / 4000 - probability) < 0.015, (outcome, first[outcome], probability)
 
 
 def test_rows_of_the_same_seed_play_the_same_games():
