@@ -31,6 +31,7 @@ import numpy as np
 import torch
 
 from fastppo.agents.agent import Agent
+from fastppo.agents.exploitability import AgentExploitability, scored_game
 from fastppo.agents.game_env import make_game
 from fastppo.agents.games import play_games
 from fastppo.agents.players import AgentPlayer, Player, player_from_spec
@@ -117,10 +118,16 @@ def check_league(config: Config, envs: VecEnv, processes: int) -> None:
             "--run.stop-return reads the learner's return in games against its past snapshots, and this run plays "
             "none: give --self-play.pool-size N and --self-play.latest-share below 1, or --self-play.random-share"
         )
+    named = sp.eval_every or sp.eval_opponents != SelfPlayConfig.eval_opponents  # a game of 3 seats has no default
     for spec in (
-        sp.eval_opponents if turn_based else ()
+        sp.eval_opponents if turn_based and named else ()
     ):  # checked even unused (--self-play.eval-every 0): the config saves them
         fixed_player(spec, config.env.env_id)
+    if sp.exploitability_every:
+        try:
+            scored_game(config.env.env_id)
+        except FastPPOError as exc:
+            raise FastPPOError(f"--self-play.exploitability-every: {exc}") from None
 
 
 def fixed_player(spec: str, env_id: str, seed: int = 0) -> Player:
@@ -198,6 +205,7 @@ class League:
         self.cfg, self.learner, self.seed = cfg, learner, seed
         self.game, self.env_kwargs = game, env_kwargs or {}
         self.fixed = [fixed_player(spec, game, seed) for spec in cfg.eval_opponents] if cfg.eval_every else []
+        self.exploitability = AgentExploitability(game) if cfg.exploitability_every else None
         self.snapshots: dict[int, Snapshot] = {}  # by iteration: the pool's and any a game in flight still plays
         self.pool_ids: list[int] = []  # the pool, oldest first: what new games draw from
         self.opponent = np.full(copies, LATEST)  # the pool snapshot (its iteration) each copy plays, or LATEST
@@ -331,6 +339,8 @@ class League:
             self._forget_unused()
         if self.cfg.eval_every and iteration % self.cfg.eval_every == 0:
             self.evaluate(iteration, metrics)
+        if self.exploitability is not None and iteration % self.cfg.exploitability_every == 0:
+            metrics["eval/exploitability"] = self.exploitability(self.learner)
         metrics["self_play/pool_size"] = float(len(self.pool_ids))
         metrics["ratings/learner"] = ordinal(self.learner_rating)
         for name, rating in self.fixed_ratings.items():
