@@ -36,7 +36,7 @@ from fastppo.errors import FastPPOError, install_extra
 try:  # PettingZoo comes with the [games] extra, as OpenSpiel does: without it, make_openspiel_env says so
     from pettingzoo import AECEnv
 except ImportError:  # pragma: no cover - the class is then never built
-    AECEnv = object  # type: ignore[assignment,misc]
+    AECEnv = object
 
 OBSERVATION, INFORMATION_STATE = "observation", "information state"
 """The tensor a seat observes (``tensor_kind``): OpenSpiel's observation tensor where the game has
