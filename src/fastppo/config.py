@@ -513,7 +513,7 @@ class Config:
 
 SECTIONS_ADDED = ("self_play",)
 """Config sections added after run folders were first written (fastppo 0.1.0's run folders lack them)."""
-FIELDS_ADDED = ("policy.precision", "env.step_in_halves")
+FIELDS_ADDED = ("policy.precision", "env.step_in_halves", "self_play.exploitability_every")
 """Fields added to a section after run folders were first written: a folder without one trained
 with its default (e.g. fp32 before --policy.precision)."""
 

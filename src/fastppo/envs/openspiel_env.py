@@ -214,13 +214,14 @@ class OpenSpielGame(AECEnv):
 
     def text(self, agent: str) -> str:
         """The position as ``agent`` may see it, in OpenSpiel's words: the state string of a
-        perfect-information game, else the seat's own observation (or information state) string."""
+        perfect-information game or a finished one, else the seat's own information-state string
+        (what it has seen so far), or its observation string where the game has none."""
         if self.perfect_information or self.state.is_terminal():
             return str(self.state)
         player = self.possible_agents.index(agent)
-        if self.game.get_type().provides_observation_string:
-            return self.state.observation_string(player)
-        return self.state.information_state_string(player)
+        if self.game.get_type().provides_information_state_string:
+            return self.state.information_state_string(player)
+        return self.state.observation_string(player)
 
     def move_text(self, agent: str, action: int) -> str:
         """``action`` of ``agent`` in OpenSpiel's words (``state.action_to_string``)."""
