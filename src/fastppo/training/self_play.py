@@ -12,6 +12,8 @@ record against it (wins, draws, losses), which the prioritised sampling reads, a
 rating: every finished game against the pool rates the learner and that snapshot, a new snapshot
 starts from the learner's rating, and the games against fixed players (random, OpenSpiel's MCTS)
 rate the learner alone, against the player's rating that never moves: those anchor the scale.
+In a small two-player zero-sum OpenSpiel game the league also logs the learner's exploitability
+(--self-play.exploitability-every: fastppo.agents.exploitability).
 
 Everything here is part of the run's state: ``state()`` goes into each checkpoint (the snapshots'
 weights as tensors, the rest as JSON) and ``load`` restores it, so that a resumed run draws the
