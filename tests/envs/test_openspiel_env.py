@@ -1,6 +1,6 @@
 """OpenSpiel's games as turn-based rows (fastppo.envs.openspiel_env through fastppo.envs.turn_based),
 checked against pyspiel stepping the same game: a scripted sequence of moves gives the same
-observations, masks, rewards, live rows and ends; chance nodes follow the env's seed."""
+observations, masks, rewards, live rows and ends; chance nodes follow the env's seed, and a seeded training plays the same games again."""
 
 from __future__ import annotations
 
@@ -147,3 +147,21 @@ def test_games_the_env_cannot_play_are_one_line(env_id, message):
     with pytest.raises(FastPPOError) as error:
         OpenSpielGame(env_id)
     assert str(error.value).startswith(message) and "\n" not in str(error.value)
+
+
+def test_a_seeded_training_plays_the_same_games_again(tmp_path):
+    def trained(seed: int, name: str) -> list[float]:
+        agent = fastppo.train(
+            "openspiel:kuhn_poker",
+            run_dir=tmp_path / name,
+            seed=seed,
+            total_timesteps=512,
+            num_envs=4,
+            num_steps=32,
+            progress=False,
+            tensorboard=False,
+            **{"self_play.exploitability_every": 1},
+        )
+        return [row["eval/exploitability"] for row in agent.history]
+
+    assert trained(3, "a") == trained(3, "b") != trained(4, "c")
