@@ -1,6 +1,7 @@
 """OpenSpiel's games as turn-based rows (fastppo.envs.openspiel_env through fastppo.envs.turn_based),
 checked against pyspiel stepping the same game: a scripted sequence of moves gives the same
-observations, masks, rewards, live rows and ends; chance nodes follow the env's seed, and a seeded training plays the same games again."""
+observations, masks, rewards, live rows and ends; chance nodes follow the env's seed, and a seeded
+training plays the same games again."""
 
 from __future__ import annotations
 
