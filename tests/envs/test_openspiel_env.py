@@ -14,8 +14,12 @@ import torch
 import fastppo
 from fastppo.envs import make_vec_env
 from fastppo.envs.openspiel_env import INFORMATION_STATE, OBSERVATION, OpenSpielGame, tensor_kind
+from fastppo.envs.snapshot import SnapshotMismatch, restore_envs, snapshot_envs
 from fastppo.envs.turn_based import TurnBasedVecEnv
 from fastppo.errors import FastPPOError
+from fastppo.training.resume import resume_config
+from fastppo.training.trainer import train
+from tests.support.resume import ITERATIONS, assert_same_run, stop_after
 
 pyspiel = pytest.importorskip("pyspiel")
 
@@ -166,3 +170,30 @@ def test_a_seeded_training_plays_the_same_games_again(tmp_path):
         return [row["eval/exploitability"] for row in agent.history]
 
     assert trained(3, "a") == trained(3, "b") != trained(4, "c")
+
+
+def test_stop_and_resume_plays_on_the_same_games(tmp_path, monkeypatch):
+    """Stopped after 3 of 6 iterations of Leduc (a public card dealt mid-game) against a pool:
+    the games in flight and the envs' generators come back from the checkpoint."""
+    overrides = {
+        "num_envs": 2, "num_steps": 7, "total_timesteps": ITERATIONS * 2 * 7, "checkpoint_every": 0,
+        "progress": False, "tensorboard": False, "self_play.pool_size": 2, "self_play.snapshot_every": 1,
+    }  # fmt: skip
+    train(fastppo.make_config("openspiel:leduc_poker", "cleanrl-discrete", overrides), tmp_path / "one_go")
+    with monkeypatch.context() as patch:
+        stop_after(patch, ITERATIONS // 2)
+        train(fastppo.make_config("openspiel:leduc_poker", "cleanrl-discrete", overrides), tmp_path / "split")
+    resumed_config, checkpoint = resume_config(tmp_path / "split")
+    assert checkpoint.meta["env"]["kind"] == "pettingzoo"
+    train(resumed_config, tmp_path / "split", checkpoint)
+    assert_same_run(tmp_path / "one_go", tmp_path / "split")
+
+
+def test_a_snapshot_of_moves_that_are_no_game_is_refused():
+    envs = game_rows("openspiel:kuhn_poker")
+    envs.reset(seed=0)
+    _, meta = snapshot_envs(envs)
+    copy = meta["vec"]["attrs"]["envs"]["list"][0]["attrs"]
+    copy["_history"]["list"] = [0, 0]  # both seats dealt the jack
+    with pytest.raises(SnapshotMismatch, match=r"gives copy 0 a game that holds the moves \[0, 0\], not a game of "):
+        restore_envs(game_rows("openspiel:kuhn_poker"), {}, meta)

@@ -18,6 +18,9 @@ league, ``fastppo eval --opponent``, ``fastppo play``).
   cards, dice and point cards, and a seat only ever sees a decision node or the game's end.
 - **Rewards**: each step gives every seat the change of its OpenSpiel return (``state.returns()``)
   over the move and the chance nodes after it: in the usual game, each seat's result at the end.
+- **Checkpoints** hold a game in play as its moves (chance outcomes included) and the env's
+  generator, plain data from which OpenSpiel's state is rebuilt: a resumed run plays on exactly
+  (``fastppo.envs.snapshot``), and moves that are no game of the env's are one line there.
 
 Games the turn-based env cannot play are refused in one line (``load_game``): a name OpenSpiel
 does not know, simultaneous-move games (OpenSpiel's ``turn_based_simultaneous_game(game=...)``
@@ -135,6 +138,8 @@ class OpenSpielGame(AECEnv):
     OpenSpiel's state of the game in play, at a decision node or the end."""
 
     metadata = {"name": "openspiel", "render_modes": ["ansi"], "is_parallelizable": False}
+    fastppo_plain_state = True
+    """A snapshot (``fastppo.envs.snapshot``) walks in: the game in play is ``_history``."""
 
     def __init__(self, env_id: str, render_mode: str | None = None):
         super().__init__()
@@ -164,7 +169,7 @@ class OpenSpielGame(AECEnv):
     def reset(self, seed: int | None = None, options: dict | None = None) -> None:
         if seed is not None:
             self._random = np.random.default_rng(seed)
-        self.state = self.game.new_initial_state()
+        self._state, self._history = self.game.new_initial_state(), []
         self._play_chance()
         self.agents = list(self.possible_agents)
         self.rewards = dict.fromkeys(self.agents, 0.0)
@@ -180,7 +185,33 @@ class OpenSpielGame(AECEnv):
         """Plays the chance nodes ahead with the env's generator: each outcome at its probability."""
         while self.state.is_chance_node():
             outcomes, probabilities = zip(*self.state.chance_outcomes())
-            self.state.apply_action(int(outcomes[self._random.choice(len(outcomes), p=probabilities)]))
+            self._apply(int(outcomes[self._random.choice(len(outcomes), p=probabilities)]))
+
+    def _apply(self, action: int) -> None:
+        self.state.apply_action(action)
+        self._history.append(action)
+
+    @property
+    def state(self) -> Any:
+        """OpenSpiel's state after ``_history``, rebuilt where a restored snapshot set the moves alone."""
+        if self._state.history() != self._history:
+            self._state = self.game.new_initial_state()
+            for action in self._history:
+                self._state.apply_action(action)
+        return self._state
+
+    def restored_problem(self) -> str | None:
+        """What makes a restored ``_history`` no game this env can go on from (a move that is not
+        legal where it stands, or a game left at a chance node), else None."""
+        replay = self.game.new_initial_state()
+        for action in self._history:
+            legal = [a for a, _ in replay.chance_outcomes()] if replay.is_chance_node() else replay.legal_actions()
+            if not (isinstance(action, int) and not isinstance(action, bool) and action in legal):
+                return f"holds the moves {self._history}, not a game of {self.env_id} ({action!r} is no legal move)"
+            replay.apply_action(action)
+        if replay.is_chance_node():
+            return f"holds the moves {self._history}, which leave {self.env_id} at a chance node"
+        return None
 
     def observe(self, agent: str) -> dict[str, np.ndarray]:
         return observe_state(self.state, self.possible_agents.index(agent))
@@ -195,7 +226,7 @@ class OpenSpielGame(AECEnv):
                 f"{agent} played {action} in {self.env_id}, an illegal move (legal: {self.state.legal_actions()})"
             )
         before = np.asarray(self.state.returns())
-        self.state.apply_action(int(action))
+        self._apply(int(action))
         self._play_chance()
         gained = np.asarray(self.state.returns()) - before
         self._cumulative_rewards[agent] = 0.0
