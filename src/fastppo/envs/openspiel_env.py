@@ -169,7 +169,8 @@ class OpenSpielGame(AECEnv):
     def reset(self, seed: int | None = None, options: dict | None = None) -> None:
         if seed is not None:
             self._random = np.random.default_rng(seed)
-        self._state, self._history = self.game.new_initial_state(), []
+        self._state = self.game.new_initial_state()
+        self._history: list[int] = []  # every action applied, chance outcomes included
         self._play_chance()
         self.agents = list(self.possible_agents)
         self.rewards = dict.fromkeys(self.agents, 0.0)
