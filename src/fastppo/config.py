@@ -116,6 +116,9 @@ class SelfPlayConfig:
     eval_opponents: tuple[str, ...] = ("random",)
     """Fixed players the learner is rated against: random (uniform legal moves), mcts:N (OpenSpiel's MCTS with N
     simulations), minimax (tic-tac-toe)."""
+    exploitability_every: int = 0
+    """Iterations between exploitability figures of the learner's policy (0: none), logged as eval/exploitability:
+    OpenSpiel's, in the game's units per game, for a small two-player zero-sum openspiel:<game> (Kuhn, Leduc)."""
 
 
 POOL_SETTINGS = ("sampling", "snapshot_every")
@@ -440,7 +443,7 @@ class Config:
                 raise FastPPOError(
                     f"--self-play.{name.replace('_', '-')} must be a positive integer, got {getattr(sp, name)}"
                 )
-        for name in ("pool_size", "eval_every"):
+        for name in ("pool_size", "eval_every", "exploitability_every"):
             if getattr(sp, name) < 0:
                 raise FastPPOError(f"--self-play.{name.replace('_', '-')} must be 0 or more, got {getattr(sp, name)}")
         for name in ("latest_share", "random_share"):
@@ -510,7 +513,7 @@ class Config:
 
 SECTIONS_ADDED = ("self_play",)
 """Config sections added after run folders were first written (fastppo 0.1.0's run folders lack them)."""
-FIELDS_ADDED = ("policy.precision", "env.step_in_halves")
+FIELDS_ADDED = ("policy.precision", "env.step_in_halves", "self_play.exploitability_every")
 """Fields added to a section after run folders were first written: a folder without one trained
 with its default (e.g. fp32 before --policy.precision)."""
 

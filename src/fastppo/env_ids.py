@@ -1,4 +1,5 @@
-"""What an env id names: a PettingZoo env (``pz:``), an Atari game (ale-py), or a user's own code
+"""What an env id names: a PettingZoo env (``pz:``), an OpenSpiel game (``openspiel:``, played as a
+PettingZoo turn-based game), an Atari game (ale-py), or a user's own code
 named on the command line: ``package.module:name`` or ``path/to/file.py:name``
 (custom gymnasium envs, custom tensor envs, reward functions).
 
@@ -20,11 +21,20 @@ from fastppo.errors import FastPPOError
 
 PREFIX = "pz:"
 """A PettingZoo env's id: ``pz:<module>``, ``pz:<module or file.py>:<function>`` (fastppo.envs.pettingzoo_vec)."""
+OPENSPIEL_PREFIX = "openspiel:"
+"""An OpenSpiel game's id: ``openspiel:<game>[(params)]`` in OpenSpiel's game-string syntax
+(fastppo.envs.openspiel_env), built as a PettingZoo AECEnv."""
 ALE_ENTRY_POINT = "ale_py.env:AtariEnv"
 
 
 def is_pettingzoo(env_id: str) -> bool:
-    return env_id.startswith(PREFIX)
+    """Whether ``env_id`` trains through PettingZoo's API (agent rows): a ``pz:`` env, or an
+    OpenSpiel game, which fastppo plays as a PettingZoo turn-based game."""
+    return env_id.startswith(PREFIX) or is_openspiel(env_id)
+
+
+def is_openspiel(env_id: str) -> bool:
+    return env_id.startswith(OPENSPIEL_PREFIX)
 
 
 def ale_installed() -> bool:
@@ -105,7 +115,9 @@ def names_user_code(env_id: str) -> bool:
     """Whether building ``env_id`` imports code that is no installed package: a ``module:name`` or
     ``file.py:name`` spec (the module may be a file in the working directory), with or without
     ``pz:``, or a ``pz:<module>`` whose top-level package no installed distribution provides.
-    Gymnasium ids, fastppo's tensor envs and installed PettingZoo envs are not."""
+    Gymnasium ids, fastppo's tensor envs, installed PettingZoo envs and OpenSpiel's games are not."""
+    if is_openspiel(env_id):
+        return False
     spec = env_id.removeprefix(PREFIX)
     if split_spec(spec) is not None:
         return True

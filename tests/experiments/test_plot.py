@@ -149,3 +149,25 @@ def test_a_self_play_run_plots_its_ratings_beside_the_return(tmp_path, monkeypat
     )
     assert main(["plot", str(run), "--out", str(tmp_path / "p.png")]) == 0
     assert "openskill rating (mu - 3 sigma)" in titles
+
+
+@pytest.mark.games
+def test_an_openspiel_run_plots_its_exploitability_beside_the_return(tmp_path, monkeypatch):
+    run = tmp_path / "kuhn"
+    agent = fastppo.train(
+        "openspiel:kuhn_poker", run_dir=run, total_timesteps=1024, num_envs=4, num_steps=64, progress=False,
+        tensorboard=False, **{"self_play.exploitability_every": 1, "self_play.pool_size": 2},
+    )  # fmt: skip
+    import matplotlib.figure
+
+    drawn = {}
+    monkeypatch.setattr(
+        matplotlib.figure.Figure,
+        "savefig",
+        lambda fig, *a, **k: drawn.update({ax.get_title(): [line.get_ydata() for line in ax.lines] for ax in fig.axes}),
+    )
+    assert main(["plot", str(run), "--out", str(tmp_path / "p.png")]) == 0
+    logged = [row["eval/exploitability"] for row in agent.history]
+    assert "openskill rating (mu - 3 sigma)" in drawn  # a pool's ratings, and beside them:
+    [line] = drawn["exploitability (OpenSpiel's, per game)"]  # the logged figures, unsmoothed, first to last
+    assert line[0] == pytest.approx(logged[0]) and line[-1] == pytest.approx(logged[-1]) and len(logged) == 4

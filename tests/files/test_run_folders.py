@@ -138,6 +138,21 @@ def test_default_run_dirs_of_one_second_do_not_collide(tmp_path, monkeypatch):
     assert default_run_dir(config) == tmp_path / "CartPole-v1__ppo__1__1700000000-3"
 
 
+def test_default_run_dirs_are_named_in_characters_a_shell_takes_unquoted(tmp_path, monkeypatch):
+    monkeypatch.setattr("time.time", lambda: 1700000000.5)
+    for env_id, name in [
+        ("ALE/Pong-v5", "ALE_Pong-v5"),
+        ("pz:mpe2.simple_spread_v3", "pz_mpe2.simple_spread_v3"),
+        (
+            "openspiel:turn_based_simultaneous_game(game=goofspiel(num_cards=3))",
+            "openspiel_turn_based_simultaneous_game_game_goofspiel_num_cards_3",
+        ),
+    ]:
+        config = make_config("CartPole-v1", overrides={"run_root": str(tmp_path)})
+        config.env.env_id = env_id
+        assert default_run_dir(config) == tmp_path / f"{name}__ppo__1__1700000000"
+
+
 def test_resume_starts_over_a_run_that_stopped_before_its_first_checkpoint(tmp_path, capsys):
     """A run that fails before its first checkpoint (here its on_iteration hook raises at its second
     iteration; in the wild, a game of the user's that breaks) leaves config.yaml, metrics.jsonl and

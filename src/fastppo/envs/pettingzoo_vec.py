@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 from fastppo.config import EnvConfig, MultiAgentConfig
-from fastppo.env_ids import PREFIX, named_object, split_spec
+from fastppo.env_ids import PREFIX, is_openspiel, named_object, split_spec
 from fastppo.envs import mpe
 from fastppo.envs.layout import ObservationLayout
 from fastppo.envs.opponents import LearnerEverywhere, Opponents
@@ -58,7 +58,12 @@ def make_pettingzoo(env_id: str, env_kwargs: dict[str, Any], render_mode: str | 
     for a turn-based game (``fastppo.envs.turn_based``); else a one-line FastPPOError.
     ``pz:<module>`` builds ``<module>.parallel_env(**env_kwargs)``, or ``<module>.env()`` for a
     module with no parallel_env (PettingZoo's classic games); ``pz:<module>:<function>`` or
-    ``pz:<path/file.py>:<function>`` calls that function."""
+    ``pz:<path/file.py>:<function>`` calls that function; ``openspiel:<game>`` builds OpenSpiel's game
+    as an AECEnv (``fastppo.envs.openspiel_env``)."""
+    if is_openspiel(env_id):
+        from fastppo.envs.openspiel_env import make_openspiel_env  # OpenSpiel, imported when a game asks for it
+
+        return make_openspiel_env(env_id, env_kwargs, render_mode)
     maker, module = _env_maker(env_id)
     _check_kwarg_types(env_id, env_kwargs, maker, module)
     kwargs = dict(env_kwargs) | ({"render_mode": render_mode} if render_mode else {})

@@ -28,8 +28,8 @@ agent selector, spaces (their sampling RNG). Anything else is left as the fresh 
 MPE a pygame surface and font), which is safe for the envs of ``EXACT_ENV_MODULES`` only."""
 PLAIN_STATE_FLAG = "fastppo_plain_state"
 """A class attribute: True declares that the class's state is plain data (a user's or a test's
-Gymnasium or PettingZoo env, a wrapper of one, or an object it holds), so that snapshots walk into
-it and, on an env, resume it exactly."""
+Gymnasium or PettingZoo env, a wrapper of one, or an object it holds; fastppo's OpenSpiel games,
+whose game in play is its moves), so that snapshots walk into it and, on an env, resume it exactly."""
 STATELESS_WRAPPER_MODULES = (
     "gymnasium.wrappers.common",  # TimeLimit, OrderEnforcing, PassiveEnvChecker, RecordEpisodeStatistics
     "gymnasium.wrappers.transform_observation",

@@ -260,6 +260,10 @@ class TurnBasedVecEnv(HostCopies):
 
         if not all(is_record(game) for game in self._games):
             return f"holds finished games that are not (learner's seats, {seats} seats' returns, moves)"
+        # A game that keeps its own record (an OpenSpiel game's moves) checks it too.
+        checked = ((c, game.restored_problem()) for c, game in enumerate(games) if hasattr(game, "restored_problem"))
+        if (damaged := next(((c, problem) for c, problem in checked if problem is not None), None)) is not None:
+            return f"gives copy {damaged[0]} a game that {damaged[1]}"
         moving = next((c for c, game in enumerate(games) if game.agent_selection not in self.agents), None)
         if moving is not None:
             return (

@@ -22,6 +22,7 @@ from fastppo.files.run_folder import AGENT_FILE, CONFIG_FILE, read_config
 
 RETURN = "charts/episodic_return"
 RATINGS = "ratings/"
+EXPLOITABILITY = "eval/exploitability"
 DIAGNOSTICS = (
     ("losses/approx_kl", "approx KL"),
     ("losses/clipfrac", "clip fraction"),
@@ -272,10 +273,14 @@ def plot_runs(run_dirs: list[str | Path], out: str | Path, smooth: int = 10) -> 
     labels = _labels(groups)
     fig = plt.figure(figsize=(16, 9), layout="constrained")
     grid = fig.add_gridspec(2, len(DIAGNOSTICS), height_ratios=(2.2, 1))
-    # Self-play runs: the openskill ratings beside the return (against the pool).
+    # Self-play runs: the openskill ratings beside the return (against the pool), and the
+    # exploitability a small zero-sum game logs (--self-play.exploitability-every).
     rated = any(run.ratings for group in groups for run in group)
-    ax_return = fig.add_subplot(grid[0, :3] if rated else grid[0, :])
-    ax_ratings = fig.add_subplot(grid[0, 3:]) if rated else None
+    exploited = any(EXPLOITABILITY in record for group in groups for run in group for record in run.records)
+    beside = iter([grid[0, 3:]] if rated + exploited == 1 else [grid[0, 3], grid[0, 4]])
+    ax_return = fig.add_subplot(grid[0, :3] if rated or exploited else grid[0, :])
+    ax_ratings = fig.add_subplot(next(beside)) if rated else None
+    ax_exploitability = fig.add_subplot(next(beside)) if exploited else None
     diag_axes = [fig.add_subplot(grid[1, i]) for i in range(len(DIAGNOSTICS))]
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for index, (group, label) in enumerate(zip(groups, labels)):
@@ -303,6 +308,8 @@ def plot_runs(run_dirs: list[str | Path], out: str | Path, smooth: int = 10) -> 
                 ax_ratings.plot(
                     curve[0], curve[1], color=color, lw=1.6, ls=style, label=f"{label}: {name.removeprefix(RATINGS)}"
                 )
+        if ax_exploitability is not None and (curve := _aggregate(group, EXPLOITABILITY, 1)) is not None:
+            ax_exploitability.plot(curve[0], curve[1], color=color, lw=1.6, label=label)
         for ax, (name, _) in zip(diag_axes, DIAGNOSTICS):
             curve = _aggregate(group, name, smooth)
             if curve is not None:
@@ -323,6 +330,10 @@ def plot_runs(run_dirs: list[str | Path], out: str | Path, smooth: int = 10) -> 
         ax_ratings.grid(alpha=0.3)
         if ax_ratings.get_legend_handles_labels()[0]:
             ax_ratings.legend(loc="best", fontsize=8)
+    if ax_exploitability is not None:
+        ax_exploitability.set_title("exploitability (OpenSpiel's, per game)", fontsize=11)
+        ax_exploitability.set_xlabel("environment steps")
+        ax_exploitability.grid(alpha=0.3)
     for ax, (_, title) in zip(diag_axes, DIAGNOSTICS):
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("environment steps", fontsize=8)

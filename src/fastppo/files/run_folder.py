@@ -188,7 +188,7 @@ def default_run_dir(config: Config, seed: str | None = None) -> Path:
     env = config.env.env_id
     if (parts := file_spec(env)) is not None:  # an absolute path: the file's name is name enough
         env = f"{Path(parts[0]).name}:{parts[1]}"
-    env = env.replace("/", "_").replace(":", "_")
+    env = re.sub(r"[^\w.-]+", "_", env).strip("_")  # a name to type unquoted: openspiel:goofspiel(num_cards=4)
     name = f"{env}__{config.run.exp_name}__{seed or config.run.seed}__{int(time.time())}"
     candidates = (Path(config.run.run_root) / (name if n == 1 else f"{name}-{n}") for n in itertools.count(1))
     return next(path for path in candidates if not path.exists())

@@ -4,7 +4,8 @@ the seat to move sees it, with the numbers its moves are typed as.
 PettingZoo renders its classic boards with pygame only, so tic-tac-toe and connect four are drawn
 from the env's own board (``env.unwrapped.board``: marks 1 and 2 for the first and second seat);
 Leduc hold'em, whose rlcard state is not a board, is told in words from the seat's observation
-(``fastppo.games.leduc_rules``' encoding)."""
+(``fastppo.games.leduc_rules``' encoding); an OpenSpiel game (``openspiel:<game>``) in OpenSpiel's
+own words (``fastppo.envs.openspiel_env.OpenSpielGame.text``)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,9 @@ from typing import Any
 
 import numpy as np
 
+from fastppo.env_ids import is_openspiel
 from fastppo.errors import FastPPOError
+from fastppo.games.game_env import legal_actions
 from fastppo.games.leduc_rules import CHIP_SLOTS, LEDUC_ENV_ID, RANKS, RLCARD_ACTIONS
 
 MARKS = ".XO"
@@ -76,6 +79,14 @@ def leduc_opponent_card(env: Any, seat: str) -> str:
     return f"the opponent held {opponent.hand.rank}"
 
 
+def openspiel(env: Any, seat: str) -> str:
+    """OpenSpiel's state string (in a game of imperfect information, the seat's own
+    information-state string until the end), then the seat's moves as OpenSpiel names them."""
+    game = env.unwrapped
+    moves = ", ".join(f"{move} {game.move_text(seat, move)}" for move in legal_actions(env, seat))
+    return f"you are {seat}\n{game.text(seat)}" + (f"\nmoves: {moves}" if moves else "")
+
+
 BOARDS = {
     "pz:pettingzoo.classic.tictactoe_v3": BoardText(tictactoe),
     "pz:pettingzoo.classic.connect_four_v3": BoardText(connect_four),
@@ -85,6 +96,11 @@ BOARDS = {
 
 def board_text(env_id: str) -> BoardText:
     """How ``env_id`` is shown, or a one-line FastPPOError naming the games that can be."""
+    if is_openspiel(env_id):
+        return BoardText(openspiel)
     if env_id not in BOARDS:
-        raise FastPPOError(f"{env_id} has no text board to play on: a person can play {', '.join(BOARDS)}")
+        raise FastPPOError(
+            f"{env_id} has no text board to play on: a person can play {', '.join(BOARDS)} and OpenSpiel's games "
+            "(openspiel:<game>)"
+        )
     return BOARDS[env_id]

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from fastppo.env_ids import PREFIX, is_pettingzoo
+from fastppo.env_ids import PREFIX, is_openspiel, is_pettingzoo
 from fastppo.envs.pettingzoo_vec import make_pettingzoo
 from fastppo.envs.turn_based import check_game, is_game
 from fastppo.errors import FastPPOError
@@ -25,7 +25,10 @@ returns a fresh AECEnv (e.g. with keyword arguments of your own)."""
 
 def game_module(env_id: str) -> str:
     """``pz:pettingzoo.classic.tictactoe_v3`` -> ``pettingzoo.classic.tictactoe_v3`` (``pz:<module>:<function>``
-    keeps its function), or a one-line FastPPOError for an id that names no PettingZoo module."""
+    keeps its function; an OpenSpiel game, ``openspiel:<game>``, stays as it is), or a one-line
+    FastPPOError for an id that names no PettingZoo module."""
+    if is_openspiel(env_id):
+        return env_id
     module = env_id.removeprefix(PREFIX)
     if not env_id.startswith(PREFIX) or not module or module.startswith("."):
         raise FastPPOError(

@@ -13,6 +13,8 @@ record against it (wins, draws, losses), which the prioritised sampling reads, a
 rating: every finished game against the pool rates the learner and that snapshot, a new snapshot
 starts from the learner's rating, and the games against fixed players (random, OpenSpiel's MCTS)
 rate the learner alone, against the player's rating that never moves: those anchor the scale.
+In a small two-player zero-sum OpenSpiel game the league also logs the learner's exploitability
+(--self-play.exploitability-every: fastppo.games.exploitability).
 
 Everything here is part of the run's state: ``state()`` goes into each checkpoint (the snapshots'
 weights as tensors, the rest as JSON) and ``load`` restores it, so that a resumed run draws the
@@ -36,6 +38,7 @@ from fastppo.envs.pettingzoo_vec import AgentSpaces, PettingZooVecEnv
 from fastppo.envs.turn_based import TurnBasedVecEnv, is_game
 from fastppo.envs.vector import VecEnv
 from fastppo.errors import FastPPOError
+from fastppo.games.exploitability import AgentExploitability, scored_game
 from fastppo.games.league_evaluation import FixedPlayerGames, fixed_player, results_metrics
 from fastppo.games.pool import Pool, Snapshot, frozen, load_snapshot, snapshot_tensors
 from fastppo.games.ratings import Rating, Ratings
@@ -93,10 +96,16 @@ def check_league(config: Config, envs: VecEnv, processes: int) -> None:
             "--run.stop-return reads the learner's return in games against its past snapshots, and this run plays "
             "none: give --self-play.pool-size N and --self-play.latest-share below 1, or --self-play.random-share"
         )
+    named = sp.eval_every or sp.eval_opponents != SelfPlayConfig.eval_opponents  # a game of 3 seats has no default
     for spec in (
-        sp.eval_opponents if turn_based else ()
+        sp.eval_opponents if turn_based and named else ()
     ):  # checked even unused (--self-play.eval-every 0): the config saves them
         fixed_player(spec, config.env.env_id)
+    if sp.exploitability_every:
+        try:
+            scored_game(config.env.env_id)
+        except FastPPOError as exc:
+            raise FastPPOError(f"--self-play.exploitability-every: {exc}") from None
 
 
 def _check_parallel_league(config: Config, envs: VecEnv) -> None:
@@ -172,6 +181,7 @@ class League:
         )
         self.pool = Pool(cfg.pool_size, cfg.sampling)
         self.ratings = Ratings()
+        self.exploitability = AgentExploitability(game) if cfg.exploitability_every else None
         self.opponent = np.full(copies, LATEST)  # the pool snapshot (its iteration) each copy plays, or LATEST
         self.learner_seat = np.zeros(copies, dtype=int)
         self.rng = np.random.default_rng(seed)
@@ -266,6 +276,8 @@ class League:
                 for result, count in ((1, total.wins), (0, total.draws), (-1, total.losses)):
                     self.ratings.learner_against_fixed(spec, result, count)
                 metrics |= results_metrics(spec, games)
+        if self.exploitability is not None and iteration % self.cfg.exploitability_every == 0:
+            metrics["eval/exploitability"] = self.exploitability(self.learner)
         return metrics | {"self_play/pool_size": float(len(self.pool.ids))} | self.ratings.metrics()
 
     # Checkpoints: --------------------------------------------------------------------------------

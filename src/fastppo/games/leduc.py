@@ -49,7 +49,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from fastppo.games.leduc_rules import ANTE, CALL, CHECK, FOLD, RAISE, RAISE_SIZES, RLCARD_ACTIONS, SEATS, shown
+from fastppo.games import exploitability as exploitability_of
+from fastppo.games.leduc_rules import ANTE, CALL, CHECK, FOLD, RAISE, RAISE_SIZES, SEATS, shown
 from fastppo.games.openspiel_games import load_openspiel_game
 from fastppo.games.players import PolicyFn
 
@@ -119,43 +120,16 @@ def leduc_game(rules: Rules = "openspiel") -> Any:
 
 def tabular_policy(policy: PolicyFn, rules: Rules = "openspiel") -> Any:
     """``policy`` as OpenSpiel's ``TabularPolicy`` of ``leduc_game(rules)``: asked once per
-    information state. It must give legal actions all the probability (ValueError otherwise,
-    naming the state)."""
-    from open_spiel.python.policy import TabularPolicy
-
-    table = TabularPolicy(leduc_game(rules))
-    for row, state in enumerate(table.states):
-        observation, legal = VIEWS[rules](state)
-        probabilities = np.asarray(policy(SEATS[state.current_player()], observation), dtype=np.float64)
-        if (
-            probabilities.shape != (len(RLCARD_ACTIONS),)
-            or not np.all(np.isfinite(probabilities))
-            or np.any(probabilities < 0)
-        ):
-            raise ValueError(
-                f"the policy gave {probabilities.tolist()} for {state.information_state_string()}: give 4 "
-                "probabilities, one per action (call, raise, fold, check)"
-            )
-        legal_mass = probabilities[list(legal.values())].sum()
-        if legal_mass <= 0 or probabilities.sum() - legal_mass > 1e-6 * probabilities.sum():
-            raise ValueError(
-                f"the policy gave {probabilities.tolist()} for {state.information_state_string()}, whose legal "
-                f"actions are {observation['action_mask'].tolist()}: give illegal actions probability 0"
-            )
-        table.action_probability_array[row] = 0
-        for action, rlcard_action in legal.items():
-            table.action_probability_array[row, action] = probabilities[rlcard_action] / legal_mass
-    return table
+    information state, shown as PettingZoo would show it (``fastppo.games.exploitability``). It
+    must give legal actions all the probability (ValueError otherwise, naming the state)."""
+    return exploitability_of.tabular_policy(leduc_game(rules), policy, VIEWS[rules], SEATS)
 
 
 def exploitability(policy: PolicyFn, rules: Rules = "openspiel") -> float:
     """OpenSpiel's exploitability of ``policy``, chips per hand: in ``leduc_poker`` (the uniform
     random policy's: 2.3736), or with ``rules="rlcard"`` in the game PettingZoo plays (the uniform
     policy's: 2.9432; several seconds: a Python game). A Nash equilibrium's is 0."""
-    from open_spiel.python.algorithms.exploitability import exploitability as openspiel_exploitability
-
-    table = tabular_policy(policy, rules)
-    return float(openspiel_exploitability(table.game, table))
+    return exploitability_of.table_exploitability(tabular_policy(policy, rules))
 
 
 def uniform_policy(agent: str, observation: dict[str, np.ndarray]) -> np.ndarray:

@@ -1,4 +1,6 @@
-"""OpenSpiel's MCTS bot as an outside opponent for PettingZoo's tic-tac-toe and connect four.
+"""OpenSpiel's MCTS bot as an outside opponent for PettingZoo's tic-tac-toe and connect four, and
+for any perfect-information OpenSpiel game (``openspiel:<game>``, whose env holds OpenSpiel's
+state itself: ``fastppo.envs.openspiel_env``).
 
 OpenSpiel (``pyspiel``) implements the same two games with its own action numbers, so the bot
 plays OpenSpiel's game and a table translates moves. The tables were checked against both
@@ -27,6 +29,8 @@ from typing import Any
 
 import numpy as np
 
+from fastppo.env_ids import is_openspiel
+from fastppo.envs.openspiel_env import is_perfect_information, load_game
 from fastppo.errors import FastPPOError, install_extra
 from fastppo.games.game_env import game_module
 
@@ -54,6 +58,14 @@ SAME_RULES = {
 def same_rules(env_id: str) -> SameRules | None:
     """The OpenSpiel twin of ``pz:<module>``, or None when OpenSpiel's mapping does not cover it."""
     return SAME_RULES.get(game_module(env_id))
+
+
+def mcts_plays(env_id: str) -> bool:
+    """Whether ``mcts:N`` plays ``env_id``: a PettingZoo game with an OpenSpiel twin, or a
+    perfect-information OpenSpiel game."""
+    if is_openspiel(env_id):
+        return is_perfect_information(load_game(env_id))
+    return same_rules(env_id) is not None
 
 
 def load_openspiel_game(name: str) -> Any:
@@ -96,13 +108,22 @@ def simulations(text: str) -> int:
 
 class MCTSPlayer:
     """OpenSpiel's MCTS bot with ``simulations`` per move (2 to 10 000), the strength knob (10 is
-    weak, 1 000 strong at connect four). ``game``: the fastppo env id of tic-tac-toe or connect four."""
+    weak, 1 000 strong at connect four). ``game``: the fastppo env id of tic-tac-toe, connect four or
+    a perfect-information OpenSpiel game."""
 
     def __init__(self, game: str, simulations: int, seed: int = 0, uct_c: float = 2.0, rollouts: int = 1):
-        rules = same_rules(game)
-        if rules is None:
+        rules = None if is_openspiel(game) else same_rules(game)
+        if is_openspiel(game) and not mcts_plays(game):
+            raise FastPPOError(
+                f"MCTS searches the whole state, and {game} is a game of imperfect information, whose seats do not "
+                "see it: rate against random or another run's agent"
+            )
+        if rules is None and not is_openspiel(game):
             covered = ", ".join(f"pz:{module}" for module in SAME_RULES)
-            raise FastPPOError(f"MCTS plays {covered} (OpenSpiel's games of the same rules), not {game}")
+            raise FastPPOError(
+                f"MCTS plays {covered} (OpenSpiel's games of the same rules) and perfect-information OpenSpiel games "
+                f"(openspiel:<game>), not {game}"
+            )
         if (
             isinstance(simulations, bool)
             or not isinstance(simulations, int)
@@ -117,7 +138,7 @@ class MCTSPlayer:
         self.simulations = simulations
         self.uct_c = uct_c
         self.rollouts = rollouts
-        self.game = load_openspiel_game(rules.openspiel)
+        self.game = load_game(game) if rules is None else load_openspiel_game(rules.openspiel)
         self.reset(seed)
 
     def reset(self, seed: int) -> None:
@@ -128,11 +149,13 @@ class MCTSPlayer:
         self._bot = mcts.MCTSBot(self.game, self.uct_c, self.simulations, evaluator, random_state=random_state)
 
     def act(self, env: Any, agent: str, history: list[int]) -> int:
-        state = openspiel_state(self.rules, self.game, history)
+        # An OpenSpiel game's env holds the state, chance outcomes included; a twin's is rebuilt.
+        state = env.unwrapped.state if self.rules is None else openspiel_state(self.rules, self.game, history)
         seat = list(env.possible_agents).index(agent)
         if state.current_player() != seat:
             raise ValueError(
                 f"the history has OpenSpiel's player {state.current_player()} to move, not {agent} (seat "
                 f"{seat}): pass every move of this game, both seats', in order"
             )
-        return self.rules.to_pettingzoo[self._bot.step(state)]
+        move = self._bot.step(state)
+        return move if self.rules is None else self.rules.to_pettingzoo[move]

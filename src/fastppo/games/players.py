@@ -23,7 +23,7 @@ from fastppo.envs.turn_based import TurnBasedVecEnv
 from fastppo.errors import FastPPOError
 from fastppo.games.game_env import game_module, legal_actions, make_game, require_two_seats
 from fastppo.games.minimax import MinimaxPlayer
-from fastppo.games.openspiel_games import MCTSPlayer, same_rules, simulations
+from fastppo.games.openspiel_games import MCTSPlayer, mcts_plays, simulations
 
 PolicyFn = Callable[[str, dict[str, np.ndarray]], np.ndarray]
 """A policy as a function: (the seat's name, its PettingZoo observation ``{"observation": ...,
@@ -190,10 +190,10 @@ def agent_policy(agent: Agent) -> PolicyFn:
 
 def player_from_spec(spec: str, env_id: str, seed: int = 0, flag: str = "--opponent", user_code: bool = True) -> Player:
     """The player ``--opponent SPEC`` names for the game ``env_id``: ``random``, ``mcts:N``
-    (OpenSpiel's MCTS with N simulations per move; tic-tac-toe and connect four), ``minimax``
-    (tic-tac-toe), a run folder (its agent, trained on ``env_id``) or, with ``user_code``, a
-    player class of the user's named as env ids are (``module:Class``, ``path/to/file.py:Class``:
-    ``user_player``); a one-line FastPPOError ``<flag> SPEC: why`` otherwise."""
+    (OpenSpiel's MCTS with N simulations per move; tic-tac-toe, connect four and perfect-information
+    OpenSpiel games), ``minimax`` (tic-tac-toe), a run folder (its agent, trained on ``env_id``)
+    or, with ``user_code``, a player class of the user's named as env ids are (``module:Class``,
+    ``path/to/file.py:Class``: ``user_player``); a one-line FastPPOError ``<flag> SPEC: why`` otherwise."""
     try:
         env = make_game(env_id)
         try:
@@ -241,7 +241,7 @@ def _player(spec: str, env_id: str, seed: int, user_code: bool) -> Player:
 
 def _players_of(env_id: str, user_code: bool) -> str:
     """The players a spec may name on ``env_id``, for a message."""
-    kinds = ["random", *(["mcts:N (OpenSpiel's MCTS, N simulations per move)"] if same_rules(env_id) else [])]
+    kinds = ["random", *(["mcts:N (OpenSpiel's MCTS, N simulations per move)"] if mcts_plays(env_id) else [])]
     kinds += ["minimax (perfect play)"] if game_module(env_id) == TICTACTOE else []
     kinds += ["the run folder of an agent trained on this game"]
     kinds += ["a player class of yours (file.py:Class, module:Class)"] if user_code else []
