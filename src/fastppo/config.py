@@ -278,10 +278,10 @@ class Config:
 
     def intra_op_threads(self, stacked: bool) -> int:
         """--run.torch-threads, or for 0 its automatic value, by what the policy costs: every CPU
-        for a CNN, the Nature CNN or a board encoder (its convolutions split well over the cores; the envs step between its calls,
-        not beside them, so the two take turns on the cores) or a stack of seeds (its batched
-        matmuls share them); 1 for one run of an MLP (small matmuls: more threads cost more than
-        they save)."""
+        for a CNN, the Nature CNN or a board encoder (its convolutions split well over the cores;
+        the envs step between its calls, not beside them, so the two take turns on the cores) or a
+        stack of seeds (its batched matmuls share them); 1 for one run of an MLP (small matmuls:
+        more threads cost more than they save)."""
         convolutional = self.pixel_policy or self.policy.encoder == "board"
         return self.run.torch_threads or (available_cpus() if stacked or convolutional else 1)
 
