@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from fastppo.agents.agent import build_agent, load_agent
+from fastppo.cli.main import main
 from fastppo.config import Config, EnvConfig, PolicyConfig
 from fastppo.envs.layout import ObservationLayout
 from fastppo.errors import FastPPOError
@@ -167,3 +168,41 @@ def test_an_agent_with_a_board_encoder_saves_and_loads_as_it_was(tmp_path):
     x = rows(12)
     for got, want in zip(loaded.policy(x), agent.policy(x)):
         torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (
+            ["--policy.encoder", "board"],
+            "--policy.encoder board reads observations that are boards (height x width x planes), and these are flat "
+            "(shape (4,)): use --policy.encoder mlp",
+        ),
+        (
+            ["--policy.board-channels", "8"],
+            "--policy.board-channels 8 shapes the board encoder, and --policy.encoder is auto: give --policy.encoder "
+            "board, or drop it",
+        ),
+        (
+            ["--policy.encoder", "board", "--policy.board-channels", "0"],
+            "--policy.board-channels must be a positive integer, got 0",
+        ),
+        (
+            ["--policy.encoder", "board", "--policy.board-blocks", "-1"],
+            "--policy.board-blocks must be 0 or more, got -1",
+        ),
+    ],
+)
+def test_bad_board_settings_are_one_line_and_exit_2_before_anything_is_written(flags, message, tmp_path, capsys):
+    argv = ["train", "CartPole-v1", "--run-dir", str(tmp_path / "run"), "--progress", "false", *flags]
+    assert main(argv) == 2
+    assert capsys.readouterr().err == f"fastppo: error: {message}\n"
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_run_folders_config_from_before_the_board_encoder_loads_with_its_mlp():
+    saved = Config().to_dict()
+    for name in ("board_channels", "board_blocks"):
+        del saved["policy"][name]
+    policy = Config.from_dict(saved).policy
+    assert (policy.encoder, policy.board_channels, policy.board_blocks) == ("auto", 64, 2)
