@@ -170,6 +170,50 @@ def test_an_agent_with_a_board_encoder_saves_and_loads_as_it_was(tmp_path):
         torch.testing.assert_close(got, want, rtol=0, atol=0)
 
 
+def test_an_exported_board_encoder_plays_the_moves_of_the_torch_policy(tmp_path):
+    ort = pytest.importorskip("onnxruntime")
+    from fastppo.agents.export import export_onnx
+
+    config = Config(env=EnvConfig(env_id="pz:pettingzoo.classic.connect_four_v3"), policy=CFG).validate()
+    agent = build_agent(config, ROWS, MOVES, torch.device("cpu"), LAYOUT)
+    export_onnx(agent, tmp_path / "policy.onnx")
+    x = rows(64)
+    exported = ort.InferenceSession(str(tmp_path / "policy.onnx")).run(["action"], {"obs": x.numpy()})[0]
+    np.testing.assert_array_equal(exported, agent.policy.predict(x, deterministic=True)[0].numpy())
+
+
+@pytest.mark.parametrize(
+    "board, message",
+    [
+        ([6, 7], "spaces.layout.board must be [] or three positive sizes, and board_planes_first true or false"),
+        ([6, 7, 0], "spaces.layout.board must be [] or three positive sizes"),
+        ([6, 7, 3], "spaces.layout names 2 special columns and a board of 126 values of observations shaped (86,)"),
+    ],
+)
+def test_a_damaged_board_in_agent_json_is_one_line(board, message, tmp_path):
+    config = Config(env=EnvConfig(env_id="pz:pettingzoo.classic.connect_four_v3"), policy=CFG).validate()
+    build_agent(config, ROWS, MOVES, torch.device("cpu"), LAYOUT).save(tmp_path)
+    meta = json.loads((tmp_path / "agent.json").read_text())
+    meta["spaces"]["layout"]["board"] = board
+    (tmp_path / "agent.json").write_text(json.dumps(meta))
+    with pytest.raises(FastPPOError, match="cannot read the agent in .*: damaged or foreign file") as error:
+        load_agent(tmp_path)
+    assert message in str(error.value) and "\n" not in str(error.value)
+
+
+def test_an_agent_json_from_before_boards_loads_without_one(tmp_path):
+    config = Config(env=EnvConfig(env_id="pz:pettingzoo.classic.connect_four_v3")).validate()
+    build_agent(config, ROWS, MOVES, torch.device("cpu"), ObservationLayout(raw=SEATS)).save(tmp_path)
+    meta = json.loads((tmp_path / "agent.json").read_text())
+    for key in ("board", "board_planes_first"):
+        del meta["spaces"]["layout"][key]
+    del meta["config"]["policy"]["board_channels"], meta["config"]["policy"]["board_blocks"]
+    (tmp_path / "agent.json").write_text(json.dumps(meta))
+    (tmp_path / "SHA256SUMS").unlink()  # a folder without checksums is read unchecked
+    loaded = load_agent(tmp_path)
+    assert loaded.layout == ObservationLayout(raw=SEATS) and loaded.config.policy == PolicyConfig()
+
+
 @pytest.mark.parametrize(
     "flags, message",
     [
@@ -206,3 +250,23 @@ def test_a_run_folders_config_from_before_the_board_encoder_loads_with_its_mlp()
         del saved["policy"][name]
     policy = Config.from_dict(saved).policy
     assert (policy.encoder, policy.board_channels, policy.board_blocks) == ("auto", 64, 2)
+
+
+@pytest.mark.slow
+@pytest.mark.games
+def test_a_tic_tac_toe_agent_with_the_board_encoder_beats_random(tmp_path):
+    """The tic-tac-toe preset (board encoder, self-play with a pool and random games) at 20k steps:
+    deterministic play, seats swapped, 100 games: 89 won (2026-11-28). Two random players' first
+    seat wins 58% and their second 29%; the same run with the encoder's board zeroed, which leaves
+    it a fixed order of preferred cells among the legal moves, won 75."""
+    pytest.importorskip("pettingzoo")
+    import fastppo
+    from fastppo.agents.games import play_games
+    from fastppo.agents.players import AgentPlayer, RandomPlayer
+
+    game = "pz:pettingzoo.classic.tictactoe_v3"
+    fastppo.train(game, run_dir=tmp_path / "run", seed=1, total_timesteps=20_000, num_envs=16, progress=False)
+    agent = fastppo.load(tmp_path / "run")
+    assert isinstance(agent.policy.actor_encoder, BoardEncoder)
+    results = play_games(game, [AgentPlayer(agent, deterministic=True), RandomPlayer()], 100, seed=0)
+    assert results.total.wins >= 80, results.to_dict()

@@ -65,12 +65,12 @@ def spaces_from_data(data: Any) -> tuple[gym.Space, gym.Space, ObservationLayout
         planes_first,
     )
     columns = layout.critic_only + layout.raw
+    board_size = math.prod(board) if board else 0
     shape = observation_space.shape  # every space stored here has one
-    if (columns or board) and (shape is None or len(shape) != 1 or shape[0] < columns + math.prod(board)):
-        raise ValueError(
-            f"spaces.layout names {columns} special columns and a board of {math.prod(board)} of observations "
-            f"shaped {observation_space.shape}"
-        )
+    # The rows hold the special columns and the board, or at least one column besides them.
+    if (columns or board) and (shape is None or len(shape) != 1 or shape[0] < columns + max(board_size, 1)):
+        named = f"{columns} special columns" + (f" and a board of {board_size} values" if board else "")
+        raise ValueError(f"spaces.layout names {named} of observations shaped {observation_space.shape}")
     return observation_space, space_from_data(data["action"], "spaces.action"), layout
 
 
