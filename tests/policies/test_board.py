@@ -21,6 +21,9 @@ from fastppo.errors import FastPPOError
 from fastppo.policies.actor_critic import ActorCritic
 from fastppo.policies.board import BoardEncoder
 from fastppo.policies.population import GroupedActorCritic, StackedActorCritic
+from fastppo.training.resume import resume_config
+from fastppo.training.trainer import train
+from tests.support.resume import ITERATIONS, assert_same_run, stop_after
 
 HEIGHT, WIDTH, PLANES, SEATS = 6, 7, 2, 2  # connect four's board, a row per seat
 BOARD = HEIGHT * WIDTH * PLANES
@@ -180,6 +183,30 @@ def test_an_exported_board_encoder_plays_the_moves_of_the_torch_policy(tmp_path)
     x = rows(64)
     exported = ort.InferenceSession(str(tmp_path / "policy.onnx")).run(["action"], {"obs": x.numpy()})[0]
     np.testing.assert_array_equal(exported, agent.policy.predict(x, deterministic=True)[0].numpy())
+
+
+@pytest.mark.games
+def test_a_run_of_board_encoders_with_a_pool_stopped_and_resumed_equals_one_go(tmp_path, monkeypatch):
+    """The tic-tac-toe preset (board encoder) with a pool of 2 snapshots taken every iteration,
+    stopped halfway: the snapshots' board encoders, the games in flight and the weights come
+    back, and the resumed run logs what the run in one go logs."""
+    pytest.importorskip("pettingzoo")
+    import fastppo
+
+    game = "pz:pettingzoo.classic.tictactoe_v3"
+    overrides = {
+        "num_envs": 2, "num_steps": 7, "num_minibatches": 2, "update_epochs": 2, "total_timesteps": ITERATIONS * 2 * 7,
+        "pool_size": 2, "snapshot_every": 1, "checkpoint_every": 0, "progress": False, "tensorboard": False,
+    }  # fmt: skip
+    train(fastppo.make_config(game, "tictactoe_v3", overrides), tmp_path / "one_go")
+    with monkeypatch.context() as patch:
+        stop_after(patch, ITERATIONS // 2)
+        train(fastppo.make_config(game, "tictactoe_v3", overrides), tmp_path / "split")
+    resumed_config, checkpoint = resume_config(tmp_path / "split")
+    assert resumed_config.policy.encoder == "board" and checkpoint.meta["self_play"]["pool"]
+    assert any(name.startswith("pool.") and ".actor_encoder.stem." in name for name in checkpoint.tensors)
+    train(resumed_config, tmp_path / "split", checkpoint)
+    assert_same_run(tmp_path / "one_go", tmp_path / "split")
 
 
 @pytest.mark.parametrize(
