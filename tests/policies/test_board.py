@@ -271,6 +271,18 @@ def test_bad_board_settings_are_one_line_and_exit_2_before_anything_is_written(f
     assert not (tmp_path / "run").exists()
 
 
+def test_another_encoder_than_the_presets_board_encoder_drops_the_presets_board_settings():
+    """connect four's preset shapes a board encoder; --policy.encoder mlp trains the MLP its
+    description measured before, with no word about the board settings the user never gave."""
+    import fastppo
+
+    config = fastppo.make_config(
+        "pz:pettingzoo.classic.connect_four_v3", overrides={"policy.encoder": "mlp", "policy.hidden_sizes": "256,256"}
+    )
+    policy = config.policy
+    assert (policy.encoder, policy.hidden_sizes, policy.board_channels) == ("mlp", (256, 256), 64)
+
+
 def test_a_run_folders_config_from_before_the_board_encoder_loads_with_its_mlp():
     saved = Config().to_dict()
     for name in ("board_channels", "board_blocks"):
