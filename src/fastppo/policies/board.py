@@ -82,8 +82,7 @@ class BoardEncoder(nn.Module):
     def __init__(self, columns: BoardColumns, channels: int, blocks: int, head: nn.Module, out_features: int):
         super().__init__()
         self.columns = columns
-        height, width, planes = columns.shape
-        self.stem = layer_init(nn.Conv2d(planes, channels, 3, padding=1), gain=np.sqrt(2))
+        self.stem = layer_init(nn.Conv2d(columns.shape[2], channels, 3, padding=1), gain=np.sqrt(2))
         self.blocks = nn.Sequential(*[ResidualBlock(channels) for _ in range(blocks)])
         self.head = head
         self.out_features = out_features
