@@ -90,7 +90,7 @@ def test_bf16_on_an_mlp_policy_is_one_line_and_exit_2(tmp_path, capsys):
     assert main(train_args(tmp_path, "CartPole-v1")) == 2
     message = (
         "--policy.precision bf16 computes the Nature CNN of a pixel policy (an Atari id, or "
-        "--policy.encoder cnn), and this policy is an MLP, which trains in fp32: drop it"
+        "--policy.encoder cnn), and this policy has none (it trains in fp32): drop it"
     )
     assert capsys.readouterr().err == f"fastppo: error: {message}\n"
 

@@ -25,29 +25,52 @@ def spaces_to_data(observation_space: gym.Space, action_space: gym.Space, layout
     return {
         "observation": space_to_data(observation_space),
         "action": space_to_data(action_space),
-        "layout": {"critic_only": layout.critic_only, "raw": layout.raw, "groups": list(layout.groups)},
+        "layout": {
+            "critic_only": layout.critic_only,
+            "raw": layout.raw,
+            "groups": list(layout.groups),
+            "board": list(layout.board),
+            "board_planes_first": layout.board_planes_first,
+        },
     }
+
+
+LAYOUT_KEYS = {"critic_only", "raw", "groups"}
+BOARD_KEYS = {"board", "board_planes_first"}
+"""Added to a layout with board encoders: an agent.json saved before has none (no board)."""
 
 
 def spaces_from_data(data: Any) -> tuple[gym.Space, gym.Space, ObservationLayout]:
     """(observation space, action space, layout) from ``spaces_to_data`` output; ValueError if damaged."""
     data = _mapping(data, "spaces", {"observation", "action", "layout"})
-    layout_data = _mapping(data["layout"], "spaces.layout", {"critic_only", "raw", "groups"})
+    layout_data = data["layout"]
+    with_board = isinstance(layout_data, dict) and BOARD_KEYS <= set(layout_data)
+    layout_data = _mapping(layout_data, "spaces.layout", LAYOUT_KEYS | (BOARD_KEYS if with_board else set()))
     groups = layout_data["groups"]
     if not isinstance(groups, list):
         raise ValueError(f"spaces.layout.groups must be a list, got {groups!r}")
+    board = _shape(layout_data.get("board", []), "spaces.layout.board")
+    planes_first = layout_data.get("board_planes_first", False)
+    if board and (len(board) != 3 or 0 in board) or not isinstance(planes_first, bool):
+        raise ValueError(
+            f"spaces.layout.board must be [] or three positive sizes, and board_planes_first true or false, got "
+            f"{list(board)} and {planes_first!r}"
+        )
     observation_space = space_from_data(data["observation"], "spaces.observation")
     layout = ObservationLayout(
         _count(layout_data["critic_only"], "spaces.layout.critic_only"),
         _count(layout_data["raw"], "spaces.layout.raw"),
         tuple(_count(g, "spaces.layout.groups") for g in groups),
+        board,
+        planes_first,
     )
     columns = layout.critic_only + layout.raw
+    board_size = math.prod(board) if board else 0
     shape = observation_space.shape  # every space stored here has one
-    if columns and (shape is None or len(shape) != 1 or shape[0] <= columns):
-        raise ValueError(
-            f"spaces.layout names {columns} special columns of observations shaped {observation_space.shape}"
-        )
+    # The rows hold the special columns and the board, or at least one column besides them.
+    if (columns or board) and (shape is None or len(shape) != 1 or shape[0] < columns + max(board_size, 1)):
+        named = f"{columns} special columns" + (f" and a board of {board_size} values" if board else "")
+        raise ValueError(f"spaces.layout names {named} of observations shaped {observation_space.shape}")
     return observation_space, space_from_data(data["action"], "spaces.action"), layout
 
 

@@ -8,9 +8,11 @@ from typing import Any
 import gymnasium as gym
 
 from fastppo.config import (
+    BOARD_SETTINGS,
     POOL_SETTINGS,
     Config,
     EnvConfig,
+    PolicyConfig,
     SelfPlayConfig,
     apply_overrides,
     load_preset,
@@ -69,6 +71,10 @@ def resolved_config(
         for name in POOL_SETTINGS:
             if f"self_play.{name}" in from_preset:
                 setattr(config.self_play, name, getattr(SelfPlayConfig, name))
+    if config.policy.encoder != "board":  # the user chose another encoder than the preset's board encoder
+        for name in BOARD_SETTINGS:
+            if f"policy.{name}" in from_preset:
+                setattr(config.policy, name, getattr(PolicyConfig, name))
     return config.validate(
         minibatches_from=f"the {preset} preset's" if "ppo.num_minibatches" in from_preset else None
     ), preset

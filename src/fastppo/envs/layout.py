@@ -22,6 +22,13 @@ class ObservationLayout:
     groups: tuple[int, ...] = ()
     """With one policy per agent group: each agent's group index (agents in id order); empty when
     one policy serves every row."""
+    board: tuple[int, ...] = ()
+    """When the agent's observation is a board: its (height, width, planes), whose columns follow
+    the ``critic_only`` ones (a board encoder reads them as one, ``fastppo.policies.board``);
+    empty for any other observation."""
+    board_planes_first: bool = False
+    """Whether the board's columns are planes x height x width in C order (OpenSpiel's tensors),
+    not height x width x planes (PettingZoo's classic games)."""
 
     def actor_space(self, space: gym.Space) -> gym.Space:
         """The observation space of the columns the actor reads (the policy's, the ONNX input)."""

@@ -260,6 +260,15 @@ def _flat_size(space: gym.Space, agent: str) -> int:
         ) from None
 
 
+def _board(spaces: list[gym.Space]) -> tuple[int, ...]:
+    """The (height, width, planes) every agent observes when their observations are one board
+    (PettingZoo's classic games: connect four 6x7x2, chess 8x8x111), else ()."""
+    inner = [s["observation"] if isinstance(s, gym.spaces.Dict) and "observation" in s.spaces else s for s in spaces]
+    shapes = {s.shape if isinstance(s, gym.spaces.Box) else None for s in inner}
+    shape = shapes.pop() if len(shapes) == 1 else None
+    return tuple(int(n) for n in shape) if shape is not None and len(shape) == 3 else ()
+
+
 def _flatten(space: gym.Space, obs: Any) -> tuple[np.ndarray, np.ndarray | None]:
     """(flat observation, the action mask it carries or None) of one agent."""
     if type(space) is gym.spaces.Box and space.dtype == np.float32:  # flat already: no dispatch, no copies
@@ -391,7 +400,9 @@ class AgentSpaces:
         self.group_names = list(dict.fromkeys(self.agent_groups))
         self.headline = headline_of(cfg.headline, self.group_names)
         groups = tuple(self.group_names.index(name) for name in self.agent_groups) if cfg.policies == "group" else ()
-        self.layout = ObservationLayout(critic_only=self.state_size, raw=self.ids, groups=groups)
+        self.layout = ObservationLayout(
+            critic_only=self.state_size, raw=self.ids, groups=groups, board=_board(self.observation_spaces)
+        )
         self.observation_space = gym.spaces.Box(
             -np.inf, np.inf, (self.state_size + self.obs_size + self.ids,), np.float32
         )

@@ -27,8 +27,11 @@ def mlp(in_features: int, hidden_sizes: tuple[int, ...], activation: str) -> nn.
     return nn.Sequential(*layers)
 
 
-def make_encoder(obs_space: gym.Space, cfg: PolicyConfig) -> tuple[nn.Module, int]:
-    """An encoder for a Box observation space and the number of features it outputs."""
+def make_encoder(
+    obs_space: gym.Space, cfg: PolicyConfig, layout: ObservationLayout | None = None, board_start: int = 0
+) -> tuple[nn.Module, int]:
+    """An encoder for a Box observation space and the number of features it outputs. A board
+    encoder finds its board through ``layout``, from column ``board_start`` of these rows."""
     if not isinstance(obs_space, gym.spaces.Box):
         raise FastPPOError(f"unsupported observation space {obs_space}: expected Box after flattening")
     if cfg.activation not in ACTIVATIONS:
@@ -44,7 +47,18 @@ def make_encoder(obs_space: gym.Space, cfg: PolicyConfig) -> tuple[nn.Module, in
 
         encoder = NatureCNN(obs_space.shape, precision=cfg.precision)
         return encoder, encoder.out_features
-    raise FastPPOError(f"unknown encoder {cfg.encoder!r}: choose mlp, cnn or auto")
+    if kind == "board":
+        from fastppo.policies.board import BoardEncoder, board_columns
+
+        columns = board_columns(obs_space, layout or ObservationLayout(), board_start)
+        inputs = BoardEncoder.tower_features(columns, cfg.board_channels) + columns.others
+        head, features = (
+            (mlp(inputs, cfg.hidden_sizes, cfg.activation), cfg.hidden_sizes[-1])
+            if cfg.hidden_sizes
+            else (nn.Identity(), inputs)
+        )
+        return BoardEncoder(columns, cfg.board_channels, cfg.board_blocks, head, features), features
+    raise FastPPOError(f"unknown encoder {cfg.encoder!r}: choose mlp, cnn, board or auto")
 
 
 class ActorCritic(nn.Module):
@@ -67,13 +81,13 @@ class ActorCritic(nn.Module):
                 "a centralised critic (--multi-agent.algorithm mappo) reads more than the actor: "
                 "drop --policy.shared-trunk"
             )
-        self.actor_encoder, features = make_encoder(layout.actor_space(obs_space), cfg)
+        self.actor_encoder, features = make_encoder(layout.actor_space(obs_space), cfg, layout)
         if cfg.shared_trunk:
             # A plain attribute, not a second registered submodule: the state dict then holds each
             # shared weight once, which safetensors requires (it refuses aliased tensors).
             object.__setattr__(self, "critic_encoder", self.actor_encoder)
         else:
-            self.critic_encoder = make_encoder(obs_space, cfg)[0]
+            self.critic_encoder = make_encoder(obs_space, cfg, layout, board_start=layout.critic_only)[0]
         self.shared_trunk = cfg.shared_trunk
         self.recurrent = cfg.memory != "none"
         if cfg.memory != "none":
