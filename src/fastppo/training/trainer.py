@@ -50,8 +50,8 @@ from fastppo.training.rollout import (
     rollout_targets,
     torch_threads,
 )
-from fastppo.training.runs import OnIteration, Runs, SeedRuns, SingleRun
-from fastppo.training.seed_stack import SeedLoggers, check_seed_stack, keep_seeds, restore_seed_stack, stacked_agent
+from fastppo.training.runs import OnIteration, Runs
+from fastppo.training.seed_stack import check_seed_stack, keep_seeds, restore_seed_stack, stacked_agent
 from fastppo.training.self_play import check_league, make_league
 from fastppo.training.signals import StopRequest, during_start_up, lost_since
 from fastppo.training.state import TrainState, planned_iterations
@@ -352,27 +352,34 @@ def train_rank(
     )
     # the bar's 100%: --total-timesteps rounded down to whole batches
     planned = training.num_iterations * training.steps_per_iteration
-    logger: SeedLoggers | RunLogger
     if seeds is not None:  # one run folder per seed, one progress bar for them all
         assert run_dir is not None
         seed_checkpoints: list[Checkpoint | None] = [*checkpoints] if checkpoints else [None] * len(seeds)
-        logger = SeedLoggers(
-            [
-                open_logger(replace(config, run=replace(config.run, seed=s, progress=False)), d, c, planned)
-                for s, d, c in zip(seeds, seed_dirs, seed_checkpoints)
-            ],
+        loggers = [
+            open_logger(replace(config, run=replace(config.run, seed=s, progress=False)), d, c, planned)
+            for s, d, c in zip(seeds, seed_dirs, seed_checkpoints)
+        ]
+        runs = Runs(
+            config,
+            agent,
+            loggers,
+            run_dir,
+            run_dir,
+            [*seed_dirs],
+            seeds_returns,
+            on_iteration,
+            newest,
+            seeds,
             RunLogger(None, planned, False, config.run.progress),
-        )
-        runs: Runs = SeedRuns(
-            config, agent, logger, run_dir, seeds, seeds_returns, on_iteration, newest, training.keep_runs
+            training.keep_runs,
         )
     else:
         logger = open_logger(
             config, out_dir, run_checkpoint, planned, quiet=not world.main, summary=progress_summary(envs)
         )
-        runs = SingleRun(config, agent, logger, run_dir, out_dir, on_iteration, newest)
+        runs = Runs(config, agent, [logger], run_dir, out_dir, [out_dir], [agent.episode_returns], on_iteration, newest)
     if not exact:
-        logger.message(
+        runs.message(
             "[yellow]note:[/] under torchrun every rank restarts fresh episodes and random streams (the checkpoint "
             "holds rank 0's); weights, optimizer, statistics and counters are restored exactly"
             if world.size > 1
@@ -383,7 +390,7 @@ def train_rank(
         envs.timer = training.timer  # numpy-backed envs time their host<->device copies ("copy")
     note = gpu_note(device, envs, agent.policy)
     if note is not None:
-        logger.message(note)
+        runs.message(note)
     try:
         with StopRequest(enabled=run_dir is not None, world=world) as stop:
             train_loop(training, runs, stop)
