@@ -141,9 +141,9 @@ class Runs:
         returns: list[list[float]],
         on_iteration: OnIteration | None,
         newest: Path | None,
-        seeds: list[int] | None = None,
-        progress: RunLogger | None = None,
-        keep: Callable[[list[int]], None] | None = None,
+        seeds: list[int] | None,
+        progress: RunLogger | None,
+        keep: Callable[[list[int]], None],
     ):
         self.config, self.agent, self.run_dir = config, agent, run_dir
         self.out_dir = out_dir
@@ -301,7 +301,7 @@ class Runs:
             self.finished.append(self.member_agent(i))
             self.loggers[i].close()
         kept = [i for i in range(len(self.loggers)) if i not in done]
-        if kept and self.keep is not None:  # the population trains on without them
+        if kept:  # the population trains on without them
             self.keep(kept)
         for name in ("seeds", "folders", "returns", "loggers", "monitors", "labels"):
             values = getattr(self, name)
