@@ -42,7 +42,7 @@ from fastppo.errors import FastPPOError
 from fastppo.policies import ActorCritic
 from fastppo.policies.population import SeedNoise, StackedActorCritic, seed_policy
 from fastppo.training.distributed import LONE, World
-from fastppo.training.optim import DEVICES, FusedAdam, adam_step
+from fastppo.training.optim import DEVICES, FusedAdam
 from fastppo.training.rollout import EnvCursor
 from fastppo.training.state import TrainState
 
@@ -148,7 +148,7 @@ def check_seed_stack(config: Config) -> None:
     """What a stack of seeds cannot do, as one-line errors (each with the way out: one run per
     seed, on another backend; the policy's own limits are ``StackedActorCritic``'s).
     ``--target-kl`` and ``--objective kl`` work: each seed stops its epochs where its single run
-    would (``update.ppo_update``, ``SeedAdam``) and adapts its own beta (the trainer's ``kl_beta``,
+    would (``update.ppo_update``, ``optim.FusedAdam``'s members) and adapts its own beta (the trainer's ``kl_beta``,
     one per seed, in each seed's checkpoints)."""
     refused = {
         "--backend tensor (the seeds' envs are rows of one tensor env)": config.env.backend != "tensor",
@@ -249,62 +249,6 @@ def save_seed_agent(
     return agent
 
 
-class SeedAdam(FusedAdam):
-    """A stack's Adam: ``FusedAdam`` over the stack's one flat parameter (``[seeds * P]``,
-    seed-major), each seed's row an Adam of its own, stepped as its single run's FusedAdam steps its
-    flat parameter: as a tensor of its own (the fused kernel's rounding of an element depends on its
-    position in its tensor) with a step count of its own (``state["step"]`` is ``[seeds]``), so that
-    ``step(active)`` can leave out the seeds whose epochs ``--target-kl`` has stopped: their weights,
-    moments and bias correction stay as they are."""
-
-    def __init__(self, params: list[Tensor], seeds: int, lr: float, eps: float):
-        super().__init__(params, lr=lr, eps=eps)
-        self.seeds = seeds
-        self._rows: list[tuple[Tensor, ...]] | None = None
-
-    def step(self, active: list[bool] | None = None) -> None:
-        """One Adam step of every seed, or of the seeds ``active`` marks."""
-        with torch.no_grad():
-            rows = self._rows or self._split()
-            taken = rows if active is None else [row for row, going in zip(rows, active) if going]
-            adam_step(self.param_groups[0], *map(list, zip(*taken)))
-
-    def _split(self) -> list[tuple[Tensor, ...]]:
-        """Each seed's (weights, gradient, moments, step count): views of the stacked tensors, made
-        once (per state: ``load_state_dict`` replaces it)."""
-        (p,) = self.param_groups[0]["params"]
-        state = self._state(p)
-        rows = (t.view(self.seeds, -1).unbind() for t in (p, p.grad, state["exp_avg"], state["exp_avg_sq"]))
-        self._rows = list(zip(*rows, state["step"].unbind()))
-        return self._rows
-
-    def _state(self, p: Tensor) -> dict[str, Tensor]:
-        fresh = not self.state[p]
-        state = super()._state(p)
-        if fresh:
-            state["step"] = torch.zeros(self.seeds, dtype=torch.float32, device=p.device)
-        return state
-
-    def load_state_dict(self, state_dict: dict) -> None:
-        super().load_state_dict(state_dict)
-        self._rows = None
-
-    def keep(self, indices: list[int], param: Tensor) -> None:
-        """Keep only the seeds at ``indices``: their rows of the moments and step counts, now for
-        ``param`` (the stack's new ``flat``, ``StackedActorCritic.keep``)."""
-        group = self.param_groups[0]
-        (old,) = group["params"]
-        state = self.state.pop(old, {})
-        group["params"] = [param]
-        if state:
-            self.state[param] = {
-                slot: value[indices] if slot == "step" else value.view(self.seeds, -1)[indices].view_as(param)
-                for slot, value in state.items()
-            }
-        self.seeds = len(indices)
-        self._rows = None
-
-
 def restore_seed_stack(state: TrainState, envs: VecEnv, checkpoints: list[Checkpoint]) -> list[list[float]]:
     """Put each seed's checkpoint (its slice of the stack's state, ``checkpoint.save_checkpoint``'s
     ``member``: its single run's) back into its row of the stack: weights, Adam moments and step
@@ -336,7 +280,7 @@ def restore_seed_stack(state: TrainState, envs: VecEnv, checkpoints: list[Checkp
         state.agent.obs_rms.load_state_dict(
             {k: torch.stack([torch.as_tensor(p[k]) for p in parts]) for k in ("mean", "var", "count")}
         )
-    # SeedAdam's state: each seed's moments a row of the flat ones, its step count an entry of [seeds].
+    # The stack's Adam: each seed's moments a row of the flat ones, its step count an entry of [seeds].
     adam = {k: stacked(k).flatten() for k in first.tensors if k.startswith("optim.")}
     optimizer_from_tensors(state.optimizer, adam, first.param_groups)
     if state.reward_scaler is not None:
@@ -372,7 +316,7 @@ def keep_seeds(state: TrainState, envs: TensorEnv, indices: list[int]) -> None:
     from fastppo.training.optim import flatten_parameters
 
     stack, optimizer, kl_betas = state.agent.policy, state.optimizer, state.kl_beta
-    assert isinstance(stack, StackedActorCritic) and isinstance(optimizer, SeedAdam) and isinstance(kl_betas, list)
+    assert isinstance(stack, StackedActorCritic) and isinstance(optimizer, FusedAdam) and isinstance(kl_betas, list)
     seeds = stack.seeds
     stack.keep(indices)
     optimizer.keep(indices, flatten_parameters(stack))
