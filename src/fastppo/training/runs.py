@@ -154,7 +154,7 @@ class Runs:
         self.monitors = [HealthMonitor() for _ in loggers]  # one per member: each run's own warnings
         self.progress = progress
         """A population's one progress bar, fed with the members' means (None: the one member's logger shows it)."""
-        self.console = progress or loggers[0]
+        self.console = progress or loggers[0]  # a lone run's messages: its own logger's, to the end
         self.keep = keep
         self.finished: list[Agent] = []  # the members that left at --run.stop-return, saved as they left
         self.on_iteration = on_iteration
@@ -307,8 +307,6 @@ class Runs:
             values = getattr(self, name)
             if values is not None:
                 setattr(self, name, [values[i] for i in kept])
-        if self.progress is None:
-            self.console = self.loggers[0] if self.loggers else self.console
 
     def member_agent(self, index: int) -> Agent:
         """Member ``index`` as its run's agent, saved into its folder (where this process writes);
