@@ -23,7 +23,6 @@ from fastppo.envs.tensor import make_tensor_env
 from fastppo.errors import FastPPOError
 from fastppo.training.checkpoint import load_checkpoint
 from fastppo.training.optim import FusedAdam
-from fastppo.training.seed_stack import SeedAdam
 
 TINY = [
     "--backend",
@@ -336,7 +335,7 @@ def test_seed_adam_steps_each_seed_as_its_single_runs_adam_and_leaves_out_the_st
     flat.grad = torch.zeros_like(flat)
     singles = [torch.nn.Parameter(row.detach().clone()) for row in flat.view(seeds, -1)]
     stack_opt, single_opts = (
-        SeedAdam([flat], seeds, lr=1e-2, eps=1e-5),
+        FusedAdam([flat], lr=1e-2, eps=1e-5, members=seeds),
         [FusedAdam([p], lr=1e-2, eps=1e-5) for p in singles],
     )
     grads = torch.randn(6, seeds, size)

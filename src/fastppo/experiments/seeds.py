@@ -1,10 +1,12 @@
 """Many seeds of one config: ``fastppo train ENV --seeds 1-10 --workers K``.
 
-Each seed is an ordinary run (its own folder, checkpoints, metrics, resume) trained in one of K
-worker processes; ``fastppo report`` then reads the parent folder as a group of runs. On tensor
-envs each worker trains its share of the seeds as one stack (``fastppo.training.seed_stack``); on other
-envs each takes the next seed when it is free. Processes rather than threads: each run's torch,
-numpy and env state stay its own, and a seed's crash cannot take the others down.
+Each seed is an ordinary run (its own folder, checkpoints, metrics, resume); ``fastppo report``
+then reads the parent folder as a group of runs. The seeds are split into populations, each
+trained by ``train_population`` wherever it is placed: on tensor envs each of K workers' shares
+is one stack (``fastppo.training.seed_stack``; a lone stack trains in this process), on other
+envs each seed is a population of one, a worker taking the next when it is free. Processes rather
+than threads: each run's torch, numpy and env state stay its own, and a seed's crash cannot take
+the others down.
 """
 
 from __future__ import annotations
@@ -352,7 +354,6 @@ def train_seeds(
     GPUs (CUDA refuses forked children) and outside Linux."""
     from fastppo.devices import resolve_device
     from fastppo.training.seed_stack import check_seed_stack
-    from fastppo.training.trainer import train_seed_stack
 
     stacked = config.env.backend == "tensor"
     quiet = dataclasses.replace(config, run=dataclasses.replace(config.run, progress=False)).validate()
@@ -385,9 +386,9 @@ def train_seeds(
         )
     )
     parts = stacks(seeds, workers, checkpoints) if stacked else [[seed] for seed in seeds]
-    if stacked and len(parts) == 1:  # no process to start
+    if stacked and len(parts) == 1:  # one population on one device: no process to start
         try:
-            stack_results, stack_stopped = _results(seeds, train_seed_stack(config, seeds, parent, checkpoints))
+            stack_results, stack_stopped = _results(seeds, train_population(config, seeds, parent, checkpoints))
         except FastPPOError:
             _forget_unstarted_job(parent, fresh)
             raise
@@ -498,7 +499,6 @@ def _worker(config: Config, parent: Path, tasks: Any, reports: Any, job_stop: An
     """One worker process: train the tasks' seeds (a stack, or one run) until the stop mark or the
     job's stop, reporting each task's results."""
     from fastppo.training.signals import StopRequest
-    from fastppo.training.trainer import train, train_seed_stack
 
     def stop_job(
         signum: int, frame: Any
@@ -511,20 +511,8 @@ def _worker(config: Config, parent: Path, tasks: Any, reports: Any, job_stop: An
     StopRequest.job = job_stop
     while not job_stop.value and (task := tasks.get()) is not None and not job_stop.value:
         seeds, checkpoints = task
-        report = _progress_reporter(seeds, reports)
         try:
-            if config.env.backend == "tensor":
-                agents = train_seed_stack(config, seeds, parent, checkpoints, report)
-            elif checkpoints:
-                agents = [train(checkpoints[0].config, parent / f"seed_{seeds[0]}", checkpoints[0], report)]
-            else:
-                agents = [
-                    train(
-                        dataclasses.replace(config, run=dataclasses.replace(config.run, seed=seeds[0])),
-                        parent / f"seed_{seeds[0]}",
-                        on_iteration=report,
-                    )
-                ]
+            agents = train_population(config, seeds, parent, checkpoints, _progress_reporter(seeds, reports))
         except FastPPOError as exc:
             reports.put(([SeedResult(seed, parent / f"seed_{seed}", None, str(exc)) for seed in seeds], None))
             continue
@@ -537,6 +525,28 @@ def _worker(config: Config, parent: Path, tasks: Any, reports: Any, job_stop: An
             reports.put(([], getattr(exc, "signum", signal.SIGINT)))
             return
         reports.put(_results(seeds, agents))
+
+
+def train_population(
+    config: Config,
+    seeds: list[int],
+    parent: Path,
+    checkpoints: list | None,
+    on_iteration: Callable[[int, Any], None] | None = None,
+) -> list[Any]:
+    """Train ``seeds`` as one population in this process, each seed's run into ``parent/seed_<n>``
+    (``checkpoints``: one per seed, to resume): a stack of them on tensor envs, otherwise one seed,
+    a population of one, as its single run. The agents, in the order of ``seeds``; wherever the
+    population is placed (this process, or a worker), this is how it trains."""
+    from fastppo.training.trainer import train, train_seed_stack
+
+    if config.env.backend == "tensor":
+        return train_seed_stack(config, seeds, parent, checkpoints, on_iteration)
+    (seed,) = seeds  # other envs train one seed per population
+    if checkpoints:
+        return [train(checkpoints[0].config, parent / f"seed_{seed}", checkpoints[0], on_iteration)]
+    seeded = dataclasses.replace(config, run=dataclasses.replace(config.run, seed=seed))
+    return [train(seeded, parent / f"seed_{seed}", on_iteration=on_iteration)]
 
 
 def _progress_reporter(seeds: list[int], reports: Any) -> Callable[[int, Any], None]:

@@ -236,7 +236,7 @@ def seed_policy(
 
 class StackedActorCritic(Population):
     """S seeds' actor-critics as one population whose weights are views of one ``[S, P]``
-    parameter ``flat`` (the only parameter: one Adam per seed over it, ``seed_stack.SeedAdam``).
+    parameter ``flat`` (the only parameter: one Adam per seed over it, ``optim.FusedAdam(members=S)``).
 
     Takes rows seed-major, flat (``[S * n, ...]``, the rollout's env rows) or stacked
     (``[S, n, ...]``, the update's minibatches), and returns per-row outputs of the same layout.
@@ -322,7 +322,7 @@ class StackedActorCritic(Population):
 
     def keep(self, indices: list[int]) -> None:
         """Keep only the seeds at ``indices`` (in that order): their rows of ``flat``, as a new
-        parameter (the optimizer follows with ``SeedAdam.keep``), and their generators."""
+        parameter (the optimizer follows with ``FusedAdam.keep``), and their generators."""
         self.flat = nn.Parameter(self.flat.detach()[indices])
         self.seeds = len(indices)
         self.noise.generators = [self.noise.generators[i] for i in indices]

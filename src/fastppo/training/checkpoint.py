@@ -56,6 +56,7 @@ from safetensors.torch import load_file, save_file
 from fastppo.agents.agent import Agent, load_agent
 from fastppo.config import Config
 from fastppo.envs.snapshot import SIMPLE_VALUES, SnapshotMismatch, env_is_exact, restore_envs, snapshot_envs
+from fastppo.envs.tensor import TensorEnv
 from fastppo.errors import FastPPOError
 from fastppo.files.atomic import atomic_write_text, publish_folder
 from fastppo.files.checksums import checksum_problem, write_checksums
@@ -70,6 +71,7 @@ from fastppo.files.run_folder import (
     list_checkpoints,
 )
 from fastppo.games.league import Damaged
+from fastppo.policies.population import StackedActorCritic
 from fastppo.training.optim import Optimizer
 from fastppo.training.rollout import EnvCursor, ObservationNormalizer, fresh_state
 
@@ -87,11 +89,62 @@ FORMAT_VERSION = 1
 # --- state <-> tensors + JSON ---------------------------------------------------------------------
 
 
-def optimizer_to_tensors(optimizer: Optimizer) -> tuple[dict[str, torch.Tensor], list[dict[str, Any]]]:
-    """``optimizer.state_dict()`` split into flat tensors ('optim.<param>.<slot>') and the JSON part."""
+@dataclass(frozen=True)
+class Member:
+    """Member ``index`` of the population a run's state trains, whose tensors carry the population
+    axis first (``size`` members: a stack of seeds, ``fastppo.training.seed_stack``): a member's
+    checkpoint is its slice of them, the checkpoint of its single run. ``WHOLE``, a population of
+    one (a single run), has no population axis: its one member's state is the state as it is."""
+
+    index: int = 0
+    size: int | None = None
+
+    def of_member(self, value: torch.Tensor) -> torch.Tensor:
+        """The member's entry of a value held once per member (``[size, ...]``: statistics, step counts)."""
+        return value if self.size is None else value[self.index]
+
+    def of_rows(self, value: torch.Tensor) -> torch.Tensor:
+        """The member's block of a value held per row or element, member-major (``[size * n, ...]``:
+        env rows, a flat parameter's elements)."""
+        return value if self.size is None else value.unflatten(0, (self.size, -1))[self.index]
+
+    def generator(self, state: TrainState) -> dict[str, torch.Tensor]:
+        """The member's own generator as the global RNG it stands for in its single run (none: a
+        population of one draws from the global RNGs)."""
+        if self.size is None:
+            return {}
+        policy = state.agent.policy
+        assert isinstance(policy, StackedActorCritic)  # a population axis: a stack of seeds
+        generator = policy.noise.generators[self.index]
+        return {rng_key(generator): generator.get_state()}
+
+    def envs(self, envs: VecEnv) -> VecEnv:
+        """The member's envs: its seed block of a stack's one tensor env."""
+        if self.size is None:
+            return envs
+        assert isinstance(envs, TensorEnv)  # a stack's seeds are blocks of one tensor env
+        return envs.seed_block(self.index)
+
+
+WHOLE = Member()
+
+
+def rng_key(generator: torch.Generator) -> str:
+    """The checkpoint key of the global RNG ``generator`` stands for (a stacked seed's in its single run)."""
+    return "rng.torch" if generator.device.type == "cpu" else f"rng.cuda.{generator.device.index or 0}"
+
+
+def optimizer_to_tensors(
+    optimizer: Optimizer, member: Member = WHOLE
+) -> tuple[dict[str, torch.Tensor], list[dict[str, Any]]]:
+    """``optimizer.state_dict()`` split into flat tensors ('optim.<param>.<slot>') and the JSON part;
+    of a population, ``member``'s slice (its step count, its row of the moments)."""
     state = optimizer.state_dict()
     tensors = {
-        f"optim.{index}.{slot}": torch.as_tensor(value).detach().cpu().contiguous()
+        f"optim.{index}.{slot}": (member.of_member if slot == "step" else member.of_rows)(torch.as_tensor(value))
+        .detach()
+        .cpu()
+        .contiguous()
         for index, slots in state["state"].items()
         for slot, value in slots.items()
     }
@@ -142,22 +195,29 @@ def restore_rng(tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
 
 
 def run_tensors(
-    state: TrainState, envs: VecEnv, rng: dict[str, torch.Tensor] | None = None
+    state: TrainState, envs: VecEnv, member: Member = WHOLE
 ) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-    """What ``trainer.safetensors`` holds of ``state`` but the optimizer (RNG states, reward scaler,
-    env cursor, tensor envs), and ``trainer.json``'s RNG states and env snapshot; ``rng`` as
-    ``save_checkpoint``'s."""
+    """What ``trainer.safetensors`` holds of ``member``'s slice of ``state`` but the optimizer (RNG
+    states, reward scaler, env cursor, tensor envs), and ``trainer.json``'s RNG states and env snapshot."""
     rng_tensors, rng_meta = rng_state(state.agent.device)
-    env_tensors, env_meta = snapshot_envs(envs)
-    tensors = rng_tensors | (rng or {}) | env_tensors
+    env_tensors, env_meta = snapshot_envs(member.envs(envs))
+    tensors = rng_tensors | member.generator(state) | env_tensors
     if state.reward_scaler is not None:
-        tensors |= {f"reward_scaler.{k}": v.detach().cpu() for k, v in state.reward_scaler.state_dict().items()}
+        tensors |= {
+            f"reward_scaler.{k}": (member.of_member if k.startswith("return_rms.") else member.of_rows)(v)
+            .detach()
+            .cpu()
+            for k, v in state.reward_scaler.state_dict().items()
+        }
     cursor = state.cursor
-    tensors |= {"cursor.obs": cursor.obs.cpu().contiguous(), "cursor.valid": cursor.valid.cpu().contiguous()}
+    tensors |= {
+        "cursor.obs": member.of_rows(cursor.obs).cpu().contiguous(),
+        "cursor.valid": member.of_rows(cursor.valid).cpu().contiguous(),
+    }
     if cursor.action_mask is not None:
-        tensors["cursor.action_mask"] = cursor.action_mask.cpu().contiguous()
+        tensors["cursor.action_mask"] = member.of_rows(cursor.action_mask).cpu().contiguous()
     if cursor.state is not None:  # a recurrent policy's live states are part of the run
-        tensors["cursor.state"] = cursor.state.cpu().contiguous()
+        tensors["cursor.state"] = member.of_rows(cursor.state).cpu().contiguous()
     if cursor.open is not None:  # a game's decisions a rollout left open: the next one trains them
         tensors |= {f"{OPEN_DECISIONS}{name}": row.cpu().contiguous() for name, row in cursor.open.flatten().items()}
     league_tensors, league_meta = state.league.state()
@@ -170,15 +230,17 @@ def save_checkpoint(
     state: TrainState,
     envs: VecEnv,
     keep: int,
-    rng: dict[str, torch.Tensor] | None = None,
+    member: Member = WHOLE,
+    agent: Agent | None = None,
     extra: dict[str, Any] | None = None,
 ) -> Path:
     """Write the checkpoint of ``state`` (at an iteration boundary) atomically; keep the newest ``keep``.
-    ``rng`` replaces global RNG states (a seed of a stack saves its own generator as torch's);
-    ``extra`` joins the JSON metadata (a stack's seeds). A write that fails (a full disk, a
-    read-only folder) is one FastPPOError naming the checkpoint and the cause; the checkpoints
-    already written stay as they were."""
-    bad = [name for name, p in state.agent.policy.named_parameters() if not torch.isfinite(p).all()]
+    Of a population, ``member``'s slice, its ``agent`` (its own policy and statistics, its episode
+    returns): the checkpoint of its single run; ``extra`` joins the JSON metadata (a stack's
+    seeds). A write that fails (a full disk, a read-only folder) is one FastPPOError naming the
+    checkpoint and the cause; the checkpoints already written stay as they were."""
+    agent = agent or state.agent
+    bad = [name for name, p in agent.policy.named_parameters() if not torch.isfinite(p).all()]
     if bad:
         raise FastPPOError(
             f"refusing to checkpoint non-finite parameters ({', '.join(bad)}); the previous checkpoint is kept"
@@ -187,7 +249,7 @@ def save_checkpoint(
     name = f"{state.iteration:06d}"
     tmp = root / f".tmp-{name}-{os.getpid()}"
     try:
-        return _write_checkpoint(run_dir, state, envs, keep, rng, extra, tmp)
+        return _write_checkpoint(run_dir, state, envs, keep, member, agent, extra, tmp)
     except OSError as exc:
         shutil.rmtree(tmp, ignore_errors=True)
         raise FastPPOError(f"cannot write the checkpoint {root / name}: {exc.strerror or exc}") from None
@@ -198,7 +260,8 @@ def _write_checkpoint(
     state: TrainState,
     envs: VecEnv,
     keep: int,
-    rng: dict[str, torch.Tensor] | None,
+    member: Member,
+    agent: Agent,
     extra: dict[str, Any] | None,
     tmp: Path,
 ) -> Path:
@@ -206,20 +269,20 @@ def _write_checkpoint(
     root.mkdir(parents=True, exist_ok=True)
     if tmp.exists():
         shutil.rmtree(tmp)
-    state.agent.save(tmp)
+    agent.save(tmp)
 
-    optim_tensors, param_groups = optimizer_to_tensors(state.optimizer)
-    tensors, rng_and_env = run_tensors(state, envs, rng)
+    optim_tensors, param_groups = optimizer_to_tensors(state.optimizer, member)
+    tensors, rng_and_env = run_tensors(state, envs, member)
     save_file(optim_tensors | tensors, str(tmp / TRAINER_TENSORS))
     meta = {
         "format": FORMAT_VERSION,
         "iteration": state.iteration,
         "global_step": state.global_step,
-        "kl_beta": state.kl_beta,
+        "kl_beta": state.kl_beta if member.size is None else state.kl_beta[member.index],  # type: ignore[index]
         "schedule_anchor": list(state.schedule_anchor),
         "param_groups": param_groups,
         **rng_and_env,
-        "episode_returns": state.agent.episode_returns[-100:],
+        "episode_returns": agent.episode_returns[-100:],
         "world_size": state.world_size,
         **(extra or {}),
     }
@@ -480,28 +543,30 @@ def _shown(spec: Spec) -> str:
     return f"{list(spec[0])} {str(spec[1]).removeprefix('torch.')}"
 
 
-def adam_specs(optimizer: Optimizer) -> dict[str, Spec]:
+def adam_specs(optimizer: Optimizer, member: Member = WHOLE) -> dict[str, Spec]:
     """The tensors Adam's state holds for each parameter (``step``, ``exp_avg``, ``exp_avg_sq``:
-    torch.optim.Adam's layout, FusedAdam's too), named as ``optimizer_to_tensors`` names them."""
+    torch.optim.Adam's layout, FusedAdam's too) of ``member``, named as ``optimizer_to_tensors`` names them."""
     params = [p for group in optimizer.param_groups for p in group["params"]]  # state_dict numbers them in this order
     return {
         f"optim.{i}.{slot}": spec
         for i, p in enumerate(params)
-        for slot, spec in (("step", ((), torch.float32)), ("exp_avg", _spec(p)), ("exp_avg_sq", _spec(p)))
+        for slot, spec in (
+            ("step", ((), torch.float32)),
+            ("exp_avg", _spec(member.of_rows(p))),
+            ("exp_avg_sq", _spec(member.of_rows(p))),
+        )
     }
 
 
-def check_fits_run(
-    checkpoint: Checkpoint, state: TrainState, envs: VecEnv, rng: dict[str, torch.Tensor] | None = None
-) -> None:
+def check_fits_run(checkpoint: Checkpoint, state: TrainState, envs: VecEnv, member: Member = WHOLE) -> None:
     """Refuse a checkpoint whose tensors do not fit ``state``, the freshly built run it resumes:
     trainer.safetensors must hold the tensors a checkpoint of that run holds (Adam's moments and
     step per parameter, the RNG states, the reward scaler, the env cursor, tensor envs, the self-play
     pool's snapshots), each with their shape and dtype, and nothing else; its param_groups must number the optimizer's
     parameters. (A moment of another size crashed the optimizer's native code.) Together with
-    ``load_checkpoint``'s checks, a restore that follows cannot fail halfway. ``rng`` as
-    ``save_checkpoint``'s (a seed of a stack)."""
-    tensors, json_part = run_tensors(state, envs, rng)
+    ``load_checkpoint``'s checks, a restore that follows cannot fail halfway. Of a population,
+    ``member``'s slice (a seed of a stack: the checkpoint of its single run)."""
+    tensors, json_part = run_tensors(state, envs, member)
     try:  # the self-play pool's snapshots: as many as the checkpoint's league lists
         tensors |= state.league.expected_tensors(checkpoint.meta.get("self_play"))
     except Damaged as exc:
@@ -513,7 +578,7 @@ def check_fits_run(
             f"its env snapshot is of {saved_env['kind']} envs, the config makes {fresh_env['kind']} envs",
         )
     # Adam makes its state at the first update: a checkpoint of iteration 0 (a run stopped in its start-up) has none.
-    moments = adam_specs(state.optimizer) if checkpoint.iteration > 0 else {}
+    moments = adam_specs(state.optimizer, member) if checkpoint.iteration > 0 else {}
     expected = {
         name: _spec(t) for name, t in tensors.items() if not name.startswith("env.") or saved_env is not None
     } | moments

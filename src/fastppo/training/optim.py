@@ -28,8 +28,8 @@ DEVICES = ("cpu", "cuda")
 
 
 class Optimizer(Protocol):
-    """The optimizer a run trains with (``update.make_optimizer``: ``torch.optim.Adam``,
-    ``FusedAdam`` or a stack's ``SeedAdam``), as the update, the schedules and checkpoints use it."""
+    """The optimizer a run trains with (``update.make_optimizer``: ``torch.optim.Adam`` or
+    ``FusedAdam``, a stack's with one Adam per seed), as the update, the schedules and checkpoints use it."""
 
     param_groups: list[dict[str, Any]]
 
@@ -81,6 +81,13 @@ class FusedAdam:
 
     Exposes what code written for a torch optimizer reads: ``param_groups`` (set ``lr`` there),
     ``state``, ``defaults``, ``step()``, ``zero_grad()``, ``state_dict()``, ``load_state_dict()``.
+
+    With ``members`` (a population of networks: a stack of seeds' one flat ``[members * P]``
+    parameter, member-major), each member's row is an Adam of its own, stepped as its single run's
+    FusedAdam steps its flat parameter: as a tensor of its own (the fused kernel's rounding of an
+    element depends on its position in its tensor) with a step count of its own (``state["step"]``
+    is ``[members]``), so that ``step(active)`` can leave out the members whose epochs
+    ``--target-kl`` has stopped: their weights, moments and bias correction stay as they are.
     """
 
     def __init__(
@@ -90,6 +97,7 @@ class FusedAdam:
         betas: tuple[float, float] = (0.9, 0.999),
         eps: float = 1e-8,
         weight_decay: float = 0,
+        members: int | None = None,
     ):
         params = list(params)
         if not params:
@@ -105,35 +113,60 @@ class FusedAdam:
         }  # fmt: skip
         self.param_groups: list[dict[str, Any]] = [{**self.defaults, "params": params}]
         self.state: defaultdict[Tensor, dict[str, Tensor]] = defaultdict(dict)
+        self.members = members
+        self._rows: dict[Tensor, list[tuple[Tensor, ...]]] = {}  # a population's per-member views, made once
 
-    def step(self) -> None:
-        """One Adam step on every parameter with a gradient (torch.optim.Adam's fused path)."""
+    def step(self, active: list[bool] | None = None) -> None:
+        """One Adam step on every parameter with a gradient (torch.optim.Adam's fused path); of a
+        population, of every member or of the members ``active`` marks."""
         with torch.no_grad():
             for group in self.param_groups:
-                # (parameter, gradient) of each parameter with a gradient, by device and dtype
-                by_kind: dict[tuple[torch.device, torch.dtype], list[tuple[Tensor, Tensor]]] = defaultdict(list)
+                # (weights, gradient, moments, step count) of each parameter (member) with a gradient, by kind
+                by_kind: dict[tuple[torch.device, torch.dtype], list[tuple[Tensor, ...]]] = defaultdict(list)
                 for p in group["params"]:
                     if p.grad is not None:
-                        by_kind[(p.device, p.dtype)].append((p, p.grad))
-                for pairs in by_kind.values():
-                    same = [p for p, _ in pairs]
-                    states = [self._state(p) for p in same]
-                    adam_step(
-                        group,
-                        same,
-                        [grad for _, grad in pairs],
-                        [s["exp_avg"] for s in states],
-                        [s["exp_avg_sq"] for s in states],
-                        [s["step"] for s in states],
-                    )
+                        by_kind[(p.device, p.dtype)] += self._member_rows(p)
+                for rows in by_kind.values():
+                    taken = rows if active is None else [row for row, going in zip(rows, active) if going]
+                    adam_step(group, *map(list, zip(*taken)))
+
+    def _member_rows(self, p: Tensor) -> list[tuple[Tensor, ...]]:
+        """(weights, gradient, moments, step count) of ``p``, or of each member's row of it: views
+        of its tensors, made once (per state: ``load_state_dict`` and ``keep`` replace it)."""
+        state, grad = self._state(p), p.grad
+        assert grad is not None  # step takes the parameters with a gradient
+        if self.members is None:
+            return [(p, grad, state["exp_avg"], state["exp_avg_sq"], state["step"])]
+        if p not in self._rows:
+            rows = (t.view(self.members, -1).unbind() for t in (p, grad, state["exp_avg"], state["exp_avg_sq"]))
+            self._rows[p] = list(zip(*rows, state["step"].unbind()))
+        return self._rows[p]
 
     def _state(self, p: Tensor) -> dict[str, Tensor]:
         state = self.state[p]
         if not state:  # lazily, at the first step, as torch.optim.Adam
-            state["step"] = torch.zeros((), dtype=torch.float32, device=p.device)
+            steps = () if self.members is None else (self.members,)
+            state["step"] = torch.zeros(steps, dtype=torch.float32, device=p.device)
             state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
             state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
         return state
+
+    def keep(self, indices: list[int], param: Tensor) -> None:
+        """Of a population over one parameter, keep only the members at ``indices``: their rows of
+        the moments and step counts, now for ``param`` (the stack's new ``flat``,
+        ``StackedActorCritic.keep``)."""
+        assert self.members is not None  # a population's
+        group = self.param_groups[0]
+        (old,) = group["params"]
+        state = self.state.pop(old, {})
+        group["params"] = [param]
+        if state:
+            self.state[param] = {
+                slot: value[indices] if slot == "step" else value.view(self.members, -1)[indices].view_as(param)
+                for slot, value in state.items()
+            }
+        self.members = len(indices)
+        self._rows = {}
 
     def zero_grad(self) -> None:
         """Zero the gradients in place (never None: ``optim.flatten_parameters`` needs them kept)."""
@@ -175,6 +208,7 @@ class FusedAdam:
                     k: v.to(dtype=dtype.get(k, p.dtype), device=p.device, copy=True) for k, v in slots.items()
                 }
         self.param_groups = [{**s, "params": g["params"]} for g, s in zip(self.param_groups, saved_groups)]
+        self._rows = {}
 
 
 def flatten_parameters(module: nn.Module) -> nn.Parameter:

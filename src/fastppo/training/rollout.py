@@ -147,25 +147,22 @@ class RolloutBuffer:
         """Every [T, N, ...] field (plus ``extra`` ones like advantages) as [T*N, ...] views."""
         return {k: v.flatten(0, 1) for k, v in self._fields(extra).items()}
 
-    def batch(self, **extra: Tensor) -> dict[str, Tensor]:
+    def batch(self, members: int | None = None, **extra: Tensor) -> dict[str, Tensor]:
         """What ``ppo_update`` takes: the flattened rows, or for a recurrent policy the [T, N, ...]
-        fields and ``initial_state``, so that minibatches can take whole env sequences."""
-        if self.initial_state is None:
-            return self.flatten(**extra)
-        return self._fields(extra, initial_state=True)
-
-    def seed_batch(self, seeds: int, **extra: Tensor) -> dict[str, Tensor]:
-        """``batch`` for a stack of ``seeds`` (fastppo.training.seed_stack): each seed's rows
-        ``[seeds, T * N_seed, ...]``, in the order its single run flattens them (row t * N_seed + n);
-        a recurrent stack's are each seed's ``[seeds, T, N_seed, ...]`` fields and
-        ``[seeds, N_seed, state_size]`` initial states."""
+        fields and ``initial_state``, so that minibatches can take whole env sequences. With
+        ``members`` (a stack of seeds, fastppo.training.seed_stack, whose rows are seed-major), the
+        same per member along a first axis: ``[members, T * N_seed, ...]`` in the order its single
+        run flattens them (row t * N_seed + n), or ``[members, T, N_seed, ...]`` fields and
+        ``[members, N_seed, state_size]`` initial states."""
+        if members is None:
+            return self.flatten(**extra) if self.initial_state is None else self._fields(extra, initial_state=True)
         if self.initial_state is None:
             return {
-                k: v.unflatten(1, (seeds, -1)).transpose(0, 1).flatten(1, 2) for k, v in self._fields(extra).items()
+                k: v.unflatten(1, (members, -1)).transpose(0, 1).flatten(1, 2) for k, v in self._fields(extra).items()
             }
         fields = self._fields(extra, initial_state=True)
         return {
-            k: v.unflatten(0, (seeds, -1)) if k == "initial_state" else v.unflatten(1, (seeds, -1)).transpose(0, 1)
+            k: v.unflatten(0, (members, -1)) if k == "initial_state" else v.unflatten(1, (members, -1)).transpose(0, 1)
             for k, v in fields.items()
         }
 

@@ -1,11 +1,11 @@
-"""The runs trained together by one loop: a single run, or a stack of seeds (``fastppo.training.seed_stack``).
+"""The runs trained together by one loop: a population of S members, a single run being a
+population of one (a stack of seeds: ``fastppo.training.seed_stack``).
 
-The loop (``trainer.train_loop``) asks the same of either: lay out the update's batch, take the
-iteration's episodes, split the update's figures into one metrics dict per run, log them, save
-checkpoints, let the runs that reached --run.stop-return finish, and hand back the trained
-agents. A single run is a set of one (``SingleRun``); a stack's seeds (``SeedRuns``) are each an
-ordinary run in ``RUN_DIR/seed_<n>``, and one that finishes leaves the stack, which trains on
-without it.
+The loop (``trainer.train_loop``) asks the same of any population: lay out the update's batch,
+take the iteration's episodes, split the update's figures into one metrics dict per member, log
+them, save checkpoints, let the members that reached --run.stop-return finish, and hand back the
+trained agents. Each member is an ordinary run (a stack's in ``RUN_DIR/seed_<n>``), and one that
+finishes leaves the population, which trains on without it.
 """
 
 from __future__ import annotations
@@ -13,8 +13,7 @@ from __future__ import annotations
 import signal
 import sys
 import time
-from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from contextlib import nullcontext
 from dataclasses import asdict
 from pathlib import Path
@@ -30,13 +29,15 @@ from fastppo.env_ids import names_user_code
 from fastppo.envs.vector import Episodes
 from fastppo.files.outputs import writing
 from fastppo.files.run_folder import list_checkpoints
-from fastppo.training.checkpoint import save_checkpoint
+from fastppo.policies import ActorCritic
+from fastppo.policies.population import StackedActorCritic
+from fastppo.training.checkpoint import WHOLE, Member, save_checkpoint
 from fastppo.training.diagnostics import HealthMonitor
 from fastppo.training.distributed import World
 from fastppo.training.logger import GROUP_RETURN, RunLogger
 from fastppo.training.optim import Optimizer
 from fastppo.training.rollout import RolloutBuffer
-from fastppo.training.seed_stack import SeedLoggers, episodes_by_seed, per_seed, save_seed_agent, save_seed_checkpoints
+from fastppo.training.seed_stack import episodes_by_seed, per_seed, seed_agent
 from fastppo.training.signals import StopRequest
 from fastppo.training.state import TrainState
 from fastppo.training.update import UpdateCoefficients
@@ -119,26 +120,43 @@ def iteration_metrics(
     return metrics
 
 
-class Runs(ABC):
-    """The runs one loop trains (S >= 1), their loggers and health monitors; ``SingleRun`` and
-    ``SeedRuns`` say what differs."""
+class Runs:
+    """The runs one loop trains: a population of S members, a single run being a population of one.
+
+    Each member is an ordinary run: its folder (None on a torchrun rank but 0, or for a run
+    without one), its logger, health monitor and finished episodes' returns. A member that reaches
+    --run.stop-return saves its final checkpoint and agent and leaves; the others train on
+    without it (``keep``: shrinks what the loop trains to the members at the given indices), and
+    the loop ends when none is left. ``seeds`` names a stack's members (``RUN_DIR/seed_<n>``, the
+    figures handed out per seed); None for a lone run, whose figures are handed out as its own."""
 
     def __init__(
         self,
         config: Config,
         agent: Agent,
-        logger: RunLogger | SeedLoggers,
+        loggers: list[RunLogger],
         run_dir: Path | None,
         out_dir: Path | None,
-        labels: list[str],
+        folders: list[Path | None],
+        returns: list[list[float]],
         on_iteration: OnIteration | None,
         newest: Path | None,
+        seeds: list[int] | None,
+        progress: RunLogger | None,
+        keep: Callable[[list[int]], None],
     ):
-        self.config, self.agent, self.logger, self.run_dir = config, agent, logger, run_dir
+        self.config, self.agent, self.run_dir = config, agent, run_dir
         self.out_dir = out_dir
         """Where this process writes: None on a torchrun rank but 0, or for a run without a folder."""
-        self.labels = labels
-        self.monitors = [HealthMonitor() for _ in labels]  # one per run: each run's own warnings
+        self.seeds, self.folders, self.returns, self.loggers = seeds, folders, returns, loggers
+        self.given = list(seeds or [])  # the order a stack's agents are returned in: the caller's
+        self.labels = [""] if seeds is None else [f"seed {s}: " for s in seeds]
+        self.monitors = [HealthMonitor() for _ in loggers]  # one per member: each run's own warnings
+        self.progress = progress
+        """A population's one progress bar, fed with the members' means (None: the one member's logger shows it)."""
+        self.console = progress or loggers[0]  # a lone run's messages: its own logger's, to the end
+        self.keep = keep
+        self.finished: list[Agent] = []  # the members that left at --run.stop-return, saved as they left
         self.on_iteration = on_iteration
         self.resume = resume_command(run_dir, config.env.env_id)
         self.newest = newest
@@ -148,12 +166,27 @@ class Runs(ABC):
         self.save_seconds: float | None = None
         """How long a save takes (None: not measured yet)."""
 
+    @property
+    def stacked(self) -> bool:
+        """Whether the members' rows carry a population axis: a stack of seeds (``StackedActorCritic``);
+        a population of one is its plain ``ActorCritic``."""
+        return isinstance(self.agent.policy, StackedActorCritic)
+
+    def message(self, text: str) -> None:
+        self.console.message(text)
+
+    def batch(self, buf: RolloutBuffer, **extra: Tensor) -> dict[str, Tensor]:
+        """The update's batch: each member's rows, ``[S, ...]`` for a stack."""
+        return buf.batch(len(self.loggers) if self.stacked else None, **extra)
+
     def take_episodes(self, episodes: Episodes) -> list[Episodes]:
-        """The iteration's finished episodes (every rank's), recorded; returned split per run."""
-        self.agent.episode_returns += episodes.returns
+        """The iteration's finished episodes (every rank's), recorded; returned split per member."""
         for group, returns in (episodes.by_group or {}).items():
             self.agent.group_returns.setdefault(group, []).extend(returns)
-        return self.split_episodes(episodes)
+        split = episodes_by_seed(episodes, len(self.loggers), self.config.env.num_envs)
+        for member_returns, member_episodes in zip(self.returns, split):
+            member_returns += member_episodes.returns
+        return split
 
     def metrics(
         self,
@@ -166,15 +199,18 @@ class Runs(ABC):
         optimizer: Optimizer,
         batch_size: int,
     ) -> tuple[list[dict[str, float]], list[float] | float]:
-        """One metrics dict per run (its losses, coefficients, episodes, critic fit), and the
-        runs' PPO-KL betas adapted to the update (each run its own)."""
-        runs_losses, runs_coefs = self.split_losses(losses, coefs)
-        explained = self.explained(batch)
+        """One metrics dict per member (its losses, coefficients, episodes, critic fit), and the
+        members' PPO-KL betas adapted to the update (each member its own)."""
+        members = len(self.loggers)
+        runs_losses = per_seed(losses, members)
+        runs_coefs = [UpdateCoefficients(**c) for c in per_seed(asdict(coefs), members)]
         runs_metrics = [
             iteration_metrics(
                 run_losses, run_episodes, seconds, optimizer, self.config, run_coefs, run_explained, elapsed, batch_size
             )
-            for run_losses, run_coefs, run_episodes, run_explained in zip(runs_losses, runs_coefs, episodes, explained)
+            for run_losses, run_coefs, run_episodes, run_explained in zip(
+                runs_losses, runs_coefs, episodes, self.explained(batch)
+            )
         ]
         betas = [run_kl_beta(c) for c in runs_coefs]
         if self.config.ppo.objective == "kl":
@@ -184,244 +220,116 @@ class Runs(ABC):
             ]
         return runs_metrics, self.one_per_run(betas)
 
+    def explained(self, batch: dict[str, Tensor]) -> list[float]:
+        """The critic's fit on each member's rows (a stack's ``[S, ...]``: all members at once)."""
+        if not self.stacked:
+            return [explained_variance(batch["values"], batch["returns"], batch["valid"])]
+        values, returns, valid = (batch[k].flatten(1) for k in ("values", "returns", "valid"))
+        return explained_variance(values, returns, valid, dim=-1)
+
+    def one_per_run(self, values: list) -> Any:
+        """Per-member values as the run hands them out: a lone run's own, a stack's list."""
+        return values[0] if self.seeds is None else values
+
     def log(self, step: int, runs_metrics: list[dict[str, float]], progress: float) -> None:
-        """Each run's metrics to its log, its health monitor's warnings, then ``on_iteration``."""
+        """Each member's metrics to its log (the means over a stack to its progress bar), its health
+        monitor's warnings, then ``on_iteration`` (a lone run's metrics, or a stack's {seed: metrics})."""
         # a full disk: one line, the last checkpoint kept
         with writing(self.out_dir, "the metrics in") if self.out_dir is not None else nullcontext():
-            self.logger.log(step, self.one_per_run(runs_metrics))
+            for logger, run_metrics in zip(self.loggers, runs_metrics):
+                logger.log(step, run_metrics)
+            if self.progress is not None:
+                names = set.intersection(*(set(m) for m in runs_metrics))
+                means = {name: float(np.mean([m[name] for m in runs_metrics])) for name in names}
+                means["charts/SPS"] = means["charts/SPS"] * len(runs_metrics)  # the stack's steps per second
+                self.progress.log(step, means)
         for label, monitor, run_metrics in zip(self.labels, self.monitors, runs_metrics):
             for warning in monitor.check(run_metrics, progress):
-                self.logger.message(f"[yellow]warning:[/] {label}{warning}")
+                self.message(f"[yellow]warning:[/] {label}{warning}")
         if self.on_iteration is not None:
-            self.on_iteration(step, self.by_run(runs_metrics))
+            self.on_iteration(step, runs_metrics[0] if self.seeds is None else dict(zip(self.seeds, runs_metrics)))
 
     def checkpoint(self, state: TrainState, envs: Any, stop: StopRequest, due: bool) -> bool:
-        """Checkpoint every run where this process writes and a checkpoint is ``due``; whether it
+        """Checkpoint every member where this process writes and a checkpoint is ``due``; whether it
         did. A second signal cuts a save that takes a second or more."""
         if self.out_dir is None or not due:
             return False
         stop.at_once, began = self.save_seconds is not None and self.save_seconds >= 1.0, time.perf_counter()
-        self.saved = self.newest = self.save_all(state, envs)
+        self.saved = self.newest = self.save(state, envs, range(len(self.loggers)))
         stop.at_once, self.save_seconds = False, time.perf_counter() - began
         return True
 
-    def kept_note(self) -> str | None:
-        """The last good checkpoint, for an error that stops training."""
-        last_good = list_checkpoints(self.run_dir) if self.run_dir is not None else []
-        return str(last_good[-1]) if last_good else None
-
-    # What differs: ------------------------------------------------------------------------------
-
-    @abstractmethod
-    def batch(self, buf: RolloutBuffer, **extra: Tensor) -> dict[str, Tensor]: ...
-
-    @abstractmethod
-    def split_episodes(self, episodes: Episodes) -> list[Episodes]: ...
-
-    @abstractmethod
-    def split_losses(self, losses: dict, coefs: UpdateCoefficients) -> tuple[list[dict], list[UpdateCoefficients]]: ...
-
-    @abstractmethod
-    def explained(self, batch: dict[str, Tensor]) -> list[float]: ...
-
-    @abstractmethod
-    def one_per_run(self, values: list) -> Any: ...
-
-    @abstractmethod
-    def by_run(self, runs_metrics: list[dict[str, float]]) -> Any: ...
-
-    @abstractmethod
-    def save_all(self, state: TrainState, envs: Any) -> Path: ...
+    def save(self, state: TrainState, envs: Any, indices: Iterable[int]) -> Path:
+        """Checkpoint the members at ``indices``, each into its folder from its slice of the
+        population's state (its single run's checkpoint; a stack's also names its seeds, which a
+        resume stacks again: a stack's float rounding depends on its width); the last folder written."""
+        saved: Path | None = None
+        scratch: ActorCritic | None = None  # one module takes each stacked seed's weights in turn: written, not kept
+        extra = None if self.seeds is None else {"stack": self.seeds}
+        for i in indices:
+            folder = self.folders[i]
+            assert folder is not None  # saved only where this process writes
+            agent = self.agent
+            if self.stacked:
+                agent = seed_agent(self.agent, i, folder, [], self.returns[i], scratch)
+                assert isinstance(agent.policy, ActorCritic)  # the seed's own policy, unstacked
+                scratch = agent.policy
+            member = Member(i, len(self.loggers)) if self.stacked else WHOLE
+            saved = save_checkpoint(folder, state, envs, self.config.run.keep_checkpoints, member, agent, extra)
+        assert saved is not None  # at least one member is saved
+        return saved
 
     @property
-    @abstractmethod
     def training(self) -> bool:
-        """Whether any run is left to train."""
-        ...
-
-    @abstractmethod
-    def finish_solved(self, state: TrainState, envs: Any, saved: bool) -> None:
-        """Let the runs that reached --run.stop-return finish (``saved``: this iteration's
-        checkpoint is written already)."""
-        ...
-
-    @abstractmethod
-    def all_solved(self) -> bool: ...
-
-    def close(self) -> None:
-        self.logger.close()
-
-    @abstractmethod
-    def result(self, iteration: int, interrupted_by: signal.Signals | None, world: World) -> Any:
-        """The trained agents, saved (a single run's, or each seed's in the order the seeds were given)."""
-        ...
-
-
-class SingleRun(Runs):
-    """One run: its folder (``out_dir``: None on a torchrun rank but 0, or without a folder), its
-    logger; --run.stop-return ends it."""
-
-    logger: RunLogger
-
-    def __init__(
-        self,
-        config: Config,
-        agent: Agent,
-        logger: RunLogger,
-        run_dir: Path | None,
-        out_dir: Path | None,
-        on_iteration: OnIteration | None,
-        newest: Path | None,
-    ):
-        super().__init__(config, agent, logger, run_dir, out_dir, [""], on_iteration, newest)
-
-    def batch(self, buf: RolloutBuffer, **extra: Tensor) -> dict[str, Tensor]:
-        return buf.batch(**extra)
-
-    def split_episodes(self, episodes: Episodes) -> list[Episodes]:
-        return [episodes]
-
-    def split_losses(self, losses: dict, coefs: UpdateCoefficients) -> tuple[list[dict], list[UpdateCoefficients]]:
-        return [losses], [coefs]
-
-    def explained(self, batch: dict[str, Tensor]) -> list[float]:
-        return [explained_variance(batch["values"], batch["returns"], batch["valid"])]
-
-    def one_per_run(self, values: list) -> Any:
-        return values[0]
-
-    def by_run(self, runs_metrics: list[dict[str, float]]) -> dict[str, float]:
-        return runs_metrics[0]
-
-    def save_all(self, state: TrainState, envs: Any) -> Path:
-        assert self.out_dir is not None  # ``checkpoint`` saves only where this process writes
-        return save_checkpoint(self.out_dir, state, envs, self.config.run.keep_checkpoints)
+        """Whether any member is left to train (a resumed run may have reached its stop-return already)."""
+        return bool(self.loggers) and not self.all_solved()
 
     def all_solved(self) -> bool:
-        return reached_stop_return(self.config.run, self.agent.episode_returns)
-
-    @property
-    def training(self) -> bool:
-        return not self.all_solved()
+        """Whether every member has reached --run.stop-return (this iteration is then the last)."""
+        return all(reached_stop_return(self.config.run, returns) for returns in self.returns)
 
     def finish_solved(self, state: TrainState, envs: Any, saved: bool) -> None:
-        if self.all_solved():  # the loop ends: ``training`` is now False
-            self.logger.message(stop_return_note(self.config.run, self.agent.episode_returns, state.global_step))
-
-    def result(self, iteration: int, interrupted_by: signal.Signals | None, world: World) -> Agent:
-        agent, out_dir = self.agent, self.out_dir
-        if (
-            interrupted_by is not None and out_dir is not None
-        ):  # plain print, after the progress bar is gone: one unwrapped line to copy
-            print(
-                f"fastppo: {interrupted_by.name}: stopped after iteration {iteration}, checkpoint saved in "
-                f"{self.saved}\nfastppo: resume with: {world.relaunch}{self.resume}",
-                file=sys.stderr,
-                flush=True,
-            )
-        agent.history = self.logger.history
-        if out_dir is not None:
-            with writing(out_dir, "the agent in"):
-                agent.save(out_dir)
-        return agent
-
-
-class SeedRuns(Runs):
-    """A stack of seeds: each seed's folder, logger, health monitor, episode returns and
-    checkpoints; a seed that reaches --run.stop-return saves its final checkpoint and agent and
-    leaves, and the stack trains on without it (``keep``: shrinks what the loop trains to the
-    seeds at the given indices)."""
-
-    logger: SeedLoggers
-    run_dir: Path
-
-    def __init__(
-        self,
-        config: Config,
-        agent: Agent,
-        logger: SeedLoggers,
-        run_dir: Path,
-        seeds: list[int],
-        seeds_returns: list[list[float]],
-        on_iteration: OnIteration | None,
-        newest: Path | None,
-        keep: Callable[[list[int]], None],
-    ):
-        super().__init__(config, agent, logger, run_dir, run_dir, [f"seed {s}: " for s in seeds], on_iteration, newest)
-        self.seeds, self.seeds_returns, self.keep = seeds, seeds_returns, keep
-        self.given = list(seeds)  # the order the agents are returned in: the caller's, whichever seeds leave first
-        self.seed_dirs = [run_dir / f"seed_{s}" for s in seeds]
-        self.finished: list[Agent] = []  # the seeds that left at --run.stop-return, saved as they left
-
-    def batch(self, buf: RolloutBuffer, **extra: Tensor) -> dict[str, Tensor]:
-        return buf.seed_batch(len(self.seeds), **extra)
-
-    def split_episodes(self, episodes: Episodes) -> list[Episodes]:
-        split = episodes_by_seed(episodes, self.seeds, self.config.env.num_envs)
-        for seed_returns, seed_episodes in zip(self.seeds_returns, split):
-            seed_returns += seed_episodes.returns
-        return split
-
-    def split_losses(self, losses: dict, coefs: UpdateCoefficients) -> tuple[list[dict], list[UpdateCoefficients]]:
-        return per_seed(losses, len(self.seeds)), [
-            UpdateCoefficients(**c) for c in per_seed(asdict(coefs), len(self.seeds))
-        ]
-
-    def explained(self, batch: dict[str, Tensor]) -> list[float]:
-        # The critic's fit on each seed's rows, [S, ...], all seeds at once.
-        values, returns, valid = (batch[k].flatten(1) for k in ("values", "returns", "valid"))
-        return explained_variance(values, returns, valid, dim=-1)
-
-    def one_per_run(self, values: list) -> list:
-        return values
-
-    def by_run(self, runs_metrics: list[dict[str, float]]) -> dict[int, dict[str, float]]:
-        return dict(zip(self.seeds, runs_metrics))
-
-    def save_all(self, state: TrainState, envs: Any) -> Path:
-        return save_seed_checkpoints(
-            state, envs, self.seeds, self.seed_dirs, self.seeds_returns, self.config.run.keep_checkpoints
-        )
-
-    def all_solved(self) -> bool:
-        return False  # the seeds leave one by one (finish_solved), and the loop ends when none is left
-
-    @property
-    def training(self) -> bool:
-        return bool(self.seeds)
-
-    def finish_solved(self, state: TrainState, envs: Any, saved: bool) -> None:
-        done = [i for i, returns in enumerate(self.seeds_returns) if reached_stop_return(self.config.run, returns)]
+        """Let the members that reached --run.stop-return finish (``saved``: this iteration's
+        checkpoint is written already): their final checkpoint and agent; the others train on."""
+        done = [i for i, returns in enumerate(self.returns) if reached_stop_return(self.config.run, returns)]
         if not done:
             return
-        if not saved:  # those seeds are finished runs: their final checkpoint and agent
-            save_seed_checkpoints(
-                state, envs, self.seeds, self.seed_dirs, self.seeds_returns, self.config.run.keep_checkpoints, done
-            )
+        if not saved and self.out_dir is not None:
+            self.save(state, envs, done)
         for i in done:
-            self.logger.message(
-                f"seed {self.seeds[i]}: {stop_return_note(self.config.run, self.seeds_returns[i], state.global_step)}"
-            )
-            with writing(self.seed_dirs[i], "the agent in"):
-                self.finished.append(
-                    save_seed_agent(
-                        self.agent, i, self.seed_dirs[i], self.logger.loggers[i].history, self.seeds_returns[i]
-                    )
-                )
-            self.logger.loggers[i].close()
-        kept = [i for i in range(len(self.seeds)) if i not in done]
-        self.seeds = [self.seeds[i] for i in kept]
-        self.seed_dirs = [self.seed_dirs[i] for i in kept]
-        self.seeds_returns = [self.seeds_returns[i] for i in kept]
-        self.monitors = [self.monitors[i] for i in kept]
-        self.labels = [self.labels[i] for i in kept]
-        self.logger.loggers = [self.logger.loggers[i] for i in kept]
-        if kept:  # the stack trains on without them
+            self.message(f"{self.labels[i]}{stop_return_note(self.config.run, self.returns[i], state.global_step)}")
+            self.finished.append(self.member_agent(i))
+            self.loggers[i].close()
+        kept = [i for i in range(len(self.loggers)) if i not in done]
+        if kept:  # the population trains on without them
             self.keep(kept)
+        for name in ("seeds", "folders", "returns", "loggers", "monitors", "labels"):
+            values = getattr(self, name)
+            if values is not None:
+                setattr(self, name, [values[i] for i in kept])
+
+    def member_agent(self, index: int) -> Agent:
+        """Member ``index`` as its run's agent, saved into its folder (where this process writes);
+        a population of one's is the run's own agent."""
+        folder, history = self.folders[index], self.loggers[index].history
+        if not self.stacked:
+            agent = self.agent
+            agent.history = history
+        else:
+            assert folder is not None  # a stack's members each have one
+            agent = seed_agent(self.agent, index, folder, history, self.returns[index])
+        if folder is not None and self.out_dir is not None:
+            with writing(folder, "the agent in"):
+                agent.save(folder)
+        return agent
 
     def kept_note(self) -> str | None:
+        """The last good checkpoint, for an error that stops training."""
+        if self.seeds is None:
+            last_good = list_checkpoints(self.run_dir) if self.run_dir is not None else []
+            return str(last_good[-1]) if last_good else None
         # A stack's seeds stand together: each seed's checkpoint of the same iteration.
-        last_good = list_checkpoints(self.seed_dirs[0]) if self.seed_dirs else []
+        last_good = list_checkpoints(self.folders[0]) if self.folders and self.folders[0] else []
         if not last_good:
             return None
         return (
@@ -429,20 +337,34 @@ class SeedRuns(Runs):
             f"(fastppo train --resume {self.run_dir})"
         )
 
-    def result(self, iteration: int, interrupted_by: signal.Signals | None, world: World) -> list[Agent]:
-        if interrupted_by is not None:
+    def close(self) -> None:
+        for logger in (*self.loggers, *([self.progress] if self.progress else [])):
+            logger.close()
+
+    def result(self, iteration: int, interrupted_by: signal.Signals | None, world: World) -> Any:
+        """The trained agents, saved: a lone run's agent, or a stack's in the order its seeds were given."""
+        if interrupted_by is not None and self.out_dir is not None:
+            # plain print, after the progress bar is gone: one unwrapped line to copy
+            where = (
+                f"checkpoint saved in {self.saved}"
+                if self.seeds is None
+                else f"each seed checkpointed in {self.run_dir}/seed_<n>"
+            )
+            how = (
+                f"{world.relaunch}{self.resume}"
+                if self.seeds is None
+                else f"{self.resume} (or one seed alone: --resume {self.run_dir}/seed_<n>)"
+            )
             print(
-                f"fastppo: {interrupted_by.name}: stopped after iteration {iteration}, each seed checkpointed in "
-                f"{self.run_dir}/seed_<n>\nfastppo: resume the stack with: {self.resume} (or one seed alone: --resume "
-                f"{self.run_dir}/seed_<n>)",
+                f"fastppo: {interrupted_by.name}: stopped after iteration {iteration}, {where}\nfastppo: resume "
+                f"{'' if self.seeds is None else 'the stack '}with: {how}",
                 file=sys.stderr,
                 flush=True,
             )
-        with writing(self.run_dir, "the seeds' agents in"):
-            seed_agents = [
-                save_seed_agent(self.agent, i, d, seed_logger.history, r)
-                for i, (d, seed_logger, r) in enumerate(zip(self.seed_dirs, self.logger.loggers, self.seeds_returns))
-            ]
-        for seed_agent in seed_agents:
-            seed_agent.interrupted_by = interrupted_by
-        return sorted(self.finished + seed_agents, key=lambda a: self.given.index(a.config.run.seed))
+        agents = [self.member_agent(i) for i in range(len(self.loggers))]
+        for agent in agents:
+            agent.interrupted_by = interrupted_by
+        agents = self.finished + agents
+        if self.seeds is None:
+            return agents[0]
+        return sorted(agents, key=lambda a: self.given.index(a.config.run.seed))

@@ -27,24 +27,22 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 import gymnasium as gym
-import numpy as np
 import torch
 from torch import Tensor, nn
 
 from fastppo.agents.agent import Agent
 from fastppo.config import Config
-from fastppo.core.normalize import RewardScaler, RunningMeanStd
+from fastppo.core.normalize import RunningMeanStd
 from fastppo.envs.tensor import TensorEnv
 from fastppo.envs.vector import Episodes, VecEnv
 from fastppo.errors import FastPPOError
 from fastppo.policies import ActorCritic
 from fastppo.policies.population import SeedNoise, StackedActorCritic, seed_policy
 from fastppo.training.distributed import LONE, World
-from fastppo.training.logger import RunLogger
-from fastppo.training.optim import DEVICES, FusedAdam, Optimizer, adam_step
+from fastppo.training.optim import DEVICES, FusedAdam
 from fastppo.training.rollout import EnvCursor
 from fastppo.training.state import TrainState
 
@@ -54,7 +52,7 @@ if TYPE_CHECKING:
 
 class SeedMinibatches:
     """The update's minibatches for a stack of seeds, from each seed's rows ``[S, R, ...]``
-    (``RolloutBuffer.seed_batch(S)``), or a recurrent stack's env sequences ``[S, T, N, ...]``.
+    (``RolloutBuffer.batch(S)``), or a recurrent stack's env sequences ``[S, T, N, ...]``.
 
     Each seed does what its single run's update does: keep its valid rows (its reset rows out),
     shuffle them with its own generator (not at all for one minibatch), and cut them into
@@ -150,7 +148,7 @@ def check_seed_stack(config: Config) -> None:
     """What a stack of seeds cannot do, as one-line errors (each with the way out: one run per
     seed, on another backend; the policy's own limits are ``StackedActorCritic``'s).
     ``--target-kl`` and ``--objective kl`` work: each seed stops its epochs where its single run
-    would (``update.ppo_update``, ``SeedAdam``) and adapts its own beta (the trainer's ``kl_beta``,
+    would (``update.ppo_update``, ``optim.FusedAdam``'s members) and adapts its own beta (the trainer's ``kl_beta``,
     one per seed, in each seed's checkpoints)."""
     refused = {
         "--backend tensor (the seeds' envs are rows of one tensor env)": config.env.backend != "tensor",
@@ -194,9 +192,12 @@ def per_seed(values: dict[str, list[float] | float], seeds: int) -> list[dict[st
     ]
 
 
-def episodes_by_seed(episodes: Episodes, seeds: list[int], envs_per_seed: int) -> list[Episodes]:
-    """The finished episodes of each seed (by the env row they ran in)."""
-    split: list[Episodes] = [Episodes([], []) for _ in seeds]
+def episodes_by_seed(episodes: Episodes, members: int, envs_per_seed: int) -> list[Episodes]:
+    """The finished episodes of each member of a population (by the env row they ran in); a
+    population of one owns them all, as they are."""
+    if members == 1:
+        return [episodes]
+    split: list[Episodes] = [Episodes([], []) for _ in range(members)]
     for ret, length, row in zip(episodes.returns, episodes.lengths, episodes.rows or []):
         part = split[row // envs_per_seed]
         part.returns.append(ret)
@@ -248,130 +249,18 @@ def save_seed_agent(
     return agent
 
 
-class SeedLoggers:
-    """The trainer's logger for a stack: each seed's metrics to its own run folder's logger, and
-    one progress bar (its own logger without a folder) fed with the means over the seeds."""
-
-    def __init__(self, loggers: list[RunLogger], progress: RunLogger):
-        self.loggers, self.progress = loggers, progress
-        self.history = progress.history
-
-    def log(self, step: int, metrics: list[dict[str, float]]) -> None:
-        for logger, seed_metrics in zip(self.loggers, metrics):
-            logger.log(step, seed_metrics)
-        names = set.intersection(*(set(m) for m in metrics))
-        means = {name: float(np.mean([m[name] for m in metrics])) for name in names}
-        means["charts/SPS"] = means["charts/SPS"] * len(metrics)  # the stack's steps per second, all seeds
-        self.progress.log(step, means)
-
-    def message(self, text: str) -> None:
-        self.progress.message(text)
-
-    def close(self) -> None:
-        for logger in (*self.loggers, self.progress):
-            logger.close()
-
-
-class SeedAdam(FusedAdam):
-    """A stack's Adam: ``FusedAdam`` over the stack's one flat parameter (``[seeds * P]``,
-    seed-major), each seed's row an Adam of its own, stepped as its single run's FusedAdam steps its
-    flat parameter: as a tensor of its own (the fused kernel's rounding of an element depends on its
-    position in its tensor) with a step count of its own (``state["step"]`` is ``[seeds]``), so that
-    ``step(active)`` can leave out the seeds whose epochs ``--target-kl`` has stopped: their weights,
-    moments and bias correction stay as they are."""
-
-    def __init__(self, params: list[Tensor], seeds: int, lr: float, eps: float):
-        super().__init__(params, lr=lr, eps=eps)
-        self.seeds = seeds
-        self._rows: list[tuple[Tensor, ...]] | None = None
-
-    def step(self, active: list[bool] | None = None) -> None:
-        """One Adam step of every seed, or of the seeds ``active`` marks."""
-        with torch.no_grad():
-            rows = self._rows or self._split()
-            taken = rows if active is None else [row for row, going in zip(rows, active) if going]
-            adam_step(self.param_groups[0], *map(list, zip(*taken)))
-
-    def _split(self) -> list[tuple[Tensor, ...]]:
-        """Each seed's (weights, gradient, moments, step count): views of the stacked tensors, made
-        once (per state: ``load_state_dict`` replaces it)."""
-        (p,) = self.param_groups[0]["params"]
-        state = self._state(p)
-        rows = (t.view(self.seeds, -1).unbind() for t in (p, p.grad, state["exp_avg"], state["exp_avg_sq"]))
-        self._rows = list(zip(*rows, state["step"].unbind()))
-        return self._rows
-
-    def _state(self, p: Tensor) -> dict[str, Tensor]:
-        fresh = not self.state[p]
-        state = super()._state(p)
-        if fresh:
-            state["step"] = torch.zeros(self.seeds, dtype=torch.float32, device=p.device)
-        return state
-
-    def load_state_dict(self, state_dict: dict) -> None:
-        super().load_state_dict(state_dict)
-        self._rows = None
-
-    def keep(self, indices: list[int], param: Tensor) -> None:
-        """Keep only the seeds at ``indices``: their rows of the moments and step counts, now for
-        ``param`` (the stack's new ``flat``, ``StackedActorCritic.keep``)."""
-        group = self.param_groups[0]
-        (old,) = group["params"]
-        state = self.state.pop(old, {})
-        group["params"] = [param]
-        if state:
-            self.state[param] = {
-                slot: value[indices] if slot == "step" else value.view(self.seeds, -1)[indices].view_as(param)
-                for slot, value in state.items()
-            }
-        self.seeds = len(indices)
-        self._rows = None
-
-
-class _SeedOptimizer:
-    """Seed ``index``'s row of a stack's ``SeedAdam``, as the state dict its single run's optimizer
-    has (the stack's flat parameter row holds the seed's parameters in the single run's order)."""
-
-    def __init__(self, optimizer: SeedAdam, index: int):
-        self.optimizer, self.index = optimizer, index
-
-    def state_dict(self) -> dict:
-        state, seeds = self.optimizer.state_dict(), self.optimizer.seeds
-        rows = {
-            i: {
-                slot: (value[self.index] if slot == "step" else value.view(seeds, -1)[self.index]).clone()
-                for slot, value in slots.items()
-            }
-            for i, slots in state["state"].items()
-        }
-        return {"state": rows, "param_groups": state["param_groups"]}
-
-    @property
-    def param_groups(self) -> list[dict]:
-        """The groups with the seed's row of each (flat) parameter: what its single run optimizes."""
-        return [
-            {**group, "params": [p.view(self.optimizer.seeds, -1)[self.index] for p in group["params"]]}
-            for group in self.optimizer.param_groups
-        ]
-
-
-def _rng_key(generator: torch.Generator) -> str:
-    """The checkpoint key of the global RNG a seed's generator stands for in its single run."""
-    return "rng.torch" if generator.device.type == "cpu" else f"rng.cuda.{generator.device.index or 0}"
-
-
 def restore_seed_stack(state: TrainState, envs: VecEnv, checkpoints: list[Checkpoint]) -> list[list[float]]:
-    """Put each seed's checkpoint (as ``save_seed_checkpoints`` wrote it: its single run's) back into
-    its row of the stack: weights, Adam moments and step count, statistics, env rows and their
-    generator, a recurrent policy's live states, its generator, counters, kl_beta. The inverse of
-    ``save_seed_checkpoints``, so that ``fastppo train --resume RUN_DIR`` continues the whole stack
-    as it would have gone on. Returns each seed's recent
-    episode returns (a checkpoint keeps the last 100, as a single run's does)."""
-    from fastppo.training.checkpoint import check_fits_run, optimizer_from_tensors
+    """Put each seed's checkpoint (its slice of the stack's state, ``checkpoint.save_checkpoint``'s
+    ``member``: its single run's) back into its row of the stack: weights, Adam moments and step
+    count, statistics, env rows and their generator, a recurrent policy's live states, its
+    generator, counters, kl_beta. The inverse of saving each member, so that ``fastppo train
+    --resume RUN_DIR`` continues the whole stack as it would have gone on. Returns each seed's
+    recent episode returns (a checkpoint keeps the last 100, as a single run's does)."""
+    from fastppo.training.checkpoint import Member, check_fits_run, optimizer_from_tensors, rng_key
 
     assert isinstance(envs, TensorEnv)  # a stack's seeds are blocks of one tensor env
     for index, checkpoint in enumerate(checkpoints):  # every seed's, before anything is restored
-        check_fits_run(checkpoint, *_seed_run(state, envs, index))
+        check_fits_run(checkpoint, state, envs, Member(index, len(checkpoints)))
     stack = state.agent.policy
     assert isinstance(stack, StackedActorCritic)
     first, device = checkpoints[0], state.agent.device
@@ -391,7 +280,7 @@ def restore_seed_stack(state: TrainState, envs: VecEnv, checkpoints: list[Checkp
         state.agent.obs_rms.load_state_dict(
             {k: torch.stack([torch.as_tensor(p[k]) for p in parts]) for k in ("mean", "var", "count")}
         )
-    # SeedAdam's state: each seed's moments a row of the flat ones, its step count an entry of [seeds].
+    # The stack's Adam: each seed's moments a row of the flat ones, its step count an entry of [seeds].
     adam = {k: stacked(k).flatten() for k in first.tensors if k.startswith("optim.")}
     optimizer_from_tensors(state.optimizer, adam, first.param_groups)
     if state.reward_scaler is not None:
@@ -403,7 +292,7 @@ def restore_seed_stack(state: TrainState, envs: VecEnv, checkpoints: list[Checkp
             index, {k.removeprefix("env."): v for k, v in checkpoint.tensors.items() if k.startswith("env.")}
         )
         generator = stack.noise.generators[index]
-        generator.set_state(checkpoint.tensors[_rng_key(generator)])
+        generator.set_state(checkpoint.tensors[rng_key(generator)])
     mask, memory = (
         stacked(key).flatten(0, 1) if key in first.tensors else None for key in ("cursor.action_mask", "cursor.state")
     )
@@ -427,7 +316,7 @@ def keep_seeds(state: TrainState, envs: TensorEnv, indices: list[int]) -> None:
     from fastppo.training.optim import flatten_parameters
 
     stack, optimizer, kl_betas = state.agent.policy, state.optimizer, state.kl_beta
-    assert isinstance(stack, StackedActorCritic) and isinstance(optimizer, SeedAdam) and isinstance(kl_betas, list)
+    assert isinstance(stack, StackedActorCritic) and isinstance(optimizer, FusedAdam) and isinstance(kl_betas, list)
     seeds = stack.seeds
     stack.keep(indices)
     optimizer.keep(indices, flatten_parameters(stack))
@@ -450,67 +339,3 @@ def _cursor_rows(cursor: EnvCursor, pick: Callable[[Tensor], Tensor]) -> EnvCurs
         pick(cursor.valid),
         None if state is None else pick(state),
     )
-
-
-def _seed_run(state: TrainState, envs: TensorEnv, index: int) -> tuple[TrainState, TensorEnv, dict[str, Tensor]]:
-    """Seed ``index`` of a stack as its single run's state (its optimizer row, reward scaler, cursor
-    rows and kl_beta; the agent is still the stack's), envs and generator (as torch's RNG): what its
-    checkpoint holds."""
-    stack, optimizer, kl_betas = state.agent.policy, state.optimizer, state.kl_beta
-    assert isinstance(stack, StackedActorCritic) and isinstance(optimizer, SeedAdam) and isinstance(kl_betas, list)
-    rows = slice(index * envs.num_envs // stack.seeds, (index + 1) * envs.num_envs // stack.seeds)
-    scaler = None
-    if state.reward_scaler is not None:
-        scaler = RewardScaler(
-            rows.stop - rows.start, state.reward_scaler.gamma, state.reward_scaler.clip, state.agent.device
-        )
-        rms = state.reward_scaler.return_rms
-        assert isinstance(rms.count, Tensor)  # a stack's statistics: one count per seed
-        scaler.load_state_dict(
-            {
-                "return_rms.mean": rms.mean[index],
-                "return_rms.var": rms.var[index],
-                "return_rms.count": rms.count[index],
-                "discounted_return": state.reward_scaler.discounted_return[rows],
-            }
-        )
-    seed_state = replace(
-        state,
-        # only saved (or checked against a checkpoint): a checkpoint reads its param_groups and state_dict
-        optimizer=cast(Optimizer, _SeedOptimizer(optimizer, index)),
-        reward_scaler=scaler,
-        cursor=_cursor_rows(state.cursor, lambda t: t[rows]),
-        kl_beta=kl_betas[index],
-    )
-    generator = stack.noise.generators[index]
-    return seed_state, envs.seed_block(index), {_rng_key(generator): generator.get_state()}
-
-
-def save_seed_checkpoints(
-    state: TrainState,
-    envs: TensorEnv,
-    seeds: list[int],
-    seed_dirs: list[Path],
-    seeds_returns: list[list[float]],
-    keep: int,
-    indices: list[int] | None = None,
-) -> Path:
-    """Checkpoint each seed of a stack (or those at ``indices``) into its run folder as the
-    checkpoint of its single run (weights, Adam moments and step count, statistics, env rows and
-    their generator, its generator as torch's RNG, its kl_beta): ``fastppo train --resume
-    RUN_DIR/seed_<n>`` continues that seed alone, as its single run would. Each also names the
-    ``seeds`` of its stack: a resume stacks the same seeds again, and a stack's float rounding
-    depends on its width (so, bit for bit, does each seed's run). Returns the last folder written."""
-    from fastppo.training.checkpoint import save_checkpoint
-
-    saved: Path | None = None
-    scratch: ActorCritic | None = None  # one module takes each seed's weights in turn: written, not kept
-    for index in range(len(seed_dirs)) if indices is None else indices:
-        directory, returns = seed_dirs[index], seeds_returns[index]
-        agent = seed_agent(state.agent, index, directory, [], returns, scratch)
-        assert isinstance(agent.policy, ActorCritic)  # the seed's own policy, unstacked
-        scratch = agent.policy
-        seed_state, seed_envs, rng = _seed_run(state, envs, index)
-        saved = save_checkpoint(directory, replace(seed_state, agent=agent), seed_envs, keep, rng, {"stack": seeds})
-    assert saved is not None  # the stack saves at least one seed
-    return saved

@@ -25,7 +25,6 @@ from fastppo.env_ids import is_pettingzoo
 from fastppo.envs import make_vec_env
 from fastppo.envs.make import rollout_device
 from fastppo.envs.pettingzoo_vec import AgentSpaces
-from fastppo.envs.tensor import TensorEnv
 from fastppo.envs.turn_based import is_game
 from fastppo.envs.vector import HostCopies, VecEnv
 from fastppo.errors import FastPPOError
@@ -51,8 +50,8 @@ from fastppo.training.rollout import (
     rollout_targets,
     torch_threads,
 )
-from fastppo.training.runs import OnIteration, Runs, SeedRuns, SingleRun
-from fastppo.training.seed_stack import SeedLoggers, check_seed_stack, keep_seeds, restore_seed_stack, stacked_agent
+from fastppo.training.runs import OnIteration, Runs
+from fastppo.training.seed_stack import check_seed_stack, keep_seeds, restore_seed_stack, stacked_agent
 from fastppo.training.signals import StopRequest, during_start_up, lost_since
 from fastppo.training.state import TrainState, planned_iterations
 from fastppo.training.update import MinibatchStep, UpdateCoefficients, make_optimizer, ppo_update, set_learning_rate
@@ -230,41 +229,95 @@ def train_rank(
     on_start: Callable[[], None] | None = None,
     start_over: bool = False,
 ) -> Any:
-    """``train`` on ``device``, as one rank of ``world``; with ``seeds``, as a stack of those seeds
-    (``train_seed_stack``; ``checkpoint`` is then one per seed): the setup, then ``train_loop``."""
+    """``train`` on ``device``, as one rank of ``world``: a population of one run, or with ``seeds`` a
+    stack of those seeds (``train_seed_stack``; ``checkpoint`` is then one per seed, each member's):
+    the set-up, step by step, then ``train_loop``."""
     check_precision(config.policy.precision, device)  # before anything is written
     reuse_freed_memory()  # the update's large temporaries: no fresh page faults each time (fastppo.training.allocator)
     out_dir = run_dir if world.main else None  # where this process writes
-    stacked = seeds is not None
-    # What is resumed: a stack's checkpoints (one per seed), or a single run's.
     checkpoints = checkpoint if isinstance(checkpoint, list) else [] if checkpoint is None else [checkpoint]
-    run_checkpoint = None if isinstance(checkpoint, list) else checkpoint
-    seed_dirs: list[Path] = []
-    if seeds is not None:  # a stack: each seed a run of its own in run_dir/seed_<n>
-        assert run_dir is not None
-        seed_dirs = [run_dir / f"seed_{s}" for s in seeds]
-    directories = seed_dirs if stacked else [d for d in [out_dir] if d is not None]
-    for directory in directories if checkpoint is None else []:
-        check_no_run(directory, start_over)  # before anything is written to any of them
-    for directory, saved in zip(directories, checkpoints):
-        check_metrics_reach(directory, saved)  # a resume: its metrics.jsonl is whole
-    for directory in directories:
-        output_dir(directory, "the run directory")  # before a single step is spent
+    folders = member_folders(run_dir, out_dir, seeds)
+    check_folders([f for f in folders if f is not None], checkpoints, start_over)  # before anything is written
     if on_start is not None and world.main:
         on_start()
-    cfg = config.ppo
-    # Each rank its own envs and random streams; a resumed rank restarts them (the checkpoint holds rank 0's).
-    seed = world.seed(config.run.seed, config.env.num_envs, run_checkpoint.iteration if run_checkpoint else 0)
+    seed = start_random_streams(config, world, checkpoints, seeds, device)
+    collect_on = rollout_device(config.env, device)  # where the rollout lives: the CPU for numpy envs
+    envs = open_envs(config, collect_on, out_dir if seeds is None else None, world, len(seeds or [seed]))
+    state, normalize_obs, statistics, mask_dim = start_state(config, envs, device, collect_on, world, seed, seeds)
+    state.agent.run_dir = run_dir
+    # self-play: the learner's opponents, its past snapshots
+    state.league = make_league(config, envs, state.agent, seed)
+    # The checkpoint is checked whole and restored before the loggers rewind metrics.jsonl and
+    # TensorBoard and rewrite config.yaml: a damaged one leaves the run folder as it was.
+    try:
+        exact, returns = restore(state, envs, checkpoint, normalize_obs, statistics, world.restart_seed(seed), seeds)
+    except BaseException:
+        envs.close()
+        raise
+    training = Training(
+        config,
+        state,
+        envs,
+        world,
+        device,
+        collect_on,
+        normalize_obs,
+        statistics,
+        mask_dim,
+        config.rollout_threads(stacked=seeds is not None),
+    )
+    runs = open_runs(config, training, run_dir, out_dir, folders, checkpoints, returns, on_iteration, seeds)
+    for note in (restart_note(config, world) if not exact else None, gpu_note(device, envs, state.agent.policy)):
+        if note is not None:
+            runs.message(note)
+    if isinstance(envs, HostCopies):
+        envs.timer = training.timer  # numpy-backed envs time their host<->device copies ("copy")
+    return run(training, runs, run_dir is not None)
+
+
+def member_folders(run_dir: Path | None, out_dir: Path | None, seeds: list[int] | None) -> list[Path | None]:
+    """Each member's run folder: a lone run's (None where this process writes none: a torchrun rank
+    but 0, a run without a folder), a stack's seeds' ``run_dir/seed_<n>``."""
+    if seeds is None:
+        return [out_dir]
+    assert run_dir is not None  # a stack always writes its seeds' folders
+    return [run_dir / f"seed_{s}" for s in seeds]
+
+
+def check_folders(folders: list[Path], checkpoints: list[Checkpoint], start_over: bool) -> None:
+    """The members' folders, before anything is written to any of them: no other run's files there
+    (a fresh start), a resumed member's metrics.jsonl whole, each folder writable."""
+    for directory in folders if not checkpoints else []:
+        check_no_run(directory, start_over)
+    for directory, saved in zip(folders, checkpoints):
+        check_metrics_reach(directory, saved)
+    for directory in folders:
+        output_dir(directory, "the run directory")  # before a single step is spent
+
+
+def start_random_streams(
+    config: Config, world: World, checkpoints: list[Checkpoint], seeds: list[int] | None, device: torch.device
+) -> int:
+    """Seed the global RNGs, set torch's threads; the rank's seed. Each rank its own envs and random
+    streams; a resumed rank restarts them (the checkpoint holds rank 0's). A stack seeds each
+    member's streams itself (``seed_stack.stacked_agent``), from its first seed here."""
+    resumed = checkpoints[0].iteration if checkpoints and seeds is None else 0
+    seed = world.seed(config.run.seed, config.env.num_envs, resumed)
     seed_everything(seeds[0] if seeds is not None else seed, config.run.torch_deterministic)
-    torch.set_num_threads(config.intra_op_threads(stacked=stacked))
+    torch.set_num_threads(config.intra_op_threads(stacked=seeds is not None))
     if config.run.cudagraphs:
         check_cudagraphs(device)
-    collect_on = rollout_device(config.env, device)  # where the rollout lives: the CPU for numpy envs
-    video_dir = out_dir / "videos" if out_dir and not stacked else None
+    return seed
+
+
+def open_envs(config: Config, collect_on: torch.device, out_dir: Path | None, world: World, members: int) -> Any:
+    """The envs every member's rows step in (a stack's: a block of one tensor env per seed), checked
+    against the config; videos into ``out_dir`` (a lone run's) with --capture-video."""
+    video_dir = out_dir / "videos" if out_dir else None
     if video_dir is not None and config.env.capture_video:
         no_links(video_dir, "--capture-video's folder", inside=out_dir)
     envs = make_vec_env(
-        config.env, collect_on, video_dir=video_dir, multi_agent=config.multi_agent, seed_blocks=len(seeds or [seed])
+        config.env, collect_on, video_dir=video_dir, multi_agent=config.multi_agent, seed_blocks=members
     )
     try:
         if is_pettingzoo(config.env.env_id):  # a row per agent: the batch is known now (Config.validate left it)
@@ -274,12 +327,26 @@ def train_rank(
     except FastPPOError:
         envs.close()
         raise
-    if seeds is not None:  # a stack's envs: a block of one tensor env per seed (check_seed_stack)
-        assert isinstance(envs, TensorEnv)
-        first = envs.reset(seed=seeds)
-        agent = stacked_agent(config, envs.single_observation_space, envs.single_action_space, device, seeds)
-    else:
-        first = envs.reset(seed=seed)
+    return envs
+
+
+def start_state(
+    config: Config,
+    envs: Any,
+    device: torch.device,
+    collect_on: torch.device,
+    world: World,
+    seed: int,
+    seeds: list[int] | None,
+) -> tuple[TrainState, ObservationNormalizer, SyncedStatistics | Unsynced, int | None]:
+    """The population's first state on the envs' first rows: its agent (a single run's plain
+    ``ActorCritic``; a stack's ``StackedActorCritic``, a block of the tensor env per seed:
+    ``check_seed_stack``), the optimizer, the statistics (per member), the cursor, PPO-KL's beta
+    per member. Also the observation normaliser, the statistics every rank merges and the action
+    mask's width."""
+    cfg = config.ppo
+    first = envs.reset(seed=seed if seeds is None else seeds)
+    if seeds is None:
         agent = build_agent(
             config,
             envs.single_observation_space,
@@ -288,15 +355,15 @@ def train_rank(
             envs.layout,
             statistics_device=collect_on,
         )
-    agent.run_dir = run_dir
+    else:
+        agent = stacked_agent(config, envs.single_observation_space, envs.single_action_space, device, seeds)
     agent.action_masks = first.action_mask is not None
     if isinstance(spaces := getattr(envs, "spaces", None), AgentSpaces):  # agent.act on PettingZoo's own observations
         agent.pettingzoo = PettingZooAgents.of(spaces)
     normalize_obs = ObservationNormalizer(agent.obs_rms, config.env.clip_obs)
+    groups = None if seeds is None else len(seeds)
     reward_scaler = (
-        RewardScaler(
-            envs.num_envs, cfg.gamma, config.env.clip_reward, collect_on, groups=None if seeds is None else len(seeds)
-        )
+        RewardScaler(envs.num_envs, cfg.gamma, config.env.clip_reward, collect_on, groups=groups)
         if config.env.normalize_reward
         else None
     )
@@ -318,72 +385,91 @@ def train_rank(
             state=fresh_state(agent.policy, envs.num_envs, collect_on),
             open=open_decisions,
         ),
-        kl_beta=[cfg.kl_beta] * len(seeds) if seeds is not None else cfg.kl_beta,
+        kl_beta=cfg.kl_beta if groups is None else [cfg.kl_beta] * groups,
         world_size=world.size,
     )
-    state.league = make_league(config, envs, agent, seed)  # self-play: the learner's opponents, its past snapshots
-    seeds_returns: list[list[float]] = [[] for _ in seeds or []]  # a stack's finished episodes, per seed
-    # The checkpoint is checked whole and restored before the logger rewinds metrics.jsonl and
-    # TensorBoard and rewrites config.yaml: a damaged one leaves the run folder as it was.
+    return state, normalize_obs, statistics, mask_dim
+
+
+def restore(
+    state: TrainState,
+    envs: Any,
+    checkpoint: Checkpoint | list[Checkpoint] | None,
+    normalize_obs: ObservationNormalizer,
+    statistics: SyncedStatistics | Unsynced,
+    fresh_seed: int | None,
+    seeds: list[int] | None,
+) -> tuple[bool, list[list[float]]]:
+    """Put a resumed population into its checkpoints' state (a stack's: one per seed); whether its
+    envs were restored exactly, and each member's recent episode returns."""
+    if isinstance(checkpoint, list):
+        return True, restore_seed_stack(state, envs, checkpoint)
     exact = True
-    try:
-        if isinstance(checkpoint, list):
-            seeds_returns = restore_seed_stack(state, envs, checkpoint)
-        elif checkpoint is not None:
-            exact = restore_train_state(state, envs, checkpoint, normalize_obs, fresh_seed=world.restart_seed(seed))
-            statistics.rebase()  # the checkpoint's, on every rank
-    except BaseException:
-        envs.close()
-        raise
-    newest = checkpoints[0].path if checkpoints else None
-    training = Training(
-        config,
-        state,
-        envs,
-        world,
-        device,
-        collect_on,
-        normalize_obs,
-        statistics,
-        mask_dim,
-        config.rollout_threads(stacked=stacked),
-    )
-    # the bar's 100%: --total-timesteps rounded down to whole batches
-    planned = training.num_iterations * training.steps_per_iteration
-    logger: SeedLoggers | RunLogger
-    if seeds is not None:  # one run folder per seed, one progress bar for them all
-        assert run_dir is not None
-        seed_checkpoints: list[Checkpoint | None] = [*checkpoints] if checkpoints else [None] * len(seeds)
-        logger = SeedLoggers(
-            [
-                open_logger(replace(config, run=replace(config.run, seed=s, progress=False)), d, c, planned)
-                for s, d, c in zip(seeds, seed_dirs, seed_checkpoints)
-            ],
-            RunLogger(None, planned, False, config.run.progress),
-        )
-        runs: Runs = SeedRuns(
-            config, agent, logger, run_dir, seeds, seeds_returns, on_iteration, newest, training.keep_runs
-        )
+    if checkpoint is not None:
+        exact = restore_train_state(state, envs, checkpoint, normalize_obs, fresh_seed=fresh_seed)
+        statistics.rebase()  # the checkpoint's, on every rank
+    # A single run's returns are its agent's (restored above); a fresh stack's seeds have none yet.
+    return exact, [state.agent.episode_returns] if seeds is None else [[] for _ in seeds]
+
+
+def open_runs(
+    config: Config,
+    training: Training,
+    run_dir: Path | None,
+    out_dir: Path | None,
+    folders: list[Path | None],
+    checkpoints: list[Checkpoint],
+    returns: list[list[float]],
+    on_iteration: OnIteration | None,
+    seeds: list[int] | None,
+) -> Runs:
+    """The population's runs: a logger per member into its folder (on resume, each rewound to its
+    checkpoint), with a stack's one progress bar, fed the means over its seeds."""
+    planned = training.num_iterations * training.steps_per_iteration  # the bar's 100%: whole batches
+    world, envs = training.world, training.envs
+    if seeds is None:
+        loggers = [
+            open_logger(
+                config,
+                out_dir,
+                checkpoints[0] if checkpoints else None,
+                planned,
+                quiet=not world.main,
+                summary=progress_summary(envs),
+            )
+        ]
+        progress = None
     else:
-        logger = open_logger(
-            config, out_dir, run_checkpoint, planned, quiet=not world.main, summary=progress_summary(envs)
-        )
-        runs = SingleRun(config, agent, logger, run_dir, out_dir, on_iteration, newest)
-    if not exact:
-        logger.message(
+        member_checkpoints: list[Checkpoint | None] = [*checkpoints] if checkpoints else [None] * len(seeds)
+        loggers = [
+            open_logger(replace(config, run=replace(config.run, seed=s, progress=False)), d, c, planned)
+            for s, d, c in zip(seeds, folders, member_checkpoints)
+        ]
+        progress = RunLogger(None, planned, False, config.run.progress)
+    newest = checkpoints[0].path if checkpoints else None
+    agent, keep = training.state.agent, training.keep_runs
+    return Runs(config, agent, loggers, run_dir, out_dir, folders, returns, on_iteration, newest, seeds, progress, keep)
+
+
+def restart_note(config: Config, world: World) -> str:
+    """What a resume that could not restore the envs exactly restarts."""
+    if world.size > 1:
+        return (
             "[yellow]note:[/] under torchrun every rank restarts fresh episodes and random streams (the checkpoint "
             "holds rank 0's); weights, optimizer, statistics and counters are restored exactly"
-            if world.size > 1
-            else f"[yellow]note:[/] {config.env.env_id} ({config.env.backend} backend) cannot be snapshot: its envs "
-            "restart fresh episodes; weights, optimizer, statistics, counters and RNGs are restored exactly"
         )
-    if isinstance(envs, HostCopies):
-        envs.timer = training.timer  # numpy-backed envs time their host<->device copies ("copy")
-    note = gpu_note(device, envs, agent.policy)
-    if note is not None:
-        logger.message(note)
+    return (
+        f"[yellow]note:[/] {config.env.env_id} ({config.env.backend} backend) cannot be snapshot: its envs "
+        "restart fresh episodes; weights, optimizer, statistics, counters and RNGs are restored exactly"
+    )
+
+
+def run(training: Training, runs: Runs, stoppable: bool) -> Any:
+    """``train_loop`` until the end, a signal (``stoppable``: a run with a folder; it checkpoints
+    and ends) or an error (it names the last good checkpoint); the runs' agents, saved."""
+    state, envs, agent = training.state, training.envs, training.state.agent
     try:
-        with StopRequest(enabled=run_dir is not None, world=world) as stop:
+        with StopRequest(enabled=stoppable, world=training.world) as stop:
             train_loop(training, runs, stop)
             # A signal during the last iteration stopped nothing: the run is finished, not interrupted
             # (so is one whose runs all reached --stop-return).
@@ -399,7 +485,7 @@ def train_rank(
     finally:
         runs.close()
         envs.close()
-    return runs.result(state.iteration, agent.interrupted_by, world)
+    return runs.result(state.iteration, agent.interrupted_by, training.world)
 
 
 class Training:
@@ -462,7 +548,8 @@ class Training:
         return rollout_targets(self.buf, last_value, self.config.ppo.gamma, self.config.ppo.gae_lambda)
 
     def keep_runs(self, indices: list[int]) -> None:
-        """A stack trains on with the seeds at ``indices``: what holds the old parameter is rebuilt."""
+        """A stack trains on with the seeds at ``indices`` (a population of one never keeps fewer:
+        its one member's leaving ends the loop): what holds the old parameter is rebuilt."""
         keep_seeds(self.state, self.envs, indices)
         self.build()
 

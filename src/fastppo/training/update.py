@@ -24,7 +24,7 @@ from fastppo.training.cuda_graphs import COMPILE_MODE, capture_graph, check_cuda
 from fastppo.training.distributed import LONE, World
 from fastppo.training.optim import FusedAdam, Optimizer, flatten_parameters, fused_adam_available
 from fastppo.training.rollout import TrainedPolicy
-from fastppo.training.seed_stack import SeedAdam, SeedMinibatches
+from fastppo.training.seed_stack import SeedMinibatches
 
 MINIBATCH_KEYS = (
     "obs",
@@ -61,10 +61,10 @@ def make_optimizer(
     use costs a fresh process). With ``cudagraphs`` the step counter lives on the GPU
     (``capturable``) so that a captured step can be replayed: ``torch.optim.Adam`` does that. (A
     tensor lr would avoid recapturing when the lr schedule moves, but would not survive the JSON
-    checkpoint of the param groups.) A stack of seeds gets one Adam per seed (``SeedAdam``).
+    checkpoint of the param groups.) A stack of seeds gets one Adam per seed (``FusedAdam``'s ``members``).
     """
     if isinstance(policy, StackedActorCritic):
-        return SeedAdam([flatten_parameters(policy)], policy.seeds, lr=lr, eps=eps)
+        return FusedAdam([flatten_parameters(policy)], lr=lr, eps=eps, members=policy.seeds)
     capturable = cudagraphs and device.type == "cuda"
     if not capturable and fused_adam_available(device):
         return FusedAdam([flatten_parameters(policy)], lr=lr, eps=eps)
@@ -217,7 +217,7 @@ class MinibatchStep:
         if active is None:
             self.optimizer.step()
         else:  # a stack's seeds that have stopped sit the step out
-            assert isinstance(self.optimizer, SeedAdam)
+            assert isinstance(self.optimizer, FusedAdam)
             self.optimizer.step(active)
         return metrics
 
@@ -265,7 +265,7 @@ def ppo_update(
 
     A stack of seeds (``StackedActorCritic``) returns a list per metric, one value per seed, and
     each seed stops where its single run would: once target_kl has stopped a seed, it sits out the
-    remaining steps (no Adam step, no count of its own: ``SeedAdam``) and its means are over the
+    remaining steps (no Adam step, no count of its own: ``FusedAdam``'s ``members``) and its means are over the
     steps it took, while the others go on.
 
     ``step`` is the minibatch step to use (compiled / CUDA-graph one from the trainer); eager by
