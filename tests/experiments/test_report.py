@@ -118,6 +118,19 @@ def test_runs_are_grouped_by_config_and_a_folder_stands_for_its_runs(root):
     assert [s.config for s in collect([root / "lr-2"], reps=20)] == ["only config"]
 
 
+def test_a_run_written_before_a_field_was_added_groups_with_a_newer_run_of_its_settings(root, tmp_path):
+    """An older folder lacks the fields added since (FIELDS_ADDED): it trained with their defaults,
+    so it is the same config as a newer run, not a group of its own."""
+    runs = tmp_path / "runs"
+    shutil.copytree(root / "lr-2", runs)
+    config = runs / "s1" / "config.yaml"
+    text = config.read_text()
+    older = "".join(line for line in text.splitlines(keepends=True) if not line.startswith("  precision:"))
+    assert older != text
+    config.write_text(older)
+    assert [(s.config, s.seeds) for s in collect([runs], reps=10)] == [("only config", [1, 2])]
+
+
 def test_the_steps_column_spans_runs_that_ended_apart():
     def runs(*ends: int) -> list[Run]:
         return [Run(Path(f"s{i}"), {"run.seed": i}, [{"global_step": end}]) for i, end in enumerate(ends)]

@@ -85,7 +85,9 @@ def read_run(path: str | Path) -> Run:
             config = read_config(path / CONFIG_FILE)
         else:
             config = json.loads((path / AGENT_FILE).read_text())["config"]
-            Config.from_dict(config)  # whole, as read_config checks config.yaml
+        # Whole, as read_config checks config.yaml; a field added since the run was written reads as
+        # the default it trained with, so that the run groups with a newer one of the same settings.
+        config = Config.from_dict(config).to_dict()
         flat = {f"{section}.{key}": value for section, values in config.items() for key, value in values.items()}
         records = read_metrics(path / "metrics.jsonl")
     except FileNotFoundError as exc:
