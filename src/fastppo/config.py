@@ -78,9 +78,10 @@ class MultiAgentConfig:
     state() (the agents' observations concatenated when the env has none)."""
     agent_ids: bool = True
     """Append a one-hot agent id to each agent's observation, so the shared policy can tell the agents apart."""
-    policies: Literal["shared", "group"] = "shared"
+    policies: Literal["shared", "group", "seat"] = "shared"
     """shared: one policy for all agents; group: one per agent group, agents grouped by name without the trailing
-    _<n> (adversary_0, adversary_1 | agent_0)."""
+    _<n> (adversary_0, adversary_1 | agent_0); seat: one per agent, e.g. each seat of a turn-based game whose seats
+    differ (the self-play pool then snapshots and plays whole per-seat sets)."""
     pad: bool = False
     """Agents with different observation sizes or numbers of discrete actions: pad observations with zeros and mask
     the missing actions (else such envs are refused)."""
@@ -502,9 +503,10 @@ class Config:
             raise FastPPOError(
                 "--capture-video does not record PettingZoo envs: record the trained run with 'fastppo record RUN_DIR'"
             )
-        if self.multi_agent.policies == "group" and not self.multi_agent.agent_ids:
+        if self.multi_agent.policies != "shared" and not self.multi_agent.agent_ids:
             raise FastPPOError(
-                "--multi-agent.policies group reads each row's group from its agent id: drop --multi-agent.no-agent-ids"
+                f"--multi-agent.policies {self.multi_agent.policies} reads each row's policy from its agent id: drop "
+                "--multi-agent.no-agent-ids"
             )
         if self.multi_agent.algorithm == "mappo" and self.policy.shared_trunk:
             raise FastPPOError(
