@@ -144,11 +144,8 @@ class SeatedPlayers:
         if set(seated) != set(envs.agents):
             raise ValueError(f"seat a player at each of {envs.agents}, not at {sorted(seated)}")
         self.envs, self.seated = envs, seated
-        self.history: list[list[int]] = [[] for _ in envs.envs]
-        """Each copy's moves so far in its game, both seats', in order."""
 
     def new_game(self, copy: int) -> np.ndarray:
-        self.history[copy] = []
         return np.zeros(len(self.envs.agents), dtype=bool)  # the learner plays no seat
 
     def act(self, copies: np.ndarray, rows: np.ndarray, masks: np.ndarray | None) -> np.ndarray:
@@ -157,12 +154,11 @@ class SeatedPlayers:
     def _move(self, copy: int) -> int:
         env = self.envs.envs[copy]
         seat = env.agent_selection
-        player, history = self.seated[seat], self.history[copy]
-        action = player.act(env, seat, history)
+        player = self.seated[seat]
+        action = player.act(env, seat, self.envs.history[copy])  # the env records each move played
         legal = legal_actions(env, seat)
         if action not in legal:
             raise ValueError(f"{player.name} played {action} as {seat}, an illegal move (legal: {legal.tolist()})")
-        history.append(action)
         return action
 
     def game_over(self, copy: int, returns: np.ndarray) -> None:
