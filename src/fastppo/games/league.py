@@ -111,8 +111,6 @@ def check_league(config: Config, envs: VecEnv, processes: int) -> None:
             f"--self-play.fixed-opponents play one seat against the learner in the other, and this game has {seats} "
             "seats: drop them"
         )
-    for spec in sp.fixed_opponents if turn_based else ():
-        fixed_player(spec, config.env.env_id, flag="--self-play.fixed-opponents")
     if sp.exploitability_every:
         try:
             scored_game(config.env.env_id)
