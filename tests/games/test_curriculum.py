@@ -138,11 +138,6 @@ TINY_CLI = ["--env.num-envs", "2", "--ppo.num-steps", "8", "--ppo.total-timestep
             "--self-play.fixed-opponents minimax: minimax plays pz:pettingzoo.classic.tictactoe_v3 only",
         ),
         (
-            [TICTACTOE, "--self-play.fixed-opponents", "tests/support/fake_pz_envs.py:FirstLegal"]
-            + ["--self-play.fixed-share", "0.3"],
-            "a player class of yours plays in fastppo eval RUN_DIR --opponent",
-        ),
-        (
             ["pz:tests.support.fake_pz_envs:race", "--env-kwargs", '{"seats": 3}']
             + ["--self-play.fixed-opponents", "random", "--self-play.fixed-share", "0.3"],
             "--self-play.fixed-opponents play one seat against the learner in the other, and this game has 3 seats",
@@ -162,7 +157,6 @@ TINY_CLI = ["--env.num-envs", "2", "--ppo.num-steps", "8", "--ppo.total-timestep
         "schedule-unknown",
         "mcts-0",
         "minimax-off-tictactoe",
-        "user-class",
         "three-seats",
         "parallel-env",
     ],
@@ -174,3 +168,25 @@ def test_bad_curriculum_input_is_one_line_and_exit_2(tmp_path, capsys, argv, mes
     assert len(err.splitlines()) == 1 and err.startswith("fastppo: error: "), err
     assert message in err, err
     assert not run.exists()
+
+
+def test_a_player_class_of_yours_trains_from_the_command_line_and_resumes_only_when_named_again(tmp_path, capsys):
+    run, spec = tmp_path / "run", "tests/support/fake_pz_envs.py:FirstLegal"
+    mine = ["--self-play.fixed-opponents", spec]
+    assert main(["train", TICTACTOE, *mine, "--self-play.fixed-share", "1", *TINY_CLI, "--run-dir", str(run)]) == 0
+    logged = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert all(f"self_play/loss_vs_{spec}" in m for m in logged)  # every game against it
+    before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    capsys.readouterr()
+    assert main(["train", "--resume", str(run), "--ppo.total-timesteps", "64"]) == 2
+    err = capsys.readouterr().err
+    assert (
+        len(err.splitlines()) == 1
+        and (
+            f"plays your code '{spec}' (--self-play.fixed-opponents), and fastppo never imports code that a run folder "
+            f"names: if you trust it, name it yourself: fastppo train --resume {run} --self-play.fixed-opponents {spec}"
+        )
+        in err
+    ), err
+    assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
+    assert main(["train", "--resume", str(run), "--ppo.total-timesteps", "64", *mine]) == 0

@@ -18,10 +18,10 @@ from fastppo.games.players import AgentPlayer, Player, player_from_spec
 
 def fixed_player(spec: str, env_id: str, seed: int = 0, flag: str = "--self-play.eval-opponents") -> Player:
     """The fixed player ``flag`` (--self-play.eval-opponents, --self-play.fixed-opponents) names
-    (``player_from_spec``: not a class of the user's, as the run's config names it and a resumed
-    run never imports code its folder names), or a one-line FastPPOError (mcts:0, minimax off
+    (``player_from_spec``: a class of the user's too, once a resume has checked that the command
+    line names it, ``check_folder_players``), or a one-line FastPPOError (mcts:0, minimax off
     tic-tac-toe, ...)."""
-    return player_from_spec(spec, env_id, seed, flag=flag, user_code=False)
+    return player_from_spec(spec, env_id, seed, flag=flag)
 
 
 class FixedPlayerGames:
