@@ -4,6 +4,9 @@ and plays the whole per-seat set; eval, save, load and resume as with one shared
 
 from __future__ import annotations
 
+import json
+import shutil
+
 import pytest
 import torch
 
@@ -13,12 +16,15 @@ from fastppo.policies import ActorCritic
 from fastppo.policies.population import GroupedActorCritic
 from fastppo.training.resume import resume_config
 from fastppo.training.trainer import train
-from tests.support.resume import ITERATIONS, assert_same_run, stop_after
+from tests.support.fixtures.pinned.make_pinned import differences
+from tests.support.paths import SUPPORT
+from tests.support.resume import ITERATIONS, assert_same_run, metrics, stop_after
 
 pytestmark = pytest.mark.games
 
 TICTACTOE = "pz:pettingzoo.classic.tictactoe_v3"
 RUN = {"num_envs": 2, "num_minibatches": 2, "update_epochs": 2, "progress": False, "tensorboard": False}
+OLD_GAMES = SUPPORT / "fixtures" / "old_games"
 SHORT = RUN | {"num_steps": 7, "total_timesteps": ITERATIONS * 2 * 7, "checkpoint_every": 0}
 SEATS = SHORT | {
     "multi_agent.policies": "seat",
@@ -67,10 +73,19 @@ def test_stop_and_resume_with_per_seat_networks_and_a_pool_equals_one_go(tmp_pat
     assert_same_run(tmp_path / "one_go", tmp_path / "split")
 
 
-def test_a_shared_policy_games_run_folder_loads_as_it_was(tmp_path):
-    train(fastppo.make_config(TICTACTOE, "cleanrl-discrete", SHORT), tmp_path / "shared")
-    agent = fastppo.load(tmp_path / "shared")
+def test_a_shared_policy_games_run_folder_loads_and_resumes_as_it_did(tmp_path):
+    """A tic-tac-toe run with a pool, written before per-seat networks, curricula and the envs'
+    move histories (its config, league and env snapshot without them), loads as one network and
+    resumes to the metrics the fastppo that wrote it resumed to."""
+    pinned = json.loads((OLD_GAMES / "tictactoe_pool.json").read_text())
+    run = tmp_path / "tictactoe_pool"
+    shutil.copytree(OLD_GAMES / "tictactoe_pool", run)
+    agent = fastppo.load(run)
     assert agent.config.multi_agent.policies == "shared" and type(agent.policy) is ActorCritic
+    total = str(pinned["resume_total_timesteps"])
+    assert main(["train", "--resume", str(run), "--ppo.total-timesteps", total, "--run.progress", "false"]) == 0
+    found = differences("metrics", pinned["metrics"], metrics(run), 1e-5, 1e-6)
+    assert not found, "\n".join(found[:20])
 
 
 def test_per_seat_networks_need_agent_ids(capsys):
