@@ -480,7 +480,7 @@ def make_league(config: Config, envs: VecEnv, learner: Agent, seed: int) -> NoLe
         seed,
         config.env.env_id,
         config.env.env_kwargs,
-        envs if isinstance(envs, TurnBasedVecEnv) else None,
+        cast(TurnBasedVecEnv, envs) if is_game(envs) else None,
         config.num_iterations,
     )
     cast(TurnBasedVecEnv | PettingZooVecEnv, envs).opponents = league  # the envs that ask Opponents
