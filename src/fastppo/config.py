@@ -78,9 +78,10 @@ class MultiAgentConfig:
     state() (the agents' observations concatenated when the env has none)."""
     agent_ids: bool = True
     """Append a one-hot agent id to each agent's observation, so the shared policy can tell the agents apart."""
-    policies: Literal["shared", "group"] = "shared"
+    policies: Literal["shared", "group", "seat"] = "shared"
     """shared: one policy for all agents; group: one per agent group, agents grouped by name without the trailing
-    _<n> (adversary_0, adversary_1 | agent_0)."""
+    _<n> (adversary_0, adversary_1 | agent_0); seat: one per agent, e.g. each seat of a turn-based game whose seats
+    differ (the self-play pool then snapshots and plays whole per-seat sets)."""
     pad: bool = False
     """Agents with different observation sizes or numbers of discrete actions: pad observations with zeros and mask
     the missing actions (else such envs are refused)."""
@@ -109,6 +110,15 @@ class SelfPlayConfig:
     random_share: float = 0.0
     """Turn-based games: share of games against uniform legal moves (the learner's seat alone trained), so that
     positions its own play never reaches are seen too; drawn before the latest/pool split."""
+    fixed_opponents: tuple[str, ...] = ()
+    """Turn-based games: fixed players a share of training games is played against, one drawn uniformly per game
+    (the learner's seat alone trained, rated against the player's fixed rating): random, mcts:N, minimax
+    (tic-tac-toe), the run folder of an agent of this game; drawn before --self-play.random-share."""
+    fixed_share: float = 0.0
+    """Share of training games against --self-play.fixed-opponents at the start of training."""
+    fixed_schedule: Literal["constant", "linear"] = "constant"
+    """constant: fixed-share throughout; linear: from fixed-share down to 0 at the end of training (a curriculum
+    that leaves the fixed players behind)."""
     eval_every: int = 0
     """Iterations between rated evaluation games against fixed players (0: none); ratings are logged under ratings/."""
     eval_games: int = 20
@@ -473,7 +483,7 @@ class Config:
         for name in ("pool_size", "eval_every", "exploitability_every"):
             if getattr(sp, name) < 0:
                 raise FastPPOError(f"--self-play.{name.replace('_', '-')} must be 0 or more, got {getattr(sp, name)}")
-        for name in ("latest_share", "random_share"):
+        for name in ("latest_share", "random_share", "fixed_share"):
             if not 0.0 <= getattr(sp, name) <= 1.0:
                 raise FastPPOError(f"--self-play.{name.replace('_', '-')} must be in [0, 1], got {getattr(sp, name)}")
         if sp.pool_size == 0 and (
@@ -483,6 +493,19 @@ class Config:
             raise FastPPOError(
                 f"{flags} {'needs' if len(unused) == 1 else 'need'} a pool, and --self-play.pool-size is 0: give "
                 f"--self-play.pool-size N (N >= 1), or drop {'it' if len(unused) == 1 else 'them'}"
+            )
+        if bool(sp.fixed_share) != bool(sp.fixed_opponents):
+            raise FastPPOError(
+                "--self-play.fixed-share needs fixed players to play: give --self-play.fixed-opponents, e.g. "
+                "random,mcts:10"
+                if sp.fixed_share
+                else "--self-play.fixed-opponents are played in a share of the games: give --self-play.fixed-share, "
+                "e.g. 0.3 (and --self-play.fixed-schedule linear to let it fall to 0 over training)"
+            )
+        if sp.fixed_schedule != "constant" and not sp.fixed_share:
+            raise FastPPOError(
+                f"--self-play.fixed-schedule {sp.fixed_schedule} schedules --self-play.fixed-share, which is 0: give "
+                "--self-play.fixed-share, or drop it"
             )
         if sp.eval_every and not sp.eval_opponents:
             raise FastPPOError(
@@ -502,9 +525,10 @@ class Config:
             raise FastPPOError(
                 "--capture-video does not record PettingZoo envs: record the trained run with 'fastppo record RUN_DIR'"
             )
-        if self.multi_agent.policies == "group" and not self.multi_agent.agent_ids:
+        if self.multi_agent.policies != "shared" and not self.multi_agent.agent_ids:
             raise FastPPOError(
-                "--multi-agent.policies group reads each row's group from its agent id: drop --multi-agent.no-agent-ids"
+                f"--multi-agent.policies {self.multi_agent.policies} reads each row's policy from its agent id: drop "
+                "--multi-agent.no-agent-ids"
             )
         if self.multi_agent.algorithm == "mappo" and self.policy.shared_trunk:
             raise FastPPOError(
@@ -546,6 +570,9 @@ FIELDS_ADDED = (
     "self_play.exploitability_every",
     "policy.board_channels",
     "policy.board_blocks",
+    "self_play.fixed_opponents",
+    "self_play.fixed_share",
+    "self_play.fixed_schedule",
 )
 """Fields added to a section after run folders were first written: a folder without one trained
 with its default (e.g. fp32 before --policy.precision)."""

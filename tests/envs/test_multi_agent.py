@@ -499,7 +499,7 @@ def test_group_policies_need_agent_ids(capsys):
         )
         == 2
     )
-    assert "reads each row's group from its agent id" in capsys.readouterr().err
+    assert "reads each row's policy from its agent id" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("algorithm", ["ippo", "mappo"])

@@ -5,12 +5,15 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import matplotlib.figure
 import matplotlib.image as mpimg
+import numpy as np
 import pytest
 
 import fastppo
 from fastppo.cli.main import main
 from fastppo.experiments.plot import group_runs, read_run
+from fastppo.games.ratings import START_RATING, ordinal
 
 
 @pytest.fixture(scope="module")
@@ -171,3 +174,35 @@ def test_an_openspiel_run_plots_its_exploitability_beside_the_return(tmp_path, m
     assert "openskill rating (mu - 3 sigma)" in drawn  # a pool's ratings, and beside them:
     [line] = drawn["exploitability (OpenSpiel's, per game)"]  # the logged figures, unsmoothed, first to last
     assert line[0] == pytest.approx(logged[0]) and line[-1] == pytest.approx(logged[-1]) and len(logged) == 4
+
+
+@pytest.mark.games
+def test_a_run_against_fixed_players_plots_its_anchored_ratings_and_win_rates(tmp_path, monkeypatch):
+    """Ratings: the learner's moves, each fixed player's stays at its start (the anchor); win
+    rates: the evaluation games' against random, as logged, and the curriculum's games' against
+    minimax (never won)."""
+    run = tmp_path / "ttt"
+    agent = fastppo.train(
+        "pz:pettingzoo.classic.tictactoe_v3", run_dir=run, total_timesteps=1024, num_envs=4, num_steps=64,
+        progress=False, tensorboard=False,
+        **{"self_play.fixed_opponents": "minimax", "self_play.fixed_share": 0.5, "self_play.eval_every": 1,
+           "self_play.eval_games": 4},
+    )  # fmt: skip
+    drawn: dict[str, dict[str, np.ndarray]] = {}
+    monkeypatch.setattr(
+        matplotlib.figure.Figure,
+        "savefig",
+        lambda fig, *a, **k: drawn.update(
+            {ax.get_title(): {line.get_label(): line.get_ydata() for line in ax.lines} for ax in fig.axes}
+        ),
+    )
+    assert main(["plot", str(run), "--out", str(tmp_path / "p.png"), "--smooth", "1"]) == 0
+    ratings, wins = drawn["openskill rating (mu - 3 sigma)"], drawn["win rate against each fixed player"]
+    (minimax,) = (line for label, line in ratings.items() if label.endswith(": minimax"))
+    (learner,) = (line for label, line in ratings.items() if label.endswith(": learner"))
+    assert np.all(minimax == ordinal(START_RATING)) and np.ptp(learner) > 0
+    (random,) = (line for label, line in wins.items() if label.endswith(": random (evaluation)"))
+    logged = [row["eval/random/win_rate"] for row in agent.history]
+    assert random[0] == pytest.approx(logged[0]) and random[-1] == pytest.approx(logged[-1])
+    (curriculum,) = (line for label, line in wins.items() if label.endswith(": minimax (training games)"))
+    assert np.all(curriculum == 0.0)

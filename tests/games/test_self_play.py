@@ -511,14 +511,14 @@ TINY_CLI = [
             "--self-play.eval-opponents has an empty entry in 'random,,minimax': separate its entries by single commas",
         ),
         (
-            [TICTACTOE, "--self-play.eval-opponents", "tests.support.fake_pz_envs:FirstLegal"],
-            "--self-play.eval-opponents tests.support.fake_pz_envs:FirstLegal: a run rates its learner "
-            "against random, mcts:N",
+            [TICTACTOE, "--self-play.eval-opponents", "tests.support.fake_pz_envs:NoSuchPlayer"],
+            "--self-play.eval-opponents tests.support.fake_pz_envs:NoSuchPlayer: tests.support.fake_pz_envs:"
+            "NoSuchPlayer names nothing, not a player class",
         ),
         (
             [RACE, "--self-play.eval-opponents", "minimax"],
             "--self-play.eval-opponents minimax: minimax plays pz:pettingzoo.classic.tictactoe_v3 only, not "
-            f"{RACE}: use random or the run folder of an agent trained on this game",
+            f"{RACE}: use random, the run folder of an agent trained on this game or a player class of yours",
         ),
         # the tictactoe_v3 preset's pool is off: its pool settings go with it, and the user's own flags are what an
         # error names
@@ -552,7 +552,7 @@ TINY_CLI = [
         "unused-eval-mcts-0",
         "unused-eval-mcts-negative",
         "eval-empty-entry",
-        "eval-user-class",
+        "eval-user-class-missing",
         "eval-minimax-off-a-user-game",
         "pool-off-snapshot-every",
     ],  # fmt: skip

@@ -313,6 +313,15 @@ def agent_group(agent: str) -> str:
     return re.sub(r"_\d+$", "", agent)
 
 
+def policy_groups(policies: str, agents: list[str], agent_groups: list[str], group_names: list[str]) -> tuple[int, ...]:
+    """Each agent's policy (``ObservationLayout.groups``) under --multi-agent.policies: none apart
+    (shared), its group's, or its own (seat: a turn-based game's seats, which may play unlike
+    sides, e.g. the bettor and the caller, each learn their own network)."""
+    if policies == "group":
+        return tuple(group_names.index(name) for name in agent_groups)
+    return tuple(range(len(agents))) if policies == "seat" else ()
+
+
 def headline_of(headline: str, groups: list[str]) -> str | None:
     """What --multi-agent.headline names for agents in ``groups``: "team", one group, or None
     (auto with several groups: they may play against each other, so no sum stands for the run)."""
@@ -399,7 +408,7 @@ class AgentSpaces:
         self.agent_groups = [agent_group(agent) for agent in self.agents]
         self.group_names = list(dict.fromkeys(self.agent_groups))
         self.headline = headline_of(cfg.headline, self.group_names)
-        groups = tuple(self.group_names.index(name) for name in self.agent_groups) if cfg.policies == "group" else ()
+        groups = policy_groups(cfg.policies, self.agents, self.agent_groups, self.group_names)
         self.layout = ObservationLayout(
             critic_only=self.state_size, raw=self.ids, groups=groups, board=_board(self.observation_spaces)
         )

@@ -47,7 +47,7 @@ class TurnBasedVecEnv(HostCopies):
     """``len(env_fns)`` copies of a PettingZoo AECEnv as ``copies * seats`` rows (module
     docstring)."""
 
-    CHECKPOINTED = ("envs", "_finished", "_returns", "_lengths", "_learner", "_games", "_legal")
+    CHECKPOINTED = ("envs", "_finished", "_returns", "_lengths", "_learner", "_games", "_legal", "history")
     """What ``fastppo.envs.snapshot.snapshot_envs`` saves: the copies and the games in flight."""
 
     def __init__(self, env_fns: Sequence[Callable[[], Any]], cfg: MultiAgentConfig, device: torch.device):
@@ -66,6 +66,9 @@ class TurnBasedVecEnv(HostCopies):
         self._lengths = np.zeros(len(self.envs), dtype=int)
         self._learner = np.ones((len(self.envs), seats), dtype=bool)  # the seats the learner plays, per copy
         self._games: list[GameRecord] = []
+        self.history: list[list[int]] = [[] for _ in self.envs]
+        """Each copy's moves so far in its game, both seats', in order: what a search player
+        (fastppo.games.players.Player) among the opponents rebuilds the position from."""
         self._seat_of = {agent: i for i, agent in enumerate(self.agents)}
         action_space = self.single_action_space
         discrete = isinstance(action_space, gym.spaces.Discrete)
@@ -100,6 +103,7 @@ class TurnBasedVecEnv(HostCopies):
         self._finished[c] = False
         self._returns[c] = 0.0
         self._lengths[c] = 0
+        self.history[c] = []
         self._learner[c] = self.opponents.new_game(c)
 
     def _play(
@@ -111,6 +115,7 @@ class TurnBasedVecEnv(HostCopies):
         if not self._direct[c] or not self._is_legal(c, game, action):
             env = self.envs[c]  # the wrappers' checks: an illegal move loses, one out of bounds asserts
         env.step(action)
+        self.history[c].append(int(action))
         self._legal[c] = False
         rewards = game.rewards
         step_rewards = np.array([float(rewards.get(agent, 0.0)) for agent in self.agents])
@@ -260,6 +265,10 @@ class TurnBasedVecEnv(HostCopies):
 
         if not all(is_record(game) for game in self._games):
             return f"holds finished games that are not (learner's seats, {seats} seats' returns, moves)"
+        if len(self.history) != len(self.envs) or not all(
+            isinstance(moves, list) and all(is_count(move) for move in moves) for moves in self.history
+        ):
+            return f"holds move histories that are not a list of moves for each of its {len(self.envs)} copies"
         # A game that keeps its own record (an OpenSpiel game's moves) checks it too.
         checked = ((c, game.restored_problem()) for c, game in enumerate(games) if hasattr(game, "restored_problem"))
         if (damaged := next(((c, problem) for c, problem in checked if problem is not None), None)) is not None:

@@ -23,6 +23,8 @@ from fastppo.files.run_folder import AGENT_FILE, CONFIG_FILE, read_config
 RETURN = "charts/episodic_return"
 RATINGS = "ratings/"
 EXPLOITABILITY = "eval/exploitability"
+TRAINING_WINS = "self_play/win_vs_"
+"""The learner's win rate in training games against an opponent (self_play/win_vs_<pool, random or fixed player>)."""
 DIAGNOSTICS = (
     ("losses/approx_kl", "approx KL"),
     ("losses/clipfrac", "clip fraction"),
@@ -63,6 +65,21 @@ class Run:
     def ratings(self) -> list[str]:
         """A self-play run's ratings (ratings/learner, ratings/<fixed player>), in logged order."""
         return list(dict.fromkeys(name for record in self.records for name in record if name.startswith(RATINGS)))
+
+    @property
+    def fixed_player_wins(self) -> list[str]:
+        """A self-play run's win rates against each fixed player, in logged order: its evaluation
+        games' (eval/<player>/win_rate) and its curriculum's training games'
+        (self_play/win_vs_<player>, random-share's among them; the pool is no fixed player)."""
+        return list(
+            dict.fromkeys(
+                name
+                for record in self.records
+                for name in record
+                if (name.startswith("eval/") and name.endswith("/win_rate"))
+                or (name.startswith(TRAINING_WINS) and name != f"{TRAINING_WINS}pool")
+            )
+        )
 
     @property
     def group_returns(self) -> list[str]:
@@ -275,13 +292,18 @@ def plot_runs(run_dirs: list[str | Path], out: str | Path, smooth: int = 10) -> 
     labels = _labels(groups)
     fig = plt.figure(figsize=(16, 9), layout="constrained")
     grid = fig.add_gridspec(2, len(DIAGNOSTICS), height_ratios=(2.2, 1))
-    # Self-play runs: the openskill ratings beside the return (against the pool), and the
+    # Self-play runs: beside the return (against the pool), the openskill ratings (the fixed
+    # players' anchors among them), the win rates against each fixed player, and the
     # exploitability a small zero-sum game logs (--self-play.exploitability-every).
     rated = any(run.ratings for group in groups for run in group)
+    played = any(run.fixed_player_wins for group in groups for run in group)
     exploited = any(EXPLOITABILITY in record for group in groups for run in group for record in run.records)
-    beside = iter([grid[0, 3:]] if rated + exploited == 1 else [grid[0, 3], grid[0, 4]])
-    ax_return = fig.add_subplot(grid[0, :3] if rated or exploited else grid[0, :])
+    panels = rated + played + exploited
+    columns = len(DIAGNOSTICS)
+    beside = iter([grid[0, 3:]] if panels == 1 else [grid[0, column] for column in range(columns - panels, columns)])
+    ax_return = fig.add_subplot(grid[0, : min(3, columns - panels)] if panels else grid[0, :])
     ax_ratings = fig.add_subplot(next(beside)) if rated else None
+    ax_wins = fig.add_subplot(next(beside)) if played else None
     ax_exploitability = fig.add_subplot(next(beside)) if exploited else None
     diag_axes = [fig.add_subplot(grid[1, i]) for i in range(len(DIAGNOSTICS))]
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
@@ -310,6 +332,14 @@ def plot_runs(run_dirs: list[str | Path], out: str | Path, smooth: int = 10) -> 
                 ax_ratings.plot(
                     curve[0], curve[1], color=color, lw=1.6, ls=style, label=f"{label}: {name.removeprefix(RATINGS)}"
                 )
+        for name, style in zip(group[0].fixed_player_wins if ax_wins else [], ("-", "--", ":", "-.") * 4):
+            # Evaluation games come every --self-play.eval-every iterations: drawn as logged.
+            curve = _aggregate(group, name, 1 if name.startswith("eval/") else smooth)
+            if curve is not None and ax_wins is not None:
+                player = name.removeprefix("eval/").removesuffix("/win_rate") + " (evaluation)"
+                if name.startswith(TRAINING_WINS):
+                    player = name.removeprefix(TRAINING_WINS) + " (training games)"
+                ax_wins.plot(curve[0], curve[1], color=color, lw=1.6, ls=style, label=f"{label}: {player}")
         if ax_exploitability is not None and (curve := _aggregate(group, EXPLOITABILITY, 1)) is not None:
             ax_exploitability.plot(curve[0], curve[1], color=color, lw=1.6, label=label)
         for ax, (name, _) in zip(diag_axes, DIAGNOSTICS):
@@ -332,6 +362,13 @@ def plot_runs(run_dirs: list[str | Path], out: str | Path, smooth: int = 10) -> 
         ax_ratings.grid(alpha=0.3)
         if ax_ratings.get_legend_handles_labels()[0]:
             ax_ratings.legend(loc="best", fontsize=8)
+    if ax_wins is not None:
+        ax_wins.set_title("win rate against each fixed player", fontsize=11)
+        ax_wins.set_xlabel("environment steps")
+        ax_wins.set_ylim(-0.05, 1.05)
+        ax_wins.grid(alpha=0.3)
+        if ax_wins.get_legend_handles_labels()[0]:
+            ax_wins.legend(loc="best", fontsize=8)
     if ax_exploitability is not None:
         ax_exploitability.set_title("exploitability (OpenSpiel's, per game)", fontsize=11)
         ax_exploitability.set_xlabel("environment steps")

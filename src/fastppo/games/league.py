@@ -13,6 +13,8 @@ record against it (wins, draws, losses), which the prioritised sampling reads, a
 rating: every finished game against the pool rates the learner and that snapshot, a new snapshot
 starts from the learner's rating, and the games against fixed players (random, OpenSpiel's MCTS)
 rate the learner alone, against the player's rating that never moves: those anchor the scale.
+A curriculum plays a share of the games against fixed players (--self-play.fixed-opponents:
+fastppo.games.curriculum), rated as the evaluation games are.
 In a small two-player zero-sum OpenSpiel game the league also logs the learner's exploitability
 (--self-play.exploitability-every: fastppo.games.exploitability).
 
@@ -38,8 +40,9 @@ from fastppo.envs.pettingzoo_vec import AgentSpaces, PettingZooVecEnv
 from fastppo.envs.turn_based import TurnBasedVecEnv, is_game
 from fastppo.envs.vector import VecEnv
 from fastppo.errors import FastPPOError
+from fastppo.games.curriculum import FIXED, FixedOpponents
 from fastppo.games.exploitability import AgentExploitability, scored_game
-from fastppo.games.league_evaluation import FixedPlayerGames, fixed_player, results_metrics
+from fastppo.games.league_evaluation import FixedPlayerGames, fixed_player, game_rates, results_metrics
 from fastppo.games.pool import Pool, Snapshot, frozen, load_snapshot, snapshot_tensors
 from fastppo.games.ratings import Rating, Ratings
 
@@ -90,17 +93,24 @@ def check_league(config: Config, envs: VecEnv, processes: int) -> None:
         and config.run.stop_return is not None
         and (not sp.pool_size or sp.latest_share == 1.0)
         and not sp.random_share
+        and not sp.fixed_share
     ):
         # fastppo.envs.turn_based.game_episodes: a game against itself has no return of the learner's.
         raise FastPPOError(
             "--run.stop-return reads the learner's return in games against its past snapshots, and this run plays "
-            "none: give --self-play.pool-size N and --self-play.latest-share below 1, or --self-play.random-share"
+            "none: give --self-play.pool-size N and --self-play.latest-share below 1, --self-play.random-share or "
+            "--self-play.fixed-share"
         )
     named = sp.eval_every or sp.eval_opponents != SelfPlayConfig.eval_opponents  # a game of 3 seats has no default
     for spec in (
         sp.eval_opponents if turn_based and named else ()
     ):  # checked even unused (--self-play.eval-every 0): the config saves them
         fixed_player(spec, config.env.env_id)
+    if sp.fixed_opponents and turn_based and seats != 2:
+        raise FastPPOError(
+            f"--self-play.fixed-opponents play one seat against the learner in the other, and this game has {seats} "
+            "seats: drop them"
+        )
     if sp.exploitability_every:
         try:
             scored_game(config.env.env_id)
@@ -117,8 +127,14 @@ def _check_parallel_league(config: Config, envs: VecEnv) -> None:
             "--self-play.* flags apply to PettingZoo games and Parallel envs stepped in the training process, and "
             f"{env_id} is {what}: drop them, or use --backend sync"
         )
-    if sp.eval_every or sp.random_share:
-        flag = "--self-play.eval-every" if sp.eval_every else "--self-play.random-share"
+    if sp.eval_every or sp.random_share or sp.fixed_opponents:
+        flag = (
+            "--self-play.eval-every"
+            if sp.eval_every
+            else "--self-play.random-share"
+            if sp.random_share
+            else "--self-play.fixed-opponents"
+        )
         raise FastPPOError(
             f"{flag} plays games against fixed players (random, MCTS), which need a turn-based game, and {env_id} is a "
             "Parallel env: drop it"
@@ -167,10 +183,13 @@ class League:
         seed: int,
         game: str = "",
         env_kwargs: dict[str, Any] | None = None,
+        envs: TurnBasedVecEnv | None = None,
+        num_iterations: int = 1,
     ):
         """``sides``: a game's number of seats, or the side of each agent of a Parallel env (its
         group); ``check_league`` has passed: with a pool, two sides. ``game`` and ``env_kwargs``
-        build the game the evaluation games (``--self-play.eval-every``) are played on."""
+        build the game the evaluation games (``--self-play.eval-every``) are played on; the fixed
+        players of a curriculum play on ``envs``, their share scheduled over ``num_iterations``."""
         self.sides = np.arange(sides) if isinstance(sides, int) else np.asarray(sides)
         self.seats = int(self.sides.max()) + 1  # sides to draw the learner's from (learner_seat: its side)
         self.cfg, self.learner = cfg, learner
@@ -179,6 +198,8 @@ class League:
             if cfg.eval_every
             else None
         )
+        self.fixed = FixedOpponents(cfg, game, copies, num_iterations, envs) if cfg.fixed_opponents else None
+        self.iteration = 0  # the last iteration done: new games belong to the next
         self.pool = Pool(cfg.pool_size, cfg.sampling)
         self.ratings = Ratings()
         self.exploitability = AgentExploitability(game) if cfg.exploitability_every else None
@@ -194,7 +215,10 @@ class League:
         self.pool.forget_unused(set(self.opponent.tolist()))
 
     def new_game(self, copy: int) -> np.ndarray:
-        if self.cfg.random_share and self.rng.random() < self.cfg.random_share:
+        fixed = None if self.fixed is None else self.fixed.draw(self.rng, copy, self.iteration + 1)
+        if fixed is not None:
+            self.opponent[copy] = fixed
+        elif self.cfg.random_share and self.rng.random() < self.cfg.random_share:
             self.opponent[copy] = RANDOM
         elif not self.pool.ids or self.rng.random() < self.cfg.latest_share:
             self.opponent[copy] = LATEST
@@ -215,6 +239,12 @@ class League:
                 assert isinstance(moves, gym.spaces.Discrete)  # a game's moves (fastppo.envs.turn_based.check_game)
                 allowed = np.ones((at.size, int(moves.n)), dtype=bool) if masks is None else masks[at]
                 action = np.array([self.rng.choice(np.flatnonzero(legal)) for legal in allowed])
+                actions = np.zeros(len(copies), dtype=action.dtype) if actions is None else actions
+                actions[at] = action
+                continue
+            if iteration <= FIXED:
+                assert self.fixed is not None  # only a curriculum's league draws a fixed player
+                action = self.fixed.act(int(iteration), copies[at])
                 actions = np.zeros(len(copies), dtype=action.dtype) if actions is None else actions
                 actions[at] = action
                 continue
@@ -240,6 +270,10 @@ class League:
         mine = float(returns[self.sides == self.learner_seat[copy]].sum())
         theirs = float(returns[self.sides != self.learner_seat[copy]].sum())
         result = int(np.sign(mine - theirs))
+        if self.opponent[copy] <= FIXED:
+            assert self.fixed is not None
+            self.fixed.game_over(int(self.opponent[copy]), result, self.ratings)
+            return
         if self.opponent[copy] == RANDOM:  # rated as the evaluation games rate the fixed player 'random'
             self._random_results.append(result)
             self.ratings.learner_against_fixed("random", result)
@@ -254,14 +288,11 @@ class League:
     def after_update(self, iteration: int) -> dict[str, float]:
         """The iteration's games and ratings, for the run to log; snapshots the learner when due
         and plays the evaluation games."""
-        metrics: dict[str, float] = {}
-        for against, results in (("pool", self._results), ("random", self._random_results)):
-            if results:
-                metrics |= {
-                    f"self_play/{name}_vs_{against}": float(np.mean(np.asarray(results) == value))
-                    for name, value in (("win", 1), ("draw", 0), ("loss", -1))
-                }
+        metrics = game_rates("pool", self._results) | game_rates("random", self._random_results)
         self._results, self._random_results = [], []
+        if self.fixed is not None:
+            metrics |= self.fixed.metrics(iteration)
+        self.iteration = iteration
         if self.cfg.pool_size and iteration % self.cfg.snapshot_every == 0:
             learner = self.learner
             self.pool.add(
@@ -298,7 +329,10 @@ class League:
             "rng": self.rng.bit_generator.state,
             "learner_rating": list(self.ratings.learner),
             "fixed_ratings": {k: list(v) for k, v in self.ratings.fixed.items()},
+            "iteration": self.iteration,
         }
+        if self.fixed is not None:
+            meta["curriculum"] = self.fixed.state()
         return tensors, meta
 
     def expected_tensors(self, meta: Any) -> dict[str, torch.Tensor]:
@@ -333,6 +367,9 @@ class League:
             saved["rng"],
         )
         self.ratings.learner, self.ratings.fixed = saved["learner_rating"], saved["fixed_ratings"]
+        self.iteration = saved["iteration"]
+        if self.fixed is not None:
+            self.fixed.game_seed = saved["game_seed"]
 
     def _parse(self, meta: Any) -> dict[str, Any]:
         """``state()``'s JSON as values, or ``Damaged``."""
@@ -360,7 +397,8 @@ class League:
             opponent, seats = _integers(meta["opponent"], "opponents"), _integers(meta["learner_seat"], "learner seats")
             if opponent.shape != self.opponent.shape or seats.shape != self.learner_seat.shape:
                 raise Damaged(f"plays {opponent.size} game copies, this run {self.opponent.size}")
-            if not set(opponent.tolist()) <= {LATEST, RANDOM, *iterations}:
+            fixed_ids = set() if self.fixed is None else self.fixed.ids()
+            if not set(opponent.tolist()) <= {LATEST, RANDOM, *fixed_ids, *iterations}:
                 raise Damaged(
                     f"has a copy play a snapshot it lacks (opponents {opponent.tolist()}, snapshots {iterations})"
                 )
@@ -370,7 +408,13 @@ class League:
             rng.bit_generator.state = meta["rng"]
             fixed = {str(k): _rating(v) for k, v in meta["fixed_ratings"].items()}
             learner_rating = _rating(meta["learner_rating"])
+            iteration = meta.get("iteration", 0)  # a checkpoint before curricula: its league never read it
+            if not (isinstance(iteration, int) and not isinstance(iteration, bool) and iteration >= 0):
+                raise Damaged(f"is at iteration {iteration!r}, not a count")
+            game_seed = None if self.fixed is None else self.fixed.parse(meta["curriculum"])
             return {
+                "iteration": iteration,
+                "game_seed": game_seed,
                 "snapshots": snapshots,
                 "pool": pool_ids,
                 "opponent": opponent,
@@ -429,7 +473,15 @@ def make_league(config: Config, envs: VecEnv, learner: Agent, seed: int) -> NoLe
     else:
         return NoLeague()
     league = League(
-        config.self_play, learner, config.env.num_envs, sides, seed, config.env.env_id, config.env.env_kwargs
+        config.self_play,
+        learner,
+        config.env.num_envs,
+        sides,
+        seed,
+        config.env.env_id,
+        config.env.env_kwargs,
+        cast(TurnBasedVecEnv, envs) if is_game(envs) else None,
+        config.num_iterations,
     )
     cast(TurnBasedVecEnv | PettingZooVecEnv, envs).opponents = league  # the envs that ask Opponents
     return league

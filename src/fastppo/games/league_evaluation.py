@@ -8,17 +8,20 @@ from collections.abc import Sequence
 from functools import partial
 from typing import Any
 
+import numpy as np
+
 from fastppo.agents.agent import Agent
 from fastppo.games.game_env import make_game
 from fastppo.games.matches import GameResults, play_games
 from fastppo.games.players import AgentPlayer, Player, player_from_spec
 
 
-def fixed_player(spec: str, env_id: str, seed: int = 0) -> Player:
-    """The fixed player ``--self-play.eval-opponents`` names (``player_from_spec``: not a class
-    of the user's, as the run's config names it and a resumed run never imports code its folder
-    names), or a one-line FastPPOError (mcts:0, minimax off tic-tac-toe, ...)."""
-    return player_from_spec(spec, env_id, seed, flag="--self-play.eval-opponents", user_code=False)
+def fixed_player(spec: str, env_id: str, seed: int = 0, flag: str = "--self-play.eval-opponents") -> Player:
+    """The fixed player ``flag`` (--self-play.eval-opponents, --self-play.fixed-opponents) names
+    (``player_from_spec``: a class of the user's too, once a resume has checked that the command
+    line names it, ``check_folder_players``), or a one-line FastPPOError (mcts:0, minimax off
+    tic-tac-toe, ...)."""
+    return player_from_spec(spec, env_id, seed, flag=flag)
 
 
 class FixedPlayerGames:
@@ -37,6 +40,18 @@ class FixedPlayerGames:
             (spec, play_games(self.make, (player, fixed), self.games, seed=self.seed + iteration))
             for spec, fixed in zip(self.specs, self.players)
         ]
+
+
+def game_rates(against: str, results: Sequence[int]) -> dict[str, float]:
+    """``self_play/{win,draw,loss}_vs_<against>`` of the learner's training game ``results`` (+1,
+    0, -1) against one opponent (the pool, random, a fixed player); none without games."""
+    if not results:
+        return {}
+    played = np.asarray(results)
+    return {
+        f"self_play/{name}_vs_{against}": float(np.mean(played == value))
+        for name, value in (("win", 1), ("draw", 0), ("loss", -1))
+    }
 
 
 def results_metrics(spec: str, results: GameResults) -> dict[str, float]:

@@ -199,12 +199,11 @@ def play_game(
     """One game on the one copy of ``envs``, from its reset with ``seed``, ``seated[seat]``
     choosing each move of ``seat`` (the players reset by the caller): each seat's return and
     every move played, in order."""
-    players = SeatedPlayers(envs, seated)
-    envs.opponents = players
+    envs.opponents = SeatedPlayers(envs, seated)
     envs.reset_host(seed)  # every seat an opponent's: the whole game is played here
     returns = envs.pop_episodes().by_agent
     assert returns is not None  # a game's episodes give each seat's return
-    return {seat: returns[seat][0] for seat in envs.agents}, players.history[0]
+    return {seat: returns[seat][0] for seat in envs.agents}, envs.history[0]
 
 
 def _seed(stream: int, seed: int, index: int) -> int:

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from fastppo.agents.agent import Agent, load_agent
+from fastppo.config import SelfPlayConfig
 from fastppo.env_ids import named_object, same_env, split_spec
 from fastppo.envs.turn_based import TurnBasedVecEnv
 from fastppo.errors import FastPPOError
@@ -144,11 +145,8 @@ class SeatedPlayers:
         if set(seated) != set(envs.agents):
             raise ValueError(f"seat a player at each of {envs.agents}, not at {sorted(seated)}")
         self.envs, self.seated = envs, seated
-        self.history: list[list[int]] = [[] for _ in envs.envs]
-        """Each copy's moves so far in its game, both seats', in order."""
 
     def new_game(self, copy: int) -> np.ndarray:
-        self.history[copy] = []
         return np.zeros(len(self.envs.agents), dtype=bool)  # the learner plays no seat
 
     def act(self, copies: np.ndarray, rows: np.ndarray, masks: np.ndarray | None) -> np.ndarray:
@@ -157,12 +155,11 @@ class SeatedPlayers:
     def _move(self, copy: int) -> int:
         env = self.envs.envs[copy]
         seat = env.agent_selection
-        player, history = self.seated[seat], self.history[copy]
-        action = player.act(env, seat, history)
+        player = self.seated[seat]
+        action = player.act(env, seat, self.envs.history[copy])  # the env records each move played
         legal = legal_actions(env, seat)
         if action not in legal:
             raise ValueError(f"{player.name} played {action} as {seat}, an illegal move (legal: {legal.tolist()})")
-        history.append(action)
         return action
 
     def game_over(self, copy: int, returns: np.ndarray) -> None:
@@ -188,34 +185,33 @@ def agent_policy(agent: Agent) -> PolicyFn:
     return probabilities
 
 
-def player_from_spec(spec: str, env_id: str, seed: int = 0, flag: str = "--opponent", user_code: bool = True) -> Player:
+def player_from_spec(spec: str, env_id: str, seed: int = 0, flag: str = "--opponent") -> Player:
     """The player ``--opponent SPEC`` names for the game ``env_id``: ``random``, ``mcts:N``
     (OpenSpiel's MCTS with N simulations per move; tic-tac-toe, connect four and perfect-information
     OpenSpiel games), ``minimax`` (tic-tac-toe), a run folder (its agent, trained on ``env_id``)
-    or, with ``user_code``, a player class of the user's named as env ids are (``module:Class``,
-    ``path/to/file.py:Class``: ``user_player``); a one-line FastPPOError ``<flag> SPEC: why`` otherwise."""
+    or a player class of the user's named as env ids are (``module:Class``,
+    ``path/to/file.py:Class``: ``user_player``; a spec a run folder names is refused before it
+    comes here, ``check_folder_players``); a one-line FastPPOError ``<flag> SPEC: why`` otherwise."""
     try:
         env = make_game(env_id)
         try:
             require_two_seats(env, env_id, "a game against an opponent")
         finally:
             env.close()
-        return _player(spec, env_id, seed, user_code)
+        return _player(spec, env_id, seed)
     except FastPPOError as exc:
         raise FastPPOError(f"{flag} {spec or repr(spec)}: {exc}") from None
 
 
-def _player(spec: str, env_id: str, seed: int, user_code: bool) -> Player:
+def _player(spec: str, env_id: str, seed: int) -> Player:
     kind, _, argument = spec.partition(":")
     if not spec:
-        raise FastPPOError(
-            f"an empty name names no opponent (nor the working directory): give {_players_of(env_id, user_code)}"
-        )
+        raise FastPPOError(f"an empty name names no opponent (nor the working directory): give {_players_of(env_id)}")
     if spec == "random":
         return RandomPlayer(seed)
     if spec == "minimax":
         if game_module(env_id) != TICTACTOE:
-            raise FastPPOError(f"minimax plays pz:{TICTACTOE} only, not {env_id}: use {_players_of(env_id, user_code)}")
+            raise FastPPOError(f"minimax plays pz:{TICTACTOE} only, not {env_id}: use {_players_of(env_id)}")
         return MinimaxPlayer(seed)
     if kind == "mcts":
         return MCTSPlayer(env_id, simulations(argument), seed)
@@ -227,25 +223,39 @@ def _player(spec: str, env_id: str, seed: int, user_code: bool) -> Player:
                 "this game"
             )
         return AgentPlayer(agent)
-    if split_spec(spec) is not None and user_code:
+    if split_spec(spec) is not None:
         return user_player(spec, seed)
-    if (
-        split_spec(spec) is not None
-    ):  # a run's config names its players, and a resumed run never imports code its folder names
-        raise FastPPOError(
-            f"a run rates its learner against {_players_of(env_id, user_code)}; a player class of yours plays in "
-            f"fastppo eval RUN_DIR --opponent {spec}"
-        )
-    raise FastPPOError(f"unknown opponent, and no such folder: give {_players_of(env_id, user_code)}")
+    raise FastPPOError(f"unknown opponent, and no such folder: give {_players_of(env_id)}")
 
 
-def _players_of(env_id: str, user_code: bool) -> str:
+def _players_of(env_id: str) -> str:
     """The players a spec may name on ``env_id``, for a message."""
     kinds = ["random", *(["mcts:N (OpenSpiel's MCTS, N simulations per move)"] if mcts_plays(env_id) else [])]
     kinds += ["minimax (perfect play)"] if game_module(env_id) == TICTACTOE else []
     kinds += ["the run folder of an agent trained on this game"]
-    kinds += ["a player class of yours (file.py:Class, module:Class)"] if user_code else []
+    kinds += ["a player class of yours (file.py:Class, module:Class)"]
     return ", ".join(kinds[:-1]) + " or " + kinds[-1]
+
+
+def names_user_player(spec: str) -> bool:
+    """Whether ``spec`` names a player class of the user's (``module:Class``, ``file.py:Class``):
+    code that is imported only when the command line names it, never because a run folder does."""
+    return spec.partition(":")[0] != "mcts" and not Path(spec).is_dir() and split_spec(spec) is not None
+
+
+def check_folder_players(run_dir: str | Path, self_play: SelfPlayConfig, named: set[str]) -> None:
+    """The players of a run folder's config (--self-play.eval-opponents, --self-play.fixed-opponents)
+    that are the user's code, refused in one line unless the command line names them again
+    (``named``: the config keys it gives, ``section.field``), as env ids of user code are."""
+    for name in ("eval_opponents", "fixed_opponents"):
+        specs: tuple[str, ...] = getattr(self_play, name)
+        mine = next((spec for spec in specs if names_user_player(spec)), None)
+        if mine is not None and f"self_play.{name}" not in named:
+            flag = f"--self-play.{name.replace('_', '-')}"
+            raise FastPPOError(
+                f"{run_dir} plays your code '{mine}' ({flag}), and fastppo never imports code that a run folder "
+                f"names: if you trust it, name it yourself: fastppo train --resume {run_dir} {flag} {','.join(specs)}"
+            )
 
 
 def user_player(spec: str, seed: int = 0) -> Player:

@@ -23,6 +23,7 @@ from fastppo.files.run_folder import (
     seed_folders,
     stopped_before_first_checkpoint,
 )
+from fastppo.games.players import check_folder_players
 from fastppo.training.checkpoint import Checkpoint, load_checkpoint
 from fastppo.training.distributed import check_world_size, launched_world_size
 from fastppo.training.runs import reached_stop_return
@@ -60,6 +61,7 @@ def resume_config(
     checkpoint = load_checkpoint(run_dir, env_id=env_id)
     config = checkpoint.config
     check_resumed_env(run_dir, config.env.env_id, env_id)
+    check_folder_players(run_dir, config.self_play, {resolve_key(config, key) for key in overrides or {}})
     check_world_size(run_dir, checkpoint.meta.get("world_size", 1))
     world_size = launched_world_size()
     planned = planned_iterations(config, world_size)  # the horizon the schedules have followed so far
@@ -135,6 +137,7 @@ def restart_config(
             f"({str(exc).splitlines()[0]})"
         ) from None
     check_resumed_env(run_dir, config.env.env_id, env_id)
+    check_folder_players(run_dir, config.self_play, {resolve_key(config, key) for key in overrides or {}})
     return apply_resumable(config, overrides or {}, run_dir)
 
 
