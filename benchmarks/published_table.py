@@ -62,7 +62,7 @@ TABLE = [
     Row("HalfCheetah-v4", 1_000_000, "gymnasium", "1442.64 ± 46.03"),
     Row("Hopper-v4", 1_000_000, "gymnasium", "2382.86 ± 271.74"),
     Row("Walker2d-v4", 1_000_000, "gymnasium", "2287.95 ± 571.78"),
-    Row("Ant-v4", 1_000_000, "gymnasium", "1327.16 ± 451.58", "rl-baselines3-zoo, Ant-v3, 1 run"),
+    Row("Ant-v4", 1_000_000, "gymnasium", "1327.16 ± 451.58", "rl-zoo, Ant-v3, 1 run"),
     Row("Humanoid-v4", 1_000_000, "gymnasium", "716.11 ± 49.08"),
 ]
 
@@ -99,7 +99,7 @@ def plot_scores(scores: dict[str, Score], path: str, recorded: str | None = None
     published = {row.env: tuple(map(float, row.published.split(" ± "))) for row in TABLE if "±" in row.published}
     sources = {row.env: row.source for row in TABLE}
     envs = [row.env for row in TABLE if row.env in scores]
-    columns = (len(envs) + 1) // 2
+    columns = len(envs) // 2 + 1  # a panel to spare for the legend
     fig, axes = plt.subplots(2, columns, figsize=(2.2 * columns, 5), squeeze=False)
     for ax, env in zip(axes.flat, envs):
         score = scores[env]
@@ -131,7 +131,7 @@ def plot_scores(scores: dict[str, Score], path: str, recorded: str | None = None
     for ax in axes.flat[len(envs) :]:
         ax.axis("off")
     handles, labels = axes.flat[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower right", fontsize=7, frameon=False)
+    axes.flat[len(envs)].legend(handles, labels, loc="center", fontsize=7, frameon=False)
     title = "End-of-training return (last 10% of steps) at CleanRL's budgets vs published PPO"
     if recorded:
         title += "\nfrom the table of the docs' Benchmarks page"
