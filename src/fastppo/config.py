@@ -119,6 +119,11 @@ class SelfPlayConfig:
     exploitability_every: int = 0
     """Iterations between exploitability figures of the learner's policy (0: none), logged as eval/exploitability:
     OpenSpiel's, in the game's units per game, for a small two-player zero-sum openspiel:<game> (Kuhn, Leduc)."""
+    average_policy: bool = False
+    """With exploitability_every and a pool: also log eval/exploitability_average, the exploitability of the pool's
+    time-average policy (its snapshots weighted alike, each state by how often each snapshot reaches it), the policy
+    fictitious play converges with where the learner's own circles; sampling uniform and latest_share 0 make the
+    learner play against that same average."""
 
 
 POOL_SETTINGS = ("sampling", "snapshot_every")
@@ -484,6 +489,11 @@ class Config:
                 f"{flags} {'needs' if len(unused) == 1 else 'need'} a pool, and --self-play.pool-size is 0: give "
                 f"--self-play.pool-size N (N >= 1), or drop {'it' if len(unused) == 1 else 'them'}"
             )
+        if sp.average_policy and not (sp.pool_size and sp.exploitability_every):
+            raise FastPPOError(
+                "--self-play.average-policy scores the average of the pool's snapshots: give --self-play.pool-size N "
+                "and --self-play.exploitability-every K too"
+            )
         if sp.eval_every and not sp.eval_opponents:
             raise FastPPOError(
                 "--self-play.eval-every needs fixed players to rate against: give --self-play.eval-opponents, e.g. "
@@ -544,6 +554,7 @@ FIELDS_ADDED = (
     "policy.precision",
     "env.step_in_halves",
     "self_play.exploitability_every",
+    "self_play.average_policy",
     "policy.board_channels",
     "policy.board_blocks",
 )

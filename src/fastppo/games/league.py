@@ -14,7 +14,8 @@ rating: every finished game against the pool rates the learner and that snapshot
 starts from the learner's rating, and the games against fixed players (random, OpenSpiel's MCTS)
 rate the learner alone, against the player's rating that never moves: those anchor the scale.
 In a small two-player zero-sum OpenSpiel game the league also logs the learner's exploitability
-(--self-play.exploitability-every: fastppo.games.exploitability).
+(--self-play.exploitability-every: fastppo.games.exploitability), and with --self-play.average-policy
+that of its pool's time-average policy (fastppo.games.average).
 
 Everything here is part of the run's state: ``state()`` goes into each checkpoint (the snapshots'
 weights as tensors, the rest as JSON) and ``load`` restores it, so that a resumed run draws the
@@ -38,6 +39,7 @@ from fastppo.envs.pettingzoo_vec import AgentSpaces, PettingZooVecEnv
 from fastppo.envs.turn_based import TurnBasedVecEnv, is_game
 from fastppo.envs.vector import VecEnv
 from fastppo.errors import FastPPOError
+from fastppo.games.average import PoolAverage
 from fastppo.games.exploitability import AgentExploitability, scored_game
 from fastppo.games.league_evaluation import FixedPlayerGames, fixed_player, results_metrics
 from fastppo.games.pool import Pool, Snapshot, frozen, load_snapshot, snapshot_tensors
@@ -182,6 +184,7 @@ class League:
         self.pool = Pool(cfg.pool_size, cfg.sampling)
         self.ratings = Ratings()
         self.exploitability = AgentExploitability(game) if cfg.exploitability_every else None
+        self.average = PoolAverage(game, learner) if cfg.average_policy else None
         self.opponent = np.full(copies, LATEST)  # the pool snapshot (its iteration) each copy plays, or LATEST
         self.learner_seat = np.zeros(copies, dtype=int)
         self.rng = np.random.default_rng(seed)
@@ -278,6 +281,8 @@ class League:
                 metrics |= results_metrics(spec, games)
         if self.exploitability is not None and iteration % self.cfg.exploitability_every == 0:
             metrics["eval/exploitability"] = self.exploitability(self.learner)
+            if self.average is not None and self.pool.ids:
+                metrics["eval/exploitability_average"] = self.average(self.pool.members)
         return metrics | {"self_play/pool_size": float(len(self.pool.ids))} | self.ratings.metrics()
 
     # Checkpoints: --------------------------------------------------------------------------------
