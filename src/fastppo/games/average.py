@@ -45,7 +45,8 @@ class PolicyTables:
         self.clip_obs = learner.config.env.clip_obs
         pettingzoo = learner.pettingzoo
         assert pettingzoo is not None  # a game's agent (fastppo.games.league)
-        rows, masks = [], []
+        rows: list[np.ndarray] = []
+        masks: list[np.ndarray] = []
         states = self.table.states
         legal = np.zeros(self.table.action_probability_array.shape, dtype=bool)
         for row, state in enumerate(states):
@@ -54,11 +55,11 @@ class PolicyTables:
                 learner.config.multi_agent, {f"player_{state.current_player()}": observation}, None
             )
             rows.append(obs[0])
-            masks.append(None if mask is None else mask[0])
+            masks += [] if mask is None else [mask[0]]
             legal[row, list(actions)] = True
         self.legal = legal
         self.obs = torch.as_tensor(np.stack(rows), dtype=torch.float32, device=learner.device)
-        self.masks = None if masks[0] is None else torch.as_tensor(np.stack(masks), device=learner.device)
+        self.masks = torch.as_tensor(np.stack(masks), device=learner.device) if masks else None
         self.parent, self.parent_action, self.depth = _own_parents(self.table)
 
     @torch.no_grad()
