@@ -114,7 +114,7 @@ def main() -> None:
             for algorithm in ("cfr", "es-mccfr"):
                 iterations, value = openspiel_for(game_name, algorithm, budget)
                 print(
-                    f"| OpenSpiel {algorithm} ({iterations} iterations) | - | {budget:.0f} | - | {value:.4f} |",
+                    f"| OpenSpiel {algorithm} ({iterations} iterations) | - | {budget:.0f} | - | {value:.6f} |",
                     flush=True,
                 )
     footer()
