@@ -116,3 +116,31 @@ def test_an_average_without_a_pool_or_its_figures_is_one_line(overrides):
     with pytest.raises(FastPPOError, match="^--self-play.average-policy scores the average") as error:
         fastppo.make_config("openspiel:kuhn_poker", "cleanrl-discrete", {"self_play.average_policy": True, **overrides})
     assert "\n" not in str(error.value)
+
+
+@pytest.mark.slow
+def test_the_pools_average_is_less_exploitable_than_the_learner_in_kuhn_poker(tmp_path):
+    """The benchmark's Kuhn settings (benchmarks/equilibrium.py), seed 1: the learner best-responds
+    to the pool's average, which ends below the learner and far below uniform play's 0.4583."""
+    agent = fastppo.train(
+        "openspiel:kuhn_poker",
+        run_dir=tmp_path / "run",
+        seed=1,
+        total_timesteps=131072,
+        num_envs=64,
+        num_steps=32,
+        gamma=1.0,
+        learning_rate=3e-4,
+        progress=False,
+        tensorboard=False,
+        **{
+            "ppo.ent_coef": 0.2,
+            "self_play.pool_size": 64,
+            "self_play.sampling": "uniform",
+            "self_play.latest_share": 0.0,
+            **AVERAGED,
+            "self_play.exploitability_every": 8,
+        },
+    )
+    last = agent.history[-1]
+    assert last["eval/exploitability_average"] < min(0.13, last["eval/exploitability"] - 0.01), last
