@@ -8,8 +8,9 @@ the exploitability at the end of training of the learner's own policy (``eval/ex
 and of the pool's average (``eval/exploitability_average``). Then OpenSpiel's CFR and
 external-sampling MCCFR, each run for the mean wall time of the fastppo processes (their
 iterations alone count against it, not the final exploitability), scored by the exploitability of
-their average policy. NFSP is not run: OpenSpiel's needs TensorFlow (its PyTorch port is not in
-the pip wheel's tested set) and takes far longer than these budgets to approach CFR's figures.
+their average policy. NFSP is not run: OpenSpiel's PyTorch NFSP learns from one Python-stepped
+episode at a time, and its Leduc examples train for millions of episodes, far beyond these budgets;
+external-sampling MCCFR is the second algorithm instead.
 
     python benchmarks/equilibrium.py                         # 3 seeds each of Kuhn and Leduc
     python benchmarks/equilibrium.py --games kuhn --seeds 1
