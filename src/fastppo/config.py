@@ -129,6 +129,11 @@ class SelfPlayConfig:
     exploitability_every: int = 0
     """Iterations between exploitability figures of the learner's policy (0: none), logged as eval/exploitability:
     OpenSpiel's, in the game's units per game, for a small two-player zero-sum openspiel:<game> (Kuhn, Leduc)."""
+    average_policy: bool = False
+    """With exploitability_every and a pool: also log eval/exploitability_average, the exploitability of the pool's
+    time-average policy (its snapshots weighted alike, each state by how often each snapshot reaches it), the policy
+    fictitious play converges with where the learner's own circles; sampling uniform and latest_share 0 make the
+    learner play against that same average."""
 
 
 POOL_SETTINGS = ("sampling", "snapshot_every")
@@ -507,6 +512,11 @@ class Config:
                 f"--self-play.fixed-schedule {sp.fixed_schedule} schedules --self-play.fixed-share, which is 0: give "
                 "--self-play.fixed-share, or drop it"
             )
+        if sp.average_policy and not (sp.pool_size and sp.exploitability_every):
+            raise FastPPOError(
+                "--self-play.average-policy scores the average of the pool's snapshots: give --self-play.pool-size N "
+                "and --self-play.exploitability-every K too"
+            )
         if sp.eval_every and not sp.eval_opponents:
             raise FastPPOError(
                 "--self-play.eval-every needs fixed players to rate against: give --self-play.eval-opponents, e.g. "
@@ -568,6 +578,7 @@ FIELDS_ADDED = (
     "policy.precision",
     "env.step_in_halves",
     "self_play.exploitability_every",
+    "self_play.average_policy",
     "policy.board_channels",
     "policy.board_blocks",
     "self_play.fixed_opponents",

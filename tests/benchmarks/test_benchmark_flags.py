@@ -57,6 +57,8 @@ NO_CUDA = "torch sees no CUDA GPU"
         ("tune_solve_time", ["--search", "cnn"], "argument --search: invalid choice: 'cnn'"),
         ("tune_solve_time", ["--env", "NoSuchEnv-v9"], "NoSuchEnv-v9"),
         ("games", ["/nonexistent/run"], "/nonexistent/run"),
+        ("equilibrium", ["--seeds", "0"], "argument --seeds: must be at least 1, got 0"),
+        ("equilibrium", ["--games", "kuhn,chess"], "argument --games: unknown game 'chess': choose among kuhn, leduc"),
         ("games", [str(BENCHMARKS), "--mcts", "10,0"], "argument --mcts: must be at least 1, got 0"),
         ("atari_long", ["/nonexistent/run", "--seconds", "0"], "argument --seconds: must be above 0, got 0"),
         ("atari_long", ["/nonexistent/run", "--seconds", "nan"], "argument --seconds: must be above 0, got nan"),

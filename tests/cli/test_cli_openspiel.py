@@ -95,6 +95,11 @@ def test_a_person_plays_kuhn_poker_in_openspiels_words(runs, monkeypatch, capsys
             "--self-play.exploitability-every: openspiel:kuhn_poker(players=3) seats 3 players, and exploitability",
         ),
         (
+            ["train", "openspiel:kuhn_poker", "--self-play.average-policy", "--self-play.pool-size", "4"],
+            "--self-play.average-policy scores the average of the pool's snapshots: give --self-play.pool-size N and "
+            "--self-play.exploitability-every K too",
+        ),
+        (
             ["train", "openspiel:kuhn_poker", "--self-play.eval-every", "5", "--self-play.eval-opponents", "mcts:10"],
             "--self-play.eval-opponents mcts:10: MCTS searches the whole state, and openspiel:kuhn_poker is a game of "
             "imperfect information",

@@ -16,7 +16,8 @@ rate the learner alone, against the player's rating that never moves: those anch
 A curriculum plays a share of the games against fixed players (--self-play.fixed-opponents:
 fastppo.games.curriculum), rated as the evaluation games are.
 In a small two-player zero-sum OpenSpiel game the league also logs the learner's exploitability
-(--self-play.exploitability-every: fastppo.games.exploitability).
+(--self-play.exploitability-every: fastppo.games.exploitability), and with --self-play.average-policy
+that of its pool's time-average policy (fastppo.games.average).
 
 Everything here is part of the run's state: ``state()`` goes into each checkpoint (the snapshots'
 weights as tensors, the rest as JSON) and ``load`` restores it, so that a resumed run draws the
@@ -40,6 +41,7 @@ from fastppo.envs.pettingzoo_vec import AgentSpaces, PettingZooVecEnv
 from fastppo.envs.turn_based import TurnBasedVecEnv, is_game
 from fastppo.envs.vector import VecEnv
 from fastppo.errors import FastPPOError
+from fastppo.games.average import PoolAverage
 from fastppo.games.curriculum import FIXED, FixedOpponents
 from fastppo.games.exploitability import AgentExploitability, scored_game
 from fastppo.games.league_evaluation import FixedPlayerGames, fixed_player, game_rates, results_metrics
@@ -203,6 +205,7 @@ class League:
         self.pool = Pool(cfg.pool_size, cfg.sampling)
         self.ratings = Ratings()
         self.exploitability = AgentExploitability(game) if cfg.exploitability_every else None
+        self.average = PoolAverage(game, learner) if cfg.average_policy else None
         self.opponent = np.full(copies, LATEST)  # the pool snapshot (its iteration) each copy plays, or LATEST
         self.learner_seat = np.zeros(copies, dtype=int)
         self.rng = np.random.default_rng(seed)
@@ -309,6 +312,8 @@ class League:
                 metrics |= results_metrics(spec, games)
         if self.exploitability is not None and iteration % self.cfg.exploitability_every == 0:
             metrics["eval/exploitability"] = self.exploitability(self.learner)
+            if self.average is not None and self.pool.ids:
+                metrics["eval/exploitability_average"] = self.average(self.pool.members)
         return metrics | {"self_play/pool_size": float(len(self.pool.ids))} | self.ratings.metrics()
 
     # Checkpoints: --------------------------------------------------------------------------------

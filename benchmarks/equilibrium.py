@@ -1,0 +1,125 @@
+"""How near an equilibrium self-play gets in OpenSpiel's Kuhn poker and Leduc poker, beside
+OpenSpiel's own algorithms given the same wall time on the same machine, in the same run.
+
+For each game, ``--seeds`` fastppo trainings (each a whole ``fastppo train`` process, timed from
+start to exit, niced), learning a best response to the pool's time-average (``--self-play.sampling
+uniform --self-play.latest-share 0``) and scoring that average (``--self-play.average-policy``);
+the exploitability at the end of training of the learner's own policy (``eval/exploitability``)
+and of the pool's average (``eval/exploitability_average``). Then OpenSpiel's CFR and
+external-sampling MCCFR, each run for the mean wall time of the fastppo processes (their
+iterations alone count against it, not the final exploitability), scored by the exploitability of
+their average policy. NFSP is not run: OpenSpiel's PyTorch NFSP learns from one Python-stepped
+episode at a time, and its Leduc examples train for millions of episodes, far beyond these budgets;
+external-sampling MCCFR is the second algorithm instead.
+
+    python benchmarks/equilibrium.py                         # 3 seeds each of Kuhn and Leduc
+    python benchmarks/equilibrium.py --games kuhn --seeds 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+from common import footer, header, positive
+
+GAMES = {
+    "kuhn": (
+        "openspiel:kuhn_poker",
+        "--total-timesteps 131072 --num-envs 64 --num-steps 32 --gamma 1 --learning-rate 3e-4 --ppo.ent-coef 0.2 "
+        "--self-play.pool-size 64 --self-play.snapshot-every 1 --self-play.sampling uniform "
+        "--self-play.latest-share 0 --self-play.average-policy --self-play.exploitability-every 8",
+    ),
+    "leduc": (
+        "openspiel:leduc_poker",
+        "--total-timesteps 196608 --num-envs 64 --num-steps 32 --gamma 1 --learning-rate 3e-4 --ppo.ent-coef 0.1 "
+        "--policy.hidden-sizes 128,128 --self-play.pool-size 96 --self-play.snapshot-every 1 "
+        "--self-play.sampling uniform --self-play.latest-share 0 --self-play.average-policy "
+        "--self-play.exploitability-every 16",
+    ),
+}
+"""Each game's env id and fastppo's flags (besides --seed and the run folder)."""
+
+
+def train_fastppo(env_id: str, flags: str, seed: int, run_dir: Path) -> tuple[float, dict[str, float]]:
+    """(wall seconds of the whole process, its last exploitability figures)."""
+    command = ["nice", "-n", "5", sys.executable, "-m", "fastppo", "train", env_id, *shlex.split(flags)]
+    command += ["--seed", str(seed), "--run-dir", str(run_dir), "--no-tensorboard"]
+    start = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True)
+    seconds = time.perf_counter() - start
+    if done.returncode:
+        raise SystemExit(f"fastppo train failed: {done.stderr.strip().splitlines()[-1]}")
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    last = [r for r in records if "eval/exploitability" in r][-1]
+    return seconds, {k: last[k] for k in ("eval/exploitability", "eval/exploitability_average") if k in last}
+
+
+def openspiel_for(game_name: str, algorithm: str, seconds: float) -> tuple[int, float]:
+    """(iterations, exploitability of the average policy) of OpenSpiel's ``algorithm`` run for
+    ``seconds`` of iterations."""
+    import pyspiel
+    from open_spiel.python.algorithms import cfr, exploitability, external_sampling_mccfr
+
+    game = pyspiel.load_game(game_name)
+    if algorithm == "cfr":
+        solver = cfr.CFRSolver(game)
+        step = solver.evaluate_and_update_policy
+    else:
+        solver = external_sampling_mccfr.ExternalSamplingSolver(game)
+        step = solver.iteration
+    iterations, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        step()
+        iterations += 1
+    return iterations, float(exploitability.exploitability(game, solver.average_policy()))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seeds", type=positive, default=3, help="fastppo trainings per game (default 3)")
+    parser.add_argument(
+        "--games", default="kuhn,leduc", help="comma-separated, of: " + ", ".join(GAMES) + " (default all)"
+    )
+    args = parser.parse_args()
+    games = args.games.split(",")
+    if unknown := [g for g in games if g not in GAMES]:
+        parser.error(f"argument --games: unknown game {unknown[0]!r}: choose among {', '.join(GAMES)}")
+    header("exploitability at the end of training, fastppo beside OpenSpiel's CFR and ES-MCCFR for the same time")
+    print(f"# command: python {' '.join(map(shlex.quote, sys.argv))}")
+    print(f"# date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC; nice 5 for fastppo and the OpenSpiel runs")
+    os.nice(5)
+    with tempfile.TemporaryDirectory() as root:
+        for name in games:
+            env_id, flags = GAMES[name]
+            print(f"\n## {env_id}\nfastppo train {env_id} {flags}\n")
+            print("| who | seed | wall s | exploitability (learner) | exploitability (pool average) |")
+            print("|---|--:|--:|--:|--:|")
+            times = []
+            for seed in range(1, args.seeds + 1):
+                seconds, figures = train_fastppo(env_id, flags, seed, Path(root) / f"{name}-{seed}")
+                times.append(seconds)
+                learner = figures["eval/exploitability"]
+                average = figures.get("eval/exploitability_average", float("nan"))
+                print(f"| fastppo | {seed} | {seconds:.0f} | {learner:.4f} | {average:.4f} |", flush=True)
+            budget = sum(times) / len(times)
+            game_name = env_id.split(":", 1)[1]
+            for algorithm in ("cfr", "es-mccfr"):
+                iterations, value = openspiel_for(game_name, algorithm, budget)
+                print(
+                    f"| OpenSpiel {algorithm} ({iterations} iterations) | - | {budget:.0f} | - | {value:.6f} |",
+                    flush=True,
+                )
+    footer()
+
+
+if __name__ == "__main__":
+    main()
