@@ -328,6 +328,11 @@ class StackedActorCritic(Population):
         self.noise.generators = [self.noise.generators[i] for i in indices]
 
     @torch.no_grad()
+    def load_member(self, index: int, policy: nn.Module) -> None:
+        """The inverse of ``unstack``: ``policy``'s weights (seed ``index``'s single run's) into its row of ``flat``."""
+        self.flat[index] = torch.cat([p.reshape(-1) for p in policy.parameters()])
+
+    @torch.no_grad()
     def unstack(self, index: int, into: ActorCritic | None = None) -> ActorCritic:
         """Seed ``index``'s policy as an ordinary ``ActorCritic`` (a copy of its current weights),
         written into ``into`` (an earlier ``unstack``'s: no new module, whose deepcopy costs ~1 ms)."""

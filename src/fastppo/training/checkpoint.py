@@ -125,6 +125,54 @@ class Member:
         assert isinstance(envs, TensorEnv)  # a stack's seeds are blocks of one tensor env
         return envs.seed_block(self.index)
 
+    # The inverses, for restoring: a member's checkpoint written into its slice of the population's state.
+
+    def into_member(self, whole: torch.Tensor, part: torch.Tensor) -> torch.Tensor:
+        """The inverse of ``of_member``: ``whole`` with the member's entry replaced by ``part`` (a
+        copy; a population of one: ``part`` is the whole)."""
+        if self.size is None:
+            return part
+        whole = whole.clone()
+        whole[self.index] = part
+        return whole
+
+    def into_rows(self, whole: torch.Tensor | None, part: torch.Tensor) -> torch.Tensor:
+        """The inverse of ``of_rows``: ``whole`` with the member's block replaced by ``part`` (a copy)."""
+        if self.size is None:
+            return part
+        assert whole is not None  # a population's fresh state has every member's rows
+        whole = whole.clone()
+        whole.unflatten(0, (self.size, -1))[self.index] = part
+        return whole
+
+    def load_policy(self, policy: torch.nn.Module, saved: torch.nn.Module) -> None:
+        """``saved``'s weights (the member's single run's policy) into the member's weights of ``policy``."""
+        if self.size is None:
+            policy.load_state_dict(saved.state_dict())
+            return
+        assert isinstance(policy, StackedActorCritic)
+        policy.load_member(self.index, saved)
+
+    def load_envs(self, envs: VecEnv, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
+        """The inverse of ``envs``' snapshot: the member's saved envs into its envs."""
+        if self.size is None:
+            restore_envs(envs, tensors, meta)
+            return
+        assert isinstance(envs, TensorEnv)
+        envs.load_seed_block(
+            self.index, {k.removeprefix("env."): v for k, v in tensors.items() if k.startswith("env.")}
+        )
+
+    def load_generator(self, state: TrainState, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
+        """The inverse of ``generator``: a population of one's global RNGs, a member's own generator."""
+        if self.size is None:
+            restore_rng(tensors, meta["rng"])
+            return
+        policy = state.agent.policy
+        assert isinstance(policy, StackedActorCritic)
+        generator = policy.noise.generators[self.index]
+        generator.set_state(tensors[rng_key(generator)])
+
 
 WHOLE = Member()
 
@@ -152,12 +200,22 @@ def optimizer_to_tensors(
 
 
 def optimizer_from_tensors(
-    optimizer: Optimizer, tensors: dict[str, torch.Tensor], param_groups: list[dict[str, Any]]
+    optimizer: Optimizer, tensors: dict[str, torch.Tensor], param_groups: list[dict[str, Any]], member: Member = WHOLE
 ) -> None:
+    """The inverse of ``optimizer_to_tensors``: of a population, into ``member``'s slice (the other
+    members' state as it is; zeros where Adam has none yet, a stack's first member restored)."""
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    current = optimizer.state_dict()["state"]
     state: dict[int, dict[str, torch.Tensor]] = {}
     for name, value in tensors.items():
         if name.startswith("optim."):
             index, slot = name.removeprefix("optim.").split(".", 1)
+            param = params[int(index)]
+            if slot == "step":
+                whole = current.get(int(index), {}).get(slot, torch.zeros(member.size or (), device=param.device))
+                value = member.into_member(whole, value)
+            else:
+                value = member.into_rows(current.get(int(index), {}).get(slot, torch.zeros_like(param)), value)
             state.setdefault(int(index), {})[slot] = value
     # JSON turned tuples (Adam's betas) into lists.
     groups = [{k: tuple(v) if isinstance(v, list) and k != "params" else v for k, v in g.items()} for g in param_groups]
@@ -619,55 +677,90 @@ def check_fits_run(checkpoint: Checkpoint, state: TrainState, envs: VecEnv, memb
 def restore_train_state(
     state: TrainState,
     envs: VecEnv,
-    checkpoint: Checkpoint,
+    checkpoints: dict[Member, Checkpoint],
     normalize_obs: ObservationNormalizer,
     fresh_seed: int | None = None,
-) -> bool:
-    """Put a freshly built run into the checkpoint's state, once ``check_fits_run`` has found that it
-    fits (nothing is changed otherwise); the envs first, whose snapshot is checked against them as
-    it is restored (a FastPPOError where it does not fit: the part-restored run is to be
-    discarded, nothing was written); RNGs last. Returns whether the envs were
-    restored exactly (else they restart fresh episodes, seeded from the run seed and the iteration).
+) -> tuple[bool, list[list[float]]]:
+    """Put a freshly built population into its members' checkpoints (a single run: ``{WHOLE:
+    checkpoint}``; a stack of seeds: each seed's, its single run's), once ``check_fits_run`` has
+    found that every one fits (nothing is changed otherwise). Returns whether the envs were
+    restored exactly (else they restart fresh episodes, seeded from the run seed and the
+    iteration), and each member's recent episode returns (a checkpoint keeps the last 100).
 
     With ``fresh_seed`` (a torchrun rank: the checkpoint's envs and RNG states are rank 0's) the
     envs restart fresh episodes from that seed and the RNGs are left as the caller seeded them."""
-    check_fits_run(checkpoint, state, envs)
+    for member, checkpoint in checkpoints.items():
+        check_fits_run(checkpoint, state, envs, member)
+    restored = [
+        _restore_member(state, envs, member, checkpoint, normalize_obs, fresh_seed)
+        for member, checkpoint in checkpoints.items()
+    ]
+    return all(exact for exact, _ in restored), [returns for _, returns in restored]
+
+
+def _restore_member(
+    state: TrainState,
+    envs: VecEnv,
+    member: Member,
+    checkpoint: Checkpoint,
+    normalize_obs: ObservationNormalizer,
+    fresh_seed: int | None,
+) -> tuple[bool, list[float]]:
+    """``member``'s checkpoint into its slice of ``state``, the inverse of saving it: the envs first,
+    whose snapshot is checked against them as it is restored (a FastPPOError where it does not fit:
+    the part-restored run is to be discarded, nothing was written); RNGs last."""
     agent, tensors, meta = state.agent, checkpoint.tensors, checkpoint.meta
     exact = fresh_seed is None and meta["env"] is not None and env_is_exact(envs)
     if exact:  # first: only a restore into the envs finds a snapshot that does not fit them
         try:
-            restore_envs(envs, tensors, meta["env"])
+            member.load_envs(envs, tensors, meta["env"])
         except SnapshotMismatch as exc:
             raise _damaged(checkpoint.path, f"{TRAINER_JSON}'s env snapshot {exc}") from None
     state.league.load(tensors, meta.get("self_play"))
     device = envs.device  # the rollout's (fastppo.envs.make.rollout_device)
-    agent.policy.load_state_dict(checkpoint.agent.policy.state_dict())
+    member.load_policy(agent.policy, checkpoint.agent.policy)
     if agent.obs_rms is not None and checkpoint.agent.obs_rms is not None:
-        agent.obs_rms.load_state_dict(checkpoint.agent.obs_rms.state_dict())
-    agent.episode_returns = list(meta["episode_returns"])
-    optimizer_from_tensors(state.optimizer, tensors, checkpoint.param_groups)
+        whole = agent.obs_rms.state_dict()
+        agent.obs_rms.load_state_dict(
+            {k: member.into_member(whole[k], v) for k, v in checkpoint.agent.obs_rms.state_dict().items()}
+        )
+    returns = list(meta.get("episode_returns", []))
+    if member.size is None:  # a single run's returns are its agent's
+        agent.episode_returns = returns
+    optimizer_from_tensors(state.optimizer, tensors, checkpoint.param_groups, member)
     if state.reward_scaler is not None:
+        whole = state.reward_scaler.state_dict()
         state.reward_scaler.load_state_dict(
             {
-                k.removeprefix("reward_scaler."): v.to(device)
-                for k, v in tensors.items()
-                if k.startswith("reward_scaler.")
+                k: (member.into_member if k.startswith("return_rms.") else member.into_rows)(
+                    whole[k], tensors[f"reward_scaler.{k}"].to(device)
+                )
+                for k in whole
             }
         )
-    state.iteration, state.global_step, state.kl_beta = checkpoint.iteration, checkpoint.global_step, checkpoint.kl_beta
+    state.iteration, state.global_step = checkpoint.iteration, checkpoint.global_step
     state.schedule_anchor = checkpoint.schedule_anchor
+    if member.size is None:
+        state.kl_beta = checkpoint.kl_beta
+    else:  # one per member
+        state.kl_beta[member.index] = checkpoint.kl_beta  # type: ignore[index]
     if exact:
-        mask, memory, carried = tensors.get("cursor.action_mask"), tensors.get("cursor.state"), state.cursor.open
+        mask, memory, carried, cursor = (
+            tensors.get("cursor.action_mask"),
+            tensors.get("cursor.state"),
+            state.cursor.open,
+            state.cursor,
+        )
         for name, row in carried.flatten().items() if carried is not None else ():
             row.copy_(tensors.get(OPEN_DECISIONS + name, torch.zeros_like(row)))  # none saved: none open
         state.cursor = EnvCursor(
-            tensors["cursor.obs"].to(device),
-            None if mask is None else mask.to(device),
-            tensors["cursor.valid"].to(device),
-            None if memory is None else memory.to(device),
+            member.into_rows(cursor.obs, tensors["cursor.obs"].to(device)),
+            None if mask is None else member.into_rows(cursor.action_mask, mask.to(device)),
+            member.into_rows(cursor.valid, tensors["cursor.valid"].to(device)),
+            None if memory is None else member.into_rows(cursor.state, memory.to(device)),
             carried,
         )
-    else:  # fresh episodes start from fresh recurrent states, with no decision open
+    else:  # fresh episodes start from fresh recurrent states, with no decision open (a stack's envs are exact)
         first = envs.reset(seed=checkpoint.config.run.seed + checkpoint.iteration if fresh_seed is None else fresh_seed)
         state.cursor = EnvCursor.at_reset(
             first,
@@ -679,8 +772,8 @@ def restore_train_state(
         if state.reward_scaler is not None:
             state.reward_scaler.discounted_return.zero_()
     if fresh_seed is None:
-        restore_rng(tensors, meta["rng"])
-    return exact
+        member.load_generator(state, tensors, meta)
+    return exact, returns
 
 
 def _metrics_lines(path: Path) -> list[tuple[str, dict[str, Any], float]]:

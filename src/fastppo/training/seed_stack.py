@@ -27,7 +27,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import gymnasium as gym
 import torch
@@ -37,7 +36,7 @@ from fastppo.agents.agent import Agent
 from fastppo.config import Config
 from fastppo.core.normalize import RunningMeanStd
 from fastppo.envs.tensor import TensorEnv
-from fastppo.envs.vector import Episodes, VecEnv
+from fastppo.envs.vector import Episodes
 from fastppo.errors import FastPPOError
 from fastppo.policies import ActorCritic
 from fastppo.policies.population import SeedNoise, StackedActorCritic, seed_policy
@@ -45,9 +44,6 @@ from fastppo.training.distributed import LONE, World
 from fastppo.training.optim import DEVICES, FusedAdam
 from fastppo.training.rollout import EnvCursor
 from fastppo.training.state import TrainState
-
-if TYPE_CHECKING:
-    from fastppo.training.checkpoint import Checkpoint
 
 
 class SeedMinibatches:
@@ -247,63 +243,6 @@ def save_seed_agent(
     agent = seed_agent(stack, index, directory, history, episode_returns)
     agent.save(directory)
     return agent
-
-
-def restore_seed_stack(state: TrainState, envs: VecEnv, checkpoints: list[Checkpoint]) -> list[list[float]]:
-    """Put each seed's checkpoint (its slice of the stack's state, ``checkpoint.save_checkpoint``'s
-    ``member``: its single run's) back into its row of the stack: weights, Adam moments and step
-    count, statistics, env rows and their generator, a recurrent policy's live states, its
-    generator, counters, kl_beta. The inverse of saving each member, so that ``fastppo train
-    --resume RUN_DIR`` continues the whole stack as it would have gone on. Returns each seed's
-    recent episode returns (a checkpoint keeps the last 100, as a single run's does)."""
-    from fastppo.training.checkpoint import Member, check_fits_run, optimizer_from_tensors, rng_key
-
-    assert isinstance(envs, TensorEnv)  # a stack's seeds are blocks of one tensor env
-    for index, checkpoint in enumerate(checkpoints):  # every seed's, before anything is restored
-        check_fits_run(checkpoint, state, envs, Member(index, len(checkpoints)))
-    stack = state.agent.policy
-    assert isinstance(stack, StackedActorCritic)
-    first, device = checkpoints[0], state.agent.device
-
-    def stacked(key: str) -> Tensor:  # one tensor of every seed's checkpoint, seed-major: [S, ...]
-        return torch.stack([c.tensors[key] for c in checkpoints]).to(device)
-
-    with torch.no_grad():
-        stack.flat.copy_(
-            torch.stack([torch.cat([p.reshape(-1) for p in c.agent.policy.parameters()]) for c in checkpoints])
-        )
-    if state.agent.obs_rms is not None:
-        parts = []
-        for c in checkpoints:
-            assert c.agent.obs_rms is not None  # each seed's run normalises as the stack does: one config
-            parts.append(c.agent.obs_rms.state_dict())
-        state.agent.obs_rms.load_state_dict(
-            {k: torch.stack([torch.as_tensor(p[k]) for p in parts]) for k in ("mean", "var", "count")}
-        )
-    # The stack's Adam: each seed's moments a row of the flat ones, its step count an entry of [seeds].
-    adam = {k: stacked(k).flatten() for k in first.tensors if k.startswith("optim.")}
-    optimizer_from_tensors(state.optimizer, adam, first.param_groups)
-    if state.reward_scaler is not None:
-        scaler = {k.removeprefix("reward_scaler."): stacked(k) for k in first.tensors if k.startswith("reward_scaler.")}
-        scaler["discounted_return"] = scaler["discounted_return"].flatten()
-        state.reward_scaler.load_state_dict(scaler)
-    for index, checkpoint in enumerate(checkpoints):
-        envs.load_seed_block(
-            index, {k.removeprefix("env."): v for k, v in checkpoint.tensors.items() if k.startswith("env.")}
-        )
-        generator = stack.noise.generators[index]
-        generator.set_state(checkpoint.tensors[rng_key(generator)])
-    mask, memory = (
-        stacked(key).flatten(0, 1) if key in first.tensors else None for key in ("cursor.action_mask", "cursor.state")
-    )
-    state.cursor = EnvCursor(stacked("cursor.obs").flatten(0, 1), mask, stacked("cursor.valid").flatten(), memory)
-    state.iteration, state.global_step, state.schedule_anchor = (
-        first.iteration,
-        first.global_step,
-        first.schedule_anchor,
-    )
-    state.kl_beta = [c.kl_beta for c in checkpoints]
-    return [list(c.meta.get("episode_returns", [])) for c in checkpoints]
 
 
 def keep_seeds(state: TrainState, envs: TensorEnv, indices: list[int]) -> None:

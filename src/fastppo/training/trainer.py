@@ -35,7 +35,14 @@ from fastppo.policies import ActorCritic
 from fastppo.policies.mlp_autograd import mlp_layers
 from fastppo.profiling import SectionTimer
 from fastppo.training.allocator import reuse_freed_memory
-from fastppo.training.checkpoint import Checkpoint, check_metrics_reach, restore_train_state, rewind_metrics
+from fastppo.training.checkpoint import (
+    WHOLE,
+    Checkpoint,
+    Member,
+    check_metrics_reach,
+    restore_train_state,
+    rewind_metrics,
+)
 from fastppo.training.cuda_graphs import check_cudagraphs
 from fastppo.training.distributed import LONE, SyncedStatistics, Unsynced, World, rank_device, ranks
 from fastppo.training.logger import GROUP_RETURN, GYM_SUMMARY, RunLogger
@@ -51,7 +58,7 @@ from fastppo.training.rollout import (
     torch_threads,
 )
 from fastppo.training.runs import OnIteration, Runs
-from fastppo.training.seed_stack import check_seed_stack, keep_seeds, restore_seed_stack, stacked_agent
+from fastppo.training.seed_stack import check_seed_stack, keep_seeds, stacked_agent
 from fastppo.training.signals import StopRequest, during_start_up, lost_since
 from fastppo.training.state import TrainState, planned_iterations
 from fastppo.training.update import MinibatchStep, UpdateCoefficients, make_optimizer, ppo_update, set_learning_rate
@@ -400,16 +407,18 @@ def restore(
     fresh_seed: int | None,
     seeds: list[int] | None,
 ) -> tuple[bool, list[list[float]]]:
-    """Put a resumed population into its checkpoints' state (a stack's: one per seed); whether its
-    envs were restored exactly, and each member's recent episode returns."""
-    if isinstance(checkpoint, list):
-        return True, restore_seed_stack(state, envs, checkpoint)
-    exact = True
-    if checkpoint is not None:
-        exact = restore_train_state(state, envs, checkpoint, normalize_obs, fresh_seed=fresh_seed)
-        statistics.rebase()  # the checkpoint's, on every rank
-    # A single run's returns are its agent's (restored above); a fresh stack's seeds have none yet.
-    return exact, [state.agent.episode_returns] if seeds is None else [[] for _ in seeds]
+    """Put a resumed population into its checkpoints' state (a stack's: one per seed, each into its
+    member's slice); whether its envs were restored exactly, and each member's recent episode returns."""
+    if checkpoint is None:  # a fresh single run's returns are its agent's; a fresh stack's seeds have none yet
+        return True, [state.agent.episode_returns] if seeds is None else [[] for _ in seeds]
+    members = (
+        {Member(index, len(checkpoint)): c for index, c in enumerate(checkpoint)}
+        if isinstance(checkpoint, list)
+        else {WHOLE: checkpoint}
+    )
+    exact, returns = restore_train_state(state, envs, members, normalize_obs, fresh_seed=fresh_seed)
+    statistics.rebase()  # the checkpoint's, on every rank
+    return exact, returns
 
 
 def open_runs(
