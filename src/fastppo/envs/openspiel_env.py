@@ -7,8 +7,12 @@ league, ``fastppo eval --opponent``, ``fastppo play``).
 
 - **Seats** are ``player_0``, ``player_1``, ... in OpenSpiel's player order (player 0 moves first
   where the game says so).
-- **Observation** of a seat: OpenSpiel's observation tensor of that player, or, for a game that
-  provides none, its information-state tensor (``tensor_kind`` says which). A tensor of three
+- **Observation** of a seat: in a game of imperfect information that provides one, OpenSpiel's
+  information-state tensor of that player (everything the seat has seen, betting history
+  included: a policy is a function of the information state, and an observation tensor such as
+  Leduc's shows equal cards and pot for different histories); otherwise its observation tensor,
+  or the information-state tensor where the game has no observation tensor (``tensor_kind`` says
+  which; a perfect-information game's board stays its observation tensor). A tensor of three
   dimensions is OpenSpiel's ``[planes, rows, columns]`` with the planes moved last, as
   PettingZoo's boards are (``[rows, columns, planes]``); any other shape is kept.
 - **Moves** are OpenSpiel's action numbers, ``Discrete(num_distinct_actions)``; the seat to move's
@@ -42,8 +46,8 @@ except ImportError:  # pragma: no cover - the class is then never built
     AECEnv = object
 
 OBSERVATION, INFORMATION_STATE = "observation", "information state"
-"""The tensor a seat observes (``tensor_kind``): OpenSpiel's observation tensor where the game has
-one, else its information-state tensor."""
+"""The tensor a seat observes (``tensor_kind``): OpenSpiel's information-state tensor in a game of
+imperfect information that has one, else its observation tensor where the game has one."""
 
 
 def import_pyspiel() -> Any:
@@ -103,8 +107,13 @@ def is_perfect_information(game: Any) -> bool:
 
 
 def tensor_kind(game: Any) -> str:
-    """What a seat of ``game`` observes: ``OBSERVATION`` or ``INFORMATION_STATE`` (module docstring)."""
-    return OBSERVATION if game.get_type().provides_observation_tensor else INFORMATION_STATE
+    """What a seat of ``game`` observes: ``INFORMATION_STATE`` for a game of imperfect information
+    that provides that tensor (its observation tensor may hide the history that tells information
+    states apart), else ``OBSERVATION`` where the game provides it (module docstring)."""
+    kind = game.get_type()
+    if kind.provides_information_state_tensor and not is_perfect_information(game):
+        return INFORMATION_STATE
+    return OBSERVATION if kind.provides_observation_tensor else INFORMATION_STATE
 
 
 def observation_shape(game: Any) -> tuple[int, ...]:
