@@ -116,6 +116,26 @@ def tensor_kind(game: Any) -> str:
     return OBSERVATION if kind.provides_observation_tensor else INFORMATION_STATE
 
 
+def check_trained_tensor(env_id: str, folder: object, recorded: str | None) -> None:
+    """A one-line FastPPOError when the agent in ``folder``, trained on ``env_id`` and its tensor
+    ``recorded`` in agent.json (None: saved before agent.json recorded it, when a game showed its
+    observation tensor wherever it had one), observed another tensor than the env shows now: its
+    policy would be fed numbers it never learnt. Unchecked without OpenSpiel (nothing to play)."""
+    if recorded not in (None, OBSERVATION, INFORMATION_STATE):
+        raise FastPPOError(f"the agent in {folder} is damaged: agent.json's openspiel_tensor is {recorded!r}")
+    try:
+        game = load_game(env_id)
+    except FastPPOError:
+        return
+    trained = recorded or (OBSERVATION if game.get_type().provides_observation_tensor else INFORMATION_STATE)
+    if trained != tensor_kind(game):
+        raise FastPPOError(
+            f"{folder} was trained on OpenSpiel's {trained} tensor of {env_id}, and fastppo now shows a seat "
+            f"of this game its {tensor_kind(game)} tensor (since 2026-11-28, the "
+            "betting history included): retrain it with this fastppo, or use the fastppo that trained it"
+        )
+
+
 def observation_shape(game: Any) -> tuple[int, ...]:
     """The shape of a seat's observation: OpenSpiel's tensor's, planes last for a board."""
     shape = tuple(
