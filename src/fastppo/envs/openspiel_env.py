@@ -25,6 +25,9 @@ league, ``fastppo eval --opponent``, ``fastppo play``).
 - **Checkpoints** hold a game in play as its moves (chance outcomes included) and the env's
   generator, plain data from which OpenSpiel's state is rebuilt: a resumed run plays on exactly
   (``fastppo.envs.snapshot``), and moves that are no game of the env's are one line there.
+  agent.json records ``tensor_kind``, and a folder trained on another tensor (an
+  imperfect-information game's observation tensor, before 2026-11-28) is refused in one line
+  (``check_trained_tensor``).
 
 Games the turn-based env cannot play are refused in one line (``load_game``): a name OpenSpiel
 does not know, simultaneous-move games (OpenSpiel's ``turn_based_simultaneous_game(game=...)``
