@@ -135,23 +135,32 @@ def folder_files(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
-def test_a_folder_trained_on_the_observation_tensor_is_refused_in_one_line(runs, tmp_path, capsys):
-    """A Kuhn folder written before agent.json recorded the tensor its seats saw (OpenSpiel's
-    observation tensor then): eval and resume say so, and leave the folder as it was."""
+@pytest.mark.parametrize(
+    ("recorded", "message"),
+    [
+        # written before agent.json recorded the tensor its seats saw: OpenSpiel's observation tensor then
+        (
+            None,
+            "was trained on OpenSpiel's observation tensor of openspiel:kuhn_poker, and fastppo now shows a "
+            "seat of this game its information state tensor (since 2026-11-28",
+        ),
+        ("board", "is damaged: agent.json's openspiel_tensor is 'board'"),
+    ],
+)
+def test_a_folder_trained_on_another_tensor_is_refused_in_one_line(runs, tmp_path, capsys, recorded, message):
+    """eval and resume say so, and leave the folder as it was."""
     old = tmp_path / "kuhn"
     shutil.copytree(runs["kuhn"], old)
     assert json.loads((old / AGENT_FILE).read_text())["openspiel_tensor"] == "information state"
     for agent_file in old.rglob(AGENT_FILE):
         meta = json.loads(agent_file.read_text())
-        del meta["openspiel_tensor"]
-        agent_file.write_text(json.dumps(meta))
+        meta.pop("openspiel_tensor")
+        agent_file.write_text(json.dumps(meta if recorded is None else meta | {"openspiel_tensor": recorded}))
         write_checksums(agent_file.parent, AGENT_FILES)
     before = folder_files(old)
     for argv in (["eval", str(old)], ["train", "--resume", str(old), "--total-timesteps", "2048"]):
         capsys.readouterr()
         assert main(argv) == 2
         err = capsys.readouterr().err.strip()
-        assert len(err.splitlines()) == 1, err
-        assert "was trained on OpenSpiel's observation tensor of openspiel:kuhn_poker, and fastppo now shows" in err
-        assert "information state tensor (since 2026-11-28" in err
+        assert len(err.splitlines()) == 1 and message in err, err
         assert folder_files(old) == before

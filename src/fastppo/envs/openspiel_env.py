@@ -135,7 +135,7 @@ def check_trained_tensor(env_id: str, folder: object, recorded: str | None) -> N
         raise FastPPOError(
             f"{folder} was trained on OpenSpiel's {trained} tensor of {env_id}, and fastppo now shows a seat "
             f"of this game its {tensor_kind(game)} tensor (since 2026-11-28, the "
-            "betting history included): retrain it with this fastppo, or use the fastppo that trained it"
+            "moves it has seen included): retrain it with this fastppo, or use the fastppo that trained it"
         )
 
 
