@@ -5,14 +5,19 @@ cannot be done is one line and exit 2, with nothing written."""
 from __future__ import annotations
 
 import io
+import json
+import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 import fastppo
+from fastppo.agents.agent import AGENT_FILES
 from fastppo.cli.main import main
 from fastppo.envs.openspiel_env import OpenSpielGame
+from fastppo.files.checksums import write_checksums
+from fastppo.files.run_folder import AGENT_FILE
 from fastppo.games.matches import play_games
 from fastppo.games.openspiel_games import MCTSPlayer
 from fastppo.games.players import RandomPlayer
@@ -124,3 +129,38 @@ def test_bad_input_is_one_line_and_exit_2(runs, tmp_path, capsys, argv, message)
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith(f"fastppo: error: {message}"), err
     assert not (tmp_path / "run").exists()
+
+
+def folder_files(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize(
+    ("recorded", "message"),
+    [
+        # written before agent.json recorded the tensor its seats saw: OpenSpiel's observation tensor then
+        (
+            None,
+            "was trained on OpenSpiel's observation tensor of openspiel:kuhn_poker, and fastppo now shows a "
+            "seat of this game its information state tensor (since 2026-11-28",
+        ),
+        ("board", "is damaged: agent.json's openspiel_tensor is 'board'"),
+    ],
+)
+def test_a_folder_trained_on_another_tensor_is_refused_in_one_line(runs, tmp_path, capsys, recorded, message):
+    """eval and resume say so, and leave the folder as it was."""
+    old = tmp_path / "kuhn"
+    shutil.copytree(runs["kuhn"], old)
+    assert json.loads((old / AGENT_FILE).read_text())["openspiel_tensor"] == "information state"
+    for agent_file in old.rglob(AGENT_FILE):
+        meta = json.loads(agent_file.read_text())
+        meta.pop("openspiel_tensor")
+        agent_file.write_text(json.dumps(meta if recorded is None else meta | {"openspiel_tensor": recorded}))
+        write_checksums(agent_file.parent, AGENT_FILES)
+    before = folder_files(old)
+    for argv in (["eval", str(old)], ["train", "--resume", str(old), "--total-timesteps", "2048"]):
+        capsys.readouterr()
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and message in err, err
+        assert folder_files(old) == before

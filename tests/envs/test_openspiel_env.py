@@ -13,7 +13,7 @@ import torch
 
 import fastppo
 from fastppo.envs import make_vec_env
-from fastppo.envs.openspiel_env import INFORMATION_STATE, OBSERVATION, OpenSpielGame, tensor_kind
+from fastppo.envs.openspiel_env import INFORMATION_STATE, OBSERVATION, OpenSpielGame, observe_state, tensor_kind
 from fastppo.envs.snapshot import SnapshotMismatch, restore_envs, snapshot_envs
 from fastppo.envs.turn_based import TurnBasedVecEnv
 from fastppo.errors import FastPPOError
@@ -33,19 +33,18 @@ def game_rows(env_id: str) -> TurnBasedVecEnv:
     return envs
 
 
-def expected_row(state, player: int) -> np.ndarray:
-    """pyspiel's own tensor of ``player`` (observation, else information state), planes last."""
+def expected_row(state, player: int, tensor: str) -> np.ndarray:
+    """pyspiel's own ``tensor`` of ``player`` ("observation" or "information_state"), planes last."""
     game = state.get_game()
-    if game.get_type().provides_observation_tensor:
-        tensor = np.asarray(state.observation_tensor(player)).reshape(game.observation_tensor_shape())
-    else:
-        tensor = np.asarray(state.information_state_tensor(player)).reshape(game.information_state_tensor_shape())
-    return (np.moveaxis(tensor, 0, -1) if tensor.ndim == 3 else tensor).ravel()
+    values = getattr(state, f"{tensor}_tensor")(player)
+    shaped = np.asarray(values).reshape(getattr(game, f"{tensor}_tensor_shape")())
+    return (np.moveaxis(shaped, 0, -1) if shaped.ndim == 3 else shaped).ravel()
 
 
-def check_against_pyspiel(env_id: str, script: list[int]) -> None:
-    """Steps the rows and pyspiel's state of the same game through ``script`` (the decisions);
-    pyspiel's chance nodes get the outcomes the env drew (its seeded draws are checked below)."""
+def check_against_pyspiel(env_id: str, tensor: str, script: list[int]) -> None:
+    """Steps the rows and pyspiel's state of the same game through ``script`` (the decisions),
+    each seat's row checked against pyspiel's ``tensor``; pyspiel's chance nodes get the outcomes
+    the env drew (its seeded draws are checked below)."""
     envs = game_rows(env_id)
     game = pyspiel.load_game(env_id.removeprefix("openspiel:"))
     size = int(np.prod(envs.envs[0].observation_space("player_0")["observation"].shape))
@@ -63,7 +62,7 @@ def check_against_pyspiel(env_id: str, script: list[int]) -> None:
             state.apply_action(outcome)
         assert envs.envs[0].state.history() == state.history()
         for player in range(2):
-            np.testing.assert_array_equal(step.obs[player, :size].numpy(), expected_row(state, player))
+            np.testing.assert_array_equal(step.obs[player, :size].numpy(), expected_row(state, player, tensor))
         if move is not None:
             np.testing.assert_array_equal(step.reward.numpy(), np.asarray(state.returns()) - before)
         assert step.terminated.tolist() == [state.is_terminal()] * 2
@@ -78,21 +77,43 @@ def check_against_pyspiel(env_id: str, script: list[int]) -> None:
 
 
 @pytest.mark.parametrize(
-    ("env_id", "script"),
+    ("env_id", "tensor", "script"),
     [
-        ("openspiel:tic_tac_toe", [0, 3, 1, 4, 2]),  # x takes the top row
-        ("openspiel:connect_four", [3, 3, 4, 4, 5, 5, 6]),  # a board, planes last; the first seat wins
-        ("openspiel:kuhn_poker", [0, 1, 1]),  # pass, bet, call: a showdown
-        ("openspiel:leduc_poker", [2, 1, 1, 2, 1]),  # raise, call, the public card dealt, check, raise, call
-        ("openspiel:turn_based_simultaneous_game(game=goofspiel(num_cards=3))", [0, 0, 1, 2]),
+        ("openspiel:tic_tac_toe", "observation", [0, 3, 1, 4, 2]),  # x takes the top row
+        ("openspiel:connect_four", "observation", [3, 3, 4, 4, 5, 5, 6]),  # a board, planes last; the first seat wins
+        ("openspiel:kuhn_poker", "information_state", [0, 1, 1]),  # pass, bet, call: a showdown
+        # raise, call, the public card dealt, check, raise, call
+        ("openspiel:leduc_poker", "information_state", [2, 1, 1, 2, 1]),
+        ("openspiel:turn_based_simultaneous_game(game=goofspiel(num_cards=3))", "information_state", [0, 0, 1, 2]),
     ],
 )
-def test_scripted_games_step_as_pyspiel_does(env_id, script):
-    check_against_pyspiel(env_id, script)
+def test_scripted_games_step_as_pyspiel_does(env_id, tensor, script):
+    check_against_pyspiel(env_id, tensor, script)
 
 
-def test_a_game_without_an_observation_tensor_observes_its_information_state():
-    assert tensor_kind(pyspiel.load_game("kuhn_poker")) == OBSERVATION
+def leduc_to_move(script: list[int]) -> tuple[np.ndarray, list[float]]:
+    """In Leduc, after the cards 0 and 2 are dealt and ``script``: what the env shows the seat to
+    move (``observe_state``, as ``OpenSpielGame.observe``), and pyspiel's observation tensor of it."""
+    state = pyspiel.load_game("leduc_poker").new_initial_state()
+    for move in [0, 2, *script]:
+        state.apply_action(move)
+    player = state.current_player()
+    return observe_state(state, player)["observation"], state.observation_tensor(player)
+
+
+def test_leduc_information_states_with_equal_cards_and_pot_are_different_rows():
+    # the second round's first move, 3 chips each, the public card 4: reached by check, raise,
+    # call or by raise, call; OpenSpiel's observation tensor shows both alike
+    check_raise_call, observed_before = leduc_to_move([1, 2, 1, 4])
+    raise_call, observed_after = leduc_to_move([2, 1, 4])
+    assert observed_before == observed_after
+    assert tensor_kind(pyspiel.load_game("leduc_poker")) == INFORMATION_STATE
+    assert check_raise_call.shape == (30,)
+    assert not np.array_equal(check_raise_call, raise_call)
+
+
+def test_a_perfect_information_game_observes_its_board_and_one_without_an_observation_tensor_its_information_state():
+    assert tensor_kind(pyspiel.load_game("connect_four")) == OBSERVATION
     game = OpenSpielGame("openspiel:sheriff")  # information-state tensor only
     assert tensor_kind(game.game) == INFORMATION_STATE
     game.reset(seed=0)

@@ -75,7 +75,8 @@ def test_the_average_of_a_fixed_pool_is_as_exploitable_as_openspiels_mixture(kuh
 def test_a_policys_table_in_one_forward_is_the_one_asked_state_by_state(kuhn_agent):
     tables = PolicyTables("openspiel:kuhn_poker", kuhn_agent)
     figure = tables.exploitability(tables.probabilities(kuhn_agent.policy, kuhn_agent.obs_rms))
-    assert figure == pytest.approx(AgentExploitability("openspiel:kuhn_poker")(kuhn_agent), abs=1e-9)
+    # float32 probabilities: a batch of rows and a row alone may round apart in the last place
+    assert figure == pytest.approx(AgentExploitability("openspiel:kuhn_poker")(kuhn_agent), abs=1e-6)
 
 
 def test_a_pool_of_the_last_snapshot_averages_to_the_learner(kuhn_agent):

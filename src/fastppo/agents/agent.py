@@ -21,8 +21,9 @@ from fastppo.agents.agent_rows import PettingZooAgents
 from fastppo.agents.space_data import spaces_from_data, spaces_to_data
 from fastppo.config import Config
 from fastppo.core.normalize import RunningMeanStd
-from fastppo.env_ids import folder_env_id, names_user_code
+from fastppo.env_ids import folder_env_id, is_openspiel, names_user_code
 from fastppo.envs.layout import ObservationLayout
+from fastppo.envs.openspiel_env import check_trained_tensor, load_game, tensor_kind
 from fastppo.errors import FastPPOError
 from fastppo.files.checksums import CHECKSUMS_FILE, checksum_problem, write_checksums
 from fastppo.files.run_folder import AGENT_FILE, POLICY_FILE
@@ -254,6 +255,8 @@ class Agent:
         }
         if self.pettingzoo is not None and (agents := self.pettingzoo.to_data()) is not None:
             meta["agents"] = agents
+        if is_openspiel(self.config.env.env_id):  # the tensor its seats observed (fastppo.envs.openspiel_env)
+            meta["openspiel_tensor"] = tensor_kind(load_game(self.config.env.env_id))
         tmp = directory / f".{AGENT_FILE}.tmp-{os.getpid()}"
         tmp.write_text(json.dumps(meta, indent=2))
         os.replace(tmp, directory / AGENT_FILE)
@@ -326,6 +329,8 @@ def load_agent(directory: str | Path, device: str | torch.device = "cpu", env_id
             f"cannot read the agent in {directory}: damaged or foreign file "
             f"({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"
         ) from None
+    if is_openspiel(config.env.env_id):
+        check_trained_tensor(config.env.env_id, directory, meta.get("openspiel_tensor"))
     observation_space, action_space, layout = spaces or _env_spaces(config, directory, env_id)
     agent = build_agent(config, observation_space, action_space, torch.device(device), layout)
     agent.action_masks = bool(meta.get("action_masks", False))

@@ -7,8 +7,12 @@ league, ``fastppo eval --opponent``, ``fastppo play``).
 
 - **Seats** are ``player_0``, ``player_1``, ... in OpenSpiel's player order (player 0 moves first
   where the game says so).
-- **Observation** of a seat: OpenSpiel's observation tensor of that player, or, for a game that
-  provides none, its information-state tensor (``tensor_kind`` says which). A tensor of three
+- **Observation** of a seat: in a game of imperfect information that provides one, OpenSpiel's
+  information-state tensor of that player (everything the seat has seen, betting history
+  included: a policy is a function of the information state, and an observation tensor such as
+  Leduc's shows equal cards and pot for different histories); otherwise its observation tensor,
+  or the information-state tensor where the game has no observation tensor (``tensor_kind`` says
+  which; a perfect-information game's board stays its observation tensor). A tensor of three
   dimensions is OpenSpiel's ``[planes, rows, columns]`` with the planes moved last, as
   PettingZoo's boards are (``[rows, columns, planes]``); any other shape is kept.
 - **Moves** are OpenSpiel's action numbers, ``Discrete(num_distinct_actions)``; the seat to move's
@@ -21,6 +25,9 @@ league, ``fastppo eval --opponent``, ``fastppo play``).
 - **Checkpoints** hold a game in play as its moves (chance outcomes included) and the env's
   generator, plain data from which OpenSpiel's state is rebuilt: a resumed run plays on exactly
   (``fastppo.envs.snapshot``), and moves that are no game of the env's are one line there.
+  agent.json records ``tensor_kind``, and a folder trained on another tensor (an
+  imperfect-information game's observation tensor, before 2026-11-28) is refused in one line
+  (``check_trained_tensor``).
 
 Games the turn-based env cannot play are refused in one line (``load_game``): a name OpenSpiel
 does not know, simultaneous-move games (OpenSpiel's ``turn_based_simultaneous_game(game=...)``
@@ -42,8 +49,8 @@ except ImportError:  # pragma: no cover - the class is then never built
     AECEnv = object
 
 OBSERVATION, INFORMATION_STATE = "observation", "information state"
-"""The tensor a seat observes (``tensor_kind``): OpenSpiel's observation tensor where the game has
-one, else its information-state tensor."""
+"""The tensor a seat observes (``tensor_kind``): OpenSpiel's information-state tensor in a game of
+imperfect information that has one, else its observation tensor where the game has one."""
 
 
 def import_pyspiel() -> Any:
@@ -103,8 +110,33 @@ def is_perfect_information(game: Any) -> bool:
 
 
 def tensor_kind(game: Any) -> str:
-    """What a seat of ``game`` observes: ``OBSERVATION`` or ``INFORMATION_STATE`` (module docstring)."""
-    return OBSERVATION if game.get_type().provides_observation_tensor else INFORMATION_STATE
+    """What a seat of ``game`` observes: ``INFORMATION_STATE`` for a game of imperfect information
+    that provides that tensor (its observation tensor may hide the history that tells information
+    states apart), else ``OBSERVATION`` where the game provides it (module docstring)."""
+    kind = game.get_type()
+    if kind.provides_information_state_tensor and not is_perfect_information(game):
+        return INFORMATION_STATE
+    return OBSERVATION if kind.provides_observation_tensor else INFORMATION_STATE
+
+
+def check_trained_tensor(env_id: str, folder: object, recorded: str | None) -> None:
+    """A one-line FastPPOError when the agent in ``folder``, trained on ``env_id`` and its tensor
+    ``recorded`` in agent.json (None: saved before agent.json recorded it, when a game showed its
+    observation tensor wherever it had one), observed another tensor than the env shows now: its
+    policy would be fed numbers it never learnt. Unchecked without OpenSpiel (nothing to play)."""
+    if recorded not in (None, OBSERVATION, INFORMATION_STATE):
+        raise FastPPOError(f"the agent in {folder} is damaged: agent.json's openspiel_tensor is {recorded!r}")
+    try:
+        game = load_game(env_id)
+    except FastPPOError:
+        return
+    trained = recorded or (OBSERVATION if game.get_type().provides_observation_tensor else INFORMATION_STATE)
+    if trained != tensor_kind(game):
+        raise FastPPOError(
+            f"{folder} was trained on OpenSpiel's {trained} tensor of {env_id}, and fastppo now shows a seat "
+            f"of this game its {tensor_kind(game)} tensor (since 2026-11-28, the "
+            "moves it has seen included): retrain it with this fastppo, or use the fastppo that trained it"
+        )
 
 
 def observation_shape(game: Any) -> tuple[int, ...]:
