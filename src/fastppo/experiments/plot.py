@@ -356,23 +356,19 @@ def plot_runs(run_dirs: list[str | Path], out: str | Path, smooth: int = 10) -> 
     ax_return.grid(alpha=0.3)
     if ax_return.get_legend_handles_labels()[0]:  # a game against itself alone has no return to draw
         ax_return.legend(loc="best")
-    if ax_ratings is not None:
-        ax_ratings.set_title("openskill rating (mu - 3 sigma)", fontsize=11)
-        ax_ratings.set_xlabel("environment steps")
-        ax_ratings.grid(alpha=0.3)
-        if ax_ratings.get_legend_handles_labels()[0]:
-            ax_ratings.legend(loc="best", fontsize=8)
+    for panel, title in (
+        (ax_ratings, "openskill rating (mu - 3 sigma)"),
+        (ax_wins, "win rate against each fixed player"),
+        (ax_exploitability, "exploitability (OpenSpiel's, per game)"),
+    ):
+        if panel is not None:  # a game's panels, each drawn only when the run logged its metric
+            panel.set_title(title, fontsize=11)
+            panel.set_xlabel("environment steps")
+            panel.grid(alpha=0.3)
+            if panel.get_legend_handles_labels()[0]:
+                panel.legend(loc="best", fontsize=8)
     if ax_wins is not None:
-        ax_wins.set_title("win rate against each fixed player", fontsize=11)
-        ax_wins.set_xlabel("environment steps")
         ax_wins.set_ylim(-0.05, 1.05)
-        ax_wins.grid(alpha=0.3)
-        if ax_wins.get_legend_handles_labels()[0]:
-            ax_wins.legend(loc="best", fontsize=8)
-    if ax_exploitability is not None:
-        ax_exploitability.set_title("exploitability (OpenSpiel's, per game)", fontsize=11)
-        ax_exploitability.set_xlabel("environment steps")
-        ax_exploitability.grid(alpha=0.3)
     for ax, (_, title) in zip(diag_axes, DIAGNOSTICS):
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("environment steps", fontsize=8)
