@@ -213,10 +213,11 @@ class PolicyConfig:
     or gru."""
     memory_size: int = 128
     """Hidden units of the recurrent core."""
-    precision: Literal["fp32", "bf16"] = "fp32"
+    precision: Literal["auto", "fp32", "bf16"] = "auto"
     """Compute of the Nature CNN (pixel policies): fp32, or bf16 autocast in the rollout and the
     update, the weights, heads, losses and optimizer staying fp32; bf16 needs CUDA (Ampere on) or a
-    CPU with native bf16 (AVX512-BF16 or AMX)."""
+    CPU with native bf16 (AVX512-BF16 or AMX). auto: bf16 for a pixel policy where the device has it
+    natively, else fp32; chosen when training starts and saved resolved in config.yaml."""
 
 
 BOARD_SETTINGS = ("board_channels", "board_blocks")
@@ -567,7 +568,7 @@ class Config:
         if missing:
             raise ValueError(f"the config lacks {', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}")
         try:
-            return apply_overrides(config, given).validate()
+            return apply_overrides(config, ADDED_FIELDS_BEFORE | given).validate()
         except FastPPOError as exc:
             raise ValueError(f"the config is invalid: {exc}") from None
 
@@ -586,7 +587,10 @@ FIELDS_ADDED = (
     "self_play.fixed_schedule",
 )
 """Fields added to a section after run folders were first written: a folder without one trained
-with its default (e.g. fp32 before --policy.precision)."""
+with its default, or with its value in ``ADDED_FIELDS_BEFORE``."""
+ADDED_FIELDS_BEFORE = {"policy.precision": "fp32"}
+"""Added fields whose default has changed since: the value a folder without one trained with
+(fp32 before --policy.precision, whose default is now auto)."""
 
 
 def check_seed(seed: int, flag: str) -> int:

@@ -120,7 +120,8 @@ def test_the_gpu_sessions_atari_stages_dry_run_on_the_cpu(tmp_path):
     )
     log = (tmp_path / "atari.log").read_text()
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "BreakoutNoFrameskip-v4 (ale backend): final return" in log and "time: update" in log
+    assert "BreakoutNoFrameskip-v4 (ale backend): final return" in log
+    assert re.search(r"time: (\w+ \d+%, ){3}\w+ \d+%", log) and "update" in log.split("time: ")[1].split("\n")[0]
     assert re.search(r"env-only ceiling \(the same 2 envs, random actions\): \d+ SPS; training makes \d+% of it", log)
     pong = (tmp_path / "pong.log").read_text()
     assert "PongNoFrameskip-v4: 256 of 256 steps" in pong and "deterministic evaluation, 1 game(s) (raw score)" in pong

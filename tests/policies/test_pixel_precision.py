@@ -1,5 +1,6 @@
 """--policy.precision bf16: the Nature CNN under bf16 autocast, fp32 master weights, heads and
-losses; refused where bf16 is not native, and on MLP policies; old run folders load as fp32."""
+losses; refused where bf16 is not native, and on MLP policies; old run folders load as fp32; auto
+(the default) chooses bf16 for a pixel policy where it is native, and the run folder keeps the choice."""
 
 from __future__ import annotations
 
@@ -70,16 +71,20 @@ def test_an_old_config_without_precision_loads_as_fp32():
         Config.from_dict(saved)
 
 
-def train_args(tmp_path, env_id: str) -> list[str]:
+def train_args(tmp_path, env_id: str, precision: str = "bf16") -> list[str]:
     return [
-        "train", env_id, "--policy.precision", "bf16", "--run-dir", str(tmp_path / "run"), "--total-timesteps", "64",
+        "train", env_id, "--policy.precision", precision, "--run-dir", str(tmp_path / "run"), "--total-timesteps", "64",
         "--num-envs", "2", "--num-steps", "32", "--num-minibatches", "2", "--update-epochs", "1", "--progress", "false",
     ]  # fmt: skip
 
 
-def test_bf16_on_a_cpu_without_it_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch):
+def without_native_bf16(monkeypatch) -> None:
     monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
+
+
+def test_bf16_on_a_cpu_without_it_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch):
+    without_native_bf16(monkeypatch)
     assert main(train_args(tmp_path, "BreakoutNoFrameskip-v4")) == 2
     message = "--policy.precision bf16 on a CPU without it (no AVX512-BF16 or AMX): use --policy.precision fp32"
     assert capsys.readouterr().err == f"fastppo: error: {message}\n"
@@ -113,6 +118,44 @@ def test_a_bf16_breakout_run_trains_and_saves_its_precision(tmp_path):
     agent.policy.actor_encoder.autocast = False
     (actions,) = session.run(None, {"obs": frames})
     np.testing.assert_array_equal(actions, agent.act(frames, deterministic=True))
+
+
+@pytest.mark.parametrize("native", [True, False])
+@pytest.mark.parametrize("env_id", ["BreakoutNoFrameskip-v4", "CartPole-v1"])
+def test_auto_chooses_bf16_for_a_pixel_policy_where_it_is_native_else_fp32(monkeypatch, native, env_id):
+    import fastppo
+    from fastppo.training.trainer import precision_for
+
+    if native:
+        monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: True)
+    else:
+        without_native_bf16(monkeypatch)
+    config = fastppo.make_config(env_id)
+    assert config.policy.precision == "auto"
+    chosen = precision_for(config, torch.device("cpu"))
+    assert chosen.policy.precision == ("bf16" if native and env_id.startswith("Breakout") else "fp32")
+    assert config.policy.precision == "auto"  # the caller's config is left as it was
+    explicit = fastppo.make_config(env_id, overrides={"precision": "fp32"})
+    assert precision_for(explicit, torch.device("cpu")) is explicit
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_a_default_breakout_run_saves_the_precision_it_chose_and_resumes_with_it(tmp_path, monkeypatch, native):
+    import yaml
+
+    from fastppo.agents.agent import load_agent
+
+    if not native:
+        without_native_bf16(monkeypatch)
+    elif not (torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()):
+        pytest.skip("no native bf16 here")
+    assert main(train_args(tmp_path, "BreakoutNoFrameskip-v4", "auto")) == 0
+    chosen = "bf16" if native else "fp32"
+    assert yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())["policy"]["precision"] == chosen
+    assert load_agent(tmp_path / "run").policy.actor_encoder.autocast == native
+    if native:  # resumed where bf16 is not native, the run would compute otherwise: one line, exit 2
+        without_native_bf16(monkeypatch)
+        assert main(["train", "--resume", str(tmp_path / "run"), "--total-timesteps", "128"]) == 2
 
 
 def test_a_bf16_cnn_collects_on_the_updates_threads(monkeypatch):

@@ -20,7 +20,7 @@ from fastppo.agents.agent import Agent, build_agent
 from fastppo.agents.agent_rows import PettingZooAgents
 from fastppo.config import Config, RunConfig
 from fastppo.core import RewardScaler, schedule_progress, scheduled
-from fastppo.devices import check_precision, resolve_device
+from fastppo.devices import check_precision, native_bf16, resolve_device
 from fastppo.env_ids import is_pettingzoo
 from fastppo.envs import make_vec_env
 from fastppo.envs.make import rollout_device
@@ -239,7 +239,7 @@ def train_rank(
     """``train`` on ``device``, as one rank of ``world``: a population of one run, or with ``seeds`` a
     stack of those seeds (``train_seed_stack``; ``checkpoint`` is then one per seed, each member's):
     the set-up, step by step, then ``train_loop``."""
-    check_precision(config.policy.precision, device)  # before anything is written
+    config = precision_for(config, device)  # before anything is written
     reuse_freed_memory()  # the update's large temporaries: no fresh page faults each time (fastppo.training.allocator)
     out_dir = run_dir if world.main else None  # where this process writes
     checkpoints = checkpoint if isinstance(checkpoint, list) else [] if checkpoint is None else [checkpoint]
@@ -280,6 +280,18 @@ def train_rank(
     if isinstance(envs, HostCopies):
         envs.timer = training.timer  # numpy-backed envs time their host<->device copies ("copy")
     return run(training, runs, run_dir is not None)
+
+
+def precision_for(config: Config, device: torch.device) -> Config:
+    """``config`` with ``policy.precision`` "auto" chosen for ``device``: bf16 for a pixel policy
+    where ``device`` computes it natively (the Nature CNN's update step in 0.64-0.73x fp32's time on
+    a Zen 4 CPU), else fp32. Chosen before config.yaml is written, so a resume computes as the run
+    did, on any machine. An explicit bf16 where it is not native: one line."""
+    check_precision(config.policy.precision, device)
+    if config.policy.precision != "auto":
+        return config
+    precision = "bf16" if config.pixel_policy and native_bf16(device) else "fp32"
+    return replace(config, policy=replace(config.policy, precision=precision))
 
 
 def member_folders(run_dir: Path | None, out_dir: Path | None, seeds: list[int] | None) -> list[Path | None]:
