@@ -140,7 +140,7 @@ def test_auto_chooses_bf16_for_a_pixel_policy_where_it_is_native_else_fp32(monke
 
 
 @pytest.mark.parametrize("native", [True, False])
-def test_a_default_breakout_run_saves_the_precision_it_chose_and_resumes_with_it(tmp_path, monkeypatch, native):
+def test_a_default_breakout_run_saves_the_precision_it_chose_and_resumes_with_it(tmp_path, monkeypatch, capsys, native):
     import yaml
 
     from fastppo.agents.agent import load_agent
@@ -151,11 +151,17 @@ def test_a_default_breakout_run_saves_the_precision_it_chose_and_resumes_with_it
         pytest.skip("no native bf16 here")
     assert main(train_args(tmp_path, "BreakoutNoFrameskip-v4", "auto")) == 0
     chosen = "bf16" if native else "fp32"
+    header = capsys.readouterr().out.splitlines()
+    assert header[0].endswith(f", on cpu (2 threads, {chosen})") or header[0].endswith(f"thread, {chosen})")
+    assert "precision" not in header[2]  # the differs-from-the-defaults line: the choice is the default's
     assert yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())["policy"]["precision"] == chosen
     assert load_agent(tmp_path / "run").policy.actor_encoder.autocast == native
+    assert main(["train", "--resume", str(tmp_path / "run"), "--total-timesteps", "128"]) == 0
+    resumed = capsys.readouterr().out.splitlines()
+    assert resumed[1].split(" on cpu ")[1] == header[0].split(" on cpu ")[1] and "precision" not in resumed[3]
     if native:  # resumed where bf16 is not native, the run would compute otherwise: one line, exit 2
         without_native_bf16(monkeypatch)
-        assert main(["train", "--resume", str(tmp_path / "run"), "--total-timesteps", "128"]) == 2
+        assert main(["train", "--resume", str(tmp_path / "run"), "--total-timesteps", "192"]) == 2
 
 
 def test_a_bf16_cnn_collects_on_the_updates_threads(monkeypatch):

@@ -139,7 +139,7 @@ def run(args: argparse.Namespace) -> int:
             config, checkpoint = resume_config(args.resume, overrides, args.env_id)
             if main:
                 print(f"fastppo: resuming {run_dir} from {checkpoint.path.name} (step {checkpoint.global_step})")
-        header = start_header(config, "its saved config", run_dir, launched_world_size())
+        source = "its saved config"
     elif args.env_id is None:
         raise FastPPOError("give an ENV_ID to train (fastppo train CartPole-v1), or --resume RUN_DIR")
     elif args.seeds is not None:
@@ -147,10 +147,16 @@ def run(args: argparse.Namespace) -> int:
     else:
         config, preset = resolved_config(args.env_id, args.preset, overrides)
         run_dir = Path(args.run_dir) if args.run_dir else default_run_dir(config)
-        header = start_header(config, f"preset {preset}", run_dir, launched_world_size())
+        source = f"preset {preset}"
     start_over = args.resume is not None and checkpoint is None  # a run that stopped before its first checkpoint
     agent = train(
-        config, run_dir, checkpoint, on_start=lambda: print(*header, sep="\n", flush=True), start_over=start_over
+        config,
+        run_dir,
+        checkpoint,
+        on_start=lambda trained: print(
+            *start_header(trained, source, run_dir, launched_world_size()), sep="\n", flush=True
+        ),
+        start_over=start_over,
     )  # once the run folder passed its checks
     if main:
         groups = {group: group_returns[-FINAL_EPISODES:] for group, group_returns in agent.group_returns.items()}
@@ -242,8 +248,10 @@ HEADER_SIZES = (
     "ppo.num_minibatches",
     "ppo.update_epochs",
     "ppo.total_timesteps",
+    "policy.precision",
 )
-"""Fields the header's first lines show; its last line lists the other hyperparameters that differ from the defaults."""
+"""Fields the header's first lines show (a pixel policy's precision as chosen for the device); its last line lists
+the other hyperparameters that differ from the defaults."""
 
 
 def solved_line(env_id: str, final_return: float | None) -> str | None:
@@ -291,7 +299,7 @@ def start_header(config: Config, source: str, run_dir: Path | None, world_size: 
     ranks = f" per rank, {world_size} ranks" if world_size > 1 else ""
     lines = [
         f"fastppo: {config.env.env_id} ({source}, {config.env.backend} backend){where}, on {device} ({threads} "
-        f"thread{'s' if threads > 1 else ''})",
+        f"thread{'s' if threads > 1 else ''}{f', {config.policy.precision}' if config.pixel_policy else ''})",
         f"fastppo: {config.env.num_envs} envs x {config.ppo.num_steps} steps = {config.batch_size}{ranks} per "
         f"update in {config.ppo.num_minibatches} minibatches x {config.ppo.update_epochs} epochs; "
         f"{config.ppo.total_timesteps} steps = {config.num_iterations // world_size} updates",

@@ -177,7 +177,7 @@ def train(
     run_dir: Path | None = None,
     checkpoint: Checkpoint | None = None,
     on_iteration: Callable[[int, dict[str, float]], None] | None = None,
-    on_start: Callable[[], None] | None = None,
+    on_start: Callable[[Config], None] | None = None,
     start_over: bool = False,
 ) -> Agent:
     """Train a PPO agent as ``config`` says; write logs, checkpoints and the final agent to ``run_dir``.
@@ -189,7 +189,7 @@ def train(
     returned agent's ``interrupted_by`` names the signal (None for a run that reached its end).
     ``on_iteration(global_step, metrics)`` is called after each iteration is logged (fastppo sweep
     reports returns to Optuna's pruner with it); an exception it raises ends the run there, envs and
-    logger closed, nothing saved, and reaches the caller unchanged. ``on_start()`` is called once
+    logger closed, nothing saved, and reaches the caller unchanged. ``on_start(config)`` is called once
     the run folder has passed its checks, before the envs are built (the CLI prints its header).
 
     Under torchrun (WORLD_SIZE > 1) every rank calls this and trains as one rank of the run
@@ -233,7 +233,7 @@ def train_rank(
     device: torch.device,
     world: World,
     seeds: list[int] | None = None,
-    on_start: Callable[[], None] | None = None,
+    on_start: Callable[[Config], None] | None = None,
     start_over: bool = False,
 ) -> Any:
     """``train`` on ``device``, as one rank of ``world``: a population of one run, or with ``seeds`` a
@@ -246,7 +246,7 @@ def train_rank(
     folders = member_folders(run_dir, out_dir, seeds)
     check_folders([f for f in folders if f is not None], checkpoints, start_over)  # before anything is written
     if on_start is not None and world.main:
-        on_start()
+        on_start(config)  # as it trains: with its precision chosen
     seed = start_random_streams(config, world, checkpoints, seeds, device)
     collect_on = rollout_device(config.env, device)  # where the rollout lives: the CPU for numpy envs
     envs = open_envs(config, collect_on, out_dir if seeds is None else None, world, len(seeds or [seed]))
