@@ -22,13 +22,13 @@
 # resumed from runs/breakout10m). Carry [".whl", "runs/breakout10m"] to a call after the first,
 # having copied the folder the last call returned (under its files_at, breakout10m/) to
 # runs/breakout10m here; the stage leaves the run's folder in $OUT/breakout10m.
-# `bash benchmarks/gpu_session.sh --dry-run [STAGE...]` runs each stage's tiny CPU version here (all seven
-# by default, ~7 min on 2 busy cores; a stage 15 s to 3 min), with this machine's packages (PYTHON names the
-# interpreter, python3 by default): the same scripts through the same code with smaller budgets and
-# --device cpu, the check before a device call. On the CPU the tests stage runs the same test selection
-# (the CUDA tests skip, saying so; a test id that no longer exists fails it), gpu.py --quick says which
-# CUDA-only rows it skips, rlhf times the tiny model only. `--print` (with or without --dry-run) prints
-# each stage's command and runs nothing.
+# `bash benchmarks/gpu_session.sh --dry-run [STAGE...]` runs each stage's tiny CPU version here (all
+# seven by default: ~7 min on 2 busy cores, a stage 15 s to 3 min), with this machine's packages
+# (PYTHON names the interpreter, python3 by default): the same scripts through the same code with
+# --device cpu and smaller budgets, the check before a device call. The tests stage runs the same
+# test selection (the CUDA tests skip, saying so; a test id that no longer exists fails it), gpu.py
+# --quick says which CUDA-only rows it skips, rlhf times the tiny model only. `--print` (with or
+# without --dry-run) prints each stage's command and runs nothing.
 # Each stage runs under its own timeout and writes its log to $OUT: one failure leaves the others, and
 # the call ends with exit 1 and a line naming the failed stages.
 # Leave MUJOCO_GL unset: with =egl, `import mujoco` fails there (no libEGL in the image).
