@@ -84,8 +84,10 @@ def test_a_bad_benchmark_flag_is_one_line_and_exit_2(script, argv, message, monk
 STAGES = "tests gpu seeds atari rlhf pong breakout10m".split()
 
 
-def gpu_session(*argv: str, out: Path, timeout: float = 60) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHON": sys.executable, "OUT": str(out)}
+def gpu_session(
+    *argv: str, out: Path, timeout: float = 60, python: str = sys.executable
+) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHON": python, "OUT": str(out)}
     return subprocess.run(
         ["bash", str(BENCHMARKS / "gpu_session.sh"), *argv],
         capture_output=True,
@@ -130,6 +132,19 @@ def test_every_gpu_session_stage_has_a_cpu_dry_run_and_print_runs_nothing(tmp_pa
         assert re.findall(r"\w+\.py", dry[name])[0] == re.findall(r"\w+\.py", real[name])[0], name
     assert printed("--dry-run", "--print", "rlhf", "gpu", out=out) == {"gpu": dry["gpu"], "rlhf": dry["rlhf"]}
     assert not out.exists()
+
+
+def test_a_failed_gpu_session_stage_leaves_the_others_and_the_call_names_it(tmp_path: Path) -> None:
+    """An interpreter that is not there: each stage fails with its log, the next still runs, and the
+    call ends with exit 1 and one line naming the failed stages (the last stage's code used to be
+    the call's)."""
+    done = gpu_session("--dry-run", "tests", "rlhf", out=tmp_path / "out", python=str(tmp_path / "no-python"))
+    assert re.findall(r"=== (\w+) rc=(\d+)", done.stdout) == [("tests", "127"), ("rlhf", "127")]
+    assert (done.returncode, done.stderr) == (
+        1,
+        f"gpu_session.sh: failed stages: tests rlhf (their logs in {tmp_path / 'out'})\n",
+    )
+    assert "no-python" in (tmp_path / "out" / "rlhf.log").read_text()
 
 
 @pytest.mark.slow
