@@ -1,7 +1,7 @@
 """The issue's GPU figures in one command, for a session that has a GPU:
 
     python benchmarks/gpu.py                         # ~5 min on a CUDA GPU
-    python benchmarks/gpu.py --device cpu --quick    # the same code on CPU, without CUDA graphs
+    python benchmarks/gpu.py --device cpu --quick    # the same code on CPU; the CUDA-only rows say they are skipped
 
 1. Tensor-env CartPole-v1 trained end to end on the device (rollout and update never leave it):
    SPS eager and with --cudagraphs, 4 096 envs x 16 steps, 4 epochs of 4 minibatches (target:
@@ -92,6 +92,8 @@ def main() -> None:
     if graphs:
         graphed = measure("--cudagraphs", "CartPole-v1", "cleanrl-discrete", {**tensor, "cudagraphs": True})
         print(f"--cudagraphs / eager: {graphed / eager:.2f}x; best {max(eager, graphed):.0f} SPS (target >= 4M)")
+    else:
+        print(f"{'--cudagraphs':44} skipped: CUDA graphs need a CUDA device, not {args.device}")
 
     print(
         f"\n## {args.halfcheetah}, CleanRL's ppo_continuous_action defaults (1 env x 2048, 10 epochs x 32 minibatches)"
@@ -105,6 +107,8 @@ def main() -> None:
     if graphs:  # one env and small MLPs: is the GPU worth it at all? The same run on this machine's CPU
         cpu = measure("eager on the CPU", args.halfcheetah, "cleanrl-continuous", {**cheetah, "device": "cpu"})
         print(f"best on {args.device} / CPU eager: {max(eager, faster) / cpu:.2f}x (target >= 2x)")
+    else:
+        print(f"{'eager on the CPU':44} skipped: the runs above are on the CPU already")
 
     width_rows([1, 8 if args.quick else args.seeds], [0], 8192 if args.quick else 16_384, args.device, ["CartPole-v1"])
     footer()
