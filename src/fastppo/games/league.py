@@ -137,18 +137,21 @@ def _check_parallel_league(config: Config, envs: VecEnv) -> None:
             "--self-play.* flags apply to PettingZoo games and Parallel envs stepped in the training process, and "
             f"{env_id} is {what}: drop them, or use --backend sync"
         )
-    if sp.eval_every or sp.random_share or sp.fixed_opponents or sp.magnet_coef:
+    if sp.eval_every or sp.random_share or sp.fixed_opponents:
         flag = (
             "--self-play.eval-every"
             if sp.eval_every
             else "--self-play.random-share"
             if sp.random_share
             else "--self-play.fixed-opponents"
-            if sp.fixed_opponents
-            else "--self-play.magnet-coef"
         )
         raise FastPPOError(
             f"{flag} plays games against fixed players (random, MCTS), which need a turn-based game, and {env_id} is a "
+            "Parallel env: drop it"
+        )
+    if sp.magnet_coef:
+        raise FastPPOError(
+            f"--self-play.magnet-coef pulls the learner of a turn-based game toward its magnet, and {env_id} is a "
             "Parallel env: drop it"
         )
     if not sp.pool_size:
