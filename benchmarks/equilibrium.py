@@ -40,10 +40,9 @@ GAMES = {
     ),
     "leduc": (
         "openspiel:leduc_poker",
-        "--total-timesteps 196608 --num-envs 64 --num-steps 32 --gamma 1 --learning-rate 3e-4 --ppo.ent-coef 0.1 "
-        "--policy.hidden-sizes 128,128 --self-play.pool-size 96 --self-play.snapshot-every 1 "
-        "--self-play.sampling uniform --self-play.latest-share 0 --self-play.average-policy "
-        "--self-play.exploitability-every 16",
+        "--total-timesteps 1572864 --num-envs 64 --num-steps 32 --gamma 1 --learning-rate 1e-3 --ppo.ent-coef 0 "
+        "--policy.hidden-sizes 128,128 --self-play.magnet-coef 1 --self-play.magnet-rate 0.01 "
+        "--self-play.exploitability-every 64",
     ),
 }
 """Each game's env id and fastppo's flags (besides --seed and the run folder)."""
