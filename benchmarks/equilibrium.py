@@ -2,15 +2,16 @@
 OpenSpiel's own algorithms given the same wall time on the same machine, in the same run.
 
 For each game, ``--seeds`` fastppo trainings (each a whole ``fastppo train`` process, timed from
-start to exit, niced), learning a best response to the pool's time-average (``--self-play.sampling
-uniform --self-play.latest-share 0``) and scoring that average (``--self-play.average-policy``);
-the exploitability at the end of training of the learner's own policy (``eval/exploitability``)
-and of the pool's average (``eval/exploitability_average``). Then OpenSpiel's CFR and
-external-sampling MCCFR, each run for the mean wall time of the fastppo processes (their
-iterations alone count against it, not the final exploitability), scored by the exploitability of
-their average policy. NFSP is not run: OpenSpiel's PyTorch NFSP learns from one Python-stepped
-episode at a time, and its Leduc examples train for millions of episodes, far beyond these budgets;
-external-sampling MCCFR is the second algorithm instead.
+start to exit, niced), by magnetic mirror descent (``--self-play.magnet-coef``: the learner plays
+its latest self in every seat, its loss pulled toward a magnet that follows its weights slowly),
+scored by the exploitability at the end of training of the learner's own policy
+(``eval/exploitability``), the policy the run saves; a game whose flags keep a pool and
+``--self-play.average-policy`` also shows the pool's time-average (``eval/exploitability_average``).
+Then OpenSpiel's CFR and external-sampling MCCFR, each run for the mean wall time of the fastppo
+processes (their iterations alone count against it, not the final exploitability), scored by the
+exploitability of their average policy. NFSP is not run: OpenSpiel's PyTorch NFSP learns from one
+Python-stepped episode at a time, and its Leduc examples train for millions of episodes, far
+beyond these budgets; external-sampling MCCFR is the second algorithm instead.
 
     python benchmarks/equilibrium.py                         # 3 seeds each of Kuhn and Leduc
     python benchmarks/equilibrium.py --games kuhn --seeds 1
@@ -34,16 +35,14 @@ from common import footer, header, positive
 GAMES = {
     "kuhn": (
         "openspiel:kuhn_poker",
-        "--total-timesteps 131072 --num-envs 64 --num-steps 32 --gamma 1 --learning-rate 3e-4 --ppo.ent-coef 0.2 "
-        "--self-play.pool-size 64 --self-play.snapshot-every 1 --self-play.sampling uniform "
-        "--self-play.latest-share 0 --self-play.average-policy --self-play.exploitability-every 8",
+        "--total-timesteps 524288 --num-envs 64 --num-steps 32 --gamma 1 --learning-rate 1e-3 --ppo.ent-coef 0 "
+        "--self-play.magnet-coef 0.5 --self-play.exploitability-every 16",
     ),
     "leduc": (
         "openspiel:leduc_poker",
-        "--total-timesteps 196608 --num-envs 64 --num-steps 32 --gamma 1 --learning-rate 3e-4 --ppo.ent-coef 0.1 "
-        "--policy.hidden-sizes 128,128 --self-play.pool-size 96 --self-play.snapshot-every 1 "
-        "--self-play.sampling uniform --self-play.latest-share 0 --self-play.average-policy "
-        "--self-play.exploitability-every 16",
+        "--total-timesteps 1572864 --num-envs 64 --num-steps 32 --gamma 1 --learning-rate 1e-3 --ppo.ent-coef 0 "
+        "--policy.hidden-sizes 128,128 --self-play.magnet-coef 1 --self-play.magnet-rate 0.01 "
+        "--self-play.exploitability-every 64",
     ),
 }
 """Each game's env id and fastppo's flags (besides --seed and the run folder)."""
@@ -108,8 +107,9 @@ def main() -> None:
                 seconds, figures = train_fastppo(env_id, flags, seed, Path(root) / f"{name}-{seed}")
                 times.append(seconds)
                 learner = figures["eval/exploitability"]
-                average = figures.get("eval/exploitability_average", float("nan"))
-                print(f"| fastppo | {seed} | {seconds:.0f} | {learner:.4f} | {average:.4f} |", flush=True)
+                average = figures.get("eval/exploitability_average")  # with a pool and --self-play.average-policy
+                shown = "-" if average is None else f"{average:.4f}"
+                print(f"| fastppo | {seed} | {seconds:.0f} | {learner:.4f} | {shown} |", flush=True)
             budget = sum(times) / len(times)
             game_name = env_id.split(":", 1)[1]
             for algorithm in ("cfr", "es-mccfr"):

@@ -134,6 +134,13 @@ class SelfPlayConfig:
     time-average policy (its snapshots weighted alike, each state by how often each snapshot reaches it), the policy
     fictitious play converges with where the learner's own circles; sampling uniform and latest_share 0 make the
     learner play against that same average."""
+    magnet_coef: float = 0.0
+    """Magnetic mirror descent (Sokota et al. 2023) in a turn-based game: weight of the exact KL(policy || magnet) over
+    the legal moves added to the PPO loss, the magnet a slowly moving copy of the learner (0: none); it makes the
+    learner's own last policy converge toward an equilibrium in self-play (in Kuhn poker with 0.5, entropy 0)."""
+    magnet_rate: float = 0.05
+    """Share of the way the magnet's weights move toward the learner's after each update (an exponential moving
+    average of its weights, in (0, 1]; 1: the magnet is the previous policy)."""
 
 
 POOL_SETTINGS = ("sampling", "snapshot_every")
@@ -518,6 +525,15 @@ class Config:
                 "--self-play.average-policy scores the average of the pool's snapshots: give --self-play.pool-size N "
                 "and --self-play.exploitability-every K too"
             )
+        if not (math.isfinite(sp.magnet_coef) and sp.magnet_coef >= 0):
+            raise FastPPOError(f"--self-play.magnet-coef must be a number >= 0, got {sp.magnet_coef}")
+        if not 0.0 < sp.magnet_rate <= 1.0:
+            raise FastPPOError(f"--self-play.magnet-rate must be in (0, 1], got {sp.magnet_rate}")
+        if not sp.magnet_coef and sp.magnet_rate != SelfPlayConfig.magnet_rate:
+            raise FastPPOError(
+                f"--self-play.magnet-rate {sp.magnet_rate} moves a magnet, and --self-play.magnet-coef is 0: give "
+                "--self-play.magnet-coef C (C > 0), or drop it"
+            )
         if sp.eval_every and not sp.eval_opponents:
             raise FastPPOError(
                 "--self-play.eval-every needs fixed players to rate against: give --self-play.eval-opponents, e.g. "
@@ -585,6 +601,8 @@ FIELDS_ADDED = (
     "self_play.fixed_opponents",
     "self_play.fixed_share",
     "self_play.fixed_schedule",
+    "self_play.magnet_coef",
+    "self_play.magnet_rate",
 )
 """Fields added to a section after run folders were first written: a folder without one trained
 with its default, or with its value in ``ADDED_FIELDS_BEFORE``."""

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from fastppo.core import adaptive_kl_beta, kl_estimate, proportional_kl_beta
+from fastppo.core import adaptive_kl_beta, categorical_kl, kl_estimate, proportional_kl_beta
 
 F64 = torch.float64
 
@@ -21,6 +21,27 @@ def test_estimators_by_hand():
     torch.testing.assert_close(kl_estimate(logp, logq, "k2"), torch.tensor(k2, dtype=F64))
     torch.testing.assert_close(kl_estimate(logp, logq, "k3"), torch.tensor(k3, dtype=F64))
     torch.testing.assert_close(kl_estimate(logp, logq), torch.tensor(k3, dtype=F64))  # default k3
+
+
+def test_categorical_kl_by_hand():
+    # p = (1/2, 1/4, 1/4), q = (1/4, 1/4, 1/2): KL = 1/2 log 2 + 0 + 1/4 log(1/2) = 1/4 log 2
+    p = torch.tensor([[0.5, 0.25, 0.25], [0.25, 0.25, 0.5]], dtype=F64)
+    q = torch.tensor([[0.25, 0.25, 0.5], [0.25, 0.25, 0.5]], dtype=F64)
+    torch.testing.assert_close(categorical_kl(p.log(), q.log()), torch.tensor([0.25 * math.log(2), 0.0], dtype=F64))
+    # the other way round: 1/4 log(1/2) + 1/2 log 2 = 1/4 log 2 as well; KL(q || p) of a different pair differs
+    r = torch.tensor([[0.8, 0.1, 0.1]], dtype=F64)
+    expected = 0.8 * math.log(0.8 / 0.5) + 2 * 0.1 * math.log(0.1 / 0.25)
+    torch.testing.assert_close(categorical_kl(r.log(), p[:1].log()), torch.tensor([expected], dtype=F64))
+
+
+def test_categorical_kl_leaves_out_masked_actions():
+    # the last action is illegal: p puts 0 on it (log -inf), q a masked garbage value; over the
+    # legal two, p = (0.75, 0.25), q = (0.5, 0.5)
+    logp = torch.tensor([[math.log(0.75), math.log(0.25), -math.inf]], dtype=F64)
+    logq = torch.tensor([[math.log(0.5), math.log(0.5), torch.finfo(F64).min]], dtype=F64)
+    mask = torch.tensor([[True, True, False]])
+    expected = 0.75 * math.log(1.5) + 0.25 * math.log(0.5)
+    torch.testing.assert_close(categorical_kl(logp, logq, mask), torch.tensor([expected], dtype=F64))
 
 
 def test_k2_and_k3_are_nonnegative_k1_can_be_negative():

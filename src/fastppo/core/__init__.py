@@ -2,7 +2,7 @@
 
 from fastppo.core.categorical import categorical_logprob_entropy
 from fastppo.core.gae import compute_decision_gae, compute_gae, open_decisions, shift_values
-from fastppo.core.kl import adaptive_kl_beta, kl_estimate, proportional_kl_beta
+from fastppo.core.kl import adaptive_kl_beta, categorical_kl, kl_estimate, proportional_kl_beta
 from fastppo.core.losses import policy_loss, ppo_loss, reference_kl_penalty, value_loss
 from fastppo.core.masked import (
     LossAggregation,
@@ -20,6 +20,7 @@ __all__ = [
     "adaptive_kl_beta",
     "aggregate_loss",
     "bradley_terry_loss",
+    "categorical_kl",
     "categorical_logprob_entropy",
     "compute_decision_gae",
     "compute_gae",

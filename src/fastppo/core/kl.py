@@ -5,7 +5,9 @@ log_ratio = log q(x) - log p(x), each k is an estimate of KL(p || q):
     k1 = -log_ratio                      unbiased, high variance, can be negative
     k2 = log_ratio**2 / 2                biased (low), low variance, >= 0
     k3 = (exp(log_ratio) - 1) - log_ratio   unbiased, low variance, >= 0
-PPO's ``approx_kl`` is k3 with p = the old policy and q = the new one.
+PPO's ``approx_kl`` is k3 with p = the old policy and q = the new one. Where both whole
+distributions are at hand (a categorical's log-probabilities of every action), ``categorical_kl``
+is the exact KL instead.
 """
 
 from __future__ import annotations
@@ -28,6 +30,14 @@ def kl_estimate(logp: Tensor, logq: Tensor, estimator: KLEstimator = "k3") -> Te
     if estimator == "k3":
         return torch.expm1(log_ratio) - log_ratio
     raise ValueError(f"unknown KL estimator {estimator!r}: choose k1, k2 or k3")
+
+
+def categorical_kl(logp: Tensor, logq: Tensor, mask: Tensor | None = None) -> Tensor:
+    """Exact KL(p || q) = sum_a p(a) (log p(a) - log q(a)) per row, for categoricals given by their
+    normalised log-probabilities ``[..., K]``; ``mask`` (bool, ``[..., K]``) leaves out the actions
+    a row may not take (where p is 0, and a masked log-probability may be any number)."""
+    terms = logp.exp() * (logp - logq)
+    return (terms if mask is None else torch.where(mask, terms, 0.0)).sum(-1)  # where: 0 * a masked inf is nan
 
 
 def adaptive_kl_beta(beta: float, kl: float, target: float) -> float:

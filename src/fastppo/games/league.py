@@ -17,7 +17,9 @@ A curriculum plays a share of the games against fixed players (--self-play.fixed
 fastppo.games.curriculum), rated as the evaluation games are.
 In a small two-player zero-sum OpenSpiel game the league also logs the learner's exploitability
 (--self-play.exploitability-every: fastppo.games.exploitability), and with --self-play.average-policy
-that of its pool's time-average policy (fastppo.games.average).
+that of its pool's time-average policy (fastppo.games.average). With --self-play.magnet-coef the
+league keeps the magnet of magnetic mirror descent (fastppo.games.magnet): its log-probabilities
+join each update's batch, and it follows the learner after each update.
 
 Everything here is part of the run's state: ``state()`` goes into each checkpoint (the snapshots'
 weights as tensors, the rest as JSON) and ``load`` restores it, so that a resumed run draws the
@@ -45,6 +47,7 @@ from fastppo.games.average import PoolAverage
 from fastppo.games.curriculum import FIXED, FixedOpponents
 from fastppo.games.exploitability import AgentExploitability, scored_game
 from fastppo.games.league_evaluation import FixedPlayerGames, fixed_player, game_rates, results_metrics
+from fastppo.games.magnet import Magnet, magnet_tensors
 from fastppo.games.pool import Pool, Snapshot, frozen, load_snapshot, snapshot_tensors
 from fastppo.games.ratings import Rating, Ratings
 
@@ -68,6 +71,11 @@ def check_league(config: Config, envs: VecEnv, processes: int) -> None:
         return
     if not turn_based:
         _check_parallel_league(config, envs)
+    if sp.magnet_coef and config.multi_agent.policies != "shared":
+        raise FastPPOError(
+            f"--self-play.magnet-coef pulls the one shared policy toward its magnet, and --multi-agent.policies "
+            f"{config.multi_agent.policies} trains several: drop one of them"
+        )
     if config.policy.memory != "none" and turn_based:
         # A seat's rows are decisions on its turns only, and a state restarts after every row that is none.
         raise FastPPOError(
@@ -141,6 +149,11 @@ def _check_parallel_league(config: Config, envs: VecEnv) -> None:
             f"{flag} plays games against fixed players (random, MCTS), which need a turn-based game, and {env_id} is a "
             "Parallel env: drop it"
         )
+    if sp.magnet_coef:
+        raise FastPPOError(
+            f"--self-play.magnet-coef pulls the learner of a turn-based game toward its magnet, and {env_id} is a "
+            "Parallel env: drop it"
+        )
     if not sp.pool_size:
         raise FastPPOError(
             "on a Parallel env the learner already plays every agent: --self-play.* flags need a pool, "
@@ -157,6 +170,9 @@ def _check_parallel_league(config: Config, envs: VecEnv) -> None:
 
 class NoLeague:
     """Training without a league: nothing to snapshot, rate or save."""
+
+    def magnet_log_probs(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return {}
 
     def after_update(self, iteration: int) -> dict[str, float]:
         return {}
@@ -206,6 +222,7 @@ class League:
         self.ratings = Ratings()
         self.exploitability = AgentExploitability(game) if cfg.exploitability_every else None
         self.average = PoolAverage(game, learner) if cfg.average_policy else None
+        self.magnet = Magnet(learner.policy, cfg.magnet_rate) if cfg.magnet_coef else None
         self.opponent = np.full(copies, LATEST)  # the pool snapshot (its iteration) each copy plays, or LATEST
         self.learner_seat = np.zeros(copies, dtype=int)
         self.rng = np.random.default_rng(seed)
@@ -288,6 +305,11 @@ class League:
 
     # Each iteration: -----------------------------------------------------------------------------
 
+    def magnet_log_probs(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The magnet's log-probabilities on the update's batch, the field the loss's KL to it reads
+        (fastppo.games.magnet); none without a magnet."""
+        return {} if self.magnet is None else self.magnet.log_probs(batch)
+
     def after_update(self, iteration: int) -> dict[str, float]:
         """The iteration's games and ratings, for the run to log; snapshots the learner when due
         and plays the evaluation games."""
@@ -296,6 +318,8 @@ class League:
         if self.fixed is not None:
             metrics |= self.fixed.metrics(iteration)
         self.iteration = iteration
+        if self.magnet is not None:
+            self.magnet.follow(self.learner.policy)
         if self.cfg.pool_size and iteration % self.cfg.snapshot_every == 0:
             learner = self.learner
             self.pool.add(
@@ -323,6 +347,8 @@ class League:
         tensors: dict[str, torch.Tensor] = {}
         for s in self.pool.snapshots.values():
             tensors |= s.tensors()
+        if self.magnet is not None:
+            tensors |= self.magnet.tensors()
         meta = {
             "snapshots": [
                 {"iteration": s.iteration, "record": list(s.record), "rating": list(s.rating)}
@@ -342,14 +368,14 @@ class League:
 
     def expected_tensors(self, meta: Any) -> dict[str, torch.Tensor]:
         """The tensors a checkpoint whose league JSON is ``meta`` holds (each snapshot's weights
-        and statistics, shaped as the learner's), for ``check_fits_run`` to check them with the
-        run's others; ``Damaged`` if ``meta`` is."""
+        and statistics, and the magnet's weights, shaped as the learner's), for ``check_fits_run``
+        to check them with the run's others; ``Damaged`` if ``meta`` is."""
         saved = self._parse(meta)
         return {
             name: t
             for entry in saved["snapshots"]
             for name, t in snapshot_tensors(entry["iteration"], self.learner.policy, self.learner.obs_rms).items()
-        }
+        } | ({} if self.magnet is None else magnet_tensors(self.learner.policy))
 
     def load(self, tensors: dict[str, torch.Tensor], meta: Any) -> None:
         """``state()``'s output back, once ``expected_tensors`` has passed (then it cannot fail)."""
@@ -375,6 +401,8 @@ class League:
         self.iteration = saved["iteration"]
         if self.fixed is not None:
             self.fixed.game_seed = saved["game_seed"]
+        if self.magnet is not None:
+            self.magnet.load(tensors)
 
     def _parse(self, meta: Any) -> dict[str, Any]:
         """``state()``'s JSON as values, or ``Damaged``."""

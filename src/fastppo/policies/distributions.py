@@ -128,6 +128,11 @@ class CategoricalHead(IndexHead):
     ) -> tuple[Tensor, Tensor]:
         return categorical_logprob_entropy(_mask_logits(params, action_mask), action)
 
+    def log_probs(self, params: Tensor, action_mask: Tensor | None = None) -> Tensor:
+        """The log-probability of every action, ``[..., n]`` (a masked action's: the most negative
+        float or below, its probability exactly 0)."""
+        return log_softmax(_mask_logits(params, action_mask))
+
     def mode(self, params: Tensor, action_mask: Tensor | None = None) -> Tensor:
         return _mask_logits(params, action_mask).argmax(dim=-1)
 

@@ -109,6 +109,8 @@ def iteration_metrics(
     if config.ppo.objective == "kl":
         metrics["losses/kl_beta"] = run_kl_beta(coefs)
         metrics["losses/kl_after_update"] = losses["kl_after_update"]  # what beta adapts from
+    if config.self_play.magnet_coef:
+        metrics["losses/magnet_kl"] = losses["magnet_kl"]
     if episodes.returns:  # a multi-agent env's headline: none when its agents are not one team
         metrics["charts/episodic_return"] = float(np.mean(episodes.returns))
     if episodes.lengths:

@@ -590,7 +590,8 @@ def train_loop(t: Training, runs: Runs, stop: StopRequest) -> None:
         start = time.perf_counter()
         set_learning_rate(state.optimizer, scheduled(cfg.lr_schedule, cfg.learning_rate, progress))
         clip_coef = scheduled(cfg.clip_schedule, cfg.clip_coef, progress)
-        coefs = UpdateCoefficients(clip_coef, scheduled(cfg.ent_schedule, cfg.ent_coef, progress), state.kl_beta)
+        entropy = scheduled(cfg.ent_schedule, cfg.ent_coef, progress)
+        coefs = UpdateCoefficients(clip_coef, entropy, state.kl_beta, t.config.self_play.magnet_coef)
 
         with torch_threads(t.rollout_threads):
             state.cursor, last_value = collect_rollout(
@@ -610,6 +611,7 @@ def train_loop(t: Training, runs: Runs, stop: StopRequest) -> None:
         targets = t.targets(last_value)  # advantages, returns; a game's decisions with a target
         with t.timer.section("update"):
             batch = {k: v.to(t.device, non_blocking=True) for k, v in runs.batch(t.buf, **targets).items()}
+            batch |= state.league.magnet_log_probs(batch)  # self-play's magnet, if any (fastppo.games.magnet)
             losses = ppo_update(state.agent.policy, state.optimizer, batch, cfg, coefs, t.update_step)
         state.global_step += t.steps_per_iteration
         check_finite(losses, state.agent, state.optimizer, state.iteration, state.global_step)

@@ -17,8 +17,10 @@ import torch
 from torch import Tensor, nn
 
 from fastppo.config import PPOConfig
-from fastppo.core import kl_estimate, normalize_advantages, ppo_loss
+from fastppo.core import categorical_kl, kl_estimate, masked_mean, normalize_advantages, ppo_loss
 from fastppo.errors import FastPPOError
+from fastppo.games.magnet import MAGNET_LOG_PROBS
+from fastppo.policies.distributions import CategoricalHead
 from fastppo.policies.population import StackedActorCritic
 from fastppo.training.cuda_graphs import COMPILE_MODE, capture_graph, check_cudagraphs, on_side_stream
 from fastppo.training.distributed import LONE, World
@@ -36,6 +38,7 @@ MINIBATCH_KEYS = (
     "valid",
     "action_masks",
     "initial_state",
+    MAGNET_LOG_PROBS,
 )
 """The flattened rollout fields one minibatch step reads (rewards and flags are GAE's only)."""
 
@@ -48,6 +51,9 @@ class UpdateCoefficients:
     ent_coef: float
     kl_beta: float | list[float] | Tensor
     """A stack of seeds: each seed's (a list, which ``ppo_update`` puts on the device as ``[seeds]``)."""
+    magnet_coef: float = 0.0
+    """The weight of the exact KL to self-play's magnet (fastppo.games.magnet), where the batch
+    holds its log-probabilities."""
 
 
 def make_optimizer(
@@ -100,9 +106,17 @@ def minibatch_loss(
     mask = mb.get("valid")  # None once ppo_update has dropped the reset rows
     kl_beta = coefs.kl_beta
     assert not isinstance(kl_beta, list)  # ppo_update puts a stack's betas on the device first
-    newlogprob, entropy, newvalue = policy.evaluate(
-        mb["obs"], mb["actions"], mb.get("action_masks"), mb.get("initial_state"), mask
-    )
+    magnet = mb.get(MAGNET_LOG_PROBS)
+    if magnet is None:
+        newlogprob, entropy, newvalue = policy.evaluate(
+            mb["obs"], mb["actions"], mb.get("action_masks"), mb.get("initial_state"), mask
+        )
+    else:  # the KL to the magnet reads the policy's whole distribution, not the stored moves' alone
+        head, masks = policy.action_head, mb.get("action_masks")
+        assert isinstance(head, CategoricalHead)  # a game's moves (fastppo.envs.turn_based.check_game)
+        params, newvalue = policy(mb["obs"])
+        newlogprob, entropy = head.logprob_entropy(params, mb["actions"], masks)
+        magnet_kl = masked_mean(categorical_kl(head.log_probs(params, masks), magnet, masks), mask)
     # A stack of seeds' minibatch is [seeds, rows] (fastppo.training.seed_stack): one loss per seed (their sum
     # is minimised, so each seed's weights get its own loss's gradient), one advantage normalisation per seed.
     dim = -1 if mb["advantages"].dim() == 2 else None
@@ -128,6 +142,9 @@ def minibatch_loss(
         kl_beta=kl_beta,
         dim=dim,
     )
+    if magnet is not None:
+        loss = loss + coefs.magnet_coef * magnet_kl
+        metrics["magnet_kl"] = magnet_kl.detach()
     return (loss if dim is None else loss.sum()), metrics
 
 
