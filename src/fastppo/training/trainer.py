@@ -290,8 +290,10 @@ def precision_for(config: Config, device: torch.device) -> Config:
     check_precision(config.policy.precision, device)
     if config.policy.precision != "auto":
         return config
-    precision = "bf16" if config.pixel_policy and native_bf16(device) else "fp32"
-    return replace(config, policy=replace(config.policy, precision=precision))
+    return replace(
+        config,
+        policy=replace(config.policy, precision="bf16" if config.pixel_policy and native_bf16(device) else "fp32"),
+    )
 
 
 def member_folders(run_dir: Path | None, out_dir: Path | None, seeds: list[int] | None) -> list[Path | None]:
