@@ -487,8 +487,9 @@ def test_a_run_resumes_on_its_saved_backend_or_on_another_host_backend_when_aske
 
 
 def test_a_cnn_run_collects_on_one_thread_and_updates_on_every_cpu(tmp_path, monkeypatch):
-    """The automatic threads: the rollout's forward on a step's few frames runs on one thread,
-    the update's minibatches on every CPU (3 here); --torch-threads N sets both."""
+    """The automatic threads in fp32: the rollout's forward on a step's few frames runs on one
+    thread, the update's minibatches on every CPU (3 here); --torch-threads N sets both. (bf16 keeps
+    the update's threads throughout: tests/policies/test_pixel_precision.py.)"""
     import fastppo.config as config_module
 
     monkeypatch.setattr(config_module, "available_cpus", lambda: 3)
@@ -505,7 +506,7 @@ def test_a_cnn_run_collects_on_one_thread_and_updates_on_every_cpu(tmp_path, mon
         monkeypatch.setattr(NatureCNN, "forward", recorded)
         fastppo.train(
             "BreakoutNoFrameskip-v4", run_dir=tmp_path / str(explicit), total_timesteps=64, num_envs=2, num_steps=32,
-            num_minibatches=2, update_epochs=1, progress=False, tensorboard=False,
+            num_minibatches=2, update_epochs=1, progress=False, tensorboard=False, precision="fp32",
             **({"torch_threads": explicit} if explicit else {}),
         )  # fmt: skip
         monkeypatch.setattr(NatureCNN, "forward", original)
