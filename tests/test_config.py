@@ -116,6 +116,29 @@ def test_torch_threads_default_to_one_for_an_mlp_run_and_every_cpu_for_a_cnn_or_
         apply_overrides(Config(), {"torch_threads": -1}).validate()
 
 
+def test_an_mlp_takes_every_cpu_where_its_rows_are_wide_and_one_where_they_are_not(monkeypatch):
+    import fastppo.config as config_module
+
+    monkeypatch.setattr(config_module, "available_cpus", lambda: 6)
+
+    def threads(**overrides):
+        config = apply_overrides(Config(), {"num_steps": 64, "num_minibatches": 1} | overrides)
+        return config.rollout_threads(stacked=False), config.intra_op_threads(stacked=False)
+
+    # 64 x 64 hidden: 16 384 rows a minibatch are wide (2**26), 1 024 envs a step (2**22)
+    assert threads(num_envs=256) == (1, 6)
+    assert threads(num_envs=256, num_minibatches=2) == (1, 1)
+    assert threads(num_envs=1024) == (6, 6)
+    assert threads(num_envs=1023, num_minibatches=64) == (1, 1)
+    assert threads(num_envs=256, hidden_sizes=(32, 32)) == (1, 1)  # a quarter of the work
+    assert threads(num_envs=32, hidden_sizes=(256, 256)) == (1, 6)
+    assert threads(num_envs=64, hidden_sizes=(256, 256)) == (6, 6)
+    # recurrent cores and board encoders keep one thread however wide (their ops stay small)
+    assert threads(num_envs=1024, memory="lstm") == (1, 1)
+    assert threads(num_envs=1024, encoder="board") == (1, 1)
+    assert threads(num_envs=1024, torch_threads=1) == (1, 1)
+
+
 @pytest.mark.parametrize(
     "key, value, message",
     [

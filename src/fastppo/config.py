@@ -35,6 +35,17 @@ def available_cpus() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
+WIDE_UPDATE_WORK = 2**26
+"""``Config.mlp_work`` of one minibatch from which an MLP's update runs on every CPU. Tensor
+CartPole, 64 x 64 MLP, one epoch of one minibatch, 2-core Zen 4, median ms an update on 1 / 2
+threads: 16 384 rows 20.5 / 14.8, 32 768 rows 39 / 28, 65 536 rows 80 / 55; below, the second
+thread's wake-up costs about what it saves."""
+WIDE_ROLLOUT_WORK = 2**22
+"""``Config.mlp_work`` of one rollout step (every env's row) from which an MLP acts on every CPU.
+The same runs, ms of the policy's forwards an iteration of 64 steps on 1 / 2 threads: 256 envs
+12.4 / 12.3, 512 envs 19.5 / 15-22, 1 024 envs 35 / 23, 2 048 envs 65 / 42."""
+
+
 @dataclass
 class EnvConfig:
     """Environments."""
@@ -244,8 +255,9 @@ class RunConfig:
     device: str = "cpu"
     """Torch device: cpu, cuda, cuda:1, or auto."""
     torch_threads: int = 0
-    """Intra-op threads; 0: by what the policy costs: every CPU for a CNN (Atari) or a stack of seeds (--seeds in one
-    process: its batched matmuls share them), 1 for one run of an MLP (fastest for small MLPs on a few cores; see
+    """Intra-op threads; 0: by what the policy costs: every CPU for a CNN (Atari), a stack of seeds (--seeds in one
+    process: its batched matmuls share them) or an MLP's wide batches (16 384 rows a minibatch at 64 x 64 for the
+    update, 1 024 envs for the rollout), 1 for one run of a narrower MLP (fastest for small MLPs on a few cores; see
     benchmarks/README.md)."""
     torch_deterministic: bool = True
     """Use deterministic torch algorithms (cudnn)."""
@@ -305,11 +317,13 @@ class Config:
     def intra_op_threads(self, stacked: bool) -> int:
         """--run.torch-threads, or for 0 its automatic value, by what the policy costs: every CPU
         for a CNN (its convolutions split well over the cores; the envs step between its calls,
-        not beside them, so the two take turns on the cores) or a stack of seeds (its batched
-        matmuls share them); 1 for one run of an MLP or a board encoder (small matmuls and
-        convolutions of a few cells: more threads cost more than they save; the tic-tac-toe
-        preset's updates on a loaded 2-core machine, 4 iterations: 53 s on 2 threads, 3.2 s on 1)."""
-        return self.run.torch_threads or (available_cpus() if stacked or self.pixel_policy else 1)
+        not beside them, so the two take turns on the cores), a stack of seeds (its batched
+        matmuls share them) or an MLP's wide minibatches (``WIDE_UPDATE_WORK``); 1 for one run of
+        a narrower MLP, a recurrent core or a board encoder (small matmuls and convolutions of a
+        few cells: more threads cost more than they save; the tic-tac-toe preset's updates on a
+        loaded 2-core machine, 4 iterations: 53 s on 2 threads, 3.2 s on 1)."""
+        wide = self.mlp_work(self.batch_size // self.ppo.num_minibatches) >= WIDE_UPDATE_WORK
+        return self.run.torch_threads or (available_cpus() if stacked or self.pixel_policy or wide else 1)
 
     def rollout_threads(self, stacked: bool) -> int:
         """Intra-op threads while the rollout collects: ``intra_op_threads``, but 1 for one run's
@@ -317,10 +331,20 @@ class Config:
         on a shared machine, loses much (threads waiting for each other), while the update's
         minibatches keep every CPU. Under bf16 autocast the rollout keeps the update's threads:
         oneDNN rebuilds its bf16 convolutions after each change of torch's thread count (the
-        update step of a 256-frame minibatch: 0.30 s without the change, 4.6 s after it)."""
+        update step of a 256-frame minibatch: 0.30 s without the change, 4.6 s after it). An MLP
+        acting on many envs at once takes every CPU (``WIDE_ROLLOUT_WORK``)."""
         if self.policy.precision == "bf16":
             return self.intra_op_threads(stacked)
-        return self.run.torch_threads or (available_cpus() if stacked else 1)
+        wide = self.mlp_work(self.env.num_envs) >= WIDE_ROLLOUT_WORK
+        return self.run.torch_threads or (available_cpus() if stacked or wide else 1)
+
+    def mlp_work(self, rows: int) -> int:
+        """A feed-forward MLP policy's work on ``rows`` at once, as rows x its widest hidden layer
+        squared (the hidden matmuls' multiply-adds per network); 0 for other encoders and
+        recurrent cores, whose threads are chosen otherwise."""
+        if self.pixel_policy or self.policy.encoder == "board" or self.policy.memory != "none":
+            return 0
+        return rows * max(self.policy.hidden_sizes, default=0) ** 2
 
     def validate(self, minibatches_from: str | None = None) -> Config:
         """Check every value once; raise FastPPOError with the fix. ``minibatches_from`` names
