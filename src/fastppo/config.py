@@ -265,7 +265,8 @@ class RunConfig:
     """torch.compile the update's loss, and the rollout's policy forward except an MLP's on the CPU, whose merged
     eager forward is faster (first iterations pay the compile time; see benchmarks/README.md)."""
     cudagraphs: bool = False
-    """Capture the update step and the rollout's policy forward in CUDA graphs (needs --device cuda)."""
+    """Capture each update epoch (every minibatch's step) and the rollout's policy forward in CUDA graphs (needs
+    --device cuda)."""
     tensorboard: bool = True
     """Write TensorBoard event files."""
     progress: bool = True
@@ -322,7 +323,7 @@ class Config:
         a narrower MLP, a recurrent core or a board encoder (small matmuls and convolutions of a
         few cells: more threads cost more than they save; the tic-tac-toe preset's updates on a
         loaded 2-core machine, 4 iterations: 53 s on 2 threads, 3.2 s on 1)."""
-        wide = self.mlp_work(self.batch_size // self.ppo.num_minibatches) >= WIDE_UPDATE_WORK
+        wide = self.mlp_work(self.minibatch_size) >= WIDE_UPDATE_WORK
         return self.run.torch_threads or (available_cpus() if stacked or self.pixel_policy or wide else 1)
 
     def rollout_threads(self, stacked: bool) -> int:

@@ -1,16 +1,17 @@
-"""--cudagraphs: the captured minibatch step and policy step compute what the eager ones do.
+"""--cudagraphs: the captured update epochs and policy step compute what the eager ones do.
 
 Without a GPU the same wrapper code runs against a CPU stand-in for CUDA graphs (``cpu_graphs``):
 capture runs the function once for the shape of its outputs and then undoes what it changed
 (a CUDA capture records kernels without running them), and replay runs it again on the static
 inputs and writes the results into the captured outputs. That checks everything around the graph
-(warm-up count, when to recapture, static inputs and outputs, one optimizer step per call) on
+(warm-up count, when to recapture, static inputs and outputs, the optimizer's steps) on
 every machine; the same tests run on real CUDA graphs when a GPU is present.
 """
 
 from __future__ import annotations
 
 import copy
+from functools import partial
 
 import gymnasium as gym
 import pytest
@@ -21,7 +22,14 @@ from fastppo.config import PPOConfig
 from fastppo.errors import FastPPOError
 from fastppo.policies import ActorCritic
 from fastppo.training.rollout import PolicyStep
-from fastppo.training.update import MinibatchStep, UpdateCoefficients, make_optimizer, set_learning_rate
+from fastppo.training.update import (
+    MinibatchStep,
+    RowMinibatches,
+    UpdateCoefficients,
+    make_optimizer,
+    ppo_update,
+    set_learning_rate,
+)
 
 DEVICES = ["cpu"] + ([pytest.param("cuda", marks=pytest.mark.gpu)] if torch.cuda.is_available() else [])
 
@@ -39,6 +47,11 @@ class CPUGraph:
             captured.copy_(value)
 
 
+def graph_owner(fn):
+    """The object whose method a capture runs (the update's epoch is a partial of one)."""
+    return getattr(getattr(fn, "func", fn), "__self__", None)
+
+
 @pytest.fixture
 def cpu_graphs(monkeypatch):
     """Patch the three CUDA-graph helpers where the rollout, the update and the trainer use them;
@@ -50,7 +63,7 @@ def cpu_graphs(monkeypatch):
     captures: list[CPUGraph] = []
 
     def capture(fn, *args):
-        owner = getattr(fn, "__self__", None)
+        owner = graph_owner(fn)
         touched = []  # what fn changes besides the RNG: a minibatch step's weights, gradient, Adam state
         if isinstance(owner, MinibatchStep):
             touched = [owner.flat_parameter.data, owner.flat_parameter.grad]
@@ -98,26 +111,31 @@ def minibatches(n: int, rows: int, device: str) -> list[dict[str, torch.Tensor]]
     ]
 
 
-def test_graphed_minibatch_step_matches_the_eager_step(graph_device):
+def test_graphed_update_epochs_match_the_eager_epochs(graph_device):
     device, captures = graph_device
     torch.manual_seed(0)
     policy = ActorCritic(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2)).to(device)
     twin = copy.deepcopy(policy)
-    cfg, coefs = PPOConfig(), UpdateCoefficients(clip_coef=0.2, ent_coef=0.01, kl_beta=1.0)
+    cfg, coefs = PPOConfig(update_epochs=3, num_minibatches=4), UpdateCoefficients(0.2, 0.01, 1.0)
     eager_opt = make_optimizer(policy, 1e-2, 1e-5, torch.device(device))
     graphed_opt = make_optimizer(twin, 1e-2, 1e-5, torch.device(device), cudagraphs=True)
     eager, graphed = MinibatchStep(policy, eager_opt, cfg), MinibatchStep(twin, graphed_opt, cfg, cudagraphs=True)
-    for i, mb in enumerate(minibatches(8, 64, device)):
-        if i == 5:  # a new lr is a graph constant: it must recapture
+    # The eager reference keeps the reset rows masked, as the graphed update does (fixed shapes).
+    eager.minibatches = partial(RowMinibatches, num_minibatches=4, drop_reset_rows=False)
+    for i, batch in enumerate(minibatches(4, 256, device)):  # four updates, each a new batch
+        if i == 3:  # a new lr is a graph constant: it must recapture
             set_learning_rate(eager_opt, 5e-3)
             set_learning_rate(graphed_opt, 5e-3)
-        expected = {k: v.item() for k, v in eager(mb, coefs).items()}
-        got = {k: v.item() for k, v in graphed(mb, coefs).items()}
-        assert got == pytest.approx(expected, rel=1e-5, abs=1e-6), f"step {i}"
+        torch.manual_seed(10 + i)  # the same shuffles: the graph's order is drawn as the eager one
+        expected = ppo_update(policy, eager_opt, batch, cfg, coefs, eager)
+        torch.manual_seed(10 + i)
+        got = ppo_update(twin, graphed_opt, batch, cfg, coefs, graphed)
+        assert got == pytest.approx(expected, rel=1e-5, abs=1e-6), f"update {i}"
+        assert got["epochs"] == 3
     for a, b in zip(policy.parameters(), twin.parameters()):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
     if captures is not None:
-        # 3 eager warm-up steps, a capture at step 4, a recapture when the lr changed at step 6.
+        # 2 eager warm-up epochs, a capture at the third (update 0), replays, a recapture at update 3.
         assert len(captures) == 2
 
 
@@ -160,10 +178,10 @@ def test_cudagraphs_training_loop_runs_its_graphs(cpu_graphs):
     )
     assert len(agent.history) == 4
     assert all(torch.isfinite(torch.tensor(row["losses/value_loss"])) for row in agent.history)
-    kinds = {type(graph.fn.__self__).__name__ for graph in cpu_graphs}
+    kinds = {type(graph_owner(graph.fn)).__name__ for graph in cpu_graphs}
     assert kinds == {"MinibatchStep", "ActorCritic"}
-    # The update recaptures when its annealed lr moves: once per iteration after the first.
-    assert sum(isinstance(graph.fn.__self__, MinibatchStep) for graph in cpu_graphs) == 4
+    # The update recaptures when its annealed lr moves: once per iteration.
+    assert sum(isinstance(graph_owner(graph.fn), MinibatchStep) for graph in cpu_graphs) == 4
 
 
 def test_cudagraphs_on_cpu_is_a_clear_error():
