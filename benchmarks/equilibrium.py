@@ -15,6 +15,7 @@ beyond these budgets; external-sampling MCCFR is the second algorithm instead.
 
     python benchmarks/equilibrium.py                         # 3 seeds each of Kuhn and Leduc
     python benchmarks/equilibrium.py --games kuhn --seeds 1
+    python benchmarks/equilibrium.py --workers 2             # two processes at once, on 2 cores
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -88,12 +90,18 @@ def main() -> None:
     parser.add_argument(
         "--games", default="kuhn,leduc", help="comma-separated, of: " + ", ".join(GAMES) + " (default all)"
     )
+    parser.add_argument(
+        "--workers",
+        type=positive,
+        default=1,
+        help="trainings (and OpenSpiel runs) at once, each a single-threaded process (default 1; at most one per core)",
+    )
     args = parser.parse_args()
     games = args.games.split(",")
     if unknown := [g for g in games if g not in GAMES]:
         parser.error(f"argument --games: unknown game {unknown[0]!r}: choose among {', '.join(GAMES)}")
     header("exploitability at the end of training, fastppo beside OpenSpiel's CFR and ES-MCCFR for the same time")
-    print(f"# command: python {' '.join(map(shlex.quote, sys.argv))}")
+    print(f"# command: python {' '.join(map(shlex.quote, sys.argv))}; {args.workers} process(es) at once")
     print(f"# date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC; nice 5 for fastppo and the OpenSpiel runs")
     os.nice(5)
     with tempfile.TemporaryDirectory() as root:
@@ -103,21 +111,27 @@ def main() -> None:
             print("| who | seed | wall s | exploitability (learner) | exploitability (pool average) |")
             print("|---|--:|--:|--:|--:|")
             times = []
-            for seed in range(1, args.seeds + 1):
-                seconds, figures = train_fastppo(env_id, flags, seed, Path(root) / f"{name}-{seed}")
-                times.append(seconds)
-                learner = figures["eval/exploitability"]
-                average = figures.get("eval/exploitability_average")  # with a pool and --self-play.average-policy
-                shown = "-" if average is None else f"{average:.4f}"
-                print(f"| fastppo | {seed} | {seconds:.0f} | {learner:.4f} | {shown} |", flush=True)
+            seeds = range(1, args.seeds + 1)
+            # Each training is one single-threaded process: --workers of them at once, one per core.
+            with ThreadPoolExecutor(args.workers) as pool:
+                folders = [Path(root) / f"{name}-{seed}" for seed in seeds]
+                runs = pool.map(train_fastppo, [env_id] * len(seeds), [flags] * len(seeds), seeds, folders)
+                for seed, (seconds, figures) in zip(seeds, runs):
+                    times.append(seconds)
+                    learner = figures["eval/exploitability"]
+                    average = figures.get("eval/exploitability_average")  # with a pool and --self-play.average-policy
+                    shown = "-" if average is None else f"{average:.4f}"
+                    print(f"| fastppo | {seed} | {seconds:.0f} | {learner:.4f} | {shown} |", flush=True)
             budget = sum(times) / len(times)
             game_name = env_id.split(":", 1)[1]
-            for algorithm in ("cfr", "es-mccfr"):
-                iterations, value = openspiel_for(game_name, algorithm, budget)
-                print(
-                    f"| OpenSpiel {algorithm} ({iterations} iterations) | - | {budget:.0f} | - | {value:.6f} |",
-                    flush=True,
-                )
+            algorithms = ("cfr", "es-mccfr")
+            with ProcessPoolExecutor(min(args.workers, len(algorithms))) as pool:
+                solved = pool.map(openspiel_for, [game_name] * 2, algorithms, [budget] * 2)
+                for algorithm, (iterations, value) in zip(algorithms, solved):
+                    print(
+                        f"| OpenSpiel {algorithm} ({iterations} iterations) | - | {budget:.0f} | - | {value:.6f} |",
+                        flush=True,
+                    )
     footer()
 
 
