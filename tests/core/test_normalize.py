@@ -24,6 +24,22 @@ def test_running_mean_std_matches_numpy_over_all_batches():
     assert rms.mean.dtype == torch.float64
 
 
+def test_one_row_at_a_time_matches_numpy():
+    # One env (MuJoCo) folds a single row each step: update's shortcut for n == 1.
+    rng = np.random.default_rng(4)
+    data = rng.normal(loc=[3.0, -1.0], scale=[2.0, 0.5], size=(500, 2))
+    rms = RunningMeanStd(shape=(2,))
+    for row in data:
+        rms.update(torch.as_tensor(row[None]))
+    np.testing.assert_allclose(rms.mean.numpy(), data.mean(axis=0), rtol=1e-5)
+    np.testing.assert_allclose(rms.var.numpy(), data.var(axis=0), rtol=1e-5)
+    before = (rms.mean.clone(), rms.var.clone(), rms.count)
+    rms.update(torch.tensor([[9.0, 9.0]]), mask=torch.tensor([False]))  # a reset row: no statistics
+    assert torch.equal(rms.mean, before[0]) and torch.equal(rms.var, before[1]) and rms.count == before[2]
+    rms.update(torch.tensor([[9.0, 9.0]]), mask=torch.tensor([True]))
+    assert rms.count == before[2] + 1
+
+
 def test_running_mean_std_scalar_shape():
     rng = np.random.default_rng(1)
     rms = RunningMeanStd()
