@@ -22,7 +22,9 @@ def benchmark(monkeypatch):
 
 def test_the_published_chart_reads_the_pages_table(benchmark):
     scores, recorded = benchmark("published_table").recorded_scores()
-    assert recorded == "AMD EPYC, 2 cores, no GPU, torch 2.13.0+cpu, 2026-11-23/25; Ant-v4 2026-11-28"
+    assert recorded == (
+        "AMD EPYC, 2 cores, no GPU, torch 2.13.0+cpu, 2026-11-23/25; Ant-v4 2026-11-28; Humanoid-v4 2026-11-28/29"
+    )
     assert list(scores) == [
         "CartPole-v1",
         "Acrobot-v1",
@@ -32,6 +34,7 @@ def test_the_published_chart_reads_the_pages_table(benchmark):
         "Hopper-v4",
         "Walker2d-v4",
         "Ant-v4",
+        "Humanoid-v4",
     ]
     assert scores["Walker2d-v4"] == (3844.6, 3416.6, 4292.5, 3853.7)
     assert scores["Acrobot-v1"] == (-84.6, -85.6, -83.6, -84.7)
