@@ -137,6 +137,9 @@ def test_an_mlp_takes_every_cpu_where_its_rows_are_wide_and_one_where_they_are_n
     assert threads(num_envs=1024, memory="lstm") == (1, 1)
     assert threads(num_envs=1024, encoder="board") == (1, 1)
     assert threads(num_envs=1024, torch_threads=1) == (1, 1)
+    # acting on one env (fastppo eval) is narrow whatever the run's envs were
+    wide = apply_overrides(Config(), {"num_envs": 1024})
+    assert (wide.rollout_threads(stacked=False), wide.rollout_threads(stacked=False, rows=1)) == (6, 1)
 
 
 @pytest.mark.parametrize(

@@ -326,8 +326,9 @@ class Config:
         wide = self.mlp_work(self.minibatch_size) >= WIDE_UPDATE_WORK
         return self.run.torch_threads or (available_cpus() if stacked or self.pixel_policy or wide else 1)
 
-    def rollout_threads(self, stacked: bool) -> int:
-        """Intra-op threads while the rollout collects: ``intra_op_threads``, but 1 for one run's
+    def rollout_threads(self, stacked: bool, rows: int | None = None) -> int:
+        """Intra-op threads while the policy acts on ``rows`` at once (default: the run's envs,
+        as the rollout collects; an evaluation's few envs give fewer): ``intra_op_threads``, but 1 for one run's
         CNN when automatic: its forward on a step's few frames gains little from more threads and,
         on a shared machine, loses much (threads waiting for each other), while the update's
         minibatches keep every CPU. Under bf16 autocast the rollout keeps the update's threads:
@@ -336,7 +337,7 @@ class Config:
         acting on many envs at once takes every CPU (``WIDE_ROLLOUT_WORK``)."""
         if self.policy.precision == "bf16":
             return self.intra_op_threads(stacked)
-        wide = self.mlp_work(self.env.num_envs) >= WIDE_ROLLOUT_WORK
+        wide = self.mlp_work(self.env.num_envs if rows is None else rows) >= WIDE_ROLLOUT_WORK
         return self.run.torch_threads or (available_cpus() if stacked or wide else 1)
 
     def mlp_work(self, rows: int) -> int:

@@ -78,8 +78,8 @@ def test_eval_cli_prints_mean_and_std_or_json(run, capsys):
     }
 
 
-def test_eval_computes_on_the_threads_its_run_trained_with(run, capsys):
-    # train computes a small policy on one thread (more only cost time): eval does too, whatever the process had.
+def test_eval_computes_on_the_threads_its_run_acted_with(run, capsys):
+    # train acts with a small policy on one thread (more only cost time): eval does too, whatever the process had.
     import torch
 
     before = torch.get_num_threads()

@@ -119,8 +119,9 @@ def run_eval(args: argparse.Namespace) -> int:
     headlines: list[tuple[str, float, str]] = []  # (what, value, format): each seed's headline for the summary line
     for run_dir in seeds or [Path(args.run_dir)]:
         agent = load_agent(run_dir, env_id=args.env_id)
-        # The threads its run trained with (Config.intra_op_threads): a small policy's ops are too small for more.
-        torch.set_num_threads(agent.config.intra_op_threads(stacked=False))
+        # The threads its run acted with on one env (Config.rollout_threads): evaluation only acts, a
+        # few envs at a time, and a wide run's update threads would crowd them.
+        torch.set_num_threads(agent.config.rollout_threads(stacked=False, rows=1))
         result = evaluate(agent, args.env_id, args.episodes, args.deterministic, args.seed, args.opponent, args.games)
         headline = (
             ("win rate", result.win_rate, ".2f")
