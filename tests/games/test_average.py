@@ -13,6 +13,7 @@ from fastppo.games.average import PolicyTables
 from fastppo.games.exploitability import AgentExploitability
 from fastppo.training.resume import resume_config
 from fastppo.training.trainer import train
+from tests.support.games import trained_on_kuhn
 from tests.support.resume import ITERATIONS, assert_same_run, stop_after
 
 pyspiel = pytest.importorskip("pyspiel")
@@ -25,17 +26,11 @@ AVERAGED = {"self_play.exploitability_every": 1, "self_play.average_policy": Tru
 
 
 def trained(run_dir, pool_size: int, **overrides):
-    return fastppo.train(
-        "openspiel:kuhn_poker",
-        run_dir=run_dir,
+    return trained_on_kuhn(
+        run_dir,
         seed=2,
         total_timesteps=2560,
         num_envs=16,
-        num_steps=32,
-        gamma=1.0,
-        learning_rate=1e-3,
-        progress=False,
-        tensorboard=False,
         **{"self_play.pool_size": pool_size, "self_play.sampling": "uniform", **AVERAGED, **overrides},
     )
 
@@ -123,17 +118,12 @@ def test_an_average_without_a_pool_or_its_figures_is_one_line(overrides):
 def test_the_pools_average_is_less_exploitable_than_the_learner_in_kuhn_poker(tmp_path):
     """The benchmark's Kuhn settings (benchmarks/equilibrium.py), seed 1: the learner best-responds
     to the pool's average, which ends below the learner and far below uniform play's 0.4583."""
-    agent = fastppo.train(
-        "openspiel:kuhn_poker",
-        run_dir=tmp_path / "run",
+    agent = trained_on_kuhn(
+        tmp_path / "run",
         seed=1,
         total_timesteps=131072,
         num_envs=64,
-        num_steps=32,
-        gamma=1.0,
         learning_rate=3e-4,
-        progress=False,
-        tensorboard=False,
         **{
             "ppo.ent_coef": 0.2,
             "self_play.pool_size": 64,

@@ -17,11 +17,11 @@ from fastppo.policies import ActorCritic
 from fastppo.training.resume import resume_config
 from fastppo.training.trainer import train
 from fastppo.training.update import UpdateCoefficients, minibatch_loss
+from tests.support.games import KUHN, trained_on_kuhn
 from tests.support.resume import ITERATIONS, assert_same_run, stop_after
 
 pytest.importorskip("pyspiel")
 pytestmark = pytest.mark.games
-KUHN = "openspiel:kuhn_poker"
 
 
 def policies(count: int) -> list[ActorCritic]:
@@ -109,17 +109,11 @@ def test_the_learners_last_policy_nears_an_equilibrium_of_kuhn_poker(tmp_path):
     """The benchmark's Kuhn settings (benchmarks/equilibrium.py), seed 1: the learner's own policy
     at the end of training, below the goal's 0.05 (plain self-play with these settings ends near
     0.2, uniform play is at 0.4583)."""
-    agent = fastppo.train(
-        KUHN,
-        run_dir=tmp_path / "run",
+    agent = trained_on_kuhn(
+        tmp_path / "run",
         seed=1,
         total_timesteps=524288,
         num_envs=64,
-        num_steps=32,
-        gamma=1.0,
-        learning_rate=1e-3,
-        progress=False,
-        tensorboard=False,
         **{"ppo.ent_coef": 0.0, "self_play.magnet_coef": 0.5, "self_play.exploitability_every": 64},
     )
     assert agent.history[-1]["eval/exploitability"] < 0.05, agent.history[-1]

@@ -1,9 +1,11 @@
-"""A fastppo agent for Leduc hold'em that needs no training: its preferences are set by hand."""
+"""Poker agents for the games' tests: one for Leduc hold'em that needs no training (its
+preferences set by hand), and short quiet trainings on Kuhn poker."""
 
 from __future__ import annotations
 
 import torch
 
+import fastppo
 from fastppo.agents.agent import Agent, build_agent
 from fastppo.agents.agent_rows import PettingZooAgents
 from fastppo.config import Config, EnvConfig, MultiAgentConfig
@@ -12,6 +14,7 @@ from fastppo.games import leduc_rules
 from fastppo.games.game_env import make_game
 
 LEDUC = leduc_rules.LEDUC_ENV_ID
+KUHN = "openspiel:kuhn_poker"
 
 
 def leduc_agent(prefer_raise: bool = True) -> Agent:
@@ -32,3 +35,21 @@ def leduc_agent(prefer_raise: bool = True) -> Agent:
         agent.policy.action_head.linear.weight.zero_()
         agent.policy.action_head.linear.bias.copy_(torch.tensor([0.0, 5.0 if prefer_raise else 0.0, 0.0, 0.0]))
     return agent
+
+
+def trained_on_kuhn(run_dir, seed: int, total_timesteps: int, num_envs: int, learning_rate: float = 1e-3, **flags):
+    """An agent trained on Kuhn poker without a progress bar or TensorBoard: rollouts of 32 steps,
+    undiscounted (a hand's chips are its return); ``flags`` in fastppo.train's dotted names."""
+    return fastppo.train(
+        KUHN,
+        run_dir=run_dir,
+        seed=seed,
+        total_timesteps=total_timesteps,
+        num_envs=num_envs,
+        num_steps=32,
+        gamma=1.0,
+        learning_rate=learning_rate,
+        progress=False,
+        tensorboard=False,
+        **flags,
+    )
