@@ -115,6 +115,7 @@ def evaluate(
     seed: int | None = None,
     opponent: str | Player | None = None,
     games: int | None = None,
+    search: int = 0,
 ) -> EvalResult | GameResults:
     """Play ``episodes`` episodes (default 10; default env: the agent's own; a run folder trained
     on your own code needs ``env_id`` naming it) with frozen observation statistics, sampling
@@ -124,7 +125,9 @@ def evaluate(
 
     An agent of a turn-based game plays ``games`` games (default 100) against ``opponent``
     (``"random"`` by default, ``"mcts:N"``, ``"minimax"``, a run folder, or a ``Player``),
-    seats swapped, its most likely move unless ``deterministic=False``; returns a
+    seats swapped, its most likely move unless ``deterministic=False`` (with ``search`` N > 0:
+    the most visited move of N simulations of tree search guided by its policy and value,
+    ``fastppo.games.search``); returns a
     ``GameResults`` (wins, draws, losses per seat: ``seats``, ``total``, ``win_rate``,
     ``table()``, ``to_dict()``)."""
     from fastppo.agents.evaluation import evaluate_episodes, played_env
@@ -144,11 +147,12 @@ def evaluate(
             100 if games is None else games,
             deterministic is not False,
             seed,
+            search,
         )
-    if opponent is not None or games is not None:
+    if opponent is not None or games is not None or search:
         raise FastPPOError(
-            f"--opponent and --games play turn-based games, and {env_id} is not one (a PettingZoo AECEnv such as "
-            "pz:pettingzoo.classic.tictactoe_v3): count episodes with --episodes"
+            f"--opponent, --games and --search play turn-based games, and {env_id} is not one (a PettingZoo AECEnv "
+            "such as pz:pettingzoo.classic.tictactoe_v3): count episodes with --episodes"
         )
     return evaluate_episodes(agent, env_id, 10 if episodes is None else episodes, bool(deterministic), seed)
 

@@ -76,6 +76,14 @@ def test_eval_of_a_game_prints_each_seats_results_against_random(runs, capsys):
     assert data["seed"] == 0 and data["player"] == str(run)
 
 
+def test_eval_with_search_names_it_and_never_loses_to_perfect_tictactoe(runs, capsys):
+    run = runs["tictactoe"]  # a few hundred steps of training: the search, not the policy, plays
+    assert main(["eval", str(run), "--opponent", "minimax", "--games", "4", "--seed", "0", "--search", "1000"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith(f"fastppo: {TICTACTOE}: player {run} (search 1000) vs opponent minimax, 4 games")
+    assert lines[-1].split()[:5] == ["all", "4", "0", "4", "0"]  # perfect play both sides: draws
+
+
 @pytest.mark.parametrize("opponent", ["mcts:5", "minimax", "{run}"])
 def test_eval_plays_every_kind_of_opponent(runs, capsys, opponent):
     opponent = opponent.format(run=runs["tictactoe"])
@@ -100,11 +108,11 @@ def test_a_games_agent_plays_its_most_likely_move_unless_told_to_sample(runs):
     [
         (
             ["eval", "{cartpole}", "--opponent", "random"],
-            "--opponent and --games play turn-based games, and CartPole-v1 is not one",
+            "--opponent, --games and --search play turn-based games, and CartPole-v1 is not one",
         ),
         (
             ["eval", "{cartpole}", "--games", "5"],
-            "--opponent and --games play turn-based games, and CartPole-v1 is not one",
+            "--opponent, --games and --search play turn-based games, and CartPole-v1 is not one",
         ),
         (
             ["eval", "{tictactoe}", "--episodes", "5"],
@@ -155,6 +163,16 @@ def test_a_games_agent_plays_its_most_likely_move_unless_told_to_sample(runs):
         (
             ["eval", "{tictactoe}", "--env-id", CONNECT_FOUR],
             f"the agent was trained on {TICTACTOE}, not on {CONNECT_FOUR}",
+        ),
+        (["eval", "{tictactoe}", "--search", "1"], "--search needs 2 to 10000 simulations per move"),
+        (["eval", "{tictactoe}", "--search", "x"], "argument --search: invalid int value: 'x'"),
+        (
+            ["eval", "{tictactoe}", "--search", "10", "--stochastic"],
+            "--search plays the most visited move of its search: drop --stochastic",
+        ),
+        (
+            ["eval", "{cartpole}", "--search", "10"],
+            "--opponent, --games and --search play turn-based games, and CartPole-v1 is not one",
         ),
         (
             ["eval", "{tictactoe}", "--deterministic", "--stochastic"],

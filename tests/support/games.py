@@ -1,5 +1,5 @@
-"""Poker agents for the games' tests: one for Leduc hold'em that needs no training (its
-preferences set by hand), and short quiet trainings on Kuhn poker."""
+"""Agents for the games' tests: untrained ones on any game's rows, one for Leduc hold'em whose
+preferences are set by hand, and short quiet trainings on Kuhn poker."""
 
 from __future__ import annotations
 
@@ -17,13 +17,13 @@ LEDUC = leduc_rules.LEDUC_ENV_ID
 KUHN = "openspiel:kuhn_poker"
 
 
-def leduc_agent(prefer_raise: bool = True) -> Agent:
-    """An untrained agent on Leduc's rows as training builds them (AgentSpaces of the AEC env),
-    whose action head prefers to raise (bias 5, weights 0) where raising is legal."""
-    env = make_game(LEDUC)
+def untrained_agent(env_id: str) -> Agent:
+    """An untrained agent on the game ``env_id``'s rows as training builds them (AgentSpaces of
+    the AEC env), seeded by torch's generator."""
+    env = make_game(env_id)
     spaces = AgentSpaces(env, MultiAgentConfig())
     agent = build_agent(
-        Config(env=EnvConfig(env_id=LEDUC)),
+        Config(env=EnvConfig(env_id=env_id)),
         spaces.observation_space,
         spaces.action_space,
         torch.device("cpu"),
@@ -31,6 +31,13 @@ def leduc_agent(prefer_raise: bool = True) -> Agent:
     )
     agent.pettingzoo = PettingZooAgents.of(spaces)
     agent.action_masks = True
+    return agent
+
+
+def leduc_agent(prefer_raise: bool = True) -> Agent:
+    """An untrained agent of Leduc whose action head prefers to raise (bias 5, weights 0) where
+    raising is legal."""
+    agent = untrained_agent(LEDUC)
     with torch.no_grad():
         agent.policy.action_head.linear.weight.zero_()
         agent.policy.action_head.linear.bias.copy_(torch.tensor([0.0, 5.0 if prefer_raise else 0.0, 0.0, 0.0]))

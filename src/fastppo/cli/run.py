@@ -65,6 +65,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="a turn-based game's games against --opponent, seats swapped every game (default: 100)",
     )
     ev.add_argument(
+        "--search",
+        type=int,
+        default=0,
+        metavar="N",
+        help="a turn-based game with the whole state in view (tic-tac-toe, connect four, perfect-information "
+        "OpenSpiel games without chance): play each move after N simulations of tree search (PUCT, as AlphaZero "
+        "plays) with the agent's policy as the prior and its value as the score (default: 0, the policy alone)",
+    )
+    ev.add_argument(
         "--seed", type=seed, default=None, help="seed the env and the policy's sampling (default: unseeded)"
     )
     ev.add_argument("--env-id", default=None, help=ENV_ID_HELP.format(verb="evaluate"))
@@ -122,7 +131,9 @@ def run_eval(args: argparse.Namespace) -> int:
         # The threads its run acted with on one env (Config.rollout_threads): evaluation only acts, a
         # few envs at a time, and a wide run's update threads would crowd them.
         torch.set_num_threads(agent.config.rollout_threads(stacked=False, rows=1))
-        result = evaluate(agent, args.env_id, args.episodes, args.deterministic, args.seed, args.opponent, args.games)
+        result = evaluate(
+            agent, args.env_id, args.episodes, args.deterministic, args.seed, args.opponent, args.games, args.search
+        )
         headline = (
             ("win rate", result.win_rate, ".2f")
             if isinstance(result, GameResults)

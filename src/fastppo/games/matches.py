@@ -28,6 +28,7 @@ from fastppo.envs.turn_based import TurnBasedVecEnv
 from fastppo.errors import FastPPOError
 from fastppo.games.game_env import GameSource, make_game, require_two_seats
 from fastppo.games.players import AgentPlayer, Player, SeatedPlayers, player_from_spec
+from fastppo.games.search import SearchPlayer
 
 
 @dataclass
@@ -164,11 +165,14 @@ def evaluate_games(
     games: int = 100,
     deterministic: bool = True,
     seed: int | None = None,
+    search: int = 0,
 ) -> GameResults:
     """``games`` games of ``agent`` on its game ``env_id`` against ``opponent`` (a ``Player``, or
     the spec ``player_from_spec`` reads: ``random``, ``mcts:N``, ``minimax``, a run folder), seats
     swapped: what ``fastppo eval`` reports on a turn-based game. ``deterministic``: the agent's
-    most likely legal move, else a sample; ``seed`` None: a fresh one."""
+    most likely legal move, else a sample; ``search`` N > 0: the most visited move of N PUCT
+    simulations with the agent's policy and value (``fastppo.games.search``); ``seed`` None: a
+    fresh one."""
     if games < 1:
         raise FastPPOError(f"--games must be >= 1, got {games}")
     if not same_env(env_id, agent.config.env.env_id):
@@ -176,7 +180,9 @@ def evaluate_games(
             f"the agent was trained on {agent.config.env.env_id}, not on {env_id}: a game's agent plays the game "
             "it was trained on"
         )
-    player = AgentPlayer(agent, deterministic)
+    if search and not deterministic:
+        raise FastPPOError("--search plays the most visited move of its search: drop --stochastic")
+    player: Player = SearchPlayer(agent, env_id, search) if search else AgentPlayer(agent, deterministic)
     if not deterministic:  # said in the table's title line
         player.name += " (sampling)"
     if isinstance(opponent, str):
