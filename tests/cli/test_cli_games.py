@@ -183,6 +183,11 @@ def test_a_games_agent_plays_its_most_likely_move_unless_told_to_sample(runs):
             f"CartPole-v1 has no text board to play on: a person can play {TICTACTOE}, {CONNECT_FOUR}, {LEDUC}",
         ),
         (["play", "{tictactoe}", "--games", "0"], "--games must be >= 1, got 0"),
+        (
+            ["play", "{tictactoe}", "--search", "10", "--stochastic"],
+            "--search plays the most visited move of its search: drop --stochastic",
+        ),
+        (["play", "{tictactoe}", "--search", "1"], "--search needs 2 to 10000 simulations per move"),
         (["play", "{tictactoe}", "--seat", "2"], "argument --seat: invalid choice: 2"),
     ],
 )
@@ -323,6 +328,15 @@ def test_a_person_plays_a_whole_game_of_tictactoe_typed_on_stdin(runs, monkeypat
     assert lines[result + 1] == (
         f"score: {int(outcome == 'you won')} won, {int(outcome == 'a draw')} drawn, {int(outcome == 'you lost')} lost"
     )
+
+
+@pytest.mark.parametrize("seat", ["0", "1"])
+def test_a_person_plays_the_agents_search(runs, monkeypatch, capsys, seat):
+    """The same typist (the lowest free cell) against --search 1000: the agent, barely trained,
+    looks far enough ahead that the person never wins (its policy alone loses from both seats)."""
+    monkeypatch.setattr("sys.stdin", io.StringIO("".join(f"{cell}\n" for cell in range(9)) * 9))
+    assert main(["play", str(runs["tictactoe"]), "--seat", seat, "--seed", "0", "--search", "1000"]) == 0
+    assert re.search(r"^score: 0 won, [01] drawn, [01] lost$", capsys.readouterr().out, re.MULTILINE)
 
 
 def test_the_second_seat_sees_the_agents_first_move_and_quitting_exits_0(runs, monkeypatch, capsys):

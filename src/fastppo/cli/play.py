@@ -31,6 +31,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--stochastic", action="store_true", help="the agent samples its moves instead of playing its most likely one"
     )
     play.add_argument(
+        "--search",
+        type=int,
+        default=0,
+        metavar="N",
+        help="the agent looks ahead N simulations of tree search before each move, its policy as the prior and "
+        "its value as the score (tic-tac-toe, connect four, perfect-information OpenSpiel games; default: 0)",
+    )
+    play.add_argument(
         "--seed", type=seed, default=None, help="seed the deals and the agent's sampling (default: unseeded)"
     )
     play.set_defaults(func=run_play)
@@ -43,7 +51,7 @@ def run_play(args: argparse.Namespace) -> int:
     agent = load_agent(args.run_dir)
     human = HumanPlayer(agent.config.env.env_id)  # a game without a text board is refused before it is built
     try:
-        play_against(agent, human, args.games, args.seat, not args.stochastic, args.seed)
+        play_against(agent, human, args.games, args.seat, not args.stochastic, args.seed, args.search)
     except Quit:
         print("\nfastppo: quit")
     return 0

@@ -15,7 +15,7 @@ from fastppo.errors import FastPPOError
 from fastppo.games.board_text import board_text
 from fastppo.games.game_env import legal_actions, require_two_seats
 from fastppo.games.matches import SeatResults, game_table, play_game
-from fastppo.games.players import AgentPlayer
+from fastppo.games.search import agent_player
 
 
 class Quit(Exception):
@@ -81,15 +81,17 @@ def play_against(
     seat: int | None = None,
     deterministic: bool = True,
     seed: int | None = None,
+    search: int = 0,
 ) -> SeatResults:
     """``games`` games of a person (``human``) against ``agent`` on the agent's game: the person
     in seat ``seat`` (0: the game's first player, ``possible_agents[0]``), else in seats 0 and 1
-    by turns; the agent plays its most likely move unless not ``deterministic``; ``seed`` None:
+    by turns; the agent plays its most likely move unless not ``deterministic`` (with ``search``
+    N > 0: after N simulations of search, ``fastppo.games.search``); ``seed`` None:
     fresh deals and draws. After each game: how it ended and the score so far. Returns the
     person's results; ``Quit`` (``q``, end of input) ends it early and is raised on."""
     if games < 1:
         raise FastPPOError(f"--games must be >= 1, got {games}")
-    opponent = AgentPlayer(agent, deterministic)
+    opponent = agent_player(agent, agent.config.env.env_id, deterministic, search)
     envs = game_table(agent.config.env.env_id, agent.config.env.env_kwargs)
     seeds = np.random.default_rng(seed)
     score = SeatResults("you")

@@ -27,8 +27,8 @@ from fastppo.env_ids import same_env
 from fastppo.envs.turn_based import TurnBasedVecEnv
 from fastppo.errors import FastPPOError
 from fastppo.games.game_env import GameSource, make_game, require_two_seats
-from fastppo.games.players import AgentPlayer, Player, SeatedPlayers, player_from_spec
-from fastppo.games.search import SearchPlayer
+from fastppo.games.players import Player, SeatedPlayers, player_from_spec
+from fastppo.games.search import agent_player
 
 
 @dataclass
@@ -180,9 +180,7 @@ def evaluate_games(
             f"the agent was trained on {agent.config.env.env_id}, not on {env_id}: a game's agent plays the game "
             "it was trained on"
         )
-    if search and not deterministic:
-        raise FastPPOError("--search plays the most visited move of its search: drop --stochastic")
-    player: Player = SearchPlayer(agent, env_id, search) if search else AgentPlayer(agent, deterministic)
+    player = agent_player(agent, env_id, deterministic, search)
     if not deterministic:  # said in the table's title line
         player.name += " (sampling)"
     if isinstance(opponent, str):

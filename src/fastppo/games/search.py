@@ -32,7 +32,7 @@ from fastppo.envs.openspiel_env import load_game
 from fastppo.errors import FastPPOError
 from fastppo.games.game_env import legal_actions
 from fastppo.games.openspiel_games import MAX_SIMULATIONS, MIN_SIMULATIONS, mcts_plays
-from fastppo.games.players import AgentPlayer
+from fastppo.games.players import AgentPlayer, Player
 from fastppo.policies.distributions import CategoricalHead
 
 PUCT_C = 2.0
@@ -59,6 +59,16 @@ def check_search(agent: Agent, env_id: str, simulations: int) -> None:
             "--search adds the critic's values to the game's returns, and this run normalised its rewards "
             "(--env.normalize-reward): its values are on another scale"
         )
+
+
+def agent_player(agent: Agent, env_id: str, deterministic: bool = True, search: int = 0) -> Player:
+    """``agent`` at the game ``env_id``: its policy's moves (the most likely unless not
+    ``deterministic``), or with ``search`` N > 0 the most visited move of N simulations."""
+    if not search:
+        return AgentPlayer(agent, deterministic)
+    if not deterministic:
+        raise FastPPOError("--search plays the most visited move of its search: drop --stochastic")
+    return SearchPlayer(agent, env_id, search)
 
 
 def _deterministic(env_id: str) -> bool:
