@@ -9,6 +9,7 @@ one CUDA graph.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
@@ -226,7 +227,9 @@ class MinibatchStep:
         self._graph_names: list[str] = []
         self._static_in: dict[str, Tensor] = {}
         self._static_out: dict[str, Tensor] = {}
-        self._fed: RowMinibatches | None = None  # the source whose batch the static inputs hold
+        # The source whose batch the static inputs hold, weakly: the update's batch is freed
+        # when the update ends (a dead reference is never the next source).
+        self._fed: weakref.ref[RowMinibatches] | None = None
         self.minibatches = minibatch_source(policy, cfg, cudagraphs, world)
 
     def __call__(
@@ -313,11 +316,11 @@ class MinibatchStep:
             if order is not None:
                 self._static_in[ORDER] = order.clone()
             self._graph, self._static_out = capture_graph(partial(self._epoch_body, source), self._static_in, coefs)
-            self._graph_key, self._fed = key, source
-        if self._fed is not source:  # a new update's batch: copied in once, for all its epochs
+            self._graph_key, self._fed = key, weakref.ref(source)
+        if self._fed is None or self._fed() is not source:  # a new update's batch: copied in once, for its epochs
             for name, value in source.batch.items():
                 self._static_in[name].copy_(value)
-            self._fed = source
+            self._fed = weakref.ref(source)
         if order is not None:
             self._static_in[ORDER].copy_(order)
         assert self._graph is not None  # captured by this call or an earlier one
