@@ -35,9 +35,11 @@ from fastppo.games.openspiel_games import MAX_SIMULATIONS, MIN_SIMULATIONS, mcts
 from fastppo.games.players import AgentPlayer, Player
 from fastppo.policies.distributions import CategoricalHead
 
-PUCT_C = 2.0
-"""The weight of the prior's exploration bonus against the mean value (values in [-1, 1]):
-OpenSpiel's AlphaZero default."""
+PUCT_C = 0.5
+"""The weight of the prior's exploration bonus against the mean value (values in [-1, 1]). At
+connect four, the preset's seed 1 against MCTS-100 (20 games) won 11, 12, 7 and 8 games with
+0.25, 0.5, 1 and 5 at 200 simulations, and 7 and 9 with 2 at 100 and 400: a trained policy's
+prior is sharp, and its critic's values decide better than more exploration."""
 
 
 def check_search(agent: Agent, env_id: str, simulations: int) -> None:
