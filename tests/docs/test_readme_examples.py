@@ -73,7 +73,10 @@ SKIPPED = (
 )
 """(pattern, reason): the commands this test does not run, and why."""
 
-SLOW = ((r"^fastppo rlhf --model runs/tiny-gpt2", "trains a GPT-2 (minutes on 2 cores even for 2 steps)"),)
+SLOW = (
+    (r"^fastppo rlhf --model runs/tiny-gpt2", "trains a GPT-2 (minutes on 2 cores even for 2 steps)"),
+    (r"--search \d+", "hundreds of simulations a move: minutes for a page's games (tests/games/test_search.py)"),
+)
 """Run only with ``-m slow`` (``test_every_command_runs_including_the_slow_ones``)."""
 
 ON_CPU = ((r"--device cuda", "--device cpu"), (r'device="cuda"', 'device="cpu"'))
