@@ -5,12 +5,15 @@ line."""
 
 from __future__ import annotations
 
+import textwrap
+
 import numpy as np
 import pytest
 import torch
 
 pytest.importorskip("pyspiel")
 
+import fastppo
 from fastppo.errors import FastPPOError
 from fastppo.games.game_env import make_game
 from fastppo.games.matches import evaluate_games, play_games
@@ -119,3 +122,13 @@ def test_a_run_with_normalised_rewards_is_refused():
 def test_search_plays_its_most_visited_move_so_stochastic_is_refused():
     with pytest.raises(FastPPOError, match="--search plays the most visited move of its search: drop --stochastic"):
         evaluate_games(untrained_agent(TICTACTOE), TICTACTOE, "random", 2, deterministic=False, search=10)
+
+
+def test_the_documented_match_runs_as_written(tmp_path, capsys):
+    """SearchPlayer's docstring example, its run folder a short training's and 2 games of its 10."""
+    run = tmp_path / "tictactoe"
+    fastppo.train(TICTACTOE, run_dir=run, seed=1, total_timesteps=1280, num_envs=4, num_steps=32, progress=False)
+    code = textwrap.dedent(SearchPlayer.__doc__.split("::\n", 1)[1])
+    assert code.count('"runs/tictactoe"') == 1 and code.count(", 10, seed=0") == 1
+    exec(code.replace('"runs/tictactoe"', repr(str(run))).replace(", 10, seed=0", ", 2, seed=0"), {})
+    assert capsys.readouterr().out.splitlines()[-1].split()[:5] == ["all", "2", "0", "2", "0"]

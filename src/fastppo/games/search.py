@@ -128,7 +128,18 @@ class Position:
 
 class SearchPlayer:
     """A trained agent that plays each move after ``simulations`` PUCT simulations with its own
-    policy and value (module docstring): a ``Player`` (``fastppo.games.players``)."""
+    policy and value (module docstring): a ``Player`` (``fastppo.games.players``), the one
+    ``fastppo eval --search N`` seats. In your own matches::
+
+        import fastppo
+        from fastppo.games.matches import play_games
+        from fastppo.games.minimax import MinimaxPlayer
+        from fastppo.games.search import SearchPlayer
+
+        game = "pz:pettingzoo.classic.tictactoe_v3"
+        agent = fastppo.load("runs/tictactoe")
+        print(play_games(game, [SearchPlayer(agent, game, 1000), MinimaxPlayer()], 10, seed=0).table())
+    """
 
     def __init__(self, agent: Agent, env_id: str, simulations: int, name: str | None = None):
         check_search(agent, env_id, simulations)
