@@ -128,7 +128,7 @@ def test_the_documented_match_runs_as_written(tmp_path, capsys):
     """SearchPlayer's docstring example, its run folder a short training's and 2 games of its 10."""
     run = tmp_path / "tictactoe"
     fastppo.train(TICTACTOE, run_dir=run, seed=1, total_timesteps=1280, num_envs=4, num_steps=32, progress=False)
-    code = textwrap.dedent(SearchPlayer.__doc__.split("::\n", 1)[1])
+    code = textwrap.dedent(SearchPlayer.__doc__.split("In your own matches:\n", 1)[1])
     assert code.count('"runs/tictactoe"') == 1 and code.count(", 10, seed=0") == 1
     exec(code.replace('"runs/tictactoe"', repr(str(run))).replace(", 10, seed=0", ", 2, seed=0"), {})
     assert capsys.readouterr().out.splitlines()[-1].split()[:5] == ["all", "2", "0", "2", "0"]

@@ -128,8 +128,8 @@ class Position:
 
 class SearchPlayer:
     """A trained agent that plays each move after ``simulations`` PUCT simulations with its own
-    policy and value (module docstring): a ``Player`` (``fastppo.games.players``), the one
-    ``fastppo eval --search N`` seats. In your own matches::
+    policy and value (``fastppo.games.search``): a ``Player`` (``fastppo.games.players``), the
+    one ``fastppo eval --search N`` seats. In your own matches:
 
         import fastppo
         from fastppo.games.matches import play_games
