@@ -106,6 +106,19 @@ def simulations(text: str) -> int:
     return int(text)
 
 
+def check_simulations(simulations: int, who: str, example: str) -> None:
+    """A one-line FastPPOError unless ``simulations`` is an int in ``[MIN_SIMULATIONS,
+    MAX_SIMULATIONS]``: ``who`` needs them, ``example`` shows a good value."""
+    if (
+        isinstance(simulations, bool)
+        or not isinstance(simulations, int)
+        or not MIN_SIMULATIONS <= simulations <= MAX_SIMULATIONS
+    ):
+        raise FastPPOError(
+            f"{who} needs {MIN_SIMULATIONS} to {MAX_SIMULATIONS} simulations per move ({example}), got {simulations!r}"
+        )
+
+
 class MCTSPlayer:
     """OpenSpiel's MCTS bot with ``simulations`` per move (2 to 10 000), the strength knob (10 is
     weak, 1 000 strong at connect four). ``game``: the fastppo env id of tic-tac-toe, connect four or
@@ -124,15 +137,7 @@ class MCTSPlayer:
                 f"MCTS plays {covered} (OpenSpiel's games of the same rules) and perfect-information OpenSpiel games "
                 f"(openspiel:<game>), not {game}"
             )
-        if (
-            isinstance(simulations, bool)
-            or not isinstance(simulations, int)
-            or not MIN_SIMULATIONS <= simulations <= MAX_SIMULATIONS
-        ):
-            raise FastPPOError(
-                f"MCTS needs {MIN_SIMULATIONS} to {MAX_SIMULATIONS} simulations per move (the strength knob, "
-                f"e.g. mcts:100), got {simulations!r}"
-            )
+        check_simulations(simulations, "MCTS", "the strength knob, e.g. mcts:100")
         self.name = f"mcts:{simulations}"
         self.rules = rules
         self.simulations = simulations

@@ -31,7 +31,7 @@ from fastppo.env_ids import is_openspiel
 from fastppo.envs.openspiel_env import load_game
 from fastppo.errors import FastPPOError
 from fastppo.games.game_env import legal_actions
-from fastppo.games.openspiel_games import MAX_SIMULATIONS, MIN_SIMULATIONS, mcts_plays
+from fastppo.games.openspiel_games import check_simulations, mcts_plays
 from fastppo.games.players import AgentPlayer, Player
 from fastppo.policies.distributions import CategoricalHead
 
@@ -44,13 +44,7 @@ prior is sharp, and its critic's values decide better than more exploration."""
 
 def check_search(agent: Agent, env_id: str, simulations: int) -> None:
     """A one-line FastPPOError unless ``agent`` can search ``env_id`` with ``simulations`` per move."""
-    if isinstance(simulations, bool) or not isinstance(simulations, int):
-        raise FastPPOError(f"--search takes a number of simulations per move, got {simulations!r}")
-    if not MIN_SIMULATIONS <= simulations <= MAX_SIMULATIONS:
-        raise FastPPOError(
-            f"--search needs {MIN_SIMULATIONS} to {MAX_SIMULATIONS} simulations per move (e.g. --search 200), "
-            f"got {simulations}"
-        )
+    check_simulations(simulations, "--search", "e.g. --search 200")
     if not mcts_plays(env_id) or (is_openspiel(env_id) and not _deterministic(env_id)):
         raise FastPPOError(
             f"--search looks ahead in the game's whole state, move by move: {env_id} is not a game it can copy and "
