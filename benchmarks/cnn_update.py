@@ -1,0 +1,108 @@
+"""The Atari update's arithmetic against this CPU's own ceiling: how far a faster update can go.
+
+    python benchmarks/cnn_update.py                 # fp32 and bf16 (where native), eager, ~1 min
+    python benchmarks/cnn_update.py --compile       # also bf16 (or fp32) under torch.compile
+
+One PPO minibatch step of the ``atari`` preset (the Nature CNN shared by actor and critic, a
+256-frame minibatch: forward, PPO loss, backward, the gradient clip and fastppo's Adam, through
+``MinibatchStep``, the trainer's own step) is counted in floating-point operations (torch's
+``FlopCounterMode``) and timed (the median of ``--repeats`` steps after warm-up, the variants
+alternating in one process). Each rate is set beside a large matrix product's in the same
+precision on the same threads, the most this CPU computes in that precision through torch: an
+update step at a share of it near 1 leaves no room for a faster update of the same arithmetic.
+The machine, the command and the date are printed with the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from functools import partial
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from common import footer, header, positive
+from fastppo.devices import native_bf16
+from fastppo.envs.env_config import make_config
+from fastppo.policies.actor_critic import ActorCritic
+from fastppo.training.update import MinibatchStep, UpdateCoefficients, make_optimizer
+
+GAME = "BreakoutNoFrameskip-v4"
+ROWS = 256  # the preset's minibatch: 8 envs x 128 steps in 4 minibatches
+GEMM = 2048
+
+
+def median_seconds(step: Callable[[], object], repeats: int) -> float:
+    for _ in range(3):  # warm-up: oneDNN builds its kernels on a shape's first calls
+        step()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def update_step(precision: str, compile: bool) -> Callable[[], object]:
+    """One minibatch step of the preset's policy and PPO settings on random frames."""
+    config = make_config(GAME, overrides={"policy.precision": precision})
+    torch.manual_seed(0)
+    frames = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
+    policy = ActorCritic(frames, gym.spaces.Discrete(4), config.policy)
+    optimizer = make_optimizer(policy, config.ppo.learning_rate, config.ppo.adam_eps, torch.device("cpu"))
+    step = MinibatchStep(policy, optimizer, config.ppo, compile=compile)
+    batch = {
+        "obs": torch.randint(0, 256, (ROWS, 4, 84, 84), dtype=torch.uint8),
+        "actions": torch.randint(0, 4, (ROWS,)),
+        "logprobs": torch.full((ROWS,), -1.386),
+        "values": torch.randn(ROWS),
+        "advantages": torch.randn(ROWS),
+        "returns": torch.randn(ROWS),
+    }
+    coefs = UpdateCoefficients(config.ppo.clip_coef, config.ppo.ent_coef, config.ppo.kl_beta)
+    return lambda: step(batch, coefs)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--threads", type=positive, default=torch.get_num_threads(), help="torch intra-op threads")
+    parser.add_argument("--repeats", type=positive, default=9, help="timed steps per variant")
+    parser.add_argument(
+        "--compile", action="store_true", help="also the step under torch.compile (needs a C++ compiler)"
+    )
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    header(f"The Atari update step against the CPU's matrix-product rate, {args.threads} threads")
+    print(f"# {datetime.now(UTC):%Y-%m-%d %H:%M} UTC; command: python {shlex.join(sys.argv)}", flush=True)
+    precisions = ["bf16", "fp32"] if native_bf16(torch.device("cpu")) else ["fp32"]
+    print("\n| step (256 frames) | GFLOP | ms (median) | GFLOP/s | share of the GEMM rate |\n|---|--:|--:|--:|--:|")
+    for precision in precisions:
+        dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+        a, b = torch.randn(GEMM, GEMM, dtype=dtype), torch.randn(GEMM, GEMM, dtype=dtype)
+        gemm = 2 * GEMM**3 / median_seconds(partial(torch.matmul, a, b), args.repeats)
+        for compiled in (False, True) if args.compile and precision == precisions[0] else (False,):
+            step = update_step(precision, compiled)
+            with FlopCounterMode(display=False) as counter:
+                step()
+            flops = counter.get_total_flops()
+            seconds = median_seconds(step, args.repeats)
+            name = f"{precision}{', compiled' if compiled else ''}"
+            print(
+                f"| {name} | {flops / 1e9:.2f} | {seconds * 1e3:.1f} | {flops / seconds / 1e9:.0f} | "
+                f"{flops / seconds / gemm:.0%} |",
+                flush=True,
+            )
+        print(f"| {precision} GEMM {GEMM}x{GEMM}x{GEMM} (the ceiling) | | | {gemm / 1e9:.0f} | 100% |", flush=True)
+    footer()
+
+
+if __name__ == "__main__":
+    main()
