@@ -272,15 +272,21 @@ def test_bad_board_settings_are_one_line_and_exit_2_before_anything_is_written(f
 
 
 def test_another_encoder_than_the_presets_board_encoder_drops_the_presets_board_settings():
-    """connect four's preset shapes a board encoder; --policy.encoder mlp trains the MLP its
-    description measured before, with no word about the board settings the user never gave."""
+    """tic-tac-toe's preset shapes a board encoder (16 channels, one block); --policy.encoder mlp
+    trains the MLP its description measured before, with no word about the board settings the user
+    never gave: they are back at their defaults."""
     import fastppo
 
-    config = fastppo.make_config(
-        "pz:pettingzoo.classic.connect_four_v3", overrides={"policy.encoder": "mlp", "policy.hidden_sizes": "256,256"}
+    game = "pz:pettingzoo.classic.tictactoe_v3"
+    assert (fastppo.make_config(game).policy.board_channels, fastppo.make_config(game).policy.board_blocks) == (16, 1)
+    policy = fastppo.make_config(game, overrides={"policy.encoder": "mlp", "policy.hidden_sizes": "128,128"}).policy
+    defaults = PolicyConfig()
+    assert (policy.encoder, policy.hidden_sizes, policy.board_channels, policy.board_blocks) == (
+        "mlp",
+        (128, 128),
+        defaults.board_channels,
+        defaults.board_blocks,
     )
-    policy = config.policy
-    assert (policy.encoder, policy.hidden_sizes, policy.board_channels) == ("mlp", (256, 256), 64)
 
 
 def test_a_run_folders_config_from_before_the_board_encoder_loads_with_its_mlp():
