@@ -59,6 +59,7 @@ NO_CUDA = "torch sees no CUDA GPU"
         ("tune_solve_time", ["--configs", "[{"], "argument --configs: invalid loads value"),
         ("tune_solve_time", ["--search", "cnn"], "argument --search: invalid choice: 'cnn'"),
         ("tune_solve_time", ["--env", "NoSuchEnv-v9"], "NoSuchEnv-v9"),
+        ("cnn_update", ["--repeats", "0"], "argument --repeats: must be at least 1, got 0"),
         ("games", ["/nonexistent/run"], "/nonexistent/run"),
         ("equilibrium", ["--seeds", "0"], "argument --seeds: must be at least 1, got 0"),
         ("equilibrium", ["--games", "kuhn,chess"], "argument --games: unknown game 'chess': choose among kuhn, leduc"),
