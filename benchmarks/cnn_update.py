@@ -6,8 +6,8 @@
 One PPO minibatch step of the ``atari`` preset (the Nature CNN shared by actor and critic, a
 256-frame minibatch: forward, PPO loss, backward, the gradient clip and fastppo's Adam, through
 ``MinibatchStep``, the trainer's own step) is counted in floating-point operations (torch's
-``FlopCounterMode``) and timed (the median of ``--repeats`` steps after warm-up, the variants
-alternating in one process). Each rate is set beside a large matrix product's in the same
+``FlopCounterMode``) and timed (the median of ``--repeats`` steps after warm-up, one variant
+after the other in one process). Each rate is set beside a large matrix product's in the same
 precision on the same threads, the most this CPU computes in that precision through torch: an
 update step at a share of it near 1 leaves no room for a faster update of the same arithmetic.
 The machine, the command and the date are printed with the figures.
@@ -16,6 +16,7 @@ The machine, the command and the date are printed with the figures.
 from __future__ import annotations
 
 import argparse
+import math
 import shlex
 import statistics
 import sys
@@ -25,18 +26,17 @@ from datetime import UTC, datetime
 from functools import partial
 
 import gymnasium as gym
-import numpy as np
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from common import footer, header, positive
 from fastppo.devices import native_bf16
 from fastppo.envs.env_config import make_config
-from fastppo.policies.actor_critic import ActorCritic
+from fastppo.envs.make import policy_spaces
+from fastppo.policies.population import seed_policy
 from fastppo.training.update import MinibatchStep, UpdateCoefficients, make_optimizer
 
 GAME = "BreakoutNoFrameskip-v4"
-ROWS = 256  # the preset's minibatch: 8 envs x 128 steps in 4 minibatches
 GEMM = 2048
 
 
@@ -54,18 +54,19 @@ def median_seconds(step: Callable[[], object], repeats: int) -> float:
 def update_step(precision: str, compile: bool) -> Callable[[], object]:
     """One minibatch step of the preset's policy and PPO settings on random frames."""
     config = make_config(GAME, overrides={"policy.precision": precision})
-    torch.manual_seed(0)
-    frames = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
-    policy = ActorCritic(frames, gym.spaces.Discrete(4), config.policy)
+    frames, moves, _ = policy_spaces(config)
+    assert isinstance(moves, gym.spaces.Discrete)
+    policy, _ = seed_policy(config, 0, frames, moves, torch.device("cpu"))
     optimizer = make_optimizer(policy, config.ppo.learning_rate, config.ppo.adam_eps, torch.device("cpu"))
     step = MinibatchStep(policy, optimizer, config.ppo, compile=compile)
+    rows = config.minibatch_size
     batch = {
-        "obs": torch.randint(0, 256, (ROWS, 4, 84, 84), dtype=torch.uint8),
-        "actions": torch.randint(0, 4, (ROWS,)),
-        "logprobs": torch.full((ROWS,), -1.386),
-        "values": torch.randn(ROWS),
-        "advantages": torch.randn(ROWS),
-        "returns": torch.randn(ROWS),
+        "obs": torch.randint(0, 256, (rows, *frames.shape), dtype=torch.uint8),
+        "actions": torch.randint(0, int(moves.n), (rows,)),
+        "logprobs": torch.full((rows,), -math.log(moves.n)),
+        "values": torch.randn(rows),
+        "advantages": torch.randn(rows),
+        "returns": torch.randn(rows),
     }
     coefs = UpdateCoefficients(config.ppo.clip_coef, config.ppo.ent_coef, config.ppo.kl_beta)
     return lambda: step(batch, coefs)
@@ -83,7 +84,8 @@ def main() -> None:
     header(f"The Atari update step against the CPU's matrix-product rate, {args.threads} threads")
     print(f"# {datetime.now(UTC):%Y-%m-%d %H:%M} UTC; command: python {shlex.join(sys.argv)}", flush=True)
     precisions = ["bf16", "fp32"] if native_bf16(torch.device("cpu")) else ["fp32"]
-    print("\n| step (256 frames) | GFLOP | ms (median) | GFLOP/s | share of the GEMM rate |\n|---|--:|--:|--:|--:|")
+    rows = make_config(GAME).minibatch_size
+    print(f"\n| step ({rows} frames) | GFLOP | ms (median) | GFLOP/s | share of the GEMM rate |\n|---|--:|--:|--:|--:|")
     for precision in precisions:
         dtype = torch.bfloat16 if precision == "bf16" else torch.float32
         a, b = torch.randn(GEMM, GEMM, dtype=dtype), torch.randn(GEMM, GEMM, dtype=dtype)
