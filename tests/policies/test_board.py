@@ -278,7 +278,8 @@ def test_another_encoder_than_the_presets_board_encoder_drops_the_presets_board_
     import fastppo
 
     game = "pz:pettingzoo.classic.tictactoe_v3"
-    assert (fastppo.make_config(game).policy.board_channels, fastppo.make_config(game).policy.board_blocks) == (16, 1)
+    preset = fastppo.make_config(game).policy
+    assert (preset.board_channels, preset.board_blocks) == (16, 1)
     policy = fastppo.make_config(game, overrides={"policy.encoder": "mlp", "policy.hidden_sizes": "128,128"}).policy
     defaults = PolicyConfig()
     assert (policy.encoder, policy.hidden_sizes, policy.board_channels, policy.board_blocks) == (
