@@ -9,7 +9,9 @@ Each simulation walks down the tree by the PUCT rule (``puct_scores``), steps a 
 one move past the walk's end, scores the new position with the critic (or the game's own returns
 where it ended) and adds the result to every move of the walk, from the view of the seat that
 played it (two seats, zero-sum: what one gains the other loses). The move played is the root's
-most visited, so the search is deterministic.
+most visited, so the search is deterministic. Where the game's board has symmetries
+(``fastppo.games.symmetry``: connect four's mirror image, tic-tac-toe's eight), each new position
+is read in every view, its prior and value the mean of the views'.
 
 The tree's positions are copies of the PettingZoo env itself (``snapshot``), so the agent sees
 every searched position as it saw positions in training. A search needs the game's whole state
@@ -33,6 +35,7 @@ from fastppo.errors import FastPPOError
 from fastppo.games.game_env import legal_actions
 from fastppo.games.openspiel_games import check_simulations, mcts_plays
 from fastppo.games.players import AgentPlayer, Player
+from fastppo.games.symmetry import SYMMETRIES
 from fastppo.policies.distributions import CategoricalHead
 
 PUCT_C = 0.5
@@ -138,6 +141,7 @@ class SearchPlayer:
     def __init__(self, agent: Agent, env_id: str, simulations: int, name: str | None = None):
         check_search(agent, env_id, simulations)
         self.agent, self.simulations = agent, simulations
+        self.symmetries = SYMMETRIES.get(env_id, [])
         self.name = f"{name or AgentPlayer(agent).name} (search {simulations})"
 
     def reset(self, seed: int) -> None:
@@ -178,14 +182,24 @@ class SearchPlayer:
 
     @torch.no_grad()
     def _position(self, env: Any) -> tuple[Position, float]:
-        """The tree's node for ``env`` (not over) and the critic's value of it for the seat to move."""
+        """The tree's node for ``env`` (not over) and the critic's value of it for the seat to move:
+        the policy's and the critic's mean over the position and its symmetric views, in one batch."""
         agent, seat = self.agent, env.agent_selection
         assert agent.pettingzoo is not None  # a game's agent (check_search)
-        _, rows, masks = agent.pettingzoo.rows(agent.config.multi_agent, {seat: env.observe(seat)}, None)
-        params, value = agent.policy(agent.normalize(torch.as_tensor(rows, device=agent.device)))
-        mask = None if masks is None else torch.as_tensor(masks, device=agent.device)
+        observation = env.observe(seat)
+        views = [observation, *(symmetry.view(observation) for symmetry in self.symmetries)]
+        rows, masks = [], []
+        for view in views:
+            _, view_rows, view_mask = agent.pettingzoo.rows(agent.config.multi_agent, {seat: view}, None)
+            rows.append(view_rows)
+            masks += [] if view_mask is None else [view_mask]
+        params, values = agent.policy(agent.normalize(torch.as_tensor(np.concatenate(rows), device=agent.device)))
+        mask = torch.as_tensor(np.concatenate(masks), device=agent.device) if masks else None
         head = agent.policy.action_head
         assert isinstance(head, CategoricalHead)  # a game's moves are Discrete (fastppo.envs.turn_based.check_game)
-        probabilities = head.log_probs(params, mask).exp()[0].cpu().numpy()
+        probabilities = head.log_probs(params, mask).exp().cpu().numpy().astype(np.float64)
+        prior = np.mean(
+            [probabilities[0], *(s.unview(p) for s, p in zip(self.symmetries, probabilities[1:], strict=True))], axis=0
+        )
         moves = legal_actions(env, seat)
-        return Position(env, seat, moves, probabilities[moves].astype(np.float64)), float(value[0])
+        return Position(env, seat, moves, prior[moves]), float(values.mean())
