@@ -13,7 +13,8 @@ continuous settings, and tensor-env CartPole-v1 at its preset's width (32 envs x
 wide (1 024 envs x 64 steps, one epoch of one minibatch), and a self-play game (Leduc hold'em with its
 preset: half the hands against the latest self, half against a pool of 50 snapshots, and 20
 evaluation games against a random player every 4 iterations; a game whose preset keeps the MLP, so
-that checkouts from before the board encoder compare like with like). Each row prints the median wall time of
+that checkouts from before the board encoder compare like with like) and connect four with its
+preset (the board encoder; a checkout before 2026-11-28 trains its MLP instead). Each row prints the median wall time of
 each tree and after/before (below 1: the after tree is faster), and the median CPU seconds of the
 processes (user + system: less swayed than wall time by other work on a shared machine); a
 time-to-solve row also prints the step at which each run solved. A fixed-budget row then prints
@@ -53,6 +54,7 @@ ROWS = {
     "selfplay-leduc": [
         "train", "pz:pettingzoo.classic.leduc_holdem_v4", "--self-play.eval-every", "4", "--total-timesteps", "131072",
     ],
+    "selfplay-connect-four": ["train", "pz:pettingzoo.classic.connect_four_v3", "--total-timesteps", "40960"],
 }  # fmt: skip
 QUICK = {
     "cleanrl-sps": ("100000", "25000"),
@@ -61,6 +63,7 @@ QUICK = {
     "preset-tensor": ("100000", "30720"),
     "width-tensor": ("1048576", "393216"),
     "selfplay-leduc": ("131072", "32768"),
+    "selfplay-connect-four": ("40960", "20480"),
 }
 
 
@@ -183,7 +186,7 @@ def main() -> None:
         f"{args.after.resolve()}\npairs per row: {pairs}\n"
     )
     print(
-        f"{'row':<16} {'before s':>9} {'after s':>9} {'after/before':>13} {'CPU after/before':>17}   steps "
+        f"{'row':<22} {'before s':>9} {'after s':>9} {'after/before':>13} {'CPU after/before':>17}   steps "
         "(before | after)"
     )
     for row in args.rows:
@@ -204,19 +207,19 @@ def main() -> None:
             else ""
         )
         print(
-            f"{row:<16} {before:>9.1f} {after:>9.1f} {after / before:>13.3f} {cpu_after / cpu_before:>17.3f}   {shown}",
+            f"{row:<22} {before:>9.1f} {after:>9.1f} {after / before:>13.3f} {cpu_after / cpu_before:>17.3f}   {shown}",
             flush=True,
         )
         for label, measure in (("steady SPS", Run.steady_sps), ("steady steps per CPU s", Run.steady_cpu_sps)):
             sps = {side: median([measure(r) for r in runs[side]]) for side in ("before", "after")}
             if not row.startswith("solve") and sps["before"] and sps["after"]:
                 print(
-                    f"{'':<16} {label}: before {sps['before']:,.0f}, after {sps['after']:,.0f}, after/before "
+                    f"{'':<22} {label}: before {sps['before']:,.0f}, after {sps['after']:,.0f}, after/before "
                     f"{sps['after'] / sps['before']:.3f}"
                 )
         if not row.startswith("solve"):
             for side in ("before", "after"):
-                print(f"{'':<16} {side} time: {split_text(runs[side])}", flush=True)
+                print(f"{'':<22} {side} time: {split_text(runs[side])}", flush=True)
     print(
         "\ncommand per row: python -m fastppo <row's args> --no-progress --no-tensorboard --run-dir <tmp>; "
         f"{' '.join(sys.argv)}"

@@ -133,13 +133,34 @@ def test_an_mlp_takes_every_cpu_where_its_rows_are_wide_and_one_where_they_are_n
     assert threads(num_envs=256, hidden_sizes=(32, 32)) == (1, 1)  # a quarter of the work
     assert threads(num_envs=32, hidden_sizes=(256, 256)) == (1, 6)
     assert threads(num_envs=64, hidden_sizes=(256, 256)) == (6, 6)
-    # recurrent cores and board encoders keep one thread however wide (their ops stay small)
+    # recurrent cores keep one thread however wide (their ops stay small)
     assert threads(num_envs=1024, memory="lstm") == (1, 1)
-    assert threads(num_envs=1024, encoder="board") == (1, 1)
     assert threads(num_envs=1024, torch_threads=1) == (1, 1)
     # acting on one env (fastppo eval) is narrow whatever the run's envs were
     wide = apply_overrides(Config(), {"num_envs": 1024})
     assert (wide.rollout_threads(stacked=False), wide.rollout_threads(stacked=False, rows=1)) == (6, 1)
+
+
+def test_a_board_encoder_takes_every_cpu_by_its_convolutions_work(monkeypatch):
+    import fastppo.config as config_module
+
+    monkeypatch.setattr(config_module, "available_cpus", lambda: 6)
+
+    def threads(**overrides):
+        config = apply_overrides(Config(), {"encoder": "board", "num_envs": 64, "num_steps": 32} | overrides)
+        return config.rollout_threads(stacked=False), config.intra_op_threads(stacked=False)
+
+    # rows x 9 x channels**2 x (2 x blocks + 1) per cell: connect four's preset, 512-row minibatches
+    # of 64 channels and 2 blocks, is wide in both (2**24 an update, 2**22 a step); at 32 channels
+    # its update only; tic-tac-toe's, 256 rows of 16 channels and 1 block, in neither
+    assert threads(num_minibatches=4, board_channels=64, board_blocks=2) == (6, 6)
+    assert threads(num_minibatches=8, board_channels=16, board_blocks=1) == (1, 1)
+    assert threads(num_minibatches=4, board_channels=32, board_blocks=2) == (1, 6)
+    assert threads(num_minibatches=4, board_channels=64, board_blocks=2, torch_threads=1) == (1, 1)
+    assert threads(num_minibatches=4, board_channels=64, board_blocks=2, memory="gru") == (1, 1)
+    # an evaluation acting on one board stays on one thread
+    preset = apply_overrides(Config(), {"encoder": "board", "num_envs": 64})
+    assert preset.rollout_threads(stacked=False, rows=1) == 1
 
 
 @pytest.mark.parametrize(

@@ -36,12 +36,18 @@ def available_cpus() -> int:
 
 
 WIDE_UPDATE_WORK = 2**26
-"""``Config.mlp_work`` of one minibatch from which an MLP's update runs on every CPU. Tensor
+"""``Config.policy_work`` of one minibatch from which the update runs on every CPU. Tensor
 CartPole, 64 x 64 MLP, one epoch of one minibatch, 2-core Zen 4, median ms an update on 1 / 2
 threads: 16 384 rows 20.5 / 14.8, 32 768 rows 39 / 28, 65 536 rows 80 / 55; below, the second
 thread's wake-up costs about what it saves."""
+WIDE_BOARD_UPDATE_WORK = 2**24
+"""``WIDE_UPDATE_WORK`` for a board encoder, whose ``Config.policy_work`` counts one cell of the
+board. 2-core Zen 4, 2026-11-29, SPS on 1 / 2 threads of a game's first 20-40k steps: connect four's
+preset (64 channels, 2 blocks, 512-row minibatches: 9.4e7) 544 / 909, the same at 32 channels
+(2.4e7) 1 527 / 2 351; tic-tac-toe's preset (16 channels, 1 block, 256 rows: 1.8e6) 2 787 and
+2 766 / 3 057 and 2 403, no gain."""
 WIDE_ROLLOUT_WORK = 2**22
-"""``Config.mlp_work`` of one rollout step (every env's row) from which an MLP acts on every CPU.
+"""``Config.policy_work`` of one rollout step (every env's row) from which the policy acts on every CPU.
 The same runs, ms of the policy's forwards an iteration of 64 steps on 1 / 2 threads: 256 envs
 12.4 / 12.3, 512 envs 19.5 / 15-22, 1 024 envs 35 / 23, 2 048 envs 65 / 42."""
 
@@ -319,11 +325,12 @@ class Config:
         """--run.torch-threads, or for 0 its automatic value, by what the policy costs: every CPU
         for a CNN (its convolutions split well over the cores; the envs step between its calls,
         not beside them, so the two take turns on the cores), a stack of seeds (its batched
-        matmuls share them) or an MLP's wide minibatches (``WIDE_UPDATE_WORK``); 1 for one run of
-        a narrower MLP, a recurrent core or a board encoder (small matmuls and convolutions of a
-        few cells: more threads cost more than they save; the tic-tac-toe preset's updates on a
-        loaded 2-core machine, 4 iterations: 53 s on 2 threads, 3.2 s on 1)."""
-        wide = self.mlp_work(self.minibatch_size) >= WIDE_UPDATE_WORK
+        matmuls share them) or wide minibatches of an MLP or a board encoder (``policy_work``
+        from ``WIDE_UPDATE_WORK`` or ``WIDE_BOARD_UPDATE_WORK``); 1 for one run of a narrower
+        one or a recurrent core (small matmuls and convolutions of a few cells: more threads
+        cost more than they save)."""
+        board = self.policy.encoder == "board"
+        wide = self.policy_work(self.minibatch_size) >= (WIDE_BOARD_UPDATE_WORK if board else WIDE_UPDATE_WORK)
         return self.run.torch_threads or (available_cpus() if stacked or self.pixel_policy or wide else 1)
 
     def rollout_threads(self, stacked: bool, rows: int | None = None) -> int:
@@ -334,18 +341,22 @@ class Config:
         minibatches keep every CPU. Under bf16 autocast the rollout keeps the update's threads:
         oneDNN rebuilds its bf16 convolutions after each change of torch's thread count (the
         update step of a 256-frame minibatch: 0.30 s without the change, 4.6 s after it). An MLP
-        acting on many envs at once takes every CPU (``WIDE_ROLLOUT_WORK``)."""
+        or a board encoder acting on many envs at once takes every CPU (``WIDE_ROLLOUT_WORK``)."""
         if self.policy.precision == "bf16":
             return self.intra_op_threads(stacked)
-        wide = self.mlp_work(self.env.num_envs if rows is None else rows) >= WIDE_ROLLOUT_WORK
+        wide = self.policy_work(self.env.num_envs if rows is None else rows) >= WIDE_ROLLOUT_WORK
         return self.run.torch_threads or (available_cpus() if stacked or wide else 1)
 
-    def mlp_work(self, rows: int) -> int:
-        """A feed-forward MLP policy's work on ``rows`` at once, as rows x its widest hidden layer
-        squared (the hidden matmuls' multiply-adds per network); 0 for other encoders and
-        recurrent cores, whose threads are chosen otherwise."""
-        if self.pixel_policy or self.policy.encoder == "board" or self.policy.memory != "none":
+    def policy_work(self, rows: int) -> int:
+        """A feed-forward policy's work on ``rows`` at once, in multiply-adds of one network: an MLP's
+        rows x its widest hidden layer squared; a board encoder's rows x its 3x3 convolutions' on
+        one cell of the board (9 x channels squared each, the first one counted as another; the
+        config does not know the board's size); 0 for the Nature CNN and recurrent cores, whose
+        threads are chosen otherwise."""
+        if self.pixel_policy or self.policy.memory != "none":
             return 0
+        if self.policy.encoder == "board":
+            return rows * 9 * self.policy.board_channels**2 * (2 * self.policy.board_blocks + 1)
         return rows * max(self.policy.hidden_sizes, default=0) ** 2
 
     def validate(self, minibatches_from: str | None = None) -> Config:
