@@ -68,3 +68,20 @@ def test_the_console_command_exits_with_an_idle_thread_pool_alive():
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "pool ran" in proc.stdout and proc.stderr.startswith("fastppo: error:")
+
+
+def test_a_signal_while_the_finished_commands_handlers_are_swapped_exits_with_its_code():
+    """torchrun ends the other ranks of a failed launch with SIGTERM, at any moment: one that lands
+    as ``console`` swaps its handlers after the command returned still meets ``stop_at_once``, and
+    must end the process with the command's code (here 2), not a traceback."""
+    code = (
+        "import os, signal, sys\nswap = signal.signal\n"
+        "def landing(signum, handler):\n"
+        "    signal.signal = swap\n    os.kill(os.getpid(), signal.SIGTERM)\n    return swap(signum, handler)\n"
+        "import fastppo.cli.main as cli\nreal_main = cli.main\n"
+        "def main():\n    code = real_main()\n    signal.signal = landing\n    return code\n"
+        "cli.main = main\nsys.argv = ['fastppo', 'train', 'CartPole-v1', '--num-envs', '0']\ncli.console()\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr and proc.stderr.startswith("fastppo: error:"), proc.stderr

@@ -14,7 +14,7 @@ import sys
 import threading
 
 from fastppo.cli.flags import OneLineErrorParser
-from fastppo.errors import FastPPOError, stop_at_once
+from fastppo.errors import FastPPOError, Interrupted, stop_at_once
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -66,9 +66,13 @@ def console() -> None:
         signal.signal(signum, stop_at_once)
     code = main()
     # The command is done: a signal now (torchrun ending the other ranks of a failed launch) only
-    # hurries the exit, with the command's own code, never a traceback from the shutdown below.
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: _exit(code))
+    # hurries the exit, with the command's own code, never a traceback from the shutdown below;
+    # one that lands while the handlers are being swapped meets stop_at_once still, and the same.
+    try:
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, lambda *_: _exit(code))
+    except Interrupted:
+        _exit(code)
     # In the interpreter's order: threads, atexit, streams. threading._shutdown first runs the
     # threads' exit hooks, which tell idle thread pools (torch.compile's) to stop, then joins the
     # non-daemon threads: joining those pools' workers directly would wait forever.
